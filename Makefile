@@ -1,0 +1,47 @@
+# llm-operator: every entry point a developer or CI needs. Targets install what they use.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+PY := .venv/bin/python
+export LLMOP_CACHE ?= $(HOME)/.cache/llm-operator
+
+.PHONY: help venv tools cluster-up cluster-down demo test test-unit test-e2e lint crds bench clean
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+venv: ## create/reuse the Python environment (cached outside the repo, keyed by the lock file)
+	@scripts/ensure-venv.sh
+
+tools: ## build/reuse etcd, kube-*, kwok (Go, cached by version) and fetch kubectl/helm
+	@e2e/cluster/build-tools.sh >/dev/null
+
+cluster-up: venv ## start the embedded control plane with simulated GPU node pools
+	@$(PY) -m e2e.cluster up
+
+cluster-down: venv ## stop the embedded control plane and remove its state
+	@$(PY) -m e2e.cluster down
+
+crds: venv ## regenerate crds/ and the chart's CRD from the pydantic API models
+	@$(PY) -m llm_operator.api.crd --write
+
+lint: venv ## ruff, mypy, helm lint
+	@$(PY) -m ruff check .
+	@$(PY) -m ruff format --check .
+	@$(PY) -m mypy
+
+demo: venv ## local cluster, CRDs, operator, the sample LLMDeployment, status printed
+	@scripts/demo.sh
+
+test: venv ## every test: lint, unit, Triton on CPU, e2e on the embedded cluster
+	@$(MAKE) --no-print-directory lint
+	@$(PY) -m pytest -p no:cacheprovider
+
+test-unit: venv ## pure tests only (no cluster, no Triton)
+	@$(PY) -m pytest -p no:cacheprovider -m "not e2e and not triton"
+
+bench: venv ## operator and planner benchmarks (figures and ratios printed)
+	@$(PY) -m bench
+
+clean: ## remove local state (keeps the caches outside the repo)
+	-@$(PY) -m e2e.cluster down 2>/dev/null
+	rm -rf .cluster .pytest_cache .mypy_cache .ruff_cache
