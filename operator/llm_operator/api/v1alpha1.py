@@ -1,0 +1,712 @@
+"""The LLMDeployment API, version v1alpha1: the single source of the CRD schema.
+
+Everything a user can write is declared here. The CRD in crds/ is generated from these models
+(`make crds`), and the cross-field rules below are emitted as CEL (x-kubernetes-validations) so the
+API server rejects bad manifests at admission with the message written next to each rule.
+Conventions: camelCase on the wire, integer durations named ...Seconds/...Microseconds, no floats
+in spec (fractions are integer percents), lists of named objects rather than maps.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic.alias_generators import to_camel
+
+GROUP = "llmoperator.io"
+VERSION = "v1alpha1"
+KIND = "LLMDeployment"
+PLURAL = "llmdeployments"
+SINGULAR = "llmdeployment"
+SHORT_NAMES = ["llmd"]
+API_VERSION = f"{GROUP}/{VERSION}"
+
+MAX_WORLD_SIZE = 64
+POWERS_OF_TWO = [1, 2, 4, 8, 16, 32, 64]
+
+# GPU products older than Ada (compute capability < 8.9): no FP8 tensor cores. Matched on the GFD
+# product string; unknown products pass admission and are checked against the node inventory.
+PRE_ADA_PRODUCT_REGEX = r"^(NVIDIA-A[0-9]+|NVIDIA-RTX-A[0-9]+|Tesla-|NVIDIA-TITAN|Quadro-)"
+
+Rule = dict[str, str]
+
+
+def rules(*items: Rule) -> dict[str, Any]:
+    """json_schema_extra carrying CEL rules onto a model's schema."""
+    return {"x-kubernetes-validations": list(items)}
+
+
+def cel(rule: str, message: str, field_path: str | None = None, reason: str | None = None) -> Rule:
+    r = {"rule": rule, "message": message}
+    if field_path:
+        r["fieldPath"] = field_path
+    if reason:
+        r["reason"] = reason
+    return r
+
+
+class Spec(BaseModel):
+    """Base for every API object: camelCase aliases, unknown fields rejected, immutable values."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+# A count of GPUs in a parallel dimension, or "auto" to let the planner choose.
+ParallelDegree = Annotated[
+    int | Literal["auto"],
+    WithJsonSchema(
+        {
+            "x-kubernetes-int-or-string": True,
+            "description": "A power of two from 1 to 64, or 'auto' to let the planner choose.",
+            "x-kubernetes-validations": [
+                cel(
+                    "type(self) == string ? self == 'auto' : (self >= 1 && self <= 64)",
+                    "must be an integer from 1 to 64, or 'auto'",
+                ),
+                cel(
+                    "type(self) == string || self in [1, 2, 4, 8, 16, 32, 64]",
+                    "must be a power of two (1, 2, 4, 8, 16, 32 or 64): TensorRT-LLM shards "
+                    "attention heads and layers evenly",
+                ),
+            ],
+        }
+    ),
+]
+
+# A GPU Feature Discovery product string (nvidia.com/gpu.product), e.g. NVIDIA-H100-80GB-HBM3.
+GpuProduct = Annotated[str, Field(min_length=1, max_length=128)]
+
+# A Kubernetes resource.Quantity written as a string ("1", "500m", "16Gi").
+Quantity = Annotated[
+    str,
+    WithJsonSchema(
+        {
+            "type": "string",
+            "maxLength": 64,
+            "x-kubernetes-validations": [
+                cel("isQuantity(self)", "must be a Kubernetes quantity such as 1, 500m or 16Gi")
+            ],
+        }
+    ),
+]
+
+# Pass-through Kubernetes objects that this API does not re-declare (tolerations, HPA behavior).
+PassThrough = Annotated[
+    dict[str, Any],
+    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# spec.model
+
+
+class ModelArchitecture(Spec):
+    """Transformer shape, used for memory planning and sharding checks."""
+
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "self.hiddenSize % self.numAttentionHeads == 0",
+                "hiddenSize must be divisible by numAttentionHeads",
+            ),
+            cel(
+                "!has(self.numKeyValueHeads) || self.numAttentionHeads % self.numKeyValueHeads == 0",
+                "numAttentionHeads must be a multiple of numKeyValueHeads (grouped-query attention)",
+            ),
+        )
+    )
+
+    num_layers: int = Field(ge=1, le=1024)
+    hidden_size: int = Field(ge=1, le=1 << 20)
+    num_attention_heads: int = Field(ge=1, le=4096)
+    num_key_value_heads: int | None = Field(
+        default=None, ge=1, le=4096, description="Defaults to numAttentionHeads (no GQA)."
+    )
+    vocab_size: int = Field(ge=1, le=1 << 24)
+    parameter_count: int = Field(ge=1, description="Total parameters, e.g. 70600000000.")
+    intermediate_size: int | None = Field(default=None, ge=1)
+    max_position_embeddings: int | None = Field(default=None, ge=1)
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+
+class ModelSource(Spec):
+    uri: str = Field(
+        max_length=1024,
+        description="Where the checkpoint and tokenizer live: s3://, gs://, pvc://CLAIM/PATH, "
+        "hf://ORG/NAME, or builtin://NAME for the models shipped in the CPU reference runtime.",
+        json_schema_extra=rules(
+            cel(
+                "self.matches('^(s3|gs|pvc|hf|builtin)://[^ ]+$')",
+                "model.source.uri must start with s3://, gs://, pvc://, hf:// or builtin://",
+            )
+        ),
+    )
+
+
+class ModelSpec(Spec):
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        description="Model name, e.g. meta-llama/Meta-Llama-3-70B-Instruct. Immutable: a different "
+        "model is a different LLMDeployment.",
+        json_schema_extra=rules(
+            cel(
+                "self == oldSelf",
+                "model.name is immutable: create a new LLMDeployment to serve a different model",
+            )
+        ),
+    )
+    source: ModelSource
+    revision: str = Field(
+        default="main",
+        max_length=128,
+        description="Checkpoint revision; part of the engine cache key.",
+    )
+    architecture: ModelArchitecture | None = Field(
+        default=None,
+        description="Optional when the model is in the operator's catalogue of known architectures.",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# spec.engine
+
+
+class Backend(StrEnum):
+    TENSORRT_ENGINE = "tensorrt-engine"
+    CPU_REFERENCE = "cpu-reference"
+
+
+class Precision(StrEnum):
+    FP16 = "fp16"
+    BF16 = "bf16"
+    FP8 = "fp8"
+    INT8_SQ = "int8-sq"
+    INT4_AWQ = "int4-awq"
+    W4A8_AWQ = "w4a8-awq"
+
+
+class KvCacheDtype(StrEnum):
+    AUTO = "auto"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    FP8 = "fp8"
+    INT8 = "int8"
+
+
+STORAGE_URI_RULE = cel(
+    "self.matches('^(pvc|s3|gs)://[^ ]+$')",
+    "must be pvc://CLAIM/PATH, s3://BUCKET/PATH or gs://BUCKET/PATH",
+)
+
+
+class PrebuiltEngine(Spec):
+    uri: str = Field(
+        max_length=1024,
+        description="Engines already built for this model, precision, tp, pp and GPU architecture.",
+        json_schema_extra=rules(STORAGE_URI_RULE),
+    )
+
+
+class EngineBuild(Spec):
+    image: str | None = Field(
+        default=None, max_length=512, description="Engine-builder image (default from the operator)."
+    )
+    tensorrt_llm_version: str | None = Field(
+        default=None,
+        max_length=32,
+        description="TensorRT-LLM version of the builder and runtime; part of the cache key.",
+    )
+    active_deadline_seconds: int = Field(default=14400, ge=60, le=7 * 86400)
+    backoff_limit: int = Field(default=1, ge=0, le=10)
+
+
+class EngineCache(Spec):
+    uri: str = Field(
+        default="pvc://llm-engine-cache/engines",
+        max_length=1024,
+        description="Where built engines are stored, under one directory per cache key.",
+        json_schema_extra=rules(STORAGE_URI_RULE),
+    )
+
+
+class EngineSpec(Spec):
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "self.maxSeqLen >= self.maxInputLen",
+                "engine.maxSeqLen must be at least engine.maxInputLen (it counts input and output "
+                "tokens)",
+            ),
+            cel(
+                "!(has(self.prebuilt) && has(self.build))",
+                "set engine.prebuilt (use existing engines) or engine.build (build them), not both",
+            ),
+            cel(
+                "self.backend != 'cpu-reference' || self.precision in ['fp16', 'bf16']",
+                "the cpu-reference backend runs fp16/bf16 checkpoints only",
+            ),
+        )
+    )
+
+    backend: Backend = Backend.TENSORRT_ENGINE
+    precision: Precision = Precision.FP16
+    kv_cache_dtype: KvCacheDtype = KvCacheDtype.AUTO
+    max_batch_size: int = Field(default=64, ge=1, le=4096)
+    max_input_len: int = Field(default=4096, ge=1, le=1 << 20)
+    max_seq_len: int = Field(default=8192, ge=1, le=1 << 21)
+    max_num_tokens: int = Field(default=8192, ge=1, le=1 << 20)
+    max_beam_width: int = Field(default=1, ge=1, le=8)
+    prebuilt: PrebuiltEngine | None = None
+    build: EngineBuild | None = None
+    cache: EngineCache = Field(default_factory=EngineCache)
+
+
+# ---------------------------------------------------------------------------------------------
+# spec.parallelism
+
+
+class ParallelismSpec(Spec):
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "type(self.tensor) == string || type(self.pipeline) == string || "
+                f"self.tensor * self.pipeline <= {MAX_WORLD_SIZE}",
+                f"tensor * pipeline must not exceed {MAX_WORLD_SIZE} GPUs per replica",
+            ),
+        )
+    )
+
+    tensor: ParallelDegree = 1
+    pipeline: ParallelDegree = 1
+
+    @property
+    def is_auto(self) -> bool:
+        return self.tensor == "auto" or self.pipeline == "auto"
+
+
+# ---------------------------------------------------------------------------------------------
+# spec.runtime
+
+
+class Profile(StrEnum):
+    LATENCY = "latency"
+    THROUGHPUT = "throughput"
+    BALANCED = "balanced"
+
+
+class BatchingStrategy(StrEnum):
+    INFLIGHT_FUSED = "inflight-fused"
+    INFLIGHT = "inflight"
+    STATIC = "static"
+
+
+class SchedulerPolicy(StrEnum):
+    GUARANTEED_NO_EVICT = "guaranteed-no-evict"
+    MAX_UTILIZATION = "max-utilization"
+
+
+class BatchingSpec(Spec):
+    """Unset fields take the profile's documented defaults (docs/runtime.md)."""
+
+    strategy: BatchingStrategy | None = None
+    max_queue_delay_microseconds: int | None = Field(default=None, ge=0, le=10_000_000)
+    max_queue_size: int | None = Field(
+        default=None, ge=0, le=1_000_000, description="0 means unbounded."
+    )
+    scheduler_policy: SchedulerPolicy | None = None
+
+
+class KvCacheSpec(Spec):
+    free_gpu_memory_percent: int | None = Field(
+        default=None,
+        ge=1,
+        le=99,
+        description="Percent of GPU memory left after weights that the KV cache may take.",
+    )
+    max_tokens: int | None = Field(
+        default=None, ge=1, description="Upper bound on KV-cache tokens (the pool is the smaller)."
+    )
+    block_reuse: bool | None = Field(default=None, description="Prefix caching.")
+    host_memory_bytes: int | None = Field(default=None, ge=0)
+
+
+class RuntimeSpec(Spec):
+    image: str | None = Field(
+        default=None,
+        max_length=512,
+        description="Serving image; defaults to the operator's Triton TensorRT-LLM runtime image "
+        "(or the CPU runtime image for the cpu-reference backend).",
+    )
+    profile: Profile = Profile.BALANCED
+    batching: BatchingSpec = Field(default_factory=BatchingSpec)
+    kv_cache: KvCacheSpec = Field(default_factory=KvCacheSpec)
+    chunked_context: bool | None = None
+    streaming: bool = Field(default=True, description="Decoupled mode: tokens stream back.")
+    exclude_input_in_output: bool = True
+    tokenizer_uri: str | None = Field(
+        default=None,
+        max_length=1024,
+        description="Tokenizer location when it is not next to the checkpoint.",
+    )
+    exit_timeout_seconds: int = Field(
+        default=30, ge=1, le=3600, description="How long Triton drains in-flight requests on stop."
+    )
+    startup_timeout_seconds: int = Field(
+        default=1200, ge=60, le=7200, description="How long model loading may take before restart."
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# spec.resources
+
+
+class PoolPolicy(StrEnum):
+    ORDERED = "ordered"  # fill pools in the listed order (first is preferred, later ones overflow)
+    WEIGHTED = "weighted"  # divide replicas by integer weights
+
+
+class GpuPool(Spec):
+    name: str = Field(
+        min_length=1,
+        max_length=20,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="Short DNS label; part of the pool's StatefulSet name.",
+    )
+    products: list[GpuProduct] = Field(min_length=1, max_length=16)
+    weight: int = Field(
+        default=1, ge=1, le=100, description="Share of replicas under the weighted policy."
+    )
+    max_replicas: int | None = Field(default=None, ge=0, le=1000)
+
+
+class GpuResources(Spec):
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "!(has(self.products) && has(self.pools))",
+                "set resources.gpu.products (one pool) or resources.gpu.pools, not both",
+            ),
+        )
+    )
+
+    products: list[GpuProduct] | None = Field(
+        default=None,
+        max_length=16,
+        description="Allowed nvidia.com/gpu.product values (GPU Feature Discovery), best first.",
+    )
+    min_memory_mib: int | None = Field(default=None, alias="minMemoryMiB", ge=1)
+    pools: list[GpuPool] | None = Field(default=None, max_length=8)
+    pool_policy: PoolPolicy = PoolPolicy.ORDERED
+
+
+class ResourcesSpec(Spec):
+    gpu: GpuResources = Field(default_factory=GpuResources)
+    cpu: Quantity | None = Field(default=None, description="CPU request per pod.")
+    memory: Quantity | None = Field(default=None, description="Memory request per pod.")
+    shm_size: Quantity = Field(default="16Gi", description="/dev/shm size (python backend, NCCL).")
+
+
+# ---------------------------------------------------------------------------------------------
+# spec.placement
+
+
+class TensorParallelDomain(StrEnum):
+    NVLINK = "nvlink"  # one node, or one nvidia.com/gpu.clique for multi-node NVLink
+    NODE = "node"
+
+
+class PipelineParallelDomain(StrEnum):
+    NETWORK_BLOCK = "network-block"
+    ZONE = "zone"
+    ANY = "any"
+
+
+class Strictness(StrEnum):
+    REQUIRED = "required"
+    PREFERRED = "preferred"
+
+
+class ReplicaSpread(StrEnum):
+    ZONE = "zone"
+    NODE = "node"
+    NONE = "none"
+
+
+class PlacementSpec(Spec):
+    tensor_parallel_domain: TensorParallelDomain = TensorParallelDomain.NVLINK
+    pipeline_parallel_domain: PipelineParallelDomain = PipelineParallelDomain.NETWORK_BLOCK
+    pipeline_parallel_strictness: Strictness = Strictness.REQUIRED
+    replica_spread: ReplicaSpread = ReplicaSpread.ZONE
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[PassThrough] = Field(default_factory=list)
+    priority_class_name: str | None = Field(default=None, max_length=253)
+
+
+# ---------------------------------------------------------------------------------------------
+# spec.autoscaling
+
+
+class AutoscalingMetric(StrEnum):
+    QUEUE_TO_COMPUTE_RATIO = "queue-to-compute-ratio"
+    PENDING_REQUESTS = "pending-requests"
+    QUEUE_TIME = "queue-time"
+    KV_CACHE_UTILIZATION = "kv-cache-utilization"
+
+
+class AutoscalingSpec(Spec):
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "self.minReplicas <= self.maxReplicas",
+                "autoscaling.minReplicas must be <= autoscaling.maxReplicas",
+            ),
+        )
+    )
+
+    min_replicas: int = Field(default=1, ge=1, le=1000)
+    max_replicas: int = Field(ge=1, le=1000)
+    metric: AutoscalingMetric = AutoscalingMetric.QUEUE_TO_COMPUTE_RATIO
+    target: Quantity = Field(
+        default="1", description="Average value per serving pod, e.g. '1' for the ratio."
+    )
+    behavior: PassThrough | None = Field(
+        default=None, description="autoscaling/v2 HorizontalPodAutoscalerBehavior, passed through."
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# spec.rollout
+
+
+class RolloutStrategy(StrEnum):
+    ROLLING = "rolling"
+    CANARY = "canary"
+
+
+class TrafficRouting(StrEnum):
+    GATEWAY_API = "gateway-api"
+    REPLICA_RATIO = "replica-ratio"
+
+
+class CanaryStep(Spec):
+    weight: int = Field(ge=1, le=100, description="Percent of traffic sent to the canary.")
+    pause_seconds: int = Field(default=300, ge=0, le=86400)
+
+
+class PrometheusAnalysis(Spec):
+    url: str = Field(max_length=1024, pattern=r"^https?://")
+
+
+class CanaryAnalysis(Spec):
+    prometheus: PrometheusAnalysis
+    max_error_rate_percent: int | None = Field(default=None, ge=0, le=100)
+    max_p99_latency_milliseconds: int | None = Field(default=None, ge=1)
+    max_time_to_first_token_milliseconds: int | None = Field(default=None, ge=1)
+
+
+class CanarySpec(Spec):
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "self.steps.map(s, s.weight).isSorted() && "
+                "self.steps.all(s, self.steps.exists_one(t, t.weight == s.weight))",
+                "rollout.canary.steps weights must increase strictly and stay <= 100",
+            ),
+        )
+    )
+
+    steps: list[CanaryStep] = Field(min_length=1, max_length=20)
+    analysis: CanaryAnalysis | None = None
+    traffic_routing: TrafficRouting = TrafficRouting.REPLICA_RATIO
+
+
+class RolloutSpec(Spec):
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "self.strategy != 'canary' || has(self.canary)",
+                "rollout.canary is required when rollout.strategy is canary",
+            ),
+        )
+    )
+
+    strategy: RolloutStrategy = RolloutStrategy.ROLLING
+    canary: CanarySpec | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# spec
+
+
+class LLMDeploymentSpec(Spec):
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "!(self.engine.precision in ['fp8', 'w4a8-awq'] || self.engine.kvCacheDtype == 'fp8') "
+                "|| !has(self.resources) || !has(self.resources.gpu) "
+                "|| !has(self.resources.gpu.products) "
+                f"|| self.resources.gpu.products.all(p, !p.matches('{PRE_ADA_PRODUCT_REGEX}'))",
+                "fp8 (weights or KV cache) requires an Ada/Hopper-or-newer GPU product; remove "
+                "Ampere/Turing/Volta products (A100, A10G, T4, ...) from resources.gpu.products",
+            ),
+            cel(
+                "!(self.engine.precision in ['fp8', 'w4a8-awq'] || self.engine.kvCacheDtype == 'fp8') "
+                "|| !has(self.resources) || !has(self.resources.gpu) "
+                "|| !has(self.resources.gpu.pools) "
+                "|| self.resources.gpu.pools.all(pool, pool.products.all(p, "
+                f"!p.matches('{PRE_ADA_PRODUCT_REGEX}')))",
+                "fp8 (weights or KV cache) requires Ada/Hopper-or-newer GPU products in every pool",
+            ),
+            cel(
+                "!has(self.model.architecture) || type(self.parallelism.tensor) == string "
+                "|| self.model.architecture.numAttentionHeads % self.parallelism.tensor == 0",
+                "parallelism.tensor must divide model.architecture.numAttentionHeads",
+            ),
+            cel(
+                "!has(self.model.architecture) || type(self.parallelism.pipeline) == string "
+                "|| self.model.architecture.numLayers % self.parallelism.pipeline == 0",
+                "parallelism.pipeline must divide model.architecture.numLayers",
+            ),
+            cel(
+                "self.engine.backend != 'cpu-reference' || (self.parallelism.tensor == 1 "
+                "&& self.parallelism.pipeline == 1)",
+                "the cpu-reference backend runs on CPU: parallelism.tensor and .pipeline must be 1",
+            ),
+            cel(
+                "self.engine.backend == 'cpu-reference' || !self.model.source.uri.startsWith('builtin://')",
+                "builtin:// models exist only in the cpu-reference backend; point model.source.uri "
+                "at s3://, gs://, pvc:// or hf://",
+            ),
+            cel(
+                "(has(self.runtime) && has(self.runtime.chunkedContext) && self.runtime.chunkedContext) "
+                "|| self.engine.maxNumTokens >= self.engine.maxInputLen",
+                "engine.maxNumTokens must be >= engine.maxInputLen unless runtime.chunkedContext is "
+                "true (a whole prompt must fit one batch)",
+            ),
+        )
+    )
+
+    model: ModelSpec
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    parallelism: ParallelismSpec = Field(default_factory=ParallelismSpec)
+    runtime: RuntimeSpec = Field(default_factory=RuntimeSpec)
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    placement: PlacementSpec = Field(default_factory=PlacementSpec)
+    replicas: int = Field(default=1, ge=0, le=1000)
+    autoscaling: AutoscalingSpec | None = None
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+
+
+# ---------------------------------------------------------------------------------------------
+# status (written by the operator only)
+
+
+class Condition(Spec):
+    """metav1.Condition."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str = ""
+    observed_generation: int | None = None
+    last_transition_time: str | None = None
+
+
+class RevisionsStatus(Spec):
+    stable: str | None = None
+    canary: str | None = None
+    canary_weight: int | None = None
+    canary_step: int | None = None
+
+
+class PoolPlacementStatus(Spec):
+    name: str
+    gpu_product: str
+    replicas: int
+    ready_replicas: int = 0
+
+
+class PlacementStatus(Spec):
+    gpu_product: str | None = None
+    tensor_parallelism: int | None = None
+    pipeline_parallelism: int | None = None
+    gpus_per_replica: int | None = None
+    gpus_per_pod: int | None = None
+    pods_per_replica: int | None = None
+    reason: str | None = None
+    pools: list[PoolPlacementStatus] | None = None
+
+
+class EngineStatus(Spec):
+    cache_key: str | None = None
+    ready: bool | None = None
+    uri: str | None = None
+    build_job: str | None = None
+
+
+class EndpointsStatus(Spec):
+    http: str | None = None
+    grpc: str | None = None
+    metrics: str | None = None
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    BUILDING_ENGINE = "BuildingEngine"
+    DEPLOYING = "Deploying"
+    READY = "Ready"
+    PROGRESSING = "Progressing"
+    DEGRADED = "Degraded"
+    FAILED = "Failed"
+
+
+class LLMDeploymentStatus(Spec):
+    observed_generation: int | None = None
+    phase: Phase | None = None
+    reason: str | None = Field(default=None, description="CamelCase reason of the phase.")
+    message: str | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    replicas: int = 0
+    ready_replicas: int = 0
+    selector: str | None = None
+    revisions: RevisionsStatus | None = None
+    placement: PlacementStatus | None = None
+    engine: EngineStatus | None = None
+    endpoints: EndpointsStatus | None = None
+
+
+class LLMDeployment(BaseModel):
+    """The whole object as the operator reads it (metadata kept as a plain mapping)."""
+
+    model_config = ConfigDict(populate_by_name=True, frozen=True, extra="ignore")
+
+    api_version: str = Field(default=API_VERSION, alias="apiVersion")
+    kind: str = KIND
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: LLMDeploymentSpec
+    status: LLMDeploymentStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata["name"])
+
+    @property
+    def namespace(self) -> str:
+        return str(self.metadata.get("namespace", "default"))
+
+    @property
+    def generation(self) -> int:
+        return int(self.metadata.get("generation", 0))

@@ -1,0 +1,44 @@
+"""Label and annotation keys the operator stamps on its children (one place, used everywhere)."""
+
+from __future__ import annotations
+
+from llm_operator.api.v1alpha1 import GROUP
+
+FIELD_MANAGER = "llm-operator"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+NAME = "app.kubernetes.io/name"
+INSTANCE = "app.kubernetes.io/instance"
+COMPONENT = "app.kubernetes.io/component"
+
+DEPLOYMENT = f"{GROUP}/deployment"  # the owning LLMDeployment's name; the scale selector
+POOL = f"{GROUP}/pool"
+REVISION = f"{GROUP}/revision"  # hash of what changes the serving pods
+ROLE = f"{GROUP}/role"  # leader | worker (multi-node groups); leader for single-pod replicas
+GROUP_INDEX = f"{GROUP}/group"  # replica index of a multi-node group
+ENGINE_KEY = f"{GROUP}/engine-key"
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT = "nvidia.com/gpu.product"
+GPU_COUNT = "nvidia.com/gpu.count"
+GPU_MEMORY = "nvidia.com/gpu.memory"
+GPU_FAMILY = "nvidia.com/gpu.family"
+GPU_CC_MAJOR = "nvidia.com/gpu.compute.major"
+GPU_CC_MINOR = "nvidia.com/gpu.compute.minor"
+GPU_CLIQUE = "nvidia.com/gpu.clique"
+ZONE = "topology.kubernetes.io/zone"
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def selector_labels(deployment: str) -> dict[str, str]:
+    """Labels every serving pod of a deployment carries; status.selector is built from these."""
+    return {DEPLOYMENT: deployment}
+
+
+def common_labels(deployment: str, component: str) -> dict[str, str]:
+    return {
+        NAME: "llm-operator",
+        INSTANCE: deployment,
+        COMPONENT: component,
+        MANAGED_BY: "llm-operator",
+        DEPLOYMENT: deployment,
+    }
