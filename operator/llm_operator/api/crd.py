@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
+from pydantic import BaseModel
 
 from llm_operator.api import v1alpha1 as api
 
@@ -94,10 +95,34 @@ def _apply_list_types(schema: dict[str, Any]) -> None:
         node.update(extra)
 
 
+def _model_classes(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [c for arg in get_args(annotation) for c in _model_classes(arg)]
+
+
+def _object_defaults(model: type[BaseModel], schema: dict[str, Any]) -> None:
+    """Sub-objects the models default (default_factory) are defaulted by the API server too, so
+    stored objects are explicit and CEL rules never meet a missing object."""
+    for name, field in model.model_fields.items():
+        prop = schema.get("properties", {}).get(field.alias or name)
+        if prop is None:
+            continue
+        default = field.default_factory() if field.default_factory is not None else None  # type: ignore[call-arg]
+        if isinstance(default, BaseModel):
+            # The whole default object: the API server validates a default against the CEL rules
+            # as written, without first defaulting inside it.
+            prop["default"] = default.model_dump(mode="json", by_alias=True, exclude_none=True)
+        for cls in _model_classes(field.annotation):
+            target = prop.get("items", prop) if prop.get("type") == "array" else prop
+            _object_defaults(cls, target)
+
+
 def _model_schema(model: type[api.Spec]) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True, mode="validation")
     structural = _structural(raw, raw.get("$defs", {}))
     assert isinstance(structural, dict)
+    _object_defaults(model, structural)
     return structural
 
 

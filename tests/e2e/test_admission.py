@@ -1,0 +1,147 @@
+"""Bad manifests are rejected by the real API server at admission, with a message naming the fix.
+
+Each case starts from a valid LLMDeployment, breaks one thing, and asserts the CRD's schema or CEL
+message (generated from the pydantic models) comes back from kube-apiserver.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from e2e.cluster.testing import Kubectl, KubectlError
+
+pytestmark = pytest.mark.e2e
+
+BASE: dict[str, Any] = {
+    "apiVersion": "llmoperator.io/v1alpha1",
+    "kind": "LLMDeployment",
+    "metadata": {"name": "adm"},
+    "spec": {
+        "model": {
+            "name": "meta-llama/Meta-Llama-3-8B-Instruct",
+            "source": {"uri": "s3://models/llama3-8b/"},
+            "architecture": {
+                "numLayers": 32,
+                "hiddenSize": 4096,
+                "numAttentionHeads": 32,
+                "numKeyValueHeads": 8,
+                "vocabSize": 128256,
+                "parameterCount": 8030000000,
+            },
+        },
+        "engine": {"precision": "bf16", "maxInputLen": 4096, "maxSeqLen": 8192, "maxNumTokens": 8192},
+        "parallelism": {"tensor": 2, "pipeline": 1},
+        "resources": {"gpu": {"products": ["NVIDIA-H100-80GB-HBM3"]}},
+        "replicas": 1,
+    },
+}
+
+
+def _set(doc: dict[str, Any], path: str, value: Any) -> None:
+    *parents, leaf = path.split(".")
+    node = doc
+    for part in parents:
+        node = node.setdefault(part, {})
+    if value is _DELETE:
+        node.pop(leaf, None)
+    else:
+        node[leaf] = value
+
+
+_DELETE = object()
+
+# (case id, {dotted path under spec: value}, expected message fragment)
+INVALID: list[tuple[str, dict[str, Any], str]] = [
+    ("world-size", {"parallelism": {"tensor": 64, "pipeline": 2}}, "tensor * pipeline must not exceed 64"),
+    ("tp-not-power-of-two", {"parallelism.tensor": 3}, "must be a power of two"),
+    ("tp-not-a-number", {"parallelism.tensor": "many"}, "must be an integer from 1 to 64, or 'auto'"),
+    ("tp-divides-heads", {"parallelism.tensor": 64, "model.architecture.numAttentionHeads": 32,
+                          "model.architecture.numKeyValueHeads": 32},
+     "parallelism.tensor must divide model.architecture.numAttentionHeads"),
+    ("pp-divides-layers", {"parallelism.pipeline": 8, "model.architecture.numLayers": 30},
+     "parallelism.pipeline must divide model.architecture.numLayers"),
+    ("hidden-vs-heads", {"model.architecture.hiddenSize": 4100}, "hiddenSize must be divisible by numAttentionHeads"),
+    ("gqa-heads", {"model.architecture.numKeyValueHeads": 5}, "must be a multiple of numKeyValueHeads"),
+    ("min-max-replicas", {"autoscaling": {"minReplicas": 5, "maxReplicas": 2}},
+     "autoscaling.minReplicas must be <= autoscaling.maxReplicas"),
+    ("hpa-target-not-quantity", {"autoscaling": {"maxReplicas": 2, "target": "lots"}},
+     "must be a Kubernetes quantity"),
+    ("canary-weights-decrease", {"rollout": {"strategy": "canary", "canary": {"steps": [{"weight": 50}, {"weight": 10}]}}},
+     "weights must increase strictly"),
+    ("canary-weight-over-100", {"rollout": {"strategy": "canary", "canary": {"steps": [{"weight": 150}]}}},
+     "less than or equal to 100"),
+    ("canary-missing", {"rollout": {"strategy": "canary"}}, "rollout.canary is required when rollout.strategy is canary"),
+    ("fp8-on-ampere", {"engine.precision": "fp8", "resources.gpu.products": ["NVIDIA-A100-SXM4-40GB"]},
+     "fp8 (weights or KV cache) requires an Ada/Hopper-or-newer GPU product"),
+    ("fp8-kv-in-pools", {"engine.kvCacheDtype": "fp8", "resources.gpu": {"pools": [
+        {"name": "h100", "products": ["NVIDIA-H100-80GB-HBM3"]}, {"name": "a10", "products": ["NVIDIA-A10G"]}]}},
+     "requires Ada/Hopper-or-newer GPU products in every pool"),
+    ("seq-below-input", {"engine.maxSeqLen": 1024}, "engine.maxSeqLen must be at least engine.maxInputLen"),
+    ("tokens-below-input", {"engine.maxNumTokens": 1024}, "engine.maxNumTokens must be >= engine.maxInputLen"),
+    ("prebuilt-and-build", {"engine.prebuilt": {"uri": "pvc://cache/x"}, "engine.build": {}}, "not both"),
+    ("model-uri-scheme", {"model.source.uri": "http://example.com/model"},
+     "model.source.uri must start with s3://, gs://, pvc://, hf:// or builtin://"),
+    ("cache-uri-scheme", {"engine.cache": {"uri": "file:///var/engines"}}, "must be pvc://CLAIM/PATH"),
+    ("builtin-needs-cpu", {"model.source.uri": "builtin://tiny-llama"}, "builtin:// models exist only in the cpu-reference backend"),
+    ("cpu-backend-parallel", {"engine.backend": "cpu-reference", "engine.precision": "fp16"},
+     "the cpu-reference backend runs on CPU"),
+    ("products-and-pools", {"resources.gpu.pools": [{"name": "a", "products": ["NVIDIA-L40S"]}]},
+     "set resources.gpu.products (one pool) or resources.gpu.pools, not both"),
+    ("pool-weight-zero", {"resources.gpu": {"pools": [{"name": "a", "products": ["NVIDIA-L40S"], "weight": 0}]}},
+     "greater than or equal to 1"),
+    ("duplicate-pools", {"resources.gpu": {"pools": [{"name": "a", "products": ["NVIDIA-L40S"]},
+                                                   {"name": "a", "products": ["NVIDIA-A10G"]}]}}, "Duplicate value"),
+    ("unknown-precision", {"engine.precision": "fp4"}, "Unsupported value"),
+    ("kv-percent", {"runtime": {"kvCache": {"freeGpuMemoryPercent": 120}}}, "less than or equal to 99"),
+]
+
+
+def _manifest(changes: dict[str, Any]) -> dict[str, Any]:
+    doc = copy.deepcopy(BASE)
+    for path, value in changes.items():
+        _set(doc["spec"], path, value)
+    return doc
+
+
+def _create(kubectl: Kubectl, namespace: str, doc: dict[str, Any], dry_run: bool = True) -> None:
+    args = ["create", "-f", "-"] + (["--dry-run=server"] if dry_run else [])
+    kubectl(*args, namespace=namespace, input=json.dumps(doc))
+
+
+def test_base_manifest_is_valid(crd: None, kubectl: Kubectl, namespace: str) -> None:
+    _create(kubectl, namespace, _manifest({}))
+
+
+@pytest.mark.parametrize(("changes", "message"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
+def test_invalid_manifest_rejected(
+    crd: None, kubectl: Kubectl, namespace: str, changes: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(KubectlError) as err:
+        _create(kubectl, namespace, _manifest(changes))
+    assert message in err.value.stderr, err.value.stderr
+
+
+def test_model_name_is_immutable(crd: None, kubectl: Kubectl, namespace: str) -> None:
+    _create(kubectl, namespace, _manifest({}), dry_run=False)
+    changed = _manifest({"model.name": "meta-llama/Meta-Llama-3-70B-Instruct"})
+    with pytest.raises(KubectlError) as err:
+        kubectl("replace", "-f", "-", namespace=namespace, input=json.dumps(changed))
+    assert "model.name is immutable" in err.value.stderr
+    # Changing a field that means the same model (its revision) is allowed.
+    upgraded = _manifest({"model.revision": "abc123"})
+    kubectl("replace", "-f", "-", namespace=namespace, input=json.dumps(upgraded))
+    stored = kubectl.get("llmdeployment", "adm", namespace)
+    assert stored is not None
+    assert stored["spec"]["model"]["revision"] == "abc123"
+
+
+@pytest.fixture(scope="session")
+def crd(kubectl: Kubectl) -> None:
+    from pathlib import Path
+
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(Path(__file__).parents[2] / "crds"))
+    kubectl("wait", "--for=condition=Established", "crd/llmdeployments.llmoperator.io", "--timeout=30s")
