@@ -1,0 +1,256 @@
+"""Status reducer: what was planned and observed -> status, conditions and transition Events.
+
+Pure and total: every input combination yields a status, so the reconcile never has to decide
+what to report. Conditions follow metav1.Condition; Ready plus the kstatus pair
+Reconciling/Stalled let kubectl wait, Flux, Argo CD and kpt read progress without knowing us.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from llm_operator.api.v1alpha1 import Phase
+from llm_operator.plan.types import Plan, PlanningError
+
+
+class EngineState(StrEnum):
+    NOT_NEEDED = "NotNeeded"
+    READY = "Ready"
+    BUILDING = "Building"
+    FAILED = "Failed"
+
+
+@dataclass(frozen=True)
+class PoolEngineStatus:
+    state: EngineState
+    cache_key: str | None = None
+    uri: str | None = None
+    job: str | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class PoolObserved:
+    """What the StatefulSets of one pool report."""
+
+    desired: int
+    ready: int = 0
+    exists: bool = False
+    rolled_out: bool = False  # controller caught up with our template and all pods updated
+
+
+@dataclass(frozen=True)
+class Observation:
+    generation: int
+    plan: Plan | PlanningError
+    engines: dict[str, PoolEngineStatus] = field(default_factory=dict)
+    pools: dict[str, PoolObserved] = field(default_factory=dict)
+    selector: str = ""
+    endpoints: dict[str, str] = field(default_factory=dict)
+    invalid_spec: str | None = None  # the stored object does not validate (e.g. an old CRD)
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+def _cond(type_: str, ok: bool, reason: str, message: str, generation: int) -> dict[str, Any]:
+    return {
+        "type": type_,
+        "status": "True" if ok else "False",
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+    }
+
+
+def reduce(obs: Observation, old_status: dict[str, Any] | None, now: str) -> tuple[dict[str, Any], list[Event]]:
+    """New status and the Events for condition transitions since old_status."""
+    g = obs.generation
+    conds: list[dict[str, Any]]
+    status: dict[str, Any] = {"observedGeneration": g, "selector": obs.selector}
+    ready_total = sum(p.ready for p in obs.pools.values())
+    serving = ready_total > 0
+    status["readyReplicas"] = ready_total
+
+    if obs.invalid_spec is not None or isinstance(obs.plan, PlanningError):
+        reason, message = (
+            ("InvalidSpec", obs.invalid_spec)
+            if obs.invalid_spec is not None
+            else (obs.plan.reason, obs.plan.message)  # type: ignore[union-attr]
+        )
+        status["replicas"] = sum(p.desired for p in obs.pools.values())
+        conds = [
+            _cond("Ready", False, reason, message, g),
+            _cond("Reconciling", False, reason, "", g),
+            _cond("Stalled", True, reason, message, g),
+            _cond("Progressing", False, reason, message, g),
+            _cond(
+                "Degraded",
+                serving,
+                "StalledWhileServing" if serving else "NotServing",
+                "the previous revision keeps serving until the spec is fixed" if serving else "",
+                g,
+            ),
+        ]
+        phase = Phase.DEGRADED if serving else Phase.FAILED
+        return _finish(status, conds, phase, reason, message, old_status, now)
+
+    plan = obs.plan
+    desired = plan.replicas
+    status["replicas"] = desired
+    status["placement"] = _placement(plan, obs)
+    engines = obs.engines
+    failed = [(n, e) for n, e in engines.items() if e.state == EngineState.FAILED]
+    building = [(n, e) for n, e in engines.items() if e.state == EngineState.BUILDING]
+    if engines:
+        primary = engines.get(plan.primary.name)
+        if primary is not None and primary.state != EngineState.NOT_NEEDED:
+            status["engine"] = {
+                k: v
+                for k, v in {
+                    "cacheKey": primary.cache_key,
+                    "ready": primary.state == EngineState.READY,
+                    "uri": primary.uri,
+                    "buildJob": primary.job,
+                }.items()
+                if v is not None
+            }
+    if failed:
+        engine_cond = _cond("EngineReady", False, "EngineBuildFailed", _join(failed), g)
+    elif building:
+        engine_cond = _cond("EngineReady", False, "EngineBuilding", _join(building), g)
+    else:
+        engine_cond = _cond("EngineReady", True, "EngineAvailable", "", g)
+
+    rolled = all(
+        obs.pools.get(p.name, PoolObserved(desired=p.replicas)).rolled_out for p in plan.pools
+    )
+    all_ready = rolled and ready_total >= desired and not failed and not building
+    if obs.endpoints:
+        status["endpoints"] = obs.endpoints
+
+    if failed:
+        reason, message = "EngineBuildFailed", _join(failed)
+        conds = [
+            _cond("Ready", False, reason, message, g),
+            _cond("Reconciling", False, reason, "", g),
+            _cond("Stalled", True, reason, message, g),
+            _cond("Progressing", False, reason, message, g),
+            _cond(
+                "Degraded",
+                serving,
+                "StalledWhileServing" if serving else "NotServing",
+                "the previous revision keeps serving" if serving else "",
+                g,
+            ),
+        ]
+        phase = Phase.DEGRADED if serving else Phase.FAILED
+    elif all_ready:
+        reason = "AllReplicasReady" if desired else "ScaledToZero"
+        message = f"{ready_total}/{desired} replicas ready"
+        conds = [
+            _cond("Ready", True, reason, message, g),
+            _cond("Reconciling", False, reason, "", g),
+            _cond("Stalled", False, reason, "", g),
+            _cond("Progressing", True, "RolloutComplete", message, g),
+            _cond("Degraded", False, "AsExpected", "", g),
+        ]
+        phase = Phase.READY
+    else:
+        if building:
+            reason, message = "BuildingEngine", _join(building)
+            phase = Phase.BUILDING_ENGINE
+        elif not rolled:
+            reason, message = "RollingOut", f"{ready_total}/{desired} replicas ready, rolling out"
+            phase = Phase.PROGRESSING if serving else Phase.DEPLOYING
+        else:
+            reason, message = "WaitingForReplicas", f"{ready_total}/{desired} replicas ready"
+            phase = Phase.PROGRESSING if serving else Phase.DEPLOYING
+        conds = [
+            _cond("Ready", False, reason, message, g),
+            _cond("Reconciling", True, reason, message, g),
+            _cond("Stalled", False, reason, "", g),
+            _cond("Progressing", True, reason, message, g),
+            _cond("Degraded", False, "AsExpected", "", g),
+        ]
+    conds.append(engine_cond)
+    conds.append(
+        _cond(
+            "Available",
+            serving or desired == 0,
+            "MinimumReplicasAvailable" if serving else "NoReplicasAvailable",
+            "",
+            g,
+        )
+    )
+    return _finish(status, conds, phase, reason, message, old_status, now)
+
+
+def _join(items: list[tuple[str, PoolEngineStatus]]) -> str:
+    return "; ".join(f"pool {n}: {e.message}" if e.message else f"pool {n}" for n, e in items)
+
+
+def _placement(plan: Plan, obs: Observation) -> dict[str, Any]:
+    p = plan.primary
+    placement: dict[str, Any] = {
+        "gpuProduct": p.gpu_product,
+        "tensorParallelism": p.tensor,
+        "pipelineParallelism": p.pipeline,
+        "gpusPerReplica": p.tensor * p.pipeline if p.gpus_per_pod else 0,
+        "gpusPerPod": p.gpus_per_pod,
+        "podsPerReplica": p.pods_per_replica,
+        "reason": plan.reason,
+    }
+    if len(plan.pools) > 1:
+        placement["pools"] = [
+            {
+                "name": pool.name,
+                "gpuProduct": pool.gpu_product,
+                "replicas": pool.replicas,
+                "readyReplicas": obs.pools.get(pool.name, PoolObserved(desired=0)).ready,
+            }
+            for pool in plan.pools
+        ]
+    return placement
+
+
+_WARNING_WHEN = {"Stalled": "True", "Degraded": "True", "EngineReady": "False"}
+_EVENT_TYPES = ("Ready", "Stalled", "Degraded", "EngineReady")
+
+
+def _finish(
+    status: dict[str, Any],
+    conds: list[dict[str, Any]],
+    phase: Phase,
+    reason: str,
+    message: str,
+    old_status: dict[str, Any] | None,
+    now: str,
+) -> tuple[dict[str, Any], list[Event]]:
+    old = {c["type"]: c for c in (old_status or {}).get("conditions", [])}
+    events: list[Event] = []
+    for c in conds:
+        prev = old.get(c["type"])
+        changed = prev is None or prev.get("status") != c["status"]
+        c["lastTransitionTime"] = now if changed else prev.get("lastTransitionTime", now)  # type: ignore[union-attr]
+        warn = _WARNING_WHEN.get(c["type"]) == c["status"]
+        # A new reason is news only for a condition that needs attention (a different failure).
+        reason_changed = warn and prev is not None and prev.get("reason") != c["reason"]
+        if c["type"] in _EVENT_TYPES and (changed or reason_changed):
+            if prev is None and c["status"] != _WARNING_WHEN.get(c["type"], "True"):
+                # First status: report only what needs attention or what succeeded.
+                if not (c["type"] == "Ready" and c["status"] == "True"):
+                    continue
+            text = c["message"] or f"{c['type']} is {c['status']}"
+            events.append(Event("Warning" if warn else "Normal", c["reason"], text))
+    status["conditions"] = conds
+    status["phase"] = phase.value
+    status["reason"] = reason
+    status["message"] = message
+    return status, events

@@ -1,0 +1,98 @@
+"""The status reducer: conditions kstatus, kubectl wait and Argo CD read, and the Events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llm_operator.controller.status import (
+    EngineState,
+    Observation,
+    PoolEngineStatus,
+    PoolObserved,
+    reduce,
+)
+from llm_operator.plan.types import Plan, PlanningError, PoolPlan
+
+POOL = PoolPlan(
+    name="main", gpu_product="NVIDIA-H100-80GB-HBM3", allowed_products=("NVIDIA-H100-80GB-HBM3",),
+    compute_capability=(9, 0), gpu_memory_mib=81559, tensor=4, pipeline=1, gpus_per_pod=4,
+    pods_per_replica=1, replicas=2,
+)
+PLAN = Plan(pools=(POOL,), reason="tp=4 fits")
+T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"
+
+
+def conds(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def obs(ready: int, rolled: bool = True, engine: EngineState = EngineState.READY, generation: int = 3) -> Observation:
+    return Observation(
+        generation=generation,
+        plan=PLAN,
+        engines={"main": PoolEngineStatus(engine, cache_key="k", message="job failed: OOM")},
+        pools={"main": PoolObserved(desired=2, ready=ready, exists=True, rolled_out=rolled)},
+        selector="llmoperator.io/deployment=x",
+    )
+
+
+def test_all_ready_is_ready_and_not_reconciling() -> None:
+    status, events = reduce(obs(ready=2), None, T0)
+    c = conds(status)
+    assert c["Ready"] == ("True", "AllReplicasReady")
+    assert c["Reconciling"][0] == "False" and c["Stalled"][0] == "False"
+    assert status["phase"] == "Ready" and status["observedGeneration"] == 3
+    assert all(x["observedGeneration"] == 3 for x in status["conditions"])
+    assert [e.reason for e in events] == ["AllReplicasReady"]
+
+
+def test_rollout_in_progress_is_reconciling() -> None:
+    status, _ = reduce(obs(ready=1, rolled=False), None, T0)
+    c = conds(status)
+    assert c["Ready"] == ("False", "RollingOut")
+    assert c["Reconciling"] == ("True", "RollingOut")
+    assert status["phase"] == "Progressing"
+
+
+def test_engine_building_then_failed_while_serving_is_degraded_not_torn_down() -> None:
+    building, _ = reduce(obs(ready=0, rolled=False, engine=EngineState.BUILDING), None, T0)
+    assert status_phase(building) == "BuildingEngine"
+    assert conds(building)["EngineReady"] == ("False", "EngineBuilding")
+    failed, events = reduce(obs(ready=2, engine=EngineState.FAILED), building, T1)
+    c = conds(failed)
+    assert c["Stalled"] == ("True", "EngineBuildFailed")
+    assert c["Degraded"] == ("True", "StalledWhileServing")
+    assert failed["phase"] == "Degraded"
+    assert any(e.type == "Warning" and e.reason == "EngineBuildFailed" for e in events)
+
+
+def status_phase(status: dict[str, Any]) -> str:
+    return str(status["phase"])
+
+
+def test_planning_error_is_stalled_with_the_sentence() -> None:
+    error = PlanningError("InsufficientGPUs", "no node offers 8 allocatable NVIDIA-H100-80GB-HBM3 GPUs")
+    o = Observation(generation=1, plan=error, selector="s")
+    status, events = reduce(o, None, T0)
+    c = conds(status)
+    assert c["Stalled"] == ("True", "InsufficientGPUs")
+    assert c["Ready"][0] == "False"
+    assert status["phase"] == "Failed"
+    assert status["message"].startswith("no node offers 8")
+    assert any(e.type == "Warning" and "no node offers" in e.message for e in events)
+
+
+def test_transition_time_kept_when_status_unchanged_and_no_repeat_events() -> None:
+    first, _ = reduce(obs(ready=2), None, T0)
+    second, events = reduce(obs(ready=2), first, T1)
+    assert first == second
+    assert events == []
+
+
+def test_losing_replicas_flips_ready_with_new_transition_time() -> None:
+    first, _ = reduce(obs(ready=2), None, T0)
+    second, events = reduce(obs(ready=1), first, T1)
+    ready = next(c for c in second["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False" and ready["lastTransitionTime"] == T1
+    assert conds(second)["Available"][0] == "True"
+    assert [e.reason for e in events] == ["WaitingForReplicas"]
