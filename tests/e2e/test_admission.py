@@ -59,42 +59,114 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("world-size", {"parallelism": {"tensor": 64, "pipeline": 2}}, "tensor * pipeline must not exceed 64"),
     ("tp-not-power-of-two", {"parallelism.tensor": 3}, "must be a power of two"),
     ("tp-not-a-number", {"parallelism.tensor": "many"}, "must be an integer from 1 to 64, or 'auto'"),
-    ("tp-divides-heads", {"parallelism.tensor": 64, "model.architecture.numAttentionHeads": 32,
-                          "model.architecture.numKeyValueHeads": 32},
-     "parallelism.tensor must divide model.architecture.numAttentionHeads"),
-    ("pp-divides-layers", {"parallelism.pipeline": 8, "model.architecture.numLayers": 30},
-     "parallelism.pipeline must divide model.architecture.numLayers"),
-    ("hidden-vs-heads", {"model.architecture.hiddenSize": 4100}, "hiddenSize must be divisible by numAttentionHeads"),
+    (
+        "tp-divides-heads",
+        {
+            "parallelism.tensor": 64,
+            "model.architecture.numAttentionHeads": 32,
+            "model.architecture.numKeyValueHeads": 32,
+        },
+        "parallelism.tensor must divide model.architecture.numAttentionHeads",
+    ),
+    (
+        "pp-divides-layers",
+        {"parallelism.pipeline": 8, "model.architecture.numLayers": 30},
+        "parallelism.pipeline must divide model.architecture.numLayers",
+    ),
+    (
+        "hidden-vs-heads",
+        {"model.architecture.hiddenSize": 4100},
+        "hiddenSize must be divisible by numAttentionHeads",
+    ),
     ("gqa-heads", {"model.architecture.numKeyValueHeads": 5}, "must be a multiple of numKeyValueHeads"),
-    ("min-max-replicas", {"autoscaling": {"minReplicas": 5, "maxReplicas": 2}},
-     "autoscaling.minReplicas must be <= autoscaling.maxReplicas"),
-    ("hpa-target-not-quantity", {"autoscaling": {"maxReplicas": 2, "target": "lots"}},
-     "must be a Kubernetes quantity"),
-    ("canary-weights-decrease", {"rollout": {"strategy": "canary", "canary": {"steps": [{"weight": 50}, {"weight": 10}]}}},
-     "weights must increase strictly"),
-    ("canary-weight-over-100", {"rollout": {"strategy": "canary", "canary": {"steps": [{"weight": 150}]}}},
-     "less than or equal to 100"),
-    ("canary-missing", {"rollout": {"strategy": "canary"}}, "rollout.canary is required when rollout.strategy is canary"),
-    ("fp8-on-ampere", {"engine.precision": "fp8", "resources.gpu.products": ["NVIDIA-A100-SXM4-40GB"]},
-     "fp8 (weights or KV cache) requires an Ada/Hopper-or-newer GPU product"),
-    ("fp8-kv-in-pools", {"engine.kvCacheDtype": "fp8", "resources.gpu": {"pools": [
-        {"name": "h100", "products": ["NVIDIA-H100-80GB-HBM3"]}, {"name": "a10", "products": ["NVIDIA-A10G"]}]}},
-     "requires Ada/Hopper-or-newer GPU products in every pool"),
+    (
+        "min-max-replicas",
+        {"autoscaling": {"minReplicas": 5, "maxReplicas": 2}},
+        "autoscaling.minReplicas must be <= autoscaling.maxReplicas",
+    ),
+    (
+        "hpa-target-not-quantity",
+        {"autoscaling": {"maxReplicas": 2, "target": "lots"}},
+        "must be a Kubernetes quantity",
+    ),
+    (
+        "canary-weights-decrease",
+        {"rollout": {"strategy": "canary", "canary": {"steps": [{"weight": 50}, {"weight": 10}]}}},
+        "weights must increase strictly",
+    ),
+    (
+        "canary-weight-over-100",
+        {"rollout": {"strategy": "canary", "canary": {"steps": [{"weight": 150}]}}},
+        "less than or equal to 100",
+    ),
+    (
+        "canary-missing",
+        {"rollout": {"strategy": "canary"}},
+        "rollout.canary is required when rollout.strategy is canary",
+    ),
+    (
+        "fp8-on-ampere",
+        {"engine.precision": "fp8", "resources.gpu.products": ["NVIDIA-A100-SXM4-40GB"]},
+        "fp8 (weights or KV cache) requires an Ada/Hopper-or-newer GPU product",
+    ),
+    (
+        "fp8-kv-in-pools",
+        {
+            "engine.kvCacheDtype": "fp8",
+            "resources.gpu": {
+                "pools": [
+                    {"name": "h100", "products": ["NVIDIA-H100-80GB-HBM3"]},
+                    {"name": "a10", "products": ["NVIDIA-A10G"]},
+                ]
+            },
+        },
+        "requires Ada/Hopper-or-newer GPU products in every pool",
+    ),
     ("seq-below-input", {"engine.maxSeqLen": 1024}, "engine.maxSeqLen must be at least engine.maxInputLen"),
-    ("tokens-below-input", {"engine.maxNumTokens": 1024}, "engine.maxNumTokens must be >= engine.maxInputLen"),
+    (
+        "tokens-below-input",
+        {"engine.maxNumTokens": 1024},
+        "engine.maxNumTokens must be >= engine.maxInputLen",
+    ),
     ("prebuilt-and-build", {"engine.prebuilt": {"uri": "pvc://cache/x"}, "engine.build": {}}, "not both"),
-    ("model-uri-scheme", {"model.source.uri": "http://example.com/model"},
-     "model.source.uri must start with s3://, gs://, pvc://, hf:// or builtin://"),
+    (
+        "model-uri-scheme",
+        {"model.source.uri": "http://example.com/model"},
+        "model.source.uri must start with s3://, gs://, pvc://, hf:// or builtin://",
+    ),
     ("cache-uri-scheme", {"engine.cache": {"uri": "file:///var/engines"}}, "must be pvc://CLAIM/PATH"),
-    ("builtin-needs-cpu", {"model.source.uri": "builtin://tiny-llama"}, "builtin:// models exist only in the cpu-reference backend"),
-    ("cpu-backend-parallel", {"engine.backend": "cpu-reference", "engine.precision": "fp16"},
-     "the cpu-reference backend runs on CPU"),
-    ("products-and-pools", {"resources.gpu.pools": [{"name": "a", "products": ["NVIDIA-L40S"]}]},
-     "set resources.gpu.products (one pool) or resources.gpu.pools, not both"),
-    ("pool-weight-zero", {"resources.gpu": {"pools": [{"name": "a", "products": ["NVIDIA-L40S"], "weight": 0}]}},
-     "greater than or equal to 1"),
-    ("duplicate-pools", {"resources.gpu": {"pools": [{"name": "a", "products": ["NVIDIA-L40S"]},
-                                                   {"name": "a", "products": ["NVIDIA-A10G"]}]}}, "Duplicate value"),
+    (
+        "builtin-needs-cpu",
+        {"model.source.uri": "builtin://tiny-llama"},
+        "builtin:// models exist only in the cpu-reference backend",
+    ),
+    (
+        "cpu-backend-parallel",
+        {"engine.backend": "cpu-reference", "engine.precision": "fp16"},
+        "the cpu-reference backend runs on CPU",
+    ),
+    (
+        "products-and-pools",
+        {"resources.gpu.pools": [{"name": "a", "products": ["NVIDIA-L40S"]}]},
+        "set resources.gpu.products (one pool) or resources.gpu.pools, not both",
+    ),
+    (
+        "pool-weight-zero",
+        {"resources.gpu": {"pools": [{"name": "a", "products": ["NVIDIA-L40S"], "weight": 0}]}},
+        "greater than or equal to 1",
+    ),
+    (
+        "duplicate-pools",
+        {
+            "resources.gpu": {
+                "pools": [
+                    {"name": "a", "products": ["NVIDIA-L40S"]},
+                    {"name": "a", "products": ["NVIDIA-A10G"]},
+                ]
+            }
+        },
+        "Duplicate value",
+    ),
     ("unknown-precision", {"engine.precision": "fp4"}, "Unsupported value"),
     ("kv-percent", {"runtime": {"kvCache": {"freeGpuMemoryPercent": 120}}}, "less than or equal to 99"),
 ]
@@ -138,10 +210,3 @@ def test_model_name_is_immutable(crd: None, kubectl: Kubectl, namespace: str) ->
     assert stored is not None
     assert stored["spec"]["model"]["revision"] == "abc123"
 
-
-@pytest.fixture(scope="session")
-def crd(kubectl: Kubectl) -> None:
-    from pathlib import Path
-
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(Path(__file__).parents[2] / "crds"))
-    kubectl("wait", "--for=condition=Established", "crd/llmdeployments.llmoperator.io", "--timeout=30s")

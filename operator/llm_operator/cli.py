@@ -1,0 +1,164 @@
+"""`llm-operator`: run the operator, or render what it would apply (for GitOps review and diffs)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from llm_operator.api.v1alpha1 import LLMDeployment
+from llm_operator.plan.types import Plan, PlanningError
+
+
+def load_manifests(path: str) -> list[LLMDeployment]:
+    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    docs = [d for d in yaml.safe_load_all(text) if d and d.get("kind") == "LLMDeployment"]
+    if not docs:
+        raise SystemExit(f"{path}: no LLMDeployment found")
+    result = []
+    for doc in docs:
+        doc.setdefault("metadata", {}).setdefault("namespace", "default")
+        doc["metadata"].setdefault("uid", "")
+        try:
+            result.append(LLMDeployment.model_validate(doc))
+        except ValidationError as e:
+            name = doc["metadata"].get("name", "?")
+            raise SystemExit(f"{path}: LLMDeployment {name} is invalid:\n{e}") from None
+    return result
+
+
+def load_inventory(path: str | None) -> Any:
+    if path is None:
+        return None
+    from llm_operator.plan.inventory import Inventory
+
+    data = yaml.safe_load(Path(path).read_text())
+    nodes = data.get("items", data) if isinstance(data, dict) else data
+    inventory = Inventory()
+    for node in nodes:
+        inventory.upsert(node)
+    return inventory
+
+
+def plan_for(ld: LLMDeployment, inventory: Any) -> Plan:
+    from llm_operator.plan.cpu import cpu_plan
+    from llm_operator.plan.planner import plan_deployment
+    from llm_operator.render.children import needs_engine
+
+    if not needs_engine(ld):
+        return cpu_plan(ld.spec)
+    return plan_deployment(ld.spec, inventory, ld.spec.replicas)
+
+
+def render(args: argparse.Namespace) -> int:
+    from llm_operator.controller.config import OperatorConfig
+    from llm_operator.engine import build_job, cache_key
+    from llm_operator.render.children import PoolEngine, build_children, needs_engine, owner_reference
+    from llm_operator.render.serving import engine_location
+
+    config = OperatorConfig.from_env()
+    inventory = load_inventory(args.nodes)
+    out: list[dict[str, Any]] = []
+    for ld in load_manifests(args.file):
+        try:
+            plan = plan_for(ld, inventory)
+        except PlanningError as e:
+            print(f"# {ld.name}: cannot be placed ({e.reason}): {e.message}", file=sys.stderr)
+            return 1
+        engines: dict[str, PoolEngine] = {}
+        for pool in plan.pools:
+            if not needs_engine(ld):
+                engines[pool.name] = PoolEngine(None, None, True)
+            elif ld.spec.engine.prebuilt is not None:
+                engines[pool.name] = PoolEngine(engine_location(ld.spec.engine.prebuilt.uri, None), None, True)
+            else:
+                version = (
+                    ld.spec.engine.build and ld.spec.engine.build.tensorrt_llm_version
+                ) or config.images.trtllm_version
+                key = cache_key(ld.spec, pool, version)
+                engines[pool.name] = PoolEngine(engine_location(ld.spec.engine.cache.uri, key), key, True)
+                out.append(
+                    build_job(
+                        ld.name, ld.namespace, ld.spec, pool, key,
+                        image=(ld.spec.engine.build and ld.spec.engine.build.image)
+                        or config.images.engine_builder,
+                        owner=owner_reference(ld),
+                    )
+                )
+        out += build_children(ld, plan, config.images, engines)
+        print(f"# {ld.name}: {plan.reason}", file=sys.stderr)
+    sys.stdout.write(yaml.safe_dump_all(out, sort_keys=False))
+    return 0
+
+
+def model_repo(args: argparse.Namespace) -> int:
+    from llm_operator.modelrepo import render_repository, write_repository
+    from llm_operator.render.serving import engine_location
+
+    inventory = load_inventory(args.nodes)
+    for ld in load_manifests(args.file):
+        plan = plan_for(ld, inventory)
+        for pool in plan.pools:
+            engine_dir = args.engine_dir
+            if engine_dir is None and ld.spec.engine.prebuilt is not None:
+                engine_dir = engine_location(ld.spec.engine.prebuilt.uri, None).engine_dir
+            engine_dir = engine_dir or "/engine-cache/engine"
+            files = render_repository(ld.spec, pool, engine_dir=engine_dir, tokenizer_dir=f"{engine_dir}/tokenizer")
+            dest = Path(args.output) / (pool.name if len(plan.pools) > 1 else "")
+            write_repository(files, dest)
+            print(f"wrote {len(files)} files for {ld.name} pool {pool.name} to {dest}", file=sys.stderr)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    import kopf
+
+    from llm_operator.controller import handlers
+    from llm_operator.controller.config import OperatorConfig
+
+    logging.basicConfig(level=os.environ.get("LLMOP_LOG_LEVEL", "INFO"))
+    namespace = args.namespace
+    handlers.Runtime.config = OperatorConfig.from_env(namespace)
+    asyncio.run(
+        kopf.operator(
+            standalone=True,
+            clusterwide=namespace is None,
+            namespaces=[namespace] if namespace else (),
+            liveness_endpoint=f"http://0.0.0.0:{handlers.Runtime.config.health_port}/healthz",
+        )
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="llm-operator", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("run", help="run the operator against the current kubeconfig / in-cluster config")
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument("--namespace", help="watch one namespace only")
+    scope.add_argument("--all-namespaces", action="store_true", help="watch every namespace (default)")
+    p.set_defaults(func=run)
+    p = sub.add_parser("render", help="print every child object the operator would apply, as YAML")
+    p.add_argument("-f", "--file", required=True, help="LLMDeployment manifest ('-' for stdin)")
+    p.add_argument("--nodes", help="node inventory to plan against (kubectl get nodes -o yaml)")
+    p.set_defaults(func=render)
+    p = sub.add_parser("model-repo", help="write the rendered Triton model repository to a directory")
+    p.add_argument("-f", "--file", required=True)
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--nodes")
+    p.add_argument("--engine-dir", help="engine directory the repository points at")
+    p.set_defaults(func=model_repo)
+    args = parser.parse_args(argv)
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""kopf wiring: settings in one place, LLMDeployment events into the work queue, background tasks.
+
+Handlers stay thin: they only enqueue. `on.event` keeps no per-object state in annotations and
+adds no finalizer, so `kubectl delete` never hangs while the operator is down; children are
+removed by the garbage collector through their ownerReferences.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+from lightkube.resources.core_v1 import Node
+from prometheus_client import start_http_server
+
+from llm_operator import labels as L
+from llm_operator.api import v1alpha1 as api
+from llm_operator.controller.config import OperatorConfig
+from llm_operator.controller.kube import CHILD_KINDS, Kube
+from llm_operator.controller.reconciler import Reconciler
+
+log = logging.getLogger(__name__)
+
+
+class Runtime:
+    """What the handlers share: set up in on.startup, torn down in on.cleanup."""
+
+    config: OperatorConfig | None = None
+    reconciler: Reconciler | None = None
+    tasks: list[asyncio.Task[None]] = []
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.posting.level = logging.WARNING  # lasting state is in conditions; we post our own Events
+    settings.persistence.finalizer = f"{api.GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=api.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=api.GROUP)
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 30
+    config = Runtime.config or OperatorConfig.from_env()
+    start_http_server(config.metrics_port)
+    reconciler = Reconciler(Kube(), config)
+    Runtime.reconciler = reconciler
+    kube = reconciler.kube
+    ns = config.namespace
+    managed = {L.MANAGED_BY: "llm-operator"}
+
+    def child_handler(kind: str) -> Any:
+        async def on_event(event: str, obj: dict[str, Any]) -> None:
+            await reconciler.child_event(event, {**obj, "kind": kind})
+
+        return on_event
+
+    Runtime.tasks = [
+        asyncio.create_task(kube.watch(Node, reconciler.node_event, namespace=None)),
+        *(
+            asyncio.create_task(kube.watch(res, child_handler(kind), namespace=ns, labels=managed))
+            for kind, res in CHILD_KINDS.items()
+        ),
+        *(asyncio.create_task(reconciler.worker()) for _ in range(config.workers)),
+    ]
+
+
+@kopf.on.cleanup()
+async def cleanup(**_: Any) -> None:
+    for task in Runtime.tasks:
+        task.cancel()
+    await asyncio.gather(*Runtime.tasks, return_exceptions=True)
+
+
+@kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)
+async def deployment_event(event: dict[str, Any], namespace: str, name: str, **_: Any) -> None:
+    if Runtime.reconciler is not None:
+        Runtime.reconciler.deployment_event(event.get("type") or "ADDED", namespace, name)
+
+
+@kopf.on.probe(id="reconcilerQueue")
+def queue_probe(**_: Any) -> int:
+    """Liveness detail: the work queue exists (kopf answers /healthz only while the loop runs)."""
+    return len(Runtime.tasks)

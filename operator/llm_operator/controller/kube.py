@@ -1,0 +1,180 @@
+"""Kubernetes I/O: server-side apply under one field manager, and label-filtered watch caches.
+
+kopf sends no server-side label selectors, so children are watched here instead, with
+`app.kubernetes.io/managed-by=llm-operator` as a server-side selector: the operator never streams
+every StatefulSet/ConfigMap/Service of the cluster, only its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from lightkube import ALL_NS, ApiError, AsyncClient, codecs
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.apps_v1 import StatefulSet
+from lightkube.resources.autoscaling_v2 import HorizontalPodAutoscaler
+from lightkube.resources.batch_v1 import Job
+from lightkube.resources.core_v1 import ConfigMap, Node, Service
+from lightkube.resources.policy_v1 import PodDisruptionBudget
+from lightkube.types import CascadeType, PatchType
+
+from llm_operator import labels as L
+from llm_operator.api import v1alpha1 as api
+from llm_operator.controller.metrics import API_WRITES
+
+log = logging.getLogger(__name__)
+
+LLMDeploymentResource = create_namespaced_resource(api.GROUP, api.VERSION, api.KIND, api.PLURAL)
+
+CHILD_KINDS: dict[str, Any] = {
+    "ConfigMap": ConfigMap,
+    "Service": Service,
+    "StatefulSet": StatefulSet,
+    "PodDisruptionBudget": PodDisruptionBudget,
+    "HorizontalPodAutoscaler": HorizontalPodAutoscaler,
+    "Job": Job,
+}
+
+ObjKey = tuple[str, str, str]  # kind, namespace, name
+
+
+def obj_key(obj: dict[str, Any]) -> ObjKey:
+    meta = obj["metadata"]
+    return obj["kind"], meta.get("namespace", ""), meta["name"]
+
+
+class Kube:
+    """The operator's one API client (lazy connection, kubeconfig or in-cluster config)."""
+
+    def __init__(self, client: AsyncClient | None = None) -> None:
+        self.client = client or AsyncClient(field_manager=L.FIELD_MANAGER)
+
+    async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        kind, namespace, name = obj_key(obj)
+        API_WRITES.labels(kind, "apply").inc()
+        result = await self.client.patch(
+            CHILD_KINDS[kind],
+            name,
+            obj,
+            namespace=namespace,
+            patch_type=PatchType.APPLY,
+            field_manager=L.FIELD_MANAGER,
+            force=True,
+        )
+        return _as_dict(result)
+
+    async def delete(self, kind: str, namespace: str, name: str) -> None:
+        API_WRITES.labels(kind, "delete").inc()
+        try:
+            await self.client.delete(
+                CHILD_KINDS[kind], name, namespace=namespace, cascade=CascadeType.BACKGROUND
+            )
+        except ApiError as e:
+            if e.status.code != 404:
+                raise
+
+    async def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return _as_dict(await self.client.get(LLMDeploymentResource, name, namespace=namespace))
+        except ApiError as e:
+            if e.status.code == 404:
+                return None
+            raise
+
+    async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        API_WRITES.labels(api.KIND, "status").inc()
+        await self.client.patch(
+            LLMDeploymentResource.Status,
+            name,
+            {"status": status},
+            namespace=namespace,
+            patch_type=PatchType.MERGE,
+        )
+
+    async def add_configmap_keys(self, namespace: str, name: str, data: dict[str, str]) -> None:
+        """Add keys to a ConfigMap shared by deployments (the engine index), creating it if absent."""
+        API_WRITES.labels("ConfigMap", "merge").inc()
+        try:
+            await self.client.patch(
+                ConfigMap, name, {"data": data}, namespace=namespace, patch_type=PatchType.MERGE
+            )
+        except ApiError as e:
+            if e.status.code != 404:
+                raise
+            body = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": namespace, "labels": {L.MANAGED_BY: "llm-operator"}},
+                "data": data,
+            }
+            await self.client.create(codecs.from_dict(body))
+
+    async def event(self, involved: dict[str, Any], type_: str, reason: str, message: str, now: str) -> None:
+        meta = involved["metadata"]
+        API_WRITES.labels("Event", "create").inc()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": api.API_VERSION,
+                "kind": api.KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "source": {"component": "llm-operator"},
+            "reportingComponent": "llm-operator",
+        }
+        try:
+            await self.client.create(codecs.from_dict(body))
+        except ApiError as e:  # an Event is best effort; status carries the lasting state
+            log.warning("posting event %s for %s/%s failed: %s", reason, meta["namespace"], meta["name"], e)
+
+    async def watch(
+        self,
+        res: Any,
+        on_event: Callable[[str, dict[str, Any]], Awaitable[None]],
+        *,
+        namespace: str | None,
+        labels: dict[str, str] | None = None,
+    ) -> None:
+        """Stream events forever (initial state arrives as ADDED); lightkube resumes on errors."""
+        while True:
+            try:
+                async for kind, obj in self.client.watch(
+                    res, namespace=namespace or ALL_NS, labels=labels, on_error=_resume
+                ):
+                    await on_event(kind, _as_dict(obj))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("watch of %s failed; restarting in 2 s", getattr(res, "__name__", res))
+                await asyncio.sleep(2)
+
+
+def _resume(exc: Exception, count: int) -> Any:
+    from lightkube.types import OnErrorAction, OnErrorResult
+
+    log.warning("watch error (%s), retry %d", exc, count)
+    return OnErrorResult(OnErrorAction.RETRY, sleep=min(30, 2**count))
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    if isinstance(obj, dict):
+        return obj
+    result = obj.to_dict()
+    assert isinstance(result, dict)
+    return result
+
+
+__all__ = ["CHILD_KINDS", "Kube", "LLMDeploymentResource", "Node", "obj_key"]

@@ -1,0 +1,97 @@
+"""All serving children of one LLMDeployment: spec + plan (+ engine state) -> objects to apply.
+
+Pure: no I/O, deterministic order, so `llm-operator render` and golden files show exactly what the
+operator applies. The owner reference is added here too, so a rendered object is the applied one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from llm_operator.api.v1alpha1 import API_VERSION, KIND, Backend, LLMDeployment
+from llm_operator.modelrepo import render_repository, to_configmap_data
+from llm_operator.plan.types import Plan, PoolPlan
+from llm_operator.render import autoscaling, names, policy, services
+from llm_operator.render.serving import EngineLocation, Images, statefulsets, template_hash
+
+from llm_operator import labels as L
+
+
+@dataclass(frozen=True)
+class PoolEngine:
+    """The engine a pool serves: where it is, and whether it exists yet."""
+
+    location: EngineLocation | None  # None: the backend needs no engine files (cpu-reference)
+    cache_key: str | None
+    ready: bool
+
+
+def owner_reference(ld: LLMDeployment) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": ld.name,
+        "uid": ld.metadata.get("uid", ""),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def model_repo_configmap(ld: LLMDeployment, pool: PoolPlan, engine: PoolEngine) -> dict[str, Any]:
+    engine_dir = engine.location.engine_dir if engine.location else ""
+    tokenizer_dir = f"{engine_dir}/tokenizer" if engine_dir else ""
+    files = render_repository(ld.spec, pool, engine_dir=engine_dir, tokenizer_dir=tokenizer_dir)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": names.model_repo(ld.name, pool),
+            "namespace": ld.namespace,
+            "labels": {**L.common_labels(ld.name, "model-repository"), L.POOL: pool.name},
+        },
+        "data": to_configmap_data(files),
+    }
+
+
+def serving_pool(
+    ld: LLMDeployment, pool: PoolPlan, images: Images, engine: PoolEngine
+) -> list[dict[str, Any]]:
+    """ConfigMap, StatefulSet(s) and PDB of one pool."""
+    repo = model_repo_configmap(ld, pool, engine)
+    objs = [repo]
+    objs += statefulsets(
+        ld.name, ld.namespace, ld.spec, pool, images, engine.location, template_hash(repo["data"])
+    )
+    objs.append(policy.disruption_budget(ld.name, ld.namespace, pool))
+    return objs
+
+
+def build_children(
+    ld: LLMDeployment, plan: Plan, images: Images, engines: dict[str, PoolEngine]
+) -> list[dict[str, Any]]:
+    """Objects to apply. A pool whose engine is not ready contributes nothing, so whatever it
+    served before (the previous revision) stays untouched until the new engine exists."""
+    objs: list[dict[str, Any]] = [
+        services.client_service(ld.name, ld.namespace),
+        services.headless_service(ld.name, ld.namespace),
+    ]
+    for pool in plan.pools:
+        engine = engines[pool.name]
+        if engine.ready:
+            objs += serving_pool(ld, pool, images, engine)
+    if ld.spec.autoscaling is not None:
+        objs.append(autoscaling.autoscaler(ld.name, ld.namespace, ld.spec.autoscaling))
+    owner = owner_reference(ld)
+    for obj in objs:
+        obj["metadata"]["ownerReferences"] = [owner]
+    return objs
+
+
+def needs_engine(ld: LLMDeployment) -> bool:
+    return ld.spec.engine.backend != Backend.CPU_REFERENCE
+
+
+def serving_selector(deployment: str) -> str:
+    """status.selector: the pods the HPA averages metrics over (leaders serve and export them)."""
+    return ",".join(f"{k}={v}" for k, v in {**L.selector_labels(deployment), L.ROLE: "leader"}.items())

@@ -1,0 +1,301 @@
+"""Serving pods: the Triton StatefulSet(s) of one GPU pool.
+
+A replica is one pod when tp*pp GPUs fit one node (one StatefulSet, one pod per replica), or a
+group of pods_per_replica pods otherwise (one StatefulSet per group, pod 0 the leader), so a
+failed group can be recreated as a whole without touching the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from llm_operator import labels as L
+from llm_operator.api.v1alpha1 import Backend, LLMDeploymentSpec
+from llm_operator.plan.types import PoolPlan
+from llm_operator.render import names
+from llm_operator.render.placement import pod_scheduling
+
+HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
+MODEL_REPO_SRC = "/etc/llm-operator/model-repo"  # the ConfigMap, read-only
+MODEL_REPO = "/var/run/llm-operator/model-repo"  # materialized by the launcher at start
+ENGINE_CACHE_MOUNT = "/engine-cache"
+LAUNCHER = "llm-operator-launch"
+DRAIN_GRACE_SECONDS = 30  # on top of Triton's exit timeout: endpoint removal + drain polling
+
+
+@dataclass(frozen=True)
+class Images:
+    runtime: str
+    cpu_runtime: str
+    engine_builder: str
+    trtllm_version: str
+
+
+@dataclass(frozen=True)
+class EngineLocation:
+    """Where the pods read engines: a PVC sub-path, mounted read-only."""
+
+    claim: str
+    sub_path: str  # directory of this cache key inside the claim
+
+    @property
+    def engine_dir(self) -> str:
+        return f"{ENGINE_CACHE_MOUNT}/{self.sub_path}".rstrip("/")
+
+
+def engine_location(uri: str, cache_key: str | None) -> EngineLocation:
+    """pvc://CLAIM/PATH (+ /KEY for built engines) -> the claim and the directory inside it."""
+    scheme, _, rest = uri.partition("://")
+    if scheme != "pvc":
+        raise ValueError(f"engine storage {uri!r}: serving pods mount pvc:// URIs only")
+    claim, _, path = rest.partition("/")
+    parts = [p for p in (path.strip("/"), cache_key) if p]
+    return EngineLocation(claim=claim, sub_path="/".join(parts))
+
+
+def template_hash(obj: Any) -> str:
+    """Short stable hash: pods roll when (and only when) what they run changes."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def _env(spec: LLMDeploymentSpec, pool: PoolPlan, engine: EngineLocation | None) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "LLMOP_BACKEND", "value": spec.engine.backend.value},
+        {"name": "LLMOP_TP", "value": str(pool.tensor)},
+        {"name": "LLMOP_PP", "value": str(pool.pipeline)},
+        {"name": "LLMOP_GPUS_PER_POD", "value": str(pool.gpus_per_pod)},
+        {"name": "LLMOP_PODS_PER_REPLICA", "value": str(pool.pods_per_replica)},
+        {"name": "LLMOP_MODEL_REPO_SRC", "value": MODEL_REPO_SRC},
+        {"name": "LLMOP_MODEL_REPO", "value": MODEL_REPO},
+        {"name": "LLMOP_HTTP_PORT", "value": str(HTTP_PORT)},
+        {"name": "LLMOP_GRPC_PORT", "value": str(GRPC_PORT)},
+        {"name": "LLMOP_METRICS_PORT", "value": str(METRICS_PORT)},
+        {"name": "LLMOP_EXIT_TIMEOUT_SECONDS", "value": str(spec.runtime.exit_timeout_seconds)},
+    ]
+    if engine is not None:
+        env.append({"name": "LLMOP_ENGINE_DIR", "value": engine.engine_dir})
+    return env
+
+
+def _container(
+    spec: LLMDeploymentSpec,
+    pool: PoolPlan,
+    images: Images,
+    engine: EngineLocation | None,
+    *,
+    leader: bool,
+    extra_env: list[dict[str, Any]],
+) -> dict[str, Any]:
+    cpu = spec.engine.backend == Backend.CPU_REFERENCE
+    resources: dict[str, Any] = {}
+    requests: dict[str, str] = {}
+    if spec.resources.cpu:
+        requests["cpu"] = spec.resources.cpu
+    if spec.resources.memory:
+        requests["memory"] = spec.resources.memory
+    limits: dict[str, str] = {}
+    if not cpu:
+        # Extended resources need limits == requests.
+        limits[L.GPU_RESOURCE] = requests[L.GPU_RESOURCE] = str(pool.gpus_per_pod)
+    if requests:
+        resources["requests"] = requests
+    if limits:
+        resources["limits"] = limits
+    mounts = [
+        {"name": "model-repo-src", "mountPath": MODEL_REPO_SRC, "readOnly": True},
+        {"name": "model-repo", "mountPath": MODEL_REPO},
+        {"name": "shm", "mountPath": "/dev/shm"},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    if engine is not None:
+        mounts.append(
+            {"name": "engine-cache", "mountPath": ENGINE_CACHE_MOUNT, "readOnly": True}
+        )
+    container: dict[str, Any] = {
+        "name": "triton",
+        "image": spec.runtime.image or (images.cpu_runtime if cpu else images.runtime),
+        "command": [LAUNCHER],
+        "env": _env(spec, pool, engine) + extra_env,
+        "ports": [
+            {"name": "http", "containerPort": HTTP_PORT},
+            {"name": "grpc", "containerPort": GRPC_PORT},
+            {"name": "metrics", "containerPort": METRICS_PORT},
+        ],
+        "volumeMounts": mounts,
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    if resources:
+        container["resources"] = resources
+    if leader:
+        # Only rank 0 serves: probes and preStop drain belong to the leader.
+        health = {"path": "/v2/health/ready", "port": "http"}
+        container["startupProbe"] = {
+            "httpGet": health,
+            "periodSeconds": 10,
+            "failureThreshold": max(1, spec.runtime.startup_timeout_seconds // 10),
+        }
+        container["readinessProbe"] = {"httpGet": health, "periodSeconds": 5, "failureThreshold": 2}
+        container["livenessProbe"] = {
+            "httpGet": {"path": "/v2/health/live", "port": "http"},
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        }
+        container["lifecycle"] = {"preStop": {"exec": {"command": [LAUNCHER, "drain"]}}}
+    return container
+
+
+def _volumes(
+    spec: LLMDeploymentSpec, pool: PoolPlan, deployment: str, engine: EngineLocation | None
+) -> list[dict[str, Any]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": "model-repo-src", "configMap": {"name": names.model_repo(deployment, pool)}},
+        {"name": "model-repo", "emptyDir": {}},
+        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm_size}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    if engine is not None:
+        volumes.append(
+            {
+                "name": "engine-cache",
+                "persistentVolumeClaim": {"claimName": engine.claim, "readOnly": True},
+            }
+        )
+    return volumes
+
+
+def _pod_template(
+    spec: LLMDeploymentSpec,
+    pool: PoolPlan,
+    deployment: str,
+    images: Images,
+    engine: EngineLocation | None,
+    *,
+    pod_labels: dict[str, str],
+    group_selector: dict[str, str] | None,
+    leader: bool,
+    extra_env: list[dict[str, Any]],
+    repo_hash: str,
+) -> dict[str, Any]:
+    selector = {**L.selector_labels(deployment), L.POOL: pool.name}
+    pod_spec: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": spec.runtime.exit_timeout_seconds + DRAIN_GRACE_SECONDS,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [
+            _container(spec, pool, images, engine, leader=leader, extra_env=extra_env)
+        ],
+        "volumes": _volumes(spec, pool, deployment, engine),
+    }
+    if spec.engine.backend != Backend.CPU_REFERENCE:
+        pod_spec.update(
+            pod_scheduling(spec, pool, selector=selector, group_selector=group_selector)
+        )
+    else:
+        for key, value in (
+            ("nodeSelector", spec.placement.node_selector),
+            ("tolerations", list(spec.placement.tolerations)),
+            ("priorityClassName", spec.placement.priority_class_name),
+        ):
+            if value:
+                pod_spec[key] = value
+    template: dict[str, Any] = {
+        "metadata": {
+            "labels": pod_labels,
+            "annotations": {f"{L.DEPLOYMENT}-model-repo-hash": repo_hash},
+        },
+        "spec": pod_spec,
+    }
+    template["metadata"]["labels"] = {**pod_labels, L.REVISION: template_hash(template)}
+    return template
+
+
+POD_INDEX = "apps.kubernetes.io/pod-index"  # set by the StatefulSet controller (k8s >= 1.28)
+
+
+def statefulsets(
+    deployment: str,
+    namespace: str,
+    spec: LLMDeploymentSpec,
+    pool: PoolPlan,
+    images: Images,
+    engine: EngineLocation | None,
+    repo_hash: str,
+) -> list[dict[str, Any]]:
+    """The StatefulSets serving `pool.replicas` replicas of this pool.
+
+    Leaders: one StatefulSet whose pod i is rank 0 of replica i (probes, Services, metrics).
+    Multi-node replicas add one worker StatefulSet per group (ranks gpus_per_pod and up), kept
+    next to their leader by pod affinity, so a broken group is recreated without touching others.
+    """
+    base = {**L.common_labels(deployment, "serving"), L.POOL: pool.name}
+    headless = names.headless_service(deployment)
+    leader_name = names.serving(deployment, pool)
+    leader_env: list[dict[str, Any]] = []
+    if pool.pods_per_replica > 1:
+        # The leader's ordinal is its group index; workers of group G are <group-G>-0..N.
+        pattern = names.group(deployment, pool, 0).removesuffix("-g0") + "-g{group}-{index}"
+        leader_env = [
+            {"name": "LLMOP_ROLE", "value": "leader"},
+            {"name": "LLMOP_WORKER_HOST_PATTERN", "value": f"{pattern}.{headless}.{namespace}.svc"},
+        ]
+    leader_labels = {**base, L.ROLE: "leader"}
+    template = _pod_template(
+        spec, pool, deployment, images, engine,
+        pod_labels=leader_labels, group_selector=None, leader=True, extra_env=leader_env,
+        repo_hash=repo_hash,
+    )
+    result = [_statefulset(leader_name, namespace, leader_labels, pool.replicas, template, deployment)]
+    for index in range(pool.replicas if pool.pods_per_replica > 1 else 0):
+        worker_labels = {**base, L.ROLE: "worker", L.GROUP_INDEX: str(index)}
+        leader_selector = {**L.selector_labels(deployment), L.POOL: pool.name, L.ROLE: "leader",
+                           POD_INDEX: str(index)}
+        extra_env = [
+            {"name": "LLMOP_ROLE", "value": "worker"},
+            {"name": "LLMOP_GROUP_INDEX", "value": str(index)},
+            {"name": "LLMOP_LEADER_HOST", "value": f"{leader_name}-{index}.{headless}.{namespace}.svc"},
+        ]
+        template = _pod_template(
+            spec, pool, deployment, images, engine,
+            pod_labels=worker_labels, group_selector=leader_selector, leader=False,
+            extra_env=extra_env, repo_hash=repo_hash,
+        )
+        result.append(
+            _statefulset(
+                names.group(deployment, pool, index), namespace, worker_labels,
+                pool.pods_per_replica - 1, template, deployment,
+            )
+        )
+    return result
+
+
+def _statefulset(
+    name: str,
+    namespace: str,
+    labels: dict[str, str],
+    replicas: int,
+    template: dict[str, Any],
+    deployment: str,
+) -> dict[str, Any]:
+    selector = {k: v for k, v in labels.items() if k in (L.DEPLOYMENT, L.POOL, L.ROLE, L.GROUP_INDEX)}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": names.headless_service(deployment),
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "RollingUpdate"},
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Delete"},
+            "selector": {"matchLabels": selector},
+            "template": template,
+        },
+    }

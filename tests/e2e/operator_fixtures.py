@@ -1,0 +1,71 @@
+"""Fixtures for tests of the operator itself: the CRD installed, the operator running as a process.
+
+The operator runs exactly as `llm-operator run` would outside the cluster (same entry point, the
+session's kubeconfig), so these tests work against the embedded cluster and against kind alike.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e.cluster.testing import E2ECluster, Kubectl, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def crd(kubectl: Kubectl) -> None:
+    """The generated CRD, applied server-side (as `make demo` and the chart do)."""
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    kubectl("wait", "--for=condition=Established", "crd/llmdeployments.llmoperator.io", "--timeout=30s")
+
+
+@pytest.fixture(scope="session")
+def operator(crd: None, cluster: E2ECluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """`llm-operator run` against the session cluster; its log is printed if it dies."""
+    log_path = tmp_path_factory.mktemp("operator") / "operator.log"
+    health, metrics = free_port(), free_port()
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "LLMOP_HEALTH_PORT": str(health),
+        "LLMOP_METRICS_PORT": str(metrics),
+        "LLMOP_LOG_LEVEL": "INFO",
+    }
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llm_operator.cli", "run", "--all-namespaces"],
+            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+        )  # fmt: skip
+
+    def healthy() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"operator exited {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+        with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=2) as r:
+            return bool(r.status == 200)
+
+    try:
+        wait_for("the operator's /healthz", healthy, timeout=60)
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        if proc.returncode not in (0, -15):
+            print(f"operator log ({log_path}):\n{log_path.read_text()[-5000:]}")

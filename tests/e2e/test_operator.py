@@ -1,0 +1,214 @@
+"""The operator, running as a real process, against the real control plane with KWOK GPU nodes.
+
+Covers the core loop end to end: children with owner, labels, GPUs and affinity; pods Ready via
+KWOK; Ready condition (kubectl wait); engine build Job and its cache; scale subresource; spec
+change rolling the StatefulSet; drift correction; garbage collection; Stalled on impossible specs.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.cluster.testing import Kubectl, condition, is_true, pod_ready, wait_for
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+TIMEOUT = 90
+
+
+def example(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((EXAMPLES / name).read_text())
+    return doc
+
+
+def engine_cache(kubectl: Kubectl, namespace: str) -> None:
+    """A statically bound claim named like the examples expect (the PV is cluster-scoped)."""
+    pv_name = f"engine-cache-{secrets.token_hex(3)}"
+    pv, pvc = yaml.safe_load_all((EXAMPLES / "engine-cache.yaml").read_text())
+    pv["metadata"]["name"] = pv_name
+    pvc["spec"]["volumeName"] = pv_name
+    kubectl.apply([pv, pvc], namespace=namespace)
+
+
+def get_llmd(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any] | None:
+    return kubectl.get("llmdeployment", name, namespace)
+
+
+def wait_ready(kubectl: Kubectl, namespace: str, name: str, timeout: float = TIMEOUT) -> dict[str, Any]:
+    return wait_for(
+        f"LLMDeployment {namespace}/{name} Ready",
+        lambda: get_llmd(kubectl, namespace, name),
+        lambda o: is_true(o, "Ready") and o["status"]["observedGeneration"] == o["metadata"]["generation"],
+        timeout=timeout,
+    )
+
+
+def test_cpu_reference_serving_children_and_ready(operator: None, kubectl: Kubectl, namespace: str) -> None:
+    kubectl.apply(example("cpu-reference.yaml"), namespace=namespace)
+    # kubectl wait is what users and CI scripts run.
+    kubectl("wait", "--for=condition=Ready", "llmd/tiny-llama", f"--timeout={TIMEOUT}s", namespace=namespace)
+    ld = get_llmd(kubectl, namespace, "tiny-llama")
+    assert ld is not None
+    status = ld["status"]
+    assert status["phase"] == "Ready" and status["readyReplicas"] == 1 and status["replicas"] == 1
+    assert status["selector"] == "llmoperator.io/deployment=tiny-llama,llmoperator.io/role=leader"
+    assert status["endpoints"]["http"] == f"http://tiny-llama.{namespace}.svc:8000"
+    for kind, name in [
+        ("configmap", "tiny-llama-model-repo"),
+        ("statefulset", "tiny-llama"),
+        ("service", "tiny-llama"),
+        ("service", "tiny-llama-pods"),
+        ("poddisruptionbudget", "tiny-llama"),
+    ]:
+        obj = kubectl.get(kind, name, namespace)
+        assert obj is not None, f"{kind}/{name} missing"
+        owner = obj["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner["controller"]) == ("LLMDeployment", "tiny-llama", True)
+        assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "llm-operator"
+    pods = kubectl.items("pods", namespace, "llmoperator.io/deployment=tiny-llama")
+    assert len(pods) == 1 and pod_ready(pods[0])
+    container = pods[0]["spec"]["containers"][0]
+    assert "nvidia.com/gpu" not in json.dumps(container.get("resources", {}))
+    # The model repository ConfigMap holds the rendered Triton configs.
+    repo = kubectl.get("configmap", "tiny-llama-model-repo", namespace)
+    assert repo is not None and any(k.endswith("config.pbtxt") for k in repo["data"])
+
+
+def test_gpu_deployment_lands_on_requested_product(operator: None, kubectl: Kubectl, namespace: str) -> None:
+    engine_cache(kubectl, namespace)
+    kubectl.apply(example("llama3-8b-h100.yaml"), namespace=namespace)
+    ld = wait_ready(kubectl, namespace, "llama3-8b")
+    assert ld["status"]["placement"]["gpuProduct"] == "NVIDIA-H100-80GB-HBM3"
+    assert ld["status"]["placement"]["tensorParallelism"] == 1
+    pods = kubectl.items("pods", namespace, "llmoperator.io/deployment=llama3-8b")
+    assert len(pods) == 2
+    nodes = {n["metadata"]["name"]: n for n in kubectl.items("nodes")}
+    for pod in pods:
+        assert pod_ready(pod)
+        limits = pod["spec"]["containers"][0]["resources"]["limits"]
+        assert limits["nvidia.com/gpu"] == "1"
+        node = nodes[pod["spec"]["nodeName"]]
+        assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+
+
+def test_engine_build_job_then_serving_and_cache_hit(operator: None, kubectl: Kubectl, namespace: str) -> None:
+    engine_cache(kubectl, namespace)
+    doc = example("llama3-70b-fp8.yaml")
+    doc["spec"].pop("autoscaling")
+    doc["spec"]["replicas"] = 1
+    kubectl.apply(doc, namespace=namespace)
+    jobs = wait_for(
+        "an engine-build Job", lambda: kubectl.items("jobs", namespace, "llmoperator.io/deployment=llama3-70b"),
+        lambda items: len(items) == 1, timeout=TIMEOUT,
+    )
+    job = jobs[0]
+    affinity = json.dumps(job["spec"]["template"]["spec"].get("affinity", {}))
+    assert "NVIDIA-H100-80GB-HBM3" in affinity, "build Job must be pinned to the serving GPU product"
+    ld = wait_ready(kubectl, namespace, "llama3-70b", timeout=2 * TIMEOUT)
+    assert is_true(ld, "EngineReady")
+    key = ld["status"]["engine"]["cacheKey"]
+    index = kubectl.get("configmap", "llm-engine-cache-index", namespace)
+    assert index is not None and key in index["data"]
+    pod = kubectl.items("pods", namespace, "llmoperator.io/deployment=llama3-70b")[0]
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    # Same spec again after deletion: the key is cached, no second build.
+    kubectl.delete("llmdeployment", "llama3-70b", namespace, wait=True)
+    kubectl.apply(doc, namespace=namespace)
+    wait_ready(kubectl, namespace, "llama3-70b")
+    jobs = kubectl.items("jobs", namespace, "llmoperator.io/deployment=llama3-70b")
+    assert all(j["metadata"]["name"] == job["metadata"]["name"] for j in jobs)
+
+
+def test_scale_spec_change_drift_and_delete(operator: None, kubectl: Kubectl, namespace: str) -> None:
+    kubectl.apply(example("cpu-reference.yaml"), namespace=namespace)
+    wait_ready(kubectl, namespace, "tiny-llama")
+
+    kubectl("scale", "llmd/tiny-llama", "--replicas=3", namespace=namespace)
+    ld = wait_ready(kubectl, namespace, "tiny-llama")
+    assert ld["status"]["readyReplicas"] == 3
+    assert kubectl.get("statefulset", "tiny-llama", namespace)["spec"]["replicas"] == 3  # type: ignore[index]
+
+    before = kubectl.get("statefulset", "tiny-llama", namespace)
+    assert before is not None
+    revision = before["spec"]["template"]["metadata"]["labels"]["llmoperator.io/revision"]
+    changed = copy.deepcopy(example("cpu-reference.yaml"))
+    changed["spec"]["runtime"]["profile"] = "throughput"
+    changed["spec"]["replicas"] = 3
+    kubectl.apply(changed, namespace=namespace)
+    wait_for(
+        "the StatefulSet to roll to a new pod template",
+        lambda: kubectl.get("statefulset", "tiny-llama", namespace),
+        lambda s: s["spec"]["template"]["metadata"]["labels"]["llmoperator.io/revision"] != revision,
+        timeout=TIMEOUT,
+    )
+    wait_ready(kubectl, namespace, "tiny-llama")
+
+    # Drift: a deleted child comes back, an edited one is restored.
+    kubectl.delete("service", "tiny-llama", namespace, wait=True)
+    wait_for("Service tiny-llama to be recreated", lambda: kubectl.get("service", "tiny-llama", namespace),
+             timeout=TIMEOUT)
+    kubectl("patch", "statefulset", "tiny-llama", "--type=merge", "-p", '{"spec":{"replicas":1}}',
+            namespace=namespace)
+    wait_for(
+        "StatefulSet replicas restored to 3",
+        lambda: kubectl.get("statefulset", "tiny-llama", namespace),
+        lambda s: s["spec"]["replicas"] == 3,
+        timeout=TIMEOUT,
+    )
+
+    kubectl.delete("llmdeployment", "tiny-llama", namespace)
+    wait_for(
+        "garbage collection of the children",
+        lambda: kubectl.items("statefulsets,services,configmaps", namespace,
+                              "app.kubernetes.io/managed-by=llm-operator"),
+        lambda items: items == [],
+        timeout=TIMEOUT,
+    )
+
+
+def test_impossible_request_is_stalled_then_fixed(operator: None, kubectl: Kubectl, namespace: str) -> None:
+    engine_cache(kubectl, namespace)
+    doc = example("llama3-8b-h100.yaml")
+    doc["spec"]["resources"]["gpu"]["products"] = ["NVIDIA-A10G"]
+    doc["spec"]["parallelism"]["tensor"] = 8  # A10G nodes have 1 GPU and no NVLink
+    doc["spec"]["engine"]["precision"] = "fp16"
+    kubectl.apply(doc, namespace=namespace)
+    ld = wait_for(
+        "Stalled with a reason", lambda: get_llmd(kubectl, namespace, "llama3-8b"),
+        lambda o: is_true(o, "Stalled"), timeout=TIMEOUT,
+    )
+    stalled = condition(ld, "Stalled")
+    assert stalled is not None and stalled["reason"][0].isupper() and "NVIDIA-A10G" in stalled["message"]
+    events = kubectl.events(namespace, "llama3-8b")
+    assert any(e["type"] == "Warning" and e["reason"] == stalled["reason"] for e in events)
+    assert kubectl.items("statefulsets", namespace) == []
+    doc["spec"]["parallelism"]["tensor"] = 1
+    kubectl.apply(doc, namespace=namespace)
+    wait_ready(kubectl, namespace, "llama3-8b")
+
+
+def test_autoscaler_targets_the_deployment_scale_subresource(
+    operator: None, kubectl: Kubectl, namespace: str
+) -> None:
+    doc = example("cpu-reference.yaml")
+    doc["spec"]["autoscaling"] = {"minReplicas": 1, "maxReplicas": 3, "metric": "pending-requests", "target": "4"}
+    kubectl.apply(doc, namespace=namespace)
+    wait_ready(kubectl, namespace, "tiny-llama")
+    hpa = wait_for(
+        "the HPA controller to write status", lambda: kubectl.get("hpa", "tiny-llama", namespace),
+        lambda h: bool(h and h.get("status", {}).get("conditions")), timeout=TIMEOUT,
+    )
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "llmoperator.io/v1alpha1", "kind": "LLMDeployment", "name": "tiny-llama",
+    }
+    assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == "triton_pending_requests"
+    # The HPA controller resolved the scale subresource (it knows the current replica count).
+    assert hpa["status"].get("currentReplicas") == 1
