@@ -41,7 +41,7 @@ test-unit: venv ## pure tests only (no cluster, no Triton)
 	@$(PY) -m pytest -p no:cacheprovider -m "not e2e and not triton"
 
 bench: venv ## operator and planner benchmarks (figures and ratios printed)
-	@$(PY) -m bench
+	@$(PY) -m bench $(BENCH_ARGS)
 
 clean: ## remove local state (keeps the caches outside the repo)
 	-@$(PY) -m e2e.cluster down 2>/dev/null

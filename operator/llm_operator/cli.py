@@ -77,7 +77,9 @@ def render(args: argparse.Namespace) -> int:
             if not needs_engine(ld):
                 engines[pool.name] = PoolEngine(None, None, True)
             elif ld.spec.engine.prebuilt is not None:
-                engines[pool.name] = PoolEngine(engine_location(ld.spec.engine.prebuilt.uri, None), None, True)
+                engines[pool.name] = PoolEngine(
+                    engine_location(ld.spec.engine.prebuilt.uri, None), None, True
+                )
             else:
                 version = (
                     ld.spec.engine.build and ld.spec.engine.build.tensorrt_llm_version
@@ -86,7 +88,11 @@ def render(args: argparse.Namespace) -> int:
                 engines[pool.name] = PoolEngine(engine_location(ld.spec.engine.cache.uri, key), key, True)
                 out.append(
                     build_job(
-                        ld.name, ld.namespace, ld.spec, pool, key,
+                        ld.name,
+                        ld.namespace,
+                        ld.spec,
+                        pool,
+                        key,
                         image=(ld.spec.engine.build and ld.spec.engine.build.image)
                         or config.images.engine_builder,
                         owner=owner_reference(ld),
@@ -110,7 +116,9 @@ def model_repo(args: argparse.Namespace) -> int:
             if engine_dir is None and ld.spec.engine.prebuilt is not None:
                 engine_dir = engine_location(ld.spec.engine.prebuilt.uri, None).engine_dir
             engine_dir = engine_dir or "/engine-cache/engine"
-            files = render_repository(ld.spec, pool, engine_dir=engine_dir, tokenizer_dir=f"{engine_dir}/tokenizer")
+            files = render_repository(
+                ld.spec, pool, engine_dir=engine_dir, tokenizer_dir=f"{engine_dir}/tokenizer"
+            )
             dest = Path(args.output) / (pool.name if len(plan.pools) > 1 else "")
             write_repository(files, dest)
             print(f"wrote {len(files)} files for {ld.name} pool {pool.name} to {dest}", file=sys.stderr)

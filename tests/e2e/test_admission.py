@@ -209,4 +209,3 @@ def test_model_name_is_immutable(crd: None, kubectl: Kubectl, namespace: str) ->
     stored = kubectl.get("llmdeployment", "adm", namespace)
     assert stored is not None
     assert stored["spec"]["model"]["revision"] == "abc123"
-

@@ -99,15 +99,19 @@ def test_gpu_deployment_lands_on_requested_product(operator: None, kubectl: Kube
         assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
 
 
-def test_engine_build_job_then_serving_and_cache_hit(operator: None, kubectl: Kubectl, namespace: str) -> None:
+def test_engine_build_job_then_serving_and_cache_hit(
+    operator: None, kubectl: Kubectl, namespace: str
+) -> None:
     engine_cache(kubectl, namespace)
     doc = example("llama3-70b-fp8.yaml")
     doc["spec"].pop("autoscaling")
     doc["spec"]["replicas"] = 1
     kubectl.apply(doc, namespace=namespace)
     jobs = wait_for(
-        "an engine-build Job", lambda: kubectl.items("jobs", namespace, "llmoperator.io/deployment=llama3-70b"),
-        lambda items: len(items) == 1, timeout=TIMEOUT,
+        "an engine-build Job",
+        lambda: kubectl.items("jobs", namespace, "llmoperator.io/deployment=llama3-70b"),
+        lambda items: len(items) == 1,
+        timeout=TIMEOUT,
     )
     job = jobs[0]
     affinity = json.dumps(job["spec"]["template"]["spec"].get("affinity", {}))
@@ -153,10 +157,20 @@ def test_scale_spec_change_drift_and_delete(operator: None, kubectl: Kubectl, na
 
     # Drift: a deleted child comes back, an edited one is restored.
     kubectl.delete("service", "tiny-llama", namespace, wait=True)
-    wait_for("Service tiny-llama to be recreated", lambda: kubectl.get("service", "tiny-llama", namespace),
-             timeout=TIMEOUT)
-    kubectl("patch", "statefulset", "tiny-llama", "--type=merge", "-p", '{"spec":{"replicas":1}}',
-            namespace=namespace)
+    wait_for(
+        "Service tiny-llama to be recreated",
+        lambda: kubectl.get("service", "tiny-llama", namespace),
+        timeout=TIMEOUT,
+    )
+    kubectl(
+        "patch",
+        "statefulset",
+        "tiny-llama",
+        "--type=merge",
+        "-p",
+        '{"spec":{"replicas":1}}',
+        namespace=namespace,
+    )
     wait_for(
         "StatefulSet replicas restored to 3",
         lambda: kubectl.get("statefulset", "tiny-llama", namespace),
@@ -167,8 +181,9 @@ def test_scale_spec_change_drift_and_delete(operator: None, kubectl: Kubectl, na
     kubectl.delete("llmdeployment", "tiny-llama", namespace)
     wait_for(
         "garbage collection of the children",
-        lambda: kubectl.items("statefulsets,services,configmaps", namespace,
-                              "app.kubernetes.io/managed-by=llm-operator"),
+        lambda: kubectl.items(
+            "statefulsets,services,configmaps", namespace, "app.kubernetes.io/managed-by=llm-operator"
+        ),
         lambda items: items == [],
         timeout=TIMEOUT,
     )
@@ -182,8 +197,10 @@ def test_impossible_request_is_stalled_then_fixed(operator: None, kubectl: Kubec
     doc["spec"]["engine"]["precision"] = "fp16"
     kubectl.apply(doc, namespace=namespace)
     ld = wait_for(
-        "Stalled with a reason", lambda: get_llmd(kubectl, namespace, "llama3-8b"),
-        lambda o: is_true(o, "Stalled"), timeout=TIMEOUT,
+        "Stalled with a reason",
+        lambda: get_llmd(kubectl, namespace, "llama3-8b"),
+        lambda o: is_true(o, "Stalled"),
+        timeout=TIMEOUT,
     )
     stalled = condition(ld, "Stalled")
     assert stalled is not None and stalled["reason"][0].isupper() and "NVIDIA-A10G" in stalled["message"]
@@ -199,15 +216,24 @@ def test_autoscaler_targets_the_deployment_scale_subresource(
     operator: None, kubectl: Kubectl, namespace: str
 ) -> None:
     doc = example("cpu-reference.yaml")
-    doc["spec"]["autoscaling"] = {"minReplicas": 1, "maxReplicas": 3, "metric": "pending-requests", "target": "4"}
+    doc["spec"]["autoscaling"] = {
+        "minReplicas": 1,
+        "maxReplicas": 3,
+        "metric": "pending-requests",
+        "target": "4",
+    }
     kubectl.apply(doc, namespace=namespace)
     wait_ready(kubectl, namespace, "tiny-llama")
     hpa = wait_for(
-        "the HPA controller to write status", lambda: kubectl.get("hpa", "tiny-llama", namespace),
-        lambda h: bool(h and h.get("status", {}).get("conditions")), timeout=TIMEOUT,
+        "the HPA controller to write status",
+        lambda: kubectl.get("hpa", "tiny-llama", namespace),
+        lambda h: bool(h and h.get("status", {}).get("conditions")),
+        timeout=TIMEOUT,
     )
     assert hpa["spec"]["scaleTargetRef"] == {
-        "apiVersion": "llmoperator.io/v1alpha1", "kind": "LLMDeployment", "name": "tiny-llama",
+        "apiVersion": "llmoperator.io/v1alpha1",
+        "kind": "LLMDeployment",
+        "name": "tiny-llama",
     }
     assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == "triton_pending_requests"
     # The HPA controller resolved the scale subresource (it knows the current replica count).

@@ -45,9 +45,7 @@ def test_scale_and_status_subresources() -> None:
 
 def test_every_cel_rule_has_a_human_message() -> None:
     rules = [
-        rule
-        for _, node in _walk(crd.openapi_schema())
-        for rule in node.get("x-kubernetes-validations", [])
+        rule for _, node in _walk(crd.openapi_schema()) for rule in node.get("x-kubernetes-validations", [])
     ]
     assert len(rules) >= 20
     for rule in rules:

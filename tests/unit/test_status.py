@@ -14,9 +14,16 @@ from llm_operator.controller.status import (
 from llm_operator.plan.types import Plan, PlanningError, PoolPlan
 
 POOL = PoolPlan(
-    name="main", gpu_product="NVIDIA-H100-80GB-HBM3", allowed_products=("NVIDIA-H100-80GB-HBM3",),
-    compute_capability=(9, 0), gpu_memory_mib=81559, tensor=4, pipeline=1, gpus_per_pod=4,
-    pods_per_replica=1, replicas=2,
+    name="main",
+    gpu_product="NVIDIA-H100-80GB-HBM3",
+    allowed_products=("NVIDIA-H100-80GB-HBM3",),
+    compute_capability=(9, 0),
+    gpu_memory_mib=81559,
+    tensor=4,
+    pipeline=1,
+    gpus_per_pod=4,
+    pods_per_replica=1,
+    replicas=2,
 )
 PLAN = Plan(pools=(POOL,), reason="tp=4 fits")
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"
@@ -26,7 +33,9 @@ def conds(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
     return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
 
 
-def obs(ready: int, rolled: bool = True, engine: EngineState = EngineState.READY, generation: int = 3) -> Observation:
+def obs(
+    ready: int, rolled: bool = True, engine: EngineState = EngineState.READY, generation: int = 3
+) -> Observation:
     return Observation(
         generation=generation,
         plan=PLAN,

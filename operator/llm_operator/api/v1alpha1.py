@@ -50,9 +50,7 @@ def cel(rule: str, message: str, field_path: str | None = None, reason: str | No
 class Spec(BaseModel):
     """Base for every API object: camelCase aliases, unknown fields rejected, immutable values."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
-    )
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
 
 
 # A count of GPUs in a parallel dimension, or "auto" to let the planner choose.
@@ -247,8 +245,7 @@ class EngineSpec(Spec):
         json_schema_extra=rules(
             cel(
                 "self.maxSeqLen >= self.maxInputLen",
-                "engine.maxSeqLen must be at least engine.maxInputLen (it counts input and output "
-                "tokens)",
+                "engine.maxSeqLen must be at least engine.maxInputLen (it counts input and output tokens)",
             ),
             cel(
                 "!(has(self.prebuilt) && has(self.build))",
@@ -323,9 +320,7 @@ class BatchingSpec(Spec):
 
     strategy: BatchingStrategy | None = None
     max_queue_delay_microseconds: int | None = Field(default=None, ge=0, le=10_000_000)
-    max_queue_size: int | None = Field(
-        default=None, ge=0, le=1_000_000, description="0 means unbounded."
-    )
+    max_queue_size: int | None = Field(default=None, ge=0, le=1_000_000, description="0 means unbounded.")
     scheduler_policy: SchedulerPolicy | None = None
 
 
@@ -386,9 +381,7 @@ class GpuPool(Spec):
         description="Short DNS label; part of the pool's StatefulSet name.",
     )
     products: list[GpuProduct] = Field(min_length=1, max_length=16)
-    weight: int = Field(
-        default=1, ge=1, le=100, description="Share of replicas under the weighted policy."
-    )
+    weight: int = Field(default=1, ge=1, le=100, description="Share of replicas under the weighted policy.")
     max_replicas: int | None = Field(default=None, ge=0, le=1000)
 
 

@@ -25,9 +25,7 @@ class OperatorConfig:
             images=Images(
                 runtime=env("LLMOP_RUNTIME_IMAGE", "ghcr.io/llm-operator/triton-trtllm-runtime:0.1.0"),
                 cpu_runtime=env("LLMOP_CPU_RUNTIME_IMAGE", "ghcr.io/llm-operator/cpu-runtime:0.1.0"),
-                engine_builder=env(
-                    "LLMOP_ENGINE_BUILDER_IMAGE", "ghcr.io/llm-operator/engine-builder:0.1.0"
-                ),
+                engine_builder=env("LLMOP_ENGINE_BUILDER_IMAGE", "ghcr.io/llm-operator/engine-builder:0.1.0"),
                 trtllm_version=env("LLMOP_TRTLLM_VERSION", DEFAULT_TRTLLM_VERSION),
             ),
             workers=int(env("LLMOP_WORKERS", "4")),

@@ -9,9 +9,7 @@ RECONCILE_SECONDS = Histogram(
     "Time to reconcile one LLMDeployment.",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
-RECONCILE_ERRORS = Counter(
-    "llm_operator_reconcile_errors_total", "Failed reconciles by reason.", ["reason"]
-)
+RECONCILE_ERRORS = Counter("llm_operator_reconcile_errors_total", "Failed reconciles by reason.", ["reason"])
 API_WRITES = Counter(
     "llm_operator_api_writes_total", "Write requests the operator sent, by kind and verb.", ["kind", "verb"]
 )

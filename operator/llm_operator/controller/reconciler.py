@@ -37,6 +37,7 @@ from llm_operator.controller.status import (
     reduce,
 )
 from llm_operator.engine import build_job, cache_key
+from llm_operator.plan.cpu import cpu_plan
 from llm_operator.plan.inventory import Inventory
 from llm_operator.plan.planner import plan_deployment
 from llm_operator.plan.types import Plan, PlanningError, PoolPlan
@@ -48,9 +49,8 @@ from llm_operator.render.children import (
     owner_reference,
     serving_selector,
 )
-from llm_operator.plan.cpu import cpu_plan
-from llm_operator.render.serving import EngineLocation, engine_location
 from llm_operator.render.services import endpoints
+from llm_operator.render.serving import EngineLocation, engine_location
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +197,9 @@ class Reconciler:
         except ValidationError as e:
             # Admission normally prevents this (CEL mirrors the models); an object stored under an
             # older CRD can still disagree. Report it; touch nothing that runs.
-            obs = Observation(generation, PlanningError("InvalidSpec", _first_error(e)), invalid_spec=_first_error(e))
+            obs = Observation(
+                generation, PlanningError("InvalidSpec", _first_error(e)), invalid_spec=_first_error(e)
+            )
             await self._write_status(body, obs, old_status)
             return
 
@@ -254,7 +256,9 @@ class Reconciler:
 
     async def _built_engine(self, ld: LLMDeployment, pool: PoolPlan) -> tuple[PoolEngine, PoolEngineStatus]:
         spec = ld.spec
-        version = (spec.engine.build and spec.engine.build.tensorrt_llm_version) or self.config.images.trtllm_version
+        version = (
+            spec.engine.build and spec.engine.build.tensorrt_llm_version
+        ) or self.config.images.trtllm_version
         key = cache_key(spec, pool, version)
         location: EngineLocation = engine_location(spec.engine.cache.uri, key)
         uri = f"{spec.engine.cache.uri.rstrip('/')}/{key}"

@@ -69,7 +69,9 @@ def _cond(type_: str, ok: bool, reason: str, message: str, generation: int) -> d
     }
 
 
-def reduce(obs: Observation, old_status: dict[str, Any] | None, now: str) -> tuple[dict[str, Any], list[Event]]:
+def reduce(
+    obs: Observation, old_status: dict[str, Any] | None, now: str
+) -> tuple[dict[str, Any], list[Event]]:
     """New status and the Events for condition transitions since old_status."""
     g = obs.generation
     conds: list[dict[str, Any]]
@@ -128,9 +130,7 @@ def reduce(obs: Observation, old_status: dict[str, Any] | None, now: str) -> tup
     else:
         engine_cond = _cond("EngineReady", True, "EngineAvailable", "", g)
 
-    rolled = all(
-        obs.pools.get(p.name, PoolObserved(desired=p.replicas)).rolled_out for p in plan.pools
-    )
+    rolled = all(obs.pools.get(p.name, PoolObserved(desired=p.replicas)).rolled_out for p in plan.pools)
     all_ready = rolled and ready_total >= desired and not failed and not building
     if obs.endpoints:
         status["endpoints"] = obs.endpoints
@@ -243,10 +243,11 @@ def _finish(
         # A new reason is news only for a condition that needs attention (a different failure).
         reason_changed = warn and prev is not None and prev.get("reason") != c["reason"]
         if c["type"] in _EVENT_TYPES and (changed or reason_changed):
-            if prev is None and c["status"] != _WARNING_WHEN.get(c["type"], "True"):
-                # First status: report only what needs attention or what succeeded.
-                if not (c["type"] == "Ready" and c["status"] == "True"):
-                    continue
+            first_and_quiet = (
+                prev is None and not warn and not (c["type"] == "Ready" and c["status"] == "True")
+            )
+            if first_and_quiet:  # first status: report only what needs attention or what succeeded
+                continue
             text = c["message"] or f"{c['type']} is {c['status']}"
             events.append(Event("Warning" if warn else "Normal", c["reason"], text))
     status["conditions"] = conds

@@ -9,13 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import API_VERSION, KIND, Backend, LLMDeployment
 from llm_operator.modelrepo import render_repository, to_configmap_data
 from llm_operator.plan.types import Plan, PoolPlan
 from llm_operator.render import autoscaling, names, policy, services
 from llm_operator.render.serving import EngineLocation, Images, statefulsets, template_hash
-
-from llm_operator import labels as L
 
 
 @dataclass(frozen=True)

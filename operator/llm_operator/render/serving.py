@@ -112,9 +112,7 @@ def _container(
         {"name": "tmp", "mountPath": "/tmp"},
     ]
     if engine is not None:
-        mounts.append(
-            {"name": "engine-cache", "mountPath": ENGINE_CACHE_MOUNT, "readOnly": True}
-        )
+        mounts.append({"name": "engine-cache", "mountPath": ENGINE_CACHE_MOUNT, "readOnly": True})
     container: dict[str, Any] = {
         "name": "triton",
         "image": spec.runtime.image or (images.cpu_runtime if cpu else images.runtime),
@@ -189,15 +187,11 @@ def _pod_template(
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": spec.runtime.exit_timeout_seconds + DRAIN_GRACE_SECONDS,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [
-            _container(spec, pool, images, engine, leader=leader, extra_env=extra_env)
-        ],
+        "containers": [_container(spec, pool, images, engine, leader=leader, extra_env=extra_env)],
         "volumes": _volumes(spec, pool, deployment, engine),
     }
     if spec.engine.backend != Backend.CPU_REFERENCE:
-        pod_spec.update(
-            pod_scheduling(spec, pool, selector=selector, group_selector=group_selector)
-        )
+        pod_spec.update(pod_scheduling(spec, pool, selector=selector, group_selector=group_selector))
     else:
         for key, value in (
             ("nodeSelector", spec.placement.node_selector),
@@ -248,29 +242,51 @@ def statefulsets(
         ]
     leader_labels = {**base, L.ROLE: "leader"}
     template = _pod_template(
-        spec, pool, deployment, images, engine,
-        pod_labels=leader_labels, group_selector=None, leader=True, extra_env=leader_env,
+        spec,
+        pool,
+        deployment,
+        images,
+        engine,
+        pod_labels=leader_labels,
+        group_selector=None,
+        leader=True,
+        extra_env=leader_env,
         repo_hash=repo_hash,
     )
     result = [_statefulset(leader_name, namespace, leader_labels, pool.replicas, template, deployment)]
     for index in range(pool.replicas if pool.pods_per_replica > 1 else 0):
         worker_labels = {**base, L.ROLE: "worker", L.GROUP_INDEX: str(index)}
-        leader_selector = {**L.selector_labels(deployment), L.POOL: pool.name, L.ROLE: "leader",
-                           POD_INDEX: str(index)}
+        leader_selector = {
+            **L.selector_labels(deployment),
+            L.POOL: pool.name,
+            L.ROLE: "leader",
+            POD_INDEX: str(index),
+        }
         extra_env = [
             {"name": "LLMOP_ROLE", "value": "worker"},
             {"name": "LLMOP_GROUP_INDEX", "value": str(index)},
             {"name": "LLMOP_LEADER_HOST", "value": f"{leader_name}-{index}.{headless}.{namespace}.svc"},
         ]
         template = _pod_template(
-            spec, pool, deployment, images, engine,
-            pod_labels=worker_labels, group_selector=leader_selector, leader=False,
-            extra_env=extra_env, repo_hash=repo_hash,
+            spec,
+            pool,
+            deployment,
+            images,
+            engine,
+            pod_labels=worker_labels,
+            group_selector=leader_selector,
+            leader=False,
+            extra_env=extra_env,
+            repo_hash=repo_hash,
         )
         result.append(
             _statefulset(
-                names.group(deployment, pool, index), namespace, worker_labels,
-                pool.pods_per_replica - 1, template, deployment,
+                names.group(deployment, pool, index),
+                namespace,
+                worker_labels,
+                pool.pods_per_replica - 1,
+                template,
+                deployment,
             )
         )
     return result
