@@ -1,0 +1,60 @@
+"""`python -m e2e.cluster up|down|status [--state-dir DIR]`: exit 0 on success, 1 with one line on error."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from e2e.cluster.launcher import COMPONENTS, DEFAULT_STATE_DIR, Cluster, ClusterError, UpReport
+
+
+def _mib(kib: int) -> str:
+    return f"{kib / 1024:.0f} MiB"
+
+
+def _print_up(cluster: Cluster, report: UpReport) -> None:
+    for tool, seconds in report.builds.items():
+        print(f"cold build: {tool} {seconds} s")
+    if report.builds:
+        print(f"cold build total: {sum(report.builds.values())} s")
+    state = "already running, healthy" if report.already_running else "started"
+    print(
+        f"cluster {state} in {report.seconds:.1f} s (apiserver https://127.0.0.1:{report.ports.get('kube-apiserver')})"
+    )
+    per = ", ".join(f"{c} {_mib(report.rss_kib.get(c, 0))}" for c in COMPONENTS)
+    print(f"control plane RSS {_mib(sum(report.rss_kib.values()))}: {per}")
+    print(f"kubeconfig: export KUBECONFIG={cluster.kubeconfig}  (or: source {cluster.state_dir / 'env'})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m e2e.cluster", description=__doc__)
+    parser.add_argument("command", choices=("up", "down", "status"))
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="default: %(default)s")
+    args = parser.parse_args(argv)
+    cluster = Cluster(args.state_dir)
+    try:
+        if args.command == "up":
+            _print_up(cluster, cluster.up())
+        elif args.command == "down":
+            stopped = cluster.down()
+            print(f"cluster stopped ({', '.join(stopped)})" if stopped else "cluster was not running")
+        else:
+            status = cluster.status()
+            for name, c in status["components"].items():
+                state = f"running pid {c['pid']}, RSS {_mib(c['rss_kib'])}" if c["running"] else "not running"
+                print(f"{name}: {state}")
+            ready = "ready" if status["apiserver_ready"] else "not ready"
+            print(f"apiserver {ready}; nodes Ready: {status['nodes_ready']}/{status.get('nodes_total', 0)}")
+            return 0 if status["apiserver_ready"] else 1
+    except ClusterError as e:
+        print(f"cluster {args.command} failed: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"cluster {args.command} interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
