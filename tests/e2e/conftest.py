@@ -1,0 +1,58 @@
+"""Fixtures for e2e tests (mark them @pytest.mark.e2e). Helpers live in e2e/cluster/testing.py.
+
+Cluster choice: the embedded control plane (.cluster/), started on first use, unless KUBECONFIG
+names another kubeconfig file, e.g. `KUBECONFIG=~/.kube/kind make test`: that cluster is used as it is,
+without fake GPU nodes (tests needing them should skip, see `cluster.gpu_nodes()`). Concurrent
+sessions share the embedded cluster; the last one to finish stops it, unless it was started by
+`make cluster-up`, which keeps it up until `make cluster-down`.
+
+Fixtures:
+- cluster (session) -> E2ECluster: .kubeconfig, .kubectl, .embedded, .gpu_nodes(product=None)
+- kubeconfig (session) -> Path of the admin kubeconfig
+- kubectl (session) -> Kubectl: kubectl(*args), .json(), .get(), .items(), .apply(), .delete(),
+  .events(), .create_namespace()
+- namespace (function) -> str: a fresh namespace (default ServiceAccount ready), deleted after
+  the test without waiting
+Waiting: `from e2e.cluster.testing import wait_for, pod_ready, condition, is_true`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e.cluster import ClusterError
+from e2e.cluster.testing import E2ECluster, Kubectl
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[E2ECluster]:
+    try:
+        handle = E2ECluster.for_session()
+    except (ClusterError, FileNotFoundError) as e:
+        pytest.fail(f"e2e cluster unavailable: {e}", pytrace=False)
+    yield handle
+    handle.finish()
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(cluster: E2ECluster) -> Path:
+    return cluster.kubeconfig
+
+
+@pytest.fixture(scope="session")
+def kubectl(cluster: E2ECluster) -> Kubectl:
+    return cluster.kubectl
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]:
+    name = kubectl.create_namespace(request.node.name)
+    yield name
+    kubectl.delete("namespace", name)
+
+
+# Operator fixtures (crd, operator) live beside the tests that use them.
+from tests.e2e.operator_fixtures import crd, operator  # noqa: E402, F401
