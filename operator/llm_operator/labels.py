@@ -15,6 +15,7 @@ POOL = f"{GROUP}/pool"
 REVISION = f"{GROUP}/revision"  # hash of what changes the serving pods
 ROLE = f"{GROUP}/role"  # leader | worker (multi-node groups); leader for single-pod replicas
 GROUP_INDEX = f"{GROUP}/group"  # replica index of a multi-node group
+GROUP_SIZE = f"{GROUP}/group-size"  # pods per multi-node replica
 ENGINE_KEY = f"{GROUP}/engine-key"
 
 GPU_RESOURCE = "nvidia.com/gpu"

@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 import kopf
-from lightkube.resources.core_v1 import Node
+from lightkube.resources.core_v1 import Node, Pod
 from prometheus_client import start_http_server
 
 from llm_operator import labels as L
@@ -55,12 +55,19 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
 
         return on_event
 
+    reconciler.leader_worker_set = await kube.has_leader_worker_set()
+    kinds = {k: r for k, r in CHILD_KINDS.items() if k != "LeaderWorkerSet" or reconciler.leader_worker_set}
+    log.info(
+        "multi-node replicas as %s", "LeaderWorkerSets" if reconciler.leader_worker_set else "StatefulSets"
+    )
     Runtime.tasks = [
         asyncio.create_task(kube.watch(Node, reconciler.node_event, namespace=None)),
         *(
             asyncio.create_task(kube.watch(res, child_handler(kind), namespace=ns, labels=managed))
-            for kind, res in CHILD_KINDS.items()
+            for kind, res in kinds.items()
         ),
+        # Our serving pods only (server-side selector): to recreate broken multi-node groups.
+        asyncio.create_task(kube.watch(Pod, reconciler.pod_event, namespace=ns, labels=managed)),
         *(asyncio.create_task(reconciler.worker()) for _ in range(config.workers)),
     ]
 

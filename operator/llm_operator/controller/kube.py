@@ -14,10 +14,11 @@ from typing import Any
 
 from lightkube import ALL_NS, ApiError, AsyncClient, codecs
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import StatefulSet
 from lightkube.resources.autoscaling_v2 import HorizontalPodAutoscaler
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import ConfigMap, Node, Service
+from lightkube.resources.core_v1 import ConfigMap, Node, Pod, Service
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.types import CascadeType, PatchType
 
@@ -28,6 +29,10 @@ from llm_operator.controller.metrics import API_WRITES
 log = logging.getLogger(__name__)
 
 LLMDeploymentResource = create_namespaced_resource(api.GROUP, api.VERSION, api.KIND, api.PLURAL)
+LeaderWorkerSet = create_namespaced_resource(
+    "leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets"
+)
+LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
 
 CHILD_KINDS: dict[str, Any] = {
     "ConfigMap": ConfigMap,
@@ -36,6 +41,7 @@ CHILD_KINDS: dict[str, Any] = {
     "PodDisruptionBudget": PodDisruptionBudget,
     "HorizontalPodAutoscaler": HorizontalPodAutoscaler,
     "Job": Job,
+    "LeaderWorkerSet": LeaderWorkerSet,  # watched only when its CRD is installed
 }
 
 ObjKey = tuple[str, str, str]  # kind, namespace, name
@@ -72,6 +78,24 @@ class Kube:
             await self.client.delete(
                 CHILD_KINDS[kind], name, namespace=namespace, cascade=CascadeType.BACKGROUND
             )
+        except ApiError as e:
+            if e.status.code != 404:
+                raise
+
+    async def has_leader_worker_set(self) -> bool:
+        """Is the LeaderWorkerSet API installed? (Checked at start: restart after installing it.)"""
+        try:
+            await self.client.get(CustomResourceDefinition, LWS_CRD)
+        except ApiError as e:
+            if e.status.code in (403, 404):
+                return False
+            raise
+        return True
+
+    async def delete_pod(self, namespace: str, name: str) -> None:
+        API_WRITES.labels("Pod", "delete").inc()
+        try:
+            await self.client.delete(Pod, name, namespace=namespace)
         except ApiError as e:
             if e.status.code != 404:
                 raise
@@ -177,4 +201,4 @@ def _as_dict(obj: Any) -> dict[str, Any]:
     return result
 
 
-__all__ = ["CHILD_KINDS", "Kube", "LLMDeploymentResource", "Node", "obj_key"]
+__all__ = ["CHILD_KINDS", "Kube", "LLMDeploymentResource", "Node", "Pod", "obj_key"]

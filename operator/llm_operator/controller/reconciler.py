@@ -50,7 +50,7 @@ from llm_operator.render.children import (
     serving_selector,
 )
 from llm_operator.render.services import endpoints
-from llm_operator.render.serving import EngineLocation, engine_location
+from llm_operator.render.serving import POD_INDEX, EngineLocation, engine_location
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,8 @@ class Reconciler:
         self._active: set[Key] = set()
         self._again: set[Key] = set()
         self._inventory_fingerprint = ""
+        self.leader_worker_set = False  # render multi-node replicas as LeaderWorkerSets
+        self._broken_groups: set[tuple[str, str, str, str]] = set()  # being recreated
 
     # -- queue ---------------------------------------------------------------------------------
 
@@ -183,6 +185,42 @@ class Reconciler:
                 if _condition(status, "Stalled") == "True":
                     self.enqueue(key)
 
+    async def pod_event(self, event: str, pod: dict[str, Any]) -> None:
+        """A multi-node group is one TensorRT-LLM world: when one member restarts or fails, the
+        others hang in collectives, so the whole group is recreated (LeaderWorkerSet does this
+        itself; this covers the StatefulSet shape)."""
+        meta = pod["metadata"]
+        labels = meta.get("labels", {})
+        if event == "DELETED" or int(labels.get(L.GROUP_SIZE, "1")) < 2:
+            return
+        if "leaderworkerset.sigs.k8s.io/name" in labels:
+            return
+        status = pod.get("status") or {}
+        restarted = any(c.get("restartCount", 0) > 0 for c in status.get("containerStatuses") or [])
+        if not (restarted or status.get("phase") == "Failed") or meta.get("deletionTimestamp"):
+            return
+        group = labels.get(L.GROUP_INDEX) or labels.get(POD_INDEX)
+        deployment, pool = labels.get(L.DEPLOYMENT), labels.get(L.POOL)
+        if group is None or deployment is None or pool is None:
+            return
+        namespace = meta["namespace"]
+        key = (namespace, deployment, pool, group)
+        if key in self._broken_groups:
+            return
+        self._broken_groups.add(key)
+        try:
+            log.warning(
+                "pod %s/%s restarted: recreating group %s of %s", namespace, meta["name"], group, deployment
+            )
+            await self.kube.delete_pod(namespace, f"{names.serving(deployment, pool)}-{group}")
+            workers = self.children.get(("StatefulSet", namespace, names.group(deployment, pool, int(group))))
+            if workers is not None:
+                start = workers["spec"].get("ordinals", {}).get("start", 0)
+                for ordinal in range(start, start + workers["spec"].get("replicas", 0)):
+                    await self.kube.delete_pod(namespace, f"{workers['metadata']['name']}-{ordinal}")
+        finally:
+            self._broken_groups.discard(key)
+
     # -- the reconcile -------------------------------------------------------------------------
 
     async def reconcile(self, namespace: str, name: str) -> None:
@@ -216,7 +254,9 @@ class Reconciler:
             return
 
         engines, engine_status = await self._engines(ld, plan)
-        desired = build_children(ld, plan, self.config.images, engines)
+        desired = build_children(
+            ld, plan, self.config.images, engines, leader_worker_set=self.leader_worker_set
+        )
         for obj in desired:
             await self._apply(obj)
         held = {p.name for p in plan.pools if not engines[p.name].ready}
@@ -331,6 +371,13 @@ class Reconciler:
         return pools
 
     def _observe_pool(self, ld: LLMDeployment, pool: PoolPlan) -> PoolObserved:
+        lws = self.children.get(("LeaderWorkerSet", ld.namespace, names.serving(ld.name, pool)))
+        if lws is not None and pool.pods_per_replica > 1:
+            st = lws.get("status") or {}
+            applied = self.applied.get(obj_key(lws))
+            current = applied is None or applied.generation == lws["metadata"].get("generation")
+            rolled = current and st.get("updatedReplicas", 0) >= pool.replicas
+            return PoolObserved(pool.replicas, st.get("readyReplicas", 0), True, rolled)
         leader = self.children.get(("StatefulSet", ld.namespace, names.serving(ld.name, pool)))
         if leader is None:
             return PoolObserved(desired=pool.replicas)

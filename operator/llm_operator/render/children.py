@@ -14,7 +14,7 @@ from llm_operator.api.v1alpha1 import API_VERSION, KIND, Backend, LLMDeployment
 from llm_operator.modelrepo import render_repository, to_configmap_data
 from llm_operator.plan.types import Plan, PoolPlan
 from llm_operator.render import autoscaling, names, policy, services
-from llm_operator.render.serving import EngineLocation, Images, statefulsets, template_hash
+from llm_operator.render.serving import EngineLocation, Images, template_hash, workloads
 
 
 @dataclass(frozen=True)
@@ -54,20 +54,32 @@ def model_repo_configmap(ld: LLMDeployment, pool: PoolPlan, engine: PoolEngine) 
 
 
 def serving_pool(
-    ld: LLMDeployment, pool: PoolPlan, images: Images, engine: PoolEngine
+    ld: LLMDeployment, pool: PoolPlan, images: Images, engine: PoolEngine, *, leader_worker_set: bool
 ) -> list[dict[str, Any]]:
-    """ConfigMap, StatefulSet(s) and PDB of one pool."""
+    """ConfigMap, workload(s) and PDB of one pool."""
     repo = model_repo_configmap(ld, pool, engine)
     objs = [repo]
-    objs += statefulsets(
-        ld.name, ld.namespace, ld.spec, pool, images, engine.location, template_hash(repo["data"])
+    objs += workloads(
+        ld.name,
+        ld.namespace,
+        ld.spec,
+        pool,
+        images,
+        engine.location,
+        template_hash(repo["data"]),
+        leader_worker_set=leader_worker_set,
     )
     objs.append(policy.disruption_budget(ld.name, ld.namespace, pool))
     return objs
 
 
 def build_children(
-    ld: LLMDeployment, plan: Plan, images: Images, engines: dict[str, PoolEngine]
+    ld: LLMDeployment,
+    plan: Plan,
+    images: Images,
+    engines: dict[str, PoolEngine],
+    *,
+    leader_worker_set: bool = False,
 ) -> list[dict[str, Any]]:
     """Objects to apply. A pool whose engine is not ready contributes nothing, so whatever it
     served before (the previous revision) stays untouched until the new engine exists."""
@@ -78,7 +90,7 @@ def build_children(
     for pool in plan.pools:
         engine = engines[pool.name]
         if engine.ready:
-            objs += serving_pool(ld, pool, images, engine)
+            objs += serving_pool(ld, pool, images, engine, leader_worker_set=leader_worker_set)
     if ld.spec.autoscaling is not None:
         objs.append(autoscaling.autoscaler(ld.name, ld.namespace, ld.spec.autoscaling))
     owner = owner_reference(ld)

@@ -17,14 +17,19 @@ def _fit(name: str) -> str:
     return f"{name[: MAX_NAME - 9].rstrip('-')}-{digest}"
 
 
-def serving(deployment: str, pool: PoolPlan) -> str:
-    """StatefulSet of single-pod replicas; a single-pool deployment keeps the plain name."""
-    return _fit(deployment if pool.name == "main" else f"{deployment}-{pool.name}")
+def serving(deployment: str, pool: PoolPlan | str) -> str:
+    """Leader StatefulSet (or LeaderWorkerSet) of a pool; a single pool keeps the plain name."""
+    name = pool if isinstance(pool, str) else pool.name
+    return _fit(deployment if name == "main" else f"{deployment}-{name}")
 
 
-def group(deployment: str, pool: PoolPlan, index: int) -> str:
-    """StatefulSet of one multi-node replica (its pods are ranks of one TensorRT-LLM world)."""
-    return _fit(f"{serving(deployment, pool)}-g{index}")
+def group_prefix(deployment: str, pool: PoolPlan | str) -> str:
+    return f"{serving(deployment, pool)}-g"
+
+
+def group(deployment: str, pool: PoolPlan | str, index: int) -> str:
+    """Worker StatefulSet of one multi-node replica (ranks gpus_per_pod and up of one world)."""
+    return _fit(f"{group_prefix(deployment, pool)}{index}")
 
 
 def model_repo(deployment: str, pool: PoolPlan) -> str:

@@ -212,9 +212,16 @@ def _pod_template(
 
 
 POD_INDEX = "apps.kubernetes.io/pod-index"  # set by the StatefulSet controller (k8s >= 1.28)
+LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 
 
-def statefulsets(
+def _label_env(name: str, label: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{label}']"}}}
+
+
+def workloads(
     deployment: str,
     namespace: str,
     spec: LLMDeploymentSpec,
@@ -222,74 +229,121 @@ def statefulsets(
     images: Images,
     engine: EngineLocation | None,
     repo_hash: str,
+    *,
+    leader_worker_set: bool = False,
 ) -> list[dict[str, Any]]:
-    """The StatefulSets serving `pool.replicas` replicas of this pool.
+    """The workload objects serving `pool.replicas` replicas of this pool.
 
-    Leaders: one StatefulSet whose pod i is rank 0 of replica i (probes, Services, metrics).
-    Multi-node replicas add one worker StatefulSet per group (ranks gpus_per_pod and up), kept
-    next to their leader by pod affinity, so a broken group is recreated without touching others.
+    Single-pod replicas: one StatefulSet. Multi-node replicas: a LeaderWorkerSet when its CRD is
+    installed (it recreates a group as a whole), else the same shape built from StatefulSets: one
+    leader StatefulSet whose pod i is rank 0 of group i (probes, Services, metrics) and one worker
+    StatefulSet per group, its ordinals starting at 1 like LWS worker indexes, kept next to the
+    leader by pod affinity. The launcher reads the same environment in both shapes.
     """
+    if pool.pods_per_replica > 1 and leader_worker_set:
+        return [_leader_worker_set(deployment, namespace, spec, pool, images, engine, repo_hash)]
     base = {**L.common_labels(deployment, "serving"), L.POOL: pool.name}
     headless = names.headless_service(deployment)
     leader_name = names.serving(deployment, pool)
+    multi = pool.pods_per_replica > 1
     leader_env: list[dict[str, Any]] = []
-    if pool.pods_per_replica > 1:
-        # The leader's ordinal is its group index; workers of group G are <group-G>-0..N.
-        pattern = names.group(deployment, pool, 0).removesuffix("-g0") + "-g{group}-{index}"
+    if multi:
+        pattern = f"{names.group_prefix(deployment, pool)}{{group}}-{{worker}}.{headless}.{namespace}.svc"
         leader_env = [
             {"name": "LLMOP_ROLE", "value": "leader"},
-            {"name": "LLMOP_WORKER_HOST_PATTERN", "value": f"{pattern}.{headless}.{namespace}.svc"},
+            _label_env("LLMOP_GROUP_INDEX", POD_INDEX),
+            {"name": "LLMOP_WORKER_HOST_PATTERN", "value": pattern},
         ]
     leader_labels = {**base, L.ROLE: "leader"}
     template = _pod_template(
-        spec,
-        pool,
-        deployment,
-        images,
-        engine,
-        pod_labels=leader_labels,
-        group_selector=None,
-        leader=True,
-        extra_env=leader_env,
-        repo_hash=repo_hash,
-    )
+        spec, pool, deployment, images, engine,
+        pod_labels=_group_labels(leader_labels, pool), group_selector=None, leader=True,
+        extra_env=leader_env, repo_hash=repo_hash,
+    )  # fmt: skip
     result = [_statefulset(leader_name, namespace, leader_labels, pool.replicas, template, deployment)]
-    for index in range(pool.replicas if pool.pods_per_replica > 1 else 0):
+    for index in range(pool.replicas if multi else 0):
         worker_labels = {**base, L.ROLE: "worker", L.GROUP_INDEX: str(index)}
         leader_selector = {
-            **L.selector_labels(deployment),
-            L.POOL: pool.name,
-            L.ROLE: "leader",
-            POD_INDEX: str(index),
-        }
+            **L.selector_labels(deployment), L.POOL: pool.name, L.ROLE: "leader", POD_INDEX: str(index),
+        }  # fmt: skip
         extra_env = [
             {"name": "LLMOP_ROLE", "value": "worker"},
             {"name": "LLMOP_GROUP_INDEX", "value": str(index)},
+            _label_env("LLMOP_WORKER_INDEX", POD_INDEX),
             {"name": "LLMOP_LEADER_HOST", "value": f"{leader_name}-{index}.{headless}.{namespace}.svc"},
         ]
         template = _pod_template(
-            spec,
-            pool,
-            deployment,
-            images,
-            engine,
-            pod_labels=worker_labels,
-            group_selector=leader_selector,
-            leader=False,
-            extra_env=extra_env,
-            repo_hash=repo_hash,
-        )
-        result.append(
-            _statefulset(
-                names.group(deployment, pool, index),
-                namespace,
-                worker_labels,
-                pool.pods_per_replica - 1,
-                template,
-                deployment,
-            )
-        )
+            spec, pool, deployment, images, engine,
+            pod_labels=_group_labels(worker_labels, pool), group_selector=leader_selector, leader=False,
+            extra_env=extra_env, repo_hash=repo_hash,
+        )  # fmt: skip
+        sts = _statefulset(
+            names.group(deployment, pool, index), namespace, worker_labels,
+            pool.pods_per_replica - 1, template, deployment,
+        )  # fmt: skip
+        sts["spec"]["ordinals"] = {"start": 1}
+        result.append(sts)
     return result
+
+
+def _group_labels(labels: dict[str, str], pool: PoolPlan) -> dict[str, str]:
+    """Pods of multi-node replicas carry the group size, so the controller can tell a broken group."""
+    return {**labels, L.GROUP_SIZE: str(pool.pods_per_replica)} if pool.pods_per_replica > 1 else labels
+
+
+def _leader_worker_set(
+    deployment: str,
+    namespace: str,
+    spec: LLMDeploymentSpec,
+    pool: PoolPlan,
+    images: Images,
+    engine: EngineLocation | None,
+    repo_hash: str,
+) -> dict[str, Any]:
+    name = names.serving(deployment, pool)
+    base = {**L.common_labels(deployment, "serving"), L.POOL: pool.name}
+    # LWS names pods <name>-<group> (leader) and <name>-<group>-<worker> under a headless Service
+    # called <name>, and injects LWS_LEADER_ADDRESS into every container.
+    pattern = f"{name}-{{group}}-{{worker}}.{name}.{namespace}.svc"
+    leader = _pod_template(
+        spec, pool, deployment, images, engine,
+        pod_labels=_group_labels({**base, L.ROLE: "leader"}, pool), group_selector=None, leader=True,
+        extra_env=[
+            {"name": "LLMOP_ROLE", "value": "leader"},
+            _label_env("LLMOP_GROUP_INDEX", LWS_GROUP_INDEX),
+            {"name": "LLMOP_WORKER_HOST_PATTERN", "value": pattern},
+        ],
+        repo_hash=repo_hash,
+    )  # fmt: skip
+    worker = _pod_template(
+        spec, pool, deployment, images, engine,
+        pod_labels=_group_labels({**base, L.ROLE: "worker"}, pool), group_selector=None, leader=False,
+        extra_env=[
+            {"name": "LLMOP_ROLE", "value": "worker"},
+            _label_env("LLMOP_GROUP_INDEX", LWS_GROUP_INDEX),
+            _label_env("LLMOP_WORKER_INDEX", LWS_WORKER_INDEX),
+        ],
+        repo_hash=repo_hash,
+    )  # fmt: skip
+    return {
+        "apiVersion": LWS_API_VERSION,
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": name, "namespace": namespace, "labels": base},
+        "spec": {
+            "replicas": pool.replicas,
+            "startupPolicy": "LeaderCreated",
+            "rolloutStrategy": {
+                "type": "RollingUpdate",
+                "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0},
+            },
+            "leaderWorkerTemplate": {
+                "size": pool.pods_per_replica,
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": leader,
+                "workerTemplate": worker,
+            },
+        },
+    }
 
 
 def _statefulset(
