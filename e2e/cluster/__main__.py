@@ -14,10 +14,9 @@ def _mib(kib: int) -> str:
 
 
 def _print_up(cluster: Cluster, report: UpReport) -> None:
-    for tool, seconds in report.builds.items():
-        print(f"cold build: {tool} {seconds} s")
     if report.builds:
-        print(f"cold build total: {sum(report.builds.values())} s")
+        per = ", ".join(f"{tool} {seconds} s" for tool, seconds in report.builds.items())
+        print(f"cold build (binaries not cached): {per}; build-tools.sh {report.build_seconds:.0f} s in all")
     state = "already running, healthy" if report.already_running else "started"
     print(
         f"cluster {state} in {report.seconds:.1f} s (apiserver https://127.0.0.1:{report.ports.get('kube-apiserver')})"

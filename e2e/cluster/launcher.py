@@ -60,10 +60,12 @@ class ClusterError(Exception):
 
 @dataclass
 class UpReport:
+    # Time to start (or verify) the cluster, excluding build-tools.sh.
     seconds: float
     already_running: bool
     # tool -> seconds, for every tool build-tools.sh had to build in this call.
     builds: dict[str, int] = field(default_factory=dict)
+    build_seconds: float = 0.0
     rss_kib: dict[str, int] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
 
@@ -270,7 +272,9 @@ class Cluster:
             # sessions that were using the old instance and will use this one.
             self._stop_all()
             self._clear_state(keep=("leases",))
+            build_start = time.monotonic()
             tools, builds = (self.tools, {}) if self.tools is not None else run_build_tools(self.log)
+            build_seconds = time.monotonic() - build_start
             try:
                 ports = self._start(tools)
             except BaseException:
@@ -278,7 +282,8 @@ class Cluster:
                 self._clear_state(keep=("logs", "leases"))  # the error names a log: keep it
                 raise
             self._claim(session)
-            return UpReport(time.monotonic() - start, False, builds, self._rss(), ports)
+            seconds = time.monotonic() - start - build_seconds
+            return UpReport(seconds, False, builds, build_seconds, self._rss(), ports)
 
     def release(self, session: int) -> bool:
         """Drop a session's lease; stop the cluster if it is not pinned and no live session holds
