@@ -155,7 +155,7 @@ def test_real_component_failure_stops_everything(tmp_path: Path, component: str)
 
 
 @pytest.mark.e2e
-def test_gpu_statefulset_lands_on_h100_and_becomes_ready(
+def test_gpu_statefulset_lands_on_h100_becomes_ready_and_survives_pod_deletion(
     cluster: E2ECluster, kubectl: Kubectl, namespace: str
 ) -> None:
     if not cluster.gpu_nodes(H100):
@@ -204,6 +204,13 @@ def test_gpu_statefulset_lands_on_h100_and_becomes_ready(
         "StatefulSet h100 readyReplicas == 1",
         lambda: kubectl.get("statefulset", "h100", namespace),
         lambda s: s is not None and s.get("status", {}).get("readyReplicas") == 1,
+    )
+    # No kubelet confirms a graceful deletion: kwok must finalize it, or the pod stays Terminating.
+    kubectl("delete", "pod", "h100-0", "--wait=true", "--timeout=30s", namespace=namespace)
+    wait_for(
+        "pod h100-0 recreated and Ready",
+        lambda: kubectl.get("pod", "h100-0", namespace),
+        lambda p: pod_ready(p) and p is not None and p["metadata"]["uid"] != pod["metadata"]["uid"],
     )
 
 
