@@ -206,11 +206,13 @@ def test_gpu_statefulset_lands_on_h100_becomes_ready_and_survives_pod_deletion(
         lambda s: s is not None and s.get("status", {}).get("readyReplicas") == 1,
     )
     # No kubelet confirms a graceful deletion: kwok must finalize it, or the pod stays Terminating.
-    kubectl("delete", "pod", "h100-0", "--wait=true", "--timeout=30s", namespace=namespace)
+    # (Not `kubectl delete --wait`: it can miss the deletion when the controller recreates the name.)
+    kubectl.delete("pod", "h100-0", namespace)
     wait_for(
-        "pod h100-0 recreated and Ready",
+        "pod h100-0 replaced by a new Ready pod",
         lambda: kubectl.get("pod", "h100-0", namespace),
         lambda p: pod_ready(p) and p is not None and p["metadata"]["uid"] != pod["metadata"]["uid"],
+        timeout=30,
     )
 
 
