@@ -157,8 +157,22 @@ class Kubectl:
         )  # fmt: skip
         return list(out["items"]) if out.get("kind") == "List" else [out]
 
-    def delete(self, kind: str, name: str, namespace: str | None = None, wait: bool = False) -> None:
-        self("delete", kind, name, "--ignore-not-found", f"--wait={str(wait).lower()}", namespace=namespace)
+    def delete(
+        self, kind: str, name: str, namespace: str | None = None, wait: bool = False, timeout: float = 60.0
+    ) -> None:
+        """Delete the object if it exists. wait=True returns once that object (by UID) is gone, also
+        when a controller has already recreated the name: `kubectl delete --wait` can miss that."""
+        before = self.get(kind, name, namespace) if wait else None
+        self("delete", kind, name, "--ignore-not-found", "--wait=false", namespace=namespace)
+        if before is not None:
+            uid = before["metadata"]["uid"]
+            wait_for(
+                f"{kind} {name} (uid {uid}) to be deleted",
+                lambda: self.get(kind, name, namespace),
+                lambda obj: obj is None or obj["metadata"]["uid"] != uid,
+                timeout=timeout,
+                interval=0.2,
+            )
 
     def events(self, namespace: str, involved: str | None = None) -> list[dict[str, Any]]:
         """Core events of the namespace, optionally only those about the object named `involved`."""

@@ -206,8 +206,7 @@ def test_gpu_statefulset_lands_on_h100_becomes_ready_and_survives_pod_deletion(
         lambda s: s is not None and s.get("status", {}).get("readyReplicas") == 1,
     )
     # No kubelet confirms a graceful deletion: kwok must finalize it, or the pod stays Terminating.
-    # (Not `kubectl delete --wait`: it can miss the deletion when the controller recreates the name.)
-    kubectl.delete("pod", "h100-0", namespace)
+    kubectl.delete("pod", "h100-0", namespace, wait=True, timeout=30)
     wait_for(
         "pod h100-0 replaced by a new Ready pod",
         lambda: kubectl.get("pod", "h100-0", namespace),
