@@ -38,7 +38,8 @@ class KubectlError(Exception):
 
     @property
     def not_found(self) -> bool:
-        return "NotFound" in self.stderr or "not found" in self.stderr
+        # kubectl: 'Error from server (NotFound): pods "x" not found'
+        return "(NotFound)" in self.stderr
 
 
 class WaitTimeout(AssertionError):
