@@ -10,13 +10,14 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from e2e.cluster.testing import E2ECluster, Kubectl, wait_for
+from e2e.cluster.testing import E2ECluster, Kubectl
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -53,13 +54,20 @@ def operator(crd: None, cluster: E2ECluster, tmp_path_factory: pytest.TempPathFa
         )  # fmt: skip
 
     def healthy() -> bool:
-        if proc.poll() is not None:
-            raise RuntimeError(f"operator exited {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-        with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=2) as r:
-            return bool(r.status == 200)
+        if proc.poll() is not None:  # no point waiting: show why it died
+            pytest.fail(f"operator exited {proc.returncode}:\n{log_path.read_text()[-3000:]}", pytrace=False)
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
 
     try:
-        wait_for("the operator's /healthz", healthy, timeout=60)
+        deadline = time.monotonic() + 60
+        while not healthy():
+            if time.monotonic() > deadline:
+                pytest.fail(f"operator not healthy after 60 s:\n{log_path.read_text()[-3000:]}", pytrace=False)
+            time.sleep(0.5)
         yield
     finally:
         proc.terminate()

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from lightkube import ALL_NS, ApiError, AsyncClient, codecs
+from lightkube.core.resource import NamespacedResource
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import StatefulSet
@@ -173,11 +174,12 @@ class Kube:
         labels: dict[str, str] | None = None,
     ) -> None:
         """Stream events forever (initial state arrives as ADDED); lightkube resumes on errors."""
+        scope: dict[str, Any] = {}
+        if issubclass(res, NamespacedResource):  # cluster-scoped kinds take no namespace at all
+            scope["namespace"] = namespace or ALL_NS
         while True:
             try:
-                async for kind, obj in self.client.watch(
-                    res, namespace=namespace or ALL_NS, labels=labels, on_error=_resume
-                ):
+                async for kind, obj in self.client.watch(res, labels=labels, on_error=_resume, **scope):
                     await on_event(kind, _as_dict(obj))
             except asyncio.CancelledError:
                 raise

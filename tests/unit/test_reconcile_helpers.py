@@ -1,0 +1,87 @@
+"""Pure decisions inside the reconcile: drift, rollout completion, Job outcome, engine mounts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from llm_operator.controller.reconciler import Applied, _drifted, _job_state, _rolled_out
+from llm_operator.render.serving import engine_location
+
+
+def sts(
+    generation: int, observed: int, updated: int, replicas: int = 2, same_revision: bool = True
+) -> dict[str, Any]:
+    return {
+        "metadata": {"generation": generation},
+        "spec": {"replicas": replicas},
+        "status": {
+            "observedGeneration": observed,
+            "updatedReplicas": updated,
+            "currentRevision": "a",
+            "updateRevision": "a" if same_revision else "b",
+        },
+    }
+
+
+def test_rollout_complete_only_when_controller_caught_up_and_all_pods_updated() -> None:
+    applied = Applied("d", 3, {})
+    assert _rolled_out(sts(3, 3, 2), applied)
+    assert not _rolled_out(sts(3, 2, 2), applied), "controller has not seen our spec yet"
+    assert not _rolled_out(sts(3, 3, 1), applied), "a pod still runs the old template"
+    assert not _rolled_out(sts(3, 3, 2, same_revision=False), applied)
+    assert not _rolled_out(sts(4, 4, 2), applied), "someone else changed the spec since our apply"
+
+
+def test_spec_edits_are_drift_status_updates_are_not() -> None:
+    applied = Applied("d", 5, {"spec": {"replicas": 3}})
+    assert not _drifted({"metadata": {"generation": 5}, "spec": {"replicas": 3}, "status": {"x": 1}}, applied)
+    assert _drifted({"metadata": {"generation": 6}, "spec": {"replicas": 1}}, applied)
+
+
+def test_configmap_and_service_drift_is_compared_by_content() -> None:
+    cm = Applied("d", None, {"data": {"a": "1"}})
+    assert not _drifted({"metadata": {}, "data": {"a": "1"}}, cm)
+    assert _drifted({"metadata": {}, "data": {"a": "2"}}, cm)
+    svc = Applied("d", None, {"spec": {"selector": {"x": "y"}, "ports": [{"port": 8000}]}})
+    # Server-filled fields (clusterIP, protocol) are not drift; changed selectors are.
+    observed = {
+        "metadata": {},
+        "spec": {
+            "clusterIP": "10.0.0.1",
+            "selector": {"x": "y"},
+            "ports": [{"port": 8000, "protocol": "TCP"}],
+        },
+    }
+    assert not _drifted(observed, svc)
+    observed["spec"]["selector"] = {"x": "z"}
+    assert _drifted(observed, svc)
+
+
+@pytest.mark.parametrize(
+    ("conditions", "state"),
+    [
+        ([], "Running"),
+        ([{"type": "Complete", "status": "True"}], "Complete"),
+        (
+            [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "OOM"}],
+            "Failed: BackoffLimitExceeded OOM",
+        ),
+        ([{"type": "Failed", "status": "False"}], "Running"),
+    ],
+)
+def test_job_state(conditions: list[dict[str, str]], state: str) -> None:
+    assert _job_state({"status": {"conditions": conditions}}) == state
+
+
+def test_job_state_absent() -> None:
+    assert _job_state(None) is None
+
+
+def test_engine_location_from_pvc_uri() -> None:
+    loc = engine_location("pvc://llm-engine-cache/engines/", "llama-fp8-abc")
+    assert loc.claim == "llm-engine-cache"
+    assert loc.engine_dir == "/engine-cache/engines/llama-fp8-abc"
+    assert engine_location("pvc://cache", None).engine_dir == "/engine-cache"
+    with pytest.raises(ValueError, match="pvc://"):
+        engine_location("s3://bucket/engines", "k")
