@@ -66,7 +66,9 @@ def operator(crd: None, cluster: E2ECluster, tmp_path_factory: pytest.TempPathFa
         deadline = time.monotonic() + 60
         while not healthy():
             if time.monotonic() > deadline:
-                pytest.fail(f"operator not healthy after 60 s:\n{log_path.read_text()[-3000:]}", pytrace=False)
+                pytest.fail(
+                    f"operator not healthy after 60 s:\n{log_path.read_text()[-3000:]}", pytrace=False
+                )
             time.sleep(0.5)
         yield
     finally:
