@@ -80,9 +80,9 @@ async def cleanup(**_: Any) -> None:
 
 
 @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)
-async def deployment_event(event: dict[str, Any], namespace: str, name: str, **_: Any) -> None:
-    if Runtime.reconciler is not None:
-        Runtime.reconciler.deployment_event(event.get("type") or "ADDED", namespace, name)
+async def deployment_event(type: str, namespace: str | None, name: str, **_: Any) -> None:
+    if Runtime.reconciler is not None and namespace is not None:
+        Runtime.reconciler.deployment_event(type or "ADDED", namespace, name)
 
 
 @kopf.on.probe(id="reconcilerQueue")

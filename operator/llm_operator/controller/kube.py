@@ -171,7 +171,7 @@ class Kube:
         on_event: Callable[[str, dict[str, Any]], Awaitable[None]],
         *,
         namespace: str | None,
-        labels: dict[str, str] | None = None,
+        labels: dict[str, Any] | None = None,
     ) -> None:
         """Stream events forever (initial state arrives as ADDED); lightkube resumes on errors."""
         scope: dict[str, Any] = {}

@@ -440,7 +440,7 @@ def _drifted(observed: dict[str, Any], applied: Applied) -> bool:
     """Did someone other than us change what we own? Spec edits bump metadata.generation;
     ConfigMaps and Services have none, so their owned content is compared."""
     if applied.generation is not None:
-        return observed.get("metadata", {}).get("generation") != applied.generation
+        return bool(observed.get("metadata", {}).get("generation") != applied.generation)
     for field in ("data", "spec"):
         if field in applied.desired and not _subset(applied.desired[field], observed.get(field)):
             return True
