@@ -87,20 +87,7 @@ def reduce(
             else (obs.plan.reason, obs.plan.message)  # type: ignore[union-attr]
         )
         status["replicas"] = sum(p.desired for p in obs.pools.values())
-        conds = [
-            _cond("Ready", False, reason, message, g),
-            _cond("Reconciling", False, reason, "", g),
-            _cond("Stalled", True, reason, message, g),
-            _cond("Progressing", False, reason, message, g),
-            _cond(
-                "Degraded",
-                serving,
-                "StalledWhileServing" if serving else "NotServing",
-                "the previous revision keeps serving until the spec is fixed" if serving else "",
-                g,
-            ),
-        ]
-        phase = Phase.DEGRADED if serving else Phase.FAILED
+        conds, phase = _stalled(reason, message, serving, g)
         return _finish(status, conds, phase, reason, message, old_status, now)
 
     plan = obs.plan
@@ -137,20 +124,7 @@ def reduce(
 
     if failed:
         reason, message = "EngineBuildFailed", _join(failed)
-        conds = [
-            _cond("Ready", False, reason, message, g),
-            _cond("Reconciling", False, reason, "", g),
-            _cond("Stalled", True, reason, message, g),
-            _cond("Progressing", False, reason, message, g),
-            _cond(
-                "Degraded",
-                serving,
-                "StalledWhileServing" if serving else "NotServing",
-                "the previous revision keeps serving" if serving else "",
-                g,
-            ),
-        ]
-        phase = Phase.DEGRADED if serving else Phase.FAILED
+        conds, phase = _stalled(reason, message, serving, g)
     elif all_ready:
         reason = "AllReplicasReady" if desired else "ScaledToZero"
         message = f"{ready_total}/{desired} replicas ready"
@@ -190,6 +164,24 @@ def reduce(
         )
     )
     return _finish(status, conds, phase, reason, message, old_status, now)
+
+
+def _stalled(reason: str, message: str, serving: bool, g: int) -> tuple[list[dict[str, Any]], Phase]:
+    """Progress needs the user; whatever serves keeps serving (Degraded, not torn down)."""
+    conds = [
+        _cond("Ready", False, reason, message, g),
+        _cond("Reconciling", False, reason, "", g),
+        _cond("Stalled", True, reason, message, g),
+        _cond("Progressing", False, reason, message, g),
+        _cond(
+            "Degraded",
+            serving,
+            "StalledWhileServing" if serving else "NotServing",
+            "the previous revision keeps serving until this is fixed" if serving else "",
+            g,
+        ),
+    ]
+    return conds, Phase.DEGRADED if serving else Phase.FAILED
 
 
 def _join(items: list[tuple[str, PoolEngineStatus]]) -> str:
