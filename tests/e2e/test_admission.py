@@ -134,7 +134,11 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         {"model.source.uri": "http://example.com/model"},
         "model.source.uri must start with s3://, gs://, pvc://, hf:// or builtin://",
     ),
-    ("cache-uri-scheme", {"engine.cache": {"uri": "file:///var/engines"}}, "must be pvc://CLAIM/PATH"),
+    (
+        "cache-uri-scheme",
+        {"engine.cache": {"uri": "file:///var/engines"}},
+        "must be pvc://CLAIM/PATH (a ReadWriteMany PersistentVolumeClaim)",
+    ),
     (
         "builtin-needs-cpu",
         {"model.source.uri": "builtin://tiny-llama"},

@@ -204,9 +204,12 @@ class KvCacheDtype(StrEnum):
     INT8 = "int8"
 
 
+# Serving pods and build Jobs mount engines from a ReadWriteMany claim; object-store caches would
+# need a sync step that does not exist yet, so they are refused here rather than failing in pods.
 STORAGE_URI_RULE = cel(
-    "self.matches('^(pvc|s3|gs)://[^ ]+$')",
-    "must be pvc://CLAIM/PATH, s3://BUCKET/PATH or gs://BUCKET/PATH",
+    "self.matches('^pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?(/[^ ]*)?$')",
+    "must be pvc://CLAIM/PATH (a ReadWriteMany PersistentVolumeClaim); object-store engine caches "
+    "are not supported yet",
 )
 
 
