@@ -207,9 +207,12 @@ def test_impossible_request_is_stalled_then_fixed(operator: None, kubectl: Kubec
     events = kubectl.events(namespace, "llama3-8b")
     assert any(e["type"] == "Warning" and e["reason"] == stalled["reason"] for e in events)
     assert kubectl.items("statefulsets", namespace) == []
+    # Fixing the spec (a product that can hold it) unblocks it.
     doc["spec"]["parallelism"]["tensor"] = 1
+    doc["spec"]["resources"]["gpu"]["products"] = ["NVIDIA-H100-80GB-HBM3"]
     kubectl.apply(doc, namespace=namespace)
-    wait_ready(kubectl, namespace, "llama3-8b")
+    ld = wait_ready(kubectl, namespace, "llama3-8b")
+    assert not is_true(ld, "Stalled")
 
 
 def test_autoscaler_targets_the_deployment_scale_subresource(
