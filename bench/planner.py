@@ -97,6 +97,5 @@ def run(print_fn: Callable[[str], None] = print) -> None:
             used += plan.primary.world_size
             best += opt
             cases += 1
-    print_fn(
-        f"planner bench: GPUs used / brute-force optimum over {cases} random cases = {used / best:.2f} (goal 1.00)"
-    )
+    ratio = used / best
+    print_fn(f"planner bench: GPUs used / brute-force optimum over {cases} random cases = {ratio:.2f} (goal 1.00)")
