@@ -98,4 +98,5 @@ def run(print_fn: Callable[[str], None] = print) -> None:
             best += opt
             cases += 1
     ratio = used / best
-    print_fn(f"planner bench: GPUs used / brute-force optimum over {cases} random cases = {ratio:.2f} (goal 1.00)")
+    label = f"planner bench: GPUs used / brute-force optimum over {cases} random cases"
+    print_fn(f"{label} = {ratio:.2f} (goal 1.00)")
