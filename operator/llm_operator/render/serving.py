@@ -139,7 +139,7 @@ def _container(
             "periodSeconds": 10,
             "failureThreshold": max(1, spec.runtime.startup_timeout_seconds // 10),
         }
-        container["readinessProbe"] = {"httpGet": health, "periodSeconds": 5, "failureThreshold": 2}
+        container["readinessProbe"] = {"httpGet": dict(health), "periodSeconds": 5, "failureThreshold": 2}
         container["livenessProbe"] = {
             "httpGet": {"path": "/v2/health/live", "port": "http"},
             "periodSeconds": 10,

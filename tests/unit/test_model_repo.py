@@ -1,0 +1,97 @@
+"""Rendered Triton configs parse with Triton's own schema, and spec values reach the parameters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf import text_format
+from llm_operator.api.v1alpha1 import LLMDeploymentSpec, Profile
+from llm_operator.modelrepo import materialize, render_repository, to_configmap_data
+from llm_operator.modelrepo.profiles import PROFILES
+from llm_operator.plan.cpu import cpu_plan
+from llm_operator.plan.types import PoolPlan
+from tritonclient.grpc import model_config_pb2
+
+POOL = PoolPlan("main", "NVIDIA-H100-80GB-HBM3", ("NVIDIA-H100-80GB-HBM3",), (9, 0), 81559, 4, 1, 4, 1, 1)
+
+
+def spec(backend: str = "tensorrt-engine", **runtime: Any) -> LLMDeploymentSpec:
+    cpu = backend == "cpu-reference"
+    return LLMDeploymentSpec.model_validate({
+        "model": {"name": "m", "source": {"uri": "builtin://tiny-llama" if cpu else "s3://m"}},
+        "engine": {"backend": backend, "maxBatchSize": 32},
+        "runtime": runtime,
+    })  # fmt: skip
+
+
+def parse(files: dict[str, str]) -> dict[str, model_config_pb2.ModelConfig]:
+    """Strict parse: an unknown field or a wrong type raises."""
+    return {path: text_format.Parse(text, model_config_pb2.ModelConfig()) for path, text in files.items()}
+
+
+def params(cfg: model_config_pb2.ModelConfig) -> dict[str, str]:
+    return {k: v.string_value for k, v in cfg.parameters.items()}
+
+
+@pytest.mark.parametrize("profile", list(Profile))
+@pytest.mark.parametrize("backend", ["tensorrt-engine", "cpu-reference"])
+def test_every_profile_and_backend_parses(profile: Profile, backend: str) -> None:
+    s = spec(backend, profile=profile.value)
+    pool = cpu_plan(s).primary if backend == "cpu-reference" else POOL
+    configs = parse(render_repository(s, pool, engine_dir="/engines/k", tokenizer_dir="/engines/k/tokenizer"))
+    expected = {"ensemble/config.pbtxt"} if backend == "cpu-reference" else {
+        "preprocessing/config.pbtxt", "tensorrt_llm/config.pbtxt", "postprocessing/config.pbtxt",
+        "ensemble/config.pbtxt",
+    }  # fmt: skip
+    assert set(configs) == expected
+    for cfg in configs.values():
+        assert cfg.max_batch_size == 32
+    if backend == "tensorrt-engine":
+        trt = configs["tensorrt_llm/config.pbtxt"]
+        p = params(trt)
+        defaults = PROFILES[profile]
+        assert trt.dynamic_batching.max_queue_delay_microseconds == defaults.max_queue_delay_microseconds
+        assert p["kv_cache_free_gpu_mem_fraction"] == f"{defaults.kv_cache_free_gpu_memory_percent / 100:.2f}"
+        assert p["gpt_model_path"] == "/engines/k"
+        assert p["gpu_device_ids"] == "0,1,2,3"
+        assert "${" not in str(trt), "every placeholder must be filled"
+
+
+def test_spec_values_override_profile_defaults() -> None:
+    s = spec(
+        profile="throughput", streaming=False, chunkedContext=False, excludeInputInOutput=False,
+        batching={"strategy": "inflight", "maxQueueDelayMicroseconds": 123, "maxQueueSize": 7,
+                  "schedulerPolicy": "guaranteed-no-evict"},
+        kvCache={"freeGpuMemoryPercent": 42, "maxTokens": 9000, "blockReuse": False},
+    )  # fmt: skip
+    trt = parse(render_repository(s, POOL, engine_dir="/e", tokenizer_dir="/t"))["tensorrt_llm/config.pbtxt"]
+    p = params(trt)
+    assert trt.model_transaction_policy.decoupled is False
+    assert trt.dynamic_batching.max_queue_delay_microseconds == 123
+    assert trt.dynamic_batching.default_queue_policy.max_queue_size == 7
+    assert p["gpt_model_type"] == "inflight_batching"
+    assert p["batch_scheduler_policy"] == "guaranteed_no_evict"
+    assert p["kv_cache_free_gpu_mem_fraction"] == "0.42"
+    assert p["max_tokens_in_paged_kv_cache"] == "9000"
+    assert (p["enable_kv_cache_reuse"], p["enable_chunked_context"], p["exclude_input_in_output"]) == (
+        "false", "false", "false",
+    )  # fmt: skip
+
+
+def test_configmap_round_trip_builds_a_loadable_layout(tmp_path: Path) -> None:
+    files = render_repository(spec(), POOL, engine_dir="/e", tokenizer_dir="/t")
+    data = to_configmap_data(files)
+    assert all(set(k) <= set("abcdefghijklmnopqrstuvwxyz_.-0123456789") for k in data)
+    src = tmp_path / "cm"
+    src.mkdir()
+    for key, text in data.items():
+        (src / key).write_text(text)
+    model_py = tmp_path / "model.py"
+    model_py.write_text("# python model\n")
+    materialize(src, tmp_path / "repo", {"preprocessing": model_py})
+    for path, text in files.items():
+        assert (tmp_path / "repo" / path).read_text() == text
+        assert (tmp_path / "repo" / path).parent.joinpath("1").is_dir()
+    assert (tmp_path / "repo/preprocessing/1/model.py").read_text() == "# python model\n"
