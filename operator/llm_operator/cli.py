@@ -17,6 +17,13 @@ from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.plan.types import Plan, PlanningError
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """Rendered objects are read by people and diffed in git: never emit YAML anchors/aliases."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def load_manifests(path: str) -> list[LLMDeployment]:
     text = sys.stdin.read() if path == "-" else Path(path).read_text()
     docs = [d for d in yaml.safe_load_all(text) if d and d.get("kind") == "LLMDeployment"]
@@ -100,7 +107,7 @@ def render(args: argparse.Namespace) -> int:
                 )
         out += build_children(ld, plan, config.images, engines)
         print(f"# {ld.name}: {plan.reason}", file=sys.stderr)
-    sys.stdout.write(yaml.safe_dump_all(out, sort_keys=False))
+    sys.stdout.write(yaml.dump_all(out, Dumper=_PlainDumper, sort_keys=False))
     return 0
 
 
