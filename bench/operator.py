@@ -43,7 +43,7 @@ def bench_nodes(count: int) -> list[dict[str, Any]]:
                     "annotations": {"kwok.x-k8s.io/node": "fake"},
                     "labels": {
                         "kubernetes.io/hostname": name,
-                        "type": "kwok",
+                        "type": "kwok-bench",
                         "nvidia.com/gpu.product": product,
                         "nvidia.com/gpu.count": "8",
                         "nvidia.com/gpu.memory": "81559" if "H100" in product else "40960",
@@ -76,7 +76,14 @@ def deployments(n: int) -> list[dict[str, Any]]:
                         "name": "meta-llama/Meta-Llama-3-8B-Instruct",
                         "source": {"uri": "s3://m/llama3-8b/"},
                     },
-                    "engine": {"precision": "fp16", "prebuilt": {"uri": f"pvc://engines/llama3-8b-{i % 3}"}},
+                    "engine": {
+                        "precision": "fp16",
+                        "maxBatchSize": 8,
+                        "maxInputLen": 2048,
+                        "maxSeqLen": 4096,
+                        "maxNumTokens": 4096,
+                        "prebuilt": {"uri": f"pvc://engines/llama3-8b-{i % 3}"},
+                    },
                     "parallelism": {"tensor": 1, "pipeline": 1},
                     "resources": {"gpu": {"products": [product]}},
                     "replicas": 1,
@@ -226,6 +233,7 @@ def run(
         proc.wait(timeout=30)
         for ns in ("bench-floor", "bench-operator"):
             kubectl("delete", "namespace", ns, "--wait=false")
+        kubectl("delete", "nodes", "-l", "type=kwok-bench", "--wait=false")
 
 
 def _up(port: int) -> bool:

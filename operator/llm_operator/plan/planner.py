@@ -111,7 +111,10 @@ def _pool_plan(
     arch: ModelArchitecture | None,
     products: list[str],
     inventory: Inventory | None,
+    *,
+    ranked: bool = True,
 ) -> tuple[PoolPlan, str]:
+    """`ranked`: the user listed the products best first; otherwise faster products win ties."""
     views = [v for p in products if (v := ProductView.of(p, inventory)) is not None]
     if not views:
         have = ", ".join(inventory.products()) if inventory is not None else "unknown products"
@@ -150,13 +153,8 @@ def _pool_plan(
                     f"{fit.describe()}"
                 )
                 continue
-            key = (
-                tp * pp,
-                shape.pods,
-                rank,
-                -(PRODUCTS[view.name].speed if view.name in PRODUCTS else 0),
-                pp,
-            )
+            speed = PRODUCTS[view.name].speed if view.name in PRODUCTS else 0
+            key = (tp * pp, shape.pods, rank if ranked else 0, -speed, pp)
             if best is None or key < best[0]:
                 same_arch = tuple(v.name for v in views if v.compute_capability == view.compute_capability)
                 plan = PoolPlan(
@@ -237,6 +235,7 @@ def plan_deployment(spec: LLMDeploymentSpec, inventory: Inventory | None, replic
     gpu = spec.resources.gpu
     if gpu.pools:
         requested = [(p.name, list(p.products), p.weight, p.max_replicas) for p in gpu.pools]
+        ranked = True
     else:
         default = list(gpu.products or (inventory.products() if inventory is not None else list(PRODUCTS)))
         if gpu.min_memory_mib:
@@ -245,10 +244,11 @@ def plan_deployment(spec: LLMDeploymentSpec, inventory: Inventory | None, replic
                 if (v := ProductView.of(p, inventory)) is not None and v.memory_mib >= gpu.min_memory_mib
             ]  # fmt: skip
         requested = [("main", default, 1, None)]
+        ranked = bool(gpu.products)
     planned: list[tuple[PoolPlan, int, int | None]] = []
     reasons: list[str] = []
     for name, products, weight, max_replicas in requested:
-        pool, why = _pool_plan(name, spec, arch, products, inventory)
+        pool, why = _pool_plan(name, spec, arch, products, inventory, ranked=ranked)
         planned.append((pool, weight, max_replicas))
         reasons.append(why if len(requested) == 1 else f"pool {name}: {why}")
     counts = _split(replicas, planned, gpu.pool_policy, inventory)

@@ -1,0 +1,190 @@
+"""Placement decided by the planner and enforced by the real kube-scheduler on the KWOK GPU pools."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from e2e.cluster.testing import E2ECluster, Kubectl, is_true, pod_ready, wait_for
+
+pytestmark = pytest.mark.e2e
+TIMEOUT = 90
+
+
+@pytest.fixture(autouse=True)
+def _needs_gpu_pools(cluster: E2ECluster) -> None:
+    if not cluster.gpu_nodes():
+        pytest.skip("this cluster has no simulated GPU node pools")
+
+
+def deployment(name: str, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": {"name": "meta-llama/Meta-Llama-3-8B-Instruct", "source": {"uri": "s3://m/llama3-8b/"}},
+        "engine": {"precision": "bf16", "maxBatchSize": 8, "maxInputLen": 2048, "maxSeqLen": 4096,
+                   "maxNumTokens": 4096, "prebuilt": {"uri": "pvc://engines/x"}},
+        "replicas": 1,
+        **spec,
+    }  # fmt: skip
+    return {
+        "apiVersion": "llmoperator.io/v1alpha1",
+        "kind": "LLMDeployment",
+        "metadata": {"name": name},
+        "spec": body,
+    }
+
+
+def engines_claim(kubectl: Kubectl, namespace: str) -> None:
+    pv = f"{namespace}-engines"
+    kubectl.apply(
+        [
+            {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+             "spec": {"capacity": {"storage": "1Ti"}, "accessModes": ["ReadWriteMany"],
+                      "storageClassName": "", "hostPath": {"path": "/tmp/engines"},
+                      "claimRef": {"namespace": namespace, "name": "engines"}}},
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": "engines", "namespace": namespace},
+             "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv,
+                      "resources": {"requests": {"storage": "1Ti"}}}},
+        ]
+    )  # fmt: skip
+
+
+def ready_pods(kubectl: Kubectl, namespace: str, name: str, count: int) -> list[dict[str, Any]]:
+    wait_for(
+        f"LLMDeployment {name} Ready",
+        lambda: kubectl.get("llmdeployment", name, namespace),
+        lambda o: is_true(o, "Ready"),
+        timeout=TIMEOUT,
+    )
+    pods = wait_for(
+        f"{count} Ready pods of {name}",
+        lambda: kubectl.items("pods", namespace, f"llmoperator.io/deployment={name}"),
+        lambda items: len(items) == count and all(pod_ready(p) for p in items),
+        timeout=TIMEOUT,
+    )
+    return list(pods)
+
+
+def node_labels(kubectl: Kubectl, pods: list[dict[str, Any]]) -> list[dict[str, str]]:
+    nodes = {n["metadata"]["name"]: n["metadata"]["labels"] for n in kubectl.items("nodes")}
+    return [nodes[p["spec"]["nodeName"]] for p in pods]
+
+
+def remove(kubectl: Kubectl, namespace: str, name: str) -> None:
+    """Free the GPUs for the next test: delete and wait until the pods are gone."""
+    kubectl.delete("llmdeployment", name, namespace)
+    wait_for(
+        f"pods of {name} to go",
+        lambda: kubectl.items("pods", namespace, f"llmoperator.io/deployment={name}"),
+        lambda items: items == [],
+        timeout=TIMEOUT,
+    )
+
+
+def test_fp8_lands_only_on_ada_or_hopper_or_newer(operator: None, kubectl: Kubectl, namespace: str) -> None:
+    engines_claim(kubectl, namespace)
+    kubectl.apply(
+        deployment("fp8", engine={"precision": "fp8", "maxBatchSize": 8, "maxInputLen": 2048,
+                                  "maxSeqLen": 4096,
+                                  "maxNumTokens": 4096, "prebuilt": {"uri": "pvc://engines/x"}},
+                   parallelism={"tensor": "auto", "pipeline": "auto"}, replicas=2),
+        namespace,
+    )  # fmt: skip
+    for labels in node_labels(kubectl, ready_pods(kubectl, namespace, "fp8", 2)):
+        cc = (int(labels["nvidia.com/gpu.compute.major"]), int(labels["nvidia.com/gpu.compute.minor"]))
+        assert cc >= (8, 9), f"fp8 pod on {labels['nvidia.com/gpu.product']} (compute {cc})"
+    remove(kubectl, namespace, "fp8")
+
+
+def test_tp8_skips_the_4_gpu_pcie_pool(operator: None, kubectl: Kubectl, namespace: str) -> None:
+    engines_claim(kubectl, namespace)
+    products = ["NVIDIA-L40S", "NVIDIA-H100-80GB-HBM3"]
+    kubectl.apply(
+        deployment(
+            "tp8", parallelism={"tensor": 8, "pipeline": 1}, resources={"gpu": {"products": products}}
+        ),
+        namespace,
+    )
+    (labels,) = node_labels(kubectl, ready_pods(kubectl, namespace, "tp8", 1))
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    status = kubectl.get("llmdeployment", "tp8", namespace)["status"]  # type: ignore[index]
+    assert status["placement"]["gpuProduct"] == "NVIDIA-H100-80GB-HBM3"
+    remove(kubectl, namespace, "tp8")
+
+
+def test_multi_node_tensor_parallel_group_stays_in_one_nvlink_clique(
+    operator: None, kubectl: Kubectl, namespace: str
+) -> None:
+    engines_claim(kubectl, namespace)
+    kubectl.apply(
+        deployment("clique", parallelism={"tensor": 8, "pipeline": 1},
+                   resources={"gpu": {"products": ["NVIDIA-GB200"]}}),
+        namespace,
+    )  # fmt: skip
+    pods = ready_pods(kubectl, namespace, "clique", 2)
+    roles = sorted(p["metadata"]["labels"]["llmoperator.io/role"] for p in pods)
+    assert roles == ["leader", "worker"]
+    cliques = {labels["nvidia.com/gpu.clique"] for labels in node_labels(kubectl, pods)}
+    assert len(cliques) == 1, f"one TP group spans cliques {cliques}"
+    assert len({p["spec"]["nodeName"] for p in pods}) == 2
+    remove(kubectl, namespace, "clique")
+
+
+def test_pipeline_stages_stay_in_one_network_block(operator: None, kubectl: Kubectl, namespace: str) -> None:
+    engines_claim(kubectl, namespace)
+    kubectl.apply(
+        deployment(
+            "pp", parallelism={"tensor": 4, "pipeline": 2}, resources={"gpu": {"products": ["NVIDIA-GB200"]}}
+        ),
+        namespace,
+    )
+    pods = ready_pods(kubectl, namespace, "pp", 2)
+    blocks = {labels["topology.k8s.aws/network-node-layer-3"] for labels in node_labels(kubectl, pods)}
+    assert len(blocks) == 1, f"PP stages of one replica span network blocks {blocks}"
+    remove(kubectl, namespace, "pp")
+
+
+def test_replicas_spread_over_zones(operator: None, kubectl: Kubectl, namespace: str) -> None:
+    engines_claim(kubectl, namespace)
+    kubectl.apply(
+        deployment("spread", resources={"gpu": {"products": ["NVIDIA-H100-80GB-HBM3"]}}, replicas=2),
+        namespace,
+    )
+    zones = {
+        labels["topology.kubernetes.io/zone"]
+        for labels in node_labels(kubectl, ready_pods(kubectl, namespace, "spread", 2))
+    }
+    assert len(zones) == 2
+    remove(kubectl, namespace, "spread")
+
+
+def test_a_node_pool_appearing_later_unblocks_a_stalled_deployment(
+    operator: None, kubectl: Kubectl, namespace: str
+) -> None:
+    engines_claim(kubectl, namespace)
+    kubectl.apply(deployment("later", resources={"gpu": {"products": ["NVIDIA-H200"]}}), namespace)
+    ld = wait_for(
+        "Stalled: no H200 anywhere", lambda: kubectl.get("llmdeployment", "later", namespace),
+        lambda o: is_true(o, "Stalled"), timeout=TIMEOUT,
+    )  # fmt: skip
+    stalled = next(c for c in ld["status"]["conditions"] if c["type"] == "Stalled")
+    assert stalled["reason"] == "NoMatchingGPUProduct" and "NVIDIA-H200" in stalled["message"]
+    node_name = f"h200-{namespace[-6:]}"
+    kubectl.apply({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": node_name, "annotations": {"kwok.x-k8s.io/node": "fake"}, "labels": {
+            "kubernetes.io/hostname": node_name, "type": "kwok", "nvidia.com/gpu.product": "NVIDIA-H200",
+            "nvidia.com/gpu.count": "8", "nvidia.com/gpu.memory": "143771",
+            "nvidia.com/gpu.compute.major": "9",
+            "nvidia.com/gpu.compute.minor": "0", "topology.kubernetes.io/zone": "us-east-1c"}},
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+        "status": {"allocatable": {"cpu": "96", "memory": "1Ti", "pods": "110", "nvidia.com/gpu": "8"},
+                   "capacity": {"cpu": "96", "memory": "1Ti", "pods": "110", "nvidia.com/gpu": "8"}},
+    })  # fmt: skip
+    try:
+        (labels,) = node_labels(kubectl, ready_pods(kubectl, namespace, "later", 1))
+        assert labels["nvidia.com/gpu.product"] == "NVIDIA-H200"
+        remove(kubectl, namespace, "later")
+    finally:
+        kubectl.delete("node", node_name)
