@@ -147,9 +147,10 @@ def run(
     kubectl = Kubectl(cluster.kubeconfig, cluster.state_dir / "bin" / "kubectl", timeout=300)
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     kubectl("wait", "--for=condition=Established", "crd/llmdeployments.llmoperator.io", "--timeout=30s")
-    kubectl.apply(bench_nodes(n // 8 + 3))
+    kubectl.apply(bench_nodes(n // 4 + 3))  # floor and operator pods run side by side
     for ns in ("bench-floor", "bench-operator"):
         kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=true")
+        kubectl("delete", "pv", f"{ns}-engines", "--ignore-not-found")  # bound to the old claim
         kubectl("create", "namespace", ns)
         kubectl.apply(
             [
@@ -234,6 +235,7 @@ def run(
         for ns in ("bench-floor", "bench-operator"):
             kubectl("delete", "namespace", ns, "--wait=false")
         kubectl("delete", "nodes", "-l", "type=kwok-bench", "--wait=false")
+        kubectl("delete", "pv", "bench-floor-engines", "bench-operator-engines", "--ignore-not-found")
 
 
 def _up(port: int) -> bool:
