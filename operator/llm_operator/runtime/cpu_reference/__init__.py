@@ -1,0 +1,1 @@
+"""CPU reference runtime: a tiny deterministic causal LM behind Triton's python backend."""
