@@ -192,3 +192,17 @@ def test_planner_invariants_and_optimality(inv: Inventory, model: str, precision
     if precision == "fp8":
         assert pool.compute_capability >= (8, 9)
     assert pool.world_size == optimum, "not the fewest GPUs"
+
+
+def test_explicit_parallelism_must_shard_the_catalogued_model_evenly() -> None:
+    s = spec(
+        **{
+            "parallelism.tensor": 16,
+            "parallelism.pipeline": 1,
+            "model.name": "meta-llama/Llama-2-13b-chat-hf",
+        }
+    )
+    with pytest.raises(PlanningError) as err:
+        plan_deployment(s, None, 1)
+    assert err.value.reason == "InvalidParallelism"
+    assert "40 attention heads" in err.value.message

@@ -133,6 +133,15 @@ def _pool_plan(
             )
         views = capable
     auto = spec.parallelism.is_auto
+    if not auto and arch is not None:
+        tp, pp = int(spec.parallelism.tensor), int(spec.parallelism.pipeline)
+        if arch.num_attention_heads % tp or arch.num_layers % pp:
+            raise PlanningError(
+                "InvalidParallelism",
+                f"{spec.model.name} has {arch.num_attention_heads} attention heads and {arch.num_layers} "
+                f"layers: tensor parallelism must divide the heads and pipeline parallelism the layers "
+                f"(got tp={tp}, pp={pp})",
+            )
     if auto and arch is None:
         raise PlanningError(
             "UnknownArchitecture",
