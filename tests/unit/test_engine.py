@@ -76,7 +76,7 @@ def args(precision: str, sm: str = "sm90", kv: str = "auto") -> list[str]:
      ("int4-awq", "int4_awq", "auto"), ("w4a8-awq", "w4a8_awq", "disable")],
 )  # fmt: skip
 def test_build_commands_per_precision(precision: str, qformat: str | None, gemm: str) -> None:
-    _, convert, build, _ = commands(parse(args(precision)))
+    _, convert, build = commands(parse(args(precision)))
     if qformat is None:
         assert "convert_checkpoint.py" in convert[1] and "--qformat" not in convert
     else:
@@ -88,7 +88,7 @@ def test_build_commands_per_precision(precision: str, qformat: str | None, gemm:
 
 
 def test_fp8_context_fmha_only_on_hopper() -> None:
-    _, _, build, _ = commands(parse(args("fp8", sm="sm89")))
+    _, _, build = commands(parse(args("fp8", sm="sm89")))
     assert "--use_fp8_context_fmha" not in build
 
 
@@ -98,3 +98,14 @@ def test_cached_engine_is_not_rebuilt(tmp_path: Path, capsys: pytest.CaptureFixt
     (tmp_path / MARKER).write_text("k\n")
     assert main(argv) == 0
     assert "nothing to build" in capsys.readouterr().out
+
+
+def test_checkpoint_fetch_per_store() -> None:
+    from llm_operator.engine.build import fetch_command
+
+    assert fetch_command("s3://b/llama/", "r", "/m")[:3] == ["aws", "s3", "sync"]
+    assert fetch_command("hf://meta-llama/Llama-2-7b-hf", "main", "/m")[2:5] == [
+        "meta-llama/Llama-2-7b-hf", "--revision", "main",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="cannot fetch"):
+        fetch_command("builtin://tiny-llama", "r", "/m")

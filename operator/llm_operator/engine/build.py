@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 MARKER = "llm-operator-engine.complete"
 CHECKPOINT = "/tmp/checkpoint"
+MODEL_DIR = "/tmp/model"
 
 # precision -> ModelOpt quantize.py --qformat (None: plain convert_checkpoint.py)
 QFORMAT = {"fp16": None, "bf16": None, "fp8": "fp8", "int8-sq": "int8_sq", "int4-awq": "int4_awq",
@@ -55,14 +57,44 @@ def build_command(a: argparse.Namespace) -> list[str]:
     return cmd
 
 
+def fetch_command(uri: str, revision: str, model_dir: str) -> list[str]:
+    """Download the checkpoint with the tool the builder image ships for that store."""
+    scheme, _, path = uri.partition("://")
+    if scheme == "s3":
+        return ["aws", "s3", "sync", uri, model_dir]
+    if scheme == "gs":
+        return ["gcloud", "storage", "rsync", "--recursive", uri, model_dir]
+    if scheme == "hf":
+        return [
+            "huggingface-cli",
+            "download",
+            path.strip("/"),
+            "--revision",
+            revision,
+            "--local-dir",
+            model_dir,
+        ]
+    raise ValueError(f"the engine builder cannot fetch {uri!r}: use s3://, gs:// or hf://")
+
+
 def commands(a: argparse.Namespace) -> list[list[str]]:
-    model_dir = "/tmp/model"
     return [
-        ["llm-operator-fetch", a.model, "--revision", a.revision, "--to", model_dir],
-        convert_command(a, model_dir),
+        fetch_command(a.model, a.revision, MODEL_DIR),
+        convert_command(a, MODEL_DIR),
         build_command(a),
-        ["cp", "-r", f"{model_dir}/tokenizer", f"{a.output}/tokenizer"],
     ]
+
+
+TOKENIZER_FILES = ("tokenizer*", "special_tokens_map.json", "generation_config.json")
+
+
+def copy_tokenizer(model_dir: str | Path, output: str | Path) -> None:
+    """Serving reads the tokenizer next to the engine (tokenizer_dir = <engine>/tokenizer)."""
+    dest = Path(output) / "tokenizer"
+    dest.mkdir(parents=True, exist_ok=True)
+    for pattern in TOKENIZER_FILES:
+        for f in Path(model_dir).glob(pattern):
+            shutil.copy(f, dest / f.name)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -94,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         if not a.dry_run:
             subprocess.run(cmd, check=True)
     if not a.dry_run:
+        copy_tokenizer(MODEL_DIR, a.output)
         marker.write_text(a.key + "\n")  # last: a half-written engine is never taken as built
     return 0
 
