@@ -95,3 +95,19 @@ def test_configmap_round_trip_builds_a_loadable_layout(tmp_path: Path) -> None:
         assert (tmp_path / "repo" / path).read_text() == text
         assert (tmp_path / "repo" / path).parent.joinpath("1").is_dir()
     assert (tmp_path / "repo/preprocessing/1/model.py").read_text() == "# python model\n"
+
+
+def test_model_repo_command_writes_a_loadable_repository(tmp_path: Path) -> None:
+    from llm_operator.cli import main
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "llama3-70b-fp8.yaml"
+    assert main(["model-repo", "-f", str(example), "-o", str(tmp_path)]) == 0
+    configs = parse(
+        {p.relative_to(tmp_path).as_posix(): p.read_text() for p in tmp_path.glob("*/config.pbtxt")}
+    )
+    assert set(configs) == {
+        f"{m}/config.pbtxt" for m in ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble")
+    }
+    assert all(
+        (tmp_path / m / "1").is_dir() for m in ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble")
+    )

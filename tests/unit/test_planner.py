@@ -206,3 +206,16 @@ def test_explicit_parallelism_must_shard_the_catalogued_model_evenly() -> None:
         plan_deployment(s, None, 1)
     assert err.value.reason == "InvalidParallelism"
     assert "40 attention heads" in err.value.message
+
+
+def test_inventory_reports_only_changes_planning_reads() -> None:
+    inv = Inventory()
+    n = node("h", "NVIDIA-H100-80GB-HBM3", 8, 81559, (9, 0))
+    assert inv.upsert(n) is True
+    heartbeat = {**n, "status": {**n["status"], "images": [{"names": ["x"]}]}}
+    assert inv.upsert(heartbeat) is False
+    fewer = {**n, "status": {**n["status"], "allocatable": {"nvidia.com/gpu": "4"}}}
+    assert inv.upsert(fewer) is True
+    assert inv.nodes["h"].gpus == 4
+    assert inv.upsert({"metadata": {"name": "cpu", "labels": {}}}) is False, "non-GPU nodes are not kept"
+    assert inv.remove("h") is True and inv.remove("h") is False

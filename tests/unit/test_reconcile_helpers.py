@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from llm_operator.controller.reconciler import Applied, _drifted, _job_state, _rolled_out
+from llm_operator.controller.reconciler import Applied, _drifted, _job_state, _pod_problem, _rolled_out
 from llm_operator.render.serving import engine_location
 
 
@@ -85,3 +85,13 @@ def test_engine_location_from_pvc_uri() -> None:
     assert engine_location("pvc://cache", None).engine_dir == "/engine-cache"
     with pytest.raises(ValueError, match="pvc://"):
         engine_location("s3://bucket/engines", "k")
+
+
+def test_pod_problem_reads_waiting_reasons_that_need_a_person() -> None:
+    def pod(reason: str) -> dict[str, Any]:
+        return {"status": {"containerStatuses": [{"state": {"waiting": {"reason": reason, "message": "m"}}}]}}
+
+    assert _pod_problem(pod("ImagePullBackOff")) == "ImagePullBackOff: m"
+    assert _pod_problem(pod("CrashLoopBackOff")) == "CrashLoopBackOff: m"
+    assert _pod_problem(pod("ContainerCreating")) is None
+    assert _pod_problem({"status": {}}) is None

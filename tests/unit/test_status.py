@@ -105,3 +105,16 @@ def test_losing_replicas_flips_ready_with_new_transition_time() -> None:
     assert ready["status"] == "False" and ready["lastTransitionTime"] == T1
     assert conds(second)["Available"][0] == "True"
     assert [e.reason for e in events] == ["WaitingForReplicas"]
+
+
+def test_pods_that_cannot_start_make_the_deployment_degraded_with_the_reason() -> None:
+    o = obs(ready=0, rolled=True)
+    failing = Observation(o.generation, o.plan, o.engines, o.pools, o.selector,
+                          pod_problems=("llama-0: ImagePullBackOff: image not found",))  # fmt: skip
+    status, events = reduce(failing, None, T0)
+    c = conds(status)
+    assert c["Degraded"] == ("True", "PodsFailing")
+    assert c["Ready"][0] == "False" and c["Stalled"][0] == "False"
+    assert status["phase"] == "Degraded"
+    assert "ImagePullBackOff" in status["message"]
+    assert any(e.type == "Warning" and e.reason == "PodsFailing" for e in events)

@@ -86,8 +86,8 @@ class Reconciler:
         self._queued: set[Key] = set()
         self._active: set[Key] = set()
         self._again: set[Key] = set()
-        self._inventory_fingerprint = ""
         self.leader_worker_set = False  # render multi-node replicas as LeaderWorkerSets
+        self.pod_problems: dict[Key, dict[str, str]] = {}  # deployment -> pod -> why it cannot run
         self._broken_groups: set[tuple[str, str, str, str]] = set()  # being recreated
 
     # -- queue ---------------------------------------------------------------------------------
@@ -152,6 +152,7 @@ class Reconciler:
         """Children go with the owner (garbage collector); drop what we remember of them."""
         self.known.discard(key)
         self.statuses.pop(key, None)
+        self.pod_problems.pop(key, None)
         for k in [k for k, obj in self.children.items() if _owner_key(obj) == key]:
             self.applied.pop(k, None)
         self._update_gauge()
@@ -173,12 +174,10 @@ class Reconciler:
 
     async def node_event(self, event: str, node: dict[str, Any]) -> None:
         if event == "DELETED":
-            self.inventory.remove(node["metadata"]["name"])
+            changed = self.inventory.remove(node["metadata"]["name"])
         else:
-            self.inventory.upsert(node)
-        fingerprint = self.inventory.fingerprint()
-        if fingerprint != self._inventory_fingerprint:
-            self._inventory_fingerprint = fingerprint
+            changed = self.inventory.upsert(node)
+        if changed:
             # Only deployments that could not be placed are re-planned: a running deployment is
             # not moved because a node appeared.
             for key, status in self.statuses.items():
@@ -191,6 +190,7 @@ class Reconciler:
         itself; this covers the StatefulSet shape)."""
         meta = pod["metadata"]
         labels = meta.get("labels", {})
+        self._track_pod_problem(event, pod)
         if event == "DELETED" or int(labels.get(L.GROUP_SIZE, "1")) < 2:
             return
         if "leaderworkerset.sigs.k8s.io/name" in labels:
@@ -220,6 +220,22 @@ class Reconciler:
                     await self.kube.delete_pod(namespace, f"{workers['metadata']['name']}-{ordinal}")
         finally:
             self._broken_groups.discard(key)
+
+    def _track_pod_problem(self, event: str, pod: dict[str, Any]) -> None:
+        owner = _owner_key(pod)
+        if owner is None:
+            return
+        name = pod["metadata"]["name"]
+        problem = None if event == "DELETED" else _pod_problem(pod)
+        problems = self.pod_problems.setdefault(owner, {})
+        if problems.get(name) == problem:
+            return
+        if problem is None:
+            problems.pop(name, None)
+        else:
+            problems[name] = problem
+        if owner in self.known:
+            self.enqueue(owner)
 
     # -- the reconcile -------------------------------------------------------------------------
 
@@ -268,6 +284,9 @@ class Reconciler:
             pools={p.name: self._observe_pool(ld, p) for p in plan.pools},
             selector=serving_selector(name),
             endpoints=endpoints(name, namespace),
+            pod_problems=tuple(
+                f"{pod}: {why}" for pod, why in sorted(self.pod_problems.get((namespace, name), {}).items())
+            ),
         )
         await self._write_status(body, obs, old_status)
 
@@ -457,6 +476,21 @@ def _subset(want: Any, have: Any) -> bool:
             and all(_subset(w, h) for w, h in zip(want, have, strict=True))
         )
     return bool(want == have)
+
+
+FAILING_WAIT_REASONS = {
+    "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CrashLoopBackOff",
+    "CreateContainerConfigError", "CreateContainerError",
+}  # fmt: skip
+
+
+def _pod_problem(pod: dict[str, Any]) -> str | None:
+    """Why a serving pod cannot run (a waiting reason that needs a person), or None."""
+    for c in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (c.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in FAILING_WAIT_REASONS:
+            return f"{waiting['reason']}: {waiting.get('message', '')}".strip().rstrip(":")[:300]
+    return None
 
 
 def _job_state(job: dict[str, Any] | None) -> str | None:

@@ -50,6 +50,7 @@ class Observation:
     selector: str = ""
     endpoints: dict[str, str] = field(default_factory=dict)
     invalid_spec: str | None = None  # the stored object does not validate (e.g. an old CRD)
+    pod_problems: tuple[str, ...] = ()  # "pod: Reason: message" of serving pods that cannot run
 
 
 @dataclass(frozen=True)
@@ -146,12 +147,19 @@ def reduce(
         else:
             reason, message = "WaitingForReplicas", f"{ready_total}/{desired} replicas ready"
             phase = Phase.PROGRESSING if serving else Phase.DEPLOYING
+        degraded = _cond("Degraded", False, "AsExpected", "", g)
+        if obs.pod_problems:
+            # Kubernetes keeps retrying (image pulls, restarts), so this is not Stalled, but the
+            # user must usually act: say which pod and why.
+            reason, message = "PodsFailing", "; ".join(obs.pod_problems)
+            degraded = _cond("Degraded", True, reason, message, g)
+            phase = Phase.DEGRADED
         conds = [
             _cond("Ready", False, reason, message, g),
             _cond("Reconciling", True, reason, message, g),
             _cond("Stalled", False, reason, "", g),
             _cond("Progressing", True, reason, message, g),
-            _cond("Degraded", False, "AsExpected", "", g),
+            degraded,
         ]
     conds.append(engine_cond)
     conds.append(

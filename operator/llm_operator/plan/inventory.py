@@ -1,13 +1,12 @@
 """The GPU inventory: what each node offers, kept from a Node watch with only the fields planning uses.
 
 A Node object is tens of kilobytes (images, conditions, managed fields); the inventory keeps one
-small record per node, so thousands of nodes cost little memory, and `fingerprint()` lets the
-operator re-plan only when something planning reads has changed.
+small record per node, so thousands of nodes cost little memory, and `upsert` says whether
+anything planning reads changed, so the operator re-plans only then.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -82,19 +81,20 @@ class Inventory:
         for node in nodes:
             self.upsert(node)
 
-    def upsert(self, node: dict[str, Any]) -> None:
+    def upsert(self, node: dict[str, Any]) -> bool:
+        """Record a node; True if anything planning reads changed (most Node updates change
+        nothing it reads: heartbeats, images, conditions of other kinds)."""
         record = gpu_node(node, self.keys)
         name = node["metadata"]["name"]
         if record is None:
-            self.nodes.pop(name, None)
-        else:
-            self.nodes[name] = record
+            return self.nodes.pop(name, None) is not None
+        if self.nodes.get(name) == record:
+            return False
+        self.nodes[name] = record
+        return True
 
-    def remove(self, name: str) -> None:
-        self.nodes.pop(name, None)
-
-    def fingerprint(self) -> str:
-        return hashlib.sha256(repr(sorted(self.nodes.items())).encode()).hexdigest()
+    def remove(self, name: str) -> bool:
+        return self.nodes.pop(name, None) is not None
 
     def of_product(self, product: str) -> list[GpuNode]:
         return [n for n in self.nodes.values() if n.product == product and n.schedulable and n.gpus > 0]
