@@ -11,8 +11,10 @@ from llm_operator.api.v1alpha1 import LLMDeploymentSpec
 from llm_operator.plan import memory
 from llm_operator.plan.catalogue import lookup
 from llm_operator.plan.inventory import Inventory
-from llm_operator.plan.planner import ProductView, layout, plan_deployment
+from llm_operator.plan.planner import plan_deployment
 from llm_operator.plan.types import PlanningError
+
+from bench.planner import optimum as brute_force_min_gpus
 
 GIB = memory.GIB
 
@@ -153,32 +155,13 @@ MODELS = ["meta-llama/Llama-2-7b-chat-hf", "meta-llama/Meta-Llama-3-8B-Instruct"
           "meta-llama/Meta-Llama-3-70B-Instruct"]  # fmt: skip
 
 
-def brute_force_min_gpus(s: LLMDeploymentSpec, inv: Inventory) -> int | None:
-    arch = lookup(s.model)
-    assert arch is not None
-    best = None
-    for product in inv.products():
-        view = ProductView.of(product, inv)
-        if view is None or (s.engine.precision.value == "fp8" and view.compute_capability < (8, 9)):
-            continue
-        for tp in (1, 2, 4, 8, 16, 32, 64):
-            for pp in (1, 2, 4, 8, 16, 32, 64):
-                if tp * pp > 64 or arch.num_attention_heads % tp or arch.num_layers % pp:
-                    continue
-                if isinstance(layout(tp, pp, view), str):
-                    continue
-                if memory.per_gpu(arch, s, tp, pp, view.memory_mib).fits and (best is None or tp * pp < best):
-                    best = tp * pp
-    return best
-
-
 @settings(max_examples=60, deadline=None)
 @given(inv=inventories(), model=st.sampled_from(MODELS),
        precision=st.sampled_from(["fp16", "fp8", "int4-awq"]),
        batch=st.sampled_from([1, 8, 64]))  # fmt: skip
 def test_planner_invariants_and_optimality(inv: Inventory, model: str, precision: str, batch: int) -> None:
     s = spec(**{"model.name": model, "engine.precision": precision, "engine.maxBatchSize": batch})
-    optimum = brute_force_min_gpus(s, inv)
+    optimum = brute_force_min_gpus(s, inv)  # every tp x pp x product tried (bench/planner.py)
     if optimum is None:
         with pytest.raises(PlanningError):
             plan_deployment(s, inv, 1)
