@@ -1,31 +1,190 @@
-"""`helm install` of the chart into the embedded cluster succeeds and the operator pod runs."""
+"""The chart against a real API server: `helm install` passes the restricted Pod Security admission
+and the operator pod runs (KWOK stands in for the kubelet, on the untainted CPU nodes); the
+ServiceAccount's RBAC is enough for the operator to serve an LLMDeployment, and no more; `helm
+uninstall` removes everything but the CRD.
+
+Release names are unique: the chart's ClusterRoles and bindings are cluster-scoped. The CRD is
+cluster-scoped too and shared with the other e2e tests: the session's `crd` fixture installs it, and
+Helm skips a CRD from crds/ that already exists (what users see on a re-install).
+"""
 
 from __future__ import annotations
 
-import pytest
+import os
+import re
+import secrets
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
-from e2e.cluster.testing import E2ECluster, Kubectl, pod_ready, wait_for
-from tests.unit.test_chart import CHART, helm
+import pytest
+import yaml
+
+from e2e.cluster.testing import E2ECluster, Kubectl, is_true, pod_ready, wait_for
+from tests.e2e.operator_fixtures import free_port
+from tests.unit.test_chart import CHART, HELM
 
 pytestmark = pytest.mark.e2e
 
+REPO = Path(__file__).resolve().parents[2]
+TIMEOUT = 120
 
-def test_helm_install_and_uninstall(crd: None, cluster: E2ECluster, kubectl: Kubectl, namespace: str) -> None:
-    kubeconfig = f"--kubeconfig={cluster.kubeconfig}"
-    # The CRD is cluster-scoped and already installed by the session: Helm must not fight over it.
-    result = helm("install", "llmop", str(CHART), "--namespace", namespace, "--skip-crds", kubeconfig,
-                  "--set", "nodeSelector.kubernetes\\.io/os=linux", check=False)  # fmt: skip
-    assert result.returncode == 0, result.stderr
+
+class Helm:
+    def __init__(self, cluster: E2ECluster) -> None:
+        linked = cluster.launcher.bin_dir / "helm" if cluster.launcher is not None else None
+        binary = str(linked) if linked is not None and linked.exists() else HELM
+        if binary is None:
+            pytest.fail("helm not found: run `make tools`", pytrace=False)
+        self.argv = [binary, f"--kubeconfig={cluster.kubeconfig}"]
+
+    def __call__(self, *args: str) -> str:
+        result = subprocess.run([*self.argv, *args], capture_output=True, text=True, timeout=TIMEOUT + 60)
+        assert result.returncode == 0, f"helm {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
+        return result.stdout
+
+
+@pytest.fixture
+def release(crd: None, cluster: E2ECluster, kubectl: Kubectl, namespace: str) -> Iterator[tuple[Helm, str]]:
+    """A unique release name in the test's namespace; uninstalled afterwards whatever happened."""
+    helm, name = Helm(cluster), f"llmop-{secrets.token_hex(3)}"
+    yield helm, name
+    subprocess.run([*helm.argv, "uninstall", name, "--namespace", namespace, "--ignore-not-found"],
+                   capture_output=True, timeout=TIMEOUT)  # fmt: skip
+
+
+def can_i(kubectl: Kubectl, sa: str, verb: str, resource: str, namespace: str | None = None) -> bool:
+    where = [f"--namespace={namespace}"] if namespace else ["--all-namespaces"]
+    result = kubectl("auth", "can-i", verb, resource, f"--as={sa}", *where, check=False)
+    return result.stdout.strip() == "yes"
+
+
+def test_helm_install_restricted_operator_and_uninstall(
+    release: tuple[Helm, str], kubectl: Kubectl, namespace: str
+) -> None:
+    helm, name = release
+    # The API server itself enforces the restricted Pod Security Standard on this namespace.
+    kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted",
+            "pod-security.kubernetes.io/enforce-version=latest")  # fmt: skip
+    started = time.monotonic()
+    out = helm("install", name, str(CHART), "--namespace", namespace, "--wait", f"--timeout={TIMEOUT}s")
+    assert "STATUS: deployed" in out and "kubectl apply --server-side -f" in out, out  # NOTES.txt
+    took = time.monotonic() - started
+
+    (pod,) = kubectl.items("pods", namespace, f"app.kubernetes.io/instance={name}")
+    assert pod_ready(pod), pod["status"]
+    assert pod["spec"]["serviceAccountName"] == f"{name}-llm-operator"
+    node = kubectl.get("node", pod["spec"]["nodeName"])
+    assert node is not None and not node["spec"].get("taints"), "the operator needs no GPU node"
+    deployment = kubectl.get("deployment", f"{name}-llm-operator", namespace)
+    assert deployment is not None and deployment["status"]["availableReplicas"] == 1
+
+    # RBAC as the API server sees it: what the operator needs, cluster-wide; nothing it does not.
+    sa = f"system:serviceaccount:{namespace}:{name}-llm-operator"
+    for verb, resource in [("patch", "statefulsets.apps"), ("delete", "pods"), ("list", "nodes"),
+                           ("patch", "llmdeployments.llmoperator.io/status"), ("create", "events"),
+                           ("watch", "customresourcedefinitions.apiextensions.k8s.io")]:  # fmt: skip
+        assert can_i(kubectl, sa, verb, resource), (verb, resource)
+    for verb, resource in [("get", "secrets"), ("update", "llmdeployments.llmoperator.io"),
+                           ("delete", "nodes"), ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
+                           ("create", "deployments.apps")]:  # fmt: skip
+        assert not can_i(kubectl, sa, verb, resource), (verb, resource)
+
+    helm("uninstall", name, "--namespace", namespace, "--wait", f"--timeout={TIMEOUT}s")
+    gone = [("clusterrole", "-llm-operator"), ("clusterrole", "-llm-operator-cluster"),
+            ("clusterrolebinding", "-llm-operator"), ("serviceaccount", "-llm-operator")]  # fmt: skip
+    for kind, suffix in gone:
+        obj = kubectl.get(kind, name + suffix, namespace if kind == "serviceaccount" else None)
+        assert obj is None, (kind, name + suffix)
+    assert kubectl.get("crd", "llmdeployments.llmoperator.io") is not None, "Helm never deletes crds/"
+    print(f"helm install --wait of {name}: {took:.1f} s")
+
+
+def token_kubeconfig(admin: Path, token: str, path: Path) -> Path:
+    """The admin kubeconfig's cluster with a ServiceAccount token as the only credential."""
+    config = yaml.safe_load(admin.read_text())
+    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])["context"]
+    cluster = next(c for c in config["clusters"] if c["name"] == context["cluster"])
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "clusters": [cluster],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": cluster["name"], "user": "sa"}}],
+    }))  # fmt: skip
+    return path
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return str(r.read().decode())
+
+
+def test_operator_serves_with_only_the_charts_rbac(
+    release: tuple[Helm, str], cluster: E2ECluster, kubectl: Kubectl, namespace: str, tmp_path: Path
+) -> None:
+    """Runs the chart's container command, args and env as a local process with the chart's
+    ServiceAccount token (KWOK runs no image), watching only this namespace: the RoleBinding path."""
+    helm, name = release
+    helm("install", name, str(CHART), "--namespace", namespace, "--set", f"watchNamespaces={{{namespace}}}",
+         "--set", "operator.workers=2", "--wait", f"--timeout={TIMEOUT}s")  # fmt: skip
+    deployment = kubectl.get("deployment", f"{name}-llm-operator", namespace)
+    assert deployment is not None
+    pod_spec = deployment["spec"]["template"]["spec"]
+    (container,) = pod_spec["containers"]
+    assert container["command"] == ["llm-operator"] and container["args"] == ["run", "--namespace", namespace]
+    token = kubectl("create", "token", pod_spec["serviceAccountName"], "--duration=20m", namespace=namespace)
+    kubeconfig = token_kubeconfig(cluster.kubeconfig, token.stdout.strip(), tmp_path / "sa.kubeconfig")
+
+    health, metrics = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMOP_")}
+    env |= {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    env |= {
+        "KUBECONFIG": str(kubeconfig),
+        "LLMOP_HEALTH_PORT": str(health),
+        "LLMOP_METRICS_PORT": str(metrics),
+    }
+    log_path = tmp_path / "operator.log"
+    with log_path.open("w") as log:  # `llm-operator` is the console script of llm_operator.cli:main
+        proc = subprocess.Popen([sys.executable, "-m", "llm_operator.cli", *container["args"]],
+                                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)  # fmt: skip
     try:
-        pods = wait_for(
-            "the operator pod Running (KWOK runs no image, the scheduler and kubelet stand-in do)",
-            lambda: kubectl.items("pods", namespace, "app.kubernetes.io/instance=llmop"),
-            lambda items: len(items) == 1 and pod_ready(items[0]),
-            timeout=60,
+
+        def healthy() -> bool:
+            assert proc.poll() is None, f"operator exited {proc.returncode}:\n{log_path.read_text()[-3000:]}"
+            with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=2) as r:
+                return bool(r.status == 200)
+
+        wait_for("the operator's /healthz under the chart's ServiceAccount", healthy, timeout=60)
+        manifest: dict[str, Any] = yaml.safe_load((REPO / "examples" / "cpu-reference.yaml").read_text())
+        kubectl.apply(manifest, namespace=namespace)
+
+        def refused_or_deployment() -> dict[str, Any] | None:
+            refused = re.search(r".*forbidden.*", log_path.read_text(), re.I)
+            assert refused is None, f"the operator was refused: {refused.group(0)[:1500]}"
+            return kubectl.get("llmdeployment", "tiny-llama", namespace)
+
+        wait_for("LLMDeployment tiny-llama Ready", refused_or_deployment, lambda o: is_true(o, "Ready"),
+                 timeout=TIMEOUT)  # fmt: skip
+        text = wait_for(
+            "the operator's own StatefulSet apply in its metrics",
+            lambda: scrape(metrics),
+            lambda t: re.search(r'api_writes_total\{kind="StatefulSet",verb="apply"\} [1-9]', t) is not None,
+            timeout=30,
         )
-        assert pods[0]["spec"]["serviceAccountName"] == "llmop-llm-operator"
-        assert kubectl.get("clusterrolebinding", "llmop-llm-operator") is not None
+        assert 'reason="Api403"' not in text, text
+        sa = f"system:serviceaccount:{namespace}:{pod_spec['serviceAccountName']}"
+        assert can_i(kubectl, sa, "patch", "statefulsets.apps", namespace)
+        assert not can_i(kubectl, sa, "patch", "statefulsets.apps", "default"), "bound in its namespace only"
+        assert can_i(kubectl, sa, "list", "nodes")
     finally:
-        uninstall = helm("uninstall", "llmop", "--namespace", namespace, kubeconfig, check=False)
-        assert uninstall.returncode == 0, uninstall.stderr
-    assert kubectl.get("clusterrole", "llmop-llm-operator") is None
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    log_text = log_path.read_text()
+    assert not re.search(r"forbidden", log_text, re.I), log_text[-5000:]
