@@ -72,7 +72,7 @@ def test_helm_install_restricted_operator_and_uninstall(
             "pod-security.kubernetes.io/enforce-version=latest")  # fmt: skip
     started = time.monotonic()
     out = helm("install", name, str(CHART), "--namespace", namespace, "--wait", f"--timeout={TIMEOUT}s")
-    assert "STATUS: deployed" in out and "kubectl apply --server-side -f" in out, out  # NOTES.txt
+    assert "STATUS: deployed" in out and "kubectl apply --server-side" in out, out  # NOTES.txt
     took = time.monotonic() - started
 
     (pod,) = kubectl.items("pods", namespace, f"app.kubernetes.io/instance={name}")
