@@ -102,18 +102,19 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
 }
 
 
-@functools.cache
-def values_file(name: str) -> str:
-    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"llmop-chart-values-{os.getpid()}-{name}.yaml"
-    path.write_text(yaml.safe_dump(VALUE_SETS[name]))
-    return str(path)
+def helm_with_values(name: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """helm ARGS with the named value set on stdin (`-f -`): no files left behind."""
+    assert HELM is not None, "helm not found under $LLMOP_CACHE/bin/kubectl-helm-*/: run `make tools`"
+    values = yaml.safe_dump(VALUE_SETS[name])
+    return subprocess.run(
+        [HELM, *args, "-f", "-"], input=values, capture_output=True, text=True, check=check, timeout=120
+    )
 
 
 @functools.cache
 def _render(name: str, include_crds: bool) -> str:
     args = ["template", "rel", str(CHART), "--namespace", "ops", "--kube-version", KUBE_VERSION]
-    args += ["-f", values_file(name)] + (["--include-crds"] if include_crds else [])
-    return helm(*args).stdout
+    return helm_with_values(name, *args, *(["--include-crds"] if include_crds else [])).stdout
 
 
 def render(name: str = "defaults", include_crds: bool = False) -> list[dict[str, Any]]:
@@ -146,7 +147,7 @@ def test_chart_metadata() -> None:
 
 @SETS
 def test_lint_strict(name: str) -> None:
-    result = helm("lint", "--strict", str(CHART), "-f", values_file(name), check=False)
+    result = helm_with_values(name, "lint", "--strict", str(CHART), check=False)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
