@@ -25,7 +25,7 @@ cluster-down: venv ## stop the demo operator and the embedded control plane, rem
 crds: venv ## regenerate crds/ and the chart's CRD from the pydantic API models
 	@$(PY) -m llm_operator.api.crd --write
 
-lint: venv ## ruff, mypy, helm lint
+lint: venv ## ruff (lint + format check) and mypy --strict; helm lint runs in tests/unit/test_chart.py
 	@$(PY) -m ruff check .
 	@$(PY) -m ruff format --check .
 	@$(PY) -m mypy
