@@ -1,15 +1,36 @@
-"""The serving-pod launcher: rank commands for each parallel shape, and process supervision."""
+"""The serving-pod launcher: command construction for each parallel shape (pure), and supervision
+of real processes: fake tritonservers under a fake mpirun, real Open MPI and sshd where installed,
+and the real Triton CPU runtime (triton marker)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from llm_operator.runtime.launcher import PodConfig, command, worker_hosts
+import pytest
+from llm_operator.api.v1alpha1 import LLMDeploymentSpec
+from llm_operator.plan.types import PoolPlan
+from llm_operator.render import serving
+from llm_operator.runtime import launcher
+from llm_operator.runtime.launcher import (
+    ConfigError,
+    PodConfig,
+    engine_problems,
+    inflight,
+    serve_command,
+    sshd_config,
+    worker_hosts,
+)
+
+PYTHON = sys.executable
 
 
 def config(**env: str) -> PodConfig:
@@ -22,100 +43,459 @@ def ranks(cmd: list[str]) -> list[list[str]]:
     segments, current = [], []
     for token in [*body, ":"]:
         if token == ":":
-            segments.append(current[2:])  # drop "-n 1"
+            assert current[:2] == ["-n", "1"]
+            segments.append(current[2:])
             current = []
         else:
             current.append(token)
     return segments
 
 
-def test_cpu_backend_runs_one_tritonserver_without_mpi() -> None:
-    cmd = command(config(LLMOP_BACKEND="cpu-reference", LLMOP_HTTP_PORT="9000"))
-    assert cmd[0] == "tritonserver"
-    assert "--http-port=9000" in cmd and "--allow-gpu-metrics=false" in cmd
+def option(cmd: list[str], name: str) -> str:
+    return cmd[cmd.index(name) + 1]
 
 
-def test_tp4_is_one_mpi_world_of_four_with_rank0_serving() -> None:
-    cmd = command(config(LLMOP_TP="4", LLMOP_GPUS_PER_POD="4"))
-    assert cmd[:2] == ["mpirun", "--allow-run-as-root"]
+# --- command construction -------------------------------------------------------------------
+
+
+def test_tp1_runs_tritonserver_directly_serving_every_endpoint() -> None:
+    cmd = serve_command(config())
+    assert cmd[0] == "tritonserver" and "mpirun" not in cmd
+    serving_flags = ["--http-port=8000", "--grpc-port=8001", "--metrics-port=8002", "--allow-metrics=true",
+                     "--metrics-interval-ms=1000", "--exit-timeout-secs=30", "--model-repository=/repo",
+                     "--disable-auto-complete-config",
+                     "--backend-config=python,shm-region-prefix-name=rank0_"]  # fmt: skip
+    for flag in serving_flags:
+        assert flag in cmd
+
+
+def test_cpu_backend_is_one_tritonserver_without_gpu_metrics() -> None:
+    cmd = serve_command(config(LLMOP_BACKEND="cpu-reference", LLMOP_HTTP_PORT="9000", LLMOP_BACKEND_DIR="/b"))
+    assert (
+        "--http-port=9000" in cmd and "--allow-gpu-metrics=false" in cmd and "--backend-directory=/b" in cmd
+    )
+
+
+@pytest.mark.parametrize(("tp", "pp"), [(4, 1), (2, 2)])
+def test_single_node_world_is_one_mpmd_mpirun_with_rank0_serving(tp: int, pp: int) -> None:
+    cmd = serve_command(config(LLMOP_TP=str(tp), LLMOP_PP=str(pp), LLMOP_GPUS_PER_POD="4"))
+    assert cmd[0] == "mpirun" and cmd.count("mpirun") == 1
+    assert option(cmd, "--host") == "localhost:4" and option(cmd, "--map-by") == "slot"
     per_rank = ranks(cmd)
-    assert len(per_rank) == 4
-    assert "--http-port=8000" in per_rank[0] and "--allow-metrics=true" in per_rank[0]
-    for i, rank in enumerate(per_rank[1:], start=1):
-        assert "--allow-http=false" in rank and "--load-model=tensorrt_llm" in rank
+    assert len(per_rank) == tp * pp == 4
+    assert "--http-port=8000" in per_rank[0] and "--load-model=tensorrt_llm" not in per_rank[0]
+    for i, rank in enumerate(per_rank):
+        assert f"--id=rank{i}" in rank and "--exit-timeout-secs=30" in rank
         assert f"--backend-config=python,shm-region-prefix-name=rank{i}_" in rank
+        assert "--disable-auto-complete-config" in rank
+        if i:
+            for flag in ("--allow-http=false", "--allow-grpc=false", "--allow-metrics=false",
+                         "--model-control-mode=explicit", "--load-model=tensorrt_llm"):  # fmt: skip
+                assert flag in rank
+            assert not any(a.startswith("--http-port") for a in rank)
 
 
-def test_tp2_pp2_world_size_is_tp_times_pp() -> None:
-    assert len(ranks(command(config(LLMOP_TP="2", LLMOP_PP="2", LLMOP_GPUS_PER_POD="4")))) == 4
+MULTI = {"LLMOP_TP": "8", "LLMOP_PP": "2", "LLMOP_GPUS_PER_POD": "8", "LLMOP_PODS_PER_REPLICA": "2",
+         "LLMOP_GROUP_INDEX": "3", "LLMOP_WORKER_HOST_PATTERN": "m-g{group}-{worker}.m-pods.ns.svc",
+         "LLMOP_MPIRUN": "/opt/hpcx/ompi/bin/mpirun"}  # fmt: skip
 
 
-def test_multi_node_leader_lists_its_workers_and_workers_host_sshd() -> None:
-    env = {"LLMOP_TP": "8", "LLMOP_PP": "2", "LLMOP_GPUS_PER_POD": "8", "LLMOP_PODS_PER_REPLICA": "2",
-           "LLMOP_GROUP_INDEX": "3",
-           "LLMOP_WORKER_HOST_PATTERN": "m-g{group}-{worker}.m-pods.ns.svc"}  # fmt: skip
-    leader = config(LLMOP_ROLE="leader", **env)
+def test_multi_node_leader_runs_sixteen_ranks_eight_per_pod_over_ssh() -> None:
+    leader = config(LLMOP_ROLE="leader", **MULTI)
     assert worker_hosts(leader) == ["m-g3-1.m-pods.ns.svc"]
-    cmd = command(leader)
-    assert cmd[cmd.index("--host") + 1] == "localhost:8,m-g3-1.m-pods.ns.svc:8"
-    assert len(ranks(cmd)) == 16
-    assert command(config(LLMOP_ROLE="worker", **env))[0] == "/usr/sbin/sshd"
+    assert list(leader.local_ranks) == list(range(8))
+    cmd = serve_command(leader, ssh_key="/tmp/llm-operator/id_ed25519")
+    assert option(cmd, "--host") == "localhost:8,m-g3-1.m-pods.ns.svc:8"
+    assert option(cmd, "--prefix") == "/opt/hpcx/ompi"
+    rsh = cmd[cmd.index("plm_rsh_args") + 1]
+    assert "-p 2222" in rsh and "-i /tmp/llm-operator/id_ed25519" in rsh and "BatchMode=yes" in rsh
+    assert cmd[cmd.index("plm_rsh_no_tree_spawn") + 1] == "1"
+    per_rank = ranks(cmd)
+    assert len(per_rank) == 16
+    assert sum("--http-port=8000" in r for r in per_rank) == 1
 
 
-def fake_server(tmp: Path, body: str) -> Path:
-    script = tmp / "fake"
-    script.write_text(f"#!{sys.executable}\nimport signal, sys, time, pathlib\n{body}\n")
-    script.chmod(0o755)
-    return script
+def test_multi_node_worker_hosts_sshd_with_the_pods_environment() -> None:
+    worker = config(LLMOP_ROLE="worker", **MULTI)
+    assert launcher.worker_command(worker, "/run/sshd_config") == ["/usr/sbin/sshd", "-D", "-e", "-f",
+                                                                   "/run/sshd_config"]  # fmt: skip
+    text = sshd_config(worker, host_key="/run/hk", authorized_keys="/run/ak",
+                       environ={"LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "HOME": "/root", "NCCL_X": "a b",
+                                "BAD": 'has "quote"'})  # fmt: skip
+    assert "Port 2222\n" in text and "HostKey /run/hk\n" in text and "AuthorizedKeysFile /run/ak\n" in text
+    assert 'SetEnv LD_LIBRARY_PATH="/usr/local/cuda/lib64" NCCL_X="a b"\n' in text
 
 
-def launch(tmp: Path, script: Path) -> subprocess.Popen[bytes]:
-    (tmp / "cm").mkdir()
-    env = {**os.environ, "LLMOP_BACKEND": "cpu-reference", "LLMOP_TRITONSERVER": str(script),
-           "LLMOP_MODEL_REPO_SRC": str(tmp / "cm"), "LLMOP_MODEL_REPO": str(tmp / "repo"),
-           "LLMOP_EXIT_TIMEOUT_SECONDS": "1"}  # fmt: skip
-    return subprocess.Popen([sys.executable, "-m", "llm_operator.runtime.launcher"], env=env)
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [({"LLMOP_BACKEND": "vllm"}, "LLMOP_BACKEND"),
+     ({"LLMOP_TP": "8", "LLMOP_GPUS_PER_POD": "4"}, "need 8 GPUs"),
+     ({**MULTI, "LLMOP_GPUS_PER_POD": "4"}, "must equal"),
+     ({**MULTI, "LLMOP_WORKER_HOST_PATTERN": ""}, "LLMOP_WORKER_HOST_PATTERN"),
+     ({"LLMOP_ROLE": "worker"}, "PODS_PER_REPLICA > 1"),
+     ({"LLMOP_BACKEND": "cpu-reference", "LLMOP_TP": "2", "LLMOP_GPUS_PER_POD": "2"}, "one process"),
+     ({"LLMOP_TP": "two"}, "not an integer")],
+)  # fmt: skip
+def test_inconsistent_environment_is_refused(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        config(**env)
 
 
-def test_sigterm_is_forwarded_and_the_exit_code_kept(tmp_path: Path) -> None:
-    marker = tmp_path / "got-sigterm"
-    script = fake_server(
-        tmp_path,
-        f"""
-def stop(*_):
-    pathlib.Path({str(marker)!r}).write_text("yes")
+def test_engine_directory_is_checked_against_the_world(tmp_path: Path) -> None:
+    c = config(LLMOP_TP="2", LLMOP_GPUS_PER_POD="2", LLMOP_ENGINE_DIR=str(tmp_path))
+    assert "config.json not found" in engine_problems(c)[0]
+    (tmp_path / "config.json").write_text('{"pretrained_config": {"mapping": {"tp_size": 4, "pp_size": 1}}}')
+    (tmp_path / "rank0.engine").write_bytes(b"")
+    assert engine_problems(c) == [f"{tmp_path}/rank1.engine not found",
+                                  "the engine was built with tp_size=4, this pod runs 2"]  # fmt: skip
+    (tmp_path / "config.json").write_text('{"pretrained_config": {"mapping": {"tp_size": 2, "pp_size": 1}}}')
+    (tmp_path / "rank1.engine").write_bytes(b"")
+    assert engine_problems(c) == []
+
+
+def test_inflight_counts_the_queue_and_trtllm_active_requests() -> None:
+    metrics = """# HELP x
+nv_inference_pending_request_count{model="ensemble",version="1"} 0
+nv_inference_pending_request_count{model="tensorrt_llm",version="1"} 0
+nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="max",version="1"} 64
+nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="active",version="1"} 3
+"""
+    assert inflight(metrics) == 3
+    assert inflight(metrics.replace("} 3", "} 0")) == 0
+
+
+def test_builder_helpers_match_the_statefulset_builder() -> None:
+    spec = LLMDeploymentSpec.model_validate({"model": {"name": "m", "source": {"uri": "s3://m"}}})
+    pool = PoolPlan("main", "NVIDIA-H100-80GB-HBM3", ("NVIDIA-H100-80GB-HBM3",), (9, 0), 81559, 4, 1, 4, 1, 1)
+    env = {e["name"]: e.get("value") for e in launcher.pod_env(spec, pool, engine_dir="/engine-cache/k")}
+    assert env["LLMOP_TP"] == "4" and env["LLMOP_ENGINE_DIR"] == "/engine-cache/k"
+    assert set(env) - {"POD_NAME"} <= set(launcher.ENV)
+    assert PodConfig.from_env({k: v for k, v in env.items() if v}).world_size == 4
+    assert launcher.container_command() == [serving.LAUNCHER]
+    assert launcher.prestop_command() == [serving.LAUNCHER, "drain"]
+    assert launcher.termination_grace_seconds(30) <= 30 + serving.DRAIN_GRACE_SECONDS
+
+
+def test_ssh_key_pair_is_an_openssh_pair() -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    data = launcher.ssh_secret_data()
+    private = serialization.load_ssh_private_key(data["id_ed25519"].encode(), password=None)
+    public = serialization.load_ssh_public_key(data["id_ed25519.pub"].encode())
+    assert private.public_key() == public
+
+
+def test_ranks_are_found_by_their_own_id_not_by_mpiruns_command_line() -> None:
+    table = {
+        10: (1, ["mpirun", "-n", "1", "ts", "--id=rank0", ":", "-n", "1", "ts", "--id=rank1"]),
+        11: (10, ["ts", "--id=rank0", "--http-port=8000"]),
+        12: (10, []),  # a zombie
+        13: (99, ["ts", "--id=rank0"]),  # not ours
+    }
+    assert sorted(launcher.descendants(table, 1)) == [10, 11, 12]
+    assert launcher.rank_pids(table, 1, ["rank0"]) == {"rank0": 11}
+    del table[11]
+    assert launcher.rank_pids(table, 1, ["rank0"]) == {}, "mpirun alone is not rank 0"
+
+
+# --- supervision of real processes ----------------------------------------------------------
+
+FAKE_TRITON = f"""#!{PYTHON}
+# A tritonserver stand-in: records when it starts, gets SIGTERM and exits, per --id.
+import os, pathlib, signal, sys, time
+rid = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--id="))
+out = pathlib.Path(os.environ["FAKE_DIR"])
+def note(event):
+    (out / f"{{rid}}.{{event}}").write_text(repr(time.monotonic()))
+def on_term(*_):
+    note("term")
+    time.sleep(float(os.environ.get("FAKE_DRAIN_" + rid, "0")))
+    note("exit")
     sys.exit(0)
-signal.signal(signal.SIGTERM, stop)
-pathlib.Path({str(tmp_path / "started")!r}).write_text("")
-time.sleep(60)""",
-    )
-    proc = launch(tmp_path, script)
-    deadline = time.monotonic() + 20
-    while not (tmp_path / "started").exists():
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=20) == 0
-    assert marker.read_text() == "yes"
+ignore = os.environ.get("FAKE_IGNORE_" + rid)
+signal.signal(signal.SIGTERM, signal.SIG_IGN if ignore else on_term)
+(out / f"{{rid}}.env").write_text(os.environ.get("OMPI_COMM_WORLD_RANK", ""))
+(out / f"{{rid}}.pid").write_text(str(os.getpid()))
+time.sleep(float(os.environ.get("FAKE_EXIT_AFTER_" + rid, "120")))
+note("exit")
+sys.exit(int(os.environ.get("FAKE_EXIT_CODE", "0")))
+"""
+
+# An mpirun stand-in: launches each MPMD segment, in its own process group as Open MPI does, and
+# nothing more (no abort on a rank's exit), so the launcher's own rank supervision is what's tested.
+FAKE_MPIRUN = f"""#!{PYTHON}
+import subprocess, sys
+args = sys.argv[sys.argv.index("-n"):] + [":"]
+segments, current = [], []
+for a in args:
+    if a == ":":
+        segments.append(current[2:])
+        current = []
+    else:
+        current.append(a)
+procs = [subprocess.Popen(s, process_group=0) for s in segments]
+codes = [p.wait() for p in procs]
+sys.exit(next((c for c in codes if c), 0))
+"""
 
 
-def test_a_dying_server_takes_the_pod_down(tmp_path: Path) -> None:
-    proc = launch(tmp_path, fake_server(tmp_path, "sys.exit(3)"))
-    assert proc.wait(timeout=20) == 3
+@dataclasses.dataclass
+class Pod:
+    dir: Path
+    proc: subprocess.Popen[bytes]
+
+    def wait_started(self, *ids: str) -> None:
+        deadline = time.monotonic() + 20
+        while not all((self.dir / f"{i}.pid").exists() for i in ids):
+            assert self.proc.poll() is None, f"launcher exited {self.proc.returncode}"
+            assert time.monotonic() < deadline, "ranks did not start"
+            time.sleep(0.05)
+
+    def at(self, rank: str, event: str) -> float:
+        return float((self.dir / f"{rank}.{event}").read_text())
+
+    def pid(self, rank: str) -> int:
+        return int((self.dir / f"{rank}.pid").read_text())
 
 
-def test_a_server_ignoring_sigterm_is_killed_after_the_exit_timeout(tmp_path: Path) -> None:
-    script = fake_server(
-        tmp_path,
-        f"""
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-pathlib.Path({str(tmp_path / "started")!r}).write_text("")
-time.sleep(60)""",
-    )
-    proc = launch(tmp_path, script)
-    while not (tmp_path / "started").exists():
-        time.sleep(0.05)
+def script(path: Path, text: str) -> str:
+    path.write_text(text)
+    path.chmod(0o755)
+    return str(path)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/cmdline").read_bytes() != b""  # a zombie is not alive
+
+
+@pytest.fixture
+def pod(tmp_path: Path) -> Iterator[Callable[..., Pod]]:
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(**env: str) -> Pod:
+        (tmp_path / "cm").mkdir(exist_ok=True)
+        full = {
+            **os.environ,
+            "FAKE_DIR": str(tmp_path),
+            "LLMOP_TRITONSERVER": script(tmp_path / "tritonserver", FAKE_TRITON),
+            "LLMOP_MPIRUN": script(tmp_path / "mpirun", FAKE_MPIRUN),
+            "LLMOP_MODEL_REPO_SRC": str(tmp_path / "cm"),
+            "LLMOP_MODEL_REPO": str(tmp_path / "repo"),
+            "LLMOP_RUNTIME_DIR": str(tmp_path / "run"),
+            "LLMOP_EXIT_TIMEOUT_SECONDS": "1",
+            **env,
+        }
+        proc = subprocess.Popen([PYTHON, "-m", "llm_operator.runtime.launcher"], env=full)
+        started.append(proc)
+        return Pod(tmp_path, proc)
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+CPU = {"LLMOP_BACKEND": "cpu-reference"}
+TP3 = {"LLMOP_TP": "3", "LLMOP_GPUS_PER_POD": "4"}
+
+
+def test_cpu_server_gets_sigterm_and_a_clean_stop_exits_0(pod: Callable[..., Pod]) -> None:
+    p = pod(**CPU)
+    p.wait_started("rank0")
+    p.proc.send_signal(signal.SIGTERM)
+    assert p.proc.wait(timeout=20) == 0
+    assert (p.dir / "rank0.term").exists()
+
+
+@pytest.mark.parametrize(("code", "expected"), [(3, 3), (0, launcher.EXIT_SERVER_GONE)])
+def test_a_server_exiting_on_its_own_fails_the_pod(pod: Callable[..., Pod], code: int, expected: int) -> None:
+    p = pod(**CPU, FAKE_EXIT_AFTER_rank0="0.2", FAKE_EXIT_CODE=str(code))
+    assert p.proc.wait(timeout=20) == expected
+
+
+def test_sigterm_reaches_rank0_first_and_the_others_once_it_has_drained(pod: Callable[..., Pod]) -> None:
+    p = pod(**TP3, FAKE_DRAIN_rank0="1.0")
+    p.wait_started("rank0", "rank1", "rank2")
+    p.proc.send_signal(signal.SIGTERM)
+    assert p.proc.wait(timeout=20) == 0
+    assert p.at("rank0", "term") < p.at("rank0", "exit") <= p.at("rank1", "term")
+    assert p.at("rank0", "exit") <= p.at("rank2", "term")
+
+
+def test_a_rank_exiting_stops_its_siblings_and_fails_the_pod(pod: Callable[..., Pod]) -> None:
+    p = pod(**TP3, FAKE_EXIT_AFTER_rank1="0.5")  # exits 0: still a lost rank
+    p.wait_started("rank0", "rank1", "rank2")
+    assert p.proc.wait(timeout=20) == launcher.EXIT_SERVER_GONE
+    assert (p.dir / "rank0.term").exists() and (p.dir / "rank2.term").exists()
+    assert not alive(p.pid("rank0")) and not alive(p.pid("rank2"))
+
+
+def test_a_rank_ignoring_sigterm_is_killed_after_the_exit_timeout(pod: Callable[..., Pod]) -> None:
+    p = pod(**TP3, FAKE_IGNORE_rank2="1")
+    p.wait_started("rank0", "rank1", "rank2")
     start = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 128 + signal.SIGKILL
-    assert time.monotonic() - start < 15
+    p.proc.send_signal(signal.SIGTERM)
+    assert p.proc.wait(timeout=30) == 128 + signal.SIGKILL
+    assert time.monotonic() - start < 1 + launcher.KILL_GRACE_SECONDS + 3
+    assert not alive(p.pid("rank2"))
+
+
+FAKE_SSHD = f"""#!{PYTHON}
+# A worker's sshd stand-in: the ranks the leader's mpirun would start through orted.
+import subprocess, sys, os
+server = os.environ["LLMOP_TRITONSERVER"]
+ranks = [subprocess.Popen([server, f"--id=rank{{r}}"], process_group=0) for r in (2, 3)]
+for r in ranks:
+    r.wait()
+"""
+
+
+def test_a_worker_leaves_its_ranks_to_the_leader_on_sigterm(pod: Callable[..., Pod], tmp_path: Path) -> None:
+    if not shutil.which("ssh-keygen"):
+        pytest.skip("ssh-keygen (openssh-client) is not installed")
+    keys = tmp_path / "ssh"
+    keys.mkdir()
+    for name, text in launcher.ssh_secret_data().items():
+        (keys / name).write_text(text)
+    p = pod(LLMOP_ROLE="worker", LLMOP_TP="2", LLMOP_PP="2", LLMOP_GPUS_PER_POD="2",
+            LLMOP_PODS_PER_REPLICA="2", LLMOP_SSH_DIR=str(keys), LLMOP_EXIT_TIMEOUT_SECONDS="10",
+            LLMOP_SSHD=script(tmp_path / "sshd", FAKE_SSHD))  # fmt: skip
+    p.wait_started("rank2", "rank3")
+    assert "SetEnv" in (tmp_path / "run" / "sshd_config").read_text()
+    p.proc.send_signal(signal.SIGTERM)
+    time.sleep(1)
+    assert p.proc.poll() is None and not (p.dir / "rank2.term").exists(), "the leader stops worker ranks"
+    for rank in ("rank2", "rank3"):  # as the leader's mpirun would
+        os.kill(p.pid(rank), signal.SIGTERM)
+    assert p.proc.wait(timeout=5) == 0
+
+
+# --- real Open MPI and OpenSSH (where installed) ----------------------------------------------
+
+
+@pytest.mark.skipif(not shutil.which("mpirun"), reason="Open MPI is not installed")
+def test_real_mpirun_runs_the_mpmd_world_and_rank0_drains_first(pod: Callable[..., Pod]) -> None:
+    p = pod(**TP3, LLMOP_MPIRUN=shutil.which("mpirun") or "", FAKE_DRAIN_rank0="1.0")
+    p.wait_started("rank0", "rank1", "rank2")
+    assert [(p.dir / f"rank{r}.env").read_text() for r in range(3)] == ["0", "1", "2"]  # MPI rank = --id
+    p.proc.send_signal(signal.SIGTERM)
+    assert p.proc.wait(timeout=20) == 0
+    assert p.at("rank0", "exit") <= min(p.at("rank1", "term"), p.at("rank2", "term"))
+
+
+@pytest.mark.skipif(not shutil.which("mpirun"), reason="Open MPI is not installed")
+def test_real_mpirun_accepts_the_multi_node_options(tmp_path: Path) -> None:
+    # 127.0.0.1 is a local address to Open MPI, so the "worker" needs no ssh; the options still parse.
+    fake = script(tmp_path / "tritonserver", FAKE_TRITON)
+    mpirun = os.path.realpath(shutil.which("mpirun") or "")
+    two_pods = {"LLMOP_TP": "2", "LLMOP_PP": "1", "LLMOP_GPUS_PER_POD": "1",
+                "LLMOP_WORKER_HOST_PATTERN": "127.0.0.{worker}"}  # fmt: skip
+    leader = config(**{**MULTI, **two_pods, "LLMOP_TRITONSERVER": fake, "LLMOP_MPIRUN": mpirun})
+    env = {
+        **os.environ,
+        "FAKE_DIR": str(tmp_path),
+        "FAKE_EXIT_AFTER_rank0": "0",
+        "FAKE_EXIT_AFTER_rank1": "0",
+    }
+    result = subprocess.run(serve_command(leader, ssh_key="/nonexistent"), env=env, timeout=60,
+                            capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "rank1.env").read_text() == "1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="OpenSSH server is not installed")
+@pytest.mark.skipif(os.geteuid() == 0 and not Path("/run/sshd").is_dir(), reason="root sshd needs /run/sshd")
+def test_worker_sshd_accepts_the_leaders_key_and_passes_its_environment(tmp_path: Path) -> None:
+    keys = tmp_path / "ssh"
+    keys.mkdir()
+    for name, text in launcher.ssh_secret_data().items():
+        (keys / name).write_text(text)
+        (keys / name).chmod(0o644)  # as a Secret volume may present it
+    ssh = {
+        "LLMOP_SSH_DIR": str(keys),
+        "LLMOP_SSH_PORT": str(free_port()),
+        "LLMOP_RUNTIME_DIR": str(tmp_path / "run"),
+    }
+    c = config(**{**MULTI, **ssh, "LLMOP_ROLE": "worker"})
+    cfg = launcher.prepare_sshd(c, {"PATH": os.environ["PATH"], "LLMOP_PROBE": "from the worker pod"})
+    sshd = subprocess.Popen(launcher.worker_command(c, cfg), stderr=subprocess.PIPE)
+    try:
+        pending = launcher.wait_for_workers(["127.0.0.1"], c.ssh_port, 10, launcher.Stop())
+        assert pending == [], sshd.stderr.read().decode() if sshd.poll() is not None and sshd.stderr else ""
+        leader = dataclasses.replace(c, role="leader")
+        ssh = ["ssh", *launcher.rsh_args(leader, launcher.prepare_client_key(leader)).split(), "127.0.0.1"]
+        out = subprocess.run([*ssh, "echo $LLMOP_PROBE"], capture_output=True, text=True, timeout=30)
+        assert out.stdout.strip() == "from the worker pod", out.stderr
+    finally:
+        sshd.terminate()
+        sshd.wait(timeout=10)
+
+
+# --- the real Triton CPU runtime ------------------------------------------------------------
+
+
+@pytest.mark.triton
+def test_launcher_serves_the_cpu_repository_drains_and_stops_cleanly(tmp_path: Path) -> None:
+    import urllib.request
+
+    from llm_operator.modelrepo import render_repository, to_configmap_data
+    from llm_operator.plan.cpu import cpu_plan
+
+    from tests.triton.conftest import LIBS, REPO, TRITON, cpu_spec
+
+    spec = cpu_spec(streaming=False)
+    cm = tmp_path / "configmap"
+    cm.mkdir()
+    files = render_repository(spec, cpu_plan(spec).primary, engine_dir="", tokenizer_dir="")
+    for key, text in to_configmap_data(files).items():
+        (cm / key).write_text(text)
+    backends = tmp_path / "backends"
+    shutil.copytree(TRITON / "backends", backends)
+    shutil.copy(TRITON / "python_backend_stubs" / "3.11" / "triton_python_backend_stub", backends / "python")
+    http, grpc, metrics = free_port(), free_port(), free_port()
+    numpy_site = str(Path(__import__("numpy").__file__).parents[1])  # the python stub ignores PYTHONPATH
+    env = {**os.environ, "LLMOP_BACKEND": "cpu-reference", "LLMOP_MODEL_REPO_SRC": str(cm),
+           "LLMOP_MODEL_REPO": str(tmp_path / "repo"), "LLMOP_HTTP_PORT": str(http),
+           "LLMOP_GRPC_PORT": str(grpc), "LLMOP_METRICS_PORT": str(metrics),
+           "LLMOP_TRITONSERVER": str(TRITON / "bin" / "tritonserver"), "LLMOP_BACKEND_DIR": str(backends),
+           "LLMOP_EXIT_TIMEOUT_SECONDS": "5", "LLMOP_DRAIN_SETTLE_SECONDS": "0", "LD_LIBRARY_PATH": str(LIBS),
+           "LLMOP_PYTHONPATH": os.pathsep.join([str(REPO / "operator"), numpy_site])}  # fmt: skip
+    log = (tmp_path / "launcher.log").open("w")
+    proc = subprocess.Popen([PYTHON, "-m", "llm_operator.runtime.launcher"], env=env, stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, (tmp_path / "launcher.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, (tmp_path / "launcher.log").read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.3)
+        start = time.monotonic()
+        drain = subprocess.run([PYTHON, "-m", "llm_operator.runtime.launcher", "drain"], env=env, timeout=30)
+        assert drain.returncode == 0 and time.monotonic() - start < 10, "idle server: nothing to drain"
+        server = [
+            pid
+            for pid, (_, argv) in launcher.process_table().items()
+            if argv[:1] == [env["LLMOP_TRITONSERVER"]]
+        ]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, (tmp_path / "launcher.log").read_text()[-3000:]
+        assert server and not any(alive(pid) for pid in server)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
