@@ -1,4 +1,4 @@
-"""Engines: the cache key, the build Job, and (build.py) what the Job runs.
+"""Engines: the cache key, where an engine lives, and the build Job (build.py is what it runs).
 
 An engine is valid only for one model revision, quantization, tp, pp, set of max_* limits, GPU
 architecture (compute capability) and TensorRT-LLM version (NVIDIA/TensorRT-LLM#222), so all of
@@ -9,20 +9,28 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 import re
 from typing import Any
 
 from llm_operator import labels as L
-from llm_operator.api.v1alpha1 import LLMDeploymentSpec
+from llm_operator.api.v1alpha1 import EngineBuild, LLMDeploymentSpec
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
 from llm_operator.render.placement import GPU_TOLERATION
 from llm_operator.render.serving import ENGINE_CACHE_MOUNT, engine_location
 
+MODEL_MOUNT = "/model-source"
+WORK_MOUNT = "/work"  # scratch: HOME, caches, and the engine before it is uploaded to an object store
+BUILDER_UID = 1000
+# An optional Secret per namespace whose keys become the builder's environment: AWS_*, HF_TOKEN, ...
+CREDENTIALS_SECRET = "llm-model-credentials"
+EXIT_CONFIG = 78  # build.py: wrong image or GPU for this key; retrying cannot help
+
 
 def key_parts(spec: LLMDeploymentSpec, pool: PoolPlan, trtllm_version: str) -> dict[str, Any]:
     e = spec.engine
-    return {
+    parts: dict[str, Any] = {
         "model": spec.model.name,
         "revision": spec.model.revision,
         "precision": e.precision.value,
@@ -37,6 +45,10 @@ def key_parts(spec: LLMDeploymentSpec, pool: PoolPlan, trtllm_version: str) -> d
         "sm": pool.sm,
         "trtllm": trtllm_version,
     }
+    if pool.world_size > pool.gpus_per_pod:
+        # A world spanning pods bakes the GPUs per node into each rank's device (build.py).
+        parts["gpusPerNode"] = pool.gpus_per_pod
+    return parts
 
 
 def cache_key(spec: LLMDeploymentSpec, pool: PoolPlan, trtllm_version: str) -> str:
@@ -47,14 +59,44 @@ def cache_key(spec: LLMDeploymentSpec, pool: PoolPlan, trtllm_version: str) -> s
     return f"{model}-{parts['precision']}-tp{pool.tensor}pp{pool.pipeline}-{pool.sm}-{digest}"
 
 
-def _same_product(pool: PoolPlan) -> dict[str, Any]:
-    """Engines are built on the GPU product they will serve on (the plan is per architecture)."""
+def key_label(key: str) -> str:
+    """The key as a label value (<= 63 characters, alphanumeric at both ends): the hash survives."""
+    return key[-63:].lstrip("-.")
+
+
+def engine_uri(spec: LLMDeploymentSpec, key: str | None) -> str:
+    """Where the engine of `key` lives: the prebuilt URI as given, else one directory per key
+    under engine.cache.uri."""
+    if spec.engine.prebuilt is not None:
+        return spec.engine.prebuilt.uri
+    if key is None:
+        raise ValueError("a built engine needs its cache key")
+    return f"{spec.engine.cache.uri.rstrip('/')}/{key}"
+
+
+def _scheduling(spec: LLMDeploymentSpec, pool: PoolPlan) -> dict[str, Any]:
+    """Built on the GPU products the pool serves on (required: an engine built elsewhere fails to
+    load), with the user's node selector, tolerations and priority like the serving pods."""
     term = {"key": L.GPU_PRODUCT, "operator": "In", "values": list(pool.allowed_products)}
-    return {
-        "requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [term]}]
-        }
+    tolerations: list[dict[str, Any]] = []
+    for t in [GPU_TOLERATION, *spec.placement.tolerations]:
+        if t not in tolerations:
+            tolerations.append(dict(t))
+    out: dict[str, Any] = {
+        "tolerations": tolerations,
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [term]}]
+                }
+            }
+        },
     }
+    if spec.placement.node_selector:
+        out["nodeSelector"] = dict(spec.placement.node_selector)
+    if spec.placement.priority_class_name:
+        out["priorityClassName"] = spec.placement.priority_class_name
+    return out
 
 
 def build_job(
@@ -66,73 +108,112 @@ def build_job(
     *,
     image: str,
     owner: dict[str, Any],
+    trtllm_version: str | None = None,
 ) -> dict[str, Any]:
-    """A Job that converts the checkpoint and runs trtllm-build on the serving GPU product.
+    """A Job that converts or quantizes the checkpoint and runs trtllm-build on the pool's GPUs.
 
-    It takes tp*pp GPUs of one node so calibration (fp8/int8/awq) and per-rank conversion run as
-    they will serve; a world that spans nodes builds on one node's GPUs rank by rank instead.
+    It takes one GPU per rank, up to one pod's worth (pool.gpus_per_pod): ModelOpt calibrates the
+    model sharded over them and trtllm-build builds that many ranks in parallel; a world that spans
+    pods is built on one pod's GPUs, several ranks per GPU in turn. pvc:// caches are written in
+    place; s3:// and gs:// caches are built in scratch space and uploaded, marker last. With
+    `trtllm_version`, the builder refuses an image of another TensorRT-LLM version (the key would
+    lie), exit code 78, which fails the Job without retries.
     """
-    location = engine_location(spec.engine.cache.uri, key)
+    build = spec.engine.build or EngineBuild()
     gpus = min(pool.world_size, pool.gpus_per_pod)
-    build = spec.engine.build
     labels = {**L.common_labels(deployment, "engine-build"), L.POOL: pool.name}
+    model_uri = spec.model.source.uri
+    mounts: list[dict[str, Any]] = [
+        {"name": "work", "mountPath": WORK_MOUNT},
+        {"name": "shm", "mountPath": "/dev/shm"},
+    ]
+    volumes: list[dict[str, Any]] = [
+        {"name": "work", "emptyDir": {}},
+        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm_size}},
+    ]
+    if model_uri.startswith("pvc://"):
+        claim, _, path = model_uri.removeprefix("pvc://").partition("/")
+        model_uri = f"{MODEL_MOUNT}/{path.strip('/')}".rstrip("/")
+        mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True})
+        volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
+    cache = spec.engine.cache.uri
+    if cache.startswith("pvc://"):
+        location = engine_location(cache, key)
+        output, upload = location.engine_dir, None
+        # Checkpoints are as large as the model: keep them on the cache volume, not the node's disk.
+        scratch = f"{posixpath.dirname(output)}/.scratch/{key}"
+        mounts.append({"name": "engine-cache", "mountPath": ENGINE_CACHE_MOUNT})
+        volumes.append({"name": "engine-cache", "persistentVolumeClaim": {"claimName": location.claim}})
+    else:
+        output, upload, scratch = f"{WORK_MOUNT}/engine", engine_uri(spec, key), f"{WORK_MOUNT}/scratch"
+    e = spec.engine
     args = [
-        "--model", spec.model.source.uri, "--revision", spec.model.revision,
-        "--precision", spec.engine.precision.value,
-        "--kv-cache-dtype", spec.engine.kv_cache_dtype.value,
-        "--tp", str(pool.tensor), "--pp", str(pool.pipeline), "--sm", pool.sm,
-        "--max-batch-size", str(spec.engine.max_batch_size),
-        "--max-input-len", str(spec.engine.max_input_len),
-        "--max-seq-len", str(spec.engine.max_seq_len), "--max-num-tokens", str(spec.engine.max_num_tokens),
-        "--max-beam-width", str(spec.engine.max_beam_width), "--output", location.engine_dir, "--key", key,
+        "--key", key, "--model", model_uri, "--revision", spec.model.revision,
+        "--precision", e.precision.value, "--kv-cache-dtype", e.kv_cache_dtype.value,
+        "--tp", str(pool.tensor), "--pp", str(pool.pipeline), "--gpus", str(gpus),
+        "--gpus-per-node", str(pool.gpus_per_pod), "--sm", pool.sm,
+        "--max-batch-size", str(e.max_batch_size), "--max-input-len", str(e.max_input_len),
+        "--max-seq-len", str(e.max_seq_len), "--max-num-tokens", str(e.max_num_tokens),
+        "--max-beam-width", str(e.max_beam_width), "--output", output, "--work-dir", scratch,
     ]  # fmt: skip
+    if upload:
+        args += ["--upload", upload]
+    if trtllm_version:
+        args += ["--trtllm-version", trtllm_version]
+    container: dict[str, Any] = {
+        "name": "build",
+        "image": image,
+        "command": ["python", "-m", "llm_operator.engine.build"],
+        "args": args,
+        "env": [
+            # No passwd entry for the uid: HOME and USER keep Python, torch and HF caches happy.
+            {"name": "HOME", "value": WORK_MOUNT},
+            {"name": "USER", "value": "builder"},
+            {"name": "HF_HOME", "value": f"{WORK_MOUNT}/.cache/huggingface"},
+        ],
+        "envFrom": [{"secretRef": {"name": CREDENTIALS_SECRET, "optional": True}}],
+        "resources": {"limits": {L.GPU_RESOURCE: str(gpus)}, "requests": {L.GPU_RESOURCE: str(gpus)}},
+        "volumeMounts": mounts,
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
             "name": names.engine_job(deployment, pool, key),
             "namespace": namespace,
-            "labels": {**labels, L.ENGINE_KEY: key[-63:]},
+            "labels": {**labels, L.ENGINE_KEY: key_label(key)},
             "ownerReferences": [owner],
         },
         "spec": {
-            "backoffLimit": build.backoff_limit if build else 1,
-            "activeDeadlineSeconds": build.active_deadline_seconds if build else 14400,
+            "backoffLimit": build.backoff_limit,
+            "activeDeadlineSeconds": build.active_deadline_seconds,
+            # The operator reads the outcome from the Job, so it is kept (no ttlSecondsAfterFinished).
+            "podFailurePolicy": {
+                "rules": [
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {"containerName": "build", "operator": "In", "values": [EXIT_CONFIG]},
+                    }
+                ]
+            },
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": {"labels": {**labels, L.ENGINE_KEY: key_label(key)}},
                 "spec": {
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": False,
-                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-                    "tolerations": [GPU_TOLERATION],
-                    "affinity": {"nodeAffinity": _same_product(pool)},
-                    "containers": [
-                        {
-                            "name": "build",
-                            "image": image,
-                            "command": ["python", "-m", "llm_operator.engine.build"],
-                            "args": args,
-                            "resources": {
-                                "limits": {L.GPU_RESOURCE: str(gpus)},
-                                "requests": {L.GPU_RESOURCE: str(gpus)},
-                            },
-                            "volumeMounts": [
-                                {"name": "engine-cache", "mountPath": ENGINE_CACHE_MOUNT},
-                                {"name": "shm", "mountPath": "/dev/shm"},
-                            ],
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                        }
-                    ],
-                    "volumes": [
-                        {"name": "engine-cache", "persistentVolumeClaim": {"claimName": location.claim}},
-                        {
-                            "name": "shm",
-                            "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm_size},
-                        },
-                    ],
+                    "enableServiceLinks": False,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": BUILDER_UID,
+                        "runAsGroup": BUILDER_UID,
+                        "fsGroup": BUILDER_UID,
+                        "fsGroupChangePolicy": "OnRootMismatch",
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    **_scheduling(spec, pool),
+                    "containers": [container],
+                    "volumes": volumes,
                 },
             },
         },
