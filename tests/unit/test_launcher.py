@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -457,20 +458,23 @@ def test_launcher_serves_the_cpu_repository_drains_and_stops_cleanly(tmp_path: P
     spec = cpu_spec(streaming=False)
     cm = tmp_path / "configmap"
     cm.mkdir()
-    files = render_repository(spec, cpu_plan(spec).primary, engine_dir="", tokenizer_dir="")
+    # The python stub ignores PYTHONPATH: the model finds llm_operator and numpy through its config.
+    python_path = [str(REPO / "operator"), sysconfig.get_paths()["purelib"]]
+    files = render_repository(
+        spec, cpu_plan(spec).primary, engine_dir="", tokenizer_dir="", python_path=python_path
+    )
     for key, text in to_configmap_data(files).items():
         (cm / key).write_text(text)
     backends = tmp_path / "backends"
     shutil.copytree(TRITON / "backends", backends)
     shutil.copy(TRITON / "python_backend_stubs" / "3.11" / "triton_python_backend_stub", backends / "python")
     http, grpc, metrics = free_port(), free_port(), free_port()
-    numpy_site = str(Path(__import__("numpy").__file__).parents[1])  # the python stub ignores PYTHONPATH
     env = {**os.environ, "LLMOP_BACKEND": "cpu-reference", "LLMOP_MODEL_REPO_SRC": str(cm),
            "LLMOP_MODEL_REPO": str(tmp_path / "repo"), "LLMOP_HTTP_PORT": str(http),
            "LLMOP_GRPC_PORT": str(grpc), "LLMOP_METRICS_PORT": str(metrics),
            "LLMOP_TRITONSERVER": str(TRITON / "bin" / "tritonserver"), "LLMOP_BACKEND_DIR": str(backends),
-           "LLMOP_EXIT_TIMEOUT_SECONDS": "5", "LLMOP_DRAIN_SETTLE_SECONDS": "0", "LD_LIBRARY_PATH": str(LIBS),
-           "LLMOP_PYTHONPATH": os.pathsep.join([str(REPO / "operator"), numpy_site])}  # fmt: skip
+           "LLMOP_EXIT_TIMEOUT_SECONDS": "5", "LLMOP_DRAIN_SETTLE_SECONDS": "0",
+           "LD_LIBRARY_PATH": str(LIBS)}  # fmt: skip
     log = (tmp_path / "launcher.log").open("w")
     proc = subprocess.Popen([PYTHON, "-m", "llm_operator.runtime.launcher"], env=env, stdout=log, stderr=log)
     try:

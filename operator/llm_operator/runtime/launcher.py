@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 LAUNCHER = "llm-operator-launch"
 BACKENDS = ("tensorrt-engine", "cpu-reference")
 TRTLLM_PYTHON_MODELS = ("preprocessing", "postprocessing")
-CPU_MODEL = Path(__file__).with_name("cpu_reference") / "model.py"
 SSH_KEY = "id_ed25519"  # keys of the Secret mounted at LLMOP_SSH_DIR: SSH_KEY and SSH_KEY.pub
 
 # Every variable the launcher reads, with its default ("" = unset). The StatefulSet builder sets
@@ -321,9 +320,10 @@ def worker_command(c: PodConfig, config_file: str) -> list[str]:
 
 
 def python_models(c: PodConfig) -> dict[str, Path]:
-    """model.py of the repository's python-backend models: they ship in the image, not the ConfigMap."""
+    """model.py of TensorRT-LLM's pre/postprocessing models, which ship in the runtime image (the
+    CPU reference model travels in the ConfigMap itself)."""
     if c.backend == "cpu-reference":
-        return {"ensemble": CPU_MODEL}
+        return {}
     base = Path(c.trtllm_models_dir)
     return {
         m: base / m / "1" / "model.py" for m in TRTLLM_PYTHON_MODELS if (base / m / "1" / "model.py").exists()
