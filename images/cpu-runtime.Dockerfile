@@ -1,15 +1,17 @@
 # CPU reference runtime: a real tritonserver (from the nvidia-pytriton wheel) serving the tiny
-# deterministic model with the TensorRT-LLM ensemble's API. For development, e2e and laptops.
+# deterministic model behind the TensorRT-LLM ensemble's API. For development, e2e and laptops.
+# Pinned by tag; pin by digest in your mirror.
 FROM python:3.11.11-slim-bookworm
-# Triton's python stub embeds the system libpython3.11.
-RUN apt-get update && apt-get install -y --no-install-recommends libpython3.11=3.11.2-6+deb12u* \
-    && rm -rf /var/lib/apt/lists/*
-ENV LLMOP_BACKEND=cpu-reference \
-    LLMOP_PYTHONPATH=/usr/local/lib/python3.11/site-packages
+# The python image's shared libpython3.11 is what Triton's python-backend stub embeds; the model
+# finds torch and llm_operator in this site-packages (modelrepo.CPU_RUNTIME_PYTHON_PATH).
+ENV LLMOP_BACKEND=cpu-reference PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
-RUN pip install --no-cache-dir . "nvidia-pytriton==0.7.0" "numpy==1.26.4" && rm -rf /src \
+# torch from PyTorch's CPU index: the PyPI wheel bundles CUDA. Same version as the tests use.
+RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu \
+        "torch==1.13.1+cpu" "numpy==1.26.4" "nvidia-pytriton==0.7.0" . \
+    && rm -rf /src \
     && SP=/usr/local/lib/python3.11/site-packages/pytriton/tritonserver \
     && cp "$SP/python_backend_stubs/3.11/triton_python_backend_stub" "$SP/backends/python/"
 ENV LLMOP_TRITONSERVER=/usr/local/lib/python3.11/site-packages/pytriton/tritonserver/bin/tritonserver \

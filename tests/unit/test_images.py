@@ -1,9 +1,11 @@
 """Dockerfiles cannot be built here (no Docker engine): lint them, and check that what each image
-runs exists in the package the other tests exercise."""
+runs, and the environment it sets, exist in the package the other tests exercise."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import json
 import re
 import shutil
@@ -13,10 +15,36 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from llm_operator import cli
+from llm_operator.api.v1alpha1 import Backend
+from llm_operator.controller.config import DEFAULT_TRTLLM_VERSION
+from llm_operator.modelrepo import TEMPLATES_ENV
+from llm_operator.runtime import launcher
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILES = sorted((REPO / "images").glob("*.Dockerfile"))
+IDS = [d.stem for d in DOCKERFILES]
 SCRIPTS = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+# Every LLMOP_* variable some image may set: the launcher's contract, the templates, the builder's.
+KNOWN_ENV = {*launcher.ENV, TEMPLATES_ENV, "LLMOP_TRTLLM_EXAMPLES"}
+# What the serving and builder images install besides our package (--no-deps).
+SLIM_IMAGE_PACKAGES = {"llm_operator", "pydantic", "pydantic_core", "jinja2", "markupsafe",
+                       "typing_extensions", "annotated_types", "typing_inspection"}  # fmt: skip
+
+
+def instructions(dockerfile: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in lines]
+
+
+def env_of(dockerfile: Path) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for op, rest in instructions(dockerfile):
+        if op == "ENV":
+            env.update(dict(re.findall(r"(\w+)=(\S+)", rest)))
+    return env
 
 
 def hadolint() -> str:
@@ -25,20 +53,65 @@ def hadolint() -> str:
     return found
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=[d.stem for d in DOCKERFILES])
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=IDS)
 def test_hadolint_clean(dockerfile: Path) -> None:
     result = subprocess.run([hadolint(), str(dockerfile)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=[d.stem for d in DOCKERFILES])
-def test_entrypoint_exists(dockerfile: Path) -> None:
-    match = re.search(r"^ENTRYPOINT (\[.*\])$", dockerfile.read_text(), re.MULTILINE)
-    assert match, "every image declares its entry point in exec form"
-    entry = json.loads(match.group(1))
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=IDS)
+def test_entrypoint_and_cmd_exist(dockerfile: Path) -> None:
+    exec_form = {op: json.loads(rest) for op, rest in instructions(dockerfile) if op in ("ENTRYPOINT", "CMD")}
+    assert "ENTRYPOINT" in exec_form, "every image declares its entry point in exec form"
+    entry = exec_form["ENTRYPOINT"]
     if entry[0] == "python":
         assert entry[1] == "-m"
         importlib.import_module(entry[2])
-    else:
-        module, _, func = SCRIPTS[entry[0]].partition(":")
-        assert callable(getattr(importlib.import_module(module), func))
+        return
+    module, _, func = SCRIPTS[entry[0]].partition(":")
+    assert callable(getattr(importlib.import_module(module), func))
+    if "CMD" in exec_form:  # the operator's default arguments must parse
+        assert entry[0] == "llm-operator"
+        with pytest.raises(SystemExit) as done, contextlib.redirect_stdout(io.StringIO()):
+            cli.main([*exec_form["CMD"], "--help"])
+        assert done.value.code == 0
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=IDS)
+def test_image_environment_is_part_of_the_contract(dockerfile: Path) -> None:
+    env = env_of(dockerfile)
+    assert {k for k in env if k.startswith("LLMOP_")} <= KNOWN_ENV
+    if "LLMOP_BACKEND" in env:
+        assert env["LLMOP_BACKEND"] in {b.value for b in Backend}
+    if "LLMOP_MODEL_REPO_TEMPLATES" in env:  # the operator renders model repositories from there
+        copied = [rest.split()[-1].rstrip("/") for op, rest in instructions(dockerfile) if op == "COPY"]
+        assert env["LLMOP_MODEL_REPO_TEMPLATES"] in copied
+
+
+def test_trtllm_images_match_the_operators_tensorrt_llm_version() -> None:
+    """Engine cache keys contain the version: the builder and the runtime must both be it."""
+    for name in ("triton-trtllm", "engine-builder"):
+        text = (REPO / "images" / f"{name}.Dockerfile").read_text()
+        assert f'io.llmoperator.tensorrt-llm-version="{DEFAULT_TRTLLM_VERSION}"' in text, name
+    builder = dict(instructions(REPO / "images" / "engine-builder.Dockerfile"))["FROM"]
+    assert builder.endswith(f"tensorrt-llm/release:{DEFAULT_TRTLLM_VERSION}")
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=IDS)
+def test_build_context_sends_what_the_dockerfile_copies(dockerfile: Path) -> None:
+    ignore = Path(f"{dockerfile}.dockerignore").read_text().splitlines()
+    allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
+    for op, rest in instructions(dockerfile):
+        if op == "COPY":
+            for source in rest.split()[:-1]:
+                assert source.rstrip("/") in allowed, source
+
+
+def test_launcher_and_builder_need_only_what_their_images_install() -> None:
+    code = (
+        "import sys, json, llm_operator.runtime.launcher, llm_operator.engine.build\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    loaded = json.loads(subprocess.check_output([sys.executable, "-c", code], text=True))
+    third_party = {m for m in loaded if m not in sys.stdlib_module_names and not m.startswith("_")}
+    assert third_party <= SLIM_IMAGE_PACKAGES, third_party - SLIM_IMAGE_PACKAGES
