@@ -8,10 +8,10 @@ and pre-quantized variants ("-Instruct", "-chat-hf", "-v0.3", "-FP8", "-AWQ"), s
 meta-llama/Meta-Llama-3-8B-Instruct, Llama-3-8B and meta-llama-3-8b-instruct-fp8 all resolve.
 
 llm-operator/tiny-llama is the CPU reference runtime's deterministic model
-(runtime/cpu_reference/tiny_lm.py): 2 layers, hidden 64, 4 heads (head dim 16), 2 KV heads,
+(runtime/cpu_reference, BUILTIN_MODELS): 2 layers, hidden 64, 4 heads (head dim 16), 2 KV heads,
 MLP 128, byte vocabulary 256, 512 positions, untied embedding and LM head. Parameters:
 embedding 256*64 + 2 layers * (q 64*64 + k,v 2*64*32 + o 64*64 + gate,up,down 3*64*128)
-+ LM head 64*256 = 106,496. Change both files together.
++ LM head 64*256 = 106,496. Change both together.
 """
 
 from __future__ import annotations
