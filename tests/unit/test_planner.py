@@ -1,29 +1,41 @@
-"""Planner and memory model: worked examples, invariants (hypothesis), optimality vs brute force."""
+"""Planner: worked examples, preference order, TensorRT-LLM and topology rules, error sentences,
+heterogeneous pools, and invariants plus optimality against the brute-force oracle (hypothesis)."""
 
 from __future__ import annotations
 
+import random
+import re
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from llm_operator.api.v1alpha1 import LLMDeploymentSpec
+from llm_operator.api.v1alpha1 import LLMDeploymentSpec, PoolPolicy
 from llm_operator.plan import memory
-from llm_operator.plan.catalogue import lookup
+from llm_operator.plan.catalogue import by_name, lookup
 from llm_operator.plan.inventory import Inventory
-from llm_operator.plan.planner import plan_deployment
-from llm_operator.plan.types import PlanningError
+from llm_operator.plan.planner import plan_deployment, split_replicas
+from llm_operator.plan.types import PlanningError, PoolPlan
 
-from bench.planner import optimum as brute_force_min_gpus
+from bench.planner import PRODUCTS, optimum, random_nodes, random_spec
 
-GIB = memory.GIB
+H100 = ("NVIDIA-H100-80GB-HBM3", 81559, (9, 0))
+H100_SXM5 = ("NVIDIA-H100-SXM5-80GB", 81559, (9, 0))
+H200 = ("NVIDIA-H200", 143771, (9, 0))
+A100_40 = ("NVIDIA-A100-SXM4-40GB", 40960, (8, 0))
+A100_80 = ("NVIDIA-A100-SXM4-80GB", 81920, (8, 0))
+L40S = ("NVIDIA-L40S", 46068, (8, 9))
+L4 = ("NVIDIA-L4", 23034, (8, 9))
+GB200 = ("NVIDIA-GB200", 189471, (10, 0))
+AWS_BLOCK = "topology.k8s.aws/network-node-layer-3"
+LLAMA3_70B = "meta-llama/Meta-Llama-3-70B-Instruct"
 
 
-def spec(**overrides: Any) -> LLMDeploymentSpec:
+def spec(model: str = LLAMA3_70B, **overrides: Any) -> LLMDeploymentSpec:
     doc: dict[str, Any] = {
-        "model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "s3://m/x"}},
-        "engine": {"precision": "fp16", "maxBatchSize": 16, "maxInputLen": 2048, "maxSeqLen": 4096,
-                   "maxNumTokens": 4096},
+        "model": {"name": model, "source": {"uri": "s3://m/x"}},
+        "engine": {"precision": "fp16", "maxBatchSize": 32, "maxInputLen": 2048, "maxSeqLen": 8192,
+                   "maxNumTokens": 8192},
         "parallelism": {"tensor": "auto", "pipeline": "auto"},
     }  # fmt: skip
     for path, value in overrides.items():
@@ -35,170 +47,428 @@ def spec(**overrides: Any) -> LLMDeploymentSpec:
     return LLMDeploymentSpec.model_validate(doc)
 
 
-def node(
-    name: str, product: str, gpus: int, memory_mib: int, cc: tuple[int, int], **labels: str
-) -> dict[str, Any]:
+def node(name: str, gpu: tuple[str, int, tuple[int, int]], gpus: int, **labels: str) -> dict[str, Any]:
+    product, memory_mib, cc = gpu
     return {
         "metadata": {"name": name, "labels": {
             "nvidia.com/gpu.product": product, "nvidia.com/gpu.memory": str(memory_mib),
             "nvidia.com/gpu.compute.major": str(cc[0]), "nvidia.com/gpu.compute.minor": str(cc[1]),
             "topology.kubernetes.io/zone": "z1", **labels}},
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
         "status": {"allocatable": {"nvidia.com/gpu": str(gpus)},
                    "conditions": [{"type": "Ready", "status": "True"}]},
     }  # fmt: skip
 
 
-def test_reference_worked_example_llama3_70b_tp4() -> None:
-    """triton-trtllm.md section 6: fp16 tp4 -> ~35.3 GB weights, 80 KiB of KV per token per GPU."""
-    s = spec()
-    arch = lookup(s.model)
-    assert arch is not None
-    fit = memory.per_gpu(arch, s, 4, 1, 81559)
-    assert fit.weights / 1e9 == pytest.approx(35.3, abs=0.1)
-    assert memory.kv_bytes_per_token(arch, s, 4, 1) == 80 * 1024
-    # KV heads are replicated once tp exceeds them (8 KV heads, tp 16 -> 1 head per rank).
-    assert memory.kv_bytes_per_token(arch, s, 16, 1) == memory.kv_bytes_per_token(arch, s, 8, 1)
+def plan_of(s: LLMDeploymentSpec, *nodes: dict[str, Any], replicas: int = 1) -> PoolPlan:
+    return plan_deployment(s, Inventory(nodes), replicas).primary
 
 
-def test_auto_prefers_fewest_gpus_and_product_order() -> None:
-    inv = Inventory([node("h", "NVIDIA-H100-80GB-HBM3", 8, 81559, (9, 0)),
-                     node("a", "NVIDIA-A100-SXM4-40GB", 8, 40960, (8, 0))])  # fmt: skip
-    plan = plan_deployment(spec(), inv, 1)
+def error(s: LLMDeploymentSpec, inventory: Inventory | None) -> PlanningError:
+    with pytest.raises(PlanningError) as e:
+        plan_deployment(s, inventory, 1)
+    return e.value
+
+
+# --- choices ---------------------------------------------------------------------------------
+
+
+def test_worked_example_llama3_70b_fp16_on_h100() -> None:
+    plan = plan_deployment(spec(), Inventory([node("h0", H100, 8)]), 2)
     pool = plan.primary
-    # 70B fp16 needs 2 H100s (65.7 GiB weights each) but 4 A100-40GBs: fewer GPUs wins.
-    assert (pool.gpu_product, pool.tensor, pool.pipeline, pool.pods_per_replica) == (
-        "NVIDIA-H100-80GB-HBM3",
+    assert (pool.gpu_product, pool.tensor, pool.pipeline, pool.gpus_per_pod, pool.pods_per_replica) == (
+        "NVIDIA-H100-80GB-HBM3", 4, 1, 4, 1
+    )  # fmt: skip
+    assert (pool.compute_capability, pool.sm, pool.gpu_memory_mib, pool.replicas) == (
+        (9, 0),
+        "sm90",
+        81559,
         2,
-        1,
-        1,
     )
-    assert "fit in" in plan.reason
+    assert re.fullmatch(
+        r"tp=4 pp=1 on NVIDIA-H100-80GB-HBM3: 34\.3 GiB weights \+ 20\.0 GiB KV \+ 2\.\d GiB runtime per GPU "
+        r"fit in 79\.6 GiB; 4 GPUs per replica on one node",
+        plan.reason,
+    )
+    assert plan.warnings == ()
+    # Twice the batch needs twice the KV: tp=8 holds it, tp=4 would not.
+    assert plan_of(spec(**{"engine.maxBatchSize": 64}), node("h0", H100, 8)).tensor == 8
 
 
-def test_fp8_is_never_planned_on_ampere() -> None:
-    inv = Inventory([node("a", "NVIDIA-A100-SXM4-40GB", 8, 40960, (8, 0))])
-    with pytest.raises(PlanningError) as err:
-        plan_deployment(spec(**{"engine.precision": "fp8"}), inv, 1)
-    assert err.value.reason == "PrecisionUnsupported"
-    assert "8.9" in err.value.message
+def test_fewest_gpus_first_then_the_users_product_order_then_speed() -> None:
+    nodes = [node("h", H100, 8), node("a", A100_40, 8)]
+    ranked_a100_first = spec(**{"resources.gpu.products": [A100_40[0], H100[0]]})
+    assert plan_of(ranked_a100_first, *nodes).gpu_product == H100[0], "4 H100s beat 8 A100-40GBs"
+    small = {"engine.maxBatchSize": 8}
+    nodes = [node("h", H100, 8), node("a", A100_80, 8)]
+    model = "meta-llama/Meta-Llama-3-8B-Instruct"
+    assert (
+        plan_of(spec(model, **small, **{"resources.gpu.products": [A100_80[0], H100[0]]}), *nodes).gpu_product
+        == (A100_80[0])
+    ), "same GPU count: the user's order"
+    assert plan_of(spec(model, **small), *nodes).gpu_product == H100[0], "unranked: the faster product"
 
 
-def test_impossible_tp_says_what_is_missing() -> None:
-    inv = Inventory([node("l0", "NVIDIA-L40S", 4, 46068, (8, 9))])
+def test_tensor_parallel_before_pipeline_and_nvlink_before_pcie() -> None:
+    pool = plan_of(spec(), node("h", H100, 8))
+    assert pool.pipeline == 1
+    # Llama-2-13B fp16 needs 2 GPUs on either product; TP over the A100s' NVLink beats TP over PCIe
+    # even though the user listed the L40S first.
+    s = spec("meta-llama/Llama-2-13b-chat-hf", **{"engine.maxBatchSize": 8, "engine.maxSeqLen": 4096,
+             "resources.gpu.products": [L40S[0], A100_40[0]]})  # fmt: skip
+    pool = plan_of(s, node("l", L40S, 4), node("a", A100_40, 8))
+    assert (pool.gpu_product, pool.tensor) == (A100_40[0], 2)
+
+
+def test_explicit_parallelism_takes_the_first_listed_product_that_holds_it() -> None:
     s = spec(
-        **{"parallelism.tensor": 8, "parallelism.pipeline": 1, "resources.gpu.products": ["NVIDIA-L40S"]}
+        **{"parallelism.tensor": 8, "parallelism.pipeline": 1, "resources.gpu.products": [L40S[0], H100[0]]}
     )
-    with pytest.raises(PlanningError) as err:
-        plan_deployment(s, inv, 1)
-    assert err.value.reason == "InsufficientGPUs"
-    assert err.value.message.startswith("no node offers 8 allocatable NVIDIA-L40S GPUs")
-    assert "largest is 4 on l0" in err.value.message
+    pool = plan_of(s, node("l", L40S, 4), node("h", H100, 8))
+    assert (pool.gpu_product, pool.tensor, pool.pods_per_replica) == (H100[0], 8, 1)
 
 
-def test_multi_node_tp_only_inside_a_clique() -> None:
-    nodes = [
-        node(f"g{i}", "NVIDIA-GB200", 4, 189471, (10, 0), **{"nvidia.com/gpu.clique": "c.1"})
-        for i in range(2)
-    ]
+def test_allowed_products_share_the_engine_architecture_and_hold_the_plan() -> None:
+    s = spec("meta-llama/Meta-Llama-3-8B-Instruct", **{"engine.maxBatchSize": 16,
+             "resources.gpu.products": [H100[0], A100_80[0], H100_SXM5[0], H200[0]]})  # fmt: skip
+    pool = plan_of(s, node("h", H100, 8), node("a", A100_80, 8), node("s", H100_SXM5, 8), node("h2", H200, 8))
+    assert pool.allowed_products == (H100[0], H100_SXM5[0], H200[0]), "sm90 only, in the user's order"
+    # An L4 is sm89 like the L40S, but the 8B model at this batch only fits the L40S's memory.
+    s = spec("meta-llama/Meta-Llama-3-8B-Instruct", **{"engine.maxBatchSize": 16,
+             "parallelism.tensor": 1, "parallelism.pipeline": 1})  # fmt: skip
+    assert plan_of(s, node("l", L40S, 4), node("l4", L4, 8)).allowed_products == (L40S[0],)
+
+
+def test_planning_without_an_inventory_uses_the_product_table() -> None:
+    s = spec(**{"engine.precision": "fp8", "engine.kvCacheDtype": "fp8", "engine.maxBatchSize": 64,
+                "parallelism.tensor": 4, "parallelism.pipeline": 1,
+                "resources.gpu.products": [H100[0], H100_SXM5[0]]})  # fmt: skip
+    plan = plan_deployment(s, None, 1)
+    assert plan.primary.allowed_products == (H100[0], H100_SXM5[0])
+    assert "18.4 GiB weights + 20.0 GiB KV" in plan.reason
+    # GB200 NVL72: tensor parallelism 16 spans four 4-GPU trays of one assumed clique.
+    gb = plan_deployment(spec(**{"parallelism.tensor": 16, "resources.gpu.products": [GB200[0]]}), None, 1)
+    assert (gb.primary.gpus_per_pod, gb.primary.pods_per_replica, gb.primary.nvlink_clique) == (4, 4, True)
+    unknown = error(spec(**{"resources.gpu.products": ["NVIDIA-X9"]}), None)
+    assert unknown.reason == "NoMatchingGPUProduct" and "llm-operator render --nodes" in unknown.message
+
+
+def test_a_full_batch_that_does_not_fit_still_serves_with_a_warning() -> None:
+    """examples/llama3-8b-h100.yaml: 64 sequences of 8192 tokens want 64 GiB of KV on one H100."""
+    s = spec("meta-llama/Meta-Llama-3-8B-Instruct",
+             **{"engine.precision": "bf16", "engine.maxBatchSize": 64, "parallelism.tensor": 1,
+                "parallelism.pipeline": 1})  # fmt: skip
+    plan = plan_deployment(s, Inventory([node("h", H100, 8)]), 1)
+    assert plan.primary.tensor == 1
+    (warning,) = plan.warnings
+    assert re.search(
+        r"KV cache holds [\d,]+ tokens, less than 64 sequences of 8192 need \(524,288\)", warning
+    )
+    # With auto, the planner uses the GPUs that hold the full batch instead.
+    assert plan_of(spec("meta-llama/Meta-Llama-3-8B-Instruct", **{"engine.maxBatchSize": 64}),
+                   node("h", H100, 8)).tensor == 2  # fmt: skip
+
+
+def test_node_selector_and_tolerations_narrow_the_nodes() -> None:
+    dedicated = {"key": "dedicated", "value": "llm", "effect": "NoSchedule"}
+    h = node("h", H100, 8)
+    h["spec"]["taints"].append(dedicated)
+    a = node("a", A100_80, 8, pool="llm")
+    s = spec("meta-llama/Meta-Llama-3-8B-Instruct", **{"engine.maxBatchSize": 8})
+    assert plan_of(s, h, a).gpu_product == A100_80[0], "the H100 node's taint is not tolerated"
+    tolerant = spec("meta-llama/Meta-Llama-3-8B-Instruct", **{"engine.maxBatchSize": 8,
+                    "placement.tolerations": [{"key": "dedicated", "operator": "Exists"}]})  # fmt: skip
+    assert plan_of(tolerant, h, a).gpu_product == H100[0]
+    pinned = spec("meta-llama/Meta-Llama-3-8B-Instruct", **{"engine.maxBatchSize": 8,
+                  "placement.tolerations": [{"key": "dedicated", "operator": "Exists"}],
+                  "placement.nodeSelector": {"pool": "llm"}})  # fmt: skip
+    assert plan_of(pinned, h, a).gpu_product == A100_80[0]
+
+
+def test_min_memory_filters_products() -> None:
     s = spec(
-        **{"parallelism.tensor": 8, "parallelism.pipeline": 1, "resources.gpu.products": ["NVIDIA-GB200"]}
+        "meta-llama/Meta-Llama-3-8B-Instruct",
+        **{"engine.maxBatchSize": 8, "resources.gpu.minMemoryMiB": 80000},
     )
-    pool = plan_deployment(s, Inventory(nodes), 1).primary
+    assert plan_of(s, node("l", L40S, 4), node("a", A100_80, 8)).gpu_product == A100_80[0]
+    e = error(s, Inventory([node("l", L40S, 4)]))
+    assert e.reason == "NoMatchingGPUProduct" and "minMemoryMiB is 80000" in e.message
+
+
+# --- topology --------------------------------------------------------------------------------
+
+
+def gb200(name: str, clique: str | None, block: str = "b1") -> dict[str, Any]:
+    labels = {AWS_BLOCK: block} | ({"nvidia.com/gpu.clique": clique} if clique else {})
+    return node(name, GB200, 4, **labels)
+
+
+def test_tensor_parallel_across_nodes_only_inside_one_nvlink_clique() -> None:
+    s = spec(**{"parallelism.tensor": 8, "parallelism.pipeline": 1, "resources.gpu.products": [GB200[0]]})
+    pool = plan_of(s, gb200("g0", "c.1"), gb200("g1", "c.1"), gb200("g2", "c.2"))
     assert (pool.gpus_per_pod, pool.pods_per_replica, pool.nvlink_clique) == (4, 2, True)
-    no_clique = [node(f"g{i}", "NVIDIA-GB200", 4, 189471, (10, 0)) for i in range(2)]
-    with pytest.raises(PlanningError):
-        plan_deployment(s, Inventory(no_clique), 1)
-
-
-def test_pipeline_across_nodes_keeps_tp_inside_a_node() -> None:
-    nodes = [node(f"h{i}", "NVIDIA-H100-80GB-HBM3", 8, 81559, (9, 0)) for i in range(2)]
-    s = spec(**{"parallelism.tensor": 8, "parallelism.pipeline": 2})
-    pool = plan_deployment(s, Inventory(nodes), 1).primary
-    assert (pool.gpus_per_pod, pool.pods_per_replica, pool.nvlink_clique) == (8, 2, False)
-
-
-def test_pools_ordered_overflow_and_weighted() -> None:
-    inv = Inventory([node("h", "NVIDIA-H100-80GB-HBM3", 8, 81559, (9, 0)),
-                     node("a", "NVIDIA-A100-SXM4-40GB", 8, 40960, (8, 0))])  # fmt: skip
-    pools = [{"name": "h100", "products": ["NVIDIA-H100-80GB-HBM3"], "maxReplicas": 1, "weight": 1},
-             {"name": "a100", "products": ["NVIDIA-A100-SXM4-40GB"], "weight": 3}]  # fmt: skip
-    ordered = plan_deployment(spec(**{"resources.gpu.pools": pools}), inv, 2)
-    assert [p.replicas for p in ordered.pools] == [1, 1]
-    assert ordered.pools[0].sm == "sm90" and ordered.pools[1].sm == "sm80"
-    pools[0].pop("maxReplicas")
-    weighted = plan_deployment(
-        spec(**{"resources.gpu.pools": pools, "resources.gpu.poolPolicy": "weighted"}), inv, 4
+    assert pool.group_topology_key == "nvidia.com/gpu.clique"
+    e = error(s, Inventory([gb200("g0", "c.1"), gb200("g1", "c.2")]))
+    assert (e.reason, e.message) == (
+        "InsufficientGPUs",
+        "tensor parallelism 8 over NVIDIA-GB200 needs 2 nodes with 4 GPUs in one NVLink clique; "
+        "the largest clique has 1",
     )
-    assert sum(p.replicas for p in weighted.pools) == 4
+    e = error(s, Inventory([gb200("g0", None), gb200("g1", None)]))
+    assert e.message.endswith("and no nodes share an NVLink clique (nvidia.com/gpu.clique)")
 
 
-PRODUCT_CHOICES = [
-    ("NVIDIA-H100-80GB-HBM3", 81559, (9, 0), 8),
-    ("NVIDIA-A100-SXM4-40GB", 40960, (8, 0), 8),
-    ("NVIDIA-L40S", 46068, (8, 9), 4),
-    ("NVIDIA-A10G", 23028, (8, 6), 1),
-]
+def test_pcie_products_never_get_tensor_parallelism_beyond_a_node() -> None:
+    s = spec(**{"parallelism.tensor": 8, "parallelism.pipeline": 1, "resources.gpu.products": [L40S[0]]})
+    e = error(s, Inventory([node("l0", L40S, 4), node("l1", L40S, 4, **{"nvidia.com/gpu.clique": "c"})]))
+    assert (e.reason, e.message) == (
+        "InsufficientGPUs",
+        "no node offers 8 allocatable NVIDIA-L40S GPUs; largest is 4 on l1 "
+        "(NVIDIA-L40S is PCIe-only: tensor parallelism stays inside one node)",
+    )
+    # Pipeline stages may cross nodes: tp 4 per node, 2 stages.
+    ok = spec(**{"parallelism.tensor": 4, "parallelism.pipeline": 2, "resources.gpu.products": [L40S[0]]})
+    pool = plan_of(ok, node("l0", L40S, 4, **{AWS_BLOCK: "b"}), node("l1", L40S, 4, **{AWS_BLOCK: "b"}))
+    assert (pool.gpus_per_pod, pool.pods_per_replica, pool.nvlink_clique) == (4, 2, False)
 
 
-@st.composite
-def inventories(draw: st.DrawFn) -> Inventory:
-    chosen = draw(st.lists(st.sampled_from(PRODUCT_CHOICES), min_size=1, max_size=4, unique=True))
-    nodes = []
-    for product, mem, cc, gpus in chosen:
-        for i in range(draw(st.integers(1, 3))):
-            nodes.append(node(f"{product}-{i}", product, gpus, mem, cc))
-    return Inventory(nodes)
+def test_pipeline_stages_stay_in_one_network_block_when_required() -> None:
+    s = spec(**{"parallelism.tensor": 8, "parallelism.pipeline": 2})
+    together = plan_of(s, node("h0", H100, 8, **{AWS_BLOCK: "b1"}), node("h1", H100, 8, **{AWS_BLOCK: "b1"}))
+    assert (together.gpus_per_pod, together.pods_per_replica, together.group_topology_key) == (
+        8,
+        2,
+        AWS_BLOCK,
+    )
+    apart = [node("h0", H100, 8, **{AWS_BLOCK: "b1"}), node("h1", H100, 8, **{AWS_BLOCK: "b2"})]
+    e = error(s, Inventory(apart))
+    assert (e.reason, e.message) == (
+        "InsufficientGPUs",
+        f"a replica of tp=8 pp=2 needs 2 nodes with 8 allocatable {H100[0]} GPUs; in one network block "
+        f"({AWS_BLOCK}) the most is 1, in b1",
+    )
+    preferred = spec(**{"parallelism.tensor": 8, "parallelism.pipeline": 2,
+                        "placement.pipelineParallelStrictness": "preferred"})  # fmt: skip
+    assert plan_of(preferred, *apart).group_topology_key == AWS_BLOCK, "rendered as a preference"
+    anywhere = spec(
+        **{"parallelism.tensor": 8, "parallelism.pipeline": 2, "placement.pipelineParallelDomain": "any"}
+    )
+    assert plan_of(anywhere, *apart).group_topology_key is None
 
 
-MODELS = ["meta-llama/Llama-2-7b-chat-hf", "meta-llama/Meta-Llama-3-8B-Instruct",
-          "meta-llama/Llama-2-13b-chat-hf",
-          "meta-llama/Meta-Llama-3-70B-Instruct"]  # fmt: skip
+def test_block_label_of_the_cloud_at_hand_else_zone_with_a_warning() -> None:
+    s = spec(**{"parallelism.tensor": 8, "parallelism.pipeline": 2})
+    gke = "cloud.google.com/gce-topology-block"
+    assert (
+        plan_of(s, node("h0", H100, 8, **{gke: "x"}), node("h1", H100, 8, **{gke: "x"})).group_topology_key
+        == gke
+    )
+    plan = plan_deployment(s, Inventory([node("h0", H100, 8), node("h1", H100, 8)]), 1)
+    assert plan.primary.group_topology_key == "topology.kubernetes.io/zone"
+    assert "PP stages stay in one zone" in plan.warnings[0]
+
+
+def test_pipeline_pods_hold_as_many_whole_stages_as_a_node_fits() -> None:
+    s = spec(**{"parallelism.tensor": 2, "parallelism.pipeline": 8})
+    nodes = [node(f"h{i}", H100, 8, **{AWS_BLOCK: "b"}) for i in range(4)]
+    pool = plan_of(s, *nodes)
+    assert (pool.gpus_per_pod, pool.pods_per_replica) == (8, 2)
+    # Only 4-GPU nodes left in the block: smaller pods, more of them.
+    small = [node(f"h{i}", H100, 4, **{AWS_BLOCK: "b"}) for i in range(4)]
+    assert (plan_of(s, *small).gpus_per_pod, plan_of(s, *small).pods_per_replica) == (4, 4)
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+
+def test_precision_errors_name_the_architecture() -> None:
+    inv = Inventory([node("a", A100_40, 8)])
+    e = error(spec(**{"engine.precision": "fp8"}), inv)
+    assert (e.reason, e.message) == (
+        "PrecisionUnsupported",
+        f"precision fp8 needs compute capability 8.9 (Ada) or newer; {A100_40[0]} is ampere (8.0)",
+    )
+    e = error(spec(**{"engine.kvCacheDtype": "fp8"}), inv)
+    assert e.message.startswith("kvCacheDtype fp8 needs compute capability 8.9")
+    t4 = ("Tesla-T4", 15360, (7, 5))
+    assert (
+        error(spec(**{"engine.precision": "bf16"}), Inventory([node("t", t4, 1)])).reason
+        == "PrecisionUnsupported"
+    )
+    block = {AWS_BLOCK: "b"}
+    pool = plan_of(spec(**{"engine.precision": "fp8"}), node("a", A100_40, 8), node("l", L40S, 4, **block),
+                   node("l1", L40S, 4, **block))  # fmt: skip
+    assert pool.gpu_product == L40S[0] and pool.compute_capability == (8, 9)
+
+
+def test_no_matching_product_lists_what_the_cluster_has_and_why_nodes_are_left_out() -> None:
+    cordoned = node("h", H100, 8)
+    cordoned["spec"]["unschedulable"] = True
+    e = error(
+        spec(**{"resources.gpu.products": [H200[0], H100[0]]}), Inventory([cordoned, node("a", A100_40, 8)])
+    )
+    assert (e.reason, e.message) == (
+        "NoMatchingGPUProduct",
+        f"no schedulable node offers {H200[0]} or {H100[0]} ({H100[0]}: 1 cordoned); the cluster has "
+        f"{A100_40[0]}, {H100[0]}",
+    )
+    assert (
+        error(spec(), Inventory()).message
+        == "no schedulable node offers any GPU product; the cluster has no GPU nodes"
+    )
+
+
+def test_model_does_not_fit_says_by_how_much() -> None:
+    t4 = ("Tesla-T4", 15360, (7, 5))
+    s = spec("meta-llama/Llama-3.1-405B-Instruct", **{"resources.gpu.products": [t4[0]]})
+    e = error(s, Inventory([node("t", t4, 8)]))
+    assert e.reason == "ModelDoesNotFit"
+    assert e.message.startswith(
+        "meta-llama/Llama-3.1-405B-Instruct (fp16, maxBatchSize 32, maxSeqLen 8192) on Tesla-T4: "
+        "no tp x pp up to 64 GPUs fits; closest is tp="
+    )
+    assert re.search(r"need [\d.]+ GiB, [\d.]+ GiB more than 15\.0 GiB, and not even one", e.message)
+
+
+def test_insufficient_gpus_for_auto_says_how_many_are_needed() -> None:
+    s = spec(**{"resources.gpu.products": ["NVIDIA-A10G"]})
+    a10g = ("NVIDIA-A10G", 23028, (8, 6))
+    e = error(s, Inventory([node(f"a{i}", a10g, 1, **{AWS_BLOCK: f"b{i}"}) for i in range(3)]))
+    assert e.reason == "InsufficientGPUs"
+    assert re.match(rf"{LLAMA3_70B} needs at least 8 NVIDIA-A10G GPUs \(tp=1 pp=8\): a replica", e.message)
+
+
+def test_architecture_errors_and_warnings() -> None:
+    unknown = {"model.name": "acme/secret-model"}
+    e = error(spec(**unknown), None)
+    assert e.reason == "UnknownArchitecture" and "set spec.model.architecture" in e.message
+    explicit = spec(**unknown, **{"parallelism.tensor": 2, "parallelism.pipeline": 1})
+    plan = plan_deployment(explicit, Inventory([node("h", H100, 8)]), 1)
+    assert plan.primary.tensor == 2 and "memory not checked" in plan.reason
+    assert plan.warnings == (
+        "acme/secret-model is not in the catalogue and spec.model.architecture is unset: "
+        "GPU memory was not checked",
+    )
+    e = error(spec("meta-llama/Llama-2-13b-chat-hf", **{"parallelism.tensor": 16}), None)
+    assert (e.reason, e.message) == (
+        "InvalidParallelism",
+        "meta-llama/Llama-2-13b-chat-hf: tensor parallelism 16 does not divide its 40 attention heads",
+    )
+
+
+def test_catalogue_lookup_tolerates_prefixes_and_suffixes() -> None:
+    llama3 = by_name("llama-3-8b")
+    for name in ("meta-llama/Meta-Llama-3-8B-Instruct", "Meta-Llama-3-8B", "meta-llama-3-8b-instruct-fp8"):
+        assert by_name(name) == llama3
+    assert by_name("mistralai/Mistral-7B-Instruct-v0.3") == by_name("mistral-7b")
+    assert by_name("Qwen/Qwen2.5-72B-Instruct-AWQ") == by_name("qwen2.5-72b")
+    tiny = lookup(spec("chat", **{"model.source.uri": "builtin://tiny-llama"}).model)
+    assert tiny is not None and (tiny.num_layers, tiny.hidden_size, tiny.kv_heads) == (2, 64, 2)
+    assert by_name("TinyLlama/TinyLlama-1.1B-Chat-v1.0") == by_name("tinyllama-1.1b") != tiny
+
+
+# --- pools -----------------------------------------------------------------------------------
+
+
+def test_heterogeneous_pools_are_planned_and_split_in_order() -> None:
+    inv = Inventory([node("h", H100, 8), node("a0", A100_40, 8), node("a1", A100_40, 8)])
+    pools = [{"name": "h100", "products": [H100[0]], "maxReplicas": 1},
+             {"name": "a100", "products": [A100_40[0]]}]  # fmt: skip
+    plan = plan_deployment(spec(**{"resources.gpu.pools": pools}), inv, 3)
+    h, a = plan.pools
+    assert (h.name, h.tensor, h.sm, h.replicas) == ("h100", 4, "sm90", 1)
+    assert (a.name, a.tensor, a.sm, a.replicas) == ("a100", 8, "sm80", 2)
+    assert plan.reason.startswith("pool h100 (1 replica): tp=4 pp=1 on NVIDIA-H100-80GB-HBM3")
+    assert "; pool a100 (2 replicas): tp=8 pp=1 on NVIDIA-A100-SXM4-40GB" in plan.reason
+    # Beyond both pools' capacity the preferred pool takes the rest (Pending until nodes come).
+    over = plan_deployment(spec(**{"resources.gpu.pools": pools}), inv, 5)
+    assert [p.replicas for p in over.pools] == [1, 4]
+    assert any("pool a100: 4 replicas planned" in w and "hold 2" in w for w in over.warnings)
+
+
+def test_weighted_pools_and_a_failing_pool_fails_the_plan() -> None:
+    inv = Inventory([node("h", H100, 8), node("a", A100_40, 8)])
+    pools = [{"name": "h100", "products": [H100[0]], "weight": 1},
+             {"name": "a100", "products": [A100_40[0]], "weight": 3}]  # fmt: skip
+    s = spec(**{"resources.gpu.pools": pools, "resources.gpu.poolPolicy": "weighted"})
+    assert [p.replicas for p in plan_deployment(s, inv, 6).pools] == [2, 4]
+    e = error(s, Inventory([node("h", H100, 8)]))
+    assert e.reason == "NoMatchingGPUProduct" and e.message.startswith(
+        "pool a100: no schedulable node offers"
+    )
+
+
+def test_split_replicas_examples() -> None:
+    assert split_replicas(5, PoolPolicy.ORDERED, [1, 1], [2, None], [10, 10]) == [2, 3]
+    assert split_replicas(5, PoolPolicy.ORDERED, [1, 1], [None, None], [1, 2]) == [3, 2]
+    assert split_replicas(5, PoolPolicy.ORDERED, [1, 1], [1, 2], [9, 9]) == [1, 2], "maxReplicas is a cap"
+    assert split_replicas(10, PoolPolicy.WEIGHTED, [1, 2, 2], [None] * 3, [0] * 3) == [2, 4, 4]
+    assert split_replicas(4, PoolPolicy.WEIGHTED, [1, 1, 1], [None] * 3, [0] * 3) == [2, 1, 1]
+    assert split_replicas(9, PoolPolicy.WEIGHTED, [1, 2], [None, 3], [0, 0]) == [6, 3], "excess re-shared"
 
 
 @settings(max_examples=60, deadline=None)
-@given(inv=inventories(), model=st.sampled_from(MODELS),
-       precision=st.sampled_from(["fp16", "fp8", "int4-awq"]),
-       batch=st.sampled_from([1, 8, 64]))  # fmt: skip
-def test_planner_invariants_and_optimality(inv: Inventory, model: str, precision: str, batch: int) -> None:
-    s = spec(**{"model.name": model, "engine.precision": precision, "engine.maxBatchSize": batch})
-    optimum = brute_force_min_gpus(s, inv)  # every tp x pp x product tried (bench/planner.py)
-    if optimum is None:
+@given(
+    replicas=st.integers(0, 60),
+    policy=st.sampled_from(list(PoolPolicy)),
+    pools=st.lists(
+        st.tuples(st.integers(1, 10), st.one_of(st.none(), st.integers(0, 20)), st.integers(0, 30)),
+        min_size=1,
+        max_size=5,
+    ),
+)
+def test_split_replicas_properties(
+    replicas: int, policy: PoolPolicy, pools: list[tuple[int, int | None, int]]
+) -> None:
+    weights, limits, capacities = (list(x) for x in zip(*pools, strict=True))
+    counts = split_replicas(replicas, policy, weights, limits, capacities)
+    room = sum(replicas if m is None else m for m in limits)
+    assert sum(counts) == min(replicas, room)
+    assert all(c <= m for c, m in zip(counts, limits, strict=True) if m is not None)
+    if policy == PoolPolicy.WEIGHTED and all(m is None for m in limits):
+        total = sum(weights)
+        assert all(abs(c - replicas * w / total) < 1 for c, w in zip(counts, weights, strict=True))
+
+
+# --- invariants and optimality (hypothesis) --------------------------------------------------
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), size=st.integers(1, 16), ranked=st.booleans())
+def test_invariants_and_optimality_against_brute_force(seed: int, size: int, ranked: bool) -> None:
+    rng = random.Random(seed)
+    products = rng.sample(PRODUCTS, rng.randint(1, 3)) if ranked else None
+    s, inventory = random_spec(rng, products), Inventory(random_nodes(rng, size))
+    best = optimum(s, inventory)  # every product x tp x pp x pod size tried (bench/planner.py)
+    if best is None:
         with pytest.raises(PlanningError):
-            plan_deployment(s, inv, 1)
+            plan_deployment(s, inventory, 1)
         return
-    pool = plan_deployment(s, inv, 1).primary
-    arch = lookup(s.model)
-    assert arch is not None
+    plan = plan_deployment(s, inventory, 3)
+    pool, arch = plan.primary, lookup(s.model)
+    assert arch is not None and plan.replicas == 3
     assert pool.world_size == pool.tensor * pool.pipeline == pool.gpus_per_pod * pool.pods_per_replica
+    assert pool.world_size <= 64 and pool.tensor & (pool.tensor - 1) == 0
     assert arch.num_attention_heads % pool.tensor == 0 and arch.num_layers % pool.pipeline == 0
-    assert memory.per_gpu(arch, s, pool.tensor, pool.pipeline, pool.gpu_memory_mib).fits
-    if precision == "fp8":
+    assert pool.gpu_product == pool.allowed_products[0]
+    for product in pool.allowed_products:
+        memory_mib = min(n.memory_mib for n in inventory.nodes.values() if n.product == product)
+        assert memory.fits(arch, s, pool.tensor, pool.pipeline, memory_mib).serves, (
+            "never planned over memory"
+        )
+    if "fp8" in (s.engine.precision, s.engine.kv_cache_dtype):
         assert pool.compute_capability >= (8, 9)
-    assert pool.world_size == optimum, "not the fewest GPUs"
-
-
-def test_explicit_parallelism_must_shard_the_catalogued_model_evenly() -> None:
-    s = spec(
-        **{
-            "parallelism.tensor": 16,
-            "parallelism.pipeline": 1,
-            "model.name": "meta-llama/Llama-2-13b-chat-hf",
-        }
-    )
-    with pytest.raises(PlanningError) as err:
-        plan_deployment(s, None, 1)
-    assert err.value.reason == "InvalidParallelism"
-    assert "40 attention heads" in err.value.message
-
-
-def test_inventory_reports_only_changes_planning_reads() -> None:
-    inv = Inventory()
-    n = node("h", "NVIDIA-H100-80GB-HBM3", 8, 81559, (9, 0))
-    assert inv.upsert(n) is True
-    heartbeat = {**n, "status": {**n["status"], "images": [{"names": ["x"]}]}}
-    assert inv.upsert(heartbeat) is False
-    fewer = {**n, "status": {**n["status"], "allocatable": {"nvidia.com/gpu": "4"}}}
-    assert inv.upsert(fewer) is True
-    assert inv.nodes["h"].gpus == 4
-    assert inv.upsert({"metadata": {"name": "cpu", "labels": {}}}) is False, "non-GPU nodes are not kept"
-    assert inv.remove("h") is True and inv.remove("h") is False
+    if pool.pods_per_replica == 1 or (
+        s.placement.pipeline_parallel_domain == "any" and not pool.nvlink_clique
+    ):
+        assert pool.group_topology_key is None
+    else:
+        assert pool.group_topology_key == (
+            "nvidia.com/gpu.clique"
+            if pool.nvlink_clique
+            else AWS_BLOCK
+            if (s.placement.pipeline_parallel_domain == "network-block")
+            else "topology.kubernetes.io/zone"
+        )
+    fit = memory.fits(arch, s, pool.tensor, pool.pipeline, pool.gpu_memory_mib)
+    assert (not fit, pool.world_size) == best, "not the fewest GPUs"

@@ -24,6 +24,9 @@ class PoolPlan:
     pods_per_replica: int  # > 1: a multi-node group, rank 0 (pod 0) is the leader
     replicas: int
     nvlink_clique: bool = False  # TP spans nodes of one nvidia.com/gpu.clique
+    # Node label every pod of a multi-pod replica must share (nvidia.com/gpu.clique, the network
+    # block or zone label the nodes carry); None: no co-location rule.
+    group_topology_key: str | None = None
 
     @property
     def world_size(self) -> int:
