@@ -1,12 +1,21 @@
-"""Placement of serving pods, derived from the plan and spec.placement (docs/placement.md).
+"""Scheduling fields of serving pods, derived from the plan and spec.placement (docs/placement.md).
 
-- required node affinity to the pool's GPU products (same architecture as its engine) and to the
-  minimum GPU memory; the nvidia.com/gpu toleration;
-- multi-node groups: workers stay with their leader inside one NVLink clique (TP across nodes) or
-  one network block / zone (PP across nodes), required or preferred as the spec says;
-- replicas spread over zones (or nodes) and kept off each other's nodes where possible, as
-  preferences: a zone without capacity must not make a replica unschedulable;
-- the user's nodeSelector, tolerations and priorityClassName are merged, never replaced.
+- Required node affinity to the pool's GPU products (the engine's architecture, and memory the
+  plan fits) and to spec.resources.gpu.minMemoryMiB; the nvidia.com/gpu toleration.
+- Workers of a multi-node replica follow their leader: required pod affinity on
+  nvidia.com/gpu.clique when TP spans nodes (only NVLink is fast enough), else on the network
+  block (or zone) label the planner found on the nodes, required or preferred per
+  spec.placement.pipelineParallelStrictness.
+- Replicas (their leaders) spread over zones or nodes with whenUnsatisfiable: ScheduleAnyway.
+  DoNotSchedule would count zones whose GPUs are all taken, leaving a replica Pending while
+  another zone has room; spreading is worth less than serving.
+- No pod anti-affinity: a pod of a multi-node group holds more than half of its node's GPUs (the
+  planner packs whole TP groups into as few pods as fit), and one that takes a whole node keeps
+  every other GPU pod off it through its nvidia.com/gpu request. Where pods take part of a node,
+  stacking replicas vs. fragmenting nodes is what replicaSpread: node decides. Inter-pod
+  anti-affinity would only add the scheduler's most expensive check.
+- The user's nodeSelector, tolerations and priorityClassName are merged, never replaced.
+Only keys with content are returned, in a fixed order, so rendered objects diff cleanly.
 """
 
 from __future__ import annotations
@@ -15,29 +24,28 @@ import json
 from typing import Any
 
 from llm_operator import labels as L
-from llm_operator.api.v1alpha1 import LLMDeploymentSpec, PipelineParallelDomain, ReplicaSpread, Strictness
-from llm_operator.plan.inventory import LabelKeys
+from llm_operator.api.v1alpha1 import LLMDeploymentSpec, ReplicaSpread, Strictness
+from llm_operator.plan.inventory import GPU_TOLERATION, LabelKeys
 from llm_operator.plan.types import PoolPlan
 
-GPU_TOLERATION = {"key": L.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+__all__ = ["GPU_TOLERATION", "pod_scheduling"]
 
 
 def _tolerations(spec: LLMDeploymentSpec) -> list[dict[str, Any]]:
-    merged: list[dict[str, Any]] = []
+    merged: dict[str, dict[str, Any]] = {}
     for t in [GPU_TOLERATION, *spec.placement.tolerations]:
-        if all(json.dumps(t, sort_keys=True) != json.dumps(m, sort_keys=True) for m in merged):
-            merged.append(dict(t))
-    return merged
+        merged.setdefault(json.dumps(t, sort_keys=True), dict(t))
+    return list(merged.values())
 
 
 def _node_affinity(spec: LLMDeploymentSpec, pool: PoolPlan) -> dict[str, Any]:
     expressions: list[dict[str, Any]] = [
         {"key": L.GPU_PRODUCT, "operator": "In", "values": list(pool.allowed_products)}
     ]
-    if spec.resources.gpu.min_memory_mib:
-        expressions.append(
-            {"key": L.GPU_MEMORY, "operator": "Gt", "values": [str(spec.resources.gpu.min_memory_mib - 1)]}
-        )
+    min_memory = spec.resources.gpu.min_memory_mib
+    if min_memory:
+        # Gt is strict and compares integers: at least N MiB is "greater than N-1".
+        expressions.append({"key": L.GPU_MEMORY, "operator": "Gt", "values": [str(min_memory - 1)]})
     return {
         "requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": expressions}]
@@ -45,15 +53,31 @@ def _node_affinity(spec: LLMDeploymentSpec, pool: PoolPlan) -> dict[str, Any]:
     }
 
 
-def _group_topology_key(spec: LLMDeploymentSpec, pool: PoolPlan, keys: LabelKeys) -> str | None:
-    if pool.nvlink_clique:
-        return L.GPU_CLIQUE  # TP spans nodes: only NVLink within one clique is fast enough
-    domain = spec.placement.pipeline_parallel_domain
-    if domain == PipelineParallelDomain.NETWORK_BLOCK:
-        return keys.network_block[0]
-    if domain == PipelineParallelDomain.ZONE:
-        return keys.zone
-    return None
+def _group_affinity(
+    spec: LLMDeploymentSpec, pool: PoolPlan, group_selector: dict[str, str]
+) -> dict[str, Any]:
+    key = L.GPU_CLIQUE if pool.nvlink_clique else pool.group_topology_key
+    if key is None:
+        return {}
+    term = {"labelSelector": {"matchLabels": dict(group_selector)}, "topologyKey": key}
+    if pool.nvlink_clique or spec.placement.pipeline_parallel_strictness == Strictness.REQUIRED:
+        return {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    return {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]}
+
+
+def _spread(spec: LLMDeploymentSpec, selector: dict[str, str], keys: LabelKeys) -> list[dict[str, Any]]:
+    spread = spec.placement.replica_spread
+    if spread == ReplicaSpread.NONE:
+        return []
+    # Every replica has exactly one leader pod: spreading leaders spreads replicas.
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": keys.zone if spread == ReplicaSpread.ZONE else L.HOSTNAME,
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {**selector, L.ROLE: "leader"}},
+        }
+    ]
 
 
 def pod_scheduling(
@@ -65,47 +89,17 @@ def pod_scheduling(
     inventory_labels: LabelKeys | None = None,
 ) -> dict[str, Any]:
     """Pod-spec fields (affinity, tolerations, topologySpreadConstraints, nodeSelector,
-    priorityClassName) for one pool's serving pods. `group_selector` selects the leader a worker
-    belongs with (None for leaders and single-pod replicas)."""
-    keys = inventory_labels or LabelKeys()
+    priorityClassName) for one pool's serving pods. `selector` selects the pool's pods;
+    `group_selector` selects the leader a worker belongs with (None for leaders and single-pod
+    replicas); `inventory_labels` names the zone label (topology.kubernetes.io/zone by default)."""
     affinity: dict[str, Any] = {"nodeAffinity": _node_affinity(spec, pool)}
-    result: dict[str, Any] = {"affinity": affinity, "tolerations": _tolerations(spec)}
-    if group_selector is not None:
-        key = _group_topology_key(spec, pool, keys)
-        if key is not None:
-            term = {"labelSelector": {"matchLabels": group_selector}, "topologyKey": key}
-            required = (
-                pool.nvlink_clique or spec.placement.pipeline_parallel_strictness == Strictness.REQUIRED
-            )
-            affinity["podAffinity"] = (
-                {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
-                if required
-                else {
-                    "preferredDuringSchedulingIgnoredDuringExecution": [
-                        {"weight": 100, "podAffinityTerm": term}
-                    ]
-                }
-            )
-    else:
-        spread = spec.placement.replica_spread
-        if spread != ReplicaSpread.NONE:
-            leaders = {**selector, L.ROLE: "leader"}
-            affinity["podAntiAffinity"] = {
-                "preferredDuringSchedulingIgnoredDuringExecution": [
-                    {"weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": leaders},
-                                                        "topologyKey": L.HOSTNAME}}
-                ]
-            }  # fmt: skip
-            result["topologySpreadConstraints"] = [
-                {
-                    "maxSkew": 1,
-                    "topologyKey": keys.zone if spread == ReplicaSpread.ZONE else L.HOSTNAME,
-                    "whenUnsatisfiable": "ScheduleAnyway",
-                    "labelSelector": {"matchLabels": leaders},
-                }
-            ]
+    if group_selector is not None and (pod_affinity := _group_affinity(spec, pool, group_selector)):
+        affinity["podAffinity"] = pod_affinity
+    fields: dict[str, Any] = {"affinity": affinity, "tolerations": _tolerations(spec)}
+    if group_selector is None and (spread := _spread(spec, selector, inventory_labels or LabelKeys())):
+        fields["topologySpreadConstraints"] = spread
     if spec.placement.node_selector:
-        result["nodeSelector"] = dict(spec.placement.node_selector)
+        fields["nodeSelector"] = dict(sorted(spec.placement.node_selector.items()))
     if spec.placement.priority_class_name:
-        result["priorityClassName"] = spec.placement.priority_class_name
-    return result
+        fields["priorityClassName"] = spec.placement.priority_class_name
+    return fields
