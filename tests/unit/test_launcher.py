@@ -199,6 +199,84 @@ def test_ranks_are_found_by_their_own_id_not_by_mpiruns_command_line() -> None:
     assert launcher.rank_pids(table, 1, ["rank0"]) == {}, "mpirun alone is not rank 0"
 
 
+class Metrics:
+    """A /metrics endpoint whose in-flight count the test sets."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.pending = 0
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = f'nv_inference_pending_request_count{{model="ensemble",version="1"}} {owner.pending}\n'
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_drain_waits_for_in_flight_requests_within_its_budget() -> None:
+    metrics = Metrics()
+    try:
+        metrics.pending = 2
+        c = config(LLMOP_METRICS_PORT=str(metrics.port), LLMOP_DRAIN_SETTLE_SECONDS="0",
+                   LLMOP_DRAIN_TIMEOUT_SECONDS="1")  # fmt: skip
+        start = time.monotonic()
+        assert launcher.drain(c, poll=0.05) == 0
+        assert 1 <= time.monotonic() - start < 3, "bounded by the drain timeout"
+        c = dataclasses.replace(c, drain_timeout=10)
+        import threading
+
+        threading.Timer(0.5, lambda: setattr(metrics, "pending", 0)).start()
+        start = time.monotonic()
+        assert launcher.drain(c, poll=0.05) == 0
+        assert 0.4 < time.monotonic() - start < 3, "returns once nothing is in flight"
+        worker = config(**MULTI, LLMOP_ROLE="worker", LLMOP_LEADER_HOST="127.0.0.1",
+                        LLMOP_METRICS_PORT=str(metrics.port), LLMOP_DRAIN_SETTLE_SECONDS="0")  # fmt: skip
+        metrics.pending = 1
+        threading.Timer(0.5, lambda: setattr(metrics, "pending", 0)).start()
+        start = time.monotonic()
+        assert launcher.drain(worker, poll=0.05) == 0
+        assert time.monotonic() - start > 0.4, "a worker waits on its leader's requests"
+    finally:
+        metrics.server.shutdown()
+    gone = config(LLMOP_METRICS_PORT=str(free_port()), LLMOP_DRAIN_SETTLE_SECONDS="0")
+    assert launcher.drain(gone) == 0, "nothing serving: nothing to drain"
+
+
+@pytest.mark.parametrize(
+    ("env", "argv", "code"),
+    [({"LLMOP_TP": "x"}, [], launcher.EXIT_CONFIG),
+     ({}, ["serve"], launcher.EXIT_USAGE),
+     ({"LLMOP_TP": "2", "LLMOP_GPUS_PER_POD": "2", "LLMOP_ENGINE_DIR": "/none"}, [], launcher.EXIT_CONFIG),
+     ({**MULTI, "LLMOP_WORKER_HOST_PATTERN": "127.0.0.{worker}", "LLMOP_WORKER_WAIT_SECONDS": "1",
+       "LLMOP_SSH_PORT": "1"}, [], launcher.EXIT_WORKERS_UNREACHABLE)],
+    ids=["bad-env", "usage", "no-engine", "workers-unreachable"],
+)  # fmt: skip
+def test_launcher_refuses_to_start_with_a_meaningful_status(
+    tmp_path: Path, env: dict[str, str], argv: list[str], code: int
+) -> None:
+    keys = tmp_path / "ssh"
+    keys.mkdir()
+    (keys / "id_ed25519").write_text("key")
+    (tmp_path / "cm").mkdir()
+    paths = {"LLMOP_MODEL_REPO_SRC": str(tmp_path / "cm"), "LLMOP_SSH_DIR": str(keys),
+             "LLMOP_MODEL_REPO": str(tmp_path / "r"), "LLMOP_RUNTIME_DIR": str(tmp_path / "run")}  # fmt: skip
+    full = {**os.environ, **paths, **env}
+    result = subprocess.run([PYTHON, "-m", "llm_operator.runtime.launcher", *argv], env=full, timeout=30,
+                            capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == code, result.stderr
+
+
 # --- supervision of real processes ----------------------------------------------------------
 
 FAKE_TRITON = f"""#!{PYTHON}
@@ -450,31 +528,36 @@ def test_worker_sshd_accepts_the_leaders_key_and_passes_its_environment(tmp_path
 def test_launcher_serves_the_cpu_repository_drains_and_stops_cleanly(tmp_path: Path) -> None:
     import urllib.request
 
+    import pytriton
     from llm_operator.modelrepo import render_repository, to_configmap_data
     from llm_operator.plan.cpu import cpu_plan
 
-    from tests.triton.conftest import LIBS, REPO, TRITON, cpu_spec
-
-    spec = cpu_spec(streaming=False)
+    triton = Path(pytriton.__file__).parent / "tritonserver"
+    spec = LLMDeploymentSpec.model_validate({
+        "model": {"name": "llm-operator/tiny-llama", "source": {"uri": "builtin://tiny-llama"}},
+        "engine": {"backend": "cpu-reference", "maxBatchSize": 4, "maxInputLen": 64, "maxSeqLen": 128,
+                   "maxNumTokens": 128},
+        "runtime": {"streaming": False},
+    })  # fmt: skip
     cm = tmp_path / "configmap"
     cm.mkdir()
-    # The python stub ignores PYTHONPATH: the model finds llm_operator and numpy through its config.
-    python_path = [str(REPO / "operator"), sysconfig.get_paths()["purelib"]]
+    # The python stub ignores PYTHONPATH: the model finds its imports through its own config.
+    python_path = [str(Path(launcher.__file__).parents[2]), sysconfig.get_paths()["purelib"]]
     files = render_repository(
         spec, cpu_plan(spec).primary, engine_dir="", tokenizer_dir="", python_path=python_path
     )
     for key, text in to_configmap_data(files).items():
         (cm / key).write_text(text)
     backends = tmp_path / "backends"
-    shutil.copytree(TRITON / "backends", backends)
-    shutil.copy(TRITON / "python_backend_stubs" / "3.11" / "triton_python_backend_stub", backends / "python")
+    shutil.copytree(triton / "backends", backends)
+    shutil.copy(triton / "python_backend_stubs" / "3.11" / "triton_python_backend_stub", backends / "python")
     http, grpc, metrics = free_port(), free_port(), free_port()
     env = {**os.environ, "LLMOP_BACKEND": "cpu-reference", "LLMOP_MODEL_REPO_SRC": str(cm),
            "LLMOP_MODEL_REPO": str(tmp_path / "repo"), "LLMOP_HTTP_PORT": str(http),
            "LLMOP_GRPC_PORT": str(grpc), "LLMOP_METRICS_PORT": str(metrics),
-           "LLMOP_TRITONSERVER": str(TRITON / "bin" / "tritonserver"), "LLMOP_BACKEND_DIR": str(backends),
+           "LLMOP_TRITONSERVER": str(triton / "bin" / "tritonserver"), "LLMOP_BACKEND_DIR": str(backends),
            "LLMOP_EXIT_TIMEOUT_SECONDS": "5", "LLMOP_DRAIN_SETTLE_SECONDS": "0",
-           "LD_LIBRARY_PATH": str(LIBS)}  # fmt: skip
+           "LD_LIBRARY_PATH": str(triton.parents[1] / "nvidia_pytriton.libs")}  # fmt: skip
     log = (tmp_path / "launcher.log").open("w")
     proc = subprocess.Popen([PYTHON, "-m", "llm_operator.runtime.launcher"], env=env, stdout=log, stderr=log)
     try:
