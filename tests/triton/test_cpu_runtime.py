@@ -1,10 +1,12 @@
-"""The CPU reference runtime on a real Triton server: the ensemble's contract, streaming over
-gRPC, concurrent HTTP with dynamic batching, and the queue metrics the autoscaler reads."""
+"""The CPU reference runtime on a real Triton server: the ensemble's contract, token streaming over
+gRPC, concurrent HTTP requests batched dynamically, and the metrics the autoscaler reads."""
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -12,73 +14,188 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM
+from llm_operator.runtime.cpu_reference.tiny_lm import Sampler
+from llm_operator.runtime.triton_process import TritonProcess
+from tritonclient.utils import InferenceServerException
 
-from tests.triton.conftest import Server, cpu_spec
+from tests.triton.conftest import expected
 
 pytestmark = pytest.mark.triton
 
-
-def expected(prompt: str, max_tokens: int) -> str:
-    seed = int(__import__("hashlib").sha256(cpu_spec(True).model.revision.encode()).hexdigest()[:8], 16)
-    return "".join(TinyLM(seed, 256).generate(prompt, max_tokens))
+MODEL = "ensemble"
 
 
-def http_inputs(prompt: str, max_tokens: int) -> list[Any]:
-    text = httpclient.InferInput("text_input", [1, 1], "BYTES")
-    text.set_data_from_numpy(np.array([[prompt.encode()]], dtype=np.object_))
-    tokens = httpclient.InferInput("max_tokens", [1, 1], "INT32")
-    tokens.set_data_from_numpy(np.array([[max_tokens]], dtype=np.int32))
-    return [text, tokens]
+def tensors(module: Any, **values: Any) -> list[Any]:
+    """Client input tensors with a batch dimension of 1, typed as the ensemble declares them."""
+    types = {str: ("BYTES", np.object_), bool: ("BOOL", np.bool_), int: ("INT32", np.int32),
+             float: ("FP32", np.float32)}  # fmt: skip
+    out = []
+    for name, value in values.items():
+        if name == "seed":
+            triton_type, dtype = "UINT64", np.uint64
+        else:
+            triton_type, dtype = types[type(value)]
+        data = np.array([[value.encode() if isinstance(value, str) else value]], dtype=dtype)
+        tensor = module.InferInput(name, list(data.shape), triton_type)
+        tensor.set_data_from_numpy(data)
+        out.append(tensor)
+    return out
 
 
-def test_concurrent_http_requests_are_batched_and_metered(batch_server: Server) -> None:
-    client = httpclient.InferenceServerClient(f"127.0.0.1:{batch_server.http}", concurrency=16)
-    prompts = [f"request {i}" for i in range(24)]
-    pending_seen: list[float] = []
+class Stream:
+    """A gRPC client with one open stream (tritonclient allows one per client)."""
+
+    def __init__(self, server: TritonProcess) -> None:
+        self.responses: queue.Queue[Any] = queue.Queue()
+        self.client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+        self.client.start_stream(callback=lambda result, error: self.responses.put(error or result))
+
+    def request(self, **inputs: Any) -> list[tuple[str, bool]]:
+        """Every response's (text, final flag), in order."""
+        self.client.async_stream_infer(
+            MODEL, tensors(grpcclient, stream=True, **inputs), enable_empty_final_response=True
+        )
+        out = []
+        while True:
+            item = self.responses.get(timeout=60)
+            if isinstance(item, Exception):
+                raise item
+            final = item.get_response().parameters["triton_final_response"].bool_param
+            text = item.as_numpy("text_output")
+            out.append(("" if text is None else text.reshape(-1)[0].decode(), final))
+            if final:
+                return out
+
+    def close(self) -> None:
+        self.client.stop_stream()
+        self.client.close()
+
+
+def stream(server: TritonProcess, **inputs: Any) -> list[tuple[str, bool]]:
+    s = Stream(server)
+    try:
+        return s.request(**inputs)
+    finally:
+        s.close()
+
+
+def test_loads_the_rendered_config(streaming_server: TritonProcess) -> None:
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{streaming_server.grpc_port}")
+    config = client.get_model_config(MODEL).config
+    assert config.max_batch_size == 8
+    assert config.model_transaction_policy.decoupled
+    assert config.dynamic_batching.max_queue_delay_microseconds == 20000
+    assert {i.name for i in config.input} >= {"text_input", "max_tokens", "stream", "temperature", "seed"}
+    assert [o.name for o in config.output] == ["text_output"]
+
+
+def test_grpc_stream_sends_one_response_per_token(streaming_server: TritonProcess) -> None:
+    responses = stream(streaming_server, text_input="Hello", max_tokens=12)
+    assert len(responses) == 12, "one response per token"
+    assert all(len(text) == 1 for text, _ in responses)
+    assert [final for _, final in responses] == [False] * 11 + [True], "the last token carries the final flag"
+    text = "".join(t for t, _ in responses)
+    assert text == expected("Hello", 12)
+    assert "".join(t for t, _ in stream(streaming_server, text_input="Hello", max_tokens=12)) == text
+
+
+def test_concurrent_streams_batch_together_and_stay_deterministic(streaming_server: TritonProcess) -> None:
+    requests = [(f"prompt number {i}", 8 + 3 * i) for i in range(6)]
+    streams = [Stream(streaming_server) for _ in requests]
+    together = threading.Barrier(len(requests))  # all sent within the batching window
+
+    def run(s: Stream, request: tuple[str, int]) -> list[tuple[str, bool]]:
+        together.wait()
+        return s.request(text_input=request[0], max_tokens=request[1])
+
+    before = streaming_server.metrics(MODEL)
+    try:
+        with ThreadPoolExecutor(len(requests)) as pool:
+            results = list(pool.map(run, streams, requests))
+    finally:
+        for s in streams:
+            s.close()
+    for (prompt, max_tokens), responses in zip(requests, results, strict=True):
+        assert "".join(t for t, _ in responses) == expected(prompt, max_tokens)
+    after = streaming_server.metrics(MODEL)
+    assert after["nv_inference_request_success"] - before["nv_inference_request_success"] == len(requests)
+    assert after["nv_inference_exec_count"] - before["nv_inference_exec_count"] < len(requests), "batched"
+
+
+def test_sampling_inputs_and_stop_words(streaming_server: TritonProcess) -> None:
+    sampled = stream(
+        streaming_server, text_input="Once", max_tokens=16, temperature=0.7, top_k=40, top_p=0.9, seed=5
+    )
+    text = "".join(t for t, _ in sampled)
+    assert text == expected("Once", 16, Sampler(temperature=0.7, top_k=40, top_p=0.9, seed=5))
+    assert text != expected("Once", 16), "sampling differs from greedy"
+    greedy = expected("Once", 16)
+    stop = greedy[4:6]
+    cut = greedy[: greedy.index(stop) + len(stop)]
+    stopped = stream(streaming_server, text_input="Once", max_tokens=16, stop_words=stop)
+    assert "".join(t for t, _ in stopped) == cut, "generation ends with the stop word"
+
+
+def test_http_generate_endpoint_on_the_streaming_server(streaming_server: TritonProcess) -> None:
+    """What `curl .../v2/models/ensemble/generate` gets: the whole text in one JSON answer."""
+    body = json.dumps({"text_input": "Hello", "max_tokens": 10}).encode()
+    url = f"http://127.0.0.1:{streaming_server.http_port}/v2/models/{MODEL}/generate"
+    with urllib.request.urlopen(urllib.request.Request(url, data=body, method="POST"), timeout=30) as r:
+        answer = json.loads(r.read())
+    assert answer["text_output"] == expected("Hello", 10)
+
+
+def test_concurrent_http_requests_are_batched_and_metered(batch_server: TritonProcess) -> None:
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{batch_server.http_port}", concurrency=16)
+    prompts = [f"request {i}" for i in range(32)]
+    before = batch_server.metrics(MODEL)
+    pending: list[float] = []
     stop = threading.Event()
 
     def watch() -> None:
         while not stop.is_set():
-            pending_seen.append(batch_server.metric("nv_inference_pending_request_count"))
+            pending.append(batch_server.metrics(MODEL)["nv_inference_pending_request_count"])
 
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
         with ThreadPoolExecutor(16) as pool:
-            results = list(pool.map(lambda p: client.infer("ensemble", http_inputs(p, 24)), prompts))
+            results = list(
+                pool.map(
+                    lambda p: client.infer(MODEL, tensors(httpclient, text_input=p, max_tokens=48)), prompts
+                )
+            )
     finally:
         stop.set()
         watcher.join()
+        client.close()
     for prompt, result in zip(prompts, results, strict=True):
-        assert result.as_numpy("text_output").reshape(-1)[0].decode() == expected(prompt, 24)
-    assert batch_server.metric("nv_inference_request_success") >= len(prompts)
-    executions = batch_server.metric("nv_inference_exec_count")
-    assert executions < len(prompts), "dynamic batching should group concurrent requests"
-    assert batch_server.metric("nv_inference_queue_duration_us") > 0
-    assert batch_server.metric("nv_inference_compute_infer_duration_us") > 0
-    assert max(pending_seen) > 0, "requests queued under load (the autoscaler's signal)"
+        assert result.as_numpy("text_output").reshape(-1)[0].decode() == expected(prompt, 48)
+    after = batch_server.metrics(MODEL)
+    moved = {name: after[name] - before.get(name, 0.0) for name in after}
+    assert moved["nv_inference_request_success"] == len(prompts)
+    assert moved["nv_inference_count"] == len(prompts)
+    assert 0 < moved["nv_inference_exec_count"] < len(prompts), "dynamic batching grouped requests"
+    assert moved["nv_inference_queue_duration_us"] > 0
+    assert moved["nv_inference_compute_infer_duration_us"] > 0
+    assert max(pending) > 0, "requests waited in the queue: the autoscaler's pending-requests signal"
 
 
-def test_grpc_stream_returns_tokens_one_by_one(streaming_server: Server) -> None:
-    responses: queue.Queue[Any] = queue.Queue()
-    client = grpcclient.InferenceServerClient(f"127.0.0.1:{streaming_server.grpc}")
-    client.start_stream(callback=lambda result, error: responses.put(error or result))
-    inputs = []
-    for name, dtype, value in [("text_input", "BYTES", np.array([[b"Hello"]], dtype=np.object_)),
-                               ("max_tokens", "INT32", np.array([[12]], dtype=np.int32)),
-                               ("stream", "BOOL", np.array([[True]]))]:  # fmt: skip
-        tensor = grpcclient.InferInput(name, list(value.shape), dtype)
-        tensor.set_data_from_numpy(value)
-        inputs.append(tensor)
-    client.async_stream_infer("ensemble", inputs, enable_empty_final_response=True)
-    pieces = []
-    while True:
-        item = responses.get(timeout=30)
-        assert not isinstance(item, Exception), item
-        if item.get_response().parameters["triton_final_response"].bool_param:
-            break
-        pieces.append(item.as_numpy("text_output").reshape(-1)[0].decode())
-    client.stop_stream()
-    assert len(pieces) == 12, "one response per token"
-    assert "".join(pieces) == expected("Hello", 12)
+def test_http_request_options_and_refusals(batch_server: TritonProcess) -> None:
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{batch_server.http_port}")
+    try:
+        echoed = client.infer(
+            MODEL, tensors(httpclient, text_input="Hi", max_tokens=5, exclude_input_in_output=False)
+        )
+        assert echoed.as_numpy("text_output").reshape(-1)[0].decode() == "Hi" + expected("Hi", 5)
+        with pytest.raises(InferenceServerException, match="max_input_len"):
+            client.infer(MODEL, tensors(httpclient, text_input="x" * 65, max_tokens=5))
+        with pytest.raises(InferenceServerException, match="decoupled"):
+            client.infer(MODEL, tensors(httpclient, text_input="Hi", max_tokens=5, stream=True))
+    finally:
+        client.close()
+
+
+def test_pending_metric_has_the_labels_the_adapter_rules_select(batch_server: TritonProcess) -> None:
+    with urllib.request.urlopen(f"http://127.0.0.1:{batch_server.metrics_port}/metrics", timeout=5) as r:
+        assert 'nv_inference_pending_request_count{model="ensemble",version="1"}' in r.read().decode()

@@ -27,8 +27,12 @@ def spec(backend: str = "tensorrt-engine", **runtime: Any) -> LLMDeploymentSpec:
 
 
 def parse(files: dict[str, str]) -> dict[str, model_config_pb2.ModelConfig]:
-    """Strict parse: an unknown field or a wrong type raises."""
-    return {path: text_format.Parse(text, model_config_pb2.ModelConfig()) for path, text in files.items()}
+    """Strict parse of every config.pbtxt: an unknown field or a wrong type raises."""
+    return {
+        path: text_format.Parse(text, model_config_pb2.ModelConfig())
+        for path, text in files.items()
+        if path.endswith("/config.pbtxt")
+    }
 
 
 def params(cfg: model_config_pb2.ModelConfig) -> dict[str, str]:
@@ -53,7 +57,7 @@ def test_every_profile_and_backend_parses(profile: Profile, backend: str) -> Non
         p = params(trt)
         defaults = PROFILES[profile]
         assert trt.dynamic_batching.max_queue_delay_microseconds == defaults.max_queue_delay_microseconds
-        assert p["kv_cache_free_gpu_mem_fraction"] == f"{defaults.kv_cache_free_gpu_memory_percent / 100:.2f}"
+        assert float(p["kv_cache_free_gpu_mem_fraction"]) == defaults.kv_cache_free_gpu_memory_percent / 100
         assert p["gpt_model_path"] == "/engines/k"
         assert p["gpu_device_ids"] == "0,1,2,3"
         assert "${" not in str(trt), "every placeholder must be filled"

@@ -1,126 +1,231 @@
 """The Triton model repository: rendered from model_repo_templates/ with Jinja2, carried to the
 pods in a ConfigMap, materialized by the launcher into the directory tritonserver loads.
 
-ConfigMap keys allow only [-._a-zA-Z0-9], so `<model>/config.pbtxt` travels as
-`<model>__config.pbtxt` (model names never contain `__`); version directories are recreated.
+ConfigMap keys allow only [-._a-zA-Z0-9], so a path travels with `/` written as `__`
+(`tensorrt_llm/config.pbtxt` -> `tensorrt_llm__config.pbtxt`). That is unambiguous because no path
+component may contain `__` or start or end with `_`; to_configmap_data refuses paths that would.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import jinja2
 
 from llm_operator.api.v1alpha1 import Backend, LLMDeploymentSpec
-from llm_operator.modelrepo.profiles import GPT_MODEL_TYPE, PROFILES, SCHEDULER_POLICY
+from llm_operator.modelrepo.profiles import GPT_MODEL_TYPE, PROFILES, SCHEDULER_POLICY, ProfileDefaults
 from llm_operator.plan.types import PoolPlan
+from llm_operator.runtime.cpu_reference import BUILTIN_MODELS
 
+TEMPLATES_ENV = "LLMOP_MODEL_REPO_TEMPLATES"
 SEPARATOR = "__"
 TRTLLM_MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble")
+# trtllm-build's default logits dtype; the engine builder does not change it.
+LOGITS_DATATYPE = "TYPE_FP32"
+# Where the CPU runtime image (images/cpu-runtime.Dockerfile) installs torch, numpy and llm_operator.
+CPU_RUNTIME_PYTHON_PATH = ("/usr/local/lib/python3.11/site-packages",)
+# Shipped in the repository itself, so a materialized ConfigMap is a complete, loadable repository.
+CPU_MODEL_PY = Path(__file__).resolve().parents[1] / "runtime" / "cpu_reference" / "model.py"
+
+_COMPONENT = re.compile(r"[-.a-zA-Z0-9]+(_[-.a-zA-Z0-9]+)*")
+T = TypeVar("T")
 
 
 def templates_dir() -> Path:
-    env = os.environ.get("LLMOP_MODEL_REPO_TEMPLATES")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[3] / "model_repo_templates"
+    """$LLMOP_MODEL_REPO_TEMPLATES (the operator image), else model_repo_templates/ of this checkout."""
+    env = os.environ.get(TEMPLATES_ENV)
+    return Path(env) if env else Path(__file__).resolve().parents[3] / "model_repo_templates"
+
+
+def _pbtxt_string(value: object) -> str:
+    """A protobuf text-format string literal."""
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{text}"'
 
 
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         undefined=jinja2.StrictUndefined,  # a missing value fails rendering, never renders empty
         keep_trailing_newline=True,
         autoescape=False,
     )
+    env.filters["q"] = _pbtxt_string
+    return env
 
 
-def parameters(
-    spec: LLMDeploymentSpec, pool: PoolPlan, engine_dir: str, tokenizer_dir: str
-) -> dict[str, Any]:
-    """Every value the templates use: the spec's, else the profile's documented default."""
-    runtime = spec.runtime
-    profile = PROFILES[runtime.profile]
-    batching, kv = runtime.batching, runtime.kv_cache
-    percent = kv.free_gpu_memory_percent or profile.kv_cache_free_gpu_memory_percent
-    source = spec.model.source.uri
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _pick(explicit: T | None, default: T) -> T:
+    return default if explicit is None else explicit
+
+
+def _common(spec: LLMDeploymentSpec, profile: ProfileDefaults) -> dict[str, object]:
+    batching = spec.runtime.batching
     return {
         "max_batch_size": spec.engine.max_batch_size,
-        "decoupled": runtime.streaming,
-        "max_queue_delay_microseconds": (
-            batching.max_queue_delay_microseconds
-            if batching.max_queue_delay_microseconds is not None
-            else profile.max_queue_delay_microseconds
+        "decoupled": _flag(spec.runtime.streaming),
+        "max_queue_delay_microseconds": _pick(
+            batching.max_queue_delay_microseconds, profile.max_queue_delay_microseconds
         ),
-        "max_queue_size": batching.max_queue_size
-        if batching.max_queue_size is not None
-        else profile.max_queue_size,
-        "batching_strategy": GPT_MODEL_TYPE[batching.strategy or profile.strategy],
-        "scheduler_policy": SCHEDULER_POLICY[batching.scheduler_policy or profile.scheduler_policy],
+        "max_queue_size": _pick(batching.max_queue_size, profile.max_queue_size),
+        "exclude_input_in_output": _flag(spec.runtime.exclude_input_in_output),
+    }
+
+
+def trtllm_values(
+    spec: LLMDeploymentSpec, pool: PoolPlan, engine_dir: str, tokenizer_dir: str
+) -> dict[str, object]:
+    """What the inflight_batcher_llm templates render: the spec's value, else the profile's."""
+    runtime, engine = spec.runtime, spec.engine
+    profile = PROFILES[runtime.profile]
+    kv = runtime.kv_cache
+    percent = _pick(kv.free_gpu_memory_percent, profile.kv_cache_free_gpu_memory_percent)
+    return {
+        **_common(spec, profile),
+        "gpt_model_type": GPT_MODEL_TYPE[_pick(runtime.batching.strategy, profile.batching_strategy)],
         "engine_dir": engine_dir,
-        "tokenizer_dir": runtime.tokenizer_uri or tokenizer_dir,
-        "max_beam_width": spec.engine.max_beam_width,
-        "kv_cache_free_gpu_mem_fraction": f"{percent / 100:.2f}",
-        "max_tokens_in_paged_kv_cache": kv.max_tokens,
-        "kv_cache_host_memory_bytes": kv.host_memory_bytes or 0,
-        "enable_kv_cache_reuse": kv.block_reuse if kv.block_reuse is not None else profile.block_reuse,
-        "enable_chunked_context": (
-            runtime.chunked_context if runtime.chunked_context is not None else profile.chunked_context
+        "tokenizer_dir": tokenizer_dir,
+        "max_beam_width": engine.max_beam_width,
+        "decoding_mode": "beam_search" if engine.max_beam_width > 1 else "top_k_top_p",
+        "batch_scheduler_policy": SCHEDULER_POLICY[
+            _pick(runtime.batching.scheduler_policy, profile.scheduler_policy)
+        ],
+        "kv_cache_free_gpu_mem_fraction": f"{percent / 100:g}",
+        # Unset: as many tokens as the engine can ever hold at once, i.e. no cap below the fraction.
+        "max_tokens_in_paged_kv_cache": _pick(
+            kv.max_tokens, engine.max_batch_size * engine.max_seq_len * engine.max_beam_width
         ),
-        "exclude_input_in_output": runtime.exclude_input_in_output,
-        "cancellation_check_period_ms": 100,
-        "stats_check_period_ms": 100,
+        "max_attention_window_size": engine.max_seq_len,  # full attention
+        "kv_cache_host_memory_bytes": _pick(kv.host_memory_bytes, 0),
+        "enable_kv_cache_reuse": _flag(_pick(kv.block_reuse, profile.kv_cache_reuse)),
+        "enable_chunked_context": _flag(_pick(runtime.chunked_context, profile.chunked_context)),
+        "cancellation_check_period_ms": profile.cancellation_check_period_ms,
+        "stats_check_period_ms": profile.stats_check_period_ms,
+        # Every rank of this pod sees the pod's GPUs; rank r uses entry r % gpusPerPod.
         "gpu_device_ids": ",".join(str(i) for i in range(pool.gpus_per_pod)),
-        "tokenizer_instances": profile.tokenizer_instances,
-        "model_name": source.split("://", 1)[1].strip("/"),
-        "seed": int(hashlib.sha256(spec.model.revision.encode()).hexdigest()[:8], 16),
-        "max_seq_len": spec.engine.max_seq_len,
+        "logits_datatype": LOGITS_DATATYPE,
+        "preprocessing_instances": profile.preprocessing_instances,
+        "postprocessing_instances": profile.postprocessing_instances,
+    }
+
+
+def weights_seed(revision: str) -> int:
+    """The builtin model's weights come from its revision: a new revision is a new model, as with
+    real checkpoints."""
+    return int(hashlib.sha256(revision.encode()).hexdigest()[:8], 16)
+
+
+def cpu_values(spec: LLMDeploymentSpec, python_path: Sequence[str]) -> dict[str, object]:
+    """What the cpu_reference template renders."""
+    uri = spec.model.source.uri
+    name = uri.removeprefix("builtin://")
+    if name == uri or name not in BUILTIN_MODELS:
+        raise ValueError(
+            f"the cpu-reference backend serves builtin models only "
+            f"({', '.join('builtin://' + n for n in BUILTIN_MODELS)}), not {uri}"
+        )
+    profile = PROFILES[spec.runtime.profile]
+    max_seq_len = min(spec.engine.max_seq_len, BUILTIN_MODELS[name].max_positions)
+    return {
+        **_common(spec, profile),
+        "cpu_model_instances": profile.cpu_model_instances,
+        "python_path": os.pathsep.join(python_path),
+        "builtin_model": name,
+        "weights_seed": weights_seed(spec.model.revision),
+        "max_input_len": min(spec.engine.max_input_len, max_seq_len),
+        "max_seq_len": max_seq_len,
     }
 
 
 def render_repository(
-    spec: LLMDeploymentSpec, pool: PoolPlan, *, engine_dir: str, tokenizer_dir: str
+    spec: LLMDeploymentSpec,
+    pool: PoolPlan,
+    *,
+    engine_dir: str,
+    tokenizer_dir: str,
+    python_path: Sequence[str] = CPU_RUNTIME_PYTHON_PATH,
 ) -> dict[str, str]:
-    """Relative path (`<model>/config.pbtxt`) -> file content."""
+    """Relative path (`<model>/config.pbtxt`, `<model>/1/model.py`) -> file content.
+
+    `python_path` matters to the cpu-reference backend only: where its model.py finds its imports.
+    """
     env = _environment()
-    values = parameters(spec, pool, engine_dir, tokenizer_dir)
     if spec.engine.backend == Backend.CPU_REFERENCE:
-        models = {"ensemble": "cpu_reference/ensemble.pbtxt.j2"}
-    else:
-        models = {m: f"inflight_batcher_llm/{m}.pbtxt.j2" for m in TRTLLM_MODELS}
-    return {f"{model}/config.pbtxt": env.get_template(t).render(**values) for model, t in models.items()}
+        values = cpu_values(spec, python_path)
+        return {
+            "ensemble/config.pbtxt": env.get_template("cpu_reference/ensemble.pbtxt.j2").render(values),
+            "ensemble/1/model.py": CPU_MODEL_PY.read_text(),
+        }
+    values = trtllm_values(spec, pool, engine_dir, tokenizer_dir)
+    return {
+        f"{model}/config.pbtxt": env.get_template(f"inflight_batcher_llm/{model}.pbtxt.j2").render(values)
+        for model in TRTLLM_MODELS
+    }
+
+
+def _components(path: str, parts: list[str]) -> list[str]:
+    if len(parts) < 2 or not all(_COMPONENT.fullmatch(p) for p in parts):
+        raise ValueError(
+            f"{path!r} is not a model repository file that a ConfigMap can carry: it needs a model "
+            f"directory, and each path component [-._a-zA-Z0-9] only, no '{SEPARATOR}', no leading or "
+            "trailing '_'"
+        )
+    return parts
+
+
+def configmap_key(path: str) -> str:
+    return SEPARATOR.join(_components(path, path.split("/")))
+
+
+def configmap_path(key: str) -> str:
+    return "/".join(_components(key, key.split(SEPARATOR)))
 
 
 def to_configmap_data(files: Mapping[str, str]) -> dict[str, str]:
-    return {path.replace("/", SEPARATOR): text for path, text in sorted(files.items())}
+    return {configmap_key(path): text for path, text in sorted(files.items())}
 
 
-def write_repository(files: Mapping[str, str], dest: str | Path) -> None:
-    """Write rendered files as a Triton repository (one version directory `1/` per model)."""
-    root = Path(dest)
+def write_repository(files: Mapping[str, str], out_dir: str | Path) -> None:
+    """Write rendered files as a Triton repository, with the version directory `1/` of every model
+    (Triton skips a model without one; TensorRT-LLM's and the ensemble's stay empty)."""
+    root = Path(out_dir)
     for path, text in files.items():
         target = root / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
-        (target.parent / "1").mkdir(exist_ok=True)
+        (root / path.split("/", 1)[0] / "1").mkdir(exist_ok=True)
 
 
 def materialize(
     configmap_dir: str | Path, dest_dir: str | Path, python_models: Mapping[str, Path] | None = None
 ) -> None:
-    """Inside the pod: ConfigMap mount -> repository, plus each python model's model.py
-    (`python_models`: model name -> model.py shipped in the image)."""
+    """Inside the pod: the mounted ConfigMap -> the repository tritonserver loads.
+
+    `dest_dir` is emptied first (a restarted container must not load stale models). `python_models`
+    (model name -> model.py) adds code that ships in the serving image rather than in the ConfigMap:
+    the TensorRT-LLM pre/postprocessing models.
+    """
+    dest = Path(dest_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    for old in dest.iterdir():
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old)
+        else:
+            old.unlink()
     files = {
-        entry.name.replace(SEPARATOR, "/"): entry.read_text()
-        for entry in Path(configmap_dir).iterdir()
-        if SEPARATOR in entry.name and entry.is_file()
+        configmap_path(entry.name): entry.read_text()
+        for entry in sorted(Path(configmap_dir).iterdir())
+        if not entry.name.startswith(".")  # kubelet's own entries: ..data, ..2025_11_22_...
     }
-    write_repository(files, dest_dir)
+    write_repository(files, dest)
     for model, source in (python_models or {}).items():
-        if (Path(dest_dir) / model).is_dir():
-            shutil.copy(source, Path(dest_dir) / model / "1" / "model.py")
+        shutil.copyfile(source, dest / model / "1" / "model.py")

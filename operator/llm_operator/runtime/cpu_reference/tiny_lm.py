@@ -1,87 +1,176 @@
-"""A tiny Llama-shaped decoder (RMSNorm, grouped-query attention, SiLU MLP) with weights drawn
-from a seed: deterministic output, no downloads, fast on one CPU core.
+"""A tiny Llama-shaped causal LM in torch whose weights are drawn from a seed: deterministic output,
+no downloads, fast on one CPU core.
 
-Shape (also in plan/catalogue.py as llm-operator/tiny-llama): 2 layers, hidden 64, 4 attention
-heads, 2 KV heads, MLP 128, byte vocabulary 256. Text in is UTF-8 bytes; tokens out are shown as
-printable ASCII so streamed text is readable.
+Batched like a real server: prompts are left-padded into one prefill, then every step decodes one
+token per sequence against a KV cache. Arithmetic is float64 so that a request's tokens do not depend
+on which requests it happened to be batched with (float32 rounding can flip an argmax).
+
+Tokenizer: UTF-8 bytes in. Generation is restricted to printable ASCII, so every token decodes to
+one character on its own and streamed pieces are always valid text.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 
-import numpy as np
-import numpy.typing as npt
+import torch
 
-Array = npt.NDArray[np.float32]
+from llm_operator.runtime.cpu_reference import TinyConfig
 
-VOCAB, HIDDEN, LAYERS, HEADS, KV_HEADS, FFN = 256, 64, 2, 4, 2, 128
-HEAD_DIM = HIDDEN // HEADS
+DTYPE = torch.float64
+PRINTABLE_FIRST, PRINTABLE_LAST = 32, 126
+ROPE_BASE = 10000.0
 
 
 def encode(text: str) -> list[int]:
-    return list(text.encode("utf-8")) or [0]
+    return list(text.encode("utf-8"))
 
 
-def decode_token(token: int) -> str:
-    return chr(32 + token % 95)
+def decode(tokens: Sequence[int]) -> str:
+    return bytes(tokens).decode("utf-8", errors="replace")
 
 
-def _rms_norm(x: Array) -> Array:
-    return np.asarray(x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-6), dtype=np.float32)
+@dataclass
+class Sampler:
+    """TensorRT-LLM's semantics: greedy unless top_k > 1 or top_p > 0; temperature scales sampling.
+    Each request draws from its own generator, so its text depends on its seed alone."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 0.0
+    seed: int = 0
+    generator: torch.Generator = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.generator = torch.Generator().manual_seed(self.seed)
+
+    def pick(self, logits: torch.Tensor) -> int:
+        logits = logits[PRINTABLE_FIRST : PRINTABLE_LAST + 1]
+        if self.top_k == 1 or (self.top_k <= 0 and self.top_p <= 0.0):
+            return PRINTABLE_FIRST + int(torch.argmax(logits))
+        logits = torch.div(logits, max(self.temperature, 1e-5))
+        if self.top_k > 1:
+            kth = torch.topk(logits, min(self.top_k, logits.numel())).values[-1]
+            logits = logits.masked_fill(logits < kth, -math.inf)
+        probs = torch.softmax(logits, dim=-1)
+        if 0.0 < self.top_p < 1.0:
+            ordered, order = torch.sort(probs, descending=True)
+            outside = torch.cumsum(ordered, dim=-1) - ordered >= self.top_p  # the nucleus ends before
+            probs = probs.scatter(0, order, ordered.masked_fill(outside, 0.0))
+        return PRINTABLE_FIRST + int(torch.multinomial(probs, 1, generator=self.generator))
+
+
+@dataclass(frozen=True)
+class Layer:
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    o: torch.Tensor
+    gate: torch.Tensor
+    up: torch.Tensor
+    down: torch.Tensor
+
+
+def _rms_norm(x: torch.Tensor) -> torch.Tensor:
+    return torch.mul(x, torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.addcmul(x * cos, torch.cat((-x[..., half:], x[..., :half]), dim=-1), sin)
 
 
 class TinyLM:
-    def __init__(self, seed: int, max_seq_len: int = 512) -> None:
-        rng = np.random.default_rng(seed)
+    def __init__(self, config: TinyConfig, seed: int) -> None:
+        self.config = c = config
+        g = torch.Generator().manual_seed(seed)
 
-        def w(*shape: int) -> Array:
-            return np.asarray(rng.standard_normal(shape) / np.sqrt(shape[0]), dtype=np.float32)
+        def weight(fan_in: int, fan_out: int) -> torch.Tensor:
+            return torch.div(torch.randn(fan_in, fan_out, generator=g, dtype=DTYPE), math.sqrt(fan_in))
 
-        self.max_seq_len = max_seq_len
-        self.embed = w(VOCAB, HIDDEN) * np.sqrt(VOCAB).astype(np.float32)
+        self.embed = torch.randn(c.vocab, c.hidden, generator=g, dtype=DTYPE)
         self.layers = [
-            {"q": w(HIDDEN, HEADS * HEAD_DIM), "k": w(HIDDEN, KV_HEADS * HEAD_DIM),
-             "v": w(HIDDEN, KV_HEADS * HEAD_DIM), "o": w(HEADS * HEAD_DIM, HIDDEN),
-             "up": w(HIDDEN, FFN), "gate": w(HIDDEN, FFN), "down": w(FFN, HIDDEN)}
-            for _ in range(LAYERS)
-        ]  # fmt: skip
-        self.lm_head = w(HIDDEN, VOCAB)
+            Layer(
+                q=weight(c.hidden, c.heads * c.head_dim),
+                k=weight(c.hidden, c.kv_heads * c.head_dim),
+                v=weight(c.hidden, c.kv_heads * c.head_dim),
+                o=weight(c.heads * c.head_dim, c.hidden),
+                gate=weight(c.hidden, c.ffn),
+                up=weight(c.hidden, c.ffn),
+                down=weight(c.ffn, c.hidden),
+            )
+            for _ in range(c.layers)
+        ]
+        self.lm_head = weight(c.hidden, c.vocab)
+        self.inv_freq = ROPE_BASE ** (-torch.arange(0, c.head_dim, 2, dtype=DTYPE) / c.head_dim)
 
-    def _attention(self, x: Array, layer: dict[str, Array]) -> Array:
-        n = x.shape[0]
-        q = (x @ layer["q"]).reshape(n, HEADS, HEAD_DIM)
-        k = np.repeat((x @ layer["k"]).reshape(n, KV_HEADS, HEAD_DIM), HEADS // KV_HEADS, axis=1)
-        v = np.repeat((x @ layer["v"]).reshape(n, KV_HEADS, HEAD_DIM), HEADS // KV_HEADS, axis=1)
-        scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(HEAD_DIM)
-        scores += np.triu(np.full((n, n), -1e9, dtype=np.float32), 1)  # causal mask
-        probs = np.exp(scores - scores.max(-1, keepdims=True))
-        probs /= probs.sum(-1, keepdims=True)
-        return np.asarray(
-            np.einsum("hqk,khd->qhd", probs, v).reshape(n, HIDDEN) @ layer["o"], dtype=np.float32
-        )
+    def start(self, prompts: Sequence[Sequence[int]]) -> Batch:
+        return Batch(self, prompts)
 
-    def logits(self, tokens: list[int]) -> Array:
-        x = self.embed[np.asarray(tokens[-self.max_seq_len :])]
-        for layer in self.layers:
-            x = x + self._attention(_rms_norm(x), layer)
+    def generate(self, prompt: str, max_tokens: int, sampler: Sampler | None = None) -> Iterator[str]:
+        """One sequence alone: the reference the batched server must reproduce."""
+        batch, sampler = self.start([encode(prompt)]), sampler or Sampler()
+        for i in range(max_tokens):
+            token = batch.pick([sampler])[0]
+            yield chr(token)
+            if i + 1 < max_tokens:
+                batch.advance([token])
+
+
+class Batch:
+    """Sequences decoded in lockstep: pick() a token for each, then advance() with them."""
+
+    def __init__(self, lm: TinyLM, prompts: Sequence[Sequence[int]]) -> None:
+        if not all(prompts):
+            raise ValueError("every prompt needs at least one token")
+        self.lm = lm
+        width = max(len(p) for p in prompts)
+        pad = torch.tensor([width - len(p) for p in prompts])
+        ids = torch.tensor([[0] * (width - len(p)) + list(p) for p in prompts])
+        self.lengths = torch.tensor([len(p) for p in prompts])
+        self.key_valid = torch.arange(width)[None, :] >= pad[:, None]  # [B, T]: False on padding
+        c = lm.config
+        self.k_cache = [torch.zeros(len(prompts), c.kv_heads, 0, c.head_dim, dtype=DTYPE) for _ in lm.layers]
+        self.v_cache = [torch.zeros(len(prompts), c.kv_heads, 0, c.head_dim, dtype=DTYPE) for _ in lm.layers]
+        positions = (torch.arange(width)[None, :] - pad[:, None]).clamp(min=0)
+        self.logits = self._forward(ids, positions)
+
+    def pick(self, samplers: Sequence[Sampler]) -> list[int]:
+        return [s.pick(row) for s, row in zip(samplers, self.logits, strict=True)]
+
+    def advance(self, tokens: Sequence[int]) -> None:
+        self.key_valid = torch.cat((self.key_valid, torch.ones(len(tokens), 1, dtype=torch.bool)), dim=1)
+        self.logits = self._forward(torch.tensor(tokens)[:, None], self.lengths[:, None])
+        self.lengths = torch.add(self.lengths, 1)
+
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Feed [B, S] tokens at [B, S] positions; return the next-token logits [B, vocab]."""
+        c, (b, s) = self.lm.config, ids.shape
+        past = self.k_cache[0].shape[2]
+        angles = positions[..., None].to(DTYPE) * self.lm.inv_freq  # [B, S, head_dim / 2]
+        cos = torch.cat((angles.cos(), angles.cos()), dim=-1)[:, None]
+        sin = torch.cat((angles.sin(), angles.sin()), dim=-1)[:, None]
+        query_at = past + torch.arange(s)
+        keys_at = torch.arange(past + s)
+        # Causal over valid keys; a padding query sees itself only, so no row is all -inf (NaN).
+        allowed = (keys_at[None, :] <= query_at[:, None]) & self.key_valid[:, None, :]
+        allowed |= keys_at[None, :] == query_at[:, None]
+        x = self.lm.embed[ids]
+        for i, layer in enumerate(self.lm.layers):
             h = _rms_norm(x)
-            gate = h @ layer["gate"]
-            x = x + ((gate / (1 + np.exp(-gate))) * (h @ layer["up"])) @ layer["down"]
-        return np.asarray(_rms_norm(x[-1]) @ self.lm_head, dtype=np.float32)
-
-    def generate(
-        self, prompt: str, max_tokens: int, temperature: float = 0.0, seed: int = 0
-    ) -> Iterator[str]:
-        """Greedy by default; temperature > 0 samples from a generator seeded per request."""
-        rng = np.random.default_rng(seed)
-        tokens = encode(prompt)
-        for _ in range(max(0, max_tokens)):
-            logits = self.logits(tokens)
-            if temperature > 0:
-                p = np.exp((logits - logits.max()) / temperature)
-                token = int(rng.choice(VOCAB, p=p / p.sum()))
-            else:
-                token = int(np.argmax(logits))
-            tokens.append(token)
-            yield decode_token(token)
+            q = _rotate((h @ layer.q).view(b, s, c.heads, c.head_dim).transpose(1, 2), cos, sin)
+            k = _rotate((h @ layer.k).view(b, s, c.kv_heads, c.head_dim).transpose(1, 2), cos, sin)
+            v = (h @ layer.v).view(b, s, c.kv_heads, c.head_dim).transpose(1, 2)
+            self.k_cache[i] = torch.cat((self.k_cache[i], k), dim=2)
+            self.v_cache[i] = torch.cat((self.v_cache[i], v), dim=2)
+            group = c.heads // c.kv_heads
+            keys = self.k_cache[i].repeat_interleave(group, dim=1)
+            values = self.v_cache[i].repeat_interleave(group, dim=1)
+            scores = (q @ keys.transpose(-1, -2)) / math.sqrt(c.head_dim)
+            probs = torch.softmax(scores.masked_fill(~allowed[:, None], -math.inf), dim=-1)
+            x = x + (probs @ values).transpose(1, 2).reshape(b, s, c.hidden) @ layer.o
+            h = _rms_norm(x)
+            x = x + (torch.nn.functional.silu(h @ layer.gate) * (h @ layer.up)) @ layer.down
+        return torch.matmul(_rms_norm(x[:, -1]), self.lm.lm_head)
