@@ -574,10 +574,11 @@ def test_launcher_serves_the_cpu_repository_drains_and_stops_cleanly(tmp_path: P
         start = time.monotonic()
         drain = subprocess.run([PYTHON, "-m", "llm_operator.runtime.launcher", "drain"], env=env, timeout=30)
         assert drain.returncode == 0 and time.monotonic() - start < 10, "idle server: nothing to drain"
+        table = launcher.process_table()  # other tests' servers may be running: ours descend from proc
         server = [
             pid
-            for pid, (_, argv) in launcher.process_table().items()
-            if argv[:1] == [env["LLMOP_TRITONSERVER"]]
+            for pid in launcher.descendants(table, proc.pid)
+            if table[pid][1][:1] == [env["LLMOP_TRITONSERVER"]]
         ]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0, (tmp_path / "launcher.log").read_text()[-3000:]
