@@ -9,6 +9,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${LLMOP_CACHE:-$HOME/.cache/llm-operator}
 lock="$root/requirements/dev.lock"
 py=${PYTHON:-python3.11}
+"$root/scripts/ensure-system-packages.sh"
 command -v "$py" >/dev/null || { echo "ensure-venv: $py not found (Python 3.11 is required)" >&2; exit 1; }
 key=$( (cat "$lock"; "$py" -c 'import sys; print(sys.version)') | sha256sum | cut -c1-16)
 venv="$cache/venvs/$key"
@@ -19,6 +20,12 @@ if [ ! -f "$venv/.complete" ]; then
   "$py" -m venv "$venv"
   "$venv/bin/pip" install -q --upgrade pip
   "$venv/bin/pip" install -q --no-deps -r "$lock"
+  # torch is Debian's CPU-only build (ensure-system-packages.sh). Only it is linked in, so Debian's
+  # other python3-* packages never shadow or mix with the locked ones.
+  mkdir -p "$venv/debian"
+  ln -sfn /usr/lib/python3/dist-packages/torch "$venv/debian/torch"
+  echo "$venv/debian" > "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/debian-torch.pth"
+  "$venv/bin/python" -c 'import torch' || { echo "ensure-venv: Debian's torch does not import in $py" >&2; exit 1; }
   echo "ensure-venv: installed in $((SECONDS - start)) s, $(du -sm "$venv" | cut -f1) MiB" >&2
   touch "$venv/.complete"
 fi
