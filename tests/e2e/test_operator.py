@@ -24,6 +24,30 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TIMEOUT = 90
 
 
+# A small model built on the A10G pool (two nodes, one GPU each) with the shortest build deadline.
+A10G_BUILD = """
+apiVersion: llmoperator.io/v1alpha1
+kind: LLMDeployment
+metadata: {name: a10g-build}
+spec:
+  model:
+    name: meta-llama/Llama-3.2-1B-Instruct
+    source: {uri: s3://models/llama3.2-1b/}
+    revision: 4e20de3
+  engine:
+    precision: bf16
+    maxBatchSize: 8
+    maxInputLen: 1024
+    maxSeqLen: 2048
+    maxNumTokens: 2048
+    build: {activeDeadlineSeconds: 60}
+    cache: {uri: pvc://llm-engine-cache/engines}
+  parallelism: {tensor: 1, pipeline: 1}
+  replicas: 1
+  resources: {gpu: {products: [NVIDIA-A10G]}}
+"""
+
+
 def example(name: str) -> dict[str, Any]:
     doc: dict[str, Any] = yaml.safe_load((EXAMPLES / name).read_text())
     return doc
@@ -129,6 +153,76 @@ def test_engine_build_job_then_serving_and_cache_hit(
     wait_ready(kubectl, namespace, "llama3-70b")
     jobs = kubectl.items("jobs", namespace, "llmoperator.io/deployment=llama3-70b")
     assert all(j["metadata"]["name"] == job["metadata"]["name"] for j in jobs)
+
+
+def gpu_blocker(product: str) -> dict[str, Any]:
+    """A pod holding one GPU of `product`, as another team's workload would."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "gpu-blocker"},
+        "spec": {
+            "nodeSelector": {"nvidia.com/gpu.product": product},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [
+                {"name": "hold", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            ],
+        },
+    }
+
+
+def test_a_failed_build_leaves_the_previous_revision_serving(
+    operator: None, kubectl: Kubectl, namespace: str
+) -> None:
+    engine_cache(kubectl, namespace)
+    doc = yaml.safe_load(A10G_BUILD)
+    kubectl.apply(doc, namespace=namespace)
+    ld = wait_ready(kubectl, namespace, "a10g-build", timeout=2 * TIMEOUT)
+    first_key = ld["status"]["engine"]["cacheKey"]
+    serving = kubectl.items(
+        "pods", namespace, "llmoperator.io/deployment=a10g-build,llmoperator.io/role=leader"
+    )
+    assert len(serving) == 1 and pod_ready(serving[0])
+    template = kubectl.get("statefulset", "a10g-build", namespace)["spec"]["template"]  # type: ignore[index]
+
+    # The pool's other GPU is taken, so the next build cannot start before its deadline (60 s): the
+    # real Job controller fails it with DeadlineExceeded.
+    kubectl.apply(gpu_blocker("NVIDIA-A10G"), namespace=namespace)
+    wait_for(
+        "the blocker to hold the other A10G",
+        lambda: kubectl.get("pod", "gpu-blocker", namespace),
+        lambda p: pod_ready(p),
+        timeout=TIMEOUT,
+    )
+    doc["spec"]["engine"]["maxBatchSize"] = 16  # a different engine
+    kubectl.apply(doc, namespace=namespace)
+    ld = wait_for(
+        "EngineBuildFailed",
+        lambda: get_llmd(kubectl, namespace, "a10g-build"),
+        lambda o: (
+            (condition(o, "EngineReady") or {}).get("reason") == "EngineBuildFailed"
+            and o["status"]["observedGeneration"] == o["metadata"]["generation"]
+        ),
+        timeout=60 + 2 * TIMEOUT,
+    )
+    assert ld["status"]["engine"]["cacheKey"] != first_key
+    assert "DeadlineExceeded" in (condition(ld, "EngineReady") or {})["message"]
+    assert is_true(ld, "Stalled") and is_true(ld, "Degraded") and is_true(ld, "Available")
+    assert condition(ld, "Degraded")["reason"] == "StalledWhileServing"  # type: ignore[index]
+    events = kubectl.events(namespace, "a10g-build")
+    assert any(e["type"] == "Warning" and e["reason"] == "EngineBuildFailed" for e in events)
+    # Nothing that serves was touched: same pod, still Ready, same pod template (the old engine).
+    after = kubectl.items(
+        "pods", namespace, "llmoperator.io/deployment=a10g-build,llmoperator.io/role=leader"
+    )
+    assert [p["metadata"]["uid"] for p in after] == [serving[0]["metadata"]["uid"]] and pod_ready(after[0])
+    assert kubectl.get("statefulset", "a10g-build", namespace)["spec"]["template"] == template  # type: ignore[index]
+
+    # Going back to the cached engine recovers without a build.
+    doc["spec"]["engine"]["maxBatchSize"] = 8
+    kubectl.apply(doc, namespace=namespace)
+    ld = wait_ready(kubectl, namespace, "a10g-build")
+    assert ld["status"]["engine"]["cacheKey"] == first_key and not is_true(ld, "Stalled")
 
 
 def test_scale_spec_change_drift_and_delete(operator: None, kubectl: Kubectl, namespace: str) -> None:
