@@ -188,3 +188,60 @@ def test_a_node_pool_appearing_later_unblocks_a_stalled_deployment(
         remove(kubectl, namespace, "later")
     finally:
         kubectl.delete("node", node_name)
+
+
+def test_a_failed_member_recreates_its_whole_group_and_no_other(
+    operator: None, kubectl: Kubectl, namespace: str
+) -> None:
+    """tp 4 x pp 2 on 4-GPU nodes: each replica is a two-pod TensorRT-LLM world (StatefulSet shape,
+    no LeaderWorkerSet CRD here). A rank that dies leaves the others hung in collectives, so the
+    operator restarts its whole group; the other replica keeps serving untouched."""
+    engines_claim(kubectl, namespace)
+    kubectl.apply(
+        deployment(
+            "group",
+            parallelism={"tensor": 4, "pipeline": 2},
+            resources={"gpu": {"products": ["NVIDIA-GB200"]}},
+            replicas=2,
+        ),
+        namespace,
+    )
+    pods = ready_pods(kubectl, namespace, "group", 4)
+
+    def group_of(pod: dict[str, Any]) -> str:
+        labels = pod["metadata"]["labels"]  # leaders are numbered by their StatefulSet
+        return str(labels.get("llmoperator.io/group", labels.get("apps.kubernetes.io/pod-index")))
+
+    def uids(group: str, items: list[dict[str, Any]]) -> dict[str, str]:
+        return {
+            p["metadata"]["labels"]["llmoperator.io/role"]: p["metadata"]["uid"]
+            for p in items
+            if group_of(p) == group
+        }
+
+    before = {g: uids(g, pods) for g in ("0", "1")}
+    assert all(set(b) == {"leader", "worker"} for b in before.values()), before
+    worker = next(
+        p["metadata"]["name"]
+        for p in pods
+        if group_of(p) == "0" and p["metadata"]["labels"]["llmoperator.io/role"] == "worker"
+    )
+    # What the kubelet reports when a rank's process dies and the pod does not restart it.
+    kubectl(
+        "patch", "pod", worker, "--subresource=status", "--type=merge", "-p", '{"status":{"phase":"Failed"}}',
+        namespace=namespace,
+    )  # fmt: skip
+    after = wait_for(
+        "group 0 recreated, leader included, and Ready",
+        lambda: kubectl.items("pods", namespace, "llmoperator.io/deployment=group"),
+        lambda items: (
+            len(items) == 4
+            and all(pod_ready(p) for p in items)
+            and set(uids("0", items)) == {"leader", "worker"}
+            and not set(uids("0", items).values()) & set(before["0"].values())
+        ),
+        timeout=TIMEOUT,
+    )
+    assert uids("1", after) == before["1"], "the healthy replica must not be restarted"
+    ready_pods(kubectl, namespace, "group", 4)
+    remove(kubectl, namespace, "group")
