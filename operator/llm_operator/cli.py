@@ -47,7 +47,9 @@ def load_inventory(path: str | None) -> Any:
     from llm_operator.plan.inventory import Inventory
 
     data = yaml.safe_load(Path(path).read_text())
-    nodes = data.get("items", data) if isinstance(data, dict) else data
+    nodes = data.get("items", [data]) if isinstance(data, dict) else data
+    if not isinstance(nodes, list) or not all(isinstance(n, dict) and n.get("kind") == "Node" for n in nodes):
+        raise SystemExit(f"{path}: not a list of Node objects (expected `kubectl get nodes -o yaml`)")
     inventory = Inventory()
     for node in nodes:
         inventory.upsert(node)
@@ -105,7 +107,7 @@ def render(args: argparse.Namespace) -> int:
                         owner=owner_reference(ld),
                     )
                 )
-        out += build_children(ld, plan, config.images, engines)
+        out += build_children(ld, plan, config.images, engines, leader_worker_set=args.leader_worker_set)
         print(f"# {ld.name}: {plan.reason}", file=sys.stderr)
     sys.stdout.write(yaml.dump_all(out, Dumper=_PlainDumper, sort_keys=False))
     return 0
@@ -163,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("render", help="print every child object the operator would apply, as YAML")
     p.add_argument("-f", "--file", required=True, help="LLMDeployment manifest ('-' for stdin)")
     p.add_argument("--nodes", help="node inventory to plan against (kubectl get nodes -o yaml)")
+    p.add_argument(
+        "--leader-worker-set",
+        action="store_true",
+        help="multi-node replicas as LeaderWorkerSets, as the operator does where that CRD is installed",
+    )
     p.set_defaults(func=render)
     p = sub.add_parser("model-repo", help="write the rendered Triton model repository to a directory")
     p.add_argument("-f", "--file", required=True)
