@@ -10,6 +10,7 @@ from llm_operator.plan.inventory import Inventory, LabelKeys
 from llm_operator.plan.planner import plan_deployment
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render.placement import GPU_TOLERATION, pod_scheduling
+from llm_operator.render.serving import LWS_GROUP_KEY, Images, workloads
 
 SELECTOR = {"llmoperator.io/deployment": "d", "llmoperator.io/pool": "main"}
 LEADER_0 = {**SELECTOR, "llmoperator.io/role": "leader", "apps.kubernetes.io/pod-index": "0"}
@@ -155,3 +156,30 @@ def test_planned_gb200_group_renders_clique_affinity() -> None:
     (term,) = worker["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["topologyKey"] == "nvidia.com/gpu.clique"
     assert required_terms(worker)[0]["values"] == ["NVIDIA-GB200"]
+
+
+def test_leader_worker_set_keeps_each_group_in_one_clique_and_spreads_leaders() -> None:
+    nodes = [
+        {"metadata": {"name": f"g{i}", "labels": {"nvidia.com/gpu.product": "NVIDIA-GB200",
+                                                  "nvidia.com/gpu.clique": f"c.{i // 2}", AWS_BLOCK: "b1"}},
+         "status": {"allocatable": {"nvidia.com/gpu": "4"}}}
+        for i in range(4)
+    ]  # fmt: skip
+    s = LLMDeploymentSpec.model_validate(
+        {"model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "s3://m"}},
+         "parallelism": {"tensor": 8, "pipeline": 1}, "resources": {"gpu": {"products": ["NVIDIA-GB200"]}}}
+    )  # fmt: skip
+    planned = plan_deployment(s, Inventory(nodes), 2).primary
+    (lws,) = workloads(
+        "llama", "ns", s, planned, Images("r", "c", "b", "0.20.0"), None, "h", leader_worker_set=True
+    )
+    template = lws["spec"]["leaderWorkerTemplate"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        pod = template[role]["spec"]
+        (term,) = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["topologyKey"] == "nvidia.com/gpu.clique"
+        assert term["matchLabelKeys"] == [LWS_GROUP_KEY], "the selector must narrow to the pod's own group"
+        assert term["labelSelector"]["matchLabels"] == {"llmoperator.io/deployment": "llama",
+                                                        "llmoperator.io/pool": planned.name}  # fmt: skip
+    assert "topologySpreadConstraints" in template["leaderTemplate"]["spec"]
+    assert "topologySpreadConstraints" not in template["workerTemplate"]["spec"]

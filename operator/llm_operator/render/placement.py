@@ -21,6 +21,7 @@ Only keys with content are returned, in a fixed order, so rendered objects diff 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from llm_operator import labels as L
@@ -54,12 +55,16 @@ def _node_affinity(spec: LLMDeploymentSpec, pool: PoolPlan) -> dict[str, Any]:
 
 
 def _group_affinity(
-    spec: LLMDeploymentSpec, pool: PoolPlan, group_selector: dict[str, str]
+    spec: LLMDeploymentSpec, pool: PoolPlan, group_selector: dict[str, str], label_keys: Sequence[str]
 ) -> dict[str, Any]:
     key = L.GPU_CLIQUE if pool.nvlink_clique else pool.group_topology_key
     if key is None:
         return {}
-    term = {"labelSelector": {"matchLabels": dict(group_selector)}, "topologyKey": key}
+    term: dict[str, Any] = {"labelSelector": {"matchLabels": dict(group_selector)}}
+    if label_keys:
+        # The API server adds the pod's own values of these labels to the selector: its group only.
+        term["matchLabelKeys"] = list(label_keys)
+    term["topologyKey"] = key
     if pool.nvlink_clique or spec.placement.pipeline_parallel_strictness == Strictness.REQUIRED:
         return {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
     return {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]}
@@ -86,17 +91,25 @@ def pod_scheduling(
     *,
     selector: dict[str, str],
     group_selector: dict[str, str] | None,
+    group_label_keys: Sequence[str] = (),
+    leader: bool | None = None,
     inventory_labels: LabelKeys | None = None,
 ) -> dict[str, Any]:
     """Pod-spec fields (affinity, tolerations, topologySpreadConstraints, nodeSelector,
     priorityClassName) for one pool's serving pods. `selector` selects the pool's pods;
-    `group_selector` selects the leader a worker belongs with (None for leaders and single-pod
-    replicas); `inventory_labels` names the zone label (topology.kubernetes.io/zone by default)."""
+    `group_selector` (with `group_label_keys`, label keys whose values the pod brings) selects the
+    pods a member of a multi-node group must be near: the StatefulSet shape gives workers their
+    leader's labels; a LeaderWorkerSet gives every member its group-key label. None for single-pod
+    replicas. Leaders (by default: pods without a group selector) are spread over zones or nodes;
+    `inventory_labels` names the zone label (topology.kubernetes.io/zone by default)."""
     affinity: dict[str, Any] = {"nodeAffinity": _node_affinity(spec, pool)}
-    if group_selector is not None and (pod_affinity := _group_affinity(spec, pool, group_selector)):
+    if group_selector is not None and (
+        pod_affinity := _group_affinity(spec, pool, group_selector, group_label_keys)
+    ):
         affinity["podAffinity"] = pod_affinity
     fields: dict[str, Any] = {"affinity": affinity, "tolerations": _tolerations(spec)}
-    if group_selector is None and (spread := _spread(spec, selector, inventory_labels or LabelKeys())):
+    is_leader = group_selector is None if leader is None else leader
+    if is_leader and (spread := _spread(spec, selector, inventory_labels or LabelKeys())):
         fields["topologySpreadConstraints"] = spread
     if spec.placement.node_selector:
         fields["nodeSelector"] = dict(sorted(spec.placement.node_selector.items()))

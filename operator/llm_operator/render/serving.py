@@ -180,6 +180,7 @@ def _pod_template(
     leader: bool,
     extra_env: list[dict[str, Any]],
     repo_hash: str,
+    group_label_keys: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     selector = {**L.selector_labels(deployment), L.POOL: pool.name}
     pod_spec: dict[str, Any] = {
@@ -191,7 +192,16 @@ def _pod_template(
         "volumes": _volumes(spec, pool, deployment, engine),
     }
     if spec.engine.backend != Backend.CPU_REFERENCE:
-        pod_spec.update(pod_scheduling(spec, pool, selector=selector, group_selector=group_selector))
+        pod_spec.update(
+            pod_scheduling(
+                spec,
+                pool,
+                selector=selector,
+                group_selector=group_selector,
+                group_label_keys=group_label_keys,
+                leader=leader,
+            )
+        )
     else:
         for key, value in (
             ("nodeSelector", spec.placement.node_selector),
@@ -215,6 +225,7 @@ POD_INDEX = "apps.kubernetes.io/pod-index"  # set by the StatefulSet controller 
 LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+LWS_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"  # on every pod of one group, set by LWS
 
 
 def _label_env(name: str, label: str) -> dict[str, Any]:
@@ -305,9 +316,11 @@ def _leader_worker_set(
     # LWS names pods <name>-<group> (leader) and <name>-<group>-<worker> under a headless Service
     # called <name>, and injects LWS_LEADER_ADDRESS into every container.
     pattern = f"{name}-{{group}}-{{worker}}.{name}.{namespace}.svc"
+    group = {L.DEPLOYMENT: deployment, L.POOL: pool.name}  # narrowed to one group by its group-key
     leader = _pod_template(
         spec, pool, deployment, images, engine,
-        pod_labels=_group_labels({**base, L.ROLE: "leader"}, pool), group_selector=None, leader=True,
+        pod_labels=_group_labels({**base, L.ROLE: "leader"}, pool), leader=True,
+        group_selector=group, group_label_keys=(LWS_GROUP_KEY,),
         extra_env=[
             {"name": "LLMOP_ROLE", "value": "leader"},
             _label_env("LLMOP_GROUP_INDEX", LWS_GROUP_INDEX),
@@ -317,7 +330,8 @@ def _leader_worker_set(
     )  # fmt: skip
     worker = _pod_template(
         spec, pool, deployment, images, engine,
-        pod_labels=_group_labels({**base, L.ROLE: "worker"}, pool), group_selector=None, leader=False,
+        pod_labels=_group_labels({**base, L.ROLE: "worker"}, pool), leader=False,
+        group_selector=group, group_label_keys=(LWS_GROUP_KEY,),
         extra_env=[
             {"name": "LLMOP_ROLE", "value": "worker"},
             _label_env("LLMOP_GROUP_INDEX", LWS_GROUP_INDEX),
