@@ -75,7 +75,16 @@ def test_multi_node_clique_worker_follows_its_leader_into_the_clique() -> None:
     assert "podAntiAffinity" not in out["affinity"]
     assert "topologySpreadConstraints" not in out, "workers go where their leader is"
     leader = pod_scheduling(spec(), clique, selector=SELECTOR, group_selector=None)
-    assert "podAffinity" not in leader["affinity"] and leader["topologySpreadConstraints"]
+    assert "podAffinity" not in leader["affinity"]
+    # Leaders prefer different cliques, so two groups do not crowd one clique their workers then
+    # cannot fit in (there is no gang scheduling); soft, like the zone spread.
+    spread = {c["topologyKey"]: c["whenUnsatisfiable"] for c in leader["topologySpreadConstraints"]}
+    assert spread == {
+        "topology.kubernetes.io/zone": "ScheduleAnyway",
+        "nvidia.com/gpu.clique": "ScheduleAnyway",
+    }
+    single = pod_scheduling(spec(), pool(), selector=SELECTOR, group_selector=None)
+    assert [c["topologyKey"] for c in single["topologySpreadConstraints"]] == ["topology.kubernetes.io/zone"]
 
 
 def test_pipeline_worker_stays_in_the_planned_block_required_or_preferred() -> None:

@@ -57,7 +57,7 @@ def _node_affinity(spec: LLMDeploymentSpec, pool: PoolPlan) -> dict[str, Any]:
 def _group_affinity(
     spec: LLMDeploymentSpec, pool: PoolPlan, group_selector: dict[str, str], label_keys: Sequence[str]
 ) -> dict[str, Any]:
-    key = L.GPU_CLIQUE if pool.nvlink_clique else pool.group_topology_key
+    key = _group_domain(pool)
     if key is None:
         return {}
     term: dict[str, Any] = {"labelSelector": {"matchLabels": dict(group_selector)}}
@@ -70,19 +70,40 @@ def _group_affinity(
     return {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]}
 
 
-def _spread(spec: LLMDeploymentSpec, selector: dict[str, str], keys: LabelKeys) -> list[dict[str, Any]]:
+def _group_domain(pool: PoolPlan) -> str | None:
+    """The label whose value a multi-node group's pods must share (None: no such constraint)."""
+    return L.GPU_CLIQUE if pool.nvlink_clique else pool.group_topology_key
+
+
+def _spread(
+    spec: LLMDeploymentSpec, pool: PoolPlan, selector: dict[str, str], keys: LabelKeys
+) -> list[dict[str, Any]]:
     spread = spec.placement.replica_spread
-    if spread == ReplicaSpread.NONE:
-        return []
     # Every replica has exactly one leader pod: spreading leaders spreads replicas.
-    return [
-        {
-            "maxSkew": 1,
-            "topologyKey": keys.zone if spread == ReplicaSpread.ZONE else L.HOSTNAME,
-            "whenUnsatisfiable": "ScheduleAnyway",
-            "labelSelector": {"matchLabels": {**selector, L.ROLE: "leader"}},
-        }
-    ]
+    leaders = {"matchLabels": {**selector, L.ROLE: "leader"}}
+    constraints = []
+    if spread != ReplicaSpread.NONE:
+        key = keys.zone if spread == ReplicaSpread.ZONE else L.HOSTNAME
+        constraints.append(
+            {
+                "maxSkew": 1,
+                "topologyKey": key,
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": leaders,
+            }
+        )
+    if (domain := _group_domain(pool)) is not None:
+        # Nothing schedules a group as a gang: two leaders in one clique or block can leave too few
+        # nodes there for their workers. Preferring leaders in different domains makes that rare.
+        constraints.append(
+            {
+                "maxSkew": 1,
+                "topologyKey": domain,
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": leaders,
+            }
+        )
+    return constraints
 
 
 def pod_scheduling(
@@ -109,7 +130,7 @@ def pod_scheduling(
         affinity["podAffinity"] = pod_affinity
     fields: dict[str, Any] = {"affinity": affinity, "tolerations": _tolerations(spec)}
     is_leader = group_selector is None if leader is None else leader
-    if is_leader and (spread := _spread(spec, selector, inventory_labels or LabelKeys())):
+    if is_leader and (spread := _spread(spec, pool, selector, inventory_labels or LabelKeys())):
         fields["topologySpreadConstraints"] = spread
     if spec.placement.node_selector:
         fields["nodeSelector"] = dict(sorted(spec.placement.node_selector.items()))
