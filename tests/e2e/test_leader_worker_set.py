@@ -55,7 +55,8 @@ def lws_crd(kubectl: Kubectl, tmp_path: Path) -> Iterator[None]:
         )
         yield
     finally:
-        kubectl.delete("crd", LWS_CRD)
+        # Gone before the next test: an operator starting meanwhile would take LWS for installed.
+        kubectl.delete("crd", LWS_CRD, wait=True)
 
 
 def rendered_leader_worker_sets(

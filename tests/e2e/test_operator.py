@@ -335,3 +335,58 @@ def test_autoscaler_targets_the_deployment_scale_subresource(
     assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == "triton_pending_requests"
     # The HPA controller resolved the scale subresource (it knows the current replica count).
     assert hpa["status"].get("currentReplicas") == 1
+
+
+def test_a_refused_apply_is_reported_in_status_then_recovers(
+    operator: None, kubectl: Kubectl, namespace: str
+) -> None:
+    """A platform policy (a real ValidatingAdmissionPolicy in the API server) refuses the operator's
+    StatefulSet: the deployment says so, with the policy's message, instead of retrying silently."""
+    name = f"team-label-{namespace[-6:]}"
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+                                 "operations": ["CREATE", "UPDATE"], "resources": ["statefulsets"]}]},
+            "validations": [{"expression": "has(object.metadata.labels) && 'team' in object.metadata.labels",
+                             "message": "every StatefulSet needs a team label"}],
+        },
+    }  # fmt: skip
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"], "matchResources": {
+                 "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}},
+    }  # fmt: skip
+    labels = {"matchLabels": {"a": "b"}}
+    probe = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "probe"},
+             "spec": {"selector": labels, "template": {"metadata": {"labels": labels["matchLabels"]},
+                      "spec": {"containers": [{"name": "c", "image": "x"}]}}}}  # fmt: skip
+    dry_run = ["apply", "--dry-run=server", "-f", "-"]
+    try:
+        kubectl.apply([policy, binding])
+        wait_for(
+            "the policy to be enforced",
+            lambda: kubectl(*dry_run, input=json.dumps(probe), namespace=namespace, check=False).returncode,
+            lambda rc: rc != 0,
+            timeout=30,
+        )
+        kubectl.apply(example("cpu-reference.yaml"), namespace=namespace)
+        ld = wait_for(
+            "Stalled with the policy's message",
+            lambda: get_llmd(kubectl, namespace, "tiny-llama"),
+            lambda o: is_true(o, "Stalled"),
+            timeout=TIMEOUT,
+        )
+        stalled = condition(ld, "Stalled")
+        assert stalled is not None and stalled["reason"] == "ReconcileFailed"
+        assert "every StatefulSet needs a team label" in stalled["message"]
+        events = kubectl.events(namespace, "tiny-llama")
+        assert any(e["type"] == "Warning" and e["reason"] == "ReconcileFailed" for e in events)
+    finally:
+        kubectl.delete("validatingadmissionpolicybinding", name)
+        kubectl.delete("validatingadmissionpolicy", name)
+    ld = wait_ready(kubectl, namespace, "tiny-llama")
+    assert not is_true(ld, "Stalled")

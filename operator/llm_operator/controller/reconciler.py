@@ -66,6 +66,10 @@ def digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
 
+# Consecutive failed reconciles (about 3.5 s of backoff) before the error goes into status.
+REPORT_AFTER_FAILURES = 4
+
+
 @dataclass
 class Applied:
     digest: str
@@ -89,6 +93,8 @@ class Reconciler:
         self.leader_worker_set = False  # render multi-node replicas as LeaderWorkerSets
         self.pod_problems: dict[Key, dict[str, str]] = {}  # deployment -> pod -> why it cannot run
         self._broken_groups: set[tuple[str, str, str, str]] = set()  # being recreated
+        self._group_failures: dict[str | None, None] = {}  # failed pods already acted on (by uid)
+        self._failures: dict[Key, int] = {}  # consecutive failed reconciles
 
     # -- queue ---------------------------------------------------------------------------------
 
@@ -114,23 +120,41 @@ class Reconciler:
                     self._again.discard(key)
                     self.enqueue(key)
 
-    async def _run(self, key: Key, attempt: int = 0) -> None:
+    async def _run(self, key: Key) -> None:
         start = time.perf_counter()
         try:
             await self.reconcile(*key)
+            self._failures.pop(key, None)
         except ApiError as e:
             RECONCILE_ERRORS.labels(f"Api{e.status.code}").inc()
-            self._retry(key, attempt, f"API error {e.status.code}: {e.status.message}")
+            await self._failed(key, f"API error {e.status.code}: {e.status.message}")
         except Exception as e:
             RECONCILE_ERRORS.labels(type(e).__name__).inc()
             log.exception("reconcile of %s/%s failed", *key)
-            self._retry(key, attempt, str(e))
+            await self._failed(key, f"{type(e).__name__}: {e}")
         finally:
             RECONCILE_SECONDS.observe(time.perf_counter() - start)
 
-    def _retry(self, key: Key, attempt: int, why: str) -> None:
-        delay = min(60.0, 0.5 * 2**attempt)
+    async def _failed(self, key: Key, why: str) -> None:
+        """Retry with backoff; once it has failed REPORT_AFTER_FAILURES times in a row, say so in
+        status (Stalled, the error, an Event) rather than retry silently. Nothing running is touched;
+        the next successful pass writes the normal status back."""
+        attempt = self._failures[key] = self._failures.get(key, 0) + 1
+        delay = min(60.0, 0.5 * 2 ** (attempt - 1))
         log.warning("retrying %s/%s in %.1f s: %s", *key, delay, why)
+        if attempt >= REPORT_AFTER_FAILURES:
+            try:
+                body = await self.kube.get_deployment(*key)
+                if body is not None and not body["metadata"].get("deletionTimestamp"):
+                    obs = Observation(
+                        int(body["metadata"].get("generation", 0)),
+                        PlanningError("ReconcileFailed", f"{why} (attempt {attempt}, retrying)"),
+                        pools=self._observe_existing(*key),
+                        selector=serving_selector(key[1]),
+                    )
+                    await self._write_status(body, obs, body.get("status") or {})
+            except Exception:  # the API is what fails: the retry below is all that is left
+                log.exception("cannot report the failure of %s/%s", *key)
 
         async def later() -> None:
             await asyncio.sleep(delay)
@@ -151,6 +175,7 @@ class Reconciler:
     def forget(self, key: Key) -> None:
         """Children go with the owner (garbage collector); drop what we remember of them."""
         self.known.discard(key)
+        self._failures.pop(key, None)
         self.statuses.pop(key, None)
         self.pod_problems.pop(key, None)
         for k in [k for k, obj in self.children.items() if _owner_key(obj) == key]:
@@ -191,14 +216,17 @@ class Reconciler:
         meta = pod["metadata"]
         labels = meta.get("labels", {})
         self._track_pod_problem(event, pod)
-        if event == "DELETED" or int(labels.get(L.GROUP_SIZE, "1")) < 2:
-            return
-        if "leaderworkerset.sigs.k8s.io/name" in labels:
+        if int(labels.get(L.GROUP_SIZE, "1")) < 2 or "leaderworkerset.sigs.k8s.io/name" in labels:
             return
         status = pod.get("status") or {}
         restarted = any(c.get("restartCount", 0) > 0 for c in status.get("containerStatuses") or [])
-        if not (restarted or status.get("phase") == "Failed") or meta.get("deletionTimestamp"):
+        # The StatefulSet controller deletes a Failed pod at once, so the failure may first be seen
+        # on a pod being deleted, or only in its DELETED event: both count, once per pod.
+        if not (restarted or status.get("phase") == "Failed") or meta.get("uid") in self._group_failures:
             return
+        self._group_failures[meta.get("uid")] = None
+        while len(self._group_failures) > 4096:
+            del self._group_failures[next(iter(self._group_failures))]
         group = labels.get(L.GROUP_INDEX) or labels.get(POD_INDEX)
         deployment, pool = labels.get(L.DEPLOYMENT), labels.get(L.POOL)
         if group is None or deployment is None or pool is None:
@@ -263,9 +291,8 @@ class Reconciler:
             plan = e
         if isinstance(plan, PlanningError):
             # Keep whatever serves now; only status and an Event change.
-            obs = Observation(
-                generation, plan, pools=self._observe_existing(ld), selector=serving_selector(name)
-            )
+            pools = self._observe_existing(namespace, name)
+            obs = Observation(generation, plan, pools=pools, selector=serving_selector(name))
             await self._write_status(body, obs, old_status)
             return
 
@@ -377,10 +404,10 @@ class Reconciler:
             await self.kube.delete(kind, k[1], k[2])
             self.applied.pop(k, None)
 
-    def _observe_existing(self, ld: LLMDeployment) -> dict[str, PoolObserved]:
+    def _observe_existing(self, namespace: str, name: str) -> dict[str, PoolObserved]:
         pools: dict[str, PoolObserved] = {}
         for k, obj in self.children.items():
-            if k[0] == "StatefulSet" and _owner_key(obj) == (ld.namespace, ld.name):
+            if k[0] == "StatefulSet" and _owner_key(obj) == (namespace, name):
                 labels = obj["metadata"].get("labels", {})
                 if labels.get(L.ROLE) == "leader":
                     st = obj.get("status") or {}
