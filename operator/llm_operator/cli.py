@@ -109,6 +109,8 @@ def render(args: argparse.Namespace) -> int:
                 )
         out += build_children(ld, plan, config.images, engines, leader_worker_set=args.leader_worker_set)
         print(f"# {ld.name}: {plan.reason}", file=sys.stderr)
+        for warning in plan.warnings:
+            print(f"# {ld.name}: warning: {warning}", file=sys.stderr)
     sys.stdout.write(yaml.dump_all(out, Dumper=_PlainDumper, sort_keys=False))
     return 0
 

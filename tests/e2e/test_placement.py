@@ -159,6 +159,30 @@ def test_replicas_spread_over_zones(operator: None, kubectl: Kubectl, namespace:
     remove(kubectl, namespace, "spread")
 
 
+def test_a_plan_that_falls_short_is_served_and_says_why(
+    operator: None, kubectl: Kubectl, namespace: str
+) -> None:
+    """A model outside the catalogue with no spec.model.architecture can be placed, but its memory
+    cannot be checked: the user reads that in status and in a Warning Event, not in an OOM later."""
+    engines_claim(kubectl, namespace)
+    body = deployment("unknown", resources={"gpu": {"products": ["NVIDIA-A10G"]}})
+    body["spec"]["model"] = {"name": "acme/house-model-7b", "source": {"uri": "s3://m/house-7b/"}}
+    kubectl.apply(body, namespace)
+    ld = wait_for(
+        "placement warnings in status", lambda: kubectl.get("llmdeployment", "unknown", namespace),
+        lambda o: bool(o.get("status", {}).get("placement", {}).get("warnings")), timeout=TIMEOUT,
+    )  # fmt: skip
+    (warning,) = ld["status"]["placement"]["warnings"]
+    assert "acme/house-model-7b is not in the catalogue" in warning and "not checked" in warning
+    events = wait_for(
+        "a PlacementWarning Event", lambda: kubectl.events(namespace, "unknown"),
+        lambda items: any(e["reason"] == "PlacementWarning" for e in items), timeout=TIMEOUT,
+    )  # fmt: skip
+    posted = [e for e in events if e["reason"] == "PlacementWarning"]
+    assert len(posted) == 1 and posted[0]["type"] == "Warning" and posted[0]["message"] == warning
+    remove(kubectl, namespace, "unknown")
+
+
 def test_a_node_pool_appearing_later_unblocks_a_stalled_deployment(
     operator: None, kubectl: Kubectl, namespace: str
 ) -> None:

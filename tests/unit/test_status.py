@@ -118,3 +118,17 @@ def test_pods_that_cannot_start_make_the_deployment_degraded_with_the_reason() -
     assert status["phase"] == "Degraded"
     assert "ImagePullBackOff" in status["message"]
     assert any(e.type == "Warning" and e.reason == "PodsFailing" for e in events)
+
+
+def test_plan_warnings_are_kept_in_status_and_posted_once_when_they_change() -> None:
+    warned = Plan(pools=(POOL,), reason="tp=4 fits", warnings=("pool main: the KV cache holds 1,000 tokens",))
+    o = Observation(generation=3, plan=warned, pools={"main": PoolObserved(2, 2, True, True)}, selector="s")
+    first, events = reduce(o, None, T0)
+    assert first["placement"]["warnings"] == ["pool main: the KV cache holds 1,000 tokens"]
+    assert [(e.type, e.reason) for e in events if e.reason == "PlacementWarning"] == [
+        ("Warning", "PlacementWarning")
+    ]
+    again, events = reduce(o, first, T1)
+    assert again == first and events == []
+    cleared, events = reduce(obs(ready=2), first, T1)
+    assert "warnings" not in cleared["placement"] and events == []

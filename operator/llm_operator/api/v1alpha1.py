@@ -643,6 +643,11 @@ class PlacementStatus(Spec):
     gpus_per_pod: int | None = None
     pods_per_replica: int | None = None
     reason: str | None = None
+    warnings: list[str] | None = Field(
+        default=None,
+        description="Where the plan falls short of the spec (KV cache below the batch limits, "
+        "memory not checked, more replicas than the nodes hold); posted as PlacementWarning Events.",
+    )
     pools: list[PoolPlacementStatus] | None = None
 
 

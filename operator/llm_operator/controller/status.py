@@ -96,6 +96,7 @@ def reduce(
     status["replicas"] = desired
     status["placement"] = _placement(plan, obs)
     engines = obs.engines
+    placement_events = _placement_warnings(plan, old_status)
     failed = [(n, e) for n, e in engines.items() if e.state == EngineState.FAILED]
     building = [(n, e) for n, e in engines.items() if e.state == EngineState.BUILDING]
     if engines:
@@ -171,7 +172,18 @@ def reduce(
             g,
         )
     )
-    return _finish(status, conds, phase, reason, message, old_status, now)
+    status, events = _finish(status, conds, phase, reason, message, old_status, now)
+    return status, placement_events + events
+
+
+def _placement_warnings(plan: Plan, old_status: dict[str, Any] | None) -> list[Event]:
+    """A plan that serves but falls short of the spec (a KV cache smaller than the batch limits,
+    memory not checked, replicas beyond the nodes' capacity) is posted once, when what it says
+    changes; status.placement.warnings keeps it visible."""
+    before = ((old_status or {}).get("placement") or {}).get("warnings") or []
+    if not plan.warnings or list(plan.warnings) == before:
+        return []
+    return [Event("Warning", "PlacementWarning", "; ".join(plan.warnings))]
 
 
 def _stalled(reason: str, message: str, serving: bool, g: int) -> tuple[list[dict[str, Any]], Phase]:
@@ -207,6 +219,8 @@ def _placement(plan: Plan, obs: Observation) -> dict[str, Any]:
         "podsPerReplica": p.pods_per_replica,
         "reason": plan.reason,
     }
+    if plan.warnings:
+        placement["warnings"] = list(plan.warnings)
     if len(plan.pools) > 1:
         placement["pools"] = [
             {
