@@ -33,7 +33,7 @@ lint: venv ## ruff (lint + format check) and mypy --strict; helm lint runs in te
 demo: venv ## local cluster, CRDs, operator, the sample LLMDeployment, status printed
 	@scripts/demo.sh
 
-test: venv ## every test: lint, unit, Triton on CPU, e2e on the embedded cluster
+test: venv tools ## every test: lint, unit, Triton on CPU, e2e on the embedded cluster
 	@$(MAKE) --no-print-directory lint
 	@$(PY) -m pytest -p no:cacheprovider
 
