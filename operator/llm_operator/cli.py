@@ -143,13 +143,13 @@ def run(args: argparse.Namespace) -> int:
     from llm_operator.controller.config import OperatorConfig
 
     logging.basicConfig(level=os.environ.get("LLMOP_LOG_LEVEL", "INFO"))
-    namespace = args.namespace
-    handlers.Runtime.config = OperatorConfig.from_env(namespace)
+    namespaces = tuple(dict.fromkeys(args.namespace or ()))
+    handlers.Runtime.config = OperatorConfig.from_env(namespaces)
     asyncio.run(
         kopf.operator(
             standalone=True,
-            clusterwide=namespace is None,
-            namespaces=[namespace] if namespace else (),
+            clusterwide=not namespaces,
+            namespaces=namespaces,
             liveness_endpoint=f"http://0.0.0.0:{handlers.Runtime.config.health_port}/healthz",
         )
     )
@@ -161,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="run the operator against the current kubeconfig / in-cluster config")
     scope = p.add_mutually_exclusive_group()
-    scope.add_argument("--namespace", help="watch one namespace only")
+    scope.add_argument(
+        "--namespace", action="append", help="watch this namespace (repeat for several); default: all"
+    )
     scope.add_argument("--all-namespaces", action="store_true", help="watch every namespace (default)")
     p.set_defaults(func=run)
     p = sub.add_parser("render", help="print every child object the operator would apply, as YAML")

@@ -10,6 +10,7 @@ Helm skips a CRD from crds/ that already exists (what users see on a re-install)
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
@@ -127,15 +128,29 @@ def test_operator_serves_with_only_the_charts_rbac(
     release: tuple[Helm, str], cluster: E2ECluster, kubectl: Kubectl, namespace: str, tmp_path: Path
 ) -> None:
     """Runs the chart's container command, args and env as a local process with the chart's
-    ServiceAccount token (KWOK runs no image), watching only this namespace: the RoleBinding path."""
+    ServiceAccount token (KWOK runs no image), watching this namespace and a second one only: the
+    RoleBinding path."""
     helm, name = release
-    helm("install", name, str(CHART), "--namespace", namespace, "--set", f"watchNamespaces={{{namespace}}}",
+    second = kubectl.create_namespace("second")
+    try:
+        serve_two_namespaces(helm, name, cluster, kubectl, (namespace, second), tmp_path)
+    finally:
+        kubectl("delete", "namespace", second, "--wait=false")
+
+
+def serve_two_namespaces(
+    helm: Helm, name: str, cluster: E2ECluster, kubectl: Kubectl, watched: tuple[str, str], tmp_path: Path
+) -> None:
+    namespace, second = watched
+    helm("install", name, str(CHART), "--namespace", namespace,
+         "--set", f"watchNamespaces={{{namespace},{second}}}",
          "--set", "operator.workers=2", "--wait", f"--timeout={TIMEOUT}s")  # fmt: skip
     deployment = kubectl.get("deployment", f"{name}-llm-operator", namespace)
     assert deployment is not None
     pod_spec = deployment["spec"]["template"]["spec"]
     (container,) = pod_spec["containers"]
-    assert container["command"] == ["llm-operator"] and container["args"] == ["run", "--namespace", namespace]
+    assert container["command"] == ["llm-operator"]
+    assert container["args"] == ["run", "--namespace", namespace, "--namespace", second]
     token = kubectl("create", "token", pod_spec["serviceAccountName"], "--duration=20m", namespace=namespace)
     kubeconfig = token_kubeconfig(cluster.kubeconfig, token.stdout.strip(), tmp_path / "sa.kubeconfig")
 
@@ -160,15 +175,17 @@ def test_operator_serves_with_only_the_charts_rbac(
 
         wait_for("the operator's /healthz under the chart's ServiceAccount", healthy, timeout=60)
         manifest: dict[str, Any] = yaml.safe_load((REPO / "examples" / "cpu-reference.yaml").read_text())
-        kubectl.apply(manifest, namespace=namespace)
+        for ns in watched:
+            kubectl.apply(manifest, namespace=ns)
 
-        def refused_or_deployment() -> dict[str, Any] | None:
+        def refused_or_deployment(ns: str) -> dict[str, Any] | None:
             refused = re.search(r".*forbidden.*", log_path.read_text(), re.I)
             assert refused is None, f"the operator was refused: {refused.group(0)[:1500]}"
-            return kubectl.get("llmdeployment", "tiny-llama", namespace)
+            return kubectl.get("llmdeployment", "tiny-llama", ns)
 
-        wait_for("LLMDeployment tiny-llama Ready", refused_or_deployment, lambda o: is_true(o, "Ready"),
-                 timeout=TIMEOUT)  # fmt: skip
+        for ns in watched:
+            wait_for(f"LLMDeployment tiny-llama Ready in {ns}", functools.partial(refused_or_deployment, ns),
+                     lambda o: is_true(o, "Ready"), timeout=TIMEOUT)  # fmt: skip
         text = wait_for(
             "the operator's own StatefulSet apply in its metrics",
             lambda: scrape(metrics),
@@ -178,7 +195,8 @@ def test_operator_serves_with_only_the_charts_rbac(
         assert 'reason="Api403"' not in text, text
         sa = f"system:serviceaccount:{namespace}:{pod_spec['serviceAccountName']}"
         assert can_i(kubectl, sa, "patch", "statefulsets.apps", namespace)
-        assert not can_i(kubectl, sa, "patch", "statefulsets.apps", "default"), "bound in its namespace only"
+        assert can_i(kubectl, sa, "patch", "statefulsets.apps", second)
+        assert not can_i(kubectl, sa, "patch", "statefulsets.apps", "default"), "bound in its namespaces only"
         assert can_i(kubectl, sa, "list", "nodes")
     finally:
         proc.terminate()

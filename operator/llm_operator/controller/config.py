@@ -16,10 +16,10 @@ class OperatorConfig:
     workers: int
     metrics_port: int
     health_port: int
-    namespace: str | None  # None: all namespaces
+    namespaces: tuple[str, ...]  # empty: all namespaces
 
     @classmethod
-    def from_env(cls, namespace: str | None = None) -> OperatorConfig:
+    def from_env(cls, namespaces: tuple[str, ...] = ()) -> OperatorConfig:
         env = os.environ.get
         return cls(
             images=Images(
@@ -31,5 +31,5 @@ class OperatorConfig:
             workers=int(env("LLMOP_WORKERS", "4")),
             metrics_port=int(env("LLMOP_METRICS_PORT", "8000")),
             health_port=int(env("LLMOP_HEALTH_PORT", "8080")),
-            namespace=namespace,
+            namespaces=namespaces,
         )

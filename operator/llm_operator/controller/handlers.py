@@ -46,7 +46,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     reconciler = Reconciler(Kube(), config)
     Runtime.reconciler = reconciler
     kube = reconciler.kube
-    ns = config.namespace
+    scopes: tuple[str | None, ...] = config.namespaces or (None,)
     managed = {L.MANAGED_BY: "llm-operator"}
 
     def child_handler(kind: str) -> Any:
@@ -65,9 +65,13 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         *(
             asyncio.create_task(kube.watch(res, child_handler(kind), namespace=ns, labels=managed))
             for kind, res in kinds.items()
+            for ns in scopes
         ),
         # Our serving pods only (server-side selector): to recreate broken multi-node groups.
-        asyncio.create_task(kube.watch(Pod, reconciler.pod_event, namespace=ns, labels=managed)),
+        *(
+            asyncio.create_task(kube.watch(Pod, reconciler.pod_event, namespace=ns, labels=managed))
+            for ns in scopes
+        ),
         *(asyncio.create_task(reconciler.worker()) for _ in range(config.workers)),
     ]
 
