@@ -25,7 +25,7 @@ def sts(
 
 
 def test_rollout_complete_only_when_controller_caught_up_and_all_pods_updated() -> None:
-    applied = Applied("d", 3, {})
+    applied = Applied("d", 3, None)
     assert _rolled_out(sts(3, 3, 2), applied)
     assert not _rolled_out(sts(3, 2, 2), applied), "controller has not seen our spec yet"
     assert not _rolled_out(sts(3, 3, 1), applied), "a pod still runs the old template"
@@ -34,7 +34,7 @@ def test_rollout_complete_only_when_controller_caught_up_and_all_pods_updated() 
 
 
 def test_spec_edits_are_drift_status_updates_are_not() -> None:
-    applied = Applied("d", 5, {"spec": {"replicas": 3}})
+    applied = Applied("d", 5, None)
     assert not _drifted({"metadata": {"generation": 5}, "spec": {"replicas": 3}, "status": {"x": 1}}, applied)
     assert _drifted({"metadata": {"generation": 6}, "spec": {"replicas": 1}}, applied)
 
@@ -95,3 +95,14 @@ def test_pod_problem_reads_waiting_reasons_that_need_a_person() -> None:
     assert _pod_problem(pod("CrashLoopBackOff")) == "CrashLoopBackOff: m"
     assert _pod_problem(pod("ContainerCreating")) is None
     assert _pod_problem({"status": {}}) is None
+
+
+def test_cached_objects_drop_managed_fields_and_keep_the_rest() -> None:
+    from lightkube.resources.core_v1 import ConfigMap
+    from llm_operator.controller.kube import _as_dict
+
+    meta = {"name": "a", "namespace": "n", "resourceVersion": "7", "managedFields": [{"manager": "x"}]}
+    for obj in ({"kind": "ConfigMap", "metadata": dict(meta)}, ConfigMap.from_dict({"metadata": meta})):
+        cached = _as_dict(obj)
+        assert "managedFields" not in cached["metadata"]
+        assert cached["metadata"]["resourceVersion"] == "7"

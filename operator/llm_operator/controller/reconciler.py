@@ -74,7 +74,7 @@ REPORT_AFTER_FAILURES = 4
 class Applied:
     digest: str
     generation: int | None  # None for kinds without metadata.generation
-    desired: dict[str, Any]
+    desired: dict[str, Any] | None  # kept only without a generation: drift is then found by content
 
 
 class Reconciler:
@@ -384,7 +384,7 @@ class Reconciler:
             return
         result = await self.kube.apply(obj)
         generation = result.get("metadata", {}).get("generation")
-        self.applied[k] = Applied(d, generation, obj)
+        self.applied[k] = Applied(d, generation, obj if generation is None else None)
         self.children[k] = result
 
     async def _prune(
@@ -485,7 +485,7 @@ def _comparable(status: dict[str, Any]) -> str:
 def _drifted(observed: dict[str, Any], applied: Applied) -> bool:
     """Did someone other than us change what we own? Spec edits bump metadata.generation;
     ConfigMaps and Services have none, so their owned content is compared."""
-    if applied.generation is not None:
+    if applied.generation is not None or applied.desired is None:
         return bool(observed.get("metadata", {}).get("generation") != applied.generation)
     for field in ("data", "spec"):
         if field in applied.desired and not _subset(applied.desired[field], observed.get(field)):
