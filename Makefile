@@ -19,7 +19,6 @@ cluster-up: venv ## start the embedded control plane with simulated GPU node poo
 	@$(PY) -m e2e.cluster up
 
 cluster-down: venv ## stop the demo operator and the embedded control plane, remove their state
-	@if [ -f .cluster/operator.pid ]; then kill $$(cat .cluster/operator.pid) 2>/dev/null || true; fi
 	@$(PY) -m e2e.cluster down
 
 crds: venv ## regenerate crds/ and the chart's CRD from the pydantic API models

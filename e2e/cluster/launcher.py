@@ -298,9 +298,26 @@ class Cluster:
             self._clear_state()
             return True
 
+    def stop_demo_operator(self) -> bool:
+        """Stop the operator `make demo` left running against this cluster (its pid is in
+        operator.pid): a second operator would reconcile the same objects as the one a test session
+        or the bench starts. True if one was running."""
+        path = self.state_dir / "operator.pid"
+        try:
+            pid = int(path.read_text().strip())
+        except (OSError, ValueError):
+            return False
+        path.unlink()
+        args = _proc_args(pid)
+        if not _running(pid) or "run" not in args or not any(Path(a).name == "llm-operator" for a in args):
+            return False  # gone, or the pid now belongs to another process
+        self._terminate([pid])
+        return True
+
     def down(self) -> list[str]:
         """Stop everything and remove the state directory; returns the components that were running."""
         with self._lock():
+            self.stop_demo_operator()
             stopped = self._stop_all()
             self._clear_state()
             return stopped

@@ -229,6 +229,8 @@ class E2ECluster:
                 )
             return cls(Path(env), Kubectl(Path(env), kubectl_bin), embedded=False)
         launcher.up(session=os.getpid())
+        if launcher.stop_demo_operator():
+            print("stopped the operator `make demo` left running: the tests run their own")
         return cls(
             launcher.kubeconfig,
             Kubectl(launcher.kubeconfig, launcher.bin_dir / "kubectl"),

@@ -188,6 +188,12 @@ def _create(kubectl: Kubectl, namespace: str, doc: dict[str, Any], dry_run: bool
     kubectl(*args, namespace=namespace, input=json.dumps(doc))
 
 
+def _update(kubectl: Kubectl, namespace: str, doc: dict[str, Any]) -> None:
+    """Server-side apply: no resourceVersion precondition to lose to a status write."""
+    args = ["apply", "--server-side", "--force-conflicts", "-f", "-"]
+    kubectl(*args, namespace=namespace, input=json.dumps(doc))
+
+
 def test_base_manifest_is_valid(crd: None, kubectl: Kubectl, namespace: str) -> None:
     _create(kubectl, namespace, _manifest({}))
 
@@ -205,11 +211,11 @@ def test_model_name_is_immutable(crd: None, kubectl: Kubectl, namespace: str) ->
     _create(kubectl, namespace, _manifest({}), dry_run=False)
     changed = _manifest({"model.name": "meta-llama/Meta-Llama-3-70B-Instruct"})
     with pytest.raises(KubectlError) as err:
-        kubectl("replace", "-f", "-", namespace=namespace, input=json.dumps(changed))
+        _update(kubectl, namespace, changed)
     assert "model.name is immutable" in err.value.stderr
     # Changing a field that means the same model (its revision) is allowed.
     upgraded = _manifest({"model.revision": "abc123"})
-    kubectl("replace", "-f", "-", namespace=namespace, input=json.dumps(upgraded))
+    _update(kubectl, namespace, upgraded)
     stored = kubectl.get("llmdeployment", "adm", namespace)
     assert stored is not None
     assert stored["spec"]["model"]["revision"] == "abc123"
