@@ -14,7 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 from llm_operator.api.v1alpha1 import LLMDeployment
-from llm_operator.plan.types import Plan, PlanningError
+from llm_operator.plan.types import PlanningError
 
 
 class _PlainDumper(yaml.SafeDumper):
@@ -56,21 +56,12 @@ def load_inventory(path: str | None) -> Any:
     return inventory
 
 
-def plan_for(ld: LLMDeployment, inventory: Any) -> Plan:
-    from llm_operator.plan.cpu import cpu_plan
-    from llm_operator.plan.planner import plan_deployment
-    from llm_operator.render.children import needs_engine
-
-    if not needs_engine(ld):
-        return cpu_plan(ld.spec)
-    return plan_deployment(ld.spec, inventory, ld.spec.replicas)
-
-
 def render(args: argparse.Namespace) -> int:
+    """What the operator applies, from the same `desired` it calls: first the build Jobs it starts
+    while engines are missing, then everything it applies once they exist."""
     from llm_operator.controller.config import OperatorConfig
-    from llm_operator.engine import build_job, cache_key
-    from llm_operator.render.children import PoolEngine, build_children, needs_engine, owner_reference
-    from llm_operator.render.serving import engine_location
+    from llm_operator.desired import desired, plan_for
+    from llm_operator.engine.state import BuildFact, BuildObserved
 
     config = OperatorConfig.from_env()
     inventory = load_inventory(args.nodes)
@@ -81,33 +72,15 @@ def render(args: argparse.Namespace) -> int:
         except PlanningError as e:
             print(f"# {ld.name}: cannot be placed ({e.reason}): {e.message}", file=sys.stderr)
             return 1
-        engines: dict[str, PoolEngine] = {}
-        for pool in plan.pools:
-            if not needs_engine(ld):
-                engines[pool.name] = PoolEngine(None, None, True)
-            elif ld.spec.engine.prebuilt is not None:
-                engines[pool.name] = PoolEngine(
-                    engine_location(ld.spec.engine.prebuilt.uri, None), None, True
-                )
-            else:
-                version = (
-                    ld.spec.engine.build and ld.spec.engine.build.tensorrt_llm_version
-                ) or config.images.trtllm_version
-                key = cache_key(ld.spec, pool, version)
-                engines[pool.name] = PoolEngine(engine_location(ld.spec.engine.cache.uri, key), key, True)
-                out.append(
-                    build_job(
-                        ld.name,
-                        ld.namespace,
-                        ld.spec,
-                        pool,
-                        key,
-                        image=(ld.spec.engine.build and ld.spec.engine.build.image)
-                        or config.images.engine_builder,
-                        owner=owner_reference(ld),
-                    )
-                )
-        out += build_children(ld, plan, config.images, engines, leader_worker_set=args.leader_worker_set)
+        for fact in (BuildFact.ABSENT, BuildFact.RECORDED):
+            want = desired(
+                ld,
+                plan,
+                config.images,
+                lambda *_, fact=fact: BuildObserved(fact),
+                leader_worker_set=args.leader_worker_set,
+            )
+            out += want.jobs if fact == BuildFact.ABSENT else want.children
         print(f"# {ld.name}: {plan.reason}", file=sys.stderr)
         for warning in plan.warnings:
             print(f"# {ld.name}: warning: {warning}", file=sys.stderr)
@@ -116,6 +89,7 @@ def render(args: argparse.Namespace) -> int:
 
 
 def model_repo(args: argparse.Namespace) -> int:
+    from llm_operator.desired import plan_for
     from llm_operator.modelrepo import render_repository, write_repository
     from llm_operator.render.serving import engine_location
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from llm_operator.controller.reconciler import Applied, _drifted, _job_state, _pod_problem, _rolled_out
+from llm_operator.controller.engines import job_state
+from llm_operator.controller.observe import Applied, drifted, pod_problem, rolled_out
+from llm_operator.engine.state import BuildFact, BuildObserved
 from llm_operator.render.serving import engine_location
 
 
@@ -26,23 +28,23 @@ def sts(
 
 def test_rollout_complete_only_when_controller_caught_up_and_all_pods_updated() -> None:
     applied = Applied("d", 3, None)
-    assert _rolled_out(sts(3, 3, 2), applied)
-    assert not _rolled_out(sts(3, 2, 2), applied), "controller has not seen our spec yet"
-    assert not _rolled_out(sts(3, 3, 1), applied), "a pod still runs the old template"
-    assert not _rolled_out(sts(3, 3, 2, same_revision=False), applied)
-    assert not _rolled_out(sts(4, 4, 2), applied), "someone else changed the spec since our apply"
+    assert rolled_out(sts(3, 3, 2), applied)
+    assert not rolled_out(sts(3, 2, 2), applied), "controller has not seen our spec yet"
+    assert not rolled_out(sts(3, 3, 1), applied), "a pod still runs the old template"
+    assert not rolled_out(sts(3, 3, 2, same_revision=False), applied)
+    assert not rolled_out(sts(4, 4, 2), applied), "someone else changed the spec since our apply"
 
 
 def test_spec_edits_are_drift_status_updates_are_not() -> None:
     applied = Applied("d", 5, None)
-    assert not _drifted({"metadata": {"generation": 5}, "spec": {"replicas": 3}, "status": {"x": 1}}, applied)
-    assert _drifted({"metadata": {"generation": 6}, "spec": {"replicas": 1}}, applied)
+    assert not drifted({"metadata": {"generation": 5}, "spec": {"replicas": 3}, "status": {"x": 1}}, applied)
+    assert drifted({"metadata": {"generation": 6}, "spec": {"replicas": 1}}, applied)
 
 
 def test_configmap_and_service_drift_is_compared_by_content() -> None:
     cm = Applied("d", None, {"data": {"a": "1"}})
-    assert not _drifted({"metadata": {}, "data": {"a": "1"}}, cm)
-    assert _drifted({"metadata": {}, "data": {"a": "2"}}, cm)
+    assert not drifted({"metadata": {}, "data": {"a": "1"}}, cm)
+    assert drifted({"metadata": {}, "data": {"a": "2"}}, cm)
     svc = Applied("d", None, {"spec": {"selector": {"x": "y"}, "ports": [{"port": 8000}]}})
     # Server-filled fields (clusterIP, protocol) are not drift; changed selectors are.
     observed = {
@@ -53,29 +55,29 @@ def test_configmap_and_service_drift_is_compared_by_content() -> None:
             "ports": [{"port": 8000, "protocol": "TCP"}],
         },
     }
-    assert not _drifted(observed, svc)
+    assert not drifted(observed, svc)
     observed["spec"]["selector"] = {"x": "z"}
-    assert _drifted(observed, svc)
+    assert drifted(observed, svc)
 
 
 @pytest.mark.parametrize(
     ("conditions", "state"),
     [
-        ([], "Running"),
-        ([{"type": "Complete", "status": "True"}], "Complete"),
+        ([], BuildObserved(BuildFact.RUNNING)),
+        ([{"type": "Complete", "status": "True"}], BuildObserved(BuildFact.COMPLETE)),
         (
             [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "OOM"}],
-            "Failed: BackoffLimitExceeded OOM",
+            BuildObserved(BuildFact.FAILED, "BackoffLimitExceeded OOM"),
         ),
-        ([{"type": "Failed", "status": "False"}], "Running"),
+        ([{"type": "Failed", "status": "False"}], BuildObserved(BuildFact.RUNNING)),
     ],
 )
-def test_job_state(conditions: list[dict[str, str]], state: str) -> None:
-    assert _job_state({"status": {"conditions": conditions}}) == state
+def test_job_state(conditions: list[dict[str, str]], state: BuildObserved) -> None:
+    assert job_state({"status": {"conditions": conditions}}) == state
 
 
 def test_job_state_absent() -> None:
-    assert _job_state(None) is None
+    assert job_state(None) == BuildObserved(BuildFact.ABSENT)
 
 
 def test_engine_location_from_pvc_uri() -> None:
@@ -91,10 +93,10 @@ def test_pod_problem_reads_waiting_reasons_that_need_a_person() -> None:
     def pod(reason: str) -> dict[str, Any]:
         return {"status": {"containerStatuses": [{"state": {"waiting": {"reason": reason, "message": "m"}}}]}}
 
-    assert _pod_problem(pod("ImagePullBackOff")) == "ImagePullBackOff: m"
-    assert _pod_problem(pod("CrashLoopBackOff")) == "CrashLoopBackOff: m"
-    assert _pod_problem(pod("ContainerCreating")) is None
-    assert _pod_problem({"status": {}}) is None
+    assert pod_problem(pod("ImagePullBackOff")) == "ImagePullBackOff: m"
+    assert pod_problem(pod("CrashLoopBackOff")) == "CrashLoopBackOff: m"
+    assert pod_problem(pod("ContainerCreating")) is None
+    assert pod_problem({"status": {}}) is None
 
 
 def test_cached_objects_drop_managed_fields_and_keep_the_rest() -> None:

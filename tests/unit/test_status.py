@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_operator.controller.status import (
-    EngineState,
-    Observation,
-    PoolEngineStatus,
-    PoolObserved,
-    reduce,
-)
+from llm_operator.controller.status import Observation, PoolObserved, reduce
+from llm_operator.engine.state import EngineState, PoolEngineStatus
 from llm_operator.plan.types import Plan, PlanningError, PoolPlan
 
 POOL = PoolPlan(

@@ -43,9 +43,9 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.networking.request_timeout = 30
     config = Runtime.config or OperatorConfig.from_env()
     start_http_server(config.metrics_port)
-    reconciler = Reconciler(Kube(), config)
+    kube = Kube()
+    reconciler = Reconciler(kube, config)
     Runtime.reconciler = reconciler
-    kube = reconciler.kube
     scopes: tuple[str | None, ...] = config.namespaces or (None,)
     managed = {L.MANAGED_BY: "llm-operator"}
 

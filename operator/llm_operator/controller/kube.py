@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from lightkube import ALL_NS, ApiError, AsyncClient, codecs
 from lightkube.core.resource import NamespacedResource
@@ -19,7 +19,7 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import StatefulSet
 from lightkube.resources.autoscaling_v2 import HorizontalPodAutoscaler
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import ConfigMap, Node, Pod, Service
+from lightkube.resources.core_v1 import ConfigMap, Node, Pod, Secret, Service
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.types import CascadeType, PatchType
 
@@ -53,6 +53,22 @@ def obj_key(obj: dict[str, Any]) -> ObjKey:
     return obj["kind"], meta.get("namespace", ""), meta["name"]
 
 
+class KubeApi(Protocol):
+    """The requests the reconcile makes (watches are wired separately, in handlers.py)."""
+
+    async def apply(self, obj: dict[str, Any]) -> dict[str, Any]: ...
+    async def create(self, obj: dict[str, Any]) -> None: ...
+    async def delete(self, kind: str, namespace: str, name: str) -> None: ...
+    async def delete_pod(self, namespace: str, name: str) -> None: ...
+    async def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
+    async def add_configmap_keys(self, namespace: str, name: str, data: dict[str, str]) -> None: ...
+    async def secret_owners(self, namespace: str, name: str) -> list[str] | None: ...
+    async def event(
+        self, involved: dict[str, Any], type_: str, reason: str, message: str, now: str
+    ) -> None: ...
+
+
 class Kube:
     """The operator's one API client (lazy connection, kubeconfig or in-cluster config)."""
 
@@ -72,6 +88,26 @@ class Kube:
             force=True,
         )
         return _as_dict(result)
+
+    async def create(self, obj: dict[str, Any]) -> None:
+        """Create an object that must never be overwritten (a Secret holding a generated key);
+        one that exists already is left as it is."""
+        API_WRITES.labels(obj["kind"], "create").inc()
+        try:
+            await self.client.create(codecs.from_dict(obj))
+        except ApiError as e:
+            if e.status.code != 409:
+                raise
+
+    async def secret_owners(self, namespace: str, name: str) -> list[str] | None:
+        """UIDs of a Secret's owners, None when it does not exist. Its data is never kept."""
+        try:
+            secret = await self.client.get(Secret, name, namespace=namespace)
+        except ApiError as e:
+            if e.status.code == 404:
+                return None
+            raise
+        return [ref.uid for ref in (secret.metadata and secret.metadata.ownerReferences) or []]
 
     async def delete(self, kind: str, namespace: str, name: str) -> None:
         API_WRITES.labels(kind, "delete").inc()

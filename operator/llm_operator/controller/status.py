@@ -8,27 +8,11 @@ Reconciling/Stalled let kubectl wait, Flux, Argo CD and kpt read progress withou
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from llm_operator.api.v1alpha1 import Phase
+from llm_operator.engine.state import EngineState, PoolEngineStatus
 from llm_operator.plan.types import Plan, PlanningError
-
-
-class EngineState(StrEnum):
-    NOT_NEEDED = "NotNeeded"
-    READY = "Ready"
-    BUILDING = "Building"
-    FAILED = "Failed"
-
-
-@dataclass(frozen=True)
-class PoolEngineStatus:
-    state: EngineState
-    cache_key: str | None = None
-    uri: str | None = None
-    job: str | None = None
-    message: str = ""
 
 
 @dataclass(frozen=True)

@@ -52,5 +52,10 @@ def autoscaler(deployment: str) -> str:
     return _fit(deployment)
 
 
+def ssh_secret(deployment: str) -> str:
+    """The key pair of a deployment's multi-node groups (leaders log in to their workers)."""
+    return _fit(f"{deployment}-ssh")
+
+
 def engine_job(deployment: str, pool: PoolPlan, cache_key: str) -> str:
     return _fit(f"{serving(deployment, pool)}-engine-{cache_key[-10:]}")

@@ -1,0 +1,73 @@
+"""The apply step: server-side apply of what differs, drift repair, pruning, and the watch cache.
+
+Writes are kept to what changed: a child is applied only when its rendered form differs from what
+was last applied or when someone else changed it (drift). An idle cluster therefore sees no
+writes from the operator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Any
+
+from llm_operator import labels as L
+from llm_operator.controller.kube import KubeApi, ObjKey, obj_key
+from llm_operator.controller.observe import Applied, Key, drifted, owner_key
+
+log = logging.getLogger(__name__)
+
+
+def digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+class Applier:
+    def __init__(self, kube: KubeApi) -> None:
+        self.kube = kube
+        self.children: dict[ObjKey, dict[str, Any]] = {}  # watch cache of our children
+        self.applied: dict[ObjKey, Applied] = {}
+
+    def observe(self, event: str, obj: dict[str, Any]) -> Key | None:
+        """A child's watch event: update the cache, notice drift; returns the owning deployment."""
+        k = obj_key(obj)
+        if event == "DELETED":
+            self.children.pop(k, None)
+            self.applied.pop(k, None)
+        else:
+            self.children[k] = obj
+            applied = self.applied.get(k)
+            if applied is not None and drifted(obj, applied):
+                log.info("%s %s/%s changed outside the operator: restoring it", *k)
+                self.applied.pop(k, None)
+        return owner_key(obj)
+
+    def forget(self, key: Key) -> None:
+        for k in [k for k, obj in self.children.items() if owner_key(obj) == key]:
+            self.applied.pop(k, None)
+
+    async def apply(self, obj: dict[str, Any]) -> None:
+        k = obj_key(obj)
+        d = digest(obj)
+        applied = self.applied.get(k)
+        if applied is not None and applied.digest == d and k in self.children:
+            return
+        result = await self.kube.apply(obj)
+        generation = result.get("metadata", {}).get("generation")
+        self.applied[k] = Applied(d, generation, obj if generation is None else None)
+        self.children[k] = result
+
+    async def prune(self, owner: Key, keep: set[ObjKey], held: frozenset[str], autoscaled: bool) -> None:
+        """Delete serving children the spec no longer renders (removed pools, fewer groups). Jobs
+        stay (their outcome is the engine's record); pools waiting for an engine keep serving."""
+        for k, obj in list(self.children.items()):
+            kind = k[0]
+            if kind == "Job" or k in keep or owner_key(obj) != owner:
+                continue
+            if obj["metadata"].get("labels", {}).get(L.POOL) in held:
+                continue
+            if kind == "HorizontalPodAutoscaler" and autoscaled:
+                continue
+            await self.kube.delete(kind, k[1], k[2])
+            self.applied.pop(k, None)

@@ -1,0 +1,67 @@
+"""Multi-node groups built from StatefulSets: one member fails, the whole group is recreated.
+
+A group is one TensorRT-LLM world: when one member restarts or fails, the others hang in
+collectives. LeaderWorkerSet recreates a group itself; for the StatefulSet shape the pod watch
+records the broken group here and the next reconcile deletes its pods (leader and workers), and
+no others.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llm_operator import labels as L
+from llm_operator.controller.observe import Children, Key
+from llm_operator.render import names
+from llm_operator.render.serving import POD_INDEX
+
+Group = tuple[str, int]  # pool, group index
+_SEEN_LIMIT = 4096  # failed pods remembered (by uid) so each failure is acted on once
+
+
+class GroupFailures:
+    def __init__(self) -> None:
+        self._broken: dict[Key, set[Group]] = {}
+        self._seen: dict[str, None] = {}
+
+    def update(self, pod: dict[str, Any]) -> Key | None:
+        """Record a failed member of a StatefulSet-shaped group; its deployment when new."""
+        meta = pod["metadata"]
+        labels = meta.get("labels", {})
+        if int(labels.get(L.GROUP_SIZE, "1")) < 2 or "leaderworkerset.sigs.k8s.io/name" in labels:
+            return None
+        status = pod.get("status") or {}
+        restarted = any(c.get("restartCount", 0) > 0 for c in status.get("containerStatuses") or [])
+        # The StatefulSet controller deletes a Failed pod at once, so the failure may first be seen
+        # on a pod being deleted, or only in its DELETED event: both count, once per pod.
+        uid = meta.get("uid", "")
+        if not (restarted or status.get("phase") == "Failed") or uid in self._seen:
+            return None
+        self._seen[uid] = None
+        while len(self._seen) > _SEEN_LIMIT:
+            del self._seen[next(iter(self._seen))]
+        group = labels.get(L.GROUP_INDEX) or labels.get(POD_INDEX)
+        deployment, pool = labels.get(L.DEPLOYMENT), labels.get(L.POOL)
+        if group is None or deployment is None or pool is None or not group.isdigit():
+            return None
+        key = (meta["namespace"], deployment)
+        self._broken.setdefault(key, set()).add((pool, int(group)))
+        return key
+
+    def take(self, key: Key) -> list[Group]:
+        return sorted(self._broken.pop(key, set()))
+
+    def forget(self, key: Key) -> None:
+        self._broken.pop(key, None)
+
+
+def group_pods(children: Children, namespace: str, deployment: str, group: Group) -> list[str]:
+    """Every pod of one group: pod `group` of the leader StatefulSet and its worker StatefulSet's."""
+    pool, index = group
+    pods = [f"{names.serving(deployment, pool)}-{index}"]
+    workers = children.get(("StatefulSet", namespace, names.group(deployment, pool, index)))
+    if workers is not None:
+        start = workers["spec"].get("ordinals", {}).get("start", 0)
+        name = workers["metadata"]["name"]
+        pods += [f"{name}-{ordinal}" for ordinal in range(start, start + workers["spec"].get("replicas", 0))]
+    return pods

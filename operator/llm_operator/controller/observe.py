@@ -1,0 +1,161 @@
+"""What the watched children and pods say about one deployment (pure: no I/O).
+
+The reconcile reads the watch cache through these functions; the status reducer turns their
+answers into conditions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from llm_operator import labels as L
+from llm_operator.api.v1alpha1 import LLMDeployment
+from llm_operator.controller.kube import ObjKey, obj_key
+from llm_operator.controller.status import PoolObserved
+from llm_operator.plan.types import PoolPlan
+from llm_operator.render import names
+
+Key = tuple[str, str]  # namespace, name of an LLMDeployment
+Children = Mapping[ObjKey, dict[str, Any]]
+
+
+@dataclass
+class Applied:
+    """What the operator last applied to one child."""
+
+    digest: str
+    generation: int | None  # None for kinds without metadata.generation
+    desired: dict[str, Any] | None  # kept only without a generation: drift is then found by content
+
+
+def owner_key(obj: dict[str, Any]) -> Key | None:
+    meta = obj.get("metadata", {})
+    name = meta.get("labels", {}).get(L.DEPLOYMENT)
+    return (meta.get("namespace", ""), name) if name else None
+
+
+def drifted(observed: dict[str, Any], applied: Applied) -> bool:
+    """Did someone other than us change what we own? Spec edits bump metadata.generation;
+    ConfigMaps and Services have none, so their owned content is compared."""
+    if applied.generation is not None or applied.desired is None:
+        return bool(observed.get("metadata", {}).get("generation") != applied.generation)
+    for field in ("data", "spec"):
+        if field in applied.desired and not _subset(applied.desired[field], observed.get(field)):
+            return True
+    return False
+
+
+def _subset(want: Any, have: Any) -> bool:
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(_subset(v, have.get(k)) for k, v in want.items())
+    if isinstance(want, list):
+        return (
+            isinstance(have, list)
+            and len(want) == len(have)
+            and all(_subset(w, h) for w, h in zip(want, have, strict=True))
+        )
+    return bool(want == have)
+
+
+def existing_pools(children: Children, namespace: str, name: str) -> dict[str, PoolObserved]:
+    """What serves now, whatever the spec says: reported while the spec cannot be planned."""
+    pools: dict[str, PoolObserved] = {}
+    for k, obj in children.items():
+        if k[0] == "StatefulSet" and owner_key(obj) == (namespace, name):
+            labels = obj["metadata"].get("labels", {})
+            if labels.get(L.ROLE) == "leader":
+                st = obj.get("status") or {}
+                pools[labels.get(L.POOL, "main")] = PoolObserved(
+                    desired=obj["spec"].get("replicas", 0), ready=st.get("readyReplicas", 0), exists=True
+                )
+    return pools
+
+
+def pool_observed(
+    children: Children, applied: Mapping[ObjKey, Applied], ld: LLMDeployment, pool: PoolPlan
+) -> PoolObserved:
+    lws = children.get(("LeaderWorkerSet", ld.namespace, names.serving(ld.name, pool)))
+    if lws is not None and pool.pods_per_replica > 1:
+        st = lws.get("status") or {}
+        ours = applied.get(obj_key(lws))
+        current = ours is None or ours.generation == lws["metadata"].get("generation")
+        rolled = current and st.get("updatedReplicas", 0) >= pool.replicas
+        return PoolObserved(pool.replicas, st.get("readyReplicas", 0), True, rolled)
+    leader = children.get(("StatefulSet", ld.namespace, names.serving(ld.name, pool)))
+    if leader is None:
+        return PoolObserved(desired=pool.replicas)
+    groups = [
+        children.get(("StatefulSet", ld.namespace, names.group(ld.name, pool, i)))
+        for i in range(pool.replicas if pool.pods_per_replica > 1 else 0)
+    ]
+    sets = [leader, *groups]
+    rolled = all(s is not None and rolled_out(s, applied.get(obj_key(s))) for s in sets)
+    ready = (leader.get("status") or {}).get("readyReplicas", 0)
+    if groups:
+        complete = sum(1 for s in groups if s is not None and _sts_ready(s))
+        ready = min(ready, complete)
+    return PoolObserved(desired=pool.replicas, ready=ready, exists=True, rolled_out=rolled)
+
+
+def _sts_ready(sts: dict[str, Any]) -> bool:
+    st = sts.get("status") or {}
+    return bool(st.get("readyReplicas", 0) >= sts["spec"].get("replicas", 0))
+
+
+def rolled_out(sts: dict[str, Any], applied: Applied | None) -> bool:
+    st = sts.get("status") or {}
+    generation = sts.get("metadata", {}).get("generation")
+    if applied is not None and applied.generation is not None and generation != applied.generation:
+        return False
+    replicas = sts["spec"].get("replicas", 0)
+    return bool(
+        st.get("observedGeneration") == generation
+        and st.get("updatedReplicas", 0) >= replicas
+        and st.get("currentRevision") == st.get("updateRevision")
+    )
+
+
+FAILING_WAIT_REASONS = {
+    "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CrashLoopBackOff",
+    "CreateContainerConfigError", "CreateContainerError",
+}  # fmt: skip
+
+
+def pod_problem(pod: dict[str, Any]) -> str | None:
+    """Why a serving pod cannot run (a waiting reason that needs a person), or None."""
+    for c in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (c.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in FAILING_WAIT_REASONS:
+            return f"{waiting['reason']}: {waiting.get('message', '')}".strip().rstrip(":")[:300]
+    return None
+
+
+class PodProblems:
+    """Per deployment, its serving pods that cannot run and why, kept from the pod watch."""
+
+    def __init__(self) -> None:
+        self._by_owner: dict[Key, dict[str, str]] = {}
+
+    def update(self, event: str, pod: dict[str, Any]) -> Key | None:
+        """Record what the pod says; the owning deployment when that changed anything."""
+        owner = owner_key(pod)
+        if owner is None:
+            return None
+        name = pod["metadata"]["name"]
+        problem = None if event == "DELETED" else pod_problem(pod)
+        problems = self._by_owner.setdefault(owner, {})
+        if problems.get(name) == problem:
+            return None
+        if problem is None:
+            problems.pop(name, None)
+        else:
+            problems[name] = problem
+        return owner
+
+    def of(self, key: Key) -> tuple[str, ...]:
+        return tuple(f"{pod}: {why}" for pod, why in sorted(self._by_owner.get(key, {}).items()))
+
+    def forget(self, key: Key) -> None:
+        self._by_owner.pop(key, None)

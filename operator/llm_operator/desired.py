@@ -1,0 +1,122 @@
+"""What the operator wants to exist for one LLMDeployment: plan -> engines -> children.
+
+Pure: the reconciler calls `desired` with what the cluster shows about engine builds, and
+`llm-operator render` calls the same function, so the golden files pin what is applied. Writes
+(build Jobs, engine index entries, serving objects) are only listed here; the reconciler's apply
+step performs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from llm_operator.api.v1alpha1 import LLMDeployment
+from llm_operator.engine import build_job, cache_key
+from llm_operator.engine.state import BuildFact, BuildObserved, EngineState, PoolEngineStatus
+from llm_operator.plan.cpu import cpu_plan
+from llm_operator.plan.inventory import Inventory
+from llm_operator.plan.planner import plan_deployment
+from llm_operator.plan.types import Plan, PoolPlan
+from llm_operator.render import names
+from llm_operator.render.children import PoolEngine, build_children, needs_engine, owner_reference
+from llm_operator.render.serving import Images, engine_location
+
+# (namespace, cache key, build Job name) -> what the cluster shows about that build.
+BuildLookup = Callable[[str, str, str], BuildObserved]
+
+
+@dataclass(frozen=True)
+class Desired:
+    plan: Plan
+    jobs: list[dict[str, Any]]  # engine builds to start (or keep), applied before the children
+    children: list[dict[str, Any]]  # serving objects; pools whose engine is missing contribute none
+    engines: dict[str, PoolEngineStatus]  # per pool
+    record: tuple[str, ...]  # cache keys whose build succeeded: add them to the engine index
+
+    @property
+    def held(self) -> frozenset[str]:
+        """Pools waiting for an engine: whatever they served before is kept, not pruned."""
+        usable = (EngineState.READY, EngineState.NOT_NEEDED)
+        return frozenset(n for n, e in self.engines.items() if e.state not in usable)
+
+
+def plan_for(ld: LLMDeployment, inventory: Inventory | None) -> Plan:
+    """Raises PlanningError when the spec cannot be placed."""
+    if not needs_engine(ld):
+        return cpu_plan(ld.spec)
+    return plan_deployment(ld.spec, inventory, ld.spec.replicas)
+
+
+def trtllm_version(ld: LLMDeployment, images: Images) -> str:
+    build = ld.spec.engine.build
+    return (build and build.tensorrt_llm_version) or images.trtllm_version
+
+
+def desired(
+    ld: LLMDeployment,
+    plan: Plan,
+    images: Images,
+    builds: BuildLookup,
+    *,
+    leader_worker_set: bool = False,
+) -> Desired:
+    jobs: list[dict[str, Any]] = []
+    engines: dict[str, PoolEngine] = {}
+    statuses: dict[str, PoolEngineStatus] = {}
+    record: list[str] = []
+    for pool in plan.pools:
+        if not needs_engine(ld):
+            engines[pool.name] = PoolEngine(None, None, True)
+            statuses[pool.name] = PoolEngineStatus(EngineState.NOT_NEEDED)
+        elif ld.spec.engine.prebuilt is not None:
+            uri = ld.spec.engine.prebuilt.uri
+            engines[pool.name] = PoolEngine(engine_location(uri, None), None, True)
+            statuses[pool.name] = PoolEngineStatus(EngineState.READY, uri=uri)
+        else:
+            built = _built_engine(ld, pool, images, builds)
+            engines[pool.name], statuses[pool.name] = built.engine, built.status
+            if built.job is not None:
+                jobs.append(built.job)
+            if built.newly_built and built.engine.cache_key:
+                record.append(built.engine.cache_key)
+    children = build_children(ld, plan, images, engines, leader_worker_set=leader_worker_set)
+    return Desired(plan, jobs, children, statuses, tuple(dict.fromkeys(record)))
+
+
+@dataclass(frozen=True)
+class _PoolBuild:
+    engine: PoolEngine
+    status: PoolEngineStatus
+    job: dict[str, Any] | None = None  # the build Job, while the engine does not exist yet
+    newly_built: bool = False  # its Job succeeded and the index does not say so yet
+
+
+def _built_engine(ld: LLMDeployment, pool: PoolPlan, images: Images, builds: BuildLookup) -> _PoolBuild:
+    """The engine a pool serves from the cache, and what it takes to get there."""
+    spec = ld.spec
+    key = cache_key(spec, pool, trtllm_version(ld, images))
+    location = engine_location(spec.engine.cache.uri, key)
+    uri = f"{spec.engine.cache.uri.rstrip('/')}/{key}"
+    job_name = names.engine_job(ld.name, pool, key)
+    seen = builds(ld.namespace, key, job_name)
+    ready, missing = PoolEngine(location, key, True), PoolEngine(location, key, False)
+    if seen.fact == BuildFact.RECORDED:
+        return _PoolBuild(ready, PoolEngineStatus(EngineState.READY, key, uri))
+    if seen.fact == BuildFact.COMPLETE:
+        return _PoolBuild(ready, PoolEngineStatus(EngineState.READY, key, uri, job_name), newly_built=True)
+    if seen.fact == BuildFact.FAILED:
+        message = f"engine build Job {job_name} failed: {seen.message}"
+        return _PoolBuild(missing, PoolEngineStatus(EngineState.FAILED, key, uri, job_name, message))
+    job = build_job(
+        ld.name,
+        ld.namespace,
+        spec,
+        pool,
+        key,
+        image=(spec.engine.build and spec.engine.build.image) or images.engine_builder,
+        owner=owner_reference(ld),
+    )
+    message = f"building engine {key} (Job {job_name})"
+    return _PoolBuild(missing, PoolEngineStatus(EngineState.BUILDING, key, uri, job_name, message), job)
