@@ -88,9 +88,11 @@ def test_helm_install_restricted_operator_and_uninstall(
     sa = f"system:serviceaccount:{namespace}:{name}-llm-operator"
     for verb, resource in [("patch", "statefulsets.apps"), ("delete", "pods"), ("list", "nodes"),
                            ("patch", "llmdeployments.llmoperator.io/status"), ("create", "events"),
+                           ("create", "secrets"),
                            ("watch", "customresourcedefinitions.apiextensions.k8s.io")]:  # fmt: skip
         assert can_i(kubectl, sa, verb, resource), (verb, resource)
-    for verb, resource in [("get", "secrets"), ("update", "llmdeployments.llmoperator.io"),
+    for verb, resource in [("get", "secrets"), ("list", "secrets"), ("delete", "secrets"),
+                           ("update", "llmdeployments.llmoperator.io"),
                            ("delete", "nodes"), ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
                            ("create", "deployments.apps")]:  # fmt: skip
         assert not can_i(kubectl, sa, verb, resource), (verb, resource)

@@ -19,7 +19,7 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import StatefulSet
 from lightkube.resources.autoscaling_v2 import HorizontalPodAutoscaler
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import ConfigMap, Node, Pod, Secret, Service
+from lightkube.resources.core_v1 import ConfigMap, Node, Pod, Service
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.types import CascadeType, PatchType
 
@@ -63,7 +63,6 @@ class KubeApi(Protocol):
     async def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
     async def add_configmap_keys(self, namespace: str, name: str, data: dict[str, str]) -> None: ...
-    async def secret_owners(self, namespace: str, name: str) -> list[str] | None: ...
     async def event(
         self, involved: dict[str, Any], type_: str, reason: str, message: str, now: str
     ) -> None: ...
@@ -98,16 +97,6 @@ class Kube:
         except ApiError as e:
             if e.status.code != 409:
                 raise
-
-    async def secret_owners(self, namespace: str, name: str) -> list[str] | None:
-        """UIDs of a Secret's owners, None when it does not exist. Its data is never kept."""
-        try:
-            secret = await self.client.get(Secret, name, namespace=namespace)
-        except ApiError as e:
-            if e.status.code == 404:
-                return None
-            raise
-        return [ref.uid for ref in (secret.metadata and secret.metadata.ownerReferences) or []]
 
     async def delete(self, kind: str, namespace: str, name: str) -> None:
         API_WRITES.labels(kind, "delete").inc()

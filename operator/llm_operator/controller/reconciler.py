@@ -163,9 +163,6 @@ class Reconciler:
             return
         try:
             plan = plan_for(ld, self.inventory)
-            problem = await self.ssh.ensure(ld) if needs_ssh(plan) else None
-            if problem is not None:
-                raise PlanningError("SshSecretConflict", problem)
         except PlanningError as e:
             # Keep whatever serves now; only status and an Event change.
             await self._write_status(body, self._stalled(body, e))
@@ -177,6 +174,8 @@ class Reconciler:
             lambda ns, key, job: engines.build_observed(self.applier.children, ns, key, job),
             leader_worker_set=self.leader_worker_set,
         )
+        if needs_ssh(plan):
+            await self.ssh.ensure(ld)
         await self._apply(ld, want)
         await self._write_status(body, self._observe(ld, plan, want))
 

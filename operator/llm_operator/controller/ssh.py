@@ -3,6 +3,8 @@
 The leader's mpirun logs in to its workers' sshd with this key pair (docs/launcher-and-engines.md).
 The key is made once, owned by the LLMDeployment (the garbage collector removes it with it) and
 never read back, logged or rendered: `llm-operator render` shows only the volume that mounts it.
+Its name carries the deployment's UID, so a deployment deleted and created again under the same
+name never meets the Secret of its predecessor that the garbage collector has yet to remove.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def ssh_secret(ld: LLMDeployment) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {
-            "name": names.ssh_secret(ld.name),
+            "name": names.ssh_secret(ld.name, ld.metadata.get("uid", "")),
             "namespace": ld.namespace,
             "labels": L.common_labels(ld.name, "ssh-identity"),
             "ownerReferences": [owner_reference(ld)],
@@ -51,30 +53,22 @@ def ssh_secret(ld: LLMDeployment) -> dict[str, Any]:
 
 
 class SshIdentities:
-    """Makes each deployment's Secret once. Known Secrets are remembered, so a steady reconcile
-    sends no request; after a restart one read per multi-node deployment confirms it."""
+    """Creates each deployment's Secret once. The operator may create Secrets but never read one
+    (docs/helm.md), so existence is learnt from the create itself: AlreadyExists means an earlier
+    run made it (the name carries the deployment's UID). Remembered, so a steady reconcile sends
+    nothing; after a restart, one create per multi-node deployment."""
 
     def __init__(self, kube: KubeApi) -> None:
         self.kube = kube
         self._ensured: set[tuple[str, str]] = set()
 
-    async def ensure(self, ld: LLMDeployment) -> str | None:
-        """None when the deployment's Secret exists and is ours; else why it cannot be used."""
+    async def ensure(self, ld: LLMDeployment) -> None:
         key = (ld.namespace, ld.name)
-        if key in self._ensured:
-            return None
-        name = names.ssh_secret(ld.name)
-        owners = await self.kube.secret_owners(ld.namespace, name)
-        if owners is None:
+        if key not in self._ensured:
             await self.kube.create(ssh_secret(ld))
-        elif ld.metadata.get("uid", "") not in owners:
-            return (
-                f"Secret {ld.namespace}/{name} exists and is not owned by this LLMDeployment: the "
-                "operator keeps the multi-node SSH key there. Delete or rename that Secret."
-            )
-        self._ensured.add(key)
-        return None
+            self._ensured.add(key)
 
     def forget(self, key: tuple[str, str]) -> None:
-        """Check again on the next reconcile (the deployment is gone, or a group was recreated)."""
+        """Create again on the next reconcile (the deployment is gone, or a group was recreated:
+        a deleted Secret is one reason groups fail)."""
         self._ensured.discard(key)

@@ -52,9 +52,11 @@ def autoscaler(deployment: str) -> str:
     return _fit(deployment)
 
 
-def ssh_secret(deployment: str) -> str:
-    """The key pair of a deployment's multi-node groups (leaders log in to their workers)."""
-    return _fit(f"{deployment}-ssh")
+def ssh_secret(deployment: str, uid: str) -> str:
+    """The key pair of a deployment's multi-node groups (leaders log in to their workers); one
+    per incarnation of the deployment (its UID), as the operator can create Secrets but not read
+    one to check whose it is."""
+    return _fit(f"{deployment}-ssh-{uid[:8]}" if uid else f"{deployment}-ssh")
 
 
 def engine_job(deployment: str, pool: PoolPlan, cache_key: str) -> str:

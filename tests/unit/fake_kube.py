@@ -1,0 +1,129 @@
+"""An in-memory API server for handler-tier tests of the reconciler (no cluster).
+
+It keeps objects by (kind, namespace, name), bumps metadata.generation when a spec changes as the
+API server does, records every write, and hands the reconciler the watch events a real watch
+would deliver (`deliver`). It implements the same protocol as the operator's client (KubeApi).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import Any
+
+from llm_operator.controller.kube import ObjKey, obj_key
+from llm_operator.controller.reconciler import Reconciler
+
+WITH_GENERATION = {"StatefulSet", "Job", "PodDisruptionBudget", "HorizontalPodAutoscaler", "LeaderWorkerSet"}
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.objects: dict[ObjKey, dict[str, Any]] = {}
+        self.writes: list[tuple[str, str, str]] = []  # (verb, kind, name)
+        self.events: list[tuple[str, str, str]] = []  # (type, reason, message)
+        self._uids = itertools.count(1)
+        self._delivered: dict[ObjKey, str] = {}  # resourceVersion last handed to the reconciler
+        self._versions = itertools.count(1)
+
+    # -- KubeApi ---------------------------------------------------------------------------------
+
+    async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        k = obj_key(obj)
+        self.writes.append(("apply", k[0], k[2]))
+        old = self.objects.get(k)
+        new = copy.deepcopy(obj)
+        meta = new["metadata"]
+        meta["uid"] = old["metadata"]["uid"] if old else f"uid-{next(self._uids)}"
+        if k[0] in WITH_GENERATION:
+            generation = old["metadata"]["generation"] if old else 0
+            changed = old is None or old.get("spec") != new.get("spec")
+            meta["generation"] = generation + 1 if changed else generation
+        if old is not None and "status" in old:
+            new["status"] = old["status"]
+        self._store(k, new)
+        return copy.deepcopy(new)
+
+    async def create(self, obj: dict[str, Any]) -> None:
+        k = obj_key(obj)
+        self.writes.append(("create", k[0], k[2]))
+        if k not in self.objects:
+            stored = copy.deepcopy(obj)
+            stored["metadata"]["uid"] = f"uid-{next(self._uids)}"
+            self._store(k, stored)
+
+    async def delete(self, kind: str, namespace: str, name: str) -> None:
+        self.writes.append(("delete", kind, name))
+        self.objects.pop((kind, namespace, name), None)
+
+    async def delete_pod(self, namespace: str, name: str) -> None:
+        self.writes.append(("delete", "Pod", name))
+
+    async def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        found = self.objects.get(("LLMDeployment", namespace, name))
+        return copy.deepcopy(found) if found else None
+
+    async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.writes.append(("status", "LLMDeployment", name))
+        body = self.objects[("LLMDeployment", namespace, name)]
+        merged = {**body.get("status", {}), **status}
+        body["status"] = {k: v for k, v in merged.items() if v is not None}
+
+    async def add_configmap_keys(self, namespace: str, name: str, data: dict[str, str]) -> None:
+        self.writes.append(("merge", "ConfigMap", name))
+        k = ("ConfigMap", namespace, name)
+        cm = self.objects.get(k) or {
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace, "labels": {}},
+            "data": {},
+        }
+        cm["data"] = {**cm.get("data", {}), **data}
+        self._store(k, cm)
+
+    async def event(self, involved: dict[str, Any], type_: str, reason: str, message: str, now: str) -> None:
+        self.events.append((type_, reason, message))
+
+    # -- the test's side of the cluster ----------------------------------------------------------
+
+    def _store(self, k: ObjKey, obj: dict[str, Any]) -> None:
+        obj["metadata"]["resourceVersion"] = str(next(self._versions))
+        self.objects[k] = obj
+
+    def add_deployment(self, body: dict[str, Any], namespace: str = "default") -> tuple[str, str]:
+        body = copy.deepcopy(body)
+        meta = body.setdefault("metadata", {})
+        meta.update(namespace=namespace, uid=f"uid-{next(self._uids)}", generation=1)
+        self._store(("LLMDeployment", namespace, meta["name"]), body)
+        return namespace, meta["name"]
+
+    def edit(self, kind: str, namespace: str, name: str, **fields: Any) -> dict[str, Any]:
+        """Someone else changes an object (a controller's status, a user's kubectl edit)."""
+        obj = self.objects[(kind, namespace, name)]
+        for field, value in fields.items():
+            obj[field] = value
+            if field == "spec" and kind in WITH_GENERATION | {"LLMDeployment"}:
+                obj["metadata"]["generation"] += 1
+        self._store((kind, namespace, name), obj)
+        return obj
+
+    def of_kind(self, kind: str) -> dict[str, dict[str, Any]]:
+        return {k[2]: v for k, v in self.objects.items() if k[0] == kind}
+
+    def take_writes(self) -> list[tuple[str, str, str]]:
+        writes, self.writes = self.writes, []
+        return writes
+
+    async def deliver(self, reconciler: Reconciler) -> None:
+        """The watch events a real watch would send since the last delivery (children only)."""
+        children = {k: v for k, v in self.objects.items() if k[0] not in ("LLMDeployment", "Secret")}
+        for k, obj in children.items():
+            version = obj["metadata"]["resourceVersion"]
+            if self._delivered.get(k) != version:
+                event = "MODIFIED" if k in self._delivered else "ADDED"
+                self._delivered[k] = version
+                await reconciler.child_event(event, copy.deepcopy(obj))
+        for k in [k for k in self._delivered if k not in children]:
+            del self._delivered[k]
+            await reconciler.child_event(
+                "DELETED", {"kind": k[0], "metadata": {"namespace": k[1], "name": k[2]}}
+            )

@@ -1,0 +1,240 @@
+"""Handler tier: the reconciler's decisions against an in-memory API (tests/unit/fake_kube.py).
+
+The e2e tier proves the same paths on a real control plane; here each decision is checked
+directly and fast: what gets written, in what order, and what does not get written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from llm_operator import labels as L
+from llm_operator.controller.config import OperatorConfig
+from llm_operator.controller.engines import ENGINE_INDEX
+from llm_operator.controller.queue import WorkQueue
+from llm_operator.controller.reconciler import Reconciler
+
+from e2e.cluster.nodes import build_nodes, load_pools
+from tests.unit.fake_kube import FakeKube
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+NS = "default"
+
+
+def example(name: str) -> dict[str, Any]:
+    body: dict[str, Any] = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
+    return body
+
+
+async def operator_with_nodes() -> tuple[FakeKube, Reconciler]:
+    kube = FakeKube()
+    reconciler = Reconciler(kube, OperatorConfig.from_env())
+    for node in build_nodes(load_pools()):
+        await reconciler.node_event("ADDED", node)
+    return kube, reconciler
+
+
+async def reconcile(kube: FakeKube, reconciler: Reconciler, key: tuple[str, str]) -> None:
+    """One pass as the operator runs it: the deployment is known, the watches have caught up."""
+    reconciler.deployment_event("ADDED", *key)
+    await kube.deliver(reconciler)
+    await reconciler.reconcile(*key)
+    await kube.deliver(reconciler)
+
+
+def condition(kube: FakeKube, name: str, type_: str) -> dict[str, Any]:
+    status = kube.objects[("LLMDeployment", NS, name)]["status"]
+    found: dict[str, Any] = next(c for c in status["conditions"] if c["type"] == type_)
+    return found
+
+
+def rolled_out(kube: FakeKube, sts: str, ready: int) -> None:
+    """What the StatefulSet controller reports once every pod runs the current template."""
+    obj = kube.objects[("StatefulSet", NS, sts)]
+    kube.edit("StatefulSet", NS, sts, status={
+        "observedGeneration": obj["metadata"]["generation"], "replicas": ready, "readyReplicas": ready,
+        "updatedReplicas": ready, "currentRevision": "r1", "updateRevision": "r1",
+    })  # fmt: skip
+
+
+async def test_a_cpu_deployment_converges_then_the_operator_writes_nothing() -> None:
+    kube, reconciler = await operator_with_nodes()
+    key = kube.add_deployment(example("cpu-reference"))
+    await reconcile(kube, reconciler, key)
+
+    applied = [(kind, name) for verb, kind, name in kube.take_writes() if verb == "apply"]
+    assert ("StatefulSet", "tiny-llama") in applied and ("ConfigMap", "tiny-llama-model-repo") in applied
+    assert condition(kube, "tiny-llama", "Reconciling")["status"] == "True"
+    owner_uid = kube.objects[("LLMDeployment", *key)]["metadata"]["uid"]
+    for obj in kube.objects.values():
+        if obj["kind"] != "LLMDeployment":
+            assert obj["metadata"]["ownerReferences"][0]["uid"] == owner_uid
+
+    rolled_out(kube, "tiny-llama", 1)
+    await reconcile(kube, reconciler, key)
+    assert condition(kube, "tiny-llama", "Ready")["status"] == "True"
+    assert kube.take_writes() == [("status", "LLMDeployment", "tiny-llama")]
+
+    await reconcile(kube, reconciler, key)
+    await reconcile(kube, reconciler, key)
+    assert kube.take_writes() == [], "an idle deployment costs no API writes"
+    assert not any(k[0] == "Secret" for k in kube.objects), "single-pod replicas need no SSH identity"
+
+
+async def test_engines_are_built_by_a_job_recorded_once_then_served() -> None:
+    kube, reconciler = await operator_with_nodes()
+    key = kube.add_deployment(example("llama3-70b-fp8"))
+    await reconcile(kube, reconciler, key)
+
+    (job_name,) = kube.of_kind("Job")
+    assert "StatefulSet" not in {k[0] for k in kube.objects}, "nothing serves before the engine exists"
+    assert condition(kube, "llama3-70b", "Ready")["reason"] == "BuildingEngine"
+    kube.take_writes()
+
+    kube.edit("Job", NS, job_name, status={"conditions": [{"type": "Complete", "status": "True"}]})
+    await reconcile(kube, reconciler, key)
+    writes = kube.take_writes()
+    assert writes[0] == ("merge", "ConfigMap", ENGINE_INDEX), "the index is written in the apply step"
+    assert ("apply", "StatefulSet", "llama3-70b") in writes
+    assert ("apply", "Job", job_name) not in writes, "a finished build is not applied again"
+    engine = kube.objects[("LLMDeployment", *key)]["status"]["engine"]
+    assert engine["ready"] is True
+    assert set(kube.objects[("ConfigMap", NS, ENGINE_INDEX)]["data"]) == {engine["cacheKey"]}
+
+    await kube.delete("Job", NS, job_name)  # its TTL ran out: the index remembers the engine
+    await reconcile(kube, reconciler, key)
+    assert not any(verb == "apply" and kind == "Job" for verb, kind, _ in kube.take_writes()[1:])
+    assert "Job" not in {k[0] for k in kube.objects}
+
+
+async def test_a_failed_build_stalls_with_the_jobs_words_and_deploys_nothing() -> None:
+    kube, reconciler = await operator_with_nodes()
+    key = kube.add_deployment(example("llama3-70b-fp8"))
+    await reconcile(kube, reconciler, key)
+    (job_name,) = kube.of_kind("Job")
+    failed = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "OOM killed"}
+    kube.edit("Job", NS, job_name, status={"conditions": [failed]})
+    await reconcile(kube, reconciler, key)
+    stalled = condition(kube, "llama3-70b", "Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "EngineBuildFailed"
+    assert "BackoffLimitExceeded OOM killed" in stalled["message"]
+    assert "StatefulSet" not in {k[0] for k in kube.objects}
+
+
+def multi_node() -> dict[str, Any]:
+    body = example("llama31-405b-multinode")
+    body["spec"]["engine"].pop("build")
+    body["spec"]["engine"].pop("cache")
+    body["spec"]["engine"]["prebuilt"] = {"uri": "pvc://llm-engine-cache/prebuilt/llama31-405b"}
+    body["spec"]["replicas"] = 2
+    return body
+
+
+async def test_multi_node_groups_get_one_ssh_identity_made_once(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    kube, reconciler = await operator_with_nodes()
+    key = kube.add_deployment(multi_node())
+    await reconcile(kube, reconciler, key)
+    await reconcile(kube, reconciler, key)
+
+    (secret,) = kube.of_kind("Secret").values()
+    owner = kube.objects[("LLMDeployment", *key)]
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == owner["metadata"]["uid"]
+    assert set(secret["stringData"]) == {"id_ed25519", "id_ed25519.pub"}
+    assert secret["stringData"]["id_ed25519"].startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
+    assert [w for w in kube.writes if w[1] == "Secret"] == [("create", "Secret", secret["metadata"]["name"])]
+    assert "PRIVATE KEY" not in caplog.text
+
+    restarted = Reconciler(kube, OperatorConfig.from_env())  # an operator restart: memory is gone
+    for node in build_nodes(load_pools()):
+        await restarted.node_event("ADDED", node)
+    kube.take_writes()
+    await reconcile(kube, restarted, key)
+    assert ("create", "Secret", secret["metadata"]["name"]) in kube.take_writes()
+    assert kube.of_kind("Secret") == {secret["metadata"]["name"]: secret}, "the key is never replaced"
+
+
+async def test_a_broken_group_is_recreated_by_the_reconcile_and_no_other_group() -> None:
+    kube, reconciler = await operator_with_nodes()
+    key = kube.add_deployment(multi_node())
+    await reconcile(kube, reconciler, key)
+    workers = sorted(
+        n for n, o in kube.of_kind("StatefulSet").items() if o["metadata"]["labels"][L.ROLE] == "worker"
+    )
+    assert len(workers) == 2
+    kube.take_writes()
+
+    worker_pod = {
+        "metadata": {
+            "name": f"{workers[0]}-1", "namespace": NS, "uid": "pod-1",
+            "labels": {L.DEPLOYMENT: key[1], L.POOL: "main", L.ROLE: "worker", L.GROUP_INDEX: "0",
+                       L.GROUP_SIZE: "2"},
+        },
+        "status": {"phase": "Running", "containerStatuses": [{"restartCount": 1}]},
+    }  # fmt: skip
+    await reconciler.pod_event("MODIFIED", worker_pod)
+    assert kube.take_writes() == [], "the watch callback records; it does not act"
+    assert len(reconciler.queue) == 1
+
+    await reconciler.reconcile(*key)
+    deleted = [name for verb, kind, name in kube.take_writes() if verb == "delete" and kind == "Pod"]
+    assert deleted == [f"{key[1]}-0", f"{workers[0]}-1"], "leader and worker of group 0, nothing of group 1"
+
+    await reconciler.pod_event("MODIFIED", worker_pod)  # the same failure seen again
+    await reconciler.reconcile(*key)
+    assert not [w for w in kube.take_writes() if w[1] == "Pod"], "each failure is acted on once"
+
+
+async def test_drift_is_restored_and_an_unplaceable_edit_keeps_what_serves() -> None:
+    kube, reconciler = await operator_with_nodes()
+    key = kube.add_deployment(example("llama3-8b-h100"))
+    await reconcile(kube, reconciler, key)
+    sts = kube.objects[("StatefulSet", NS, "llama3-8b")]
+    kube.edit("StatefulSet", NS, "llama3-8b", spec={**sts["spec"], "replicas": 7})
+    kube.take_writes()
+    await reconcile(kube, reconciler, key)
+    assert ("apply", "StatefulSet", "llama3-8b") in kube.take_writes()
+    assert kube.objects[("StatefulSet", NS, "llama3-8b")]["spec"]["replicas"] == 2
+
+    body = kube.objects[("LLMDeployment", *key)]
+    kube.edit("LLMDeployment", *key, spec={**body["spec"], "parallelism": {"tensor": 64, "pipeline": 1}})
+    await reconcile(kube, reconciler, key)
+    assert [w for w in kube.take_writes() if w[0] != "status"] == [], "nothing serving is touched"
+    stalled = condition(kube, "llama3-8b", "Stalled")
+    assert stalled["status"] == "True" and stalled["observedGeneration"] == 2
+    assert kube.events and kube.events[-1][0] == "Warning"
+
+
+async def test_the_queue_never_runs_a_key_twice_at_once_and_reruns_what_arrived_meanwhile() -> None:
+    running: list[tuple[str, str]] = []
+    overlaps = runs = 0
+    release = asyncio.Event()
+
+    async def process(key: tuple[str, str]) -> None:
+        nonlocal overlaps, runs
+        overlaps += key in running
+        runs += 1
+        running.append(key)
+        await release.wait()
+        running.remove(key)
+
+    queue = WorkQueue(process)
+    workers = [asyncio.create_task(queue.worker()) for _ in range(3)]
+    queue.add(("ns", "a"))
+    await asyncio.sleep(0.01)
+    queue.add(("ns", "a"))  # arrives while "a" is being processed
+    queue.add(("ns", "a"))
+    await asyncio.sleep(0.01)
+    assert running == [("ns", "a")] and overlaps == 0
+    release.set()
+    await asyncio.sleep(0.05)
+    assert overlaps == 0 and running == [] and len(queue) == 0
+    assert runs == 2, "two adds during a pass make one more pass, not two"
+    for task in workers:
+        task.cancel()
+    await asyncio.gather(*workers, return_exceptions=True)
