@@ -6,7 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from e2e.cluster.launcher import COMPONENTS, DEFAULT_STATE_DIR, Cluster, ClusterError, UpReport
+from e2e.cluster.components import COMPONENTS, ClusterError
+from e2e.cluster.launcher import Cluster, UpReport
+from e2e.cluster.state import DEFAULT_STATE_DIR
 
 
 def _mib(kib: int) -> str:

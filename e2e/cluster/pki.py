@@ -162,8 +162,25 @@ def _new_ca(cn: str) -> _Issuer:
     return _Issuer(cert, key)
 
 
+def _pair(directory: Path, name: str) -> KeyPair:
+    return KeyPair(directory / f"{name}.crt", directory / f"{name}.key")
+
+
+def paths(directory: Path) -> Pki:
+    """The paths of the PKI `generate` wrote into `directory`."""
+    return Pki(
+        ca=_pair(directory, "ca"),
+        apiserver=_pair(directory, "apiserver"),
+        front_proxy_ca=_pair(directory, "front-proxy-ca"),
+        front_proxy_client=_pair(directory, "front-proxy-client"),
+        sa_key=directory / "sa.key",
+        sa_pub=directory / "sa.pub",
+        clients={name: _pair(directory, f"client-{name}") for name in CLIENTS},
+    )
+
+
 def _save(directory: Path, name: str, cert: x509.Certificate, key: PrivateKey) -> KeyPair:
-    pair = KeyPair(directory / f"{name}.crt", directory / f"{name}.key")
+    pair = _pair(directory, name)
     _write_cert(pair.cert, cert)
     _write_key(pair.key, key)
     return pair

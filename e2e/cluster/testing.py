@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from e2e.cluster.launcher import DEFAULT_STATE_DIR, Cluster
+from e2e.cluster.launcher import Cluster
+from e2e.cluster.state import DEFAULT_STATE_DIR
 
 T = TypeVar("T")
 Manifest = dict[str, Any] | list[dict[str, Any]] | str

@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 
 from e2e.cluster import Cluster, ClusterError
-from e2e.cluster.launcher import COMPONENTS, REPO_ROOT, _proc_args, run_build_tools
+from e2e.cluster.components import COMPONENTS, run_build_tools
 from e2e.cluster.nodes import build_nodes, load_pools
+from e2e.cluster.processes import proc_args
+from e2e.cluster.state import REPO_ROOT
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, pod_ready, wait_for
 
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -39,7 +41,7 @@ def _processes_of(state_dir: Path) -> list[int]:
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
-            args = _proc_args(int(entry.name))
+            args = proc_args(int(entry.name))
             if any(Path(a).name in COMPONENTS for a in args[:2]) and any(needle in a for a in args):
                 pids.append(int(entry.name))
     return pids
