@@ -7,7 +7,6 @@ session's kubeconfig), so these tests work against the embedded cluster and agai
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,15 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from e2e.cluster.processes import free_port
 from e2e.cluster.testing import E2ECluster, Kubectl
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")

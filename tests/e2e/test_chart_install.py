@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
+from e2e.cluster.processes import free_port
 from e2e.cluster.testing import E2ECluster, Kubectl, is_true, pod_ready, wait_for
-from tests.e2e.operator_fixtures import free_port
 from tests.unit.test_chart import CHART, HELM
 
 pytestmark = pytest.mark.e2e

@@ -8,7 +8,6 @@ import dataclasses
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -30,6 +29,8 @@ from llm_operator.runtime.launcher import (
     sshd_config,
     worker_hosts,
 )
+
+from e2e.cluster.processes import free_port
 
 PYTHON = sys.executable
 
@@ -485,12 +486,6 @@ def test_real_mpirun_accepts_the_multi_node_options(tmp_path: Path) -> None:
                             capture_output=True, text=True)  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "rank1.env").read_text() == "1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="OpenSSH server is not installed")
