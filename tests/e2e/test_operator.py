@@ -67,12 +67,18 @@ def get_llmd(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any] | No
 
 
 def wait_ready(kubectl: Kubectl, namespace: str, name: str, timeout: float = TIMEOUT) -> dict[str, Any]:
-    return wait_for(
+    ld = wait_for(
         f"LLMDeployment {namespace}/{name} Ready",
         lambda: get_llmd(kubectl, namespace, name),
-        lambda o: is_true(o, "Ready") and o["status"]["observedGeneration"] == o["metadata"]["generation"],
+        lambda o: (
+            o is not None
+            and is_true(o, "Ready")
+            and o["status"]["observedGeneration"] == o["metadata"]["generation"]
+        ),
         timeout=timeout,
     )
+    assert ld is not None
+    return ld
 
 
 def test_cpu_reference_serving_children_and_ready(operator: None, kubectl: Kubectl, namespace: str) -> None:
@@ -196,19 +202,21 @@ def test_a_failed_build_leaves_the_previous_revision_serving(
     )
     doc["spec"]["engine"]["maxBatchSize"] = 16  # a different engine
     kubectl.apply(doc, namespace=namespace)
-    ld = wait_for(
+    failed = wait_for(
         "EngineBuildFailed",
         lambda: get_llmd(kubectl, namespace, "a10g-build"),
         lambda o: (
-            (condition(o, "EngineReady") or {}).get("reason") == "EngineBuildFailed"
+            o is not None
+            and (condition(o, "EngineReady") or {}).get("reason") == "EngineBuildFailed"
             and o["status"]["observedGeneration"] == o["metadata"]["generation"]
         ),
         timeout=60 + 2 * TIMEOUT,
     )
-    assert ld["status"]["engine"]["cacheKey"] != first_key
-    assert "DeadlineExceeded" in (condition(ld, "EngineReady") or {})["message"]
-    assert is_true(ld, "Stalled") and is_true(ld, "Degraded") and is_true(ld, "Available")
-    assert condition(ld, "Degraded")["reason"] == "StalledWhileServing"  # type: ignore[index]
+    assert failed is not None
+    assert failed["status"]["engine"]["cacheKey"] != first_key
+    assert "DeadlineExceeded" in (condition(failed, "EngineReady") or {})["message"]
+    assert is_true(failed, "Stalled") and is_true(failed, "Degraded") and is_true(failed, "Available")
+    assert (condition(failed, "Degraded") or {}).get("reason") == "StalledWhileServing"
     events = kubectl.events(namespace, "a10g-build")
     assert any(e["type"] == "Warning" and e["reason"] == "EngineBuildFailed" for e in events)
     # Nothing that serves was touched: same pod, still Ready, same pod template (the old engine).
@@ -244,7 +252,10 @@ def test_scale_spec_change_drift_and_delete(operator: None, kubectl: Kubectl, na
     wait_for(
         "the StatefulSet to roll to a new pod template",
         lambda: kubectl.get("statefulset", "tiny-llama", namespace),
-        lambda s: s["spec"]["template"]["metadata"]["labels"]["llmoperator.io/revision"] != revision,
+        lambda s: (
+            s is not None
+            and s["spec"]["template"]["metadata"]["labels"]["llmoperator.io/revision"] != revision
+        ),
         timeout=TIMEOUT,
     )
     wait_ready(kubectl, namespace, "tiny-llama")
@@ -268,7 +279,7 @@ def test_scale_spec_change_drift_and_delete(operator: None, kubectl: Kubectl, na
     wait_for(
         "StatefulSet replicas restored to 3",
         lambda: kubectl.get("statefulset", "tiny-llama", namespace),
-        lambda s: s["spec"]["replicas"] == 3,
+        lambda s: s is not None and s["spec"]["replicas"] == 3,
         timeout=TIMEOUT,
     )
 
@@ -327,6 +338,7 @@ def test_autoscaler_targets_the_deployment_scale_subresource(
         lambda h: bool(h and h.get("status", {}).get("conditions")),
         timeout=TIMEOUT,
     )
+    assert hpa is not None
     assert hpa["spec"]["scaleTargetRef"] == {
         "apiVersion": "llmoperator.io/v1alpha1",
         "kind": "LLMDeployment",

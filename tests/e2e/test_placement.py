@@ -170,8 +170,9 @@ def test_a_plan_that_falls_short_is_served_and_says_why(
     kubectl.apply(body, namespace)
     ld = wait_for(
         "placement warnings in status", lambda: kubectl.get("llmdeployment", "unknown", namespace),
-        lambda o: bool(o.get("status", {}).get("placement", {}).get("warnings")), timeout=TIMEOUT,
+        lambda o: bool(o and o.get("status", {}).get("placement", {}).get("warnings")), timeout=TIMEOUT,
     )  # fmt: skip
+    assert ld is not None
     (warning,) = ld["status"]["placement"]["warnings"]
     assert "acme/house-model-7b is not in the catalogue" in warning and "not checked" in warning
     events = wait_for(
@@ -192,6 +193,7 @@ def test_a_node_pool_appearing_later_unblocks_a_stalled_deployment(
         "Stalled: no H200 anywhere", lambda: kubectl.get("llmdeployment", "later", namespace),
         lambda o: is_true(o, "Stalled"), timeout=TIMEOUT,
     )  # fmt: skip
+    assert ld is not None
     stalled = next(c for c in ld["status"]["conditions"] if c["type"] == "Stalled")
     assert stalled["reason"] == "NoMatchingGPUProduct" and "NVIDIA-H200" in stalled["message"]
     node_name = f"h200-{namespace[-6:]}"

@@ -227,8 +227,10 @@ def test_convert_script_follows_the_model_family(tmp_path: Path) -> None:
 
 
 def test_checkpoint_fetch_and_engine_upload_per_store() -> None:
-    assert b.fetch_command("s3://b/llama/", "r", "/m")[:3] == ["aws", "s3", "sync"]
-    assert b.fetch_command("gs://b/llama", "r", "/m")[:2] == ["gsutil", "-m"]
+    s3 = b.fetch_command("s3://b/llama/", "r", "/m")
+    assert s3 is not None and s3[:3] == ["aws", "s3", "sync"]
+    gs = b.fetch_command("gs://b/llama", "r", "/m")
+    assert gs is not None and gs[:2] == ["gsutil", "-m"]
     hf = b.fetch_command("hf://meta-llama/Llama-2-7b-hf", "main", "/m")
     assert hf is not None and hf[2:5] == ["meta-llama/Llama-2-7b-hf", "--revision", "main"]
     assert b.fetch_command("/model-source/llama", "r", "/m") is None  # a mounted pvc:// source

@@ -224,7 +224,8 @@ def node_events(draw: st.DrawFn) -> list[tuple[str, dict[str, Any]]]:
 @settings(max_examples=40, deadline=None)
 @given(events=node_events())
 def test_incremental_updates_equal_a_fresh_build(events: list[tuple[str, dict[str, Any]]]) -> None:
-    live, final = Inventory(), {}
+    live = Inventory()
+    final: dict[str, dict[str, Any]] = {}
     for kind, obj in events:
         name = obj["metadata"]["name"]
         version = live.version

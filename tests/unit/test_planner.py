@@ -31,7 +31,7 @@ AWS_BLOCK = "topology.k8s.aws/network-node-layer-3"
 LLAMA3_70B = "meta-llama/Meta-Llama-3-70B-Instruct"
 
 
-def spec(model: str = LLAMA3_70B, **overrides: Any) -> LLMDeploymentSpec:
+def spec(model: str = LLAMA3_70B, /, **overrides: Any) -> LLMDeploymentSpec:
     doc: dict[str, Any] = {
         "model": {"name": model, "source": {"uri": "s3://m/x"}},
         "engine": {"precision": "fp16", "maxBatchSize": 32, "maxInputLen": 2048, "maxSeqLen": 8192,
