@@ -20,7 +20,12 @@ k get nodes -L nvidia.com/gpu.product,nvidia.com/gpu.count,topology.kubernetes.i
 
 step "CRD"
 k apply --server-side --force-conflicts -f crds/ >/dev/null
-k wait --for=condition=Established crd/llmdeployments.llmoperator.io --timeout=30s >/dev/null
+# kubectl wait fails outright while a new CRD has no conditions yet: retry it for up to 30 s.
+for _ in $(seq 30); do
+  k wait --for=condition=Established crd/llmdeployments.llmoperator.io --timeout=1s >/dev/null 2>&1 && break
+  sleep 1
+done
+k wait --for=condition=Established crd/llmdeployments.llmoperator.io --timeout=1s >/dev/null
 echo "  llmdeployments.llmoperator.io established"
 
 step "operator (llm-operator run; log: .cluster/logs/operator.log)"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from e2e.cluster.processes import free_port
-from e2e.cluster.testing import E2ECluster, Kubectl
+from e2e.cluster.testing import E2ECluster, Kubectl, is_true, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,7 +26,12 @@ REPO = Path(__file__).resolve().parents[2]
 def crd(kubectl: Kubectl) -> None:
     """The generated CRD, applied server-side (as `make demo` and the chart do)."""
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    kubectl("wait", "--for=condition=Established", "crd/llmdeployments.llmoperator.io", "--timeout=30s")
+    # Polled rather than `kubectl wait`, which fails outright while a new CRD has no conditions yet.
+    wait_for(
+        "the LLMDeployment CRD Established",
+        lambda: kubectl.get("crd", "llmdeployments.llmoperator.io"),
+        lambda c: is_true(c, "Established"),
+    )
 
 
 @pytest.fixture(scope="session")
