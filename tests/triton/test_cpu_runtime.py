@@ -15,10 +15,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from llm_operator.runtime.cpu_reference.tiny_lm import Sampler
-from llm_operator.runtime.triton_process import TritonProcess
 from tritonclient.utils import InferenceServerException
 
 from tests.triton.conftest import expected
+from tests.triton.server import TritonProcess
 
 pytestmark = pytest.mark.triton
 

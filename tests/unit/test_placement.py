@@ -6,11 +6,13 @@ import json
 from typing import Any
 
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
+from llm_operator.images import Images
+from llm_operator.labels import GPU_TOLERATION
 from llm_operator.plan.inventory import Inventory, LabelKeys
 from llm_operator.plan.planner import plan_deployment
 from llm_operator.plan.types import PoolPlan
-from llm_operator.render.placement import GPU_TOLERATION, pod_scheduling
-from llm_operator.render.serving import LWS_GROUP_KEY, Images, workloads
+from llm_operator.render.placement import pod_scheduling
+from llm_operator.render.serving import LWS_GROUP_KEY, workloads
 
 SELECTOR = {"llmoperator.io/deployment": "d", "llmoperator.io/pool": "main"}
 LEADER_0 = {**SELECTOR, "llmoperator.io/role": "leader", "apps.kubernetes.io/pod-index": "0"}

@@ -9,51 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from typing import Any
 
+from llm_operator import contract
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import Backend, LLMDeploymentSpec
+from llm_operator.images import Images
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
 from llm_operator.render.placement import pod_scheduling
-
-HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
-MODEL_REPO_SRC = "/etc/llm-operator/model-repo"  # the ConfigMap, read-only
-MODEL_REPO = "/var/run/llm-operator/model-repo"  # materialized by the launcher at start
-ENGINE_CACHE_MOUNT = "/engine-cache"
-LAUNCHER = "llm-operator-launch"
-DRAIN_GRACE_SECONDS = 30  # on top of Triton's exit timeout: endpoint removal + drain polling
-
-
-@dataclass(frozen=True)
-class Images:
-    runtime: str
-    cpu_runtime: str
-    engine_builder: str
-    trtllm_version: str
-
-
-@dataclass(frozen=True)
-class EngineLocation:
-    """Where the pods read engines: a PVC sub-path, mounted read-only."""
-
-    claim: str
-    sub_path: str  # directory of this cache key inside the claim
-
-    @property
-    def engine_dir(self) -> str:
-        return f"{ENGINE_CACHE_MOUNT}/{self.sub_path}".rstrip("/")
-
-
-def engine_location(uri: str, cache_key: str | None) -> EngineLocation:
-    """pvc://CLAIM/PATH (+ /KEY for built engines) -> the claim and the directory inside it."""
-    scheme, _, rest = uri.partition("://")
-    if scheme != "pvc":
-        raise ValueError(f"engine storage {uri!r}: serving pods mount pvc:// URIs only")
-    claim, _, path = rest.partition("/")
-    parts = [p for p in (path.strip("/"), cache_key) if p]
-    return EngineLocation(claim=claim, sub_path="/".join(parts))
+from llm_operator.storage import EngineLocation
 
 
 def template_hash(obj: Any) -> str:
@@ -62,18 +27,20 @@ def template_hash(obj: Any) -> str:
 
 
 def _env(spec: LLMDeploymentSpec, pool: PoolPlan, engine: EngineLocation | None) -> list[dict[str, Any]]:
+    """What every serving container gets (contract.ENV); multi-node pods add their role and group
+    addressing (workloads)."""
     env: list[dict[str, Any]] = [
-        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": contract.POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "LLMOP_BACKEND", "value": spec.engine.backend.value},
         {"name": "LLMOP_TP", "value": str(pool.tensor)},
         {"name": "LLMOP_PP", "value": str(pool.pipeline)},
         {"name": "LLMOP_GPUS_PER_POD", "value": str(pool.gpus_per_pod)},
         {"name": "LLMOP_PODS_PER_REPLICA", "value": str(pool.pods_per_replica)},
-        {"name": "LLMOP_MODEL_REPO_SRC", "value": MODEL_REPO_SRC},
-        {"name": "LLMOP_MODEL_REPO", "value": MODEL_REPO},
-        {"name": "LLMOP_HTTP_PORT", "value": str(HTTP_PORT)},
-        {"name": "LLMOP_GRPC_PORT", "value": str(GRPC_PORT)},
-        {"name": "LLMOP_METRICS_PORT", "value": str(METRICS_PORT)},
+        {"name": "LLMOP_MODEL_REPO_SRC", "value": contract.MODEL_REPO_SRC},
+        {"name": "LLMOP_MODEL_REPO", "value": contract.MODEL_REPO},
+        {"name": "LLMOP_HTTP_PORT", "value": str(contract.HTTP_PORT)},
+        {"name": "LLMOP_GRPC_PORT", "value": str(contract.GRPC_PORT)},
+        {"name": "LLMOP_METRICS_PORT", "value": str(contract.METRICS_PORT)},
         {"name": "LLMOP_EXIT_TIMEOUT_SECONDS", "value": str(spec.runtime.exit_timeout_seconds)},
     ]
     if engine is not None:
@@ -106,22 +73,22 @@ def _container(
     if limits:
         resources["limits"] = limits
     mounts = [
-        {"name": "model-repo-src", "mountPath": MODEL_REPO_SRC, "readOnly": True},
-        {"name": "model-repo", "mountPath": MODEL_REPO},
+        {"name": "model-repo-src", "mountPath": contract.MODEL_REPO_SRC, "readOnly": True},
+        {"name": "model-repo", "mountPath": contract.MODEL_REPO},
         {"name": "shm", "mountPath": "/dev/shm"},
-        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "tmp", "mountPath": contract.TMP_DIR},
     ]
     if engine is not None:
-        mounts.append({"name": "engine-cache", "mountPath": ENGINE_CACHE_MOUNT, "readOnly": True})
+        mounts.append({"name": "engine-cache", "mountPath": contract.ENGINE_CACHE_MOUNT, "readOnly": True})
     container: dict[str, Any] = {
         "name": "triton",
         "image": spec.runtime.image or (images.cpu_runtime if cpu else images.runtime),
-        "command": [LAUNCHER],
+        "command": list(contract.CONTAINER_COMMAND),
         "env": _env(spec, pool, engine) + extra_env,
         "ports": [
-            {"name": "http", "containerPort": HTTP_PORT},
-            {"name": "grpc", "containerPort": GRPC_PORT},
-            {"name": "metrics", "containerPort": METRICS_PORT},
+            {"name": "http", "containerPort": contract.HTTP_PORT},
+            {"name": "grpc", "containerPort": contract.GRPC_PORT},
+            {"name": "metrics", "containerPort": contract.METRICS_PORT},
         ],
         "volumeMounts": mounts,
         "securityContext": {
@@ -145,7 +112,7 @@ def _container(
             "periodSeconds": 10,
             "failureThreshold": 3,
         }
-        container["lifecycle"] = {"preStop": {"exec": {"command": [LAUNCHER, "drain"]}}}
+        container["lifecycle"] = {"preStop": {"exec": {"command": list(contract.PRESTOP_COMMAND)}}}
     return container
 
 
@@ -186,7 +153,9 @@ def _pod_template(
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": spec.runtime.exit_timeout_seconds + DRAIN_GRACE_SECONDS,
+        "terminationGracePeriodSeconds": contract.termination_grace_seconds(
+            spec.runtime.exit_timeout_seconds
+        ),
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [_container(spec, pool, images, engine, leader=leader, extra_env=extra_env)],
         "volumes": _volumes(spec, pool, deployment, engine),
@@ -223,7 +192,6 @@ def _pod_template(
 
 POD_INDEX = "apps.kubernetes.io/pod-index"  # set by the StatefulSet controller (k8s >= 1.28)
 LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
-LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 LWS_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"  # on every pod of one group, set by LWS
 
@@ -280,7 +248,6 @@ def workloads(
         extra_env = [
             {"name": "LLMOP_ROLE", "value": "worker"},
             {"name": "LLMOP_GROUP_INDEX", "value": str(index)},
-            _label_env("LLMOP_WORKER_INDEX", POD_INDEX),
             {"name": "LLMOP_LEADER_HOST", "value": f"{leader_name}-{index}.{headless}.{namespace}.svc"},
         ]
         template = _pod_template(
@@ -335,7 +302,6 @@ def _leader_worker_set(
         extra_env=[
             {"name": "LLMOP_ROLE", "value": "worker"},
             _label_env("LLMOP_GROUP_INDEX", LWS_GROUP_INDEX),
-            _label_env("LLMOP_WORKER_INDEX", LWS_WORKER_INDEX),
         ],
         repo_hash=repo_hash,
     )  # fmt: skip
