@@ -10,9 +10,12 @@ from typing import Any
 
 import pytest
 from llm_operator import contract
-from llm_operator.api.v1alpha1 import LLMDeploymentSpec
+from llm_operator.api.v1alpha1 import LLMDeployment, LLMDeploymentSpec
+from llm_operator.controller.ssh import ssh_secret
 from llm_operator.images import Images
 from llm_operator.plan.types import PoolPlan
+from llm_operator.render import names
+from llm_operator.render.children import PoolEngine, serving_pool
 from llm_operator.render.serving import LWS_GROUP_INDEX, POD_INDEX, workloads
 from llm_operator.runtime.config import PodConfig
 from llm_operator.storage import engine_location
@@ -22,6 +25,7 @@ H100 = "NVIDIA-H100-80GB-HBM3"
 IMAGES = Images("runtime", "cpu-runtime", "builder", "0.20.0")
 ENGINE = engine_location("pvc://llm-engine-cache/engines", "llama-fp8-tp8pp2-sm90-abc")
 GROUP = 1  # the replica (group) whose pods the tests address
+UID = "0f6c1d2e-5b7a-4c39-9e41-7d2b8a6f3c10"
 SPEC = LLMDeploymentSpec.model_validate({
     "model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "s3://m"}},
     "runtime": {"exitTimeoutSeconds": 45},
@@ -56,9 +60,9 @@ def environment(container: dict[str, Any]) -> dict[str, str]:
 
 def shapes() -> list[tuple[str, PoolPlan, str, dict[str, Any]]]:
     """(shape, pool, role, pod spec) of every pod kind the builders emit."""
-    single = workloads("llama", "ns", SPEC, SINGLE, IMAGES, ENGINE, "h")
-    statefulsets = workloads("llama", "ns", SPEC, MULTI, IMAGES, ENGINE, "h")
-    (lws,) = workloads("llama", "ns", SPEC, MULTI, IMAGES, ENGINE, "h", leader_worker_set=True)
+    single = workloads("llama", "ns", SPEC, SINGLE, IMAGES, ENGINE, "h", uid=UID)
+    statefulsets = workloads("llama", "ns", SPEC, MULTI, IMAGES, ENGINE, "h", uid=UID)
+    (lws,) = workloads("llama", "ns", SPEC, MULTI, IMAGES, ENGINE, "h", uid=UID, leader_worker_set=True)
     out = [("single", SINGLE, role, pod) for role, pod in pod_specs(single[0]).items()]
     for sts in (statefulsets[0], statefulsets[1 + GROUP]):
         out += [("statefulset", MULTI, role, pod) for role, pod in pod_specs(sts).items()]
@@ -93,20 +97,29 @@ def test_the_launcher_reads_what_the_builder_renders(
     assert c.model_repo in writable and any(c.runtime_dir.startswith(w + "/") for w in writable)
 
     assert container["command"] == [contract.LAUNCHER]
-    if role == "leader":
-        assert container["lifecycle"]["preStop"]["exec"]["command"] == [contract.LAUNCHER, "drain"]
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == [contract.LAUNCHER, "drain"]
     assert (
         pod["terminationGracePeriodSeconds"] >= c.drain_timeout + c.exit_timeout + contract.KILL_GRACE_SECONDS
     )
-    if shape != "single":
-        assert c.group == GROUP
+
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    if shape == "single":
+        assert contract.SSH_VOLUME not in volumes, "single pods need no SSH identity"
+        return
+    assert mounts[contract.SSH_VOLUME] == {
+        "name": contract.SSH_VOLUME,
+        "mountPath": c.ssh_dir,
+        "readOnly": True,
+    }
+    assert volumes[contract.SSH_VOLUME]["secret"]["secretName"] == names.ssh_secret("llama", UID)
+    assert c.group == GROUP
 
 
 @pytest.mark.parametrize("lws", [False, True], ids=["statefulset", "leader-worker-set"])
 def test_leader_and_workers_address_each_other_by_their_pod_names(lws: bool) -> None:
     """The leader's worker pattern names the worker pods the builder creates, and a worker finds
     its own leader (drain), in both multi-node shapes."""
-    objs = workloads("llama", "ns", SPEC, MULTI, IMAGES, ENGINE, "h", leader_worker_set=lws)
+    objs = workloads("llama", "ns", SPEC, MULTI, IMAGES, ENGINE, "h", uid=UID, leader_worker_set=lws)
     shape = [s for s in SHAPES if s[0] == ("leader-worker-set" if lws else "statefulset")]
     leader, worker = (PodConfig.from_env(environment(s[3]["containers"][0])) for s in shape)
     if lws:
@@ -120,6 +133,22 @@ def test_leader_and_workers_address_each_other_by_their_pod_names(lws: bool) -> 
         service = leader_sts["spec"]["serviceName"]
         assert worker.leader_host == f"{leader_sts['metadata']['name']}-{GROUP}.{service}.ns.svc"
     assert leader.worker_host_pattern.format(group=GROUP, worker=1) == f"{worker_pod}.{service}.ns.svc"
+
+
+@pytest.mark.parametrize("lws", [False, True], ids=["statefulset", "leader-worker-set"])
+def test_multi_node_pods_mount_the_secret_the_controller_creates(lws: bool) -> None:
+    ld = LLMDeployment.model_validate(
+        {"metadata": {"name": "llama", "namespace": "ns", "uid": UID}, "spec": SPEC.model_dump(by_alias=True)}
+    )
+    objs = serving_pool(ld, MULTI, IMAGES, PoolEngine(ENGINE, "k", True), leader_worker_set=lws)
+    pods = [
+        spec
+        for o in objs
+        if o["kind"] in ("StatefulSet", "LeaderWorkerSet")
+        for spec in pod_specs(o).values()
+    ]
+    mounted = {v["secret"]["secretName"] for pod in pods for v in pod["volumes"] if "secret" in v}
+    assert len(pods) == (2 if lws else 1 + MULTI.replicas) and mounted == {ssh_secret(ld)["metadata"]["name"]}
 
 
 def test_the_container_command_is_the_launchers_entry_point() -> None:

@@ -182,7 +182,7 @@ def test_leader_worker_set_keeps_each_group_in_one_clique_and_spreads_leaders() 
     )  # fmt: skip
     planned = plan_deployment(s, Inventory(nodes), 2).primary
     (lws,) = workloads(
-        "llama", "ns", s, planned, Images("r", "c", "b", "0.20.0"), None, "h", leader_worker_set=True
+        "llama", "ns", s, planned, Images("r", "c", "b", "0.20.0"), None, "h", uid="", leader_worker_set=True
     )
     template = lws["spec"]["leaderWorkerTemplate"]
     for role in ("leaderTemplate", "workerTemplate"):

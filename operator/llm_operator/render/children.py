@@ -69,6 +69,7 @@ def serving_pool(
         images,
         engine.location,
         template_hash(repo["data"]),
+        uid=ld.metadata.get("uid", ""),
         leader_worker_set=leader_worker_set,
     )
     objs.append(policy.disruption_budget(ld.name, ld.namespace, pool))

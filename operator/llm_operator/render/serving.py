@@ -80,6 +80,8 @@ def _container(
     ]
     if engine is not None:
         mounts.append({"name": "engine-cache", "mountPath": contract.ENGINE_CACHE_MOUNT, "readOnly": True})
+    if pool.pods_per_replica > 1:
+        mounts.append({"name": contract.SSH_VOLUME, "mountPath": contract.SSH_DIR, "readOnly": True})
     container: dict[str, Any] = {
         "name": "triton",
         "image": spec.runtime.image or (images.cpu_runtime if cpu else images.runtime),
@@ -99,7 +101,7 @@ def _container(
     if resources:
         container["resources"] = resources
     if leader:
-        # Only rank 0 serves: probes and preStop drain belong to the leader.
+        # Only rank 0 serves: probes belong to the leader.
         health = {"path": "/v2/health/ready", "port": "http"}
         container["startupProbe"] = {
             "httpGet": health,
@@ -112,12 +114,13 @@ def _container(
             "periodSeconds": 10,
             "failureThreshold": 3,
         }
-        container["lifecycle"] = {"preStop": {"exec": {"command": list(contract.PRESTOP_COMMAND)}}}
+    # Workers drain too: they wait on their leader's requests, so their ranks outlive them.
+    container["lifecycle"] = {"preStop": {"exec": {"command": list(contract.PRESTOP_COMMAND)}}}
     return container
 
 
 def _volumes(
-    spec: LLMDeploymentSpec, pool: PoolPlan, deployment: str, engine: EngineLocation | None
+    spec: LLMDeploymentSpec, pool: PoolPlan, deployment: str, engine: EngineLocation | None, ssh_secret: str
 ) -> list[dict[str, Any]]:
     volumes: list[dict[str, Any]] = [
         {"name": "model-repo-src", "configMap": {"name": names.model_repo(deployment, pool)}},
@@ -132,6 +135,10 @@ def _volumes(
                 "persistentVolumeClaim": {"claimName": engine.claim, "readOnly": True},
             }
         )
+    if pool.pods_per_replica > 1:
+        # The deployment's SSH identity (the controller creates the Secret): the leader's mpirun
+        # logs in to its workers' sshd with it.
+        volumes.append({"name": contract.SSH_VOLUME, "secret": {"secretName": ssh_secret}})
     return volumes
 
 
@@ -147,6 +154,7 @@ def _pod_template(
     leader: bool,
     extra_env: list[dict[str, Any]],
     repo_hash: str,
+    ssh_secret: str,
     group_label_keys: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     selector = {**L.selector_labels(deployment), L.POOL: pool.name}
@@ -158,7 +166,7 @@ def _pod_template(
         ),
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [_container(spec, pool, images, engine, leader=leader, extra_env=extra_env)],
-        "volumes": _volumes(spec, pool, deployment, engine),
+        "volumes": _volumes(spec, pool, deployment, engine, ssh_secret),
     }
     if spec.engine.backend != Backend.CPU_REFERENCE:
         pod_spec.update(
@@ -209,6 +217,7 @@ def workloads(
     engine: EngineLocation | None,
     repo_hash: str,
     *,
+    uid: str,
     leader_worker_set: bool = False,
 ) -> list[dict[str, Any]]:
     """The workload objects serving `pool.replicas` replicas of this pool.
@@ -217,10 +226,12 @@ def workloads(
     installed (it recreates a group as a whole), else the same shape built from StatefulSets: one
     leader StatefulSet whose pod i is rank 0 of group i (probes, Services, metrics) and one worker
     StatefulSet per group, its ordinals starting at 1 like LWS worker indexes, kept next to the
-    leader by pod affinity. The launcher reads the same environment in both shapes.
+    leader by pod affinity. The launcher reads the same environment in both shapes. `uid`, the
+    LLMDeployment's, names the SSH Secret multi-node pods mount (controller/ssh.py creates it).
     """
+    ssh_secret = names.ssh_secret(deployment, uid)
     if pool.pods_per_replica > 1 and leader_worker_set:
-        return [_leader_worker_set(deployment, namespace, spec, pool, images, engine, repo_hash)]
+        return [_leader_worker_set(deployment, namespace, spec, pool, images, engine, repo_hash, ssh_secret)]
     base = {**L.common_labels(deployment, "serving"), L.POOL: pool.name}
     headless = names.headless_service(deployment)
     leader_name = names.serving(deployment, pool)
@@ -237,7 +248,7 @@ def workloads(
     template = _pod_template(
         spec, pool, deployment, images, engine,
         pod_labels=_group_labels(leader_labels, pool), group_selector=None, leader=True,
-        extra_env=leader_env, repo_hash=repo_hash,
+        extra_env=leader_env, repo_hash=repo_hash, ssh_secret=ssh_secret,
     )  # fmt: skip
     result = [_statefulset(leader_name, namespace, leader_labels, pool.replicas, template, deployment)]
     for index in range(pool.replicas if multi else 0):
@@ -253,7 +264,7 @@ def workloads(
         template = _pod_template(
             spec, pool, deployment, images, engine,
             pod_labels=_group_labels(worker_labels, pool), group_selector=leader_selector, leader=False,
-            extra_env=extra_env, repo_hash=repo_hash,
+            extra_env=extra_env, repo_hash=repo_hash, ssh_secret=ssh_secret,
         )  # fmt: skip
         sts = _statefulset(
             names.group(deployment, pool, index), namespace, worker_labels,
@@ -277,6 +288,7 @@ def _leader_worker_set(
     images: Images,
     engine: EngineLocation | None,
     repo_hash: str,
+    ssh_secret: str,
 ) -> dict[str, Any]:
     name = names.serving(deployment, pool)
     base = {**L.common_labels(deployment, "serving"), L.POOL: pool.name}
@@ -293,7 +305,7 @@ def _leader_worker_set(
             _label_env("LLMOP_GROUP_INDEX", LWS_GROUP_INDEX),
             {"name": "LLMOP_WORKER_HOST_PATTERN", "value": pattern},
         ],
-        repo_hash=repo_hash,
+        repo_hash=repo_hash, ssh_secret=ssh_secret,
     )  # fmt: skip
     worker = _pod_template(
         spec, pool, deployment, images, engine,
@@ -303,7 +315,7 @@ def _leader_worker_set(
             {"name": "LLMOP_ROLE", "value": "worker"},
             _label_env("LLMOP_GROUP_INDEX", LWS_GROUP_INDEX),
         ],
-        repo_hash=repo_hash,
+        repo_hash=repo_hash, ssh_secret=ssh_secret,
     )  # fmt: skip
     return {
         "apiVersion": LWS_API_VERSION,
