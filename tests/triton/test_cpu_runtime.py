@@ -30,6 +30,7 @@ def tensors(module: Any, **values: Any) -> list[Any]:
     types = {str: ("BYTES", np.object_), bool: ("BOOL", np.bool_), int: ("INT32", np.int32),
              float: ("FP32", np.float32)}  # fmt: skip
     out = []
+    dtype: Any  # a numpy scalar type
     for name, value in values.items():
         if name == "seed":
             triton_type, dtype = "UINT64", np.uint64

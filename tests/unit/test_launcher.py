@@ -44,7 +44,8 @@ def config(**env: str) -> PodConfig:
 def ranks(cmd: list[str]) -> list[list[str]]:
     """Split an MPMD mpirun line into the per-rank tritonserver commands."""
     body = cmd[cmd.index("-n") :]
-    segments, current = [], []
+    segments: list[list[str]] = []
+    current: list[str] = []
     for token in [*body, ":"]:
         if token == ":":
             assert current[:2] == ["-n", "1"]
@@ -498,8 +499,8 @@ def test_worker_sshd_accepts_the_leaders_key_and_passes_its_environment(tmp_path
         pending = launcher.wait_for_workers(["127.0.0.1"], c.ssh_port, 10, supervisor.Stop())
         assert pending == [], sshd.stderr.read().decode() if sshd.poll() is not None and sshd.stderr else ""
         leader = dataclasses.replace(c, role="leader")
-        ssh = ["ssh", *rsh_args(leader, prepare_client_key(leader)).split(), "127.0.0.1"]
-        out = subprocess.run([*ssh, "echo $LLMOP_PROBE"], capture_output=True, text=True, timeout=30)
+        login = ["ssh", *rsh_args(leader, prepare_client_key(leader)).split(), "127.0.0.1"]
+        out = subprocess.run([*login, "echo $LLMOP_PROBE"], capture_output=True, text=True, timeout=30)
         assert out.stdout.strip() == "from the worker pod", out.stderr
     finally:
         sshd.terminate()
