@@ -15,9 +15,10 @@ import tracemalloc
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import MAX_WORLD_SIZE, POWERS_OF_TWO, LLMDeploymentSpec
 from llm_operator.plan import catalogue, gpus, memory
-from llm_operator.plan.inventory import GPU_TOLERATION, GpuNode, Inventory, tolerates
+from llm_operator.plan.inventory import GpuNode, Inventory, tolerates
 from llm_operator.plan.planner import MIN_COMPUTE, MIN_KV_COMPUTE, plan_deployment
 from llm_operator.plan.types import Plan, PlanningError
 
@@ -121,7 +122,7 @@ def optimum(spec: LLMDeploymentSpec, inventory: Inventory) -> tuple[bool, int] |
     full-batch fits before partial ones, then fewest GPUs. None when nothing serves."""
     arch = catalogue.lookup(spec.model)
     assert arch is not None
-    tolerations = [GPU_TOLERATION, *spec.placement.tolerations]
+    tolerations = [L.GPU_TOLERATION, *spec.placement.tolerations]
     by_product: dict[str, list[GpuNode]] = {}
     for n in inventory.nodes.values():
         if (

@@ -9,8 +9,10 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
 # torch from PyTorch's CPU index: the PyPI wheel bundles CUDA. Same version as the tests use.
+# Our package without the operator's dependencies: the launcher and the model need only these.
 RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu \
-        "torch==1.13.1+cpu" "numpy==1.26.4" "nvidia-pytriton==0.7.0" . \
+        "torch==1.13.1+cpu" "numpy==1.26.4" "nvidia-pytriton==0.7.0" "prometheus-client>=0.21,<1" \
+    && pip install --no-cache-dir --no-deps . \
     && rm -rf /src \
     && SP=/usr/local/lib/python3.11/site-packages/pytriton/tritonserver \
     && cp "$SP/python_backend_stubs/3.11/triton_python_backend_stub" "$SP/backends/python/"

@@ -13,8 +13,9 @@ RUN apt-get update \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
-# Only what the launcher imports (pydantic, jinja2): the operator's own dependencies stay out.
-RUN pip install --no-cache-dir --no-deps . && pip install --no-cache-dir "pydantic>=2.12,<3" "jinja2>=3.1,<4" \
+# Only what the launcher imports (prometheus-client's parser, for drain): the operator's own
+# dependencies stay out.
+RUN pip install --no-cache-dir --no-deps . && pip install --no-cache-dir "prometheus-client>=0.21,<1" \
     && rm -rf /src
 WORKDIR /
 # uid 1000 exists in the Ubuntu 24.04 base (ssh needs a passwd entry for the user it runs as).

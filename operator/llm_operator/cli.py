@@ -90,8 +90,9 @@ def render(args: argparse.Namespace) -> int:
 
 def model_repo(args: argparse.Namespace) -> int:
     from llm_operator.desired import plan_for
-    from llm_operator.modelrepo import render_repository, write_repository
-    from llm_operator.render.serving import engine_location
+    from llm_operator.modelrepo import render_repository
+    from llm_operator.runtime.repository import write_repository
+    from llm_operator.storage import engine_location
 
     inventory = load_inventory(args.nodes)
     for ld in load_manifests(args.file):

@@ -15,13 +15,14 @@ from typing import Any
 from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.engine import build_job, cache_key
 from llm_operator.engine.state import BuildFact, BuildObserved, EngineState, PoolEngineStatus
+from llm_operator.images import Images
 from llm_operator.plan.cpu import cpu_plan
 from llm_operator.plan.inventory import Inventory
 from llm_operator.plan.planner import plan_deployment
 from llm_operator.plan.types import Plan, PoolPlan
 from llm_operator.render import names
 from llm_operator.render.children import PoolEngine, build_children, needs_engine, owner_reference
-from llm_operator.render.serving import Images, engine_location
+from llm_operator.storage import engine_location
 
 # (namespace, cache key, build Job name) -> what the cluster shows about that build.
 BuildLookup = Callable[[str, str, str], BuildObserved]

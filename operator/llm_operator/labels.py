@@ -19,6 +19,8 @@ GROUP_SIZE = f"{GROUP}/group-size"  # pods per multi-node replica
 ENGINE_KEY = f"{GROUP}/engine-key"
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# GPU nodes are commonly tainted with their resource name: every GPU pod tolerates it.
+GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 GPU_PRODUCT = "nvidia.com/gpu.product"
 GPU_COUNT = "nvidia.com/gpu.count"
 GPU_MEMORY = "nvidia.com/gpu.memory"

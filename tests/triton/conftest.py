@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
-from llm_operator.modelrepo import materialize, render_repository, to_configmap_data, weights_seed
+from llm_operator.modelrepo import render_repository, to_configmap_data, weights_seed
 from llm_operator.plan.cpu import cpu_plan
 from llm_operator.runtime.cpu_reference import BUILTIN_MODELS
 from llm_operator.runtime.cpu_reference.tiny_lm import Sampler, TinyLM
-from llm_operator.runtime.triton_process import TritonProcess
+from llm_operator.runtime.repository import materialize
+
+from tests.triton.server import TritonProcess
 
 REPO = Path(__file__).resolve().parents[2]
 SERVERS = ("streaming_server", "batch_server")

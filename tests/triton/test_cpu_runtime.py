@@ -15,10 +15,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from llm_operator.runtime.cpu_reference.tiny_lm import Sampler
-from llm_operator.runtime.triton_process import TritonProcess
 from tritonclient.utils import InferenceServerException
 
 from tests.triton.conftest import expected
+from tests.triton.server import TritonProcess
 
 pytestmark = pytest.mark.triton
 
@@ -30,6 +30,7 @@ def tensors(module: Any, **values: Any) -> list[Any]:
     types = {str: ("BYTES", np.object_), bool: ("BOOL", np.bool_), int: ("INT32", np.int32),
              float: ("FP32", np.float32)}  # fmt: skip
     out = []
+    dtype: Any  # a numpy scalar type
     for name, value in values.items():
         if name == "seed":
             triton_type, dtype = "UINT64", np.uint64

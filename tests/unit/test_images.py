@@ -15,21 +15,22 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from llm_operator import cli
+from llm_operator import cli, contract
 from llm_operator.api.v1alpha1 import Backend
 from llm_operator.controller.config import DEFAULT_TRTLLM_VERSION
 from llm_operator.modelrepo import TEMPLATES_ENV
-from llm_operator.runtime import launcher
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILES = sorted((REPO / "images").glob("*.Dockerfile"))
 IDS = [d.stem for d in DOCKERFILES]
 SCRIPTS = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
 # Every LLMOP_* variable some image may set: the launcher's contract, the templates, the builder's.
-KNOWN_ENV = {*launcher.ENV, TEMPLATES_ENV, "LLMOP_TRTLLM_EXAMPLES"}
-# What the serving and builder images install besides our package (--no-deps).
-SLIM_IMAGE_PACKAGES = {"llm_operator", "pydantic", "pydantic_core", "jinja2", "markupsafe",
-                       "typing_extensions", "annotated_types", "typing_inspection"}  # fmt: skip
+KNOWN_ENV = {*contract.ENV, TEMPLATES_ENV, "LLMOP_TRTLLM_EXAMPLES"}
+# What the serving and builder images install besides our package (--no-deps), by entry module.
+SERVING_PACKAGES = {"llm_operator", "prometheus_client"}
+BUILDER_PACKAGES = {"llm_operator", "pydantic", "pydantic_core", "jinja2", "markupsafe",
+                    "typing_extensions", "annotated_types", "typing_inspection"}  # fmt: skip
+SERVING_IMAGES = ("cpu-runtime", "triton-trtllm")
 
 
 def instructions(dockerfile: Path) -> list[tuple[str, str]]:
@@ -107,11 +108,22 @@ def test_build_context_sends_what_the_dockerfile_copies(dockerfile: Path) -> Non
                 assert source.rstrip("/") in allowed, source
 
 
-def test_launcher_and_builder_need_only_what_their_images_install() -> None:
-    code = (
-        "import sys, json, llm_operator.runtime.launcher, llm_operator.engine.build\n"
-        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
-    )
+@pytest.mark.parametrize(
+    ("module", "installed"),
+    [("llm_operator.runtime.launcher", SERVING_PACKAGES), ("llm_operator.engine.build", BUILDER_PACKAGES)],
+    ids=["launcher", "builder"],
+)
+def test_launcher_and_builder_need_only_what_their_images_install(module: str, installed: set[str]) -> None:
+    code = f"import sys, json, {module}\nprint(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
     loaded = json.loads(subprocess.check_output([sys.executable, "-c", code], text=True))
     third_party = {m for m in loaded if m not in sys.stdlib_module_names and not m.startswith("_")}
-    assert third_party <= SLIM_IMAGE_PACKAGES, third_party - SLIM_IMAGE_PACKAGES
+    assert third_party <= installed, third_party - installed
+
+
+@pytest.mark.parametrize("name", SERVING_IMAGES)
+def test_serving_images_leave_the_operators_dependencies_out(name: str) -> None:
+    runs = " ".join(rest for op, rest in instructions(REPO / "images" / f"{name}.Dockerfile") if op == "RUN")
+    assert re.search(r"pip install [^&]*--no-deps \.", runs), "our package without its dependencies"
+    assert '"prometheus-client' in runs, "the launcher's drain parses metrics with it"
+    for package in ("kopf", "lightkube", "pydantic", "jinja2", "pyyaml"):
+        assert package not in runs

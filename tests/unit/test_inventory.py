@@ -7,7 +7,8 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from llm_operator.plan.inventory import GPU_TOLERATION, Inventory, LabelKeys, Taint, tolerates
+from llm_operator.labels import GPU_TOLERATION
+from llm_operator.plan.inventory import Inventory, LabelKeys, Taint, tolerates
 
 AWS_BLOCK = "topology.k8s.aws/network-node-layer-3"
 GKE_BLOCK = "cloud.google.com/gce-topology-block"

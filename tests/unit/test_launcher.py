@@ -17,18 +17,20 @@ from pathlib import Path
 
 import pytest
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
-from llm_operator.plan.types import PoolPlan
-from llm_operator.render import serving
-from llm_operator.runtime import launcher
-from llm_operator.runtime.launcher import (
-    ConfigError,
-    PodConfig,
+from llm_operator.contract import KILL_GRACE_SECONDS
+from llm_operator.controller.ssh import key_pair
+from llm_operator.runtime import launcher, supervisor
+from llm_operator.runtime.commands import (
     engine_problems,
-    inflight,
+    rsh_args,
     serve_command,
-    sshd_config,
+    worker_command,
     worker_hosts,
 )
+from llm_operator.runtime.config import ConfigError, PodConfig
+from llm_operator.runtime.drain import drain, inflight
+from llm_operator.runtime.ssh import prepare_client_key, prepare_sshd, sshd_config
+from llm_operator.runtime.supervisor import EXIT_SERVER_GONE
 
 from e2e.cluster.processes import free_port
 
@@ -42,7 +44,8 @@ def config(**env: str) -> PodConfig:
 def ranks(cmd: list[str]) -> list[list[str]]:
     """Split an MPMD mpirun line into the per-rank tritonserver commands."""
     body = cmd[cmd.index("-n") :]
-    segments, current = [], []
+    segments: list[list[str]] = []
+    current: list[str] = []
     for token in [*body, ":"]:
         if token == ":":
             assert current[:2] == ["-n", "1"]
@@ -119,7 +122,7 @@ def test_multi_node_leader_runs_sixteen_ranks_eight_per_pod_over_ssh() -> None:
 
 def test_multi_node_worker_hosts_sshd_with_the_pods_environment() -> None:
     worker = config(LLMOP_ROLE="worker", **MULTI)
-    assert launcher.worker_command(worker, "/run/sshd_config") == ["/usr/sbin/sshd", "-D", "-e", "-f",
+    assert worker_command(worker, "/run/sshd_config") == ["/usr/sbin/sshd", "-D", "-e", "-f",
                                                                    "/run/sshd_config"]  # fmt: skip
     text = sshd_config(worker, host_key="/run/hk", authorized_keys="/run/ak",
                        environ={"LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "HOME": "/root", "NCCL_X": "a b",
@@ -166,22 +169,10 @@ nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="active",version="1
     assert inflight(metrics.replace("} 3", "} 0")) == 0
 
 
-def test_builder_helpers_match_the_statefulset_builder() -> None:
-    spec = LLMDeploymentSpec.model_validate({"model": {"name": "m", "source": {"uri": "s3://m"}}})
-    pool = PoolPlan("main", "NVIDIA-H100-80GB-HBM3", ("NVIDIA-H100-80GB-HBM3",), (9, 0), 81559, 4, 1, 4, 1, 1)
-    env = {e["name"]: e.get("value") for e in launcher.pod_env(spec, pool, engine_dir="/engine-cache/k")}
-    assert env["LLMOP_TP"] == "4" and env["LLMOP_ENGINE_DIR"] == "/engine-cache/k"
-    assert set(env) - {"POD_NAME"} <= set(launcher.ENV)
-    assert PodConfig.from_env({k: v for k, v in env.items() if v}).world_size == 4
-    assert launcher.container_command() == [serving.LAUNCHER]
-    assert launcher.prestop_command() == [serving.LAUNCHER, "drain"]
-    assert launcher.termination_grace_seconds(30) <= 30 + serving.DRAIN_GRACE_SECONDS
-
-
 def test_ssh_key_pair_is_an_openssh_pair() -> None:
     from cryptography.hazmat.primitives import serialization
 
-    data = launcher.ssh_secret_data()
+    data = key_pair()
     private = serialization.load_ssh_private_key(data["id_ed25519"].encode(), password=None)
     public = serialization.load_ssh_public_key(data["id_ed25519.pub"].encode())
     assert private.public_key() == public
@@ -194,10 +185,10 @@ def test_ranks_are_found_by_their_own_id_not_by_mpiruns_command_line() -> None:
         12: (10, []),  # a zombie
         13: (99, ["ts", "--id=rank0"]),  # not ours
     }
-    assert sorted(launcher.descendants(table, 1)) == [10, 11, 12]
-    assert launcher.rank_pids(table, 1, ["rank0"]) == {"rank0": 11}
+    assert sorted(supervisor.descendants(table, 1)) == [10, 11, 12]
+    assert supervisor.rank_pids(table, 1, ["rank0"]) == {"rank0": 11}
     del table[11]
-    assert launcher.rank_pids(table, 1, ["rank0"]) == {}, "mpirun alone is not rank 0"
+    assert supervisor.rank_pids(table, 1, ["rank0"]) == {}, "mpirun alone is not rank 0"
 
 
 class Metrics:
@@ -232,26 +223,26 @@ def test_drain_waits_for_in_flight_requests_within_its_budget() -> None:
         c = config(LLMOP_METRICS_PORT=str(metrics.port), LLMOP_DRAIN_SETTLE_SECONDS="0",
                    LLMOP_DRAIN_TIMEOUT_SECONDS="1")  # fmt: skip
         start = time.monotonic()
-        assert launcher.drain(c, poll=0.05) == 0
+        assert drain(c, poll=0.05) == 0
         assert 1 <= time.monotonic() - start < 3, "bounded by the drain timeout"
         c = dataclasses.replace(c, drain_timeout=10)
         import threading
 
         threading.Timer(0.5, lambda: setattr(metrics, "pending", 0)).start()
         start = time.monotonic()
-        assert launcher.drain(c, poll=0.05) == 0
+        assert drain(c, poll=0.05) == 0
         assert 0.4 < time.monotonic() - start < 3, "returns once nothing is in flight"
         worker = config(**MULTI, LLMOP_ROLE="worker", LLMOP_LEADER_HOST="127.0.0.1",
                         LLMOP_METRICS_PORT=str(metrics.port), LLMOP_DRAIN_SETTLE_SECONDS="0")  # fmt: skip
         metrics.pending = 1
         threading.Timer(0.5, lambda: setattr(metrics, "pending", 0)).start()
         start = time.monotonic()
-        assert launcher.drain(worker, poll=0.05) == 0
+        assert drain(worker, poll=0.05) == 0
         assert time.monotonic() - start > 0.4, "a worker waits on its leader's requests"
     finally:
         metrics.server.shutdown()
     gone = config(LLMOP_METRICS_PORT=str(free_port()), LLMOP_DRAIN_SETTLE_SECONDS="0")
-    assert launcher.drain(gone) == 0, "nothing serving: nothing to drain"
+    assert drain(gone) == 0, "nothing serving: nothing to drain"
 
 
 @pytest.mark.parametrize(
@@ -392,7 +383,7 @@ def test_cpu_server_gets_sigterm_and_a_clean_stop_exits_0(pod: Callable[..., Pod
     assert (p.dir / "rank0.term").exists()
 
 
-@pytest.mark.parametrize(("code", "expected"), [(3, 3), (0, launcher.EXIT_SERVER_GONE)])
+@pytest.mark.parametrize(("code", "expected"), [(3, 3), (0, EXIT_SERVER_GONE)])
 def test_a_server_exiting_on_its_own_fails_the_pod(pod: Callable[..., Pod], code: int, expected: int) -> None:
     p = pod(**CPU, FAKE_EXIT_AFTER_rank0="0.2", FAKE_EXIT_CODE=str(code))
     assert p.proc.wait(timeout=20) == expected
@@ -410,7 +401,7 @@ def test_sigterm_reaches_rank0_first_and_the_others_once_it_has_drained(pod: Cal
 def test_a_rank_exiting_stops_its_siblings_and_fails_the_pod(pod: Callable[..., Pod]) -> None:
     p = pod(**TP3, FAKE_EXIT_AFTER_rank1="0.5")  # exits 0: still a lost rank
     p.wait_started("rank0", "rank1", "rank2")
-    assert p.proc.wait(timeout=20) == launcher.EXIT_SERVER_GONE
+    assert p.proc.wait(timeout=20) == EXIT_SERVER_GONE
     assert (p.dir / "rank0.term").exists() and (p.dir / "rank2.term").exists()
     assert not alive(p.pid("rank0")) and not alive(p.pid("rank2"))
 
@@ -421,7 +412,7 @@ def test_a_rank_ignoring_sigterm_is_killed_after_the_exit_timeout(pod: Callable[
     start = time.monotonic()
     p.proc.send_signal(signal.SIGTERM)
     assert p.proc.wait(timeout=30) == 128 + signal.SIGKILL
-    assert time.monotonic() - start < 1 + launcher.KILL_GRACE_SECONDS + 3
+    assert time.monotonic() - start < 1 + KILL_GRACE_SECONDS + 3
     assert not alive(p.pid("rank2"))
 
 
@@ -440,7 +431,7 @@ def test_a_worker_leaves_its_ranks_to_the_leader_on_sigterm(pod: Callable[..., P
         pytest.skip("ssh-keygen (openssh-client) is not installed")
     keys = tmp_path / "ssh"
     keys.mkdir()
-    for name, text in launcher.ssh_secret_data().items():
+    for name, text in key_pair().items():
         (keys / name).write_text(text)
     p = pod(LLMOP_ROLE="worker", LLMOP_TP="2", LLMOP_PP="2", LLMOP_GPUS_PER_POD="2",
             LLMOP_PODS_PER_REPLICA="2", LLMOP_SSH_DIR=str(keys), LLMOP_EXIT_TIMEOUT_SECONDS="10",
@@ -493,7 +484,7 @@ def test_real_mpirun_accepts_the_multi_node_options(tmp_path: Path) -> None:
 def test_worker_sshd_accepts_the_leaders_key_and_passes_its_environment(tmp_path: Path) -> None:
     keys = tmp_path / "ssh"
     keys.mkdir()
-    for name, text in launcher.ssh_secret_data().items():
+    for name, text in key_pair().items():
         (keys / name).write_text(text)
         (keys / name).chmod(0o644)  # as a Secret volume may present it
     ssh = {
@@ -502,14 +493,14 @@ def test_worker_sshd_accepts_the_leaders_key_and_passes_its_environment(tmp_path
         "LLMOP_RUNTIME_DIR": str(tmp_path / "run"),
     }
     c = config(**{**MULTI, **ssh, "LLMOP_ROLE": "worker"})
-    cfg = launcher.prepare_sshd(c, {"PATH": os.environ["PATH"], "LLMOP_PROBE": "from the worker pod"})
-    sshd = subprocess.Popen(launcher.worker_command(c, cfg), stderr=subprocess.PIPE)
+    cfg = prepare_sshd(c, {"PATH": os.environ["PATH"], "LLMOP_PROBE": "from the worker pod"})
+    sshd = subprocess.Popen(worker_command(c, cfg), stderr=subprocess.PIPE)
     try:
-        pending = launcher.wait_for_workers(["127.0.0.1"], c.ssh_port, 10, launcher.Stop())
+        pending = launcher.wait_for_workers(["127.0.0.1"], c.ssh_port, 10, supervisor.Stop())
         assert pending == [], sshd.stderr.read().decode() if sshd.poll() is not None and sshd.stderr else ""
         leader = dataclasses.replace(c, role="leader")
-        ssh = ["ssh", *launcher.rsh_args(leader, launcher.prepare_client_key(leader)).split(), "127.0.0.1"]
-        out = subprocess.run([*ssh, "echo $LLMOP_PROBE"], capture_output=True, text=True, timeout=30)
+        login = ["ssh", *rsh_args(leader, prepare_client_key(leader)).split(), "127.0.0.1"]
+        out = subprocess.run([*login, "echo $LLMOP_PROBE"], capture_output=True, text=True, timeout=30)
         assert out.stdout.strip() == "from the worker pod", out.stderr
     finally:
         sshd.terminate()
@@ -567,12 +558,14 @@ def test_launcher_serves_the_cpu_repository_drains_and_stops_cleanly(tmp_path: P
             except OSError:
                 time.sleep(0.3)
         start = time.monotonic()
-        drain = subprocess.run([PYTHON, "-m", "llm_operator.runtime.launcher", "drain"], env=env, timeout=30)
-        assert drain.returncode == 0 and time.monotonic() - start < 10, "idle server: nothing to drain"
-        table = launcher.process_table()  # other tests' servers may be running: ours descend from proc
+        drained = subprocess.run(
+            [PYTHON, "-m", "llm_operator.runtime.launcher", "drain"], env=env, timeout=30
+        )
+        assert drained.returncode == 0 and time.monotonic() - start < 10, "idle server: nothing to drain"
+        table = supervisor.process_table()  # other tests' servers may be running: ours descend from proc
         server = [
             pid
-            for pid in launcher.descendants(table, proc.pid)
+            for pid in supervisor.descendants(table, proc.pid)
             if table[pid][1][:1] == [env["LLMOP_TRITONSERVER"]]
         ]
         proc.send_signal(signal.SIGTERM)

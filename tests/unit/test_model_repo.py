@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 from google.protobuf import text_format
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec, Profile
-from llm_operator.modelrepo import materialize, render_repository, to_configmap_data
-from llm_operator.modelrepo.profiles import PROFILES
+from llm_operator.modelrepo import render_repository, to_configmap_data
 from llm_operator.plan.cpu import cpu_plan
 from llm_operator.plan.types import PoolPlan
+from llm_operator.profiles import PROFILES
+from llm_operator.runtime.repository import materialize
 from tritonclient.grpc import model_config_pb2
 
 POOL = PoolPlan("main", "NVIDIA-H100-80GB-HBM3", ("NVIDIA-H100-80GB-HBM3",), (9, 0), 81559, 4, 1, 4, 1, 1)

@@ -6,11 +6,13 @@ import json
 from typing import Any
 
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
+from llm_operator.images import Images
+from llm_operator.labels import GPU_TOLERATION
 from llm_operator.plan.inventory import Inventory, LabelKeys
 from llm_operator.plan.planner import plan_deployment
 from llm_operator.plan.types import PoolPlan
-from llm_operator.render.placement import GPU_TOLERATION, pod_scheduling
-from llm_operator.render.serving import LWS_GROUP_KEY, Images, workloads
+from llm_operator.render.placement import pod_scheduling
+from llm_operator.render.serving import LWS_GROUP_KEY, workloads
 
 SELECTOR = {"llmoperator.io/deployment": "d", "llmoperator.io/pool": "main"}
 LEADER_0 = {**SELECTOR, "llmoperator.io/role": "leader", "apps.kubernetes.io/pod-index": "0"}
@@ -180,7 +182,7 @@ def test_leader_worker_set_keeps_each_group_in_one_clique_and_spreads_leaders() 
     )  # fmt: skip
     planned = plan_deployment(s, Inventory(nodes), 2).primary
     (lws,) = workloads(
-        "llama", "ns", s, planned, Images("r", "c", "b", "0.20.0"), None, "h", leader_worker_set=True
+        "llama", "ns", s, planned, Images("r", "c", "b", "0.20.0"), None, "h", uid="", leader_worker_set=True
     )
     template = lws["spec"]["leaderWorkerTemplate"]
     for role in ("leaderTemplate", "workerTemplate"):

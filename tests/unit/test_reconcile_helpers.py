@@ -8,7 +8,7 @@ import pytest
 from llm_operator.controller.engines import job_state
 from llm_operator.controller.observe import Applied, drifted, pod_problem, rolled_out
 from llm_operator.engine.state import BuildFact, BuildObserved
-from llm_operator.render.serving import engine_location
+from llm_operator.storage import engine_location
 
 
 def sts(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from llm_operator.render.serving import Images
+from llm_operator.images import Images
 
 DEFAULT_TRTLLM_VERSION = "0.20.0"
 

@@ -16,11 +16,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import LLMDeployment
+from llm_operator.contract import SSH_PRIVATE_KEY, SSH_PUBLIC_KEY
 from llm_operator.controller.kube import KubeApi
 from llm_operator.plan.types import Plan
 from llm_operator.render import names
 from llm_operator.render.children import owner_reference
-from llm_operator.runtime.launcher import SSH_KEY
 
 
 def needs_ssh(plan: Plan) -> bool:
@@ -34,7 +34,7 @@ def key_pair() -> dict[str, str]:
         serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
     )
     public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-    return {SSH_KEY: private.decode(), f"{SSH_KEY}.pub": public.decode() + " llm-operator\n"}
+    return {SSH_PRIVATE_KEY: private.decode(), SSH_PUBLIC_KEY: public.decode() + " llm-operator\n"}
 
 
 def ssh_secret(ld: LLMDeployment) -> dict[str, Any]:

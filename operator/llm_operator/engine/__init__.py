@@ -15,10 +15,10 @@ from typing import Any
 
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import EngineBuild, LLMDeploymentSpec
+from llm_operator.contract import ENGINE_CACHE_MOUNT
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
-from llm_operator.render.placement import GPU_TOLERATION
-from llm_operator.render.serving import ENGINE_CACHE_MOUNT, engine_location
+from llm_operator.storage import engine_location
 
 MODEL_MOUNT = "/model-source"
 WORK_MOUNT = "/work"  # scratch: HOME, caches, and the engine before it is uploaded to an object store
@@ -79,7 +79,7 @@ def _scheduling(spec: LLMDeploymentSpec, pool: PoolPlan) -> dict[str, Any]:
     load), with the user's node selector, tolerations and priority like the serving pods."""
     term = {"key": L.GPU_PRODUCT, "operator": "In", "values": list(pool.allowed_products)}
     tolerations: list[dict[str, Any]] = []
-    for t in [GPU_TOLERATION, *spec.placement.tolerations]:
+    for t in [L.GPU_TOLERATION, *spec.placement.tolerations]:
         if t not in tolerations:
             tolerations.append(dict(t))
     out: dict[str, Any] = {

@@ -1,9 +1,6 @@
 """The Triton model repository: rendered from model_repo_templates/ with Jinja2, carried to the
-pods in a ConfigMap, materialized by the launcher into the directory tritonserver loads.
-
-ConfigMap keys allow only [-._a-zA-Z0-9], so a path travels with `/` written as `__`
-(`tensorrt_llm/config.pbtxt` -> `tensorrt_llm__config.pbtxt`). That is unambiguous because no path
-component may contain `__` or start or end with `_`; to_configmap_data refuses paths that would.
+pods in a ConfigMap (keys encoded by runtime/repository.py), materialized by the launcher into the
+directory tritonserver loads.
 """
 
 from __future__ import annotations
@@ -11,8 +8,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import re
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -20,12 +15,12 @@ from typing import TypeVar
 import jinja2
 
 from llm_operator.api.v1alpha1 import Backend, LLMDeploymentSpec
-from llm_operator.modelrepo.profiles import GPT_MODEL_TYPE, PROFILES, SCHEDULER_POLICY, ProfileDefaults
 from llm_operator.plan.types import PoolPlan
+from llm_operator.profiles import GPT_MODEL_TYPE, PROFILES, SCHEDULER_POLICY, ProfileDefaults
 from llm_operator.runtime.cpu_reference import BUILTIN_MODELS
+from llm_operator.runtime.repository import configmap_key
 
 TEMPLATES_ENV = "LLMOP_MODEL_REPO_TEMPLATES"
-SEPARATOR = "__"
 TRTLLM_MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble")
 # trtllm-build's default logits dtype; the engine builder does not change it.
 LOGITS_DATATYPE = "TYPE_FP32"
@@ -34,7 +29,6 @@ CPU_RUNTIME_PYTHON_PATH = ("/usr/local/lib/python3.11/site-packages",)
 # Shipped in the repository itself, so a materialized ConfigMap is a complete, loadable repository.
 CPU_MODEL_PY = Path(__file__).resolve().parents[1] / "runtime" / "cpu_reference" / "model.py"
 
-_COMPONENT = re.compile(r"[-.a-zA-Z0-9]+(_[-.a-zA-Z0-9]+)*")
 T = TypeVar("T")
 
 
@@ -180,60 +174,5 @@ def render_repository(
     }
 
 
-def _components(path: str, parts: list[str]) -> list[str]:
-    if len(parts) < 2 or not all(_COMPONENT.fullmatch(p) for p in parts):
-        raise ValueError(
-            f"{path!r} is not a model repository file that a ConfigMap can carry: it needs a model "
-            f"directory, and each path component [-._a-zA-Z0-9] only, no '{SEPARATOR}', no leading or "
-            "trailing '_'"
-        )
-    return parts
-
-
-def configmap_key(path: str) -> str:
-    return SEPARATOR.join(_components(path, path.split("/")))
-
-
-def configmap_path(key: str) -> str:
-    return "/".join(_components(key, key.split(SEPARATOR)))
-
-
 def to_configmap_data(files: Mapping[str, str]) -> dict[str, str]:
     return {configmap_key(path): text for path, text in sorted(files.items())}
-
-
-def write_repository(files: Mapping[str, str], out_dir: str | Path) -> None:
-    """Write rendered files as a Triton repository, with the version directory `1/` of every model
-    (Triton skips a model without one; TensorRT-LLM's and the ensemble's stay empty)."""
-    root = Path(out_dir)
-    for path, text in files.items():
-        target = root / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-        (root / path.split("/", 1)[0] / "1").mkdir(exist_ok=True)
-
-
-def materialize(
-    configmap_dir: str | Path, dest_dir: str | Path, python_models: Mapping[str, Path] | None = None
-) -> None:
-    """Inside the pod: the mounted ConfigMap -> the repository tritonserver loads.
-
-    `dest_dir` is emptied first (a restarted container must not load stale models). `python_models`
-    (model name -> model.py) adds code that ships in the serving image rather than in the ConfigMap:
-    the TensorRT-LLM pre/postprocessing models.
-    """
-    dest = Path(dest_dir)
-    dest.mkdir(parents=True, exist_ok=True)
-    for old in dest.iterdir():
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old)
-        else:
-            old.unlink()
-    files = {
-        configmap_path(entry.name): entry.read_text()
-        for entry in sorted(Path(configmap_dir).iterdir())
-        if not entry.name.startswith(".")  # kubelet's own entries: ..data, ..2025_11_22_...
-    }
-    write_repository(files, dest)
-    for model, source in (python_models or {}).items():
-        shutil.copyfile(source, dest / model / "1" / "model.py")

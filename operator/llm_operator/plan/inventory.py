@@ -29,7 +29,6 @@ from llm_operator.plan import gpus
 
 Scope = Literal["clique", "block", "zone"]  # a domain a multi-node group must stay inside
 UNBOUNDED = 1 << 30  # planning without an inventory: node counts are not the limit
-GPU_TOLERATION = {"key": L.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 UNKEPT_LABEL_PREFIXES = ("feature.node.kubernetes.io/",)
 VOLATILE_LABELS = frozenset({"nvidia.com/gfd.timestamp"})
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")

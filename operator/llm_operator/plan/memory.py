@@ -37,7 +37,7 @@ import math
 from dataclasses import dataclass
 
 from llm_operator.api.v1alpha1 import KvCacheDtype, LLMDeploymentSpec, ModelArchitecture, Precision
-from llm_operator.modelrepo.profiles import PROFILES
+from llm_operator.profiles import PROFILES
 
 KIB = 1 << 10
 MIB = 1 << 20

@@ -35,7 +35,7 @@ from llm_operator.api.v1alpha1 import (
     Strictness,
 )
 from llm_operator.plan import catalogue, gpus, memory
-from llm_operator.plan.inventory import GPU_TOLERATION, UNBOUNDED, Inventory, LabelKeys, ProductSummary, Scope
+from llm_operator.plan.inventory import UNBOUNDED, Inventory, LabelKeys, ProductSummary, Scope
 from llm_operator.plan.types import Plan, PlanningError, PoolPlan
 
 # Oldest GPU architecture each precision runs on (TensorRT-LLM / ModelOpt support matrix).
@@ -209,7 +209,7 @@ class _PoolPlanner:
         self.keys = inventory.keys if inventory is not None else LabelKeys()
         self.arch = catalogue.lookup(spec.model)
         _check_architecture(spec, self.arch)
-        self.tolerations = [GPU_TOLERATION, *spec.placement.tolerations]
+        self.tolerations = [L.GPU_TOLERATION, *spec.placement.tolerations]
         self.shapes = _shapes(spec, self.arch)
         if not self.shapes:
             raise PlanningError("InvalidParallelism", f"tensor * pipeline must not exceed {MAX_WORLD_SIZE}")

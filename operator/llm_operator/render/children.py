@@ -11,10 +11,12 @@ from typing import Any
 
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import API_VERSION, KIND, Backend, LLMDeployment
+from llm_operator.images import Images
 from llm_operator.modelrepo import render_repository, to_configmap_data
 from llm_operator.plan.types import Plan, PoolPlan
 from llm_operator.render import autoscaling, names, policy, services
-from llm_operator.render.serving import EngineLocation, Images, template_hash, workloads
+from llm_operator.render.serving import template_hash, workloads
+from llm_operator.storage import EngineLocation
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ def serving_pool(
         images,
         engine.location,
         template_hash(repo["data"]),
+        uid=ld.metadata.get("uid", ""),
         leader_worker_set=leader_worker_set,
     )
     objs.append(policy.disruption_budget(ld.name, ld.namespace, pool))

@@ -26,15 +26,13 @@ from typing import Any
 
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec, ReplicaSpread, Strictness
-from llm_operator.plan.inventory import GPU_TOLERATION, LabelKeys
+from llm_operator.plan.inventory import LabelKeys
 from llm_operator.plan.types import PoolPlan
-
-__all__ = ["GPU_TOLERATION", "pod_scheduling"]
 
 
 def _tolerations(spec: LLMDeploymentSpec) -> list[dict[str, Any]]:
     merged: dict[str, dict[str, Any]] = {}
-    for t in [GPU_TOLERATION, *spec.placement.tolerations]:
+    for t in [L.GPU_TOLERATION, *spec.placement.tolerations]:
         merged.setdefault(json.dumps(t, sort_keys=True), dict(t))
     return list(merged.values())
 

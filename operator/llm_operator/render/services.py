@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from llm_operator import labels as L
+from llm_operator.contract import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from llm_operator.render import names
-from llm_operator.render.serving import GRPC_PORT, HTTP_PORT, METRICS_PORT
 
 PORTS = [
     {"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"},

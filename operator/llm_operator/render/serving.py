@@ -9,51 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from typing import Any
 
+from llm_operator import contract
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import Backend, LLMDeploymentSpec
+from llm_operator.images import Images
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
 from llm_operator.render.placement import pod_scheduling
-
-HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
-MODEL_REPO_SRC = "/etc/llm-operator/model-repo"  # the ConfigMap, read-only
-MODEL_REPO = "/var/run/llm-operator/model-repo"  # materialized by the launcher at start
-ENGINE_CACHE_MOUNT = "/engine-cache"
-LAUNCHER = "llm-operator-launch"
-DRAIN_GRACE_SECONDS = 30  # on top of Triton's exit timeout: endpoint removal + drain polling
-
-
-@dataclass(frozen=True)
-class Images:
-    runtime: str
-    cpu_runtime: str
-    engine_builder: str
-    trtllm_version: str
-
-
-@dataclass(frozen=True)
-class EngineLocation:
-    """Where the pods read engines: a PVC sub-path, mounted read-only."""
-
-    claim: str
-    sub_path: str  # directory of this cache key inside the claim
-
-    @property
-    def engine_dir(self) -> str:
-        return f"{ENGINE_CACHE_MOUNT}/{self.sub_path}".rstrip("/")
-
-
-def engine_location(uri: str, cache_key: str | None) -> EngineLocation:
-    """pvc://CLAIM/PATH (+ /KEY for built engines) -> the claim and the directory inside it."""
-    scheme, _, rest = uri.partition("://")
-    if scheme != "pvc":
-        raise ValueError(f"engine storage {uri!r}: serving pods mount pvc:// URIs only")
-    claim, _, path = rest.partition("/")
-    parts = [p for p in (path.strip("/"), cache_key) if p]
-    return EngineLocation(claim=claim, sub_path="/".join(parts))
+from llm_operator.storage import EngineLocation
 
 
 def template_hash(obj: Any) -> str:
@@ -62,18 +27,20 @@ def template_hash(obj: Any) -> str:
 
 
 def _env(spec: LLMDeploymentSpec, pool: PoolPlan, engine: EngineLocation | None) -> list[dict[str, Any]]:
+    """What every serving container gets (contract.ENV); multi-node pods add their role and group
+    addressing (workloads)."""
     env: list[dict[str, Any]] = [
-        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": contract.POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "LLMOP_BACKEND", "value": spec.engine.backend.value},
         {"name": "LLMOP_TP", "value": str(pool.tensor)},
         {"name": "LLMOP_PP", "value": str(pool.pipeline)},
         {"name": "LLMOP_GPUS_PER_POD", "value": str(pool.gpus_per_pod)},
         {"name": "LLMOP_PODS_PER_REPLICA", "value": str(pool.pods_per_replica)},
-        {"name": "LLMOP_MODEL_REPO_SRC", "value": MODEL_REPO_SRC},
-        {"name": "LLMOP_MODEL_REPO", "value": MODEL_REPO},
-        {"name": "LLMOP_HTTP_PORT", "value": str(HTTP_PORT)},
-        {"name": "LLMOP_GRPC_PORT", "value": str(GRPC_PORT)},
-        {"name": "LLMOP_METRICS_PORT", "value": str(METRICS_PORT)},
+        {"name": "LLMOP_MODEL_REPO_SRC", "value": contract.MODEL_REPO_SRC},
+        {"name": "LLMOP_MODEL_REPO", "value": contract.MODEL_REPO},
+        {"name": "LLMOP_HTTP_PORT", "value": str(contract.HTTP_PORT)},
+        {"name": "LLMOP_GRPC_PORT", "value": str(contract.GRPC_PORT)},
+        {"name": "LLMOP_METRICS_PORT", "value": str(contract.METRICS_PORT)},
         {"name": "LLMOP_EXIT_TIMEOUT_SECONDS", "value": str(spec.runtime.exit_timeout_seconds)},
     ]
     if engine is not None:
@@ -106,22 +73,24 @@ def _container(
     if limits:
         resources["limits"] = limits
     mounts = [
-        {"name": "model-repo-src", "mountPath": MODEL_REPO_SRC, "readOnly": True},
-        {"name": "model-repo", "mountPath": MODEL_REPO},
+        {"name": "model-repo-src", "mountPath": contract.MODEL_REPO_SRC, "readOnly": True},
+        {"name": "model-repo", "mountPath": contract.MODEL_REPO},
         {"name": "shm", "mountPath": "/dev/shm"},
-        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "tmp", "mountPath": contract.TMP_DIR},
     ]
     if engine is not None:
-        mounts.append({"name": "engine-cache", "mountPath": ENGINE_CACHE_MOUNT, "readOnly": True})
+        mounts.append({"name": "engine-cache", "mountPath": contract.ENGINE_CACHE_MOUNT, "readOnly": True})
+    if pool.pods_per_replica > 1:
+        mounts.append({"name": contract.SSH_VOLUME, "mountPath": contract.SSH_DIR, "readOnly": True})
     container: dict[str, Any] = {
         "name": "triton",
         "image": spec.runtime.image or (images.cpu_runtime if cpu else images.runtime),
-        "command": [LAUNCHER],
+        "command": list(contract.CONTAINER_COMMAND),
         "env": _env(spec, pool, engine) + extra_env,
         "ports": [
-            {"name": "http", "containerPort": HTTP_PORT},
-            {"name": "grpc", "containerPort": GRPC_PORT},
-            {"name": "metrics", "containerPort": METRICS_PORT},
+            {"name": "http", "containerPort": contract.HTTP_PORT},
+            {"name": "grpc", "containerPort": contract.GRPC_PORT},
+            {"name": "metrics", "containerPort": contract.METRICS_PORT},
         ],
         "volumeMounts": mounts,
         "securityContext": {
@@ -132,7 +101,7 @@ def _container(
     if resources:
         container["resources"] = resources
     if leader:
-        # Only rank 0 serves: probes and preStop drain belong to the leader.
+        # Only rank 0 serves: probes belong to the leader.
         health = {"path": "/v2/health/ready", "port": "http"}
         container["startupProbe"] = {
             "httpGet": health,
@@ -145,12 +114,13 @@ def _container(
             "periodSeconds": 10,
             "failureThreshold": 3,
         }
-        container["lifecycle"] = {"preStop": {"exec": {"command": [LAUNCHER, "drain"]}}}
+    # Workers drain too: they wait on their leader's requests, so their ranks outlive them.
+    container["lifecycle"] = {"preStop": {"exec": {"command": list(contract.PRESTOP_COMMAND)}}}
     return container
 
 
 def _volumes(
-    spec: LLMDeploymentSpec, pool: PoolPlan, deployment: str, engine: EngineLocation | None
+    spec: LLMDeploymentSpec, pool: PoolPlan, deployment: str, engine: EngineLocation | None, ssh_secret: str
 ) -> list[dict[str, Any]]:
     volumes: list[dict[str, Any]] = [
         {"name": "model-repo-src", "configMap": {"name": names.model_repo(deployment, pool)}},
@@ -165,6 +135,10 @@ def _volumes(
                 "persistentVolumeClaim": {"claimName": engine.claim, "readOnly": True},
             }
         )
+    if pool.pods_per_replica > 1:
+        # The deployment's SSH identity (the controller creates the Secret): the leader's mpirun
+        # logs in to its workers' sshd with it.
+        volumes.append({"name": contract.SSH_VOLUME, "secret": {"secretName": ssh_secret}})
     return volumes
 
 
@@ -180,16 +154,19 @@ def _pod_template(
     leader: bool,
     extra_env: list[dict[str, Any]],
     repo_hash: str,
+    ssh_secret: str,
     group_label_keys: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     selector = {**L.selector_labels(deployment), L.POOL: pool.name}
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": spec.runtime.exit_timeout_seconds + DRAIN_GRACE_SECONDS,
+        "terminationGracePeriodSeconds": contract.termination_grace_seconds(
+            spec.runtime.exit_timeout_seconds
+        ),
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [_container(spec, pool, images, engine, leader=leader, extra_env=extra_env)],
-        "volumes": _volumes(spec, pool, deployment, engine),
+        "volumes": _volumes(spec, pool, deployment, engine, ssh_secret),
     }
     if spec.engine.backend != Backend.CPU_REFERENCE:
         pod_spec.update(
@@ -223,7 +200,6 @@ def _pod_template(
 
 POD_INDEX = "apps.kubernetes.io/pod-index"  # set by the StatefulSet controller (k8s >= 1.28)
 LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
-LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 LWS_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"  # on every pod of one group, set by LWS
 
@@ -241,6 +217,7 @@ def workloads(
     engine: EngineLocation | None,
     repo_hash: str,
     *,
+    uid: str,
     leader_worker_set: bool = False,
 ) -> list[dict[str, Any]]:
     """The workload objects serving `pool.replicas` replicas of this pool.
@@ -249,10 +226,12 @@ def workloads(
     installed (it recreates a group as a whole), else the same shape built from StatefulSets: one
     leader StatefulSet whose pod i is rank 0 of group i (probes, Services, metrics) and one worker
     StatefulSet per group, its ordinals starting at 1 like LWS worker indexes, kept next to the
-    leader by pod affinity. The launcher reads the same environment in both shapes.
+    leader by pod affinity. The launcher reads the same environment in both shapes. `uid`, the
+    LLMDeployment's, names the SSH Secret multi-node pods mount (controller/ssh.py creates it).
     """
+    ssh_secret = names.ssh_secret(deployment, uid)
     if pool.pods_per_replica > 1 and leader_worker_set:
-        return [_leader_worker_set(deployment, namespace, spec, pool, images, engine, repo_hash)]
+        return [_leader_worker_set(deployment, namespace, spec, pool, images, engine, repo_hash, ssh_secret)]
     base = {**L.common_labels(deployment, "serving"), L.POOL: pool.name}
     headless = names.headless_service(deployment)
     leader_name = names.serving(deployment, pool)
@@ -269,7 +248,7 @@ def workloads(
     template = _pod_template(
         spec, pool, deployment, images, engine,
         pod_labels=_group_labels(leader_labels, pool), group_selector=None, leader=True,
-        extra_env=leader_env, repo_hash=repo_hash,
+        extra_env=leader_env, repo_hash=repo_hash, ssh_secret=ssh_secret,
     )  # fmt: skip
     result = [_statefulset(leader_name, namespace, leader_labels, pool.replicas, template, deployment)]
     for index in range(pool.replicas if multi else 0):
@@ -280,13 +259,12 @@ def workloads(
         extra_env = [
             {"name": "LLMOP_ROLE", "value": "worker"},
             {"name": "LLMOP_GROUP_INDEX", "value": str(index)},
-            _label_env("LLMOP_WORKER_INDEX", POD_INDEX),
             {"name": "LLMOP_LEADER_HOST", "value": f"{leader_name}-{index}.{headless}.{namespace}.svc"},
         ]
         template = _pod_template(
             spec, pool, deployment, images, engine,
             pod_labels=_group_labels(worker_labels, pool), group_selector=leader_selector, leader=False,
-            extra_env=extra_env, repo_hash=repo_hash,
+            extra_env=extra_env, repo_hash=repo_hash, ssh_secret=ssh_secret,
         )  # fmt: skip
         sts = _statefulset(
             names.group(deployment, pool, index), namespace, worker_labels,
@@ -310,6 +288,7 @@ def _leader_worker_set(
     images: Images,
     engine: EngineLocation | None,
     repo_hash: str,
+    ssh_secret: str,
 ) -> dict[str, Any]:
     name = names.serving(deployment, pool)
     base = {**L.common_labels(deployment, "serving"), L.POOL: pool.name}
@@ -326,7 +305,7 @@ def _leader_worker_set(
             _label_env("LLMOP_GROUP_INDEX", LWS_GROUP_INDEX),
             {"name": "LLMOP_WORKER_HOST_PATTERN", "value": pattern},
         ],
-        repo_hash=repo_hash,
+        repo_hash=repo_hash, ssh_secret=ssh_secret,
     )  # fmt: skip
     worker = _pod_template(
         spec, pool, deployment, images, engine,
@@ -335,9 +314,8 @@ def _leader_worker_set(
         extra_env=[
             {"name": "LLMOP_ROLE", "value": "worker"},
             _label_env("LLMOP_GROUP_INDEX", LWS_GROUP_INDEX),
-            _label_env("LLMOP_WORKER_INDEX", LWS_WORKER_INDEX),
         ],
-        repo_hash=repo_hash,
+        repo_hash=repo_hash, ssh_secret=ssh_secret,
     )  # fmt: skip
     return {
         "apiVersion": LWS_API_VERSION,

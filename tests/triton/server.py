@@ -1,5 +1,5 @@
-"""A real tritonserver on CPU, from the nvidia-pytriton wheel: how the tests (and a developer) run the
-CPU reference runtime without a cluster or a GPU.
+"""A real tritonserver on CPU, from the nvidia-pytriton wheel (a dev dependency): how the Triton
+tests run the CPU reference runtime without a cluster or a GPU.
 
 The wheel ships the server, its libraries and python-backend stubs for several CPython versions; the
 stub matching the interpreter is copied into a private backend directory rather than into
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytriton
+from prometheus_client.parser import text_string_to_metric_families
 
 
 @dataclass(frozen=True)
@@ -59,15 +60,15 @@ def free_port() -> int:
 
 
 def parse_metrics(text: str, model: str | None = None) -> dict[str, float]:
-    """Prometheus text -> metric name -> sum over its series (only `model`'s, when given)."""
+    """Prometheus text -> metric name -> sum over its series (only `model`'s, when given). Keyed by
+    family, as Triton writes the name (the parser renames counter samples <name>_total): Triton
+    exports counters and gauges, one metric per family (histograms only when configured).
+    """
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        series, value = line.rsplit(" ", 1)
-        name, _, labels = series.partition("{")
-        if model is None or f'model="{model}"' in labels:
-            out[name] = out.get(name, 0.0) + float(value)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if model is None or sample.labels.get("model") == model:
+                out[family.name] = out.get(family.name, 0.0) + sample.value
     return out
 
 

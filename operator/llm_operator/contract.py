@@ -1,0 +1,72 @@
+"""The serving-pod contract: what the workload builders (render/serving.py) put into a serving pod
+and what the launcher (runtime/) reads from it. One place, so the two cannot drift.
+
+Stdlib only, and nothing from this package: the serving images install the launcher without the
+operator's dependencies. docs/launcher-and-engines.md explains every value.
+"""
+
+from __future__ import annotations
+
+LAUNCHER = "llm-operator-launch"
+CONTAINER_COMMAND = (LAUNCHER,)
+PRESTOP_COMMAND = (LAUNCHER, "drain")
+
+# Rank 0's endpoints (workers have no HTTP server).
+HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
+
+MODEL_REPO_SRC = "/etc/llm-operator/model-repo"  # the ConfigMap, read-only
+MODEL_REPO = "/var/run/llm-operator/model-repo"  # materialized by the launcher at start
+ENGINE_CACHE_MOUNT = "/engine-cache"  # the engine cache claim (read-only in serving pods)
+SSH_DIR = "/etc/llm-operator/ssh"  # multi-node pods: the deployment's SSH Secret, read-only
+RUNTIME_DIR = "/tmp/llm-operator"  # private copies of keys, sshd config and host key
+TMP_DIR = "/tmp"  # an emptyDir: RUNTIME_DIR lives in it
+
+# Keys of the SSH Secret: leaders use the private key, workers authorize the public one.
+SSH_PRIVATE_KEY = "id_ed25519"
+SSH_PUBLIC_KEY = f"{SSH_PRIVATE_KEY}.pub"
+SSH_VOLUME = "ssh"
+
+EXIT_TIMEOUT_SECONDS = 30  # Triton's --exit-timeout-secs unless the spec says otherwise
+DRAIN_TIMEOUT_SECONDS = 20  # longest preStop drain, settle time included
+DRAIN_SETTLE_SECONDS = 5  # preStop: wait for endpoint removal to reach proxies
+KILL_GRACE_SECONDS = 5  # the launcher's wait between the last SIGTERM and SIGKILL
+
+
+def termination_grace_seconds(exit_timeout_seconds: int) -> int:
+    """Kubernetes' budget for a serving pod: preStop drain, Triton's exit timeout, the launcher's
+    SIGKILL grace, plus slack for the kubelet."""
+    return DRAIN_TIMEOUT_SECONDS + exit_timeout_seconds + KILL_GRACE_SECONDS + 5
+
+
+# Every variable the launcher reads, with its default ("" = unset).
+ENV: dict[str, str] = {
+    "LLMOP_BACKEND": "tensorrt-engine",
+    "LLMOP_TP": "1",
+    "LLMOP_PP": "1",
+    "LLMOP_GPUS_PER_POD": "1",
+    "LLMOP_PODS_PER_REPLICA": "1",
+    "LLMOP_MODEL_REPO_SRC": MODEL_REPO_SRC,
+    "LLMOP_MODEL_REPO": MODEL_REPO,
+    "LLMOP_ENGINE_DIR": "",
+    "LLMOP_HTTP_PORT": str(HTTP_PORT),
+    "LLMOP_GRPC_PORT": str(GRPC_PORT),
+    "LLMOP_METRICS_PORT": str(METRICS_PORT),
+    "LLMOP_EXIT_TIMEOUT_SECONDS": str(EXIT_TIMEOUT_SECONDS),
+    "LLMOP_DRAIN_TIMEOUT_SECONDS": str(DRAIN_TIMEOUT_SECONDS),
+    "LLMOP_DRAIN_SETTLE_SECONDS": str(DRAIN_SETTLE_SECONDS),
+    "LLMOP_ROLE": "leader",
+    "LLMOP_GROUP_INDEX": "0",
+    "LLMOP_WORKER_HOST_PATTERN": "",
+    "LLMOP_WORKER_WAIT_SECONDS": "600",
+    "LLMOP_LEADER_HOST": "",
+    "LLMOP_SSH_DIR": SSH_DIR,
+    "LLMOP_SSH_PORT": "2222",
+    "LLMOP_RUNTIME_DIR": RUNTIME_DIR,
+    "LLMOP_TRITONSERVER": "tritonserver",
+    "LLMOP_MPIRUN": "mpirun",
+    "LLMOP_SSHD": "/usr/sbin/sshd",
+    "LLMOP_BACKEND_DIR": "",
+    "LLMOP_TRTLLM_MODELS_DIR": "/app/all_models/inflight_batcher_llm",
+}
+# Set by the builders for logs only (the downward API), not read by the launcher.
+POD_NAME_ENV = "POD_NAME"

@@ -1,0 +1,116 @@
+"""What the launcher runs, built from its PodConfig (pure): one tritonserver per rank in
+TensorRT-LLM leader mode, one MPMD mpirun for a world of several ranks, sshd on workers.
+
+The rank layout is documented in docs/launcher-and-engines.md.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from llm_operator.runtime.config import PodConfig
+
+TRTLLM_PYTHON_MODELS = ("preprocessing", "postprocessing")
+
+
+def rank_id(rank: int) -> str:
+    """tritonserver --id of a rank: how the supervisor finds each rank among its descendants."""
+    return f"rank{rank}"
+
+
+def rank_args(c: PodConfig, rank: int) -> list[str]:
+    """tritonserver for one rank. Leader mode: rank 0 serves HTTP, gRPC and metrics; the others
+    only load tensorrt_llm and join rank 0's MPI world."""
+    args = [
+        c.tritonserver,
+        f"--id={rank_id(rank)}",
+        f"--model-repository={c.model_repo}",
+        "--disable-auto-complete-config",
+        f"--exit-timeout-secs={c.exit_timeout}",
+        # Python-backend stubs of co-located ranks must not share shared-memory regions.
+        f"--backend-config=python,shm-region-prefix-name={rank_id(rank)}_",
+    ]
+    if c.backend_dir:
+        args.append(f"--backend-directory={c.backend_dir}")
+    if rank == 0:
+        return [*args, f"--http-port={c.http_port}", f"--grpc-port={c.grpc_port}",
+                f"--metrics-port={c.metrics_port}", "--allow-metrics=true", "--metrics-interval-ms=1000",
+                f"--allow-gpu-metrics={str(c.backend != 'cpu-reference').lower()}"]  # fmt: skip
+    return [*args, "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false",
+            "--model-control-mode=explicit", "--load-model=tensorrt_llm"]  # fmt: skip
+
+
+def worker_hosts(c: PodConfig) -> list[str]:
+    return [c.worker_host_pattern.format(group=c.group, worker=w) for w in range(1, c.pods_per_replica)]
+
+
+def rsh_args(c: PodConfig, key: str) -> str:
+    """How the leader's mpirun reaches the workers' sshd. Pods are recreated with new host keys,
+    so host keys are not pinned: the Secret's client key is what authenticates the group."""
+    return (f"-p {c.ssh_port} -i {key} -o BatchMode=yes -o StrictHostKeyChecking=no "
+            "-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR")  # fmt: skip
+
+
+def serve_command(c: PodConfig, *, ssh_key: str = "") -> list[str]:
+    """What a leader (or single) pod runs: one tritonserver for a world of one, else ONE mpirun
+    launching every rank MPMD-style, so all of them form a single MPI world of tp*pp."""
+    if c.world_size == 1:
+        return rank_args(c, 0)
+    mpirun = [c.mpirun, "--allow-run-as-root", "--bind-to", "none", "--map-by", "slot"]
+    # Slots fill in host order: localhost takes ranks 0..g-1, worker k ranks k*g..(k+1)*g-1.
+    hosts = [f"localhost:{c.gpus_per_pod if c.multi_node else c.world_size}"]
+    if c.multi_node:
+        hosts += [f"{h}:{c.gpus_per_pod}" for h in worker_hosts(c)]
+        mpirun += [
+            # orted is not on sshd's default PATH; Open MPI prepends PREFIX/bin and PREFIX/lib.
+            "--prefix", str(Path(c.mpirun).parent.parent),
+            "--mca", "plm_rsh_args", rsh_args(c, ssh_key),
+            # Only the leader holds the client key: no orted-to-orted tree spawn.
+            "--mca", "plm_rsh_no_tree_spawn", "1",
+            # Pod names resolve only as FQDNs through the headless Service.
+            "--mca", "orte_keep_fqdn_hostnames", "1",
+        ]  # fmt: skip
+    command = [*mpirun, "--host", ",".join(hosts)]
+    for rank in range(c.world_size):
+        command += [*([":"] if rank else []), "-n", "1", *rank_args(c, rank)]
+    return command
+
+
+def worker_command(c: PodConfig, config_file: str) -> list[str]:
+    """A worker pod hosts sshd: its ranks are started by the leader's mpirun (through orted)."""
+    return [c.sshd, "-D", "-e", "-f", config_file]
+
+
+def python_models(c: PodConfig) -> dict[str, Path]:
+    """model.py of TensorRT-LLM's pre/postprocessing models, which ship in the runtime image (the
+    CPU reference model travels in the ConfigMap itself)."""
+    if c.backend == "cpu-reference":
+        return {}
+    base = Path(c.trtllm_models_dir)
+    return {
+        m: base / m / "1" / "model.py" for m in TRTLLM_PYTHON_MODELS if (base / m / "1" / "model.py").exists()
+    }
+
+
+def engine_problems(c: PodConfig) -> list[str]:
+    """What is wrong with the engine directory for this pod's ranks, before Triton fails on it
+    with a less helpful message (worldConfig rejects an MPI size that is not the engine's tp*pp)."""
+    engine = Path(c.engine_dir)
+    if not (engine / "config.json").is_file():
+        return [f"{engine}/config.json not found: is the engine cache mounted and the engine built?"]
+    problems = [
+        f"{engine}/rank{r}.engine not found"
+        for r in range(c.world_size)
+        if not (engine / f"rank{r}.engine").is_file()
+    ]
+    try:
+        mapping = (
+            json.loads((engine / "config.json").read_text()).get("pretrained_config", {}).get("mapping", {})
+        )
+    except (OSError, ValueError, AttributeError) as e:
+        return [*problems, f"{engine}/config.json is unreadable: {e}"]
+    for key, want in (("tp_size", c.tp), ("pp_size", c.pp)):
+        if key in mapping and mapping[key] != want:
+            problems.append(f"the engine was built with {key}={mapping[key]}, this pod runs {want}")
+    return problems

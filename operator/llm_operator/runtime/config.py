@@ -1,0 +1,141 @@
+"""The launcher's view of its pod: the environment (contract.ENV) parsed and checked once at start.
+
+An inconsistent set is refused with a message naming the variable: the launcher exits 78 before
+Triton could fail on it less helpfully.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from llm_operator.contract import ENV
+
+BACKENDS = ("tensorrt-engine", "cpu-reference")
+ROLES = ("leader", "worker")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class PodConfig:
+    backend: str
+    tp: int
+    pp: int
+    gpus_per_pod: int
+    pods_per_replica: int
+    model_repo_src: str
+    model_repo: str
+    engine_dir: str
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    exit_timeout: int
+    drain_timeout: float
+    drain_settle: float
+    role: str  # leader | worker
+    group: int
+    worker_host_pattern: str  # leader of a multi-node group; {group} and {worker} placeholders
+    worker_wait: float
+    leader_host: str  # workers: where the leader's metrics are, for drain
+    ssh_dir: str
+    ssh_port: int
+    runtime_dir: str
+    tritonserver: str
+    mpirun: str
+    sshd: str
+    backend_dir: str
+    trtllm_models_dir: str
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> PodConfig:
+        def get(name: str) -> str:
+            return environ.get(name) or ENV[name]
+
+        def num(name: str) -> int:
+            try:
+                return int(get(name))
+            except ValueError:
+                raise ConfigError(f"{name}={environ.get(name)!r} is not an integer") from None
+
+        c = cls(
+            backend=get("LLMOP_BACKEND"),
+            tp=num("LLMOP_TP"),
+            pp=num("LLMOP_PP"),
+            gpus_per_pod=num("LLMOP_GPUS_PER_POD"),
+            pods_per_replica=num("LLMOP_PODS_PER_REPLICA"),
+            model_repo_src=get("LLMOP_MODEL_REPO_SRC"),
+            model_repo=get("LLMOP_MODEL_REPO"),
+            engine_dir=get("LLMOP_ENGINE_DIR"),
+            http_port=num("LLMOP_HTTP_PORT"),
+            grpc_port=num("LLMOP_GRPC_PORT"),
+            metrics_port=num("LLMOP_METRICS_PORT"),
+            exit_timeout=num("LLMOP_EXIT_TIMEOUT_SECONDS"),
+            drain_timeout=num("LLMOP_DRAIN_TIMEOUT_SECONDS"),
+            drain_settle=num("LLMOP_DRAIN_SETTLE_SECONDS"),
+            role=get("LLMOP_ROLE"),
+            group=num("LLMOP_GROUP_INDEX"),
+            worker_host_pattern=get("LLMOP_WORKER_HOST_PATTERN"),
+            worker_wait=num("LLMOP_WORKER_WAIT_SECONDS"),
+            # LeaderWorkerSet injects LWS_LEADER_ADDRESS into every pod of a group.
+            leader_host=get("LLMOP_LEADER_HOST") or environ.get("LWS_LEADER_ADDRESS", ""),
+            ssh_dir=get("LLMOP_SSH_DIR"),
+            ssh_port=num("LLMOP_SSH_PORT"),
+            runtime_dir=get("LLMOP_RUNTIME_DIR"),
+            tritonserver=get("LLMOP_TRITONSERVER"),
+            mpirun=get("LLMOP_MPIRUN"),
+            sshd=get("LLMOP_SSHD"),
+            backend_dir=get("LLMOP_BACKEND_DIR"),
+            trtllm_models_dir=get("LLMOP_TRTLLM_MODELS_DIR"),
+        )
+        c.validate()
+        return c
+
+    def validate(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"LLMOP_BACKEND={self.backend!r}: expected one of {', '.join(BACKENDS)}")
+        if min(self.tp, self.pp, self.gpus_per_pod, self.pods_per_replica) < 1:
+            raise ConfigError(
+                "LLMOP_TP, LLMOP_PP, LLMOP_GPUS_PER_POD and LLMOP_PODS_PER_REPLICA must be >= 1"
+            )
+        if self.role not in ROLES:
+            raise ConfigError(f"LLMOP_ROLE={self.role!r}: expected leader or worker")
+        if self.backend == "cpu-reference":
+            if self.world_size != 1 or self.multi_node:
+                raise ConfigError("the cpu-reference backend runs one process: tp = pp = 1, one pod")
+        elif self.multi_node:
+            # Pod k of a group hosts ranks k*gpus_per_pod .. (k+1)*gpus_per_pod-1.
+            if self.world_size != self.gpus_per_pod * self.pods_per_replica:
+                raise ConfigError(
+                    f"tp*pp = {self.world_size} must equal LLMOP_GPUS_PER_POD * LLMOP_PODS_PER_REPLICA "
+                    f"= {self.gpus_per_pod * self.pods_per_replica}: one rank per GPU in every pod"
+                )
+            if self.role == "leader" and "{worker}" not in self.worker_host_pattern:
+                raise ConfigError(
+                    "a multi-node leader needs LLMOP_WORKER_HOST_PATTERN with a {worker} placeholder"
+                )
+        else:
+            if self.world_size > self.gpus_per_pod:
+                raise ConfigError(f"tp*pp = {self.world_size} ranks need {self.world_size} GPUs in this pod, "
+                                  f"LLMOP_GPUS_PER_POD is {self.gpus_per_pod}")  # fmt: skip
+            if self.role == "worker":
+                raise ConfigError("LLMOP_ROLE=worker needs LLMOP_PODS_PER_REPLICA > 1")
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def multi_node(self) -> bool:
+        return self.pods_per_replica > 1
+
+    @property
+    def local_ranks(self) -> range:
+        """Ranks this pod runs. Workers need not know their position: the leader's mpirun places
+        ranks k*gpus_per_pod .. (k+1)*gpus_per_pod-1 on worker k by host order, so a worker
+        watches for any rank of the world."""
+        if not self.multi_node:
+            return range(self.world_size)
+        return range(self.gpus_per_pod) if self.role == "leader" else range(self.world_size)

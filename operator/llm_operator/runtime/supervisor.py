@@ -1,0 +1,190 @@
+"""Supervision of this pod's servers: the launcher stays the parent of every rank until all are
+gone, stops them in order on SIGTERM, and reaps orphans (it may be PID 1).
+
+Upstream's launch_triton_server.py Popen's mpirun and returns, so a crashed rank goes unnoticed;
+here any rank that exits takes the pod down with a non-zero status. SIGTERM goes to rank 0 alone
+first, so its in-flight requests finish while the rest of the MPI world still answers, then to
+everything else (mpirun itself would SIGKILL the ranks a second after SIGTERM).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from types import FrameType
+
+from llm_operator.contract import KILL_GRACE_SECONDS, LAUNCHER
+
+# Exit statuses of a server that stopped without being asked (besides its own, passed through, and
+# 128+N for one killed by signal N).
+EXIT_SERVER_GONE = 1  # a server exited on its own with status 0, or one rank vanished
+EXIT_NOT_FOUND = 127
+
+
+def process_table(proc: Path = Path("/proc")) -> dict[int, tuple[int, list[str]]]:
+    """pid -> (parent pid, argv) of every live process (zombies have no argv)."""
+    table: dict[int, tuple[int, list[str]]] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+        except (OSError, IndexError, ValueError):
+            continue  # exited while we looked
+        table[int(entry.name)] = (ppid, argv)
+    return table
+
+
+def descendants(table: Mapping[int, tuple[int, list[str]]], root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+def rank_pids(table: Mapping[int, tuple[int, list[str]]], root: int, ranks: Iterable[str]) -> dict[str, int]:
+    """Live rank processes under root, by --id. mpirun puts each rank in its own process group,
+    so ranks are found in the process tree, not by signalling a group."""
+    wanted = {f"--id={r}": r for r in ranks}
+    found: dict[str, int] = {}
+    for pid in descendants(table, root):
+        ids = [arg for arg in table[pid][1] if arg.startswith("--id=")]
+        if len(ids) == 1 and ids[0] in wanted:  # mpirun's own command line names every rank
+            found[wanted[ids[0]]] = pid
+    return found
+
+
+class Policy(StrEnum):
+    SERVER = "server"  # the child is the serving tritonserver itself
+    RANK0_FIRST = "rank0-first"  # mpirun: stop rank 0, then the rest; any rank lost is fatal
+    FOLLOW_LEADER = "follow-leader"  # worker: its ranks belong to the leader's mpirun, which stops them
+
+
+class Stop:
+    """SIGTERM/SIGINT, remembered from the launcher's first instruction on."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        self.signum = signum
+
+
+def become_subreaper() -> None:
+    """Orphaned ranks (after mpirun dies) are re-parented to us, so we can see, stop and reap
+    them even when we are not PID 1."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def log(message: str) -> None:
+    print(f"{LAUNCHER}: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Supervisor:
+    """Runs argv as our only child (in its own session) and stays until it and everything it
+    started are gone. Exit status: 0 after a requested stop that finished in time, 137 when it
+    had to SIGKILL, else the server's own status, EXIT_SERVER_GONE for a clean exit nobody asked
+    for or a vanished rank, 128+N when killed by signal N."""
+
+    argv: list[str]
+    policy: Policy
+    exit_timeout: float
+    stop: Stop
+    ranks: tuple[str, ...] = ()  # --id of the ranks this pod hosts (rank0 first)
+    poll: float = 0.2
+
+    def run(self) -> int:
+        me = os.getpid()
+        try:
+            child = os.posix_spawnp(self.argv[0], self.argv, dict(os.environ), setsid=True)
+        except OSError as e:
+            log(f"cannot start {self.argv[0]}: {e}")
+            return EXIT_NOT_FOUND
+        status: int | None = None
+        seen: dict[str, int] = {}
+        cause, phase, deadline, killed = "", "", 0.0, False
+
+        def signal_all(table: Mapping[int, tuple[int, list[str]]], sig: int) -> None:
+            for pid in descendants(table, me):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+
+        while True:
+            reaped = self._reap(child)
+            status = status if reaped is None else reaped
+            table = process_table()
+            if status is not None and not descendants(table, me):
+                break
+            live = rank_pids(table, me, self.ranks) if self.ranks else {}
+            seen.update({r: p for r, p in live.items() if r not in seen})
+            gone = [r for r in seen if r not in live] if self.policy == Policy.RANK0_FIRST else []
+            now = time.monotonic()
+            if not phase and (status is not None or gone):
+                # Nobody asked: the server or a rank went away. Stop whatever is left of the world.
+                cause = "exited" if status is not None else "lost"
+                log("the server exited" if status is not None else f"{gone[0]} exited: stopping the others")
+                signal_all(table, signal.SIGTERM)
+                phase, deadline = "terminating", now + KILL_GRACE_SECONDS
+            elif not phase and self.stop.signum is not None:
+                log(f"signal {self.stop.signum}: stopping ({self.policy.value})")
+                cause, phase, deadline = "stop", "draining", now + self.exit_timeout + KILL_GRACE_SECONDS
+                if self.policy == Policy.SERVER:
+                    os.kill(child, signal.SIGTERM)  # Triton waits up to its exit timeout for requests
+                    phase = "terminating"
+                elif self.policy == Policy.RANK0_FIRST and self.ranks[0] in live:
+                    os.kill(live[self.ranks[0]], signal.SIGTERM)  # drains with the other ranks up
+                elif self.policy == Policy.RANK0_FIRST:
+                    signal_all(table, signal.SIGTERM)  # rank 0 is not running: nothing to drain
+                    phase, deadline = "terminating", now + KILL_GRACE_SECONDS
+            elif phase == "draining":
+                drained = self.ranks[0] not in live if self.policy == Policy.RANK0_FIRST else not live
+                if drained or now > deadline:
+                    signal_all(table, signal.SIGTERM)
+                    phase, deadline = "terminating", now + KILL_GRACE_SECONDS
+            elif phase == "terminating" and now > deadline:
+                log("still running after the exit timeout: SIGKILL")
+                signal_all(table, signal.SIGKILL)
+                phase, killed = "killed", True
+            time.sleep(self.poll)
+        if cause == "stop":
+            return 128 + signal.SIGKILL if killed else 0
+        code = _exit_code(status)
+        return code if cause != "lost" and code else EXIT_SERVER_GONE
+
+    def _reap(self, child: int) -> int | None:
+        """Reap every exited child (orphans included); the wait status of `child` if it exited."""
+        status = None
+        while True:
+            try:
+                pid, st = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return status
+            if pid == 0:
+                return status
+            if pid == child:
+                status = st
+
+
+def _exit_code(status: int) -> int:
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code

@@ -1,0 +1,157 @@
+"""The serving-pod contract end to end: pods rendered by the workload builders, their environment
+read by the launcher's own parser, for every shape the builders emit. A variable the launcher does
+not know, or a port, path or address it would get wrong, fails here rather than in a cluster."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from llm_operator import contract
+from llm_operator.api.v1alpha1 import LLMDeployment, LLMDeploymentSpec
+from llm_operator.controller.ssh import ssh_secret
+from llm_operator.images import Images
+from llm_operator.plan.types import PoolPlan
+from llm_operator.render import names
+from llm_operator.render.children import PoolEngine, serving_pool
+from llm_operator.render.serving import LWS_GROUP_INDEX, POD_INDEX, workloads
+from llm_operator.runtime.config import PodConfig
+from llm_operator.storage import engine_location
+
+REPO = Path(__file__).resolve().parents[2]
+H100 = "NVIDIA-H100-80GB-HBM3"
+IMAGES = Images("runtime", "cpu-runtime", "builder", "0.20.0")
+ENGINE = engine_location("pvc://llm-engine-cache/engines", "llama-fp8-tp8pp2-sm90-abc")
+GROUP = 1  # the replica (group) whose pods the tests address
+UID = "0f6c1d2e-5b7a-4c39-9e41-7d2b8a6f3c10"
+SPEC = LLMDeploymentSpec.model_validate({
+    "model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "s3://m"}},
+    "runtime": {"exitTimeoutSeconds": 45},
+})  # fmt: skip
+SINGLE = PoolPlan("main", H100, (H100,), (9, 0), 81559, 4, 1, 4, 1, 2)
+MULTI = PoolPlan("main", H100, (H100,), (9, 0), 81559, 8, 2, 8, 2, 2)
+
+
+def pod_specs(workload: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    if workload["kind"] == "LeaderWorkerSet":
+        lwt = workload["spec"]["leaderWorkerTemplate"]
+        return {"leader": lwt["leaderTemplate"]["spec"], "worker": lwt["workerTemplate"]["spec"]}
+    return {workload["metadata"]["labels"]["llmoperator.io/role"]: workload["spec"]["template"]["spec"]}
+
+
+def environment(container: dict[str, Any]) -> dict[str, str]:
+    """The container's environment as the kubelet would set it, for a pod of group GROUP."""
+    labels = {POD_INDEX: str(GROUP), LWS_GROUP_INDEX: str(GROUP)}
+    env: dict[str, str] = {}
+    for entry in container["env"]:
+        if "value" in entry:
+            env[entry["name"]] = entry["value"]
+            continue
+        path = entry["valueFrom"]["fieldRef"]["fieldPath"]
+        if path == "metadata.name":
+            env[entry["name"]] = f"pod-{GROUP}"
+        else:
+            label = path.removeprefix("metadata.labels['").removesuffix("']")
+            env[entry["name"]] = labels[label]
+    return env
+
+
+def shapes() -> list[tuple[str, PoolPlan, str, dict[str, Any]]]:
+    """(shape, pool, role, pod spec) of every pod kind the builders emit."""
+    single = workloads("llama", "ns", SPEC, SINGLE, IMAGES, ENGINE, "h", uid=UID)
+    statefulsets = workloads("llama", "ns", SPEC, MULTI, IMAGES, ENGINE, "h", uid=UID)
+    (lws,) = workloads("llama", "ns", SPEC, MULTI, IMAGES, ENGINE, "h", uid=UID, leader_worker_set=True)
+    out = [("single", SINGLE, role, pod) for role, pod in pod_specs(single[0]).items()]
+    for sts in (statefulsets[0], statefulsets[1 + GROUP]):
+        out += [("statefulset", MULTI, role, pod) for role, pod in pod_specs(sts).items()]
+    out += [("leader-worker-set", MULTI, role, pod) for role, pod in pod_specs(lws).items()]
+    return out
+
+
+SHAPES = shapes()
+
+
+@pytest.mark.parametrize(("shape", "pool", "role", "pod"), SHAPES, ids=[f"{s[0]}-{s[2]}" for s in SHAPES])
+def test_the_launcher_reads_what_the_builder_renders(
+    shape: str, pool: PoolPlan, role: str, pod: dict[str, Any]
+) -> None:
+    (container,) = pod["containers"]
+    env = environment(container)
+    rendered = {e["name"] for e in container["env"]}
+    assert rendered - {contract.POD_NAME_ENV} <= set(contract.ENV), "a variable the launcher ignores"
+
+    c = PodConfig.from_env(env)
+    assert (c.tp, c.pp, c.gpus_per_pod, c.pods_per_replica) == (
+        pool.tensor, pool.pipeline, pool.gpus_per_pod, pool.pods_per_replica,
+    )  # fmt: skip
+    assert c.role == role and c.exit_timeout == SPEC.runtime.exit_timeout_seconds
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert (c.http_port, c.grpc_port, c.metrics_port) == (ports["http"], ports["grpc"], ports["metrics"])
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert c.model_repo_src == mounts["model-repo-src"]["mountPath"]
+    assert c.engine_dir.startswith(mounts["engine-cache"]["mountPath"] + "/")
+    assert c.engine_dir == ENGINE.engine_dir
+    writable = [m["mountPath"] for m in mounts.values() if not m.get("readOnly")]
+    assert c.model_repo in writable and any(c.runtime_dir.startswith(w + "/") for w in writable)
+
+    assert container["command"] == [contract.LAUNCHER]
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == [contract.LAUNCHER, "drain"]
+    assert (
+        pod["terminationGracePeriodSeconds"] >= c.drain_timeout + c.exit_timeout + contract.KILL_GRACE_SECONDS
+    )
+
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    if shape == "single":
+        assert contract.SSH_VOLUME not in volumes, "single pods need no SSH identity"
+        return
+    assert mounts[contract.SSH_VOLUME] == {
+        "name": contract.SSH_VOLUME,
+        "mountPath": c.ssh_dir,
+        "readOnly": True,
+    }
+    assert volumes[contract.SSH_VOLUME]["secret"]["secretName"] == names.ssh_secret("llama", UID)
+    assert c.group == GROUP
+
+
+@pytest.mark.parametrize("lws", [False, True], ids=["statefulset", "leader-worker-set"])
+def test_leader_and_workers_address_each_other_by_their_pod_names(lws: bool) -> None:
+    """The leader's worker pattern names the worker pods the builder creates, and a worker finds
+    its own leader (drain), in both multi-node shapes."""
+    objs = workloads("llama", "ns", SPEC, MULTI, IMAGES, ENGINE, "h", uid=UID, leader_worker_set=lws)
+    shape = [s for s in SHAPES if s[0] == ("leader-worker-set" if lws else "statefulset")]
+    leader, worker = (PodConfig.from_env(environment(s[3]["containers"][0])) for s in shape)
+    if lws:
+        name = objs[0]["metadata"]["name"]  # LWS pods: <name>-<group>, <name>-<group>-<worker>
+        worker_pod, service = f"{name}-{GROUP}-1", name
+        # LWS injects LWS_LEADER_ADDRESS itself, which the launcher reads when LLMOP_LEADER_HOST is unset.
+        assert worker.leader_host == ""
+    else:
+        leader_sts, worker_sts = objs[0], objs[1 + GROUP]
+        worker_pod = f"{worker_sts['metadata']['name']}-{worker_sts['spec']['ordinals']['start']}"
+        service = leader_sts["spec"]["serviceName"]
+        assert worker.leader_host == f"{leader_sts['metadata']['name']}-{GROUP}.{service}.ns.svc"
+    assert leader.worker_host_pattern.format(group=GROUP, worker=1) == f"{worker_pod}.{service}.ns.svc"
+
+
+@pytest.mark.parametrize("lws", [False, True], ids=["statefulset", "leader-worker-set"])
+def test_multi_node_pods_mount_the_secret_the_controller_creates(lws: bool) -> None:
+    ld = LLMDeployment.model_validate(
+        {"metadata": {"name": "llama", "namespace": "ns", "uid": UID}, "spec": SPEC.model_dump(by_alias=True)}
+    )
+    objs = serving_pool(ld, MULTI, IMAGES, PoolEngine(ENGINE, "k", True), leader_worker_set=lws)
+    pods = [
+        spec
+        for o in objs
+        if o["kind"] in ("StatefulSet", "LeaderWorkerSet")
+        for spec in pod_specs(o).values()
+    ]
+    mounted = {v["secret"]["secretName"] for pod in pods for v in pod["volumes"] if "secret" in v}
+    assert len(pods) == (2 if lws else 1 + MULTI.replicas) and mounted == {ssh_secret(ld)["metadata"]["name"]}
+
+
+def test_the_container_command_is_the_launchers_entry_point() -> None:
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts[contract.LAUNCHER] == "llm_operator.runtime.launcher:main"
+    assert contract.PRESTOP_COMMAND[0] == contract.LAUNCHER
