@@ -14,7 +14,6 @@ import ctypes.util
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ from pathlib import Path
 
 import pytriton
 from prometheus_client.parser import text_string_to_metric_families
+
+from e2e.cluster.processes import free_port
 
 
 @dataclass(frozen=True)
@@ -51,12 +52,6 @@ class TritonInstall:
         stub = self.root / "python_backend_stubs" / version / "triton_python_backend_stub"
         shutil.copy2(stub, dest / "python")
         return dest
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def parse_metrics(text: str, model: str | None = None) -> dict[str, float]:
