@@ -27,6 +27,7 @@ import yaml
 
 from e2e.cluster.processes import free_port
 from e2e.cluster.testing import E2ECluster, Kubectl, is_true, pod_ready, wait_for
+from tests.e2e import manifests
 from tests.unit.test_chart import CHART, HELM
 
 pytestmark = pytest.mark.e2e
@@ -185,9 +186,21 @@ def serve_two_namespaces(
             assert refused is None, f"the operator was refused: {refused.group(0)[:1500]}"
             return kubectl.get("llmdeployment", "tiny-llama", ns)
 
+        if cluster.gpu_nodes():  # a multi-node group: its SSH Secret is made with secrets/create alone
+            manifests.engines_claim(kubectl, second)
+            group = manifests.deployment("group", parallelism={"tensor": 4, "pipeline": 2},
+                                         resources={"gpu": {"products": ["NVIDIA-GB200"]}})  # fmt: skip
+            kubectl.apply(group, namespace=second)
         for ns in watched:
             wait_for(f"LLMDeployment tiny-llama Ready in {ns}", functools.partial(refused_or_deployment, ns),
                      lambda o: is_true(o, "Ready"), timeout=TIMEOUT)  # fmt: skip
+        if cluster.gpu_nodes():
+            ready = wait_for("LLMDeployment group Ready",
+                             lambda: kubectl.get("llmdeployment", "group", second),
+                             lambda o: is_true(o, "Ready"), timeout=TIMEOUT)  # fmt: skip
+            assert ready is not None
+            made = kubectl.items("secrets", second, "app.kubernetes.io/instance=group")
+            assert [s["metadata"]["ownerReferences"][0]["uid"] for s in made] == [ready["metadata"]["uid"]]
         text = wait_for(
             "the operator's own StatefulSet apply in its metrics",
             lambda: scrape(metrics),

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from e2e.cluster.testing import E2ECluster, Kubectl, is_true, pod_ready, wait_for
+from tests.e2e.manifests import deployment, engines_claim
 
 pytestmark = pytest.mark.e2e
 TIMEOUT = 90
@@ -16,38 +17,6 @@ TIMEOUT = 90
 def _needs_gpu_pools(cluster: E2ECluster) -> None:
     if not cluster.gpu_nodes():
         pytest.skip("this cluster has no simulated GPU node pools")
-
-
-def deployment(name: str, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": {"name": "meta-llama/Meta-Llama-3-8B-Instruct", "source": {"uri": "s3://m/llama3-8b/"}},
-        "engine": {"precision": "bf16", "maxBatchSize": 8, "maxInputLen": 2048, "maxSeqLen": 4096,
-                   "maxNumTokens": 4096, "prebuilt": {"uri": "pvc://engines/x"}},
-        "replicas": 1,
-        **spec,
-    }  # fmt: skip
-    return {
-        "apiVersion": "llmoperator.io/v1alpha1",
-        "kind": "LLMDeployment",
-        "metadata": {"name": name},
-        "spec": body,
-    }
-
-
-def engines_claim(kubectl: Kubectl, namespace: str) -> None:
-    pv = f"{namespace}-engines"
-    kubectl.apply(
-        [
-            {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
-             "spec": {"capacity": {"storage": "1Ti"}, "accessModes": ["ReadWriteMany"],
-                      "storageClassName": "", "hostPath": {"path": "/tmp/engines"},
-                      "claimRef": {"namespace": namespace, "name": "engines"}}},
-            {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-             "metadata": {"name": "engines", "namespace": namespace},
-             "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv,
-                      "resources": {"requests": {"storage": "1Ti"}}}},
-        ]
-    )  # fmt: skip
 
 
 def ready_pods(kubectl: Kubectl, namespace: str, name: str, count: int) -> list[dict[str, Any]]:
@@ -247,6 +216,14 @@ def test_a_failed_member_recreates_its_whole_group_and_no_other(
 
     before = {g: uids(g, pods) for g in ("0", "1")}
     assert all(set(b) == {"leader", "worker"} for b in before.values()), before
+    # Every member mounts the group's SSH identity: one Secret, made and owned by the operator.
+    owner = kubectl.get("llmdeployment", "group", namespace)
+    assert owner is not None
+    (secret_name,) = {v["secret"]["secretName"] for p in pods for v in p["spec"]["volumes"] if "secret" in v}
+    secret = kubectl.get("secret", secret_name, namespace)
+    assert secret is not None, f"pods mount {secret_name}, which does not exist"
+    assert [r["uid"] for r in secret["metadata"]["ownerReferences"]] == [owner["metadata"]["uid"]]
+    assert set(secret["data"]) == {"id_ed25519", "id_ed25519.pub"}
     worker = next(
         p["metadata"]["name"]
         for p in pods
@@ -270,4 +247,6 @@ def test_a_failed_member_recreates_its_whole_group_and_no_other(
     )
     assert uids("1", after) == before["1"], "the healthy replica must not be restarted"
     ready_pods(kubectl, namespace, "group", 4)
+    secret_after = kubectl.get("secret", secret_name, namespace)
+    assert secret_after is not None and secret_after["data"] == secret["data"], "the key is never replaced"
     remove(kubectl, namespace, "group")

@@ -1,0 +1,39 @@
+"""LLMDeployments and storage the e2e tests apply (GPU deployments on prebuilt engines)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from e2e.cluster.testing import Kubectl
+
+
+def deployment(name: str, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": {"name": "meta-llama/Meta-Llama-3-8B-Instruct", "source": {"uri": "s3://m/llama3-8b/"}},
+        "engine": {"precision": "bf16", "maxBatchSize": 8, "maxInputLen": 2048, "maxSeqLen": 4096,
+                   "maxNumTokens": 4096, "prebuilt": {"uri": "pvc://engines/x"}},
+        "replicas": 1,
+        **spec,
+    }  # fmt: skip
+    return {
+        "apiVersion": "llmoperator.io/v1alpha1",
+        "kind": "LLMDeployment",
+        "metadata": {"name": name},
+        "spec": body,
+    }
+
+
+def engines_claim(kubectl: Kubectl, namespace: str) -> None:
+    pv = f"{namespace}-engines"
+    kubectl.apply(
+        [
+            {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+             "spec": {"capacity": {"storage": "1Ti"}, "accessModes": ["ReadWriteMany"],
+                      "storageClassName": "", "hostPath": {"path": "/tmp/engines"},
+                      "claimRef": {"namespace": namespace, "name": "engines"}}},
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": "engines", "namespace": namespace},
+             "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv,
+                      "resources": {"requests": {"storage": "1Ti"}}}},
+        ]
+    )  # fmt: skip
