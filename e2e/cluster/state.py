@@ -1,8 +1,11 @@
 """The state directory of one embedded cluster (default: <repo>/.cluster) and the lock on it.
 
 Layout: pki/, kubeconfig (admin), kubeconfigs/<component>.kubeconfig, env, bin/ (kubectl and helm
-links), run/<component>.pid, logs/<component>.log, etcd/, leases/<pid> (test sessions using the
-cluster), cluster.json (ports, binaries, pinned).
+links), run/<component>.pid, logs/<component>.log, etcd/, node/ (the real node's configs, kubelet
+root, containerd root, pod logs), leases/<pid> (test sessions using the cluster), cluster.json
+(ports, binaries, pinned). Outside it, named by a hash of its path: the network namespace
+/run/netns/llmop-<key>, the node's sockets and runtime state /run/llmop-<key>/, and the cgroup
+/sys/fs/cgroup/<hierarchy>/llmop-<key>/.
 """
 
 from __future__ import annotations
@@ -34,6 +37,27 @@ def shown(path: Path) -> str:
 class StateDir:
     def __init__(self, root: Path) -> None:
         self.root = Path(root).resolve()
+
+    @property
+    def key(self) -> str:
+        """Short and unique per state dir: names the netns, the cgroup and the /run dir."""
+        return hashlib.sha256(str(self.root).encode()).hexdigest()[:8]
+
+    @property
+    def netns(self) -> str:
+        return f"llmop-{self.key}"
+
+    @property
+    def node_dir(self) -> Path:
+        return self.root / "node"
+
+    @property
+    def run_dir(self) -> Path:
+        return Path("/run") / f"llmop-{self.key}"
+
+    @property
+    def cgroup(self) -> str:
+        return f"llmop-{self.key}"
 
     @property
     def kubeconfig(self) -> Path:
