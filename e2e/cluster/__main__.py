@@ -1,4 +1,4 @@
-"""`python -m e2e.cluster up|down|status [--state-dir DIR]`: exit 0 on success, 1 with one line on error."""
+"""`python -m e2e.cluster up|down|status|import-image [ARCHIVE...] [--state-dir DIR]`: exit 0 on success, 1 with one line on error."""
 
 from __future__ import annotations
 
@@ -33,13 +33,17 @@ def _print_up(cluster: Cluster, report: UpReport) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m e2e.cluster", description=__doc__)
-    parser.add_argument("command", choices=("up", "down", "status"))
+    parser.add_argument("command", choices=("up", "down", "status", "import-image"))
+    parser.add_argument("archives", nargs="*", type=Path, help="import-image: OCI archives (.oci.tar)")
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="default: %(default)s")
     args = parser.parse_args(argv)
     cluster = Cluster(args.state_dir)
     try:
         if args.command == "up":
             _print_up(cluster, cluster.up())
+        elif args.command == "import-image":
+            for archive in args.archives:
+                print(f"{archive}: {', '.join(cluster.import_image(archive))}")
         elif args.command == "down":
             stopped = cluster.down()
             print(f"cluster stopped ({', '.join(stopped)})" if stopped else "cluster was not running")

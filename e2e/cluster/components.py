@@ -163,13 +163,19 @@ def create_nodes(api: Api, nodes: Sequence[dict[str, Any]]) -> None:
 
 
 def nodes_ready(api: Api, nodes: Sequence[dict[str, Any]], real: Sequence[str] = ()) -> bool:
-    """Every node of `nodes` (manifests) and every node named in `real` is Ready."""
-    wanted = {n["metadata"]["name"] for n in nodes} | set(real)
+    """Every node of `nodes` (manifests) is Ready; every node named in `real` too, and rid of the
+    node.kubernetes.io/not-ready taint (the node lifecycle controller lifts it a moment after
+    Ready; until then nothing schedules there)."""
     code, body = api.request("GET", "/api/v1/nodes")
     if code != 200:
         return False
     ready = {n["metadata"]["name"] for n in body["items"] if node_ready(n)}
-    return wanted <= ready
+    untainted = {
+        n["metadata"]["name"]
+        for n in body["items"]
+        if not any(t["key"] == "node.kubernetes.io/not-ready" for t in n["spec"].get("taints", []))
+    }
+    return {n["metadata"]["name"] for n in nodes} <= ready and set(real) <= ready & untainted
 
 
 def wait(

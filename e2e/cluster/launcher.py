@@ -140,6 +140,16 @@ class Cluster:
             seconds = time.monotonic() - begin - build_seconds
             return UpReport(seconds, False, builds, build_seconds, self._rss(), ports)
 
+    def import_image(self, archive: Path) -> list[str]:
+        """Import an OCI image archive (e.g. from images.builder) into the real node's containerd;
+        pods then use it by name with imagePullPolicy IfNotPresent or Never. Returns its names."""
+        if not self._healthy():
+            raise ClusterError(f"no running cluster in {self.state_dir} to import {archive} into")
+        try:
+            return node_mod.import_image(node_layout(self._state), archive)
+        except (RuntimeError, OSError) as e:
+            raise ClusterError(str(e)) from None
+
     def release(self, session: int) -> bool:
         """Drop a session's lease; stop the cluster if it is not pinned and no live session holds
         it any more. Returns True if it was stopped."""
@@ -210,7 +220,9 @@ class Cluster:
     def _stop_all(self) -> list[str]:
         """Stop every process of this state dir, with or without a pid file, and remove what the
         real node leaves outside it: mounts, cgroups, the /run dir, the network namespace."""
-        found = find_owned(COMPONENTS, self.state_dir)
+        # Our own children too: one may be caught between fork and exec, its arguments not yet
+        # the component's.
+        found = find_owned(COMPONENTS, self.state_dir) | self._children.pids()
         layout = node_layout(self._state)
         # The node agents first, so nothing restarts a pod; then the pods' processes (their
         # grace periods do not matter on the way down), containerd and the shims it left.

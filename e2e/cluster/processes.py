@@ -88,6 +88,8 @@ def owned_by(pid: int, binaries: Collection[str], state_dir: Path) -> str | None
     needle = f"{state_dir}/"
     if not any(needle in a for a in args):
         return None
+    if args and Path(args[0]).name == "nsenter" and "--" in args:
+        args = args[args.index("--") + 1 :]  # caught between fork and nsenter's exec
     # A Python helper (the forwarder) runs as `python .../forwarder.py`: matched by its stem.
     names = [Path(a).name for a in args[:2]] + [Path(a).stem for a in args[1:2] if a.endswith(".py")]
     return next((n for n in names if n in binaries), None)
@@ -167,6 +169,10 @@ class Children:
         _signal([p for p in pids if self._alive(p)], signal.SIGKILL)
         while any(self._alive(p) for p in pids):
             time.sleep(0.05)
+
+    def pids(self) -> dict[int, str]:
+        """The live children: pid -> name."""
+        return {proc.pid: name for name, (proc, _) in self._procs.items() if proc.poll() is None}
 
     def forget(self) -> None:
         self._procs.clear()
