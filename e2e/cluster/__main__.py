@@ -1,4 +1,5 @@
-"""`python -m e2e.cluster up|down|status|import-image [ARCHIVE...] [--state-dir DIR]`: exit 0 on success, 1 with one line on error."""
+"""`python -m e2e.cluster up|down|status|import-image [ARCHIVE...] [--state-dir DIR]`: exit 0 on
+success, 1 with one line on error."""
 
 from __future__ import annotations
 
