@@ -126,6 +126,34 @@ async def test_a_failed_build_stalls_with_the_jobs_words_and_deploys_nothing() -
     assert "StatefulSet" not in {k[0] for k in kube.objects}
 
 
+async def test_engines_are_built_and_served_by_one_tensorrt_llm_version() -> None:
+    kube, reconciler = await operator_with_nodes()
+    version = reconciler.config.images.trtllm_version
+    key = kube.add_deployment(example("llama3-70b-fp8"))
+    await reconcile(kube, reconciler, key)
+    (job,) = kube.of_kind("Job").values()
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--trtllm-version") + 1] == version, "the builder checks its own version"
+
+    body = example("llama3-70b-fp8")
+    body["metadata"]["name"] = "other-version"
+    body["spec"]["engine"]["build"] = {"tensorrtLlmVersion": "0.19.0"}
+    other = kube.add_deployment(body)
+    await reconcile(kube, reconciler, other)
+    stalled = condition(kube, "other-version", "Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "TensorRtLlmVersionMismatch"
+    assert "default runtime and builder images run TensorRT-LLM" in stalled["message"]
+    assert not [j for j in kube.of_kind("Job") if j.startswith("other-version")], "nothing is built"
+
+    body["spec"]["runtime"]["image"] = "registry.example/triton-trtllm:0.19.0"
+    body["spec"]["engine"]["build"]["image"] = "registry.example/engine-builder:0.19.0"
+    kube.edit("LLMDeployment", *other, spec=body["spec"])
+    await reconcile(kube, reconciler, other)
+    (job_name,) = [j for j in kube.of_kind("Job") if j.startswith("other-version")]
+    args = kube.objects[("Job", NS, job_name)]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--trtllm-version") + 1] == "0.19.0"
+
+
 def multi_node() -> dict[str, Any]:
     body = example("llama31-405b-multinode")
     body["spec"]["engine"].pop("build")

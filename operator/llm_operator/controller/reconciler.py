@@ -163,17 +163,17 @@ class Reconciler:
             return
         try:
             plan = plan_for(ld, self.inventory)
+            want = desired(
+                ld,
+                plan,
+                self.config.images,
+                lambda ns, key, job: engines.build_observed(self.applier.children, ns, key, job),
+                leader_worker_set=self.leader_worker_set,
+            )
         except PlanningError as e:
             # Keep whatever serves now; only status and an Event change.
             await self._write_status(body, self._stalled(body, e))
             return
-        want = desired(
-            ld,
-            plan,
-            self.config.images,
-            lambda ns, key, job: engines.build_observed(self.applier.children, ns, key, job),
-            leader_worker_set=self.leader_worker_set,
-        )
         if needs_ssh(plan):
             await self.ssh.ensure(ld)
         await self._apply(ld, want)
