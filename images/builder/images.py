@@ -28,7 +28,9 @@ SITE_PACKAGES = {"/usr/local/lib/python3.11/site-packages": "/usr/local/lib/pyth
 # Runtime wheels of the CPU image, at the versions requirements/dev.lock pins.
 CPU_RUNTIME_WHEELS = ("nvidia-pytriton==0.7.0", "prometheus-client==0.26.0")
 # Debian packages: the CPU runtime's torch/numpy (PyPI's torch bundles CUDA) and libpython3.11 for
-# Triton's python-backend stub; the rest are tritonserver's shared libraries not in its wheel.
+# Triton's python-backend stub. `ldd` in this rootfs finds everything else tritonserver, its python
+# backend and the stub load: the wheel bundles its libraries (nvidia_pytriton.libs), and libz,
+# libexpat and libstdc++ come with python3.
 CPU_RUNTIME_BASE = debian.Base(("python3", "libpython3.11", "python3-torch", "python3-numpy"))
 OPERATOR_BASE = debian.Base(("python3",))
 
