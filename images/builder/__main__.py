@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if os.geteuid() != 0:
         parser.error("building needs root (debootstrap, chroot)")
+    if sys.version_info[:2] != (3, 11):
+        parser.error("run it with Python 3.11: it downloads wheels for the images' Debian python3.11")
     for name in names:
         start = time.monotonic()
         path = build(name, log=lambda line: print(line, file=sys.stderr))
