@@ -5,9 +5,11 @@
 #                    only Linux x86_64 build bundles CUDA (3.2 GB with its nvidia-* wheels)
 #   openmpi-bin      mpirun, which launches TensorRT-LLM's ranks in the serving pods
 #   openssh-server   sshd, which multi-node workers run for the leader's mpirun
+#   debootstrap      the Debian rootfs of the locally built images (python -m images.builder)
+#   gcc, libc6-dev   the static pause (sandbox) binary of those images (libc6-dev ships libc.a)
 # Needs root or passwordless sudo once; later runs only ask dpkg (milliseconds).
 set -euo pipefail
-packages=(libpython3.11 python3-torch openmpi-bin openssh-server openssh-client)
+packages=(libpython3.11 python3-torch openmpi-bin openssh-server openssh-client debootstrap gcc libc6-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -93,5 +93,5 @@ def can_build() -> str | None:
         return "building and chrooting into images needs root"
     for tool in ("debootstrap", "gcc", "unshare", "chroot"):
         if shutil.which(tool) is None:
-            return f"{tool} is missing (scripts/ensure-image-tools.sh installs it)"
+            return f"{tool} is missing (scripts/ensure-system-packages.sh installs it)"
     return None
