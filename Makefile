@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 export LLMOP_CACHE ?= $(HOME)/.cache/llm-operator
 
-.PHONY: help venv tools cluster-up cluster-down demo test test-unit test-e2e lint crds bench clean
+.PHONY: help venv tools images cluster-up cluster-down demo test test-unit test-e2e lint crds bench clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -14,6 +14,9 @@ venv: ## create/reuse the Python environment (cached outside the repo, keyed by 
 
 tools: ## build/reuse etcd, kube-*, kwok (Go, cached by version) and fetch kubectl/helm
 	@e2e/cluster/build-tools.sh >/dev/null
+
+images: venv ## build/reuse the OCI image archives (pause, operator, cpu-runtime) without Docker; root
+	@$(PY) -m images.builder --all
 
 cluster-up: venv ## start the embedded control plane with simulated GPU node pools
 	@$(PY) -m e2e.cluster up
@@ -37,7 +40,7 @@ test: venv tools ## every test: lint, unit, Triton on CPU, e2e on the embedded c
 	@$(PY) -m pytest -p no:cacheprovider
 
 test-unit: venv ## pure tests only (no cluster, no Triton)
-	@$(PY) -m pytest -p no:cacheprovider -m "not e2e and not triton"
+	@$(PY) -m pytest -p no:cacheprovider -m "not e2e and not triton and not images"
 
 bench: venv ## operator and planner benchmarks (figures and ratios printed)
 	@$(PY) -m bench $(BENCH_ARGS)

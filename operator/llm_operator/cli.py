@@ -69,18 +69,18 @@ def render(args: argparse.Namespace) -> int:
     for ld in load_manifests(args.file):
         try:
             plan = plan_for(ld, inventory)
+            for fact in (BuildFact.ABSENT, BuildFact.RECORDED):
+                want = desired(
+                    ld,
+                    plan,
+                    config.images,
+                    lambda *_, fact=fact: BuildObserved(fact),
+                    leader_worker_set=args.leader_worker_set,
+                )
+                out += want.jobs if fact == BuildFact.ABSENT else want.children
         except PlanningError as e:
             print(f"# {ld.name}: cannot be placed ({e.reason}): {e.message}", file=sys.stderr)
             return 1
-        for fact in (BuildFact.ABSENT, BuildFact.RECORDED):
-            want = desired(
-                ld,
-                plan,
-                config.images,
-                lambda *_, fact=fact: BuildObserved(fact),
-                leader_worker_set=args.leader_worker_set,
-            )
-            out += want.jobs if fact == BuildFact.ABSENT else want.children
         print(f"# {ld.name}: {plan.reason}", file=sys.stderr)
         for warning in plan.warnings:
             print(f"# {ld.name}: warning: {warning}", file=sys.stderr)

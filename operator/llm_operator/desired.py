@@ -19,7 +19,7 @@ from llm_operator.images import Images
 from llm_operator.plan.cpu import cpu_plan
 from llm_operator.plan.inventory import Inventory
 from llm_operator.plan.planner import plan_deployment
-from llm_operator.plan.types import Plan, PoolPlan
+from llm_operator.plan.types import Plan, PlanningError, PoolPlan
 from llm_operator.render import names
 from llm_operator.render.children import PoolEngine, build_children, needs_engine, owner_reference
 from llm_operator.storage import engine_location
@@ -51,11 +51,26 @@ def plan_for(ld: LLMDeployment, inventory: Inventory | None) -> Plan:
 
 
 def trtllm_version(ld: LLMDeployment, images: Images) -> str:
+    """The TensorRT-LLM version engines are built with; raises PlanningError when the serving
+    image would run another one (an engine only loads in the version that built it)."""
     build = ld.spec.engine.build
-    return (build and build.tensorrt_llm_version) or images.trtllm_version
+    if build is None or not build.tensorrt_llm_version:
+        return images.trtllm_version
+    wanted = build.tensorrt_llm_version
+    defaults = [what for what, custom in (("runtime", ld.spec.runtime.image), ("builder", build.image))
+                if not custom]  # fmt: skip
+    if wanted != images.trtllm_version and defaults:
+        raise PlanningError(
+            "TensorRtLlmVersionMismatch",
+            f"engine.build.tensorrtLlmVersion is {wanted}, but the operator's default "
+            f"{' and '.join(defaults)} image{'s' if len(defaults) > 1 else ''} run TensorRT-LLM "
+            f"{images.trtllm_version}: set runtime.image and engine.build.image to images of "
+            f"{wanted}, or remove tensorrtLlmVersion",
+        )
+    return wanted
 
 
-def desired(
+def desired(  # raises PlanningError for a spec the images cannot serve
     ld: LLMDeployment,
     plan: Plan,
     images: Images,
@@ -97,7 +112,8 @@ class _PoolBuild:
 def _built_engine(ld: LLMDeployment, pool: PoolPlan, images: Images, builds: BuildLookup) -> _PoolBuild:
     """The engine a pool serves from the cache, and what it takes to get there."""
     spec = ld.spec
-    key = cache_key(spec, pool, trtllm_version(ld, images))
+    version = trtllm_version(ld, images)
+    key = cache_key(spec, pool, version)
     location = engine_location(spec.engine.cache.uri, key)
     uri = f"{spec.engine.cache.uri.rstrip('/')}/{key}"
     job_name = names.engine_job(ld.name, pool, key)
@@ -118,6 +134,7 @@ def _built_engine(ld: LLMDeployment, pool: PoolPlan, images: Images, builds: Bui
         key,
         image=(spec.engine.build and spec.engine.build.image) or images.engine_builder,
         owner=owner_reference(ld),
+        trtllm_version=version,  # the builder refuses an image of another version (exit 78)
     )
     message = f"building engine {key} (Job {job_name})"
     return _PoolBuild(missing, PoolEngineStatus(EngineState.BUILDING, key, uri, job_name, message), job)

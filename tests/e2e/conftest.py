@@ -54,5 +54,12 @@ def namespace(kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]
     kubectl.delete("namespace", name)
 
 
+@pytest.fixture
+def gpu_pools(cluster: E2ECluster) -> None:
+    """For tests that place on the simulated GPU node pools (absent from kind or a real cluster)."""
+    if not cluster.gpu_nodes():
+        pytest.skip("this cluster has no simulated GPU node pools")
+
+
 # Operator fixtures (crd, operator) live beside the tests that use them.
 from tests.e2e.operator_fixtures import crd, operator  # noqa: E402, F401

@@ -105,6 +105,35 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "rollout.canary is required when rollout.strategy is canary",
     ),
     (
+        "canary-not-implemented",
+        {"rollout": {"strategy": "canary", "canary": {"steps": [{"weight": 10}]}}},
+        "rollout.strategy canary is not implemented yet",
+    ),
+    (
+        "env-reserved",
+        {"runtime": {"env": [{"name": "LLMOP_TP", "value": "8"}]}},
+        "LLMOP_* variables are the operator's pod contract",
+    ),
+    (
+        "env-value-and-value-from",
+        {
+            "runtime": {
+                "env": [{"name": "A", "value": "x", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
+            }
+        },
+        "an env entry takes value or valueFrom",
+    ),
+    (
+        "env-from-two-sources",
+        {"runtime": {"envFrom": [{"secretRef": {"name": "a"}, "configMapRef": {"name": "b"}}]}},
+        "envFrom takes exactly one of secretRef and configMapRef",
+    ),
+    (
+        "pod-label-reserved",
+        {"runtime": {"podLabels": {"llmoperator.io/pool": "x"}}},
+        "are set by the operator",
+    ),
+    (
         "fp8-on-ampere",
         {"engine.precision": "fp8", "resources.gpu.products": ["NVIDIA-A100-SXM4-40GB"]},
         "fp8 (weights or KV cache) requires an Ada/Hopper-or-newer GPU product",

@@ -6,17 +6,11 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster.testing import E2ECluster, Kubectl, is_true, pod_ready, wait_for
+from e2e.cluster.testing import Kubectl, is_true, pod_ready, wait_for
 from tests.e2e.manifests import deployment, engines_claim
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("gpu_pools")]
 TIMEOUT = 90
-
-
-@pytest.fixture(autouse=True)
-def _needs_gpu_pools(cluster: E2ECluster) -> None:
-    if not cluster.gpu_nodes():
-        pytest.skip("this cluster has no simulated GPU node pools")
 
 
 def ready_pods(kubectl: Kubectl, namespace: str, name: str, count: int) -> list[dict[str, Any]]:

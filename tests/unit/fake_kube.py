@@ -80,6 +80,9 @@ class FakeKube:
         cm["data"] = {**cm.get("data", {}), **data}
         self._store(k, cm)
 
+    async def claim_exists(self, namespace: str, name: str) -> bool:
+        return ("PersistentVolumeClaim", namespace, name) in self.objects
+
     async def event(self, involved: dict[str, Any], type_: str, reason: str, message: str, now: str) -> None:
         self.events.append((type_, reason, message))
 
@@ -95,6 +98,10 @@ class FakeKube:
         meta.update(namespace=namespace, uid=f"uid-{next(self._uids)}", generation=1)
         self._store(("LLMDeployment", namespace, meta["name"]), body)
         return namespace, meta["name"]
+
+    def add_claim(self, name: str, namespace: str = "default") -> None:
+        self._store(("PersistentVolumeClaim", namespace, name), {"kind": "PersistentVolumeClaim",
+                    "metadata": {"name": name, "namespace": namespace}})  # fmt: skip
 
     def edit(self, kind: str, namespace: str, name: str, **fields: Any) -> dict[str, Any]:
         """Someone else changes an object (a controller's status, a user's kubectl edit)."""
@@ -115,7 +122,11 @@ class FakeKube:
 
     async def deliver(self, reconciler: Reconciler) -> None:
         """The watch events a real watch would send since the last delivery (children only)."""
-        children = {k: v for k, v in self.objects.items() if k[0] not in ("LLMDeployment", "Secret")}
+        children = {
+            k: v
+            for k, v in self.objects.items()
+            if k[0] not in ("LLMDeployment", "Secret", "PersistentVolumeClaim")
+        }
         for k, obj in children.items():
             version = obj["metadata"]["resourceVersion"]
             if self._delivered.get(k) != version:

@@ -99,6 +99,33 @@ def test_pod_problem_reads_waiting_reasons_that_need_a_person() -> None:
     assert pod_problem({"status": {}}) is None
 
 
+def test_pod_problem_gives_the_crash_and_the_schedulers_words() -> None:
+    crashed = {
+        "status": {
+            "containerStatuses": [{
+                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting"}},
+                "lastState": {"terminated": {"exitCode": 78, "reason": "Error",
+                                             "message": "config.pbtxt: unknown field max_batch"}},
+            }]
+        }
+    }  # fmt: skip
+    assert (
+        pod_problem(crashed) == "CrashLoopBackOff: exited 78 (Error): config.pbtxt: unknown field max_batch"
+    )
+    unschedulable = {
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                            "message": '0/20 nodes are available: persistentvolumeclaim "m" not found.'}],
+        }
+    }  # fmt: skip
+    assert pod_problem(unschedulable) == (
+        'Unschedulable: 0/20 nodes are available: persistentvolumeclaim "m" not found.'
+    )
+    long = {"type": "PodScheduled", "reason": "Unschedulable", "message": "x" * 5000}
+    assert len(pod_problem({"status": {"phase": "Pending", "conditions": [long]}}) or "") <= 300
+
+
 def test_cached_objects_drop_managed_fields_and_keep_the_rest() -> None:
     from lightkube.resources.core_v1 import ConfigMap
     from llm_operator.controller.kube import _as_dict

@@ -33,6 +33,7 @@ def example(name: str) -> dict[str, Any]:
 
 async def operator_with_nodes() -> tuple[FakeKube, Reconciler]:
     kube = FakeKube()
+    kube.add_claim("llm-engine-cache")  # the examples' engine cache
     reconciler = Reconciler(kube, OperatorConfig.from_env())
     for node in build_nodes(load_pools()):
         await reconciler.node_event("ADDED", node)
@@ -72,7 +73,7 @@ async def test_a_cpu_deployment_converges_then_the_operator_writes_nothing() -> 
     assert condition(kube, "tiny-llama", "Reconciling")["status"] == "True"
     owner_uid = kube.objects[("LLMDeployment", *key)]["metadata"]["uid"]
     for obj in kube.objects.values():
-        if obj["kind"] != "LLMDeployment":
+        if obj["kind"] not in ("LLMDeployment", "PersistentVolumeClaim"):
             assert obj["metadata"]["ownerReferences"][0]["uid"] == owner_uid
 
     rolled_out(kube, "tiny-llama", 1)
@@ -124,6 +125,56 @@ async def test_a_failed_build_stalls_with_the_jobs_words_and_deploys_nothing() -
     assert stalled["status"] == "True" and stalled["reason"] == "EngineBuildFailed"
     assert "BackoffLimitExceeded OOM killed" in stalled["message"]
     assert "StatefulSet" not in {k[0] for k in kube.objects}
+
+
+async def test_engines_are_built_and_served_by_one_tensorrt_llm_version() -> None:
+    kube, reconciler = await operator_with_nodes()
+    version = reconciler.config.images.trtllm_version
+    key = kube.add_deployment(example("llama3-70b-fp8"))
+    await reconcile(kube, reconciler, key)
+    (job,) = kube.of_kind("Job").values()
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--trtllm-version") + 1] == version, "the builder checks its own version"
+
+    body = example("llama3-70b-fp8")
+    body["metadata"]["name"] = "other-version"
+    body["spec"]["engine"]["build"] = {"tensorrtLlmVersion": "0.19.0"}
+    other = kube.add_deployment(body)
+    await reconcile(kube, reconciler, other)
+    stalled = condition(kube, "other-version", "Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "TensorRtLlmVersionMismatch"
+    assert "default runtime and builder images run TensorRT-LLM" in stalled["message"]
+    assert not [j for j in kube.of_kind("Job") if j.startswith("other-version")], "nothing is built"
+
+    body["spec"]["runtime"]["image"] = "registry.example/triton-trtllm:0.19.0"
+    body["spec"]["engine"]["build"]["image"] = "registry.example/engine-builder:0.19.0"
+    kube.edit("LLMDeployment", *other, spec=body["spec"])
+    await reconcile(kube, reconciler, other)
+    (job_name,) = [j for j in kube.of_kind("Job") if j.startswith("other-version")]
+    args = kube.objects[("Job", NS, job_name)]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--trtllm-version") + 1] == "0.19.0"
+
+
+async def test_a_build_waits_for_its_claim_and_says_which_one() -> None:
+    kube, reconciler = await operator_with_nodes()
+    body = example("llama3-70b-fp8")
+    body["spec"]["model"]["source"]["uri"] = "pvc://models/llama3-70b/"
+    key = kube.add_deployment(body)
+    await reconcile(kube, reconciler, key)
+    stalled = condition(kube, "llama3-70b", "Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "VolumeClaimNotFound"
+    assert 'persistentvolumeclaim "models" not found in namespace default' in stalled["message"]
+    assert "pvc://models/llama3-70b/" in stalled["message"]
+    assert not kube.of_kind("Job"), "no build starts without its claim"
+    assert kube.events[-1][:2] == ("Warning", "VolumeClaimNotFound")
+
+    kube.add_claim("models")
+    await reconcile(kube, reconciler, key)
+    assert len(kube.of_kind("Job")) == 1
+    assert condition(kube, "llama3-70b", "Ready")["reason"] == "BuildingEngine"
+    kube.take_writes()
+    await reconcile(kube, reconciler, key)
+    assert kube.take_writes() == [], "claims once seen are not looked up again"
 
 
 def multi_node() -> dict[str, Any]:

@@ -127,3 +127,22 @@ def test_plan_warnings_are_kept_in_status_and_posted_once_when_they_change() -> 
     assert again == first and events == []
     cleared, events = reduce(obs(ready=2), first, T1)
     assert "warnings" not in cleared["placement"] and events == []
+
+
+def test_a_pod_naming_a_missing_object_stalls_and_a_crash_loop_degrades() -> None:
+    from dataclasses import replace
+
+    missing = 'x-0: Unschedulable: 0/20 nodes are available: persistentvolumeclaim "models" not found.'
+    status, events = reduce(replace(obs(ready=1, rolled=False), pod_problems=(missing,)), None, T0)
+    c = conds(status)
+    assert c["Stalled"] == ("True", "MissingObject") and c["Reconciling"][0] == "False"
+    assert c["Degraded"] == ("True", "StalledWhileServing"), "one replica still serves"
+    assert status["message"] == missing and status["reason"] == "MissingObject"
+    assert ("Warning", "MissingObject") in [(e.type, e.reason) for e in events]
+    assert {"EngineReady", "Available"} <= set(c)
+
+    crash = "x-1: CrashLoopBackOff: exited 78 (Error): bad config"
+    status, _ = reduce(replace(obs(ready=1, rolled=False), pod_problems=(crash,)), None, T0)
+    c = conds(status)
+    assert c["Stalled"][0] == "False" and c["Degraded"] == ("True", "PodsFailing")
+    assert crash in status["message"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 from pydantic.alias_generators import to_camel
 
 GROUP = "llmoperator.io"
@@ -341,6 +341,89 @@ class KvCacheSpec(Spec):
     host_memory_bytes: int | None = Field(default=None, ge=0)
 
 
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+RESERVED_ENV_PREFIX = "LLMOP_"  # the serving pod contract (docs/launcher-and-engines.md)
+RESERVED_LABEL_PREFIXES = (f"{GROUP}/", "app.kubernetes.io/")
+
+
+class KeyReference(Spec):
+    name: str = Field(min_length=1, max_length=253, description="The Secret or ConfigMap.")
+    key: str = Field(min_length=1, max_length=253)
+    optional: bool | None = None
+
+
+class EnvVarSource(Spec):
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "has(self.secretKeyRef) != has(self.configMapKeyRef)",
+                "valueFrom takes exactly one of secretKeyRef and configMapKeyRef",
+            ),
+        )
+    )
+
+    secret_key_ref: KeyReference | None = None
+    config_map_key_ref: KeyReference | None = None
+
+
+class EnvVar(Spec):
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "!(has(self.value) && has(self.valueFrom))", "an env entry takes value or valueFrom, not both"
+            ),
+            cel(
+                f"!self.name.startsWith('{RESERVED_ENV_PREFIX}')",
+                f"{RESERVED_ENV_PREFIX}* variables are the operator's pod contract and are set by it; "
+                "choose another name",
+            ),
+        )
+    )
+
+    name: str = Field(min_length=1, max_length=128, pattern=ENV_NAME)
+    value: str | None = Field(default=None, max_length=32768)
+    value_from: EnvVarSource | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _not_contract(cls, name: str) -> str:  # the CEL rule's twin, for `llm-operator render`
+        if name.startswith(RESERVED_ENV_PREFIX):
+            raise ValueError(f"{RESERVED_ENV_PREFIX}* variables are the operator's pod contract")
+        return name
+
+
+class NameReference(Spec):
+    name: str = Field(min_length=1, max_length=253)
+    optional: bool | None = None
+
+
+class EnvFromSource(Spec):
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "has(self.secretRef) != has(self.configMapRef)",
+                "envFrom takes exactly one of secretRef and configMapRef",
+            ),
+        )
+    )
+
+    prefix: str | None = Field(default=None, max_length=128, pattern=ENV_NAME)
+    secret_ref: NameReference | None = None
+    config_map_ref: NameReference | None = None
+
+
+class LocalObjectReference(Spec):
+    name: str = Field(min_length=1, max_length=253)
+
+
+def _not_reserved(what: str) -> Rule:
+    prefixes = " && ".join(f"!k.startsWith('{p}')" for p in RESERVED_LABEL_PREFIXES)
+    return cel(
+        f"self.all(k, {prefixes})",
+        f"{what} under {' and '.join(RESERVED_LABEL_PREFIXES)} are set by the operator; use another prefix",
+    )
+
+
 class RuntimeSpec(Spec):
     image: str | None = Field(
         default=None,
@@ -365,6 +448,61 @@ class RuntimeSpec(Spec):
     startup_timeout_seconds: int = Field(
         default=1200, ge=60, le=7200, description="How long model loading may take before restart."
     )
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Extra environment of the serving container and the engine build (e.g. a "
+        "Hugging Face token from a Secret). LLMOP_* names are reserved.",
+    )
+    env_from: list[EnvFromSource] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Secrets or ConfigMaps whose keys become environment variables, as envFrom.",
+    )
+    image_pull_secrets: list[LocalObjectReference] = Field(
+        default_factory=list, max_length=16, description="Pull secrets for the serving and build images."
+    )
+    service_account_name: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="ServiceAccount of the serving and build pods (e.g. for workload identity to an "
+        "object store); its API token is not mounted.",
+    )
+    pod_labels: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=32,
+        json_schema_extra=rules(_not_reserved("labels")),
+        description="Extra labels of the serving pods.",
+    )
+    pod_annotations: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=32,
+        json_schema_extra=rules(_not_reserved("annotations")),
+        description="Extra annotations of the serving pods.",
+    )
+
+    @field_validator("pod_labels", "pod_annotations")
+    @classmethod
+    def _not_reserved(cls, keys: dict[str, str]) -> dict[str, str]:  # the CEL rule's twin
+        taken = [k for k in keys if k.startswith(RESERVED_LABEL_PREFIXES)]
+        if taken:
+            raise ValueError(f"{', '.join(taken)}: set by the operator; use another prefix")
+        return keys
+
+    def container_env(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """env and envFrom as a container takes them."""
+        env = [e.model_dump(by_alias=True, exclude_none=True) for e in self.env]
+        return env, [e.model_dump(by_alias=True, exclude_none=True) for e in self.env_from]
+
+    def pod_identity(self) -> dict[str, Any]:
+        """serviceAccountName and imagePullSecrets of a pod spec, where set."""
+        identity: dict[str, Any] = {}
+        if self.service_account_name:
+            identity["serviceAccountName"] = self.service_account_name
+        if self.image_pull_secrets:
+            identity["imagePullSecrets"] = [{"name": s.name} for s in self.image_pull_secrets]
+        return identity
 
 
 # ---------------------------------------------------------------------------------------------
@@ -535,6 +673,13 @@ class RolloutSpec(Spec):
             cel(
                 "self.strategy != 'canary' || has(self.canary)",
                 "rollout.canary is required when rollout.strategy is canary",
+            ),
+            # Until canary rollouts exist, accepting the field would roll out to every replica at
+            # once behind the user's back.
+            cel(
+                "self.strategy != 'canary'",
+                "rollout.strategy canary is not implemented yet: this operator version rolls every "
+                "change out to all replicas (strategy rolling)",
             ),
         )
     )

@@ -34,6 +34,42 @@ def job_state(job: dict[str, Any] | None) -> BuildObserved:
     return BuildObserved(BuildFact.RUNNING)
 
 
+def claims(jobs: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(namespace, claim) of every volume claim the build Jobs mount, in order, once."""
+    found: dict[tuple[str, str], None] = {}
+    for job in jobs:
+        for volume in job["spec"]["template"]["spec"].get("volumes", []):
+            claim = volume.get("persistentVolumeClaim", {}).get("claimName")
+            if claim:
+                found[(job["metadata"]["namespace"], claim)] = None
+    return list(found)
+
+
+async def missing_claims(kube: KubeApi, jobs: list[dict[str, Any]], known: set[tuple[str, str]]) -> list[str]:
+    """Claims the builds would mount that do not exist: checked before a build starts, so the
+    user reads which claim is missing instead of a Job whose pod stays Pending. Claims once
+    seen are remembered (`known`), so a running build costs no lookups."""
+    missing = []
+    for namespace, claim in claims(jobs):
+        if (namespace, claim) in known:
+            continue
+        if await kube.claim_exists(namespace, claim):
+            known.add((namespace, claim))
+        else:
+            missing.append(claim)
+    return missing
+
+
+def missing_claims_message(namespace: str, missing: list[str], uris: list[str]) -> str:
+    """The sentence for status: the claims, the namespace, the fields that name them."""
+    named = [u for u in uris if any(u.startswith(f"pvc://{c}/") or u == f"pvc://{c}" for c in missing)]
+    claims_text = ", ".join(f'persistentvolumeclaim "{c}"' for c in missing)
+    return (
+        f"{claims_text} not found in namespace {namespace}; the engine build mounts it for "
+        f"{' and '.join(named)}: create the claim or change the URI (the build starts once it exists)"
+    )
+
+
 async def record_built(kube: KubeApi, namespace: str, keys: tuple[str, ...], stamp: str) -> None:
     if keys:
         await kube.add_configmap_keys(namespace, ENGINE_INDEX, dict.fromkeys(keys, stamp))

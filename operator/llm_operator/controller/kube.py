@@ -19,7 +19,7 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import StatefulSet
 from lightkube.resources.autoscaling_v2 import HorizontalPodAutoscaler
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import ConfigMap, Node, Pod, Service
+from lightkube.resources.core_v1 import ConfigMap, Node, PersistentVolumeClaim, Pod, Service
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.types import CascadeType, PatchType
 
@@ -63,6 +63,7 @@ class KubeApi(Protocol):
     async def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
     async def add_configmap_keys(self, namespace: str, name: str, data: dict[str, str]) -> None: ...
+    async def claim_exists(self, namespace: str, name: str) -> bool: ...
     async def event(
         self, involved: dict[str, Any], type_: str, reason: str, message: str, now: str
     ) -> None: ...
@@ -97,6 +98,15 @@ class Kube:
         except ApiError as e:
             if e.status.code != 409:
                 raise
+
+    async def claim_exists(self, namespace: str, name: str) -> bool:
+        try:
+            await self.client.get(PersistentVolumeClaim, name, namespace=namespace)
+        except ApiError as e:
+            if e.status.code == 404:
+                return False
+            raise
+        return True
 
     async def delete(self, kind: str, namespace: str, name: str) -> None:
         API_WRITES.labels(kind, "delete").inc()

@@ -124,12 +124,30 @@ FAILING_WAIT_REASONS = {
 
 
 def pod_problem(pod: dict[str, Any]) -> str | None:
-    """Why a serving pod cannot run (a waiting reason that needs a person), or None."""
-    for c in (pod.get("status") or {}).get("containerStatuses") or []:
+    """Why a serving or build pod cannot run, in the cluster's words (a waiting reason that needs a
+    person, the crashed container's last message, the scheduler's), or None."""
+    status = pod.get("status") or {}
+    for c in status.get("containerStatuses") or []:
         waiting = (c.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") in FAILING_WAIT_REASONS:
-            return f"{waiting['reason']}: {waiting.get('message', '')}".strip().rstrip(":")[:300]
+        reason = waiting.get("reason")
+        if reason not in FAILING_WAIT_REASONS:
+            continue
+        detail = waiting.get("message", "")
+        last = (c.get("lastState") or {}).get("terminated") or {}
+        if reason == "CrashLoopBackOff" and last:
+            said = (last.get("message") or "").strip()
+            detail = f"exited {last.get('exitCode')} ({last.get('reason', '')})" + (
+                f": {said}" if said else ""
+            )
+        return f"{reason}: {detail}".strip().rstrip(":")[:MAX_PROBLEM]
+    if status.get("phase") == "Pending":
+        for cond in status.get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
+                return f"Unschedulable: {cond.get('message', '')}".strip().rstrip(":")[:MAX_PROBLEM]
     return None
+
+
+MAX_PROBLEM = 300  # characters per pod: status and Events stay readable and bounded
 
 
 class PodProblems:

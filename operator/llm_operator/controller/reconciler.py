@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 # Consecutive failed reconciles (about 3.5 s of backoff) before the error goes into status.
 REPORT_AFTER_FAILURES = 4
 MAX_BACKOFF_SECONDS = 60.0
+CLAIM_RECHECK_SECONDS = 15.0  # claims are not watched: look again for one that was missing
 
 
 def now() -> str:
@@ -62,6 +63,7 @@ class Reconciler:
         self.known: set[Key] = set()
         self.leader_worker_set = False  # render multi-node replicas as LeaderWorkerSets
         self._failures: dict[Key, int] = {}  # consecutive failed reconciles
+        self._claims: set[tuple[str, str]] = set()  # volume claims seen to exist
 
     # -- triggers: record what was seen, queue the owner ---------------------------------------
 
@@ -163,17 +165,24 @@ class Reconciler:
             return
         try:
             plan = plan_for(ld, self.inventory)
+            want = desired(
+                ld,
+                plan,
+                self.config.images,
+                lambda ns, key, job: engines.build_observed(self.applier.children, ns, key, job),
+                leader_worker_set=self.leader_worker_set,
+            )
         except PlanningError as e:
             # Keep whatever serves now; only status and an Event change.
             await self._write_status(body, self._stalled(body, e))
             return
-        want = desired(
-            ld,
-            plan,
-            self.config.images,
-            lambda ns, key, job: engines.build_observed(self.applier.children, ns, key, job),
-            leader_worker_set=self.leader_worker_set,
-        )
+        missing = await engines.missing_claims(self.kube, want.jobs, self._claims)
+        if missing:
+            uris = [ld.spec.model.source.uri, ld.spec.engine.cache.uri]
+            message = engines.missing_claims_message(ld.namespace, missing, uris)
+            await self._write_status(body, self._stalled(body, PlanningError("VolumeClaimNotFound", message)))
+            self.queue.add_after((namespace, name), CLAIM_RECHECK_SECONDS)
+            return
         if needs_ssh(plan):
             await self.ssh.ensure(ld)
         await self._apply(ld, want)

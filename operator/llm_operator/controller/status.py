@@ -7,6 +7,7 @@ Reconciling/Stalled let kubectl wait, Flux, Argo CD and kpt read progress withou
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,6 +134,15 @@ def reduce(
             reason, message = "WaitingForReplicas", f"{ready_total}/{desired} replicas ready"
             phase = Phase.PROGRESSING if serving else Phase.DEPLOYING
         degraded = _cond("Degraded", False, "AsExpected", "", g)
+        missing = [p for p in obs.pod_problems if _MISSING_OBJECT.search(p)]
+        if missing:
+            # A claim, Secret or ConfigMap the pods need does not exist: only the user can fix it.
+            conds, phase = _stalled("MissingObject", "; ".join(missing), serving, g)
+            conds += [engine_cond, _cond("Available", serving or desired == 0, _available(serving), "", g)]
+            status, events = _finish(
+                status, conds, phase, "MissingObject", "; ".join(missing), old_status, now
+            )
+            return status, placement_events + events
         if obs.pod_problems:
             # Kubernetes keeps retrying (image pulls, restarts), so this is not Stalled, but the
             # user must usually act: say which pod and why.
@@ -147,15 +157,7 @@ def reduce(
             degraded,
         ]
     conds.append(engine_cond)
-    conds.append(
-        _cond(
-            "Available",
-            serving or desired == 0,
-            "MinimumReplicasAvailable" if serving else "NoReplicasAvailable",
-            "",
-            g,
-        )
-    )
+    conds.append(_cond("Available", serving or desired == 0, _available(serving), "", g))
     status, events = _finish(status, conds, phase, reason, message, old_status, now)
     return status, placement_events + events
 
@@ -168,6 +170,14 @@ def _placement_warnings(plan: Plan, old_status: dict[str, Any] | None) -> list[E
     if not plan.warnings or list(plan.warnings) == before:
         return []
     return [Event("Warning", "PlacementWarning", "; ".join(plan.warnings))]
+
+
+# The scheduler's and kubelet's words for an object the pod names that does not exist.
+_MISSING_OBJECT = re.compile(r'(persistentvolumeclaim|secret|configmap) "[^"]+" not found', re.I)
+
+
+def _available(serving: bool) -> str:
+    return "MinimumReplicasAvailable" if serving else "NoReplicasAvailable"
 
 
 def _stalled(reason: str, message: str, serving: bool, g: int) -> tuple[list[dict[str, Any]], Phase]:

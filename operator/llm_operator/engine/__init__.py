@@ -160,6 +160,7 @@ def build_job(
         args += ["--upload", upload]
     if trtllm_version:
         args += ["--trtllm-version", trtllm_version]
+    user_env, user_env_from = spec.runtime.container_env()
     container: dict[str, Any] = {
         "name": "build",
         "image": image,
@@ -170,8 +171,9 @@ def build_job(
             {"name": "HOME", "value": WORK_MOUNT},
             {"name": "USER", "value": "builder"},
             {"name": "HF_HOME", "value": f"{WORK_MOUNT}/.cache/huggingface"},
+            *user_env,  # the same credentials as serving: the build reads the same checkpoint
         ],
-        "envFrom": [{"secretRef": {"name": CREDENTIALS_SECRET, "optional": True}}],
+        "envFrom": [{"secretRef": {"name": CREDENTIALS_SECRET, "optional": True}}, *user_env_from],
         "resources": {"limits": {L.GPU_RESOURCE: str(gpus)}, "requests": {L.GPU_RESOURCE: str(gpus)}},
         "volumeMounts": mounts,
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
@@ -212,6 +214,7 @@ def build_job(
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
                     **_scheduling(spec, pool),
+                    **spec.runtime.pod_identity(),
                     "containers": [container],
                     "volumes": volumes,
                 },

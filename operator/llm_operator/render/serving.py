@@ -82,11 +82,12 @@ def _container(
         mounts.append({"name": "engine-cache", "mountPath": contract.ENGINE_CACHE_MOUNT, "readOnly": True})
     if pool.pods_per_replica > 1:
         mounts.append({"name": contract.SSH_VOLUME, "mountPath": contract.SSH_DIR, "readOnly": True})
+    user_env, user_env_from = spec.runtime.container_env()
     container: dict[str, Any] = {
         "name": "triton",
         "image": spec.runtime.image or (images.cpu_runtime if cpu else images.runtime),
         "command": list(contract.CONTAINER_COMMAND),
-        "env": _env(spec, pool, engine) + extra_env,
+        "env": _env(spec, pool, engine) + extra_env + user_env,
         "ports": [
             {"name": "http", "containerPort": contract.HTTP_PORT},
             {"name": "grpc", "containerPort": contract.GRPC_PORT},
@@ -98,6 +99,8 @@ def _container(
             "capabilities": {"drop": ["ALL"]},
         },
     }
+    if user_env_from:
+        container["envFrom"] = user_env_from
     if resources:
         container["resources"] = resources
     if leader:
@@ -167,6 +170,7 @@ def _pod_template(
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [_container(spec, pool, images, engine, leader=leader, extra_env=extra_env)],
         "volumes": _volumes(spec, pool, deployment, engine, ssh_secret),
+        **spec.runtime.pod_identity(),
     }
     if spec.engine.backend != Backend.CPU_REFERENCE:
         pod_spec.update(
@@ -187,14 +191,17 @@ def _pod_template(
         ):
             if value:
                 pod_spec[key] = value
+    # The user's labels and annotations first: the operator's own keys always win (admission
+    # refuses the reserved prefixes anyway).
+    labels = {**spec.runtime.pod_labels, **pod_labels}
     template: dict[str, Any] = {
         "metadata": {
-            "labels": pod_labels,
-            "annotations": {f"{L.DEPLOYMENT}-model-repo-hash": repo_hash},
+            "labels": labels,
+            "annotations": {**spec.runtime.pod_annotations, f"{L.DEPLOYMENT}-model-repo-hash": repo_hash},
         },
         "spec": pod_spec,
     }
-    template["metadata"]["labels"] = {**pod_labels, L.REVISION: template_hash(template)}
+    template["metadata"]["labels"] = {**labels, L.REVISION: template_hash(template)}
     return template
 
 

@@ -1,0 +1,156 @@
+"""Debian rootfs steps: debootstrap (cached per package set), pip inside a chroot, trimming.
+
+The images are made from Debian bookworm packages and PyPI wheels instead of a base image (no
+registry here). Network access happens on the host only: debootstrap fetches .debs into a shared
+cache, `pip download` fetches wheels into another; pip inside the chroot installs offline from
+them, so it writes the rootfs's own paths and `#!/usr/bin/python3` shebangs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from images.builder.cache import atomic_path, cache_root, inputs_hash, remove
+
+SUITE, MIRROR, VARIANT = "bookworm", "http://deb.debian.org/debian", "minbase"
+NONROOT = 65532  # distroless' nonroot: the uid the Dockerfiles run as
+CHROOT_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "LANG": "C.UTF-8",
+    "HOME": "/root",
+}
+# Not needed at run time; /usr/share/doc/*/copyright stays (licences).
+TRIMMED = ("var/lib/apt/lists", "var/cache/apt", "var/cache/debconf", "var/log", "usr/share/man",
+           "usr/share/info", "usr/share/lintian", "usr/share/locale", "usr/share/doc")  # fmt: skip
+
+
+def run(*args: str | Path, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    """Run a step; on failure the error carries its output (the logs are the diagnosis)."""
+    done = subprocess.run([str(a) for a in args], capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(map(str, args))} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
+        )
+    return done  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class Base:
+    """A debootstrapped rootfs with `packages` added; cached under its key, with the resolved
+    package versions (packages.txt) that go into every image key built on it."""
+
+    packages: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        settings = f"{SUITE} {MIRROR} {VARIANT} {' '.join(sorted(self.packages))}".encode()
+        return inputs_hash([("debootstrap", settings), ("trim", " ".join(TRIMMED).encode())])[:16]
+
+    @property
+    def path(self) -> Path:
+        return cache_root() / "bases" / self.key
+
+    def ensure(self, log: Sequence[str] = ()) -> Path:
+        """The cached base (rootfs/ and packages.txt), bootstrapped if absent."""
+        if not self.path.is_dir():
+            with atomic_path(self.path) as tmp:
+                tmp.mkdir()
+                rootfs = tmp / "rootfs"
+                debs = cache_root() / "debs"
+                debs.mkdir(parents=True, exist_ok=True)
+                run("debootstrap", f"--variant={VARIANT}", f"--cache-dir={debs}",
+                    f"--include={','.join(sorted(self.packages))}", SUITE, rootfs, MIRROR)  # fmt: skip
+                versions = run(
+                    "chroot", rootfs, "dpkg-query", "-W", "-f=${Package} ${Version}\\n", env=CHROOT_ENV
+                )
+                (tmp / "packages.txt").write_text(versions.stdout)
+                trim(rootfs)
+        return self.path
+
+    def packages_txt(self) -> bytes:
+        return (self.path / "packages.txt").read_bytes()
+
+    def copy_to(self, dest: Path) -> Path:
+        """A private copy of the rootfs to build on (the cached one stays pristine)."""
+        run("cp", "-a", "--reflink=auto", self.path / "rootfs", dest)
+        return dest
+
+
+def trim(rootfs: Path) -> None:
+    """Drop what a runtime image never reads: package caches, docs, man pages, bytecode (the
+    Dockerfiles set PYTHONDONTWRITEBYTECODE=1, so none is written back either)."""
+    for rel in TRIMMED:
+        for path in (rootfs / rel).glob("*"):
+            if rel == "usr/share/doc" and (path / "copyright").is_file():
+                for extra in path.iterdir():
+                    if extra.name != "copyright":
+                        remove(extra)
+            else:
+                remove(path)
+    for cache in list(rootfs.glob("usr/**/__pycache__")):
+        shutil.rmtree(cache)
+
+
+def add_nonroot_user(rootfs: Path) -> None:
+    """passwd/group entries for uid 65532 (ssh, getpass and `id` want one) and its home."""
+    with (rootfs / "etc/passwd").open("a") as passwd:
+        passwd.write(f"nonroot:x:{NONROOT}:{NONROOT}:nonroot:/home/nonroot:/usr/sbin/nologin\n")
+    with (rootfs / "etc/group").open("a") as group:
+        group.write(f"nonroot:x:{NONROOT}:\n")
+    home = rootfs / "home/nonroot"
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.chown(home, NONROOT, NONROOT)
+
+
+def wheelhouse() -> Path:
+    path = cache_root() / "wheels"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def download(requirements: Sequence[str | Path], constraints: Path | None = None, deps: bool = True) -> None:
+    """Fetch wheels into the shared wheelhouse (pip skips those already there). The host's python
+    is 3.11 on glibc 2.36 too, so it picks the wheels the rootfs's python3 accepts."""
+    extra = (["-c", str(constraints)] if constraints else []) + ([] if deps else ["--no-deps"])
+    run(sys.executable, "-m", "pip", "download", "--quiet", "--only-binary", ":all:", "--dest", wheelhouse(),
+        *extra, *requirements)  # fmt: skip
+
+
+def pip_install(rootfs: Path, requirements: Sequence[str | Path], constraints: Path | None = None,
+                deps: bool = True) -> None:  # fmt: skip
+    """pip (this interpreter's own copy, not left behind) inside the chroot, offline from the
+    wheelhouse; Debian's python3 then owns the paths (/usr/local/lib/python3.11/dist-packages).
+    Requirements that are paths (local wheels) are copied in."""
+    import pip  # the host's pip, copied in: Debian's python3 has none and needs none at run time
+
+    tools = rootfs / "tmp/build-tools"
+    shutil.copytree(Path(pip.__file__).parent, tools / "pip")
+    shutil.copytree(wheelhouse(), tools / "wheels", copy_function=_link_or_copy)
+    args = [] if deps else ["--no-deps"]
+    if constraints:
+        shutil.copy(constraints, tools / "constraints.txt")
+        args += ["-c", "/tmp/build-tools/constraints.txt"]
+    for requirement in requirements:
+        if isinstance(requirement, Path):
+            shutil.copy(requirement, tools / requirement.name)
+            requirement = f"/tmp/build-tools/{requirement.name}"
+        args.append(requirement)
+    try:
+        run("chroot", rootfs, "/usr/bin/python3", "-m", "pip", "install", "--quiet", "--no-index",
+            "--find-links", "/tmp/build-tools/wheels", "--no-compile", "--break-system-packages",
+            "--root-user-action=ignore", "--disable-pip-version-check", *args,
+            env={**CHROOT_ENV, "PYTHONPATH": "/tmp/build-tools"})  # fmt: skip
+    finally:
+        shutil.rmtree(tools)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        Path(dst).hardlink_to(src)
+    except OSError:
+        shutil.copy2(src, dst)

@@ -1,0 +1,176 @@
+"""The images: what goes into each (its inputs, hashed into its name and tag) and how its rootfs
+is assembled. One gzip layer per image; the archive is reused while the inputs hash is unchanged.
+
+Tags: `localhost/llm-operator/<name>:dev-<first 12 hex of the inputs hash>` (immutable: pods that
+must run exactly this build name it) and `:dev` (moves to the latest build loaded).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from images.builder import debian
+from images.builder.cache import build_lock, cache_root, files_under, inputs_hash, scratch
+from images.builder.dockerfile import runtime_config
+from images.builder.oci import ImageConfig, write_archive, write_layer
+
+REPO = Path(__file__).resolve().parents[2]
+REGISTRY = "localhost/llm-operator"
+PROJECT = ("pyproject.toml", "README.md", "operator")  # what `pip install .` reads
+INPUTS_LABEL = "io.llmoperator.image-inputs"
+# Base image install paths (python:3.11-slim) -> Debian's python3 with pip's default scheme.
+SITE_PACKAGES = {"/usr/local/lib/python3.11/site-packages": "/usr/local/lib/python3.11/dist-packages"}
+# Runtime wheels of the CPU image, at the versions requirements/dev.lock pins.
+CPU_RUNTIME_WHEELS = ("nvidia-pytriton==0.7.0", "prometheus-client==0.26.0")
+# Debian packages: the CPU runtime's torch/numpy (PyPI's torch bundles CUDA) and libpython3.11 for
+# Triton's python-backend stub. `ldd` in this rootfs finds everything else tritonserver, its python
+# backend and the stub load: the wheel bundles its libraries (nvidia_pytriton.libs), and libz,
+# libexpat and libstdc++ come with python3.
+CPU_RUNTIME_BASE = debian.Base(("python3", "libpython3.11", "python3-torch", "python3-numpy"))
+OPERATOR_BASE = debian.Base(("python3",))
+
+Inputs = list[tuple[str, bytes]]
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    inputs: Callable[[], Inputs]  # besides the builder's own source; may prepare a cached base
+    assemble: Callable[[Path, Path], ImageConfig]  # (empty rootfs dir, scratch dir) -> config
+
+
+def _files(*relative: str) -> Inputs:
+    return [(str(p.relative_to(REPO)), p.read_bytes()) for p in files_under(REPO, *relative)]
+
+
+def _tool_version(*command: str) -> bytes:
+    return subprocess.run(command, capture_output=True, check=True).stdout
+
+
+def _project_wheel(work: Path) -> Path:
+    """Our package as a wheel, built from a copy (setuptools writes build/ and *.egg-info)."""
+    source = work / "source"
+    source.mkdir()
+    for rel in PROJECT:
+        if (REPO / rel).is_dir():
+            shutil.copytree(
+                REPO / rel, source / rel, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+            )
+        else:
+            shutil.copy2(REPO / rel, source / rel)
+    debian.run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+               "--wheel-dir", work / "dist", source)  # fmt: skip
+    return next((work / "dist").glob("llm_operator-*.whl"))
+
+
+# pause -------------------------------------------------------------------------------------------
+
+
+def _pause_inputs() -> Inputs:
+    libc = _tool_version("dpkg-query", "-W", "-f=${Version}", "libc6-dev")
+    return [
+        *_files("images/pause/pause.c"),
+        ("gcc", _tool_version("gcc", "-dumpfullversion")),
+        ("libc.a", libc),
+    ]
+
+
+def _pause_assemble(rootfs: Path, work: Path) -> ImageConfig:
+    rootfs.mkdir()
+    debian.run("gcc", "-Os", "-static", "-s", "-Wall", "-Wextra", "-Werror", "-o", rootfs / "pause",
+               REPO / "images/pause/pause.c")  # fmt: skip
+    # The user of registry.k8s.io/pause: the sandbox needs no privileges.
+    return ImageConfig(entrypoint=["/pause"], user="65535:65535")
+
+
+# cpu-runtime -------------------------------------------------------------------------------------
+
+
+def _cpu_runtime_inputs() -> Inputs:
+    CPU_RUNTIME_BASE.ensure()
+    return [
+        ("debian", CPU_RUNTIME_BASE.packages_txt()),
+        ("wheels", " ".join(CPU_RUNTIME_WHEELS).encode()),
+        *_files("images/cpu-runtime.Dockerfile", *PROJECT),
+    ]
+
+
+def _cpu_runtime_assemble(rootfs: Path, work: Path) -> ImageConfig:
+    CPU_RUNTIME_BASE.copy_to(rootfs)
+    # --no-deps: the image needs tritonserver's files from the wheel, not pytriton's python API.
+    debian.download(CPU_RUNTIME_WHEELS, deps=False)
+    debian.pip_install(rootfs, [*CPU_RUNTIME_WHEELS, _project_wheel(work)], deps=False)
+    # As the Dockerfile does: the stub built for python 3.11 goes where the python backend looks.
+    triton = rootfs / "usr/local/lib/python3.11/dist-packages/pytriton/tritonserver"
+    shutil.copy2(triton / "python_backend_stubs/3.11/triton_python_backend_stub", triton / "backends/python/")
+    debian.add_nonroot_user(rootfs)
+    debian.trim(rootfs)
+    return runtime_config(REPO / "images/cpu-runtime.Dockerfile", SITE_PACKAGES)
+
+
+# operator ----------------------------------------------------------------------------------------
+
+
+def _operator_inputs() -> Inputs:
+    OPERATOR_BASE.ensure()
+    return [
+        ("debian", OPERATOR_BASE.packages_txt()),
+        *_files("images/operator.Dockerfile", "requirements/dev.lock", "model_repo_templates", *PROJECT),
+    ]
+
+
+def _operator_assemble(rootfs: Path, work: Path) -> ImageConfig:
+    OPERATOR_BASE.copy_to(rootfs)
+    wheel, lock = _project_wheel(work), REPO / "requirements/dev.lock"
+    debian.download([wheel], constraints=lock)  # the runtime dependencies at their locked versions
+    debian.pip_install(rootfs, [wheel], constraints=lock)
+    config = runtime_config(REPO / "images/operator.Dockerfile")
+    shutil.copytree(
+        REPO / "model_repo_templates", rootfs / config.env["LLMOP_MODEL_REPO_TEMPLATES"].lstrip("/")
+    )
+    debian.add_nonroot_user(rootfs)
+    debian.trim(rootfs)
+    return config
+
+
+SPECS = {
+    spec.name: spec
+    for spec in (
+        Spec("pause", _pause_inputs, _pause_assemble),
+        Spec("cpu-runtime", _cpu_runtime_inputs, _cpu_runtime_assemble),
+        Spec("operator", _operator_inputs, _operator_assemble),
+    )
+}
+
+
+def refs(name: str, digest: str) -> list[str]:
+    return [f"{REGISTRY}/{name}:dev-{digest[:12]}", f"{REGISTRY}/{name}:dev"]
+
+
+def inputs_digest(spec: Spec) -> str:
+    return inputs_hash([*_files("images/builder"), *spec.inputs()])
+
+
+def build(name: str, log: Callable[[str], None] = print) -> Path:
+    """The archive of image `name`, built unless one with the same inputs hash is cached."""
+    spec = SPECS[name]
+    with build_lock():
+        digest = inputs_digest(spec)
+        dest = cache_root() / f"{name}-{digest[:16]}.oci.tar"
+        if dest.is_file():
+            log(f"{name}: reused {dest}")
+            return dest
+        with scratch(f"work-{name}") as work:
+            config = spec.assemble(work / "rootfs", work)
+            config = replace(config, labels={**config.labels, INPUTS_LABEL: digest})
+            layer = write_layer(work / "rootfs", work / "layer.tar.gz")
+            write_archive(
+                dest, refs(name, digest), config, [layer], history=f"python -m images.builder {name}"
+            )
+        log(f"{name}: built {dest}")
+        return dest

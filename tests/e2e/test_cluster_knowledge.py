@@ -1,0 +1,74 @@
+"""What only the cluster knows reaches the user: conditions and Warning Events in the cluster's
+own words, within a reconcile of the cluster knowing it, and nothing serving is touched."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from e2e.cluster.testing import Kubectl, condition, wait_for
+from tests.e2e.manifests import deployment
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("gpu_pools")]
+TIMEOUT = 90
+
+
+def stalled(kubectl: Kubectl, namespace: str, name: str, reason: str) -> dict[str, Any]:
+    ld = wait_for(
+        f"{name} Stalled with {reason}",
+        lambda: kubectl.get("llmdeployment", name, namespace),
+        lambda o: (condition(o, "Stalled") or {}).get("reason") == reason,
+        timeout=TIMEOUT,
+    )
+    assert ld is not None
+    found = condition(ld, "Stalled")
+    assert found is not None and found["status"] == "True"
+    return found
+
+
+def warning_events(kubectl: Kubectl, namespace: str, name: str) -> list[dict[str, Any]]:
+    return [
+        e for e in kubectl.items("events", namespace)
+        if e["involvedObject"]["name"] == name and e["type"] == "Warning"
+    ]  # fmt: skip
+
+
+def test_a_missing_model_claim_is_named_before_any_build_starts(
+    operator: None, kubectl: Kubectl, namespace: str
+) -> None:
+    body = deployment("claimless", engine={
+        "precision": "bf16", "maxBatchSize": 8, "maxInputLen": 1024, "maxSeqLen": 2048, "maxNumTokens": 2048,
+        "build": {}, "cache": {"uri": "pvc://engines/cache"},
+    }, model={"name": "meta-llama/Llama-3.2-1B-Instruct", "source": {"uri": "pvc://models/llama3.2-1b/"}},
+        resources={"gpu": {"products": ["NVIDIA-A10G"]}})  # fmt: skip
+    kubectl.apply(body, namespace)
+    found = stalled(kubectl, namespace, "claimless", "VolumeClaimNotFound")
+    assert (
+        f'persistentvolumeclaim "models", persistentvolumeclaim "engines" not found in namespace {namespace}'
+        in (found["message"])
+    )
+    assert kubectl.items("jobs", namespace) == [], "no build Job without its claims"
+    assert any(e["reason"] == "VolumeClaimNotFound" for e in warning_events(kubectl, namespace, "claimless"))
+
+    claim_spec = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}
+    for claim in ("models", "engines"):  # what the user does about it; the operator looks again
+        kubectl.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
+                       "spec": claim_spec}, namespace)  # fmt: skip
+    wait_for(
+        "the build Job, once the claims exist", lambda: kubectl.items("jobs", namespace), bool, timeout=60
+    )
+
+
+def test_a_serving_pod_the_scheduler_cannot_place_says_why(
+    operator: None, kubectl: Kubectl, namespace: str
+) -> None:
+    # A prebuilt engine on a claim that does not exist: the serving pod stays Pending.
+    kubectl.apply(deployment("unplaced", resources={"gpu": {"products": ["NVIDIA-L40S"]}}), namespace)
+    found = stalled(kubectl, namespace, "unplaced", "MissingObject")
+    assert (
+        "Unschedulable" in found["message"]
+        and 'persistentvolumeclaim "engines" not found' in found["message"]
+    )
+    assert any(e["reason"] == "MissingObject" for e in warning_events(kubectl, namespace, "unplaced"))
+    assert kubectl.get("statefulset", "unplaced", namespace) is not None, "what was applied stays"

@@ -1,0 +1,147 @@
+"""The built images, run without a container runtime (tests/images/rootfs.py): each starts as its
+config says and does its job. Builds are cached (images/README.md): the first run on a machine
+takes minutes, later ones reuse the archives."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from images.builder.images import build
+from tests.images.rootfs import Rootfs, can_build, pid_one
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.images, pytest.mark.skipif(can_build() is not None, reason=str(can_build()))]
+# The operator's runtime dependencies: the serving image must not carry them (--no-deps).
+OPERATOR_ONLY = ("pydantic", "jinja2", "lightkube", "kopf")
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Rootfs]:
+    unpacked: dict[str, Rootfs] = {}
+
+    def get(name: str) -> Rootfs:
+        if name not in unpacked:
+            unpacked[name] = Rootfs.unpack(build(name), tmp_path_factory.mktemp(name) / "rootfs")
+        return unpacked[name]
+
+    return get
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_pause_runs_as_the_sandbox_and_exits_0_on_sigterm(image: Callable[[str], Rootfs]) -> None:
+    pause = image("pause")
+    assert [p for p in pause.path.rglob("*") if not p.is_dir()] == [pause.path / "pause"], "one static file"
+    with pause.popen(pause.command()) as process:
+        time.sleep(0.5)
+        assert process.poll() is None, "pause must stay up until stopped"
+        pid = pid_one(process.pid)
+        assert re.search(r"^Uid:\s+65535\s", Path(f"/proc/{pid}/status").read_text(), re.MULTILINE)
+        os.kill(pid, signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+
+
+def test_operator_runs_its_cli_with_the_templates(image: Callable[[str], Rootfs]) -> None:
+    operator = image("operator")
+    assert operator.config["Entrypoint"] == ["llm-operator"]
+    assert operator.config["Cmd"] == ["run", "--all-namespaces"]
+    helped = operator.run(operator.command("run", "--help"))
+    assert helped.returncode == 0, helped.stdout
+    assert "--all-namespaces" in helped.stdout
+    # The templates ship at LLMOP_MODEL_REPO_TEMPLATES: rendering a model repository works in-image.
+    shutil.copy(REPO / "examples/cpu-reference.yaml", operator.path / "tmp/app.yaml")
+    rendered = operator.run(operator.command("model-repo", "-f", "/tmp/app.yaml", "-o", "/tmp/repo"))
+    assert rendered.returncode == 0, rendered.stdout
+    assert (operator.path / "tmp/repo/ensemble/config.pbtxt").is_file()
+
+
+def test_cpu_runtime_has_the_launcher_without_the_operators_dependencies(
+    image: Callable[[str], Rootfs],
+) -> None:
+    runtime = image("cpu-runtime")
+    probe = (
+        "import importlib.util, json, llm_operator.runtime.launcher, torch, numpy, prometheus_client\n"
+        f"print(json.dumps([m for m in {list(OPERATOR_ONLY)!r} if importlib.util.find_spec(m)]))"
+    )
+    imported = runtime.run(["python3", "-c", probe])
+    assert imported.returncode == 0, imported.stdout
+    assert json.loads(imported.stdout.splitlines()[-1]) == [], "the serving image must not carry these"
+    tritonserver = runtime.run([runtime.env["LLMOP_TRITONSERVER"], "--help"])
+    assert "--model-repository" in tritonserver.stdout, tritonserver.stdout[-2000:]
+    stub = Path(runtime.env["LLMOP_BACKEND_DIR"].lstrip("/")) / "python/triton_python_backend_stub"
+    assert (runtime.path / stub).is_file()
+
+
+@pytest.fixture
+def model_repo_src(image: Callable[[str], Rootfs], tmp_path: Path) -> Iterator[str]:
+    """The cpu-reference repository as the pod gets it: ConfigMap keys (`/` written as `__`) in a
+    directory inside the image's rootfs."""
+    from llm_operator import cli
+
+    rendered = tmp_path / "rendered"
+    assert cli.main(["model-repo", "-f", str(REPO / "examples/cpu-reference.yaml"), "-o", str(rendered)]) == 0
+    runtime = image("cpu-runtime")
+    src = runtime.path / "etc/llm-operator/model-repo"
+    src.mkdir(parents=True)
+    for path in rendered.rglob("*"):
+        if path.is_file():
+            shutil.copy(path, src / str(path.relative_to(rendered)).replace("/", "__"))
+    yield "/etc/llm-operator/model-repo"
+    shutil.rmtree(src)
+
+
+def test_cpu_runtime_launcher_serves_the_cpu_reference_model(
+    image: Callable[[str], Rootfs], model_repo_src: str
+) -> None:
+    runtime = image("cpu-runtime")
+    http, grpc, metrics = free_port(), free_port(), free_port()
+    env = {
+        "LLMOP_MODEL_REPO_SRC": model_repo_src,
+        "LLMOP_MODEL_REPO": "/tmp/model-repo",  # an emptyDir in the pod
+        "LLMOP_HTTP_PORT": str(http),
+        "LLMOP_GRPC_PORT": str(grpc),
+        "LLMOP_METRICS_PORT": str(metrics),
+    }
+    log = Path(runtime.path / "tmp/launcher.log")
+    with (
+        log.open("w") as out,
+        runtime.popen(runtime.command(), env, stdout=out, stderr=subprocess.STDOUT) as process,
+    ):
+        try:
+            deadline = time.monotonic() + 180
+            ready = False
+            while not ready and time.monotonic() < deadline and process.poll() is None:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=2) as r:
+                        ready = r.status == 200
+                except OSError:
+                    time.sleep(1)
+            assert ready, f"not ready (exit {process.poll()}):\n{log.read_text()[-4000:]}"
+            request = json.dumps({"text_input": "hello", "max_tokens": 4}).encode()
+            with urllib.request.urlopen(
+                urllib.request.Request(f"http://127.0.0.1:{http}/v2/models/ensemble/generate", data=request),
+                timeout=30,
+            ) as r:
+                assert json.loads(r.read())["text_output"]
+            # SIGTERM (what the kubelet sends) stops the launcher and its server cleanly.
+            os.kill(pid_one(process.pid), signal.SIGTERM)
+            assert process.wait(timeout=60) == 0, log.read_text()[-4000:]
+        finally:
+            if process.poll() is None:
+                process.kill()
