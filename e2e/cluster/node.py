@@ -153,6 +153,10 @@ def cni_config(layout: NodeLayout) -> dict[str, Any]:
     }
 
 
+REAL_NODE_TAINT = {"key": "e2e.llmoperator.io/real-node", "value": "true", "effect": "NoSchedule"}
+REAL_NODE_TOLERATION = {"key": REAL_NODE_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
+
+
 def kubelet_config(layout: NodeLayout, pki: Pki) -> dict[str, Any]:
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
@@ -182,6 +186,9 @@ def kubelet_config(layout: NodeLayout, pki: Pki) -> dict[str, Any]:
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         "nodeStatusReportFrequency": "10s",
+        # Only pods that ask for the real node run there, until the images every CPU-only pod of
+        # the e2e tests needs are imported at `up` (then the KWOK cpu pool and this taint go).
+        "registerWithTaints": [REAL_NODE_TAINT],
     }
 
 

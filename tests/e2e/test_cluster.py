@@ -20,7 +20,7 @@ import pytest
 
 from e2e.cluster import Cluster, ClusterError, busybox_image, netns
 from e2e.cluster.components import COMPONENTS, run_build_tools
-from e2e.cluster.node import SHIM, mounts_under
+from e2e.cluster.node import REAL_NODE_TAINT, REAL_NODE_TOLERATION, SHIM, mounts_under
 from e2e.cluster.nodes import build_nodes, load_pools
 from e2e.cluster.pki import NODE_NAME
 from e2e.cluster.processes import find_owned, free_port
@@ -398,6 +398,8 @@ def _web(namespace: str) -> list[dict[str, Any]]:
             "kind": "Pod",
             "metadata": {"name": "web", "labels": labels},
             "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
+                "tolerations": [REAL_NODE_TOLERATION],
                 "containers": [container],
                 "volumes": [{"name": "scratch", "emptyDir": {}}],
                 "terminationGracePeriodSeconds": 1,
@@ -432,15 +434,13 @@ def test_real_node_is_ready_beside_the_kwok_pools(cluster: E2ECluster, kubectl: 
     assert "kwok.x-k8s.io/node" not in real["metadata"].get("annotations", {})
     assert real["status"]["nodeInfo"]["kubeletVersion"] == "v1.34.4"
     assert real["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
-    assert not real["spec"].get("taints")
+    assert [t["key"] for t in real["spec"].get("taints", [])] == [REAL_NODE_TAINT["key"]]
     assert {a["type"]: a["address"] for a in real["status"]["addresses"]}["InternalIP"] == netns.NODE_IP
     kwok = [
         n for n in nodes.values() if n["metadata"].get("annotations", {}).get("kwok.x-k8s.io/node") == "fake"
     ]
     assert len(kwok) == len(nodes) - 1
     assert all(is_true(n, "Ready") for n in kwok)
-    # Every simulated node is a tainted GPU node: pods without a GPU toleration only fit the real one.
-    assert all(n["spec"].get("taints") for n in kwok)
 
 
 @pytest.mark.e2e
