@@ -153,7 +153,7 @@ def cni_config(layout: NodeLayout) -> dict[str, Any]:
     }
 
 
-REAL_NODE_TAINT = {"key": "e2e.llmoperator.io/real-node", "value": "true", "effect": "NoSchedule"}
+REAL_NODE_TAINT = {"key": "llm-operator.dev/real-node", "value": "true", "effect": "NoSchedule"}
 REAL_NODE_TOLERATION = {"key": REAL_NODE_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
 
 
