@@ -308,10 +308,12 @@ def start(
     nodes: Sequence[dict[str, Any]],
     extra_args: Mapping[str, Sequence[str]],
     log: Log,
+    node_images: Sequence[str] = node_mod.NODE_IMAGES,
 ) -> dict[str, int]:
     """Create the namespace and start every component into an empty `state` (each once what it
     needs is ready), create `nodes` and wait until they and the real node are Ready; returns the
-    host ports. `extra_args` go last (they win)."""
+    host ports. `extra_args` go last (they win). `node_images` (images.builder names) are in the
+    real node's containerd before its kubelet starts."""
     ports = {"kube-apiserver": free_ports(1)[0]}
     state.create(ports, tools)
     ns = state.netns
@@ -364,7 +366,7 @@ def start(
 
     # The real node.
     layout = node_layout(state)
-    pause, sandbox_image = node_mod.pause_archive(layout.root, log)
+    archives, sandbox_image = node_mod.node_archives(layout.root, log, node_images)
     kubeconfigs = {c: state.component_kubeconfig(c) for c in IN_NAMESPACE_CLIENTS}
     node_mod.write_configs(layout, pki, sandbox_image, kubeconfigs, kubeconfig.CLUSTER_NAME)
     node_mod.create_cgroups(layout.cgroup)
@@ -376,16 +378,25 @@ def start(
                 f"creating {obj['kind']} {obj['metadata']['name']} failed: HTTP {code}: {body}"
             )
     args = node_mod.command_lines(layout, kubeconfigs)
-    spawn("containerd", args["containerd"])
-    wait_ready(
-        "containerd",
-        lambda: layout.socket.exists() and node_mod.ctr(layout, "version", timeout=5).returncode == 0,
-        "containerd",
-    )
+
+    def containerd_up() -> bool:
+        return layout.socket.exists() and node_mod.ctr(layout, "version", timeout=5).returncode == 0
+
+    # containerd without CRI first: the kept root loses the last instance's pods (CRI would
+    # recover them) and gains the images it lacks; then containerd as the kubelet's runtime.
+    argv = [str(tools["containerd"]), *args["containerd-images"]]
+    images_log = state.log_file("containerd-images")
+    pid = children.spawn("containerd", netns.command(ns, argv), images_log, state.root)
+    wait("containerd (images)", containerd_up, STARTUP_TIMEOUT_S, children, images_log)
     try:
-        node_mod.import_image(layout, pause)
-    except (RuntimeError, subprocess.TimeoutExpired) as e:
-        raise ClusterError(f"importing the sandbox image into containerd failed: {e}") from None
+        node_mod.remove_old_pods(layout)
+        shutil.rmtree(layout.containerd_root / node_mod.CRI_PLUGIN, ignore_errors=True)
+        node_mod.sync_images(layout, archives, node_mod.LOCAL_REGISTRY, log)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+        raise ClusterError(f"importing images into the real node's containerd failed: {e}") from None
+    children.terminate([pid])
+    spawn("containerd", args["containerd"])
+    wait_ready("containerd", containerd_up, "containerd")
     spawn("kubelet", args["kubelet"])
     spawn("kube-proxy", args["kube-proxy"])
     spawn("coredns", args["coredns"])
@@ -415,4 +426,4 @@ def start(
 
 
 def node_layout(state: StateDir) -> node_mod.NodeLayout:
-    return node_mod.NodeLayout(state.node_dir, state.run_dir, state.cgroup)
+    return node_mod.NodeLayout(state.node_dir, state.run_dir, state.cgroup, state.node_cache / "containerd")

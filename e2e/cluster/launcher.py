@@ -66,6 +66,8 @@ class Cluster:
 
     `extra_args` appends flags per component (later flags win), `tools` replaces the binaries that
     build-tools.sh would provide ({binary name: path}); both exist for tests and experiments.
+    `node_images` names the images.builder images the real node has at `up` (the sandbox image
+    always); they stay imported in `node_cache` across `down`.
     """
 
     def __init__(
@@ -75,12 +77,14 @@ class Cluster:
         extra_args: Mapping[str, Sequence[str]] | None = None,
         tools: Mapping[str, Path] | None = None,
         node_pools_file: Path = node_pools.NODE_POOLS_FILE,
+        node_images: Sequence[str] = node_mod.NODE_IMAGES,
         log: Log = _stderr,
     ) -> None:
         self._state = StateDir(state_dir)
         self.extra_args = {k: list(v) for k, v in (extra_args or {}).items()}
         self.tools = dict(tools) if tools is not None else None
         self.node_pools_file = node_pools_file
+        self.node_images = tuple(node_images)
         self.log = log
         self._children = Children()
 
@@ -131,7 +135,15 @@ class Cluster:
             tools, builds = (self.tools, {}) if self.tools is not None else run_build_tools(self.log)
             build_seconds = time.monotonic() - build_start
             try:
-                ports = start(self._state, tools, self._children, self._nodes(), self.extra_args, self.log)
+                ports = start(
+                    self._state,
+                    tools,
+                    self._children,
+                    self._nodes(),
+                    self.extra_args,
+                    self.log,
+                    self.node_images,
+                )
             except BaseException:
                 self._stop_all()
                 self._state.clear(keep=("logs", "leases"))  # the error names a log: keep it
@@ -177,12 +189,20 @@ class Cluster:
         self._children.terminate([pid])
         return True
 
-    def down(self) -> list[str]:
-        """Stop everything and remove the state directory; returns the components that were running."""
+    @property
+    def node_cache(self) -> Path:
+        """The real node's containerd root (its images), kept across `down`."""
+        return self._state.node_cache
+
+    def down(self, *, keep_images: bool = True) -> list[str]:
+        """Stop everything and remove the state directory (and, unless `keep_images`, the node's
+        imported images); returns the components that were running."""
         with self._state.lock():
             self.stop_demo_operator()
             stopped = self._stop_all()
             self._state.clear()
+            if not keep_images:
+                shutil.rmtree(self.node_cache, ignore_errors=True)
             return stopped
 
     def status(self) -> dict[str, Any]:
@@ -232,7 +252,7 @@ class Cluster:
         self._children.terminate(list(find_owned({node_mod.SHIM}, layout.run)))
         # overlay rootfs, shm, nsfs (pod netns) and kubelet volume mounts live in the host's mount
         # namespace, below the state dir and the /run dir.
-        mounted = node_mod.unmount_under([layout.root, layout.run])
+        mounted = node_mod.unmount_under([layout.root, layout.run, layout.containerd_root])
         cgroups = node_mod.remove_cgroups(layout.cgroup)
         # Clients of etcd first, etcd last, so nothing logs a burst of connection errors.
         rest = {p: n for p, n in found.items() if n not in node_mod.NODE_COMPONENTS}

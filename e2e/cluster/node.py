@@ -4,7 +4,10 @@ teardown that leaves no process, mount or cgroup behind (see /work/shared/refere
 for why each setting is there).
 
 Per instance (so two checkouts never share anything): the kubelet's root dir, pod logs and
-cgroupRoot, containerd's root, state, socket and runc root, host-local's data dir.
+cgroupRoot, containerd's root, state, socket and runc root, host-local's data dir. containerd's root
+(content store, snapshots, image metadata) outlives `down` in the cache dir, so that an image
+imported once (cpu-runtime: ~44 s) is not imported again at the next `up`; what the last instance
+left of pods in it (containers, sandboxes) is removed before the kubelet starts.
 """
 
 from __future__ import annotations
@@ -73,10 +76,12 @@ class NodeLayout:
     """Where one instance's node files live: `root` (persistent, in the state dir) and `run`
     (sockets and runtime state on /run: short paths, below the unix socket length limit)."""
 
-    def __init__(self, root: Path, run: Path, cgroup: str) -> None:
+    def __init__(self, root: Path, run: Path, cgroup: str, containerd_root: Path | None = None) -> None:
         self.root = root
         self.run = run
         self.cgroup = cgroup  # the kubelet's cgroupRoot, one level below each hierarchy's root
+        # containerd's root: kept across `down` (images stay imported) when outside `root`.
+        self.containerd_root = containerd_root or root / "containerd"
 
     @property
     def socket(self) -> Path:
@@ -94,12 +99,18 @@ def _toml_str(value: str) -> str:
     return json.dumps(value)
 
 
-def containerd_config(layout: NodeLayout, sandbox_image: str) -> str:
-    cri = 'plugins."io.containerd.grpc.v1.cri"'
-    return f"""version = 2
-root = {_toml_str(str(layout.root / "containerd"))}
-state = {_toml_str(str(layout.run / "containerd"))}
+CRI_PLUGIN = "io.containerd.grpc.v1.cri"
 
+
+def containerd_config(layout: NodeLayout, sandbox_image: str, with_cri: bool = True) -> str:
+    """The node's containerd; without CRI (no kubelet API, no recovery of old pods) it only
+    serves images and containers to ctr: how `up` prepares the kept root before the kubelet."""
+    disabled = "" if with_cri else f"disabled_plugins = [{_toml_str(CRI_PLUGIN)}]\n"
+    cri = f'plugins."{CRI_PLUGIN}"'
+    return f"""version = 2
+root = {_toml_str(str(layout.containerd_root))}
+state = {_toml_str(str(layout.run / "containerd"))}
+{disabled}
 [grpc]
   address = {_toml_str(str(layout.socket))}
 [ttrpc]
@@ -153,10 +164,6 @@ def cni_config(layout: NodeLayout) -> dict[str, Any]:
     }
 
 
-REAL_NODE_TAINT = {"key": "llm-operator.dev/real-node", "value": "true", "effect": "NoSchedule"}
-REAL_NODE_TOLERATION = {"key": REAL_NODE_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
-
-
 def kubelet_config(layout: NodeLayout, pki: Pki) -> dict[str, Any]:
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
@@ -186,9 +193,6 @@ def kubelet_config(layout: NodeLayout, pki: Pki) -> dict[str, Any]:
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         "nodeStatusReportFrequency": "10s",
-        # Only pods that ask for the real node run there, until the images every CPU-only pod of
-        # the e2e tests needs are imported at `up` (then the KWOK cpu pool and this taint go).
-        "registerWithTaints": [REAL_NODE_TAINT],
     }
 
 
@@ -227,10 +231,14 @@ def corefile(kubeconfig: Path, context: str) -> str:
 def write_configs(
     layout: NodeLayout, pki: Pki, sandbox_image: str, kubeconfigs: dict[str, Path], context: str
 ) -> None:
-    for sub in ("config", "cni", "cni-ipam", "kubelet", "pod-logs", "containerd", "opt"):
+    for sub in ("config", "cni", "cni-ipam", "kubelet", "pod-logs", "opt"):
         (layout.root / sub).mkdir(parents=True, exist_ok=True)
+    layout.containerd_root.mkdir(parents=True, exist_ok=True)
     layout.run.mkdir(parents=True, exist_ok=True)
     layout.config("containerd.toml").write_text(containerd_config(layout, sandbox_image))
+    layout.config("containerd-images.toml").write_text(
+        containerd_config(layout, sandbox_image, with_cri=False)
+    )
     (layout.root / "cni" / "10-llmop.conflist").write_text(json.dumps(cni_config(layout), indent=2))
     layout.config("kubelet.yaml").write_text(yaml.safe_dump(kubelet_config(layout, pki)))
     layout.config("kube-proxy.yaml").write_text(yaml.safe_dump(kube_proxy_config(kubeconfigs["kube-proxy"])))
@@ -238,9 +246,11 @@ def write_configs(
 
 
 def command_lines(layout: NodeLayout, kubeconfigs: dict[str, Path]) -> dict[str, list[str]]:
-    """Arguments of each node component (without the binary)."""
+    """Arguments of each node component (without the binary); "containerd-images" is containerd
+    without its CRI plugin, which `up` runs first to tidy the kept root and import images."""
     labels = ",".join(f"{k}={v}" for k, v in NODE_LABELS.items())
     return {
+        "containerd-images": ["--config", str(layout.config("containerd-images.toml"))],
         "containerd": ["--config", str(layout.config("containerd.toml"))],
         "kubelet": [
             f"--config={layout.config('kubelet.yaml')}",
@@ -379,27 +389,90 @@ def import_image(layout: NodeLayout, archive: Path) -> list[str]:
 
 
 def image_names(archive: Path) -> list[str]:
+    return list(archive_refs(archive))
+
+
+def archive_refs(archive: Path) -> dict[str, str]:
+    """The image names an OCI archive carries -> the digest each names."""
     import tarfile
 
     with tarfile.open(archive) as tar:
         member = tar.extractfile("index.json")
         assert member is not None
         index = json.load(member)
-    return [
-        m["annotations"]["io.containerd.image.name"]
+    return {
+        m["annotations"]["io.containerd.image.name"]: m["digest"]
         for m in index.get("manifests", [])
         if "io.containerd.image.name" in m.get("annotations", {})
-    ]
+    }
 
 
-def pause_archive(scratch: Path, log: Callable[[str], None]) -> tuple[Path, str]:
-    """The sandbox image: images.builder's pause when the tree has it, else a busybox stand-in."""
+def _ctr_lines(layout: NodeLayout, *args: str) -> list[str]:
+    proc = ctr(layout, *args, timeout=60)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ctr {' '.join(args)}: {(proc.stderr or proc.stdout).strip()}")
+    return proc.stdout.splitlines()
+
+
+def node_images(layout: NodeLayout) -> dict[str, str]:
+    """Images in the node's containerd: name -> digest."""
+    found = {}
+    for line in _ctr_lines(layout, "images", "ls")[1:]:  # REF TYPE DIGEST SIZE PLATFORMS LABELS
+        fields = line.split()
+        if len(fields) >= 3:
+            found[fields[0]] = fields[2]
+    return found
+
+
+def remove_old_pods(layout: NodeLayout) -> int:
+    """Delete the containers (pods' and their sandboxes') a previous instance left in the kept
+    containerd root, with containerd running without its CRI plugin; returns how many."""
+    ids = _ctr_lines(layout, "containers", "ls", "-q")
+    if ids:
+        _ctr_lines(layout, "containers", "rm", *ids)
+    return len(ids)
+
+
+def sync_images(
+    layout: NodeLayout, archives: Iterable[Path], keep_prefix: str, log: Callable[[str], None]
+) -> list[Path]:
+    """Import each archive whose names the node lacks or has at other digests; remove images named
+    under `keep_prefix` that no archive names (old builds). Returns the archives imported."""
+    have = node_images(layout)
+    wanted: dict[str, str] = {}
+    imported = []
+    for archive in archives:
+        refs = archive_refs(archive)
+        wanted |= refs
+        if all(have.get(name) == digest for name, digest in refs.items()):
+            continue
+        start = time.monotonic()
+        import_image(layout, archive)
+        log(f"real node: imported {archive.name} in {time.monotonic() - start:.1f} s")
+        imported.append(archive)
+    stale = [name for name in have if name.startswith(keep_prefix) and name not in wanted]
+    if stale:
+        _ctr_lines(layout, "images", "rm", *stale)
+    return imported
+
+
+# Imported into the real node at `up` (images.builder, cached by inputs): the sandbox, the operator
+# (the chart's pod) and the CPU runtime (cpu-reference serving pods).
+NODE_IMAGES = ("pause", "operator", "cpu-runtime")
+LOCAL_REGISTRY = "localhost/llm-operator/"
+
+
+def node_archives(
+    scratch: Path, log: Callable[[str], None], images: Iterable[str] = NODE_IMAGES
+) -> tuple[list[Path], str]:
+    """The archives of `images` (built by images.builder unless cached) and the sandbox image's
+    name; without images/builder in the tree only a busybox stand-in for pause."""
     try:
         from images.builder.images import build  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         path = busybox_image.write(scratch / "pause.oci.tar", FALLBACK_PAUSE, ["/bin/sleep", "2147483647"])
-        return path, FALLBACK_PAUSE
-    path = build("pause", log=log)
-    names = image_names(path)
+        return [path], FALLBACK_PAUSE
+    archives = [build(name, log=log) for name in dict.fromkeys(["pause", *images])]
+    names = image_names(archives[0])
     # The stable alias (":dev") if there is one, else the content-addressed tag.
-    return path, next((n for n in names if n.endswith(":dev")), names[0])
+    return archives, next((n for n in names if n.endswith(":dev")), names[0])

@@ -5,7 +5,8 @@ links), run/<component>.pid, logs/<component>.log, etcd/, node/ (the real node's
 root, containerd root, pod logs), leases/<pid> (test sessions using the cluster), cluster.json
 (ports, binaries, pinned). Outside it, named by a hash of its path: the network namespace
 /run/netns/llmop-<key>, the node's sockets and runtime state /run/llmop-<key>/, and the cgroup
-/sys/fs/cgroup/<hierarchy>/llmop-<key>/.
+/sys/fs/cgroup/<hierarchy>/llmop-<key>/. Kept across `down`, in the cache dir: the node's
+containerd root, <cache>/node/<key>/containerd (imported images).
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ class StateDir:
     @property
     def node_dir(self) -> Path:
         return self.root / "node"
+
+    @property
+    def node_cache(self) -> Path:
+        """What the real node keeps across `down` (containerd's root: the images imported)."""
+        return CACHE_DIR / "node" / self.key
 
     @property
     def run_dir(self) -> Path:

@@ -20,7 +20,7 @@ import pytest
 
 from e2e.cluster import Cluster, ClusterError, busybox_image, netns
 from e2e.cluster.components import COMPONENTS, run_build_tools
-from e2e.cluster.node import REAL_NODE_TAINT, REAL_NODE_TOLERATION, SHIM, mounts_under
+from e2e.cluster.node import SHIM, mounts_under
 from e2e.cluster.nodes import build_nodes, load_pools
 from e2e.cluster.pki import NODE_NAME
 from e2e.cluster.processes import find_owned, free_port
@@ -161,8 +161,14 @@ def test_real_component_failure_stops_everything(tmp_path: Path, component: str)
     after the apiserver is up, the kubelet after containerd is up: everything started before it,
     the namespace, mounts and cgroups included, must be gone."""
     state = tmp_path / "state"
-    with pytest.raises(ClusterError) as info:
-        Cluster(state, extra_args={component: ["--no-such-flag"]}, log=lambda _: None).up()
+    failing = Cluster(
+        state, extra_args={component: ["--no-such-flag"]}, node_images=("pause",), log=lambda _: None
+    )
+    try:
+        with pytest.raises(ClusterError) as info:
+            failing.up()
+    finally:
+        shutil.rmtree(failing.node_cache, ignore_errors=True)
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith(f"{component} exited with code 1 during startup")
@@ -296,7 +302,9 @@ def test_hpa_status_is_written_by_the_hpa_controller(kubectl: Kubectl, namespace
                             "containers": [
                                 {
                                     "name": "web",
-                                    "image": "registry.k8s.io/pause:3.10",
+                                    # Imported into the real node at `up`, where this pod runs.
+                                    "image": "localhost/llm-operator/pause:dev",
+                                    "imagePullPolicy": "IfNotPresent",
                                     "resources": {"requests": resources, "limits": resources},
                                 }
                             ]
@@ -399,7 +407,6 @@ def _web(namespace: str) -> list[dict[str, Any]]:
             "metadata": {"name": "web", "labels": labels},
             "spec": {
                 "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
-                "tolerations": [REAL_NODE_TOLERATION],
                 "containers": [container],
                 "volumes": [{"name": "scratch", "emptyDir": {}}],
                 "terminationGracePeriodSeconds": 1,
@@ -434,7 +441,7 @@ def test_real_node_is_ready_beside_the_kwok_pools(cluster: E2ECluster, kubectl: 
     assert "kwok.x-k8s.io/node" not in real["metadata"].get("annotations", {})
     assert real["status"]["nodeInfo"]["kubeletVersion"] == "v1.34.4"
     assert real["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
-    assert [t["key"] for t in real["spec"].get("taints", [])] == [REAL_NODE_TAINT["key"]]
+    assert not real["spec"].get("taints"), "CPU-only pods run on the real node"
     assert {a["type"]: a["address"] for a in real["status"]["addresses"]}["InternalIP"] == netns.NODE_IP
     kwok = [
         n for n in nodes.values() if n["metadata"].get("annotations", {}).get("kwok.x-k8s.io/node") == "fake"
@@ -521,7 +528,7 @@ def test_down_leaves_no_process_mount_cgroup_or_namespace(cluster: E2ECluster, t
     `down`: nothing of it may remain, and the host namespace has no private address or route."""
     _launcher(cluster)
     state = tmp_path / "state"
-    other = Cluster(state, log=lambda _: None)
+    other = Cluster(state, node_images=("pause",), log=lambda _: None)
     try:
         report = other.up()
         assert not report.already_running
@@ -535,7 +542,7 @@ def test_down_leaves_no_process_mount_cgroup_or_namespace(cluster: E2ECluster, t
         assert running["private addresses or routes in the host namespace"] == []
     finally:
         start = time.monotonic()
-        other.down()
+        other.down(keep_images=False)
         took = time.monotonic() - start
     assert _leftovers(state) == NOTHING_LEFT
     assert not state.exists()
