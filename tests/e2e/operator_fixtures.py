@@ -20,6 +20,9 @@ from e2e.cluster.processes import free_port
 from e2e.cluster.testing import E2ECluster, Kubectl, is_true, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
+# cpu-reference serving pods run this image on the embedded cluster's real node, which has it
+# imported at `up` (images.builder); a `:dev` tag means imagePullPolicy IfNotPresent.
+CPU_RUNTIME_IMAGE = "localhost/llm-operator/cpu-runtime:dev"
 
 
 @pytest.fixture(scope="session")
@@ -45,6 +48,7 @@ def operator(crd: None, cluster: E2ECluster, tmp_path_factory: pytest.TempPathFa
         "LLMOP_HEALTH_PORT": str(health),
         "LLMOP_METRICS_PORT": str(metrics),
         "LLMOP_LOG_LEVEL": "INFO",
+        "LLMOP_CPU_RUNTIME_IMAGE": CPU_RUNTIME_IMAGE,
     }
     with log_path.open("w") as log:
         proc = subprocess.Popen(

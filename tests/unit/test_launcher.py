@@ -139,11 +139,18 @@ def test_multi_node_worker_hosts_sshd_with_the_pods_environment() -> None:
      ({**MULTI, "LLMOP_WORKER_HOST_PATTERN": ""}, "LLMOP_WORKER_HOST_PATTERN"),
      ({"LLMOP_ROLE": "worker"}, "PODS_PER_REPLICA > 1"),
      ({"LLMOP_BACKEND": "cpu-reference", "LLMOP_TP": "2", "LLMOP_GPUS_PER_POD": "2"}, "one process"),
+     ({"LLMOP_GPUS_PER_POD": "0"}, "needs >= 1"),
+     ({"LLMOP_PODS_PER_REPLICA": "0"}, "must be >= 1"),
      ({"LLMOP_TP": "two"}, "not an integer")],
 )  # fmt: skip
 def test_inconsistent_environment_is_refused(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         config(**env)
+
+
+def test_cpu_reference_pod_as_the_operator_renders_it_has_no_gpu() -> None:
+    c = config(LLMOP_BACKEND="cpu-reference", LLMOP_GPUS_PER_POD="0")
+    assert c.gpus_per_pod == 0 and c.world_size == 1
 
 
 def test_engine_directory_is_checked_against_the_world(tmp_path: Path) -> None:
