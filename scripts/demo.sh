@@ -11,7 +11,7 @@ ns=${DEMO_NAMESPACE:-llm-demo}
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "cluster (real etcd, kube-apiserver, controller-manager, scheduler; KWOK GPU nodes)"
+step "cluster (real etcd, kube-apiserver, controller-manager, scheduler; KWOK GPU nodes; real node real-0)"
 $py -m e2e.cluster up
 export KUBECONFIG="$root/.cluster/kubeconfig"
 k() { .cluster/bin/kubectl "$@"; }
@@ -32,7 +32,9 @@ step "operator (llm-operator run; log: .cluster/logs/operator.log)"
 if [ -f .cluster/operator.pid ] && kill -0 "$(cat .cluster/operator.pid)" 2>/dev/null; then
   kill "$(cat .cluster/operator.pid)"; sleep 1
 fi
-nohup .venv/bin/llm-operator run --all-namespaces >.cluster/logs/operator.log 2>&1 &
+# cpu-reference pods run for real on real-0, from the cpu-runtime image `up` imported there.
+LLMOP_CPU_RUNTIME_IMAGE=localhost/llm-operator/cpu-runtime:dev \
+  nohup .venv/bin/llm-operator run --all-namespaces >.cluster/logs/operator.log 2>&1 &
 echo $! >.cluster/operator.pid
 for _ in $(seq 60); do
   curl -sf http://127.0.0.1:8080/healthz >/dev/null && break

@@ -1,5 +1,6 @@
 """The chart against a real API server: `helm install` passes the restricted Pod Security admission
-and the operator pod runs (KWOK stands in for the kubelet, on the untainted CPU nodes); the
+and the operator pod runs (on the embedded cluster's real node, from the locally built operator
+image imported at `up`); the
 ServiceAccount's RBAC is enough for the operator to serve an LLMDeployment, and no more; `helm
 uninstall` removes everything but the CRD.
 
@@ -28,12 +29,17 @@ import yaml
 from e2e.cluster.processes import free_port
 from e2e.cluster.testing import E2ECluster, Kubectl, is_true, pod_ready, wait_for
 from tests.e2e import manifests
+from tests.e2e.operator_fixtures import CPU_RUNTIME_IMAGE
 from tests.unit.test_chart import CHART, HELM
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
+# Built by images.builder and imported into the embedded cluster's real node at `up` (`:dev`:
+# imagePullPolicy IfNotPresent finds them there, nothing is pulled).
+LOCAL_IMAGES = ["--set", "image.repository=localhost/llm-operator/operator", "--set", "image.tag=dev",
+                "--set", f"operator.cpuRuntimeImage={CPU_RUNTIME_IMAGE}"]  # fmt: skip
 
 
 class Helm:
@@ -43,6 +49,8 @@ class Helm:
         if binary is None:
             pytest.fail("helm not found: run `make tools`", pytrace=False)
         self.argv = [binary, f"--kubeconfig={cluster.kubeconfig}"]
+        # The embedded cluster runs the local images; another cluster the chart's own.
+        self.images = LOCAL_IMAGES if cluster.launcher is not None else []
 
     def __call__(self, *args: str) -> str:
         result = subprocess.run([*self.argv, *args], capture_output=True, text=True, timeout=TIMEOUT + 60)
@@ -73,7 +81,8 @@ def test_helm_install_restricted_operator_and_uninstall(
     kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted",
             "pod-security.kubernetes.io/enforce-version=latest")  # fmt: skip
     started = time.monotonic()
-    out = helm("install", name, str(CHART), "--namespace", namespace, "--wait", f"--timeout={TIMEOUT}s")
+    out = helm("install", name, str(CHART), "--namespace", namespace, *helm.images,
+               "--wait", f"--timeout={TIMEOUT}s")  # fmt: skip
     assert "STATUS: deployed" in out and "kubectl apply --server-side" in out, out  # NOTES.txt
     took = time.monotonic() - started
 
@@ -131,8 +140,9 @@ def test_operator_serves_with_only_the_charts_rbac(
     release: tuple[Helm, str], cluster: E2ECluster, kubectl: Kubectl, namespace: str, tmp_path: Path
 ) -> None:
     """Runs the chart's container command, args and env as a local process with the chart's
-    ServiceAccount token (KWOK runs no image), watching this namespace and a second one only: the
-    RoleBinding path."""
+    ServiceAccount token (its log and metrics at hand; the chart's own pod is scaled to 0 once
+    Ready, so one operator serves), watching this namespace and a second one only: the RoleBinding
+    path."""
     helm, name = release
     second = kubectl.create_namespace("second")
     try:
@@ -147,9 +157,13 @@ def serve_two_namespaces(
     namespace, second = watched
     helm("install", name, str(CHART), "--namespace", namespace,
          "--set", f"watchNamespaces={{{namespace},{second}}}",
-         "--set", "operator.workers=2", "--wait", f"--timeout={TIMEOUT}s")  # fmt: skip
+         "--set", "operator.workers=2", *helm.images, "--wait", f"--timeout={TIMEOUT}s")  # fmt: skip
     deployment = kubectl.get("deployment", f"{name}-llm-operator", namespace)
     assert deployment is not None
+    kubectl("scale", "deployment", f"{name}-llm-operator", "--replicas=0", namespace=namespace)
+    wait_for("the chart's operator pod gone",
+             lambda: kubectl.items("pods", namespace, f"app.kubernetes.io/instance={name}"),
+             lambda pods: pods == [], timeout=TIMEOUT)  # fmt: skip
     pod_spec = deployment["spec"]["template"]["spec"]
     (container,) = pod_spec["containers"]
     assert container["command"] == ["llm-operator"]
@@ -178,6 +192,8 @@ def serve_two_namespaces(
 
         wait_for("the operator's /healthz under the chart's ServiceAccount", healthy, timeout=60)
         manifest: dict[str, Any] = yaml.safe_load((REPO / "examples" / "cpu-reference.yaml").read_text())
+        # Two serving pods at once on the real node's 2 CPUs, beside whatever other tests left.
+        manifest["spec"]["resources"]["cpu"] = "250m"
         for ns in watched:
             kubectl.apply(manifest, namespace=ns)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import secrets
+import time
 from pathlib import Path
 from typing import Any
 
@@ -82,9 +83,14 @@ def wait_ready(kubectl: Kubectl, namespace: str, name: str, timeout: float = TIM
 
 
 def test_cpu_reference_serving_children_and_ready(operator: None, kubectl: Kubectl, namespace: str) -> None:
-    kubectl.apply(example("cpu-reference.yaml"), namespace=namespace)
+    doc = example("cpu-reference.yaml")
+    # The pod really runs on the real node (2 CPUs), maybe beside pods of tests still going away.
+    doc["spec"]["resources"]["cpu"] = "250m"
+    started = time.monotonic()
+    kubectl.apply(doc, namespace=namespace)
     # kubectl wait is what users and CI scripts run.
     kubectl("wait", "--for=condition=Ready", "llmd/tiny-llama", f"--timeout={TIMEOUT}s", namespace=namespace)
+    print(f"tiny-llama applied -> Ready: {time.monotonic() - started:.1f} s")
     ld = get_llmd(kubectl, namespace, "tiny-llama")
     assert ld is not None
     status = ld["status"]

@@ -44,6 +44,7 @@ def test_runtime_pod_settings_reach_the_pods(operator: None, kubectl: Kubectl, n
     )  # fmt: skip
     doc: dict[str, Any] = yaml.safe_load((EXAMPLES / "cpu-reference.yaml").read_text())
     doc["spec"]["runtime"].update(copy.deepcopy(RUNTIME))
+    doc["spec"]["resources"]["cpu"] = "250m"  # the real node has 2 CPUs, shared with other tests' pods
     kubectl.apply(doc, namespace=namespace)
     wait_for(
         "tiny-llama Ready",
