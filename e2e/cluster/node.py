@@ -437,7 +437,8 @@ def sync_images(
     layout: NodeLayout, archives: Iterable[Path], keep_prefix: str, log: Callable[[str], None]
 ) -> list[Path]:
     """Import each archive whose names the node lacks or has at other digests; remove images named
-    under `keep_prefix` that no archive names (old builds). Returns the archives imported."""
+    under `keep_prefix` that no archive names (old builds) and CRI's `sha256:` names of images no
+    archive holds. Returns the archives imported."""
     have = node_images(layout)
     wanted: dict[str, str] = {}
     imported = []
@@ -450,7 +451,14 @@ def sync_images(
         import_image(layout, archive)
         log(f"real node: imported {archive.name} in {time.monotonic() - start:.1f} s")
         imported.append(archive)
-    stale = [name for name in have if name.startswith(keep_prefix) and name not in wanted]
+    # Older builds, and the sha256:<config> names CRI gave them (they would keep their content).
+    digests = set(wanted.values())
+    stale = [
+        name
+        for name, digest in have.items()
+        if (name.startswith(keep_prefix) and name not in wanted)
+        or (name.startswith("sha256:") and digest not in digests)
+    ]
     if stale:
         _ctr_lines(layout, "images", "rm", *stale)
     return imported
