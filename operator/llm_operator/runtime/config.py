@@ -100,7 +100,9 @@ class PodConfig:
             raise ConfigError("LLMOP_TP, LLMOP_PP and LLMOP_PODS_PER_REPLICA must be >= 1")
         # The operator renders 0 GPUs for the cpu-reference backend: its pods request none.
         if self.gpus_per_pod < (0 if self.backend == "cpu-reference" else 1):
-            raise ConfigError(f"LLMOP_GPUS_PER_POD={self.gpus_per_pod}: the {self.backend} backend needs >= 1")
+            raise ConfigError(
+                f"LLMOP_GPUS_PER_POD={self.gpus_per_pod}: the {self.backend} backend needs >= 1"
+            )
         if self.role not in ROLES:
             raise ConfigError(f"LLMOP_ROLE={self.role!r}: expected leader or worker")
         if self.backend == "cpu-reference":
