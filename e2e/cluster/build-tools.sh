@@ -79,6 +79,17 @@ fi
 
 etcd_dir=$(build etcd "$ETCD_VERSION" "-s -w" go.etcd.io/etcd/server/v3)
 kwok_dir=$(build kwok "$KWOK_VERSION" "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok)
+# kwok's own stage files, read from its module (not copied into the repo): its default pod stages
+# plus the chaos stage that fails a labelled pod's container, so e2e can fail an engine build the
+# way a kubelet reports it (components.py passes them all: any pod stage replaces the defaults).
+if [ ! -f "$kwok_dir/stages/.complete" ]; then
+  kwok_src=$(cd "$here/tools/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok) \
+    || die "locating the kwok module for its stage files failed"
+  mkdir -p "$kwok_dir/stages"
+  cp "$kwok_src"/kustomize/stage/pod/fast/pod-{ready,complete,delete}.yaml \
+    "$kwok_src"/kustomize/stage/pod/chaos/pod-container-running-failed.yaml "$kwok_dir/stages/"
+  touch "$kwok_dir/stages/.complete"
+fi
 k8s_dir=$(build kubernetes "$K8S_VERSION" "$k8s_ldflags" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy)

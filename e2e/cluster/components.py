@@ -276,9 +276,11 @@ def _controller_manager_args(pki: pki_mod.Pki) -> list[str]:
     ]
 
 
-def _kwok_args(state: StateDir) -> list[str]:
+def _kwok_args(state: StateDir, stages: Path) -> list[str]:
     return [
         f"--kubeconfig={state.component_kubeconfig('kwok')}",
+        # kwok's default pod stages plus its chaos stage (build-tools.sh copies them from the module).
+        "--config=" + ",".join(str(f) for f in sorted(stages.glob("*.yaml"))),
         # Only the simulated nodes: the real node's pods are the kubelet's.
         "--manage-all-nodes=false",
         "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
@@ -361,7 +363,11 @@ def start(
     )
     spawn("kube-scheduler", _client_args(state, "kube-scheduler", SCHEDULER_PORT))
     # kwok always loads ~/.kwok/kwok.yaml if present; keep a developer's config out.
-    spawn("kwok", _kwok_args(state), env={**os.environ, "HOME": str(state.root)})
+    spawn(
+        "kwok",
+        _kwok_args(state, tools["kwok"].parent / "stages"),
+        env={**os.environ, "HOME": str(state.root)},
+    )
     create_nodes(api, nodes)
 
     # The real node.

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from e2e.cluster.testing import Kubectl, condition, wait_for
-from tests.e2e.manifests import deployment
+from tests.e2e.manifests import deployment, engines_claim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("gpu_pools")]
 TIMEOUT = 90
@@ -72,3 +72,36 @@ def test_a_serving_pod_the_scheduler_cannot_place_says_why(
     )
     assert any(e["reason"] == "MissingObject" for e in warning_events(kubectl, namespace, "unplaced"))
     assert kubectl.get("statefulset", "unplaced", namespace) is not None, "what was applied stays"
+
+
+# kwok's chaos stage (e2e/cluster/build-tools.sh) fails the container of a pod with this label the
+# way a kubelet reports an exit: terminated, its exit code, reason and message. With
+# terminationMessagePolicy FallbackToLogsOnError, that message is the tail of the build's log.
+KWOK_FAIL = "pod-container-running-failed.stage.kwok.x-k8s.io"
+
+
+def test_a_failed_build_says_why_with_the_tail_of_its_log(
+    operator: None, kubectl: Kubectl, namespace: str
+) -> None:
+    engines_claim(kubectl, namespace)
+    log_tail = "RuntimeError CUDA out of memory while building layer 31"
+    body = deployment("oom-build", engine={
+        "precision": "bf16", "maxBatchSize": 8, "maxInputLen": 1024, "maxSeqLen": 2048, "maxNumTokens": 2048,
+        "build": {"backoffLimit": 0}, "cache": {"uri": "pvc://engines/cache"},
+    }, model={"name": "meta-llama/Llama-3.2-1B-Instruct", "source": {"uri": "s3://models/llama3.2-1b/"}},
+        resources={"gpu": {"products": ["NVIDIA-A10G"]}},
+        runtime={"podLabels": {KWOK_FAIL: "true"},
+                 "podAnnotations": {f"{KWOK_FAIL}/exit-code": "1", f"{KWOK_FAIL}/reason": "Error",
+                                    f"{KWOK_FAIL}/message": log_tail}})  # fmt: skip
+    kubectl.apply(body, namespace)
+    found = stalled(kubectl, namespace, "oom-build", "EngineBuildFailed")
+    (job,) = kubectl.items("jobs", namespace)
+    (pod,) = kubectl.items("pods", namespace, f"job-name={job['metadata']['name']}")
+    assert pod["metadata"]["labels"][KWOK_FAIL] == "true", "the spec's podLabels reach the build pod"
+    assert "BackoffLimitExceeded" in found["message"], "the Job's own words"
+    assert f"pod {pod['metadata']['name']} exited 1 (Error): {log_tail}" in found["message"]
+    engine_ready = condition(kubectl.get("llmdeployment", "oom-build", namespace), "EngineReady")
+    assert engine_ready is not None and log_tail in engine_ready["message"]
+    events = warning_events(kubectl, namespace, "oom-build")
+    assert any(e["reason"] == "EngineBuildFailed" and log_tail in e["message"] for e in events)
+    assert kubectl.items("statefulsets", namespace) == [], "nothing serves a build that failed"

@@ -135,3 +135,23 @@ def test_cached_objects_drop_managed_fields_and_keep_the_rest() -> None:
         cached = _as_dict(obj)
         assert "managedFields" not in cached["metadata"]
         assert cached["metadata"]["resourceVersion"] == "7"
+
+
+def test_a_failed_build_pod_gives_the_tail_of_its_log_bounded() -> None:
+    log = "\n".join(f"step {i}: ok" for i in range(200)) + "\nRuntimeError: CUDA out of memory\n"
+    failed = {
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                {"state": {"terminated": {"exitCode": 1, "reason": "Error", "message": log}}}
+            ],
+        }
+    }
+    problem = pod_problem(failed) or ""
+    assert problem.startswith("Failed: exited 1 (Error): ")
+    assert problem.endswith("step 199: ok | RuntimeError: CUDA out of memory"), "the end of the log is kept"
+    assert "step 194" not in problem and len(problem) <= 300
+    succeeded = {
+        "status": {"phase": "Succeeded", "containerStatuses": [{"state": {"terminated": {"exitCode": 0}}}]}
+    }
+    assert pod_problem(succeeded) is None

@@ -93,23 +93,33 @@ async def test_engines_are_built_by_a_job_recorded_once_then_served() -> None:
     await reconcile(kube, reconciler, key)
 
     (job_name,) = kube.of_kind("Job")
+    assert ("create", "Job", job_name) in kube.take_writes()
     assert "StatefulSet" not in {k[0] for k in kube.objects}, "nothing serves before the engine exists"
     assert condition(kube, "llama3-70b", "Ready")["reason"] == "BuildingEngine"
-    kube.take_writes()
+
+    # An edit that reaches the build's pod but not the engine (same key, same Job) while it runs:
+    # a Job's template is immutable, so the build is left as it is, never re-written.
+    spec = kube.objects[("LLMDeployment", *key)]["spec"]
+    kube.edit(
+        "LLMDeployment", NS, "llama3-70b", spec={**spec, "runtime": {"env": [{"name": "A", "value": "1"}]}}
+    )
+    await reconcile(kube, reconciler, key)
+    assert kube.of_kind("Job").keys() == {job_name}
+    assert not [w for w in kube.take_writes() if w[1] == "Job"]
 
     kube.edit("Job", NS, job_name, status={"conditions": [{"type": "Complete", "status": "True"}]})
     await reconcile(kube, reconciler, key)
     writes = kube.take_writes()
     assert writes[0] == ("merge", "ConfigMap", ENGINE_INDEX), "the index is written in the apply step"
     assert ("apply", "StatefulSet", "llama3-70b") in writes
-    assert ("apply", "Job", job_name) not in writes, "a finished build is not applied again"
+    assert not [w for w in writes if w[1] == "Job"], "a finished build is not written again"
     engine = kube.objects[("LLMDeployment", *key)]["status"]["engine"]
     assert engine["ready"] is True
     assert set(kube.objects[("ConfigMap", NS, ENGINE_INDEX)]["data"]) == {engine["cacheKey"]}
 
     await kube.delete("Job", NS, job_name)  # its TTL ran out: the index remembers the engine
     await reconcile(kube, reconciler, key)
-    assert not any(verb == "apply" and kind == "Job" for verb, kind, _ in kube.take_writes()[1:])
+    assert not any(kind == "Job" for _, kind, _ in kube.take_writes()[1:]), "no second build"
     assert "Job" not in {k[0] for k in kube.objects}
 
 

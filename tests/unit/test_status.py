@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from llm_operator.controller.status import Observation, PoolObserved, reduce
@@ -130,8 +131,6 @@ def test_plan_warnings_are_kept_in_status_and_posted_once_when_they_change() -> 
 
 
 def test_a_pod_naming_a_missing_object_stalls_and_a_crash_loop_degrades() -> None:
-    from dataclasses import replace
-
     missing = 'x-0: Unschedulable: 0/20 nodes are available: persistentvolumeclaim "models" not found.'
     status, events = reduce(replace(obs(ready=1, rolled=False), pod_problems=(missing,)), None, T0)
     c = conds(status)
@@ -146,3 +145,33 @@ def test_a_pod_naming_a_missing_object_stalls_and_a_crash_loop_degrades() -> Non
     c = conds(status)
     assert c["Stalled"][0] == "False" and c["Degraded"] == ("True", "PodsFailing")
     assert crash in status["message"]
+
+
+def test_a_failed_build_attempt_is_told_in_the_engine_message_not_as_a_failing_serving_pod() -> None:
+    attempt = "x-build-abc12-q7x2z: Failed: exited 1 (Error): RuntimeError: CUDA out of memory"
+    serving = "x-0: ImagePullBackOff: image not found"
+    engine = PoolEngineStatus(
+        EngineState.FAILED, cache_key="k", job="x-build-abc12", message="BackoffLimitExceeded"
+    )
+    observed = replace(obs(ready=2), engines={"main": engine}, pod_problems=(attempt,))
+    status, events = reduce(observed, None, T0)
+    message = next(c["message"] for c in status["conditions"] if c["type"] == "EngineReady")
+    assert message == (
+        "pool main: BackoffLimitExceeded; "
+        "pod x-build-abc12-q7x2z exited 1 (Error): RuntimeError: CUDA out of memory"
+    )
+    assert conds(status)["Stalled"] == ("True", "EngineBuildFailed")
+    assert any(e.reason == "EngineBuildFailed" and "CUDA out of memory" in e.message for e in events)
+    # While the Job still retries, the failed attempt is told with the build; a serving pod's
+    # problem still degrades the deployment.
+    retrying = replace(engine, state=EngineState.BUILDING, message="")
+    status, _ = reduce(
+        replace(obs(ready=0, rolled=False), engines={"main": retrying}, pod_problems=(attempt, serving)),
+        None,
+        T0,
+    )
+    building = next(c["message"] for c in status["conditions"] if c["type"] == "EngineReady")
+    assert building == "pool main: pod x-build-abc12-q7x2z exited 1 (Error): RuntimeError: CUDA out of memory"
+    assert conds(status)["Degraded"] == ("True", "PodsFailing")
+    degraded = next(c["message"] for c in status["conditions"] if c["type"] == "Degraded")
+    assert degraded == serving

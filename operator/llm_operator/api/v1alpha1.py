@@ -473,13 +473,13 @@ class RuntimeSpec(Spec):
         default_factory=dict,
         max_length=32,
         json_schema_extra=rules(_not_reserved("labels")),
-        description="Extra labels of the serving pods.",
+        description="Extra labels of the serving and engine-build pods.",
     )
     pod_annotations: dict[str, str] = Field(
         default_factory=dict,
         max_length=32,
         json_schema_extra=rules(_not_reserved("annotations")),
-        description="Extra annotations of the serving pods.",
+        description="Extra annotations of the serving and engine-build pods.",
     )
 
     @field_validator("pod_labels", "pod_annotations")

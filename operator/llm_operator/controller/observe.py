@@ -13,7 +13,7 @@ from typing import Any
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.controller.kube import ObjKey, obj_key
-from llm_operator.controller.status import PoolObserved
+from llm_operator.controller.status import FAILED_POD, PoolObserved
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
 
@@ -117,6 +117,21 @@ def rolled_out(sts: dict[str, Any], applied: Applied | None) -> bool:
     )
 
 
+MAX_PROBLEM = 300  # characters per pod: status and Events stay readable and bounded
+LOG_TAIL_LINES = 5  # of a termination message, which FallbackToLogsOnError fills with the log tail
+
+
+def _exited(terminated: dict[str, Any]) -> str:
+    """`exited 1 (Error): <last lines of the message>`, the end kept: a log's last lines say why."""
+    lines = [line.strip() for line in (terminated.get("message") or "").splitlines() if line.strip()]
+    said = " | ".join(lines[-LOG_TAIL_LINES:])
+    room = MAX_PROBLEM - 40
+    if len(said) > room:
+        said = "..." + said[-(room - 3) :]
+    head = f"exited {terminated.get('exitCode')} ({terminated.get('reason', '')})"
+    return f"{head}: {said}" if said else head
+
+
 FAILING_WAIT_REASONS = {
     "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CrashLoopBackOff",
     "CreateContainerConfigError", "CreateContainerError",
@@ -135,19 +150,18 @@ def pod_problem(pod: dict[str, Any]) -> str | None:
         detail = waiting.get("message", "")
         last = (c.get("lastState") or {}).get("terminated") or {}
         if reason == "CrashLoopBackOff" and last:
-            said = (last.get("message") or "").strip()
-            detail = f"exited {last.get('exitCode')} ({last.get('reason', '')})" + (
-                f": {said}" if said else ""
-            )
+            detail = _exited(last)
         return f"{reason}: {detail}".strip().rstrip(":")[:MAX_PROBLEM]
+    if status.get("phase") == "Failed":  # a build attempt (restartPolicy Never) that ended badly
+        for c in status.get("containerStatuses") or []:
+            ended = (c.get("state") or {}).get("terminated") or {}
+            if ended.get("exitCode"):
+                return f"{FAILED_POD}: {_exited(ended)}"
     if status.get("phase") == "Pending":
         for cond in status.get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
                 return f"Unschedulable: {cond.get('message', '')}".strip().rstrip(":")[:MAX_PROBLEM]
     return None
-
-
-MAX_PROBLEM = 300  # characters per pod: status and Events stay readable and bounded
 
 
 class PodProblems:

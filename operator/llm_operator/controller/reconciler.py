@@ -190,7 +190,12 @@ class Reconciler:
 
     async def _apply(self, ld: LLMDeployment, want: Desired) -> None:
         await engines.record_built(self.kube, ld.namespace, want.record, now())
-        for obj in [*want.jobs, *want.children]:
+        for job in want.jobs:
+            # A build is created once: a Job's pod template is immutable, and a spec edit that
+            # does not change the engine (its key, so its Job name) must not try to change it.
+            if obj_key(job) not in self.applier.children:
+                await self.kube.create(job)
+        for obj in want.children:
             await self.applier.apply(obj)
         keep = {obj_key(o) for o in want.children}
         await self.applier.prune((ld.namespace, ld.name), keep, want.held, ld.spec.autoscaling is not None)

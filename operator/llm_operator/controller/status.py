@@ -8,7 +8,7 @@ Reconciling/Stalled let kubectl wait, Flux, Argo CD and kpt read progress withou
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from llm_operator.api.v1alpha1 import Phase
@@ -24,6 +24,9 @@ class PoolObserved:
     ready: int = 0
     exists: bool = False
     rolled_out: bool = False  # controller caught up with our template and all pods updated
+
+
+FAILED_POD = "Failed"  # pod problem prefix of a build attempt that exited with an error
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ def reduce(
     status["placement"] = _placement(plan, obs)
     engines = obs.engines
     placement_events = _placement_warnings(plan, old_status)
+    engines, pod_problems = _with_build_attempts(engines, obs.pod_problems)
     failed = [(n, e) for n, e in engines.items() if e.state == EngineState.FAILED]
     building = [(n, e) for n, e in engines.items() if e.state == EngineState.BUILDING]
     if engines:
@@ -134,7 +138,7 @@ def reduce(
             reason, message = "WaitingForReplicas", f"{ready_total}/{desired} replicas ready"
             phase = Phase.PROGRESSING if serving else Phase.DEPLOYING
         degraded = _cond("Degraded", False, "AsExpected", "", g)
-        missing = [p for p in obs.pod_problems if _MISSING_OBJECT.search(p)]
+        missing = [p for p in pod_problems if _MISSING_OBJECT.search(p)]
         if missing:
             # A claim, Secret or ConfigMap the pods need does not exist: only the user can fix it.
             conds, phase = _stalled("MissingObject", "; ".join(missing), serving, g)
@@ -143,10 +147,10 @@ def reduce(
                 status, conds, phase, "MissingObject", "; ".join(missing), old_status, now
             )
             return status, placement_events + events
-        if obs.pod_problems:
+        if pod_problems:
             # Kubernetes keeps retrying (image pulls, restarts), so this is not Stalled, but the
             # user must usually act: say which pod and why.
-            reason, message = "PodsFailing", "; ".join(obs.pod_problems)
+            reason, message = "PodsFailing", "; ".join(pod_problems)
             degraded = _cond("Degraded", True, reason, message, g)
             phase = Phase.DEGRADED
         conds = [
@@ -196,6 +200,30 @@ def _stalled(reason: str, message: str, serving: bool, g: int) -> tuple[list[dic
         ),
     ]
     return conds, Phase.DEGRADED if serving else Phase.FAILED
+
+
+def _with_build_attempts(
+    engines: dict[str, PoolEngineStatus], pod_problems: tuple[str, ...]
+) -> tuple[dict[str, PoolEngineStatus], tuple[str, ...]]:
+    """Failed build pods belong in their engine's message (the log tail says why the build
+    failed), not among the serving pods that cannot run. A Job names its pods `<job>-<suffix>`."""
+    by_job = {e.job: n for n, e in engines.items() if e.job and e.state != EngineState.READY}
+    attempts: dict[str, list[str]] = {}
+    rest = []
+    for problem in pod_problems:
+        pod, _, why = problem.partition(": ")
+        pool = by_job.get(pod.rpartition("-")[0])
+        if pool is not None and why.startswith(f"{FAILED_POD}: "):
+            attempts.setdefault(pool, []).append(f"pod {pod} {why.removeprefix(f'{FAILED_POD}: ')}")
+        else:
+            rest.append(problem)
+    with_attempts = {
+        n: replace(e, message="; ".join([e.message, attempts[n][-1]] if e.message else attempts[n][-1:]))
+        if n in attempts
+        else e
+        for n, e in engines.items()
+    }
+    return with_attempts, tuple(rest)
 
 
 def _join(items: list[tuple[str, PoolEngineStatus]]) -> str:

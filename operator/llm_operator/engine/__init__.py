@@ -176,6 +176,8 @@ def build_job(
         "envFrom": [{"secretRef": {"name": CREDENTIALS_SECRET, "optional": True}}, *user_env_from],
         "resources": {"limits": {L.GPU_RESOURCE: str(gpus)}, "requests": {L.GPU_RESOURCE: str(gpus)}},
         "volumeMounts": mounts,
+        # A failed build's log tail lands in its pod status; the operator quotes it in status.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
     return {
@@ -200,7 +202,11 @@ def build_job(
                 ]
             },
             "template": {
-                "metadata": {"labels": {**labels, L.ENGINE_KEY: key_label(key)}},
+                # The organisation's labels and annotations go on every pod of the deployment.
+                "metadata": {
+                    "labels": {**spec.runtime.pod_labels, **labels, L.ENGINE_KEY: key_label(key)},
+                    **({"annotations": spec.runtime.pod_annotations} if spec.runtime.pod_annotations else {}),
+                },
                 "spec": {
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": False,

@@ -94,6 +94,9 @@ def _container(
             {"name": "metrics", "containerPort": contract.METRICS_PORT},
         ],
         "volumeMounts": mounts,
+        # A runtime that dies before writing a termination message leaves the tail of its log
+        # there instead: the operator quotes it in status (kubectl logs is not needed to see why).
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},
