@@ -37,10 +37,20 @@ def crd(kubectl: Kubectl) -> None:
     )
 
 
+def operator_log_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.getbasetemp() / "operator.log"
+
+
+@pytest.fixture
+def operator_log(operator: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session operator's log (stdout and stderr)."""
+    return operator_log_path(tmp_path_factory)
+
+
 @pytest.fixture(scope="session")
 def operator(crd: None, cluster: E2ECluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """`llm-operator run` against the session cluster; its log is printed if it dies."""
-    log_path = tmp_path_factory.mktemp("operator") / "operator.log"
+    log_path = operator_log_path(tmp_path_factory)
     health, metrics = free_port(), free_port()
     env = {
         **os.environ,

@@ -174,6 +174,16 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "builtin:// models exist only in the cpu-reference backend",
     ),
     (
+        "cpu-needs-builtin",
+        {
+            "engine.backend": "cpu-reference",
+            "engine.precision": "fp16",
+            "parallelism": {"tensor": 1, "pipeline": 1},
+            "model.source.uri": "s3://models/llama3-8b/",
+        },
+        "the cpu-reference backend serves only its builtin models: set model.source.uri to builtin://tiny-llama",
+    ),
+    (
         "cpu-backend-parallel",
         {"engine.backend": "cpu-reference", "engine.precision": "fp16"},
         "the cpu-reference backend runs on CPU",

@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 from pydantic.alias_generators import to_camel
 
+from llm_operator.runtime.cpu_reference import BUILTIN_MODELS
+
 GROUP = "llmoperator.io"
 VERSION = "v1alpha1"
 KIND = "LLMDeployment"
@@ -23,6 +25,8 @@ SINGULAR = "llmdeployment"
 SHORT_NAMES = ["llmd"]
 API_VERSION = f"{GROUP}/{VERSION}"
 
+# The models the CPU reference runtime ships (model.source.uri of the cpu-reference backend).
+BUILTIN_URIS = [f"builtin://{name}" for name in BUILTIN_MODELS]
 MAX_WORLD_SIZE = 64
 POWERS_OF_TWO = [1, 2, 4, 8, 16, 32, 64]
 
@@ -725,6 +729,11 @@ class LLMDeploymentSpec(Spec):
                 "self.engine.backend != 'cpu-reference' || (self.parallelism.tensor == 1 "
                 "&& self.parallelism.pipeline == 1)",
                 "the cpu-reference backend runs on CPU: parallelism.tensor and .pipeline must be 1",
+            ),
+            cel(
+                f"self.engine.backend != 'cpu-reference' || self.model.source.uri in {BUILTIN_URIS}",
+                f"the cpu-reference backend serves only its builtin models: set model.source.uri to "
+                f"{' or '.join(BUILTIN_URIS)}",
             ),
             cel(
                 "self.engine.backend == 'cpu-reference' || !self.model.source.uri.startsWith('builtin://')",

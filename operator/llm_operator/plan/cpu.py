@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from llm_operator.api.v1alpha1 import LLMDeploymentSpec
-from llm_operator.plan.types import Plan, PoolPlan
+from llm_operator.api.v1alpha1 import BUILTIN_URIS, LLMDeploymentSpec
+from llm_operator.plan.types import Plan, PlanningError, PoolPlan
 
 CPU_PRODUCT = "cpu"
 
 
 def cpu_plan(spec: LLMDeploymentSpec) -> Plan:
+    if spec.model.source.uri not in BUILTIN_URIS:  # admission refuses it; objects stored before not
+        raise PlanningError(
+            "UnknownBuiltinModel",
+            f"the cpu-reference backend serves only its builtin models ({', '.join(BUILTIN_URIS)}), "
+            f"not {spec.model.source.uri}",
+        )
     pool = PoolPlan(
         name="main",
         gpu_product=CPU_PRODUCT,
