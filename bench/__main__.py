@@ -1,7 +1,7 @@
 """`make bench`: planner and operator benchmarks; figures and side-by-side ratios are printed.
 
-Options: --deployments N (default 200; 500 for the RSS goal), --idle-seconds S (default 120),
---only planner|operator.
+Options: --sizes 100,500,1000,2000 (the operator's load curve; P4 is measured at 1000), --idle-seconds
+S (default 120, per size), --edits-at N (default 1000), --only planner|operator.
 """
 
 from __future__ import annotations
@@ -13,14 +13,15 @@ from bench import operator, planner
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="make bench", description=__doc__)
-    parser.add_argument("--deployments", type=int, default=None)
+    parser.add_argument("--sizes", type=lambda v: [int(n) for n in v.split(",")], default=None)
     parser.add_argument("--idle-seconds", type=int, default=None)
+    parser.add_argument("--edits-at", type=int, default=1000, help="the size at which P4 is measured")
     parser.add_argument("--only", choices=["planner", "operator"])
     args = parser.parse_args()
     if args.only in (None, "planner"):
         planner.run(print)
     if args.only in (None, "operator"):
-        operator.run(print, n=args.deployments, idle_seconds=args.idle_seconds)
+        operator.run(print, sizes=args.sizes, idle_seconds=args.idle_seconds, edits_at=args.edits_at)
 
 
 if __name__ == "__main__":

@@ -1,30 +1,44 @@
-"""Operator benchmark on the embedded cluster: N LLMDeployments until Ready, against a floor.
+"""Operator benchmark on the embedded cluster: the load curve of N LLMDeployments until Ready,
+each size against its floor.
 
 Floor: `kubectl apply --server-side` of the very children the operator would render (from
 `llm-operator render`) in another namespace, timed until every StatefulSet is ready: the cost of
 the cluster itself (API server, StatefulSet controller, scheduler, KWOK). The operator's time over
-the floor's, measured side by side in one run, is its overhead. Then the operator is left idle
-and its API writes are counted from its own metrics; its peak RSS is read from /proc.
+the floor's, measured one after the other in one run on the same cluster, is its overhead. Then
+the operator is left idle and its API writes are counted from its own metrics; its peak RSS is
+read from /proc (a fresh operator process per size). At one size, P4: spec edit to child updated.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from lightkube import Client, KubeConfig
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.apps_v1 import StatefulSet
+from lightkube.types import PatchType
+from llm_operator import labels as L
 
 from e2e.cluster.launcher import Cluster
+from e2e.cluster.processes import free_port
 from e2e.cluster.testing import Kubectl
 
 REPO = Path(__file__).resolve().parents[1]
+LLMDeploymentResource = create_namespaced_resource(
+    "llmoperator.io", "v1alpha1", "LLMDeployment", "llmdeployments"
+)
 PRODUCTS = ("NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-40GB", "NVIDIA-L40S")
 
 
@@ -137,80 +151,115 @@ def peak_rss_mib(pid: int) -> float:
     return 0.0
 
 
+@dataclass
+class Row:
+    n: int
+    floor_s: float
+    operator_s: float
+    idle_writes: float
+    rss_mib: float
+    edit_p99_s: float | None = None
+
+    @property
+    def ratio(self) -> float:
+        return self.operator_s / self.floor_s
+
+
+GOALS = "goals: ratio <= 1.10 at every size, RSS <= 200 MiB at 2000, 0 idle writes, P4 p99 <= 1 s at 1000"
+
+
 def run(
-    print_fn: Callable[[str], None] = print, n: int | None = None, idle_seconds: int | None = None
+    print_fn: Callable[[str], None] = print,
+    sizes: Sequence[int] | None = None,
+    idle_seconds: int | None = None,
+    edits_at: int = 1000,
 ) -> None:
-    n = n or int(os.environ.get("BENCH_DEPLOYMENTS", "200"))
+    """The load curve: each size converged by the operator and by the kubectl floor in the same
+    run, then 2 idle minutes, then (at `edits_at`) the spec-edit-to-child latency P4."""
+    sizes = sizes or [int(s) for s in os.environ.get("BENCH_SIZES", "100,500,1000,2000").split(",")]
     idle = idle_seconds if idle_seconds is not None else int(os.environ.get("BENCH_IDLE_SECONDS", "120"))
     cluster = Cluster()
     cluster.up()
     if cluster.stop_demo_operator():
         print_fn("operator bench: stopped the operator `make demo` left running")
-    kubectl = Kubectl(cluster.kubeconfig, cluster.state_dir / "bin" / "kubectl", timeout=300)
+    kubectl = Kubectl(cluster.kubeconfig, cluster.state_dir / "bin" / "kubectl", timeout=600)
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     kubectl("wait", "--for=condition=Established", "crd/llmdeployments.llmoperator.io", "--timeout=30s")
-    kubectl.apply(bench_nodes(n // 4 + 3))  # floor and operator pods run side by side
-    for ns in ("bench-floor", "bench-operator"):
-        kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=true")
-        kubectl("delete", "pv", f"{ns}-engines", "--ignore-not-found")  # bound to the old claim
-        kubectl("create", "namespace", ns)
-        kubectl.apply(
-            [
-                {"apiVersion": "v1", "kind": "PersistentVolume",
-                 "metadata": {"name": f"{ns}-engines"},
-                 "spec": {"capacity": {"storage": "1Ti"}, "accessModes": ["ReadWriteMany"],
-                          "storageClassName": "",
-                          "hostPath": {"path": "/tmp/engines"},
-                          "claimRef": {"namespace": ns, "name": "engines"}}},
-                {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                 "metadata": {"name": "engines", "namespace": ns},
-                 "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
-                          "volumeName": f"{ns}-engines",
-                          "resources": {"requests": {"storage": "1Ti"}}}},
-            ]
-        )  # fmt: skip
+    kubectl.apply(bench_nodes(max(sizes) // 4 + 3))  # floor and operator pods run side by side
+    rows = []
+    try:
+        for n in sizes:
+            row = measure(cluster, kubectl, n, idle, edit_latency=n == edits_at, print_fn=print_fn)
+            rows.append(row)
+            print_fn(f"operator bench: {_line(row)}")
+    finally:
+        kubectl("delete", "nodes", "-l", "type=kwok-bench", "--wait=false")
+    print_fn("operator bench: load curve (" + GOALS + ")")
+    print_fn("  " + _HEADER)
+    for row in rows:
+        print_fn("  " + _line(row))
+
+
+_HEADER = (
+    f"{'N':>5}  {'floor s':>8}  {'operator s':>10}  {'ratio':>5}  {'idle writes':>11}  {'RSS MiB':>7}  P4 p99"
+)
+
+
+def _line(row: Row) -> str:
+    p4 = f"{row.edit_p99_s * 1000:.0f} ms" if row.edit_p99_s is not None else "-"
+    return (
+        f"{row.n:>5}  {row.floor_s:>8.1f}  {row.operator_s:>10.1f}  {row.ratio:>5.2f}  "
+        f"{row.idle_writes:>11.0f}  {row.rss_mib:>7.0f}  {p4}"
+    )
+
+
+def measure(
+    cluster: Cluster,
+    kubectl: Kubectl,
+    n: int,
+    idle: int,
+    *,
+    edit_latency: bool,
+    print_fn: Callable[[str], None],
+) -> Row:
+    floor_ns, operator_ns = f"bench-floor-{n}", f"bench-operator-{n}"
+    for ns in (floor_ns, operator_ns):
+        _fresh_namespace(kubectl, ns)
     docs = deployments(n)
     manifest = yaml.safe_dump_all(docs)
 
     # Floor: the same children, rendered offline, applied in one go.
     rendered = subprocess.run(
         [sys.executable, "-m", "llm_operator.cli", "render", "-f", "-"],
-        input=manifest.replace("namespace: default", ""),
+        input=manifest,
         capture_output=True,
         text=True,
         check=True,
     ).stdout
     children = [d for d in yaml.safe_load_all(rendered) if d]
     for child in children:
-        child["metadata"]["namespace"] = "bench-floor"
+        child["metadata"]["namespace"] = floor_ns
         child["metadata"].pop("ownerReferences", None)
     start = time.perf_counter()
     kubectl(
-        "apply",
-        "--server-side",
-        "-f",
-        "-",
-        namespace="bench-floor",
+        "apply", "--server-side", "-f", "-", namespace=floor_ns,
         input=json.dumps({"apiVersion": "v1", "kind": "List", "items": children}),
-    )
+    )  # fmt: skip
     floor = time.perf_counter() - start
-    floor += wait("floor StatefulSets ready", lambda: statefulsets_ready(kubectl, "bench-floor", n), 1800)
-    print_fn(
-        f"operator bench: floor (kubectl apply --server-side of {len(children)} rendered children): "
-        f"{floor:.1f} s"
-    )
+    floor += wait("floor StatefulSets ready", lambda: statefulsets_ready(kubectl, floor_ns, n), 3600)
+    kubectl("delete", "namespace", floor_ns, "--wait=true")  # the operator's run gets the cluster alone
 
-    metrics_port = 18900
+    metrics_port = free_port()
     env = {
         **os.environ,
         "KUBECONFIG": str(cluster.kubeconfig),
         "LLMOP_METRICS_PORT": str(metrics_port),
-        "LLMOP_HEALTH_PORT": "18901",
+        "LLMOP_HEALTH_PORT": str(free_port()),
         "LLMOP_LOG_LEVEL": "WARNING",
     }
-    log = (cluster.state_dir / "logs" / "operator-bench.log").open("w")
+    log = (cluster.state_dir / "logs" / f"operator-bench-{n}.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llm_operator.cli", "run", "--namespace", "bench-operator"],
+        [sys.executable, "-m", "llm_operator.cli", "run", "--namespace", operator_ns],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -218,26 +267,92 @@ def run(
     try:
         wait("operator metrics", lambda: _up(metrics_port), 60)
         start = time.perf_counter()
-        kubectl("apply", "--server-side", "-f", "-", namespace="bench-operator", input=manifest)
+        kubectl("apply", "--server-side", "-f", "-", namespace=operator_ns, input=manifest)
         elapsed = time.perf_counter() - start
-        elapsed += wait(
-            "all LLMDeployments Ready", lambda: deployments_ready(kubectl, "bench-operator", n), 1800
-        )
-        print_fn(f"operator bench: {n} LLMDeployments Ready in {elapsed:.1f} s")
-        print_fn(f"operator bench: ratio operator/floor = {elapsed / floor:.2f} (goal <= 1.25)")
+        elapsed += wait("all LLMDeployments Ready", lambda: deployments_ready(kubectl, operator_ns, n), 3600)
         time.sleep(10)  # let the last status writes and child events settle
         before = operator_writes(metrics_port)
         time.sleep(idle)
-        after = operator_writes(metrics_port)
-        print_fn(f"operator bench: API writes during {idle} s idle = {after - before:.0f} (goal 0)")
-        print_fn(f"operator bench: operator peak RSS = {peak_rss_mib(proc.pid):.0f} MiB (goal <= 200 at 500)")
+        writes = operator_writes(metrics_port) - before
+        p99 = None
+        if edit_latency:
+            latencies = edit_to_child_seconds(
+                cluster.kubeconfig, operator_ns, [d["metadata"]["name"] for d in docs]
+            )
+            p99 = percentile(latencies, 99)
+            print_fn(
+                f"operator bench: P4 spec edit -> StatefulSet updated, {len(latencies)} edits at N={n}: "
+                f"p50 {percentile(latencies, 50) * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms"
+            )
+        return Row(n, floor, elapsed, writes, peak_rss_mib(proc.pid), p99)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-        for ns in ("bench-floor", "bench-operator"):
-            kubectl("delete", "namespace", ns, "--wait=false")
-        kubectl("delete", "nodes", "-l", "type=kwok-bench", "--wait=false")
-        kubectl("delete", "pv", "bench-floor-engines", "bench-operator-engines", "--ignore-not-found")
+        kubectl("delete", "namespace", operator_ns, "--wait=true")
+        kubectl("delete", "pv", f"{floor_ns}-engines", f"{operator_ns}-engines", "--ignore-not-found")
+
+
+def _fresh_namespace(kubectl: Kubectl, ns: str) -> None:
+    kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=true")
+    kubectl("delete", "pv", f"{ns}-engines", "--ignore-not-found")  # bound to the old claim
+    kubectl("create", "namespace", ns)
+    kubectl.apply(
+        [
+            {"apiVersion": "v1", "kind": "PersistentVolume",
+             "metadata": {"name": f"{ns}-engines"},
+             "spec": {"capacity": {"storage": "1Ti"}, "accessModes": ["ReadWriteMany"],
+                      "storageClassName": "",
+                      "hostPath": {"path": "/tmp/engines"},
+                      "claimRef": {"namespace": ns, "name": "engines"}}},
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": "engines", "namespace": ns},
+             "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                      "volumeName": f"{ns}-engines",
+                      "resources": {"requests": {"storage": "1Ti"}}}},
+        ]
+    )  # fmt: skip
+
+
+def edit_to_child_seconds(
+    kubeconfig: Path, namespace: str, names: list[str], samples: int = 100
+) -> list[float]:
+    """P4: one spec edit at a time (a new runtime profile, which changes the pod template), timed
+    from the request until a watch sees the deployment's StatefulSet at a new generation."""
+    client = Client(KubeConfig.from_file(kubeconfig), field_manager="bench")
+    generation = {
+        s.metadata.labels[L.DEPLOYMENT]: s.metadata.generation
+        for s in client.list(StatefulSet, namespace=namespace)
+        if s.metadata and s.metadata.labels and s.metadata.generation
+    }
+    updated: dict[str, float] = {}
+    changed = threading.Condition()
+
+    def watch() -> None:
+        for _, sts in client.watch(StatefulSet, namespace=namespace):
+            name = sts.metadata.labels.get(L.DEPLOYMENT) if sts.metadata and sts.metadata.labels else None
+            if name and sts.metadata.generation > generation.get(name, sts.metadata.generation):  # type: ignore[union-attr, operator]
+                with changed:
+                    updated.setdefault(name, time.perf_counter())
+                    changed.notify_all()
+
+    threading.Thread(target=watch, daemon=True).start()
+    time.sleep(2)  # the watch is established
+    step = max(1, len(names) // samples)
+    latencies = []
+    for name in names[::step][:samples]:
+        start = time.perf_counter()
+        client.patch(LLMDeploymentResource, name, {"spec": {"runtime": {"profile": "throughput"}}},
+                     namespace=namespace, patch_type=PatchType.MERGE)  # fmt: skip
+        with changed:
+            if not changed.wait_for(functools.partial(dict.__contains__, updated, name), timeout=60):
+                raise SystemExit(f"bench: the StatefulSet of {name} was not updated 60 s after its edit")
+        latencies.append(updated[name] - start)
+    return latencies
+
+
+def percentile(values: list[float], p: int) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def _up(port: int) -> bool:
