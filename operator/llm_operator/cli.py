@@ -120,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
 
     level = logging.getLevelName(os.environ.get("LLMOP_LOG_LEVEL", "INFO"))
     logging.basicConfig(level=level)
-    logging.getLogger("httpx2").setLevel(max(level, logging.WARNING))  # not one line per request
+    # One line per API request only when debugging.
+    logging.getLogger("httpx2").setLevel(level if level <= logging.DEBUG else logging.WARNING)
     namespaces = tuple(dict.fromkeys(args.namespace or ()))
     config = handlers.Runtime.config = OperatorConfig.from_env(namespaces)
     start_http_server(config.metrics_port)  # a standby's too: it reports llm_operator_leader 0

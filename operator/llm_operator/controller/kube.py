@@ -82,7 +82,11 @@ class Kube:
         self._fence = fence or (lambda: None)
 
     def _write(self, kind: str, verb: str) -> None:
-        self._fence()
+        try:
+            self._fence()
+        except NotLeading:
+            log.warning("not sending %s %s: this replica no longer holds the leader Lease", verb, kind)
+            raise
         API_WRITES.labels(kind, verb).inc()
 
     async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
