@@ -113,22 +113,30 @@ def model_repo(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     import kopf
+    from prometheus_client import start_http_server
 
-    from llm_operator.controller import handlers
+    from llm_operator.controller import handlers, leader
     from llm_operator.controller.config import OperatorConfig
 
-    logging.basicConfig(level=os.environ.get("LLMOP_LOG_LEVEL", "INFO"))
+    level = logging.getLevelName(os.environ.get("LLMOP_LOG_LEVEL", "INFO"))
+    logging.basicConfig(level=level)
+    # One line per API request only when debugging.
+    logging.getLogger("httpx2").setLevel(level if level <= logging.DEBUG else logging.WARNING)
     namespaces = tuple(dict.fromkeys(args.namespace or ()))
-    handlers.Runtime.config = OperatorConfig.from_env(namespaces)
-    asyncio.run(
-        kopf.operator(
-            standalone=True,
+    config = handlers.Runtime.config = OperatorConfig.from_env(namespaces)
+    start_http_server(config.metrics_port)  # a standby's too: it reports llm_operator_leader 0
+
+    async def operator(term: leader.Term) -> None:
+        handlers.Runtime.term = term
+        await kopf.operator(
+            standalone=True,  # no kopf peering: the Lease decides which replica runs at all
             clusterwide=not namespaces,
             namespaces=namespaces,
-            liveness_endpoint=f"http://0.0.0.0:{handlers.Runtime.config.health_port}/healthz",
+            liveness_endpoint=f"http://0.0.0.0:{config.health_port}/healthz",
+            stop_flag=term.stop,
         )
-    )
-    return 0
+
+    return asyncio.run(leader.run(config.leader_election, config.health_port, operator))
 
 
 def main(argv: list[str] | None = None) -> int:

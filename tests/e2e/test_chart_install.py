@@ -86,13 +86,15 @@ def test_helm_install_restricted_operator_and_uninstall(
     assert "STATUS: deployed" in out and "kubectl apply --server-side" in out, out  # NOTES.txt
     took = time.monotonic() - started
 
-    (pod,) = kubectl.items("pods", namespace, f"app.kubernetes.io/instance={name}")
-    assert pod_ready(pod), pod["status"]
-    assert pod["spec"]["serviceAccountName"] == f"{name}-llm-operator"
-    node = kubectl.get("node", pod["spec"]["nodeName"])
-    assert node is not None and not node["spec"].get("taints"), "the operator needs no GPU node"
+    pods = kubectl.items("pods", namespace, f"app.kubernetes.io/instance={name}")
+    assert len(pods) == 2, "a leader and a standby"
+    for pod in pods:
+        assert pod_ready(pod), pod["status"]
+        assert pod["spec"]["serviceAccountName"] == f"{name}-llm-operator"
+        node = kubectl.get("node", pod["spec"]["nodeName"])
+        assert node is not None and not node["spec"].get("taints"), "the operator needs no GPU node"
     deployment = kubectl.get("deployment", f"{name}-llm-operator", namespace)
-    assert deployment is not None and deployment["status"]["availableReplicas"] == 1
+    assert deployment is not None and deployment["status"]["availableReplicas"] == 2
 
     # RBAC as the API server sees it: what the operator needs, cluster-wide; nothing it does not.
     sa = f"system:serviceaccount:{namespace}:{name}-llm-operator"
@@ -106,12 +108,21 @@ def test_helm_install_restricted_operator_and_uninstall(
                            ("delete", "nodes"), ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
                            ("create", "deployments.apps")]:  # fmt: skip
         assert not can_i(kubectl, sa, verb, resource), (verb, resource)
+    # Leader election: its own Lease, in its own namespace only.
+    lease = f"leases.coordination.k8s.io/{name}-llm-operator"
+    assert can_i(kubectl, sa, "update", lease, namespace)
+    assert can_i(kubectl, sa, "create", "leases", namespace)
+    assert not can_i(kubectl, sa, "update", "leases.coordination.k8s.io/other", namespace)
+    assert not can_i(kubectl, sa, "update", lease, "default") and not can_i(kubectl, sa, "create", "leases")
 
     helm("uninstall", name, "--namespace", namespace, "--wait", f"--timeout={TIMEOUT}s")
     gone = [("clusterrole", "-llm-operator"), ("clusterrole", "-llm-operator-cluster"),
-            ("clusterrolebinding", "-llm-operator"), ("serviceaccount", "-llm-operator")]  # fmt: skip
+            ("clusterrolebinding", "-llm-operator"), ("serviceaccount", "-llm-operator"),
+            ("role", "-llm-operator-leader-election"),
+            ("rolebinding", "-llm-operator-leader-election")]  # fmt: skip
     for kind, suffix in gone:
-        obj = kubectl.get(kind, name + suffix, namespace if kind == "serviceaccount" else None)
+        namespaced = kind in ("serviceaccount", "role", "rolebinding")
+        obj = kubectl.get(kind, name + suffix, namespace if namespaced else None)
         assert obj is None, (kind, name + suffix)
     assert kubectl.get("crd", "llmdeployments.llmoperator.io") is not None, "Helm never deletes crds/"
     print(f"helm install --wait of {name}: {took:.1f} s")

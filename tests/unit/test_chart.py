@@ -52,6 +52,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "namespaces": {
         "watchNamespaces": ["team-a", "team-b"],
+        "replicas": 3,
+        "leaderElection": {"leaseDurationSeconds": 30, "renewDeadlineSeconds": 20, "retryPeriodSeconds": 4},
         "image": {"tag": "v9.1.0", "pullPolicy": "Always"},
         "imagePullSecrets": [{"name": "regcred"}],
         "serviceAccount": {"create": False, "name": "ops-operator"},
@@ -83,6 +85,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "image": {"repository": "registry.example/llm-operator", "digest": "sha256:" + "ab" * 32},
         "serviceAccount": {"annotations": {"iam.gke.io/gcp-service-account": "op@p.iam.gserviceaccount.com"}},
         "rbac": {"create": False},
+        "replicas": 1,
+        "leaderElection": {"enabled": False},
         "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"cpu": 2, "memory": "2Gi"}},
         "podLabels": {"team": "ml"},
         "podAnnotations": {"example.com/owner": "ml-platform"},
@@ -196,11 +200,19 @@ def test_chart_crd_is_the_generated_one() -> None:
 
 
 @SETS
-def test_one_restricted_operator_replica(name: str) -> None:
+def test_restricted_operator_replicas_elect_a_leader_or_run_alone(name: str) -> None:
     docs = render(name)
     dep = one(docs, "Deployment")
-    assert dep["spec"]["replicas"] == 1, "kopf runs standalone: two operators must never act together"
-    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    values = VALUE_SETS[name]
+    if values.get("leaderElection", {}).get("enabled", True):
+        assert dep["spec"]["replicas"] == values.get("replicas", 2)
+        # A new standby is up before an old pod goes; the Lease keeps them from acting together.
+        assert dep["spec"]["strategy"] == {
+            "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+        }  # fmt: skip
+    else:
+        assert dep["spec"]["replicas"] == 1, "without leader election two operators must never act together"
+        assert dep["spec"]["strategy"] == {"type": "Recreate"}
     pod = dep["spec"]["template"]["spec"]
     assert pod["securityContext"] == {
         "runAsNonRoot": True,
@@ -243,8 +255,13 @@ def test_scheduling_values_reach_the_pod() -> None:
         assert pod["spec"][key] == values[key], key
     assert pod["metadata"]["labels"]["team"] == "ml"
     assert pod["metadata"]["annotations"] == values["podAnnotations"]
-    defaults = one(render(), "Deployment")["spec"]["template"]["spec"]
-    assert not {"nodeSelector", "tolerations", "affinity", "priorityClassName"} & defaults.keys()
+    dep = one(render(), "Deployment")
+    defaults = dep["spec"]["template"]["spec"]
+    assert not {"nodeSelector", "tolerations", "priorityClassName"} & defaults.keys()
+    # Replicas spread over nodes where they can, so losing one node leaves a standby.
+    (term,) = defaults["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
 
 
 @SETS
@@ -296,12 +313,24 @@ def test_environment_is_what_the_operator_reads(name: str, monkeypatch: pytest.M
     assert os.environ["LLMOP_LOG_LEVEL"] == op["logLevel"]
     assert config.metrics_port == values["metrics"]["port"]
     assert config.health_port == values["healthPort"]
+    election = values["leaderElection"]
+    if election["enabled"]:
+        identity = next(e for e in container["env"] if e["name"] == "LLMOP_LEADER_ELECTION_IDENTITY")
+        assert identity["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}, "the pod's name"
+        assert config.leader_election is not None
+        assert (config.leader_election.lease, config.leader_election.namespace) == ("rel-llm-operator", "ops")
+        assert config.leader_election.lease_duration_seconds == election["leaseDurationSeconds"]
+        assert config.leader_election.renew_deadline_seconds == election["renewDeadlineSeconds"]
+        assert config.leader_election.retry_period_seconds == election["retryPeriodSeconds"]
+    else:
+        assert config.leader_election is None
     for extra in op["extraEnv"]:
         assert extra in container["env"]
     # Probe and ports point where the operator listens: kopf's http://:<health>/healthz, :<metrics>/metrics.
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": config.metrics_port, "health": config.health_port}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     service = one(render(name), "Service")
     assert service["spec"]["type"] == "ClusterIP"
     assert service["spec"]["ports"] == [
@@ -344,6 +373,11 @@ def test_rbac_has_no_wildcards_and_nothing_dangerous(name: str) -> None:
     assert roles
     for role in roles:
         for rule in role["rules"]:
+            if role["kind"] == "Role":  # the Lease: in the release namespace, by name where possible
+                assert role["metadata"]["namespace"] == "ops"
+                assert rule["apiGroups"] == ["coordination.k8s.io"] and rule["resources"] == ["leases"], rule
+                assert rule.get("resourceNames") == ["rel-llm-operator"] or rule["verbs"] == ["create"], rule
+                continue
             assert set(rule) == {"apiGroups", "resources", "verbs"}, rule  # no resourceNames/nonResourceURLs
             for field in ("apiGroups", "resources", "verbs"):
                 assert not any("*" in item for item in rule[field]), rule
@@ -381,6 +415,16 @@ def test_rbac_covers_what_the_operator_does() -> None:
         "cluster-scoped access is read-only"
     )
     assert not [k for k in main if k[1] in ("nodes", "namespaces", "customresourcedefinitions")]
+    assert not [k for k in main | cluster if k[1] == "leases"], "Leases only in the release namespace"
+    (election,) = [d for d in docs if d["kind"] == "Role"]
+    lease = next(
+        e["value"] for e in operator_container(docs)["env"] if e["name"] == "LLMOP_LEADER_ELECTION_LEASE"
+    )
+    assert election["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [lease],
+         "verbs": ["get", "update"]},
+    ]  # fmt: skip
 
 
 def bindings(docs: list[dict[str, Any]]) -> list[tuple[str, str | None, str, list[dict[str, str]]]]:
@@ -396,12 +440,14 @@ def test_bindings_cluster_wide_by_default_and_namespaced_when_watching_one() -> 
     assert sorted(bindings(render())) == [
         ("ClusterRoleBinding", None, "rel-llm-operator", subject),
         ("ClusterRoleBinding", None, "rel-llm-operator-cluster", subject),
+        ("RoleBinding", "ops", "rel-llm-operator-leader-election", subject),
     ]
     # Watching namespaces: LLMDeployments and children only there; the cluster-scoped reads stay.
     docs = render("namespaces")
     subject = [{"kind": "ServiceAccount", "name": "ops-operator", "namespace": "ops"}]
     assert sorted(bindings(docs)) == [
         ("ClusterRoleBinding", None, "rel-llm-operator-cluster", subject),
+        ("RoleBinding", "ops", "rel-llm-operator-leader-election", subject),
         ("RoleBinding", "team-a", "rel-llm-operator", subject),
         ("RoleBinding", "team-b", "rel-llm-operator", subject),
     ]
@@ -462,9 +508,13 @@ def test_every_value_is_documented_and_in_the_schema() -> None:
         (["--set", "operator.extraEnv[0].name=LLMOP_WORKERS"], "/operator/extraEnv/0/name"),
         (["--set", "metrics.serviceMonitor.interval=often"], "/metrics/serviceMonitor/interval"),
         (["--set", "resources.request.cpu=1"], "additional properties 'request' not allowed"),
+        (["--set", "replicas=0"], "/replicas"),
+        (["--set", "leaderElection.enabled=yes"], "/leaderElection/enabled"),
+        (["--set", "operator.extraEnv[0].name=LLMOP_LEADER_ELECTION"], "/operator/extraEnv/0/name"),
     ],
     ids=["unknown-top", "unknown-nested", "wrong-type-int", "wrong-type-bool", "enum", "repeated-namespace",
-         "bad-namespace", "shadowed-env", "duration", "typo-resources"],
+         "bad-namespace", "shadowed-env", "duration", "typo-resources", "no-replicas", "election-bool",
+         "shadowed-election"],
 )  # fmt: skip
 def test_values_schema_rejects_bad_values(args: list[str], message: str) -> None:
     result = helm("template", "rel", str(CHART), *args, check=False)
@@ -476,3 +526,20 @@ def test_values_schema_rejects_bad_values(args: list[str], message: str) -> None
 def test_port_clash_is_refused() -> None:
     result = helm("template", "rel", str(CHART), "--set", "healthPort=8000", check=False)
     assert result.returncode != 0 and "metrics.port and healthPort must differ" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "leaderElection.enabled=false"], "replicas > 1 needs leaderElection.enabled"),
+        (["--set", "leaderElection.renewDeadlineSeconds=15"], "retryPeriodSeconds < renewDeadlineSeconds"),
+        (["--set", "leaderElection.retryPeriodSeconds=10"], "retryPeriodSeconds < renewDeadlineSeconds"),
+    ],
+)
+def test_unsafe_leader_election_settings_are_refused(args: list[str], message: str) -> None:
+    result = helm("template", "rel", str(CHART), *args, check=False)
+    assert result.returncode != 0 and message in result.stderr, result.stderr
+    single = helm(
+        "template", "rel", str(CHART), "--set", "replicas=1", "--set", "leaderElection.enabled=false"
+    )
+    assert "coordination.k8s.io" not in single.stdout, "no Lease permissions without leader election"

@@ -16,8 +16,9 @@ import yaml
 from llm_operator import labels as L
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.engines import ENGINE_INDEX
+from llm_operator.controller.kube import NotLeading
 from llm_operator.controller.queue import WorkQueue
-from llm_operator.controller.reconciler import Reconciler
+from llm_operator.controller.reconciler import REPORT_AFTER_FAILURES, Reconciler
 
 from e2e.cluster.nodes import build_nodes, load_pools
 from tests.unit.fake_kube import FakeKube
@@ -299,3 +300,20 @@ async def test_the_queue_never_runs_a_key_twice_at_once_and_reruns_what_arrived_
     for task in workers:
         task.cancel()
     await asyncio.gather(*workers, return_exceptions=True)
+
+
+async def test_a_replica_that_lost_the_lease_stops_instead_of_retrying() -> None:
+    """NotLeading is no failure to retry or report: no backoff, no Stalled status, the worker ends."""
+    kube, reconciler = await operator_with_nodes()
+    key = kube.add_deployment(example("cpu-reference"))
+    reconciler.deployment_event("ADDED", *key)
+
+    async def refused(obj: dict[str, Any]) -> dict[str, Any]:
+        raise NotLeading("not the holder")
+
+    kube.apply = refused  # type: ignore[method-assign]
+    for _ in range(REPORT_AFTER_FAILURES + 1):
+        with pytest.raises(NotLeading):
+            await reconciler._run(key)
+    assert kube.take_writes() == [] and not reconciler.queue._timers
+    assert "status" not in kube.objects[("LLMDeployment", *key)]

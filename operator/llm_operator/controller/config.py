@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
+from pathlib import Path
 
+from llm_operator.controller.lease import ElectionConfig
 from llm_operator.images import Images
 
 DEFAULT_TRTLLM_VERSION = "0.20.0"
+# In a pod: the namespace of its ServiceAccount, i.e. the operator's own.
+POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 @dataclass(frozen=True)
@@ -17,6 +22,7 @@ class OperatorConfig:
     metrics_port: int
     health_port: int
     namespaces: tuple[str, ...]  # empty: all namespaces
+    leader_election: ElectionConfig | None  # None: this process reconciles alone
 
     @classmethod
     def from_env(cls, namespaces: tuple[str, ...] = ()) -> OperatorConfig:
@@ -32,4 +38,23 @@ class OperatorConfig:
             metrics_port=int(env("LLMOP_METRICS_PORT", "8000")),
             health_port=int(env("LLMOP_HEALTH_PORT", "8080")),
             namespaces=namespaces,
+            leader_election=election_from_env(),
         )
+
+
+def election_from_env() -> ElectionConfig | None:
+    env = os.environ.get
+    enabled = env("LLMOP_LEADER_ELECTION", "false")
+    if enabled not in ("true", "false"):
+        raise ValueError(f"LLMOP_LEADER_ELECTION must be true or false, not {enabled!r}")
+    if enabled == "false":
+        return None
+    own_namespace = POD_NAMESPACE_FILE.read_text().strip() if POD_NAMESPACE_FILE.exists() else "default"
+    return ElectionConfig(
+        lease=env("LLMOP_LEADER_ELECTION_LEASE", "llm-operator"),
+        namespace=env("LLMOP_LEADER_ELECTION_NAMESPACE", own_namespace),
+        identity=env("LLMOP_LEADER_ELECTION_IDENTITY") or socket.gethostname(),
+        lease_duration_seconds=int(env("LLMOP_LEASE_DURATION_SECONDS", "15")),
+        renew_deadline_seconds=int(env("LLMOP_RENEW_DEADLINE_SECONDS", "10")),
+        retry_period_seconds=int(env("LLMOP_RETRY_PERIOD_SECONDS", "2")),
+    )

@@ -13,12 +13,12 @@ from typing import Any
 
 import kopf
 from lightkube.resources.core_v1 import Node, Pod
-from prometheus_client import start_http_server
 
 from llm_operator import labels as L
 from llm_operator.api import v1alpha1 as api
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.kube import CHILD_KINDS, Kube
+from llm_operator.controller.leader import Term
 from llm_operator.controller.reconciler import Reconciler
 
 log = logging.getLogger(__name__)
@@ -28,6 +28,7 @@ class Runtime:
     """What the handlers share: set up in on.startup, torn down in on.cleanup."""
 
     config: OperatorConfig | None = None
+    term: Term = Term(asyncio.Event())  # leader election's fence and step-down (controller/leader.py)
     reconciler: Reconciler | None = None
     tasks: list[asyncio.Task[None]] = []
 
@@ -42,8 +43,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 30
     config = Runtime.config or OperatorConfig.from_env()
-    start_http_server(config.metrics_port)
-    kube = Kube()
+    kube = Kube(fence=Runtime.term.fence)
     reconciler = Reconciler(kube, config)
     Runtime.reconciler = reconciler
     scopes: tuple[str | None, ...] = config.namespaces or (None,)
@@ -81,6 +81,8 @@ async def cleanup(**_: Any) -> None:
     for task in Runtime.tasks:
         task.cancel()
     await asyncio.gather(*Runtime.tasks, return_exceptions=True)
+    if Runtime.term.step_down is not None:  # nothing of ours writes any more: hand the Lease over
+        await Runtime.term.step_down()
 
 
 @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)

@@ -48,6 +48,10 @@ CHILD_KINDS: dict[str, Any] = {
 ObjKey = tuple[str, str, str]  # kind, namespace, name
 
 
+class NotLeading(Exception):
+    """A write was refused: with leader election on, this replica does not hold the Lease."""
+
+
 def obj_key(obj: dict[str, Any]) -> ObjKey:
     meta = obj["metadata"]
     return obj["kind"], meta.get("namespace", ""), meta["name"]
@@ -72,12 +76,22 @@ class KubeApi(Protocol):
 class Kube:
     """The operator's one API client (lazy connection, kubeconfig or in-cluster config)."""
 
-    def __init__(self, client: AsyncClient | None = None) -> None:
+    def __init__(self, client: AsyncClient | None = None, fence: Callable[[], None] | None = None) -> None:
         self.client = client or AsyncClient(field_manager=L.FIELD_MANAGER)
+        # Asked before every write; raises NotLeading when leader election says we must not write.
+        self._fence = fence or (lambda: None)
+
+    def _write(self, kind: str, verb: str) -> None:
+        try:
+            self._fence()
+        except NotLeading:
+            log.warning("not sending %s %s: this replica no longer holds the leader Lease", verb, kind)
+            raise
+        API_WRITES.labels(kind, verb).inc()
 
     async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         kind, namespace, name = obj_key(obj)
-        API_WRITES.labels(kind, "apply").inc()
+        self._write(kind, "apply")
         result = await self.client.patch(
             CHILD_KINDS[kind],
             name,
@@ -92,7 +106,7 @@ class Kube:
     async def create(self, obj: dict[str, Any]) -> None:
         """Create an object that must never be overwritten (a Secret holding a generated key);
         one that exists already is left as it is."""
-        API_WRITES.labels(obj["kind"], "create").inc()
+        self._write(obj["kind"], "create")
         try:
             await self.client.create(codecs.from_dict(obj))
         except ApiError as e:
@@ -109,7 +123,7 @@ class Kube:
         return True
 
     async def delete(self, kind: str, namespace: str, name: str) -> None:
-        API_WRITES.labels(kind, "delete").inc()
+        self._write(kind, "delete")
         try:
             await self.client.delete(
                 CHILD_KINDS[kind], name, namespace=namespace, cascade=CascadeType.BACKGROUND
@@ -129,7 +143,7 @@ class Kube:
         return True
 
     async def delete_pod(self, namespace: str, name: str) -> None:
-        API_WRITES.labels("Pod", "delete").inc()
+        self._write("Pod", "delete")
         try:
             await self.client.delete(Pod, name, namespace=namespace)
         except ApiError as e:
@@ -145,7 +159,7 @@ class Kube:
             raise
 
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        API_WRITES.labels(api.KIND, "status").inc()
+        self._write(api.KIND, "status")
         await self.client.patch(
             LLMDeploymentResource.Status,
             name,
@@ -156,7 +170,7 @@ class Kube:
 
     async def add_configmap_keys(self, namespace: str, name: str, data: dict[str, str]) -> None:
         """Add keys to a ConfigMap shared by deployments (the engine index), creating it if absent."""
-        API_WRITES.labels("ConfigMap", "merge").inc()
+        self._write("ConfigMap", "merge")
         try:
             await self.client.patch(
                 ConfigMap, name, {"data": data}, namespace=namespace, patch_type=PatchType.MERGE
@@ -174,7 +188,7 @@ class Kube:
 
     async def event(self, involved: dict[str, Any], type_: str, reason: str, message: str, now: str) -> None:
         meta = involved["metadata"]
-        API_WRITES.labels("Event", "create").inc()
+        self._write("Event", "create")
         body = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -239,4 +253,4 @@ def _as_dict(obj: Any) -> dict[str, Any]:
     return result
 
 
-__all__ = ["CHILD_KINDS", "Kube", "LLMDeploymentResource", "Node", "Pod", "obj_key"]
+__all__ = ["CHILD_KINDS", "Kube", "LLMDeploymentResource", "Node", "NotLeading", "Pod", "obj_key"]

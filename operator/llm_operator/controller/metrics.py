@@ -17,3 +17,7 @@ DEPLOYMENTS = Gauge(
     "llm_operator_llmdeployments", "LLMDeployments by condition type and status.", ["condition", "status"]
 )
 QUEUE_DEPTH = Gauge("llm_operator_queue_depth", "LLMDeployments waiting to be reconciled.")
+LEADER = Gauge(
+    "llm_operator_leader",
+    "1 while this replica holds the leader Lease and reconciles (always 1 without leader election).",
+)

@@ -25,7 +25,7 @@ from llm_operator.controller import engines
 from llm_operator.controller.apply import Applier
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.groups import GroupFailures, group_pods
-from llm_operator.controller.kube import KubeApi, obj_key
+from llm_operator.controller.kube import KubeApi, NotLeading, obj_key
 from llm_operator.controller.metrics import DEPLOYMENTS, RECONCILE_ERRORS, RECONCILE_SECONDS
 from llm_operator.controller.observe import Key, PodProblems, existing_pools, pool_observed
 from llm_operator.controller.queue import WorkQueue
@@ -120,6 +120,8 @@ class Reconciler:
         try:
             await self.reconcile(*key)
             self._failures.pop(key, None)
+        except NotLeading:
+            raise  # not a failure to retry: this replica stops (controller/leader.py)
         except ApiError as e:
             RECONCILE_ERRORS.labels(f"Api{e.status.code}").inc()
             await self._failed(key, f"API error {e.status.code}: {e.status.message}")
