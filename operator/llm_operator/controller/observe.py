@@ -135,10 +135,14 @@ def pod_problem(pod: dict[str, Any]) -> str | None:
         detail = waiting.get("message", "")
         last = (c.get("lastState") or {}).get("terminated") or {}
         if reason == "CrashLoopBackOff" and last:
-            said = (last.get("message") or "").strip()
-            detail = f"exited {last.get('exitCode')} ({last.get('reason', '')})" + (
-                f": {said}" if said else ""
+            detail = f"exited {last.get('exitCode')} ({last.get('reason', '')})"
+            # The termination message ends with what happened last: keep its end.
+            said = "; ".join(
+                line.strip() for line in (last.get("message") or "").splitlines() if line.strip()
             )
+            room = MAX_PROBLEM - len(reason) - len(detail) - 4
+            if said:
+                detail += ": " + (said if len(said) <= room else "..." + said[-(room - 3) :])
         return f"{reason}: {detail}".strip().rstrip(":")[:MAX_PROBLEM]
     if status.get("phase") == "Pending":
         for cond in status.get("conditions") or []:
@@ -147,7 +151,7 @@ def pod_problem(pod: dict[str, Any]) -> str | None:
     return None
 
 
-MAX_PROBLEM = 300  # characters per pod: status and Events stay readable and bounded
+MAX_PROBLEM = 500  # characters per pod: status and Events stay readable and bounded
 
 
 class PodProblems:
