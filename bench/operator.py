@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from e2e import operator_release
 from e2e.cluster.launcher import Cluster
 from e2e.cluster.testing import Kubectl
 
@@ -144,8 +145,8 @@ def run(
     idle = idle_seconds if idle_seconds is not None else int(os.environ.get("BENCH_IDLE_SECONDS", "120"))
     cluster = Cluster()
     cluster.up()
-    if cluster.stop_demo_operator():
-        print_fn("operator bench: stopped the operator `make demo` left running")
+    if operator_release.uninstall(cluster):
+        print_fn("operator bench: uninstalled the operator `make operator-up` installed")
     kubectl = Kubectl(cluster.kubeconfig, cluster.state_dir / "bin" / "kubectl", timeout=300)
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     kubectl("wait", "--for=condition=Established", "crd/llmdeployments.llmoperator.io", "--timeout=30s")

@@ -76,7 +76,7 @@ def _image(cluster: Cluster, tools: Tools, name: str, log: Log) -> str:
     the kubelet already reports it; its content-addressed reference."""
     from images.builder.images import build
 
-    archive = build(name, log=lambda line: None)
+    archive = build(name, log=log)
     ref = next(n for n in image_names(archive) if not n.endswith(":dev"))
     node = tools.json("get", "node", NODE_NAME)
     if not any(ref in i.get("names", []) for i in node["status"].get("images", [])):

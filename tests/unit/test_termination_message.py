@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from llm_operator.runtime.supervisor import error_line
 
 # A tritonserver that fails to load its model, in Triton's words and log format.
 FAILING_TRITON = f"""#!{sys.executable}
 import sys
+err = sys.stderr
 print("I1123 17:25:57.704034 7 model_lifecycle.cc:472] \\"loading: ensemble:1\\"", file=sys.stderr)
 print("E1123 17:25:57.704035 7 server.cc:241] \\"CudaDriverHelper has not been initialized.\\"", file=sys.stderr)
 print("| ensemble | 1 | UNAVAILABLE: Internal: Unable to initialize shared memory |")
