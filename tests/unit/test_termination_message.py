@@ -16,12 +16,12 @@ from llm_operator.runtime.supervisor import error_line
 FAILING_TRITON = f"""#!{sys.executable}
 import sys
 err = sys.stderr
-print("I1123 17:25:57.704034 7 model_lifecycle.cc:472] \\"loading: ensemble:1\\"", file=sys.stderr)
-print("E1123 17:25:57.704035 7 server.cc:241] \\"CudaDriverHelper has not been initialized.\\"", file=sys.stderr)
+print("I1123 17:25:57.704034 7 model_lifecycle.cc:472] \\"loading: ensemble:1\\"", file=err)
+print("E1123 17:25:57.704035 7 server.cc:241] \\"CudaDriverHelper has not been initialized.\\"", file=err)
 print("| ensemble | 1 | UNAVAILABLE: Internal: Unable to initialize shared memory |")
 print("E1123 17:25:57.725271 7 model_lifecycle.cc:642] \\"failed to load 'ensemble' version 1: "
-      "Internal: Unable to initialize shared memory. Error: No space left on device\\"", file=sys.stderr)
-print("error: creating server: Internal - failed to load all models", file=sys.stderr)
+      "Internal: Unable to initialize shared memory. Error: No space left on device\\"", file=err)
+print("error: creating server: Internal - failed to load all models", file=err)
 sys.exit(1)
 """
 
