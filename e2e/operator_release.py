@@ -28,6 +28,7 @@ from e2e.cluster.components import ClusterError
 from e2e.cluster.launcher import Cluster
 from e2e.cluster.node import image_names
 from e2e.cluster.pki import NODE_NAME
+from images.builder.images import build
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "llm-operator"
@@ -74,8 +75,6 @@ class Tools:
 def _image(cluster: Cluster, tools: Tools, name: str, log: Log) -> str:
     """images.builder's `name` (built if its inputs changed), imported into the real node unless
     the kubelet already reports it; its content-addressed reference."""
-    from images.builder.images import build
-
     archive = build(name, log=log)
     ref = next(n for n in image_names(archive) if not n.endswith(":dev"))
     node = tools.json("get", "node", NODE_NAME)

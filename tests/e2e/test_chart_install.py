@@ -106,6 +106,8 @@ def test_helm_install_restricted_operator_and_uninstall(
                            ("delete", "nodes"), ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
                            ("create", "deployments.apps")]:  # fmt: skip
         assert not can_i(kubectl, sa, verb, resource), (verb, resource)
+    if helm.images:  # the operator pod itself serves a deployment (on the real node, in-cluster)
+        serve_from_the_pod(kubectl, namespace, pod["metadata"]["name"])
 
     helm("uninstall", name, "--namespace", namespace, "--wait", f"--timeout={TIMEOUT}s")
     gone = [("clusterrole", "-llm-operator"), ("clusterrole", "-llm-operator-cluster"),
@@ -115,6 +117,24 @@ def test_helm_install_restricted_operator_and_uninstall(
         assert obj is None, (kind, name + suffix)
     assert kubectl.get("crd", "llmdeployments.llmoperator.io") is not None, "Helm never deletes crds/"
     print(f"helm install --wait of {name}: {took:.1f} s")
+
+
+def serve_from_the_pod(kubectl: Kubectl, namespace: str, pod: str) -> None:
+    """The chart's pod, with the chart's RBAC and the in-cluster config, applies a cpu-reference
+    deployment's children (its own requests are in its log: a test session's operator may act too)
+    and is refused nothing."""
+    manifest: dict[str, Any] = yaml.safe_load((REPO / "examples" / "cpu-reference.yaml").read_text())
+    manifest["spec"]["resources"]["cpu"] = "250m"
+    kubectl.apply(manifest, namespace=namespace)
+    wait_for("LLMDeployment tiny-llama Ready", lambda: kubectl.get("llmdeployment", "tiny-llama", namespace),
+             lambda o: is_true(o, "Ready"), timeout=TIMEOUT)  # fmt: skip
+    own = re.compile(rf"PATCH https://\S+/apis/apps/v1/namespaces/{namespace}/statefulsets/tiny-llama\S* "
+                     r'"HTTP/1.1 20[01]')  # fmt: skip
+    log = wait_for("the operator pod's own StatefulSet apply in its log",
+                   lambda: kubectl("logs", pod, namespace=namespace).stdout,
+                   lambda text: own.search(text) is not None, timeout=30)  # fmt: skip
+    assert not re.search(r"forbidden", log, re.I), log[-3000:]
+    kubectl("delete", "llmdeployment", "tiny-llama", "--wait=true", namespace=namespace)
 
 
 def token_kubeconfig(admin: Path, token: str, path: Path) -> Path:
