@@ -86,29 +86,36 @@ def served(operator: None, cluster: E2ECluster, kubectl: Kubectl) -> Iterator[Se
     if cluster.launcher is None:
         pytest.skip("needs the embedded cluster: its real node's images and its network namespace")
     ns = kubectl.create_namespace("real-pods")
+    try:
+        yield watch_until_ready(kubectl, Served(ns, cluster.launcher.netns))
+    finally:
+        kubectl.delete("namespace", ns)
+
+
+def watch_until_ready(kubectl: Kubectl, served: Served) -> Served:
     limit = {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "cpu"},
              "spec": {"limits": [{"type": "Container", "default": {"cpu": CPU_LIMIT}}]}}  # fmt: skip
-    kubectl.apply(limit, namespace=ns)
-    result = Served(ns, cluster.launcher.netns)
-    kubectl.apply(tiny_llama(replicas=2), namespace=ns)
+    kubectl.apply(limit, namespace=served.namespace)
+    kubectl.apply(tiny_llama(replicas=2), namespace=served.namespace)
     start, deadline, done = time.monotonic(), time.monotonic() + 240, False
     while not done:
-        assert time.monotonic() < deadline, f"tiny-llama not Ready in 240 s: {result.timeline}"
-        done = is_true(kubectl.get("llmdeployment", "tiny-llama", ns), "Ready")  # then one last round
-        for pod in kubectl.items("pods", ns, SELECTOR):
+        assert time.monotonic() < deadline, f"tiny-llama not Ready in 240 s: {served.timeline}"
+        done = is_true(
+            kubectl.get("llmdeployment", "tiny-llama", served.namespace), "Ready"
+        )  # one last round
+        for pod in kubectl.items("pods", served.namespace, SELECTOR):
             statuses = pod.get("status", {}).get("containerStatuses") or [{}]
             ip = pod.get("status", {}).get("podIP")
-            result.timeline.setdefault(pod["metadata"]["name"], []).append(
+            served.timeline.setdefault(pod["metadata"]["name"], []).append(
                 Sample(
                     at=time.monotonic() - start,
                     running="running" in (statuses[0].get("state") or {}),
                     pod_ready=pod_ready(pod),
-                    triton=health(result.netns, ip) if ip else "no IP",
+                    triton=health(served.netns, ip) if ip else "no IP",
                 )
             )
         time.sleep(0.5)
-    yield result
-    kubectl.delete("namespace", ns)
+    return served
 
 
 def first(samples: list[Sample], what: str, ok: Callable[[Sample], bool]) -> float:
