@@ -25,6 +25,10 @@ $py -m e2e.operator_release up | sed 's/^/  /'
 
 step "samples in namespace $ns: a CPU model, Llama 3 8B on H100 (prebuilt), Llama 3 70B fp8 tp4 (engine build)"
 k create namespace "$ns" --dry-run=client -o yaml | k apply -f - >/dev/null
+# The engine cache's volume outlives a deleted demo namespace (Retain): let the new claim bind it.
+if [ "$(k get pv llm-engine-cache -o jsonpath='{.status.phase}' 2>/dev/null)" = Released ]; then
+  k patch pv llm-engine-cache --type=json -p '[{"op": "remove", "path": "/spec/claimRef"}]' >/dev/null
+fi
 k -n "$ns" apply -f examples/engine-cache.yaml >/dev/null
 applied=$EPOCHREALTIME
 for f in cpu-reference llama3-8b-h100 llama3-70b-fp8; do k -n "$ns" apply --server-side -f "examples/$f.yaml"; done
@@ -54,9 +58,9 @@ $py -m e2e.generate -n "$ns" tiny-llama "Once upon a time" --max-tokens 120
 cat <<EOF
 
 Explore: source .cluster/env && kubectl -n $ns get llmd,pods
-         kubectl -n llm-operator-system logs deploy/llm-operator      # the operator
-         kubectl -n $ns logs tiny-llama-0                               # Triton
-         kubectl -n $ns port-forward svc/tiny-llama 8000:8000 &         # then, on 127.0.0.1:
-         curl -N localhost:8000/v2/models/ensemble/generate_stream -d '{"text_input":"Hi","max_tokens":40,"stream":true}'
+  the operator:  kubectl -n llm-operator-system logs deploy/llm-operator
+  Triton:        kubectl -n $ns logs tiny-llama-0
+  from the host: kubectl -n $ns port-forward svc/tiny-llama 8000:8000 &
+                 curl -N localhost:8000/v2/models/ensemble/generate_stream -d '{"text_input": "Hi", "max_tokens": 40, "stream": true}'
 Stop:    make cluster-down
 EOF
