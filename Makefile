@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 export LLMOP_CACHE ?= $(HOME)/.cache/llm-operator
 
-.PHONY: help venv tools images cluster-up cluster-down demo test test-unit test-e2e lint crds bench clean
+.PHONY: help venv tools images cluster-up cluster-down operator-up demo test test-unit test-e2e lint crds bench clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -21,8 +21,11 @@ images: venv ## build/reuse the OCI image archives (pause, operator, cpu-runtime
 cluster-up: venv ## start the embedded control plane with simulated GPU node pools
 	@$(PY) -m e2e.cluster up
 
-cluster-down: venv ## stop the demo operator and the embedded control plane, remove their state
+cluster-down: venv ## stop the embedded cluster (and the operator installed in it), remove its state
 	@$(PY) -m e2e.cluster down
+
+operator-up: venv ## install/upgrade the operator in the running cluster from the Helm chart, local images
+	@$(PY) -m e2e.operator_release up
 
 crds: venv ## regenerate crds/ and the chart's CRD from the pydantic API models
 	@$(PY) -m llm_operator.api.crd --write
@@ -32,7 +35,7 @@ lint: venv ## ruff (lint + format check) and mypy --strict; helm lint runs in te
 	@$(PY) -m ruff format --check .
 	@$(PY) -m mypy
 
-demo: venv ## local cluster, CRDs, operator, the sample LLMDeployment, status printed
+demo: venv ## local cluster, the operator (chart), sample LLMDeployments, status, a prompt streamed back
 	@scripts/demo.sh
 
 test: venv tools ## every test: lint, unit, Triton on CPU, e2e on the embedded cluster

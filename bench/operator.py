@@ -31,6 +31,7 @@ from lightkube.resources.apps_v1 import StatefulSet
 from lightkube.types import PatchType
 from llm_operator import labels as L
 
+from e2e import operator_release
 from e2e.cluster.launcher import Cluster
 from e2e.cluster.processes import free_port
 from e2e.cluster.testing import Kubectl
@@ -180,8 +181,8 @@ def run(
     idle = idle_seconds if idle_seconds is not None else int(os.environ.get("BENCH_IDLE_SECONDS", "120"))
     cluster = Cluster()
     cluster.up()
-    if cluster.stop_demo_operator():
-        print_fn("operator bench: stopped the operator `make demo` left running")
+    if operator_release.uninstall(cluster):
+        print_fn("operator bench: uninstalled the operator `make operator-up` installed")
     kubectl = Kubectl(cluster.kubeconfig, cluster.state_dir / "bin" / "kubectl", timeout=600)
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     kubectl("wait", "--for=condition=Established", "crd/llmdeployments.llmoperator.io", "--timeout=30s")

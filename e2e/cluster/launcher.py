@@ -34,7 +34,7 @@ from e2e.cluster.components import (
     start,
     wait,
 )
-from e2e.cluster.processes import Children, find_owned, owned_by, proc_args, rss_kib, running
+from e2e.cluster.processes import Children, find_owned, owned_by, rss_kib
 from e2e.cluster.state import DEFAULT_STATE_DIR, StateDir
 
 __all__ = ["DEFAULT_STATE_DIR", "Cluster", "ClusterError", "UpReport"]
@@ -173,22 +173,6 @@ class Cluster:
             self._state.clear()
             return True
 
-    def stop_demo_operator(self) -> bool:
-        """Stop the operator `make demo` left running against this cluster (its pid is in
-        operator.pid): a second operator would reconcile the same objects as the one a test session
-        or the bench starts. True if one was running."""
-        path = self.state_dir / "operator.pid"
-        try:
-            pid = int(path.read_text().strip())
-        except (OSError, ValueError):
-            return False
-        path.unlink()
-        args = proc_args(pid)
-        if not running(pid) or "run" not in args or not any(Path(a).name == "llm-operator" for a in args):
-            return False  # gone, or the pid now belongs to another process
-        self._children.terminate([pid])
-        return True
-
     @property
     def node_cache(self) -> Path:
         """The real node's containerd root (its images), kept across `down`."""
@@ -198,7 +182,6 @@ class Cluster:
         """Stop everything and remove the state directory (and, unless `keep_images`, the node's
         imported images); returns the components that were running."""
         with self._state.lock():
-            self.stop_demo_operator()
             stopped = self._stop_all()
             self._state.clear()
             if not keep_images:

@@ -441,16 +441,19 @@ def sync_images(
     archive holds. Returns the archives imported."""
     have = node_images(layout)
     wanted: dict[str, str] = {}
-    imported = []
+    imported, kept = [], []
     for archive in archives:
         refs = archive_refs(archive)
         wanted |= refs
         if all(have.get(name) == digest for name, digest in refs.items()):
+            kept.append(archive.name)
             continue
         start = time.monotonic()
         import_image(layout, archive)
         log(f"real node: imported {archive.name} in {time.monotonic() - start:.1f} s")
         imported.append(archive)
+    if kept:
+        log(f"real node: already has {', '.join(kept)}")
     # Older builds, and the sha256:<config> names CRI gave them (they would keep their content).
     digests = set(wanted.values())
     stale = [

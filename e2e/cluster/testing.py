@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from e2e import operator_release
 from e2e.cluster.launcher import Cluster
 from e2e.cluster.state import DEFAULT_STATE_DIR
 
@@ -230,8 +231,8 @@ class E2ECluster:
                 )
             return cls(Path(env), Kubectl(Path(env), kubectl_bin), embedded=False)
         launcher.up(session=os.getpid())
-        if launcher.stop_demo_operator():
-            print("stopped the operator `make demo` left running: the tests run their own")
+        if operator_release.uninstall(launcher):
+            print("uninstalled the operator `make operator-up` installed: the tests run their own")
         return cls(
             launcher.kubeconfig,
             Kubectl(launcher.kubeconfig, launcher.bin_dir / "kubectl"),

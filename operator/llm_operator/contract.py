@@ -20,6 +20,9 @@ ENGINE_CACHE_MOUNT = "/engine-cache"  # the engine cache claim (read-only in ser
 SSH_DIR = "/etc/llm-operator/ssh"  # multi-node pods: the deployment's SSH Secret, read-only
 RUNTIME_DIR = "/tmp/llm-operator"  # private copies of keys, sshd config and host key
 TMP_DIR = "/tmp"  # an emptyDir: RUNTIME_DIR lives in it
+# Kubernetes' default terminationMessagePath: why the launcher failed, read into the container's
+# lastState.terminated.message (the operator reports it on a crash loop).
+TERMINATION_LOG = "/dev/termination-log"
 
 # Keys of the SSH Secret: leaders use the private key, workers authorize the public one.
 SSH_PRIVATE_KEY = "id_ed25519"
@@ -67,6 +70,7 @@ ENV: dict[str, str] = {
     "LLMOP_SSHD": "/usr/sbin/sshd",
     "LLMOP_BACKEND_DIR": "",
     "LLMOP_TRTLLM_MODELS_DIR": "/app/all_models/inflight_batcher_llm",
+    "LLMOP_TERMINATION_LOG": TERMINATION_LOG,
 }
 # Set by the builders for logs only (the downward API), not read by the launcher.
 POD_NAME_ENV = "POD_NAME"

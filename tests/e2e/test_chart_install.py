@@ -114,6 +114,10 @@ def test_helm_install_restricted_operator_and_uninstall(
     assert can_i(kubectl, sa, "create", "leases", namespace)
     assert not can_i(kubectl, sa, "update", "leases.coordination.k8s.io/other", namespace)
     assert not can_i(kubectl, sa, "update", lease, "default") and not can_i(kubectl, sa, "create", "leases")
+    if helm.images:  # the leader pod itself serves a deployment (on the real node, in-cluster)
+        held = wait_for("the Lease held", lambda: kubectl.get("lease", f"{name}-llm-operator", namespace),
+                        lambda o: bool(o and o["spec"].get("holderIdentity")), timeout=TIMEOUT)  # fmt: skip
+        serve_from_the_pod(kubectl, namespace, held["spec"]["holderIdentity"])
 
     helm("uninstall", name, "--namespace", namespace, "--wait", f"--timeout={TIMEOUT}s")
     gone = [("clusterrole", "-llm-operator"), ("clusterrole", "-llm-operator-cluster"),
@@ -126,6 +130,24 @@ def test_helm_install_restricted_operator_and_uninstall(
         assert obj is None, (kind, name + suffix)
     assert kubectl.get("crd", "llmdeployments.llmoperator.io") is not None, "Helm never deletes crds/"
     print(f"helm install --wait of {name}: {took:.1f} s")
+
+
+def serve_from_the_pod(kubectl: Kubectl, namespace: str, pod: str) -> None:
+    """The chart's pod, with the chart's RBAC and the in-cluster config, applies a cpu-reference
+    deployment's children (its own requests are in its log: a test session's operator may act too)
+    and is refused nothing."""
+    manifest: dict[str, Any] = yaml.safe_load((REPO / "examples" / "cpu-reference.yaml").read_text())
+    manifest["spec"]["resources"]["cpu"] = "250m"
+    kubectl.apply(manifest, namespace=namespace)
+    wait_for("LLMDeployment tiny-llama Ready", lambda: kubectl.get("llmdeployment", "tiny-llama", namespace),
+             lambda o: is_true(o, "Ready"), timeout=TIMEOUT)  # fmt: skip
+    own = re.compile(rf"PATCH https://\S+/apis/apps/v1/namespaces/{namespace}/statefulsets/tiny-llama\S* "
+                     r'"HTTP/1.1 20[01]')  # fmt: skip
+    log = wait_for("the operator pod's own StatefulSet apply in its log",
+                   lambda: kubectl("logs", pod, namespace=namespace).stdout,
+                   lambda text: own.search(text) is not None, timeout=30)  # fmt: skip
+    assert not re.search(r"forbidden", log, re.I), log[-3000:]
+    kubectl("delete", "llmdeployment", "tiny-llama", "--wait=true", namespace=namespace)
 
 
 def token_kubeconfig(admin: Path, token: str, path: Path) -> Path:

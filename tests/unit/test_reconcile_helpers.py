@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from llm_operator.controller.engines import job_state
-from llm_operator.controller.observe import Applied, drifted, pod_problem, rolled_out
+from llm_operator.controller.observe import MAX_PROBLEM, Applied, drifted, pod_problem, rolled_out
 from llm_operator.engine.state import BuildFact, BuildObserved
 from llm_operator.storage import engine_location
 
@@ -123,7 +123,23 @@ def test_pod_problem_gives_the_crash_and_the_schedulers_words() -> None:
         'Unschedulable: 0/20 nodes are available: persistentvolumeclaim "m" not found.'
     )
     long = {"type": "PodScheduled", "reason": "Unschedulable", "message": "x" * 5000}
-    assert len(pod_problem({"status": {"phase": "Pending", "conditions": [long]}}) or "") <= 300
+    assert len(pod_problem({"status": {"phase": "Pending", "conditions": [long]}}) or "") <= MAX_PROBLEM
+
+
+def test_a_long_termination_message_keeps_its_end_on_one_line() -> None:
+    """The launcher's last words end with the server's last error: that end is what a person needs."""
+    said = (
+        "the server exited (status 1)\n"
+        + "x" * 2000
+        + "\nerror: creating server: failed to load all models\n"
+    )
+    crashed = {"status": {"containerStatuses": [{
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+        "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": said}}}]}}  # fmt: skip
+    problem = pod_problem(crashed) or ""
+    assert problem.startswith("CrashLoopBackOff: exited 1 (Error): ...xxx")
+    assert problem.endswith("xxx; error: creating server: failed to load all models")
+    assert len(problem) == MAX_PROBLEM and "\n" not in problem
 
 
 def test_cached_objects_drop_managed_fields_and_keep_the_rest() -> None:
@@ -149,8 +165,8 @@ def test_a_failed_build_pod_gives_the_tail_of_its_log_bounded() -> None:
     }
     problem = pod_problem(failed) or ""
     assert problem.startswith("Failed: exited 1 (Error): ")
-    assert problem.endswith("step 199: ok | RuntimeError: CUDA out of memory"), "the end of the log is kept"
-    assert "step 194" not in problem and len(problem) <= 300
+    assert problem.endswith("step 199: ok; RuntimeError: CUDA out of memory"), "the end of the log is kept"
+    assert "step 0: ok" not in problem and len(problem) <= 500
     succeeded = {
         "status": {"phase": "Succeeded", "containerStatuses": [{"state": {"terminated": {"exitCode": 0}}}]}
     }

@@ -88,6 +88,27 @@ async def test_a_cpu_deployment_converges_then_the_operator_writes_nothing() -> 
     assert not any(k[0] == "Secret" for k in kube.objects), "single-pod replicas need no SSH identity"
 
 
+async def test_a_status_watched_while_the_apply_is_in_flight_is_not_lost() -> None:
+    """Pods that are Ready at once (KWOK, or a busy operator): the StatefulSet's rolled-out status
+    reaches the watch before the operator has read its own apply's response."""
+    kube, reconciler = await operator_with_nodes()
+    key = kube.add_deployment(example("cpu-reference"))
+    plain_apply = kube.apply
+
+    async def apply_while_the_controller_is_quick(obj: dict[str, Any]) -> dict[str, Any]:
+        response = await plain_apply(obj)
+        if obj["kind"] == "StatefulSet":
+            rolled_out(kube, obj["metadata"]["name"], 1)
+            await kube.deliver(reconciler)
+        return response  # as it was when the apply returned: no status yet
+
+    kube.apply = apply_while_the_controller_is_quick  # type: ignore[method-assign]
+    await reconcile(kube, reconciler, key)
+    kube.apply = plain_apply  # type: ignore[method-assign]
+    await reconciler.reconcile(*key)  # the event woke the key meanwhile: the queue runs it again
+    assert condition(kube, "tiny-llama", "Ready")["status"] == "True"
+
+
 async def test_engines_are_built_by_a_job_recorded_once_then_served() -> None:
     kube, reconciler = await operator_with_nodes()
     key = kube.add_deployment(example("llama3-70b-fp8"))

@@ -53,10 +53,15 @@ class Applier:
         applied = self.applied.get(k)
         if applied is not None and applied.digest == d and k in self.children:
             return
+        seen = self.children.get(k)
         result = await self.kube.apply(obj)
         generation = result.get("metadata", {}).get("generation")
         self.applied[k] = Applied(d, generation, obj if generation is None else None)
-        self.children[k] = result
+        # The watch may have brought a newer state while the apply was in flight (a controller's
+        # status: pods Ready at once): keep it, or the cache would hold the older response until
+        # an event that may never come. The apply's own event follows in any case.
+        if self.children.get(k) is seen:
+            self.children[k] = result
 
     async def prune(self, owner: Key, keep: set[ObjKey], held: frozenset[str], autoscaled: bool) -> None:
         """Delete serving children the spec no longer renders (removed pools, fewer groups). Jobs

@@ -117,19 +117,19 @@ def rolled_out(sts: dict[str, Any], applied: Applied | None) -> bool:
     )
 
 
-MAX_PROBLEM = 300  # characters per pod: status and Events stay readable and bounded
-LOG_TAIL_LINES = 5  # of a termination message, which FallbackToLogsOnError fills with the log tail
+MAX_PROBLEM = 500  # characters per pod: status and Events stay readable and bounded
 
 
-def _exited(terminated: dict[str, Any]) -> str:
-    """`exited 1 (Error): <last lines of the message>`, the end kept: a log's last lines say why."""
-    lines = [line.strip() for line in (terminated.get("message") or "").splitlines() if line.strip()]
-    said = " | ".join(lines[-LOG_TAIL_LINES:])
-    room = MAX_PROBLEM - 40
-    if len(said) > room:
-        said = "..." + said[-(room - 3) :]
+def _exited(terminated: dict[str, Any], prefix: int) -> str:
+    """`exited 1 (Error): <message>`, within MAX_PROBLEM after a `prefix`-long reason. The message
+    (the launcher's last words, or the log's tail with FallbackToLogsOnError) ends with what
+    happened last: its end is kept."""
     head = f"exited {terminated.get('exitCode')} ({terminated.get('reason', '')})"
-    return f"{head}: {said}" if said else head
+    said = "; ".join(line.strip() for line in (terminated.get("message") or "").splitlines() if line.strip())
+    room = MAX_PROBLEM - prefix - len(head) - 4
+    if not said:
+        return head
+    return f"{head}: " + (said if len(said) <= room else "..." + said[-(room - 3) :])
 
 
 FAILING_WAIT_REASONS = {
@@ -150,13 +150,13 @@ def pod_problem(pod: dict[str, Any]) -> str | None:
         detail = waiting.get("message", "")
         last = (c.get("lastState") or {}).get("terminated") or {}
         if reason == "CrashLoopBackOff" and last:
-            detail = _exited(last)
+            detail = _exited(last, len(reason))
         return f"{reason}: {detail}".strip().rstrip(":")[:MAX_PROBLEM]
     if status.get("phase") == "Failed":  # a build attempt (restartPolicy Never) that ended badly
         for c in status.get("containerStatuses") or []:
             ended = (c.get("state") or {}).get("terminated") or {}
             if ended.get("exitCode"):
-                return f"{FAILED_POD}: {_exited(ended)}"
+                return f"{FAILED_POD}: {_exited(ended, len(FAILED_POD))}"
     if status.get("phase") == "Pending":
         for cond in status.get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":

@@ -48,6 +48,7 @@ class PodConfig:
     sshd: str
     backend_dir: str
     trtllm_models_dir: str
+    termination_log: str
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> PodConfig:
@@ -89,6 +90,7 @@ class PodConfig:
             sshd=get("LLMOP_SSHD"),
             backend_dir=get("LLMOP_BACKEND_DIR"),
             trtllm_models_dir=get("LLMOP_TRTLLM_MODELS_DIR"),
+            termination_log=get("LLMOP_TERMINATION_LOG"),
         )
         c.validate()
         return c

@@ -11,6 +11,7 @@ standard library, llm_operator.contract and prometheus_client (tests/unit/test_d
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -19,8 +20,9 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 
-from llm_operator.contract import LAUNCHER
+from llm_operator.contract import ENV, LAUNCHER
 from llm_operator.runtime.commands import (
     engine_problems,
     python_models,
@@ -33,7 +35,14 @@ from llm_operator.runtime.config import ConfigError, PodConfig
 from llm_operator.runtime.drain import drain
 from llm_operator.runtime.repository import materialize
 from llm_operator.runtime.ssh import prepare_client_key, prepare_sshd
-from llm_operator.runtime.supervisor import Policy, Stop, Supervisor, become_subreaper, log
+from llm_operator.runtime.supervisor import (
+    Policy,
+    Stop,
+    Supervisor,
+    become_subreaper,
+    log,
+    termination_message,
+)
 
 # Exit statuses of a launcher that could not start its servers (supervisor.py has the others).
 EXIT_USAGE = 64
@@ -107,13 +116,24 @@ def main(argv: list[str] | None = None) -> int:
         c = PodConfig.from_env(os.environ)
     except ConfigError as e:
         log(str(e))
+        _last_words(os.environ.get("LLMOP_TERMINATION_LOG") or ENV["LLMOP_TERMINATION_LOG"])
         return EXIT_CONFIG
     if args == ["drain"]:
         return drain(c)
     stop = Stop()
     stop.install()
     become_subreaper()
-    return launch(c, stop, os.environ)
+    code = launch(c, stop, os.environ)
+    if code != 0:
+        _last_words(c.termination_log)
+    return code
+
+
+def _last_words(path: str) -> None:
+    """Why this container failed, where Kubernetes reads its termination message (`kubectl get
+    pod` and the LLMDeployment's status show it), since the log may be long gone by then."""
+    with contextlib.suppress(OSError):  # not in a pod, or no such file there
+        Path(path).write_text(termination_message())
 
 
 if __name__ == "__main__":

@@ -12,9 +12,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import signal
 import sys
+import threading
 import time
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -97,6 +100,40 @@ def become_subreaper() -> None:
 
 def log(message: str) -> None:
     print(f"{LAUNCHER}: {message}", file=sys.stderr, flush=True)
+    LAST_WORDS[0] = message
+
+
+# Why the pod stopped, for its termination message: the launcher's last line, then the server's
+# last error lines (glog's E-lines, as Triton and TensorRT-LLM write them, and Triton's final
+# `error: ...`), most recent last.
+LAST_WORDS = [""]
+SERVER_ERRORS: deque[str] = deque(maxlen=3)
+_GLOG_ERROR = re.compile(r'^E\d{4} [\d:.]+\s+\d+ [^\]]+\] "?(?P<text>.*?)"?$')
+MAX_TERMINATION_MESSAGE = 2048  # the kubelet reads 4096 bytes at most
+
+
+def error_line(line: str) -> str | None:
+    """The text of a server's error line, or None for any other line."""
+    found = _GLOG_ERROR.match(line)
+    if found:
+        return found.group("text")
+    return line if line.startswith("error: ") else None
+
+
+def relay(fd: int) -> None:
+    """Copy the server's output to our stderr line by line (whole lines: one write each), keeping
+    its error lines; returns at EOF, once every process holding the pipe is gone."""
+    with open(fd, "rb") as pipe:
+        for line in pipe:
+            os.write(sys.stderr.fileno(), line)
+            error = error_line(line.decode(errors="replace").rstrip())
+            if error:
+                SERVER_ERRORS.append(error)
+
+
+def termination_message() -> str:
+    text = "\n".join(line for line in (LAST_WORDS[0], *SERVER_ERRORS) if line)
+    return text[-MAX_TERMINATION_MESSAGE:]
 
 
 @dataclass
@@ -115,11 +152,18 @@ class Supervisor:
 
     def run(self) -> int:
         me = os.getpid()
+        read_fd, write_fd = os.pipe()
+        out = [(os.POSIX_SPAWN_DUP2, write_fd, 1), (os.POSIX_SPAWN_DUP2, write_fd, 2)]
         try:
-            child = os.posix_spawnp(self.argv[0], self.argv, dict(os.environ), setsid=True)
+            child = os.posix_spawnp(self.argv[0], self.argv, dict(os.environ), setsid=True, file_actions=out)
         except OSError as e:
+            os.close(read_fd)
             log(f"cannot start {self.argv[0]}: {e}")
             return EXIT_NOT_FOUND
+        finally:
+            os.close(write_fd)
+        relaying = threading.Thread(target=relay, args=(read_fd,), daemon=True)
+        relaying.start()
         status: int | None = None
         seen: dict[str, int] = {}
         cause, phase, deadline, killed = "", "", 0.0, False
@@ -142,7 +186,8 @@ class Supervisor:
             if not phase and (status is not None or gone):
                 # Nobody asked: the server or a rank went away. Stop whatever is left of the world.
                 cause = "exited" if status is not None else "lost"
-                log("the server exited" if status is not None else f"{gone[0]} exited: stopping the others")
+                log(f"the server exited ({_describe(status)}): stopping the rest" if status is not None
+                    else f"{gone[0]} exited: stopping the others")  # fmt: skip
                 signal_all(table, signal.SIGTERM)
                 phase, deadline = "terminating", now + KILL_GRACE_SECONDS
             elif not phase and self.stop.signum is not None:
@@ -166,8 +211,11 @@ class Supervisor:
                 signal_all(table, signal.SIGKILL)
                 phase, killed = "killed", True
             time.sleep(self.poll)
+        relaying.join(timeout=2)
         if cause == "stop":
             return 128 + signal.SIGKILL if killed else 0
+        if not cause:  # gone, with nothing left to stop, before the loop saw it
+            log(f"the server exited ({_describe(status)})")
         code = _exit_code(status)
         return code if cause != "lost" and code else EXIT_SERVER_GONE
 
@@ -183,6 +231,11 @@ class Supervisor:
                 return status
             if pid == child:
                 status = st
+
+
+def _describe(status: int) -> str:
+    code = os.waitstatus_to_exitcode(status)
+    return f"killed by signal {-code}" if code < 0 else f"status {code}"
 
 
 def _exit_code(status: int) -> int:

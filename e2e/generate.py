@@ -1,0 +1,123 @@
+"""Send a prompt to a served LLMDeployment and get the text back as it is generated.
+
+Triton's `generate_stream` endpoint of the deployment's `ensemble` model answers with server-sent
+events, one per token (the model runs decoupled, `spec.runtime.streaming: true`). The client
+reaches the embedded cluster's Services the only way this machine allows: from a socket made inside
+the cluster's network namespace (so the ClusterIP goes through kube-proxy, as any pod's request
+does), or through 127.0.0.1 (`kubectl port-forward`).
+
+CLI (`make demo` uses it): `python -m e2e.generate [--namespace NS] SERVICE PROMPT`: the Service's
+ClusterIP, from inside the namespace; the text is printed as it arrives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from llm_operator.contract import HTTP_PORT
+
+from e2e.cluster import netns
+from e2e.cluster.launcher import Cluster
+
+MODEL = "ensemble"
+
+
+class GenerateError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Chunk:
+    text: str
+    at: float  # seconds after the request was sent
+
+
+class _NetnsConnection(http.client.HTTPConnection):
+    """An HTTP connection whose socket belongs to the cluster's network namespace."""
+
+    def __init__(self, namespace: str, host: str, port: int, timeout: float) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self.netns = namespace
+
+    def connect(self) -> None:
+        self.sock = netns.connect(self.netns, self.host, self.port, timeout=self.timeout or 60.0)
+
+
+def connection(host: str, port: int = HTTP_PORT, *, inside: str | None = None, timeout: float = 60.0) -> (
+    http.client.HTTPConnection
+):  # fmt: skip
+    """A connection to host:port; `inside`: the network namespace to connect from."""
+    if inside is None:
+        return http.client.HTTPConnection(host, port, timeout=timeout)
+    return _NetnsConnection(inside, host, port, timeout)
+
+
+def stream(conn: http.client.HTTPConnection, prompt: str, max_tokens: int, **params: Any) -> Iterator[Chunk]:
+    """The generated text, one Chunk per server-sent event, as the events arrive. Raises
+    GenerateError for an HTTP error or an error event (Triton's words)."""
+    body = json.dumps({"text_input": prompt, "max_tokens": max_tokens, "stream": True, **params})
+    start = time.monotonic()
+    conn.request("POST", f"/v2/models/{MODEL}/generate_stream", body, {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    if response.status != 200:
+        raise GenerateError(f"HTTP {response.status}: {response.read().decode(errors='replace')[:500]}")
+    # readline() returns each event as its chunk arrives (chunked encoding), not at the end.
+    for line in iter(response.readline, b""):
+        if not line.startswith(b"data:"):
+            continue
+        event = json.loads(line[len(b"data:") :])
+        if "error" in event:
+            raise GenerateError(str(event["error"]))
+        yield Chunk(str(event["text_output"]), time.monotonic() - start)
+
+
+def service_ip(cluster: Cluster, namespace: str, service: str) -> str:
+    kubectl = [str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cluster.kubeconfig}", "-n", namespace]
+    got = subprocess.run([*kubectl, "get", "service", service, "-o", "jsonpath={.spec.clusterIP}"],
+                         capture_output=True, text=True, timeout=30)  # fmt: skip
+    if got.returncode != 0 or not got.stdout:
+        raise GenerateError(f"Service {namespace}/{service}: {got.stderr.strip() or 'no ClusterIP'}")
+    return got.stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m e2e.generate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("service", help="the LLMDeployment's client Service (its name)")
+    parser.add_argument("prompt")
+    parser.add_argument("--namespace", "-n", default="default")
+    parser.add_argument("--max-tokens", type=int, default=200)
+    args = parser.parse_args(argv)
+    cluster = Cluster()
+    try:
+        ip = service_ip(cluster, args.namespace, args.service)
+        conn = connection(ip, inside=cluster.netns)
+        print(f"POST http://{ip}:{HTTP_PORT}/v2/models/{MODEL}/generate_stream (Service "
+              f"{args.namespace}/{args.service}, from inside {cluster.netns}): {args.prompt!r}")  # fmt: skip
+        chunks = []
+        sys.stdout.write("  > ")
+        for chunk in stream(conn, args.prompt, args.max_tokens):
+            chunks.append(chunk)
+            sys.stdout.write(chunk.text)
+            sys.stdout.flush()
+        conn.close()
+    except (GenerateError, OSError) as e:
+        print(f"\ngenerate failed: {e}", file=sys.stderr)
+        return 1
+    if chunks:
+        first, last = chunks[0].at, chunks[-1].at
+        rate = (len(chunks) - 1) / (last - first) if last > first else 0.0
+        print(f"\n  {len(chunks)} chunks streamed: first after {first * 1000:.0f} ms, last after "
+              f"{last * 1000:.0f} ms ({rate:.0f} tokens/s)")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

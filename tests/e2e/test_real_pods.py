@@ -1,0 +1,330 @@
+"""Serving pods that really run, on the embedded cluster's real node from the cpu-runtime image: what
+a KWOK shell could never show.
+
+- A pod is Ready only once Triton has loaded the model (its probes ask Triton's /v2/health/ready).
+- Tokens stream back through the client Service's ClusterIP (kube-proxy; the client inside the
+  cluster's network namespace) and through `kubectl port-forward` (127.0.0.1).
+- `kubectl delete pod` in the middle of long streams: they complete (preStop settle, then Triton
+  waits for open connections on SIGTERM), the pod is replaced, and requests through the Service
+  meanwhile all succeed with two replicas.
+- A runtime that cannot start (too little shared memory for Triton's python backend: a user's
+  `resources.shmSize`) crash-loops, and the LLMDeployment says so in Triton's words; an image that
+  cannot be pulled is reported in the kubelet's words, with a Warning Event.
+
+A LimitRange caps the pods of the shared deployment at CPU_LIMIT: loading the model takes tens of
+seconds and a 490-token stream several seconds, so each step above happens while something is
+still in progress rather than after it. Real pods are few and small: the node has 2 CPUs.
+"""
+
+from __future__ import annotations
+
+import http.client
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.cluster.processes import free_port
+from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, pod_ready, wait_for
+from e2e.generate import Chunk, GenerateError, connection, stream
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+CPU_LIMIT = "250m"
+SELECTOR = "llmoperator.io/deployment=tiny-llama"
+PROMPT = "Once upon a time"  # 16 tokens: 16 + 490 fits tiny-llama's 512 positions
+LONG = 490
+
+
+def tiny_llama(**spec: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((EXAMPLES / "cpu-reference.yaml").read_text())
+    doc["spec"]["resources"]["cpu"] = CPU_LIMIT
+    for key, value in spec.items():
+        doc["spec"][key] = {**doc["spec"].get(key, {}), **value} if isinstance(value, dict) else value
+    return doc
+
+
+def health(netns: str, ip: str) -> int | str:
+    """Triton's /v2/health/ready on the pod's IP, asked from inside the cluster's network: the HTTP
+    status, or why there was none."""
+    conn = connection(ip, inside=netns, timeout=1.0)
+    try:
+        conn.request("GET", "/v2/health/ready")
+        return conn.getresponse().status
+    except OSError as e:
+        return type(e).__name__
+    finally:
+        conn.close()
+
+
+@dataclass
+class Sample:
+    at: float
+    running: bool  # the container has started
+    pod_ready: bool
+    triton: int | str  # /v2/health/ready
+
+
+@dataclass
+class Served:
+    namespace: str
+    netns: str
+    timeline: dict[str, list[Sample]] = field(default_factory=dict)  # pod name -> samples
+
+
+@pytest.fixture(scope="module")
+def served(operator: None, cluster: E2ECluster, kubectl: Kubectl) -> Iterator[Served]:
+    """tiny-llama with two replicas under a CPU limit, and what its pods and Triton said every half
+    second until it was Ready."""
+    if cluster.launcher is None:
+        pytest.skip("needs the embedded cluster: its real node's images and its network namespace")
+    ns = kubectl.create_namespace("real-pods")
+    try:
+        yield watch_until_ready(kubectl, Served(ns, cluster.launcher.netns))
+    finally:
+        kubectl.delete("namespace", ns)
+
+
+def watch_until_ready(kubectl: Kubectl, served: Served) -> Served:
+    limit = {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "cpu"},
+             "spec": {"limits": [{"type": "Container", "default": {"cpu": CPU_LIMIT}}]}}  # fmt: skip
+    kubectl.apply(limit, namespace=served.namespace)
+    kubectl.apply(tiny_llama(replicas=2), namespace=served.namespace)
+    start, deadline, done = time.monotonic(), time.monotonic() + 240, False
+    while not done:
+        assert time.monotonic() < deadline, f"tiny-llama not Ready in 240 s: {served.timeline}"
+        done = is_true(
+            kubectl.get("llmdeployment", "tiny-llama", served.namespace), "Ready"
+        )  # one last round
+        for pod in kubectl.items("pods", served.namespace, SELECTOR):
+            statuses = pod.get("status", {}).get("containerStatuses") or [{}]
+            ip = pod.get("status", {}).get("podIP")
+            served.timeline.setdefault(pod["metadata"]["name"], []).append(
+                Sample(
+                    at=time.monotonic() - start,
+                    running="running" in (statuses[0].get("state") or {}),
+                    pod_ready=pod_ready(pod),
+                    triton=health(served.netns, ip) if ip else "no IP",
+                )
+            )
+        time.sleep(0.5)
+    return served
+
+
+def first(samples: list[Sample], what: str, ok: Callable[[Sample], bool]) -> float:
+    seen = [s.at for s in samples if ok(s)]
+    assert seen, f"never {what}: {samples}"
+    return seen[0]
+
+
+def test_a_pod_is_ready_only_once_triton_has_loaded_the_model(served: Served, kubectl: Kubectl) -> None:
+    pods = kubectl.items("pods", served.namespace, SELECTOR)
+    assert len(pods) == 2
+    for pod in pods:
+        (container,) = pod["spec"]["containers"]
+        for probe in ("startupProbe", "readinessProbe"):
+            assert container[probe]["httpGet"] == {
+                "path": "/v2/health/ready",
+                "port": "http",
+                "scheme": "HTTP",
+            }
+        assert container["resources"]["limits"] == {"cpu": CPU_LIMIT}, "the LimitRange slows the load"
+        samples = served.timeline[pod["metadata"]["name"]]
+        running = first(samples, "running", lambda s: s.running)
+        loaded = first(samples, "model ready in Triton", lambda s: s.triton == 200)
+        ready = first(samples, "pod Ready", lambda s: s.pod_ready)
+        # Triton was up and loading for a while, and the pod stayed out of its Service meanwhile.
+        assert running + 5 < loaded <= ready, (running, loaded, ready)
+        assert not [s for s in samples if s.pod_ready and s.at < loaded]
+        log = kubectl("logs", pod["metadata"]["name"], namespace=served.namespace).stdout
+        assert "successfully loaded 'ensemble'" in log
+        print(f"{pod['metadata']['name']}: running at {running:.1f} s, model loaded by {loaded:.1f} s, "
+              f"pod Ready at {ready:.1f} s")  # fmt: skip
+
+
+def assert_streamed(chunks: list[Chunk], tokens: int) -> None:
+    """One event per token, and they came over time, not all at the end."""
+    assert len(chunks) == tokens, [c.text for c in chunks]
+    assert all(len(c.text) == 1 for c in chunks)
+    spread = chunks[-1].at - chunks[0].at
+    assert spread > 0.3 and chunks[0].at < spread, [round(c.at, 3) for c in chunks]
+    assert len({round(c.at, 2) for c in chunks}) > tokens // 4, "arrived in a few bursts"
+
+
+def test_tokens_stream_through_the_cluster_ip_and_port_forward(
+    served: Served, cluster: E2ECluster, kubectl: Kubectl
+) -> None:
+    service = kubectl.get("service", "tiny-llama", served.namespace)
+    assert service is not None
+    ip = service["spec"]["clusterIP"]
+    through_proxy = list(stream(connection(ip, inside=served.netns), PROMPT, 100))
+    assert_streamed(through_proxy, 100)
+
+    port = free_port()
+    forward = subprocess.Popen(
+        [kubectl.binary, f"--kubeconfig={kubectl.kubeconfig}", "-n", served.namespace, "port-forward",
+         "--address=127.0.0.1", "svc/tiny-llama", f"{port}:8000"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        assert forward.stdout is not None
+        assert "Forwarding from 127.0.0.1" in forward.stdout.readline()
+        through_forward = list(stream(connection("127.0.0.1", port), PROMPT, 100))
+    finally:
+        forward.terminate()
+        forward.wait(timeout=10)
+    assert_streamed(through_forward, 100)
+    assert "".join(c.text for c in through_forward) == "".join(c.text for c in through_proxy), "greedy"
+
+
+@dataclass
+class Outcome:
+    started: float
+    ended: float = 0.0
+    chunks: int = 0
+    error: str = ""
+
+
+def long_stream(netns: str, ip: str, outcome: Outcome, first_chunk: threading.Event) -> None:
+    try:
+        for _ in stream(connection(ip, inside=netns), PROMPT, LONG):
+            outcome.chunks += 1
+            first_chunk.set()
+    except (GenerateError, OSError, http.client.HTTPException) as e:
+        outcome.error = f"{type(e).__name__}: {e}"
+    outcome.ended = time.monotonic()
+
+
+def keep_asking(netns: str, ip: str, outcomes: list[Outcome], stop: threading.Event) -> None:
+    """Back-to-back short streams through the ClusterIP, a new connection each (kube-proxy picks a
+    pod per connection)."""
+    while not stop.is_set():
+        outcome = Outcome(time.monotonic())
+        outcomes.append(outcome)
+        try:
+            outcome.chunks = len(list(stream(connection(ip, inside=netns, timeout=30), "Hi", 20)))
+        except (GenerateError, OSError, http.client.HTTPException) as e:
+            outcome.error = f"{type(e).__name__}: {e}"
+        outcome.ended = time.monotonic()
+
+
+def test_deleting_a_pod_mid_stream_completes_the_stream_and_fails_no_request(
+    served: Served, kubectl: Kubectl
+) -> None:
+    ns, netns = served.namespace, served.netns
+    victim = kubectl.get("pod", "tiny-llama-0", ns)
+    assert pod_ready(victim) and victim is not None
+    grace = victim["spec"]["terminationGracePeriodSeconds"]
+    service = kubectl.get("service", "tiny-llama", ns)
+    assert service is not None
+    log = subprocess.Popen(
+        [kubectl.binary, f"--kubeconfig={kubectl.kubeconfig}", "-n", ns, "logs", "-f", "tiny-llama-0"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    outcomes: list[Outcome] = []
+    stop = threading.Event()
+    asker = threading.Thread(target=keep_asking, args=(netns, service["spec"]["clusterIP"], outcomes, stop))
+    asker.start()
+    longs = [Outcome(time.monotonic()) for _ in range(2)]
+    began = [threading.Event() for _ in longs]
+    streams = [threading.Thread(target=long_stream, args=(netns, victim["status"]["podIP"], o, e))
+               for o, e in zip(longs, began, strict=True)]  # fmt: skip
+    try:
+        for t in streams:
+            t.start()
+        assert all(e.wait(30) for e in began), [o.error for o in longs]
+        deleted = time.monotonic()
+        kubectl("delete", "pod", "tiny-llama-0", "--wait=false", namespace=ns)
+        for t in streams:
+            t.join(timeout=grace)
+        gone = wait_for(
+            "the deleted pod gone",
+            lambda: kubectl.get("pod", "tiny-llama-0", ns),
+            lambda p: p is None or p["metadata"]["uid"] != victim["metadata"]["uid"],
+            timeout=grace + 10,
+        )
+        stopped = time.monotonic() - deleted
+        replaced = wait_for(
+            "tiny-llama-0 replaced and Ready",
+            lambda: kubectl.get("pod", "tiny-llama-0", ns),
+            lambda p: p is not None and p["metadata"]["uid"] != victim["metadata"]["uid"] and pod_ready(p),
+            timeout=180,
+        )
+        time.sleep(3)  # and the Service sends it requests
+    finally:
+        stop.set()
+        asker.join(timeout=60)
+        log.terminate()
+    assert gone is None or gone["metadata"]["uid"] != victim["metadata"]["uid"]
+    assert replaced is not None
+    for o in longs:
+        assert (o.error, o.chunks) == ("", LONG), "the long streams completed"
+    assert stopped < grace, f"the pod took {stopped:.0f} s to stop, more than its {grace} s grace"
+    failed = [o for o in outcomes if o.error or o.chunks != 20]
+    assert not failed, failed
+    assert len(outcomes) > 20, "requests kept coming through the replacement"
+    said = log.communicate(timeout=10)[0]
+    # Triton got SIGTERM while the streams were open and waited for their connections.
+    assert "signal 15: stopping" in said
+    assert "HTTP service connections" in said, said[-3000:]
+    last = max(o.ended for o in longs) - deleted
+    print(f"long streams ended {last:.1f} s after the delete; the pod stopped after {stopped:.1f} s "
+          f"(grace {grace} s); {len(outcomes)} requests through the Service, none failed")  # fmt: skip
+
+
+def degraded_with(kubectl: Kubectl, ns: str, *words: str, timeout: float = 120) -> dict[str, Any]:
+    def degraded_says() -> dict[str, Any] | None:
+        ld = kubectl.get("llmdeployment", "tiny-llama", ns)
+        return (
+            ld if all(w in ((condition(ld, "Degraded") or {}).get("message") or "") for w in words) else None
+        )
+
+    ld = wait_for(f"tiny-llama Degraded saying {words}", degraded_says, timeout=timeout)
+    assert ld is not None
+    return ld
+
+
+def warning_events(kubectl: Kubectl, ns: str) -> list[str]:
+    return [e["message"] for e in kubectl.events(ns, "tiny-llama")
+            if e["type"] == "Warning" and e["reason"] == "PodsFailing"]  # fmt: skip
+
+
+def test_a_runtime_that_cannot_start_crash_loops_and_the_status_says_why(
+    operator: None, cluster: E2ECluster, kubectl: Kubectl, namespace: str
+) -> None:
+    if cluster.launcher is None:
+        pytest.skip("needs the embedded cluster's cpu-runtime image")
+    # Each python-backend model instance needs 1 MiB of /dev/shm: Triton refuses the model.
+    kubectl.apply(tiny_llama(resources={"shmSize": "512Ki", "cpu": "100m"}), namespace=namespace)
+    ld = degraded_with(kubectl, namespace, "CrashLoopBackOff", "failed to load 'ensemble'", "shared memory")
+    assert condition(ld, "Ready")["status"] == "False"  # type: ignore[index]
+    assert ld["status"]["reason"] == "PodsFailing"
+    (pod,) = kubectl.items("pods", namespace, SELECTOR)
+    terminated = pod["status"]["containerStatuses"][0]["lastState"]["terminated"]
+    assert terminated["exitCode"] == 1
+    assert "error: creating server: Internal - failed to load all models" in terminated["message"]
+    events = wait_for("a Warning Event", lambda: warning_events(kubectl, namespace))
+    assert any("CrashLoopBackOff" in m for m in events), events
+    print(f"Degraded: {condition(ld, 'Degraded')['message']}")  # type: ignore[index]
+
+
+def test_an_image_that_cannot_be_pulled_is_reported_in_the_kubelets_words(
+    operator: None, cluster: E2ECluster, kubectl: Kubectl, namespace: str
+) -> None:
+    if cluster.launcher is None:
+        pytest.skip("the embedded cluster has no registry: the pull fails at once")
+    image = "localhost/llm-operator/no-such-image:v1"  # IfNotPresent: the node tries to pull it
+    kubectl.apply(tiny_llama(runtime={"image": image}), namespace=namespace)
+    ld = degraded_with(kubectl, namespace, image, timeout=90)
+    message = condition(ld, "Degraded")["message"]  # type: ignore[index]
+    assert "ErrImagePull" in message or "ImagePullBackOff" in message, message
+    events = wait_for("a Warning Event", lambda: warning_events(kubectl, namespace))
+    assert any(image in m for m in events), events
+    print(f"Degraded: {message}")
