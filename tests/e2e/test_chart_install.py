@@ -117,7 +117,7 @@ def test_helm_install_restricted_operator_and_uninstall(
     if helm.images:  # the leader pod itself serves a deployment (on the real node, in-cluster)
         held = wait_for("the Lease held", lambda: kubectl.get("lease", f"{name}-llm-operator", namespace),
                         lambda o: bool(o and o["spec"].get("holderIdentity")), timeout=TIMEOUT)  # fmt: skip
-        serve_from_the_pod(kubectl, namespace, held["spec"]["holderIdentity"])
+        serve_from_the_pod(kubectl, namespace, held["spec"]["holderIdentity"])  # type: ignore[index]
 
     helm("uninstall", name, "--namespace", namespace, "--wait", f"--timeout={TIMEOUT}s")
     gone = [("clusterrole", "-llm-operator"), ("clusterrole", "-llm-operator-cluster"),
