@@ -23,8 +23,8 @@ BLOCKS = "nv_trt_llm_kv_cache_block_metrics"
 
 
 def scrape(server: TritonProcess) -> dict[tuple[str, str], float]:
-    """(family, request_type or kv_cache_block_type) -> value, for the model's own series; other
-    families by name alone."""
+    """(sample name, request_type or kv_cache_block_type) -> value summed over the model's own
+    series (histogram buckets too: use _count and _sum)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5) as r:
         text = r.read().decode()
     out: dict[tuple[str, str], float] = {}
@@ -64,6 +64,7 @@ def test_latency_summaries_are_exported(batch_server: TritonProcess) -> None:
 
 def test_trtllm_gauges_follow_real_requests(batch_server: TritonProcess) -> None:
     assert_idle(batch_server)
+    before = scrape(batch_server)
     slots, blocks = capacity(batch_server)
     seen: list[dict[tuple[str, str], float]] = []
     stop = threading.Event()
@@ -102,3 +103,8 @@ def test_trtllm_gauges_follow_real_requests(batch_server: TritonProcess) -> None
     ]
     assert len(consistent) > len(busy) / 2
     assert_idle(batch_server)
+    # Token histograms as TensorRT-LLM's backend exports them: 24 requests, 40 tokens in, 60 out.
+    moved = {k: after - before.get(k, 0.0) for k, after in scrape(batch_server).items()}
+    assert moved[("nv_llm_input_token_len_count", "")] == 24
+    assert moved[("nv_llm_input_token_len_sum", "")] == 24 * 40
+    assert moved[("nv_llm_output_token_len_sum", "")] == 24 * 60

@@ -71,7 +71,8 @@ def test_tp1_runs_tritonserver_directly_serving_every_endpoint() -> None:
                      "--disable-auto-complete-config",
                      "--backend-config=python,shm-region-prefix-name=rank0_",
                      # latency quantiles and TTFT histogram for dashboards and autoscaling
-                     "--metrics-config=summary_latencies=true", "--metrics-config=histogram_latencies=true"]  # fmt: skip
+                     "--metrics-config=summary_latencies=true",
+                     "--metrics-config=histogram_latencies=true"]  # fmt: skip
     for flag in serving_flags:
         assert flag in cmd
 

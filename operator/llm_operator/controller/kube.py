@@ -34,6 +34,8 @@ LeaderWorkerSet = create_namespaced_resource(
     "leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets"
 )
 LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
+ScaledObject = create_namespaced_resource("keda.sh", "v1alpha1", "ScaledObject", "scaledobjects")
+SCALED_OBJECT_CRD = "scaledobjects.keda.sh"
 
 CHILD_KINDS: dict[str, Any] = {
     "ConfigMap": ConfigMap,
@@ -43,6 +45,7 @@ CHILD_KINDS: dict[str, Any] = {
     "HorizontalPodAutoscaler": HorizontalPodAutoscaler,
     "Job": Job,
     "LeaderWorkerSet": LeaderWorkerSet,  # watched only when its CRD is installed
+    "ScaledObject": ScaledObject,  # KEDA's; watched only when its CRD is installed
 }
 
 ObjKey = tuple[str, str, str]  # kind, namespace, name
@@ -120,8 +123,11 @@ class Kube:
 
     async def has_leader_worker_set(self) -> bool:
         """Is the LeaderWorkerSet API installed? (Checked at start: restart after installing it.)"""
+        return await self.has_crd(LWS_CRD)
+
+    async def has_crd(self, name: str) -> bool:
         try:
-            await self.client.get(CustomResourceDefinition, LWS_CRD)
+            await self.client.get(CustomResourceDefinition, name)
         except ApiError as e:
             if e.status.code in (403, 404):
                 return False

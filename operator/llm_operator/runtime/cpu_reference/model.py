@@ -80,6 +80,7 @@ class Job:
 
 # TensorRT-LLM's paged KV cache hands out blocks of this many tokens (trtllm-build's default).
 TOKENS_PER_BLOCK = 32
+TOKEN_BUCKETS = [10.0, 50.0, 100.0, 500.0, 1000.0]
 
 
 class LoadGauges:
@@ -106,6 +107,19 @@ class LoadGauges:
         self.slots, self.capacity = slots, slots * blocks_per_slot
         self.blocks["tokens_per"].set(TOKENS_PER_BLOCK)
         self.update()
+        self.input_tokens = self._histogram("nv_llm_input_token_len", "total_input_tokens")
+        self.output_tokens = self._histogram("nv_llm_output_token_len", "total_output_tokens")
+
+    def _histogram(self, name: str, kind: str) -> Any:
+        """Token counts of completed requests, as TensorRT-LLM's backend buckets them."""
+        family = pb_utils.MetricFamily(name=name, description="TRT LLM response metrics",
+                                       kind=pb_utils.MetricFamily.HISTOGRAM)  # fmt: skip
+        self.families.append(family)
+        return family.Metric(labels={**self.labels, "response_metric_type": kind}, buckets=TOKEN_BUCKETS)
+
+    def completed(self, input_tokens: int, output_tokens: int) -> None:
+        self.input_tokens.observe(input_tokens)
+        self.output_tokens.observe(output_tokens)
 
     def _gauges(self, name: str, description: str, label: str, kinds: tuple[str, ...]) -> dict[str, Any]:
         family = pb_utils.MetricFamily(name=name, description=description, kind=pb_utils.MetricFamily.GAUGE)
@@ -201,6 +215,8 @@ class TritonPythonModel:
             self._steps(jobs, prompts, emit)
         finally:
             self.load.update()
+        for job, prompt in zip(jobs, prompts, strict=True):
+            self.load.completed(len(prompt), len(job.generated))
 
     def _steps(self, jobs: list[Job], prompts: list[list[int]], emit: Callable[[Job, str], None]) -> None:
         batch = self.lm.start(prompts)
