@@ -77,7 +77,7 @@ def test_a_metric_the_hpa_cannot_read_names_the_metric_the_cause_and_the_hpas_wo
     assert "Replicas stay as they are" in c["message"]
 
 
-def test_a_working_hpa_reports_the_current_value_and_the_target() -> None:
+def test_a_working_hpa_reports_the_metric_and_target_but_not_the_changing_value() -> None:
     active = (
         "ScalingActive",
         "True",
@@ -86,7 +86,7 @@ def test_a_working_hpa_reports_the_current_value_and_the_target() -> None:
     )
     c = condition(observed(hpa(ABLE, active, current="2500m")), 1)
     assert (c["status"], c["reason"]) == ("True", "MetricAvailable")
-    assert "2500m per pod, target 4" in c["message"]
+    assert "triton_pending_requests (target 4 per pod)" in c["message"] and "2500m" not in c["message"]
 
 
 def test_before_the_hpa_controller_reports_the_state_is_unknown() -> None:

@@ -96,12 +96,8 @@ def _from_hpa(hpa: dict[str, Any], metric: str, target: str, what: str) -> tuple
     if active.get("status") != "True":
         reason, message = _unavailable(metric, active.get("reason", ""), active.get("message", ""))
         return "False", reason, message
-    current = [  # a Pods metric (ours) or an External one (KEDA's)
-        (m.get("pods") or m.get("external") or {}).get("current", {}).get("averageValue")
-        for m in (hpa.get("status") or {}).get("currentMetrics") or []
-    ]
-    now = f"{current[0]} per pod" if current and current[0] is not None else "read"
-    return "True", "MetricAvailable", f"{what} reads {metric}: {now}, target {target}"
+    # No current value here: it changes every HPA sync and would rewrite status each time.
+    return "True", "MetricAvailable", f"{what} reads {metric} (target {target} per pod)"
 
 
 def condition(a: AutoscalerObserved, generation: int) -> dict[str, Any]:
