@@ -11,9 +11,7 @@ import copy
 import itertools
 from typing import Any
 
-import httpx2 as httpx
-from lightkube import ApiError
-from llm_operator.controller.kube import ObjKey, obj_key
+from llm_operator.controller.kube import MissingApi, ObjKey, obj_key
 from llm_operator.controller.reconciler import Reconciler
 
 WITH_GENERATION = {"StatefulSet", "Job", "PodDisruptionBudget", "HorizontalPodAutoscaler", "LeaderWorkerSet",
@@ -35,10 +33,8 @@ class FakeKube:
     async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         k = obj_key(obj)
         self.writes.append(("apply", k[0], k[2]))
-        if k[0] in self.missing_kinds:  # what the API server answers for a resource it does not have
-            body = {"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404,
-                    "message": "the server could not find the requested resource"}  # fmt: skip
-            raise ApiError(response=httpx.Response(404, json=body))
+        if k[0] in self.missing_kinds:
+            raise MissingApi(k[0])
         old = self.objects.get(k)
         new = copy.deepcopy(obj)
         meta = new["metadata"]

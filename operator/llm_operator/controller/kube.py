@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+import httpx2 as httpx
 from lightkube import ALL_NS, ApiError, AsyncClient, codecs
 from lightkube.core.resource import NamespacedResource
 from lightkube.generic_resource import create_namespaced_resource
@@ -51,6 +52,11 @@ CHILD_KINDS: dict[str, Any] = {
 ObjKey = tuple[str, str, str]  # kind, namespace, name
 
 
+class MissingApi(Exception):
+    """The API server does not serve this kind: its CRD is not installed. (It answers 404 with a
+    plain-text body then, not a Status, so lightkube raises no ApiError.)"""
+
+
 def obj_key(obj: dict[str, Any]) -> ObjKey:
     meta = obj["metadata"]
     return obj["kind"], meta.get("namespace", ""), meta["name"]
@@ -81,15 +87,20 @@ class Kube:
     async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         kind, namespace, name = obj_key(obj)
         API_WRITES.labels(kind, "apply").inc()
-        result = await self.client.patch(
-            CHILD_KINDS[kind],
-            name,
-            obj,
-            namespace=namespace,
-            patch_type=PatchType.APPLY,
-            field_manager=L.FIELD_MANAGER,
-            force=True,
-        )
+        try:
+            result = await self.client.patch(
+                CHILD_KINDS[kind],
+                name,
+                obj,
+                namespace=namespace,
+                patch_type=PatchType.APPLY,
+                field_manager=L.FIELD_MANAGER,
+                force=True,
+            )
+        except httpx.HTTPStatusError as e:
+            if e.response.status_code == 404 and not isinstance(e, ApiError):
+                raise MissingApi(kind) from e
+            raise
         return _as_dict(result)
 
     async def create(self, obj: dict[str, Any]) -> None:

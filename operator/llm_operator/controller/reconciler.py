@@ -25,7 +25,7 @@ from llm_operator.controller import autoscaling, engines
 from llm_operator.controller.apply import Applier
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.groups import GroupFailures, group_pods
-from llm_operator.controller.kube import KubeApi, obj_key
+from llm_operator.controller.kube import KubeApi, MissingApi, obj_key
 from llm_operator.controller.metrics import DEPLOYMENTS, RECONCILE_ERRORS, RECONCILE_SECONDS
 from llm_operator.controller.observe import Key, PodProblems, existing_pools, pool_observed
 from llm_operator.controller.queue import WorkQueue
@@ -200,8 +200,8 @@ class Reconciler:
         for obj in [*want.jobs, *want.children]:
             try:
                 await self.applier.apply(obj)
-            except ApiError as e:
-                if obj["kind"] != "ScaledObject" or e.status.code != 404:
+            except MissingApi:
+                if obj["kind"] != "ScaledObject":
                     raise
                 no_keda = True
         keep = {obj_key(o) for o in want.children}
