@@ -157,3 +157,28 @@ def test_keda_scaled_object_accepted_by_the_real_crd_and_pruned_on_provider_chan
     wait_for("the ScaledObject again", lambda: kubectl.get("scaledobject", name, namespace), timeout=TIMEOUT)
     wait_for("the HPA pruned", lambda: kubectl.get("hpa", name, namespace), lambda o: o is None,
              timeout=TIMEOUT)  # fmt: skip
+
+
+def test_a_served_metric_makes_autoscaling_active(operator: None, kubectl: Kubectl, namespace: str) -> None:
+    """With the test world's monitoring stack (Prometheus, the chart's recording rules,
+    prometheus-adapter), a serving pod's metric reaches the HPA and the condition turns True."""
+    if kubectl.get("apiservice", "v1beta2.custom.metrics.k8s.io") is None:
+        pytest.skip("no custom metrics API in this cluster (the monitoring stack is not running)")
+    doc = example("cpu-reference.yaml")
+    doc["spec"]["autoscaling"] = {
+        "minReplicas": 1,
+        "maxReplicas": 2,
+        "metric": "pending-requests",
+        "target": "4",
+    }
+    kubectl.apply(doc, namespace=namespace)
+    cond = wait_for(
+        f"{CONDITION}=True",
+        lambda: autoscaling_condition(kubectl, namespace, "tiny-llama"),
+        lambda c: c is not None and c["status"] == "True",
+        timeout=3 * TIMEOUT,  # the pod starts, is scraped, recorded and relisted
+    )
+    assert cond is not None and cond["reason"] == "MetricAvailable"
+    assert "triton_pending_requests" in cond["message"]
+    hpa = kubectl.get("hpa", "tiny-llama", namespace)
+    assert hpa is not None and condition(hpa, "ScalingActive")["status"] == "True"  # type: ignore[index]
