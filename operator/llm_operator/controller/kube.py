@@ -128,8 +128,8 @@ class Kube:
             await self.client.delete(
                 CHILD_KINDS[kind], name, namespace=namespace, cascade=CascadeType.BACKGROUND
             )
-        except ApiError as e:
-            if e.status.code != 404:
+        except httpx.HTTPStatusError as e:  # gone, or its whole API is (KEDA uninstalled)
+            if e.response.status_code != 404:
                 raise
 
     async def has_leader_worker_set(self) -> bool:
