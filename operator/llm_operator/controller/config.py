@@ -9,6 +9,7 @@ from pathlib import Path
 
 from llm_operator.controller.lease import ElectionConfig
 from llm_operator.images import Images
+from llm_operator.render.autoscaling import DEFAULT_PROMETHEUS_URL
 
 DEFAULT_TRTLLM_VERSION = "0.20.0"
 # In a pod: the namespace of its ServiceAccount, i.e. the operator's own.
@@ -23,6 +24,7 @@ class OperatorConfig:
     health_port: int
     namespaces: tuple[str, ...]  # empty: all namespaces
     leader_election: ElectionConfig | None  # None: this process reconciles alone
+    prometheus_url: str = DEFAULT_PROMETHEUS_URL  # what KEDA ScaledObjects' triggers query
 
     @classmethod
     def from_env(cls, namespaces: tuple[str, ...] = ()) -> OperatorConfig:
@@ -39,6 +41,7 @@ class OperatorConfig:
             health_port=int(env("LLMOP_HEALTH_PORT", "8080")),
             namespaces=namespaces,
             leader_election=election_from_env(),
+            prometheus_url=env("LLMOP_PROMETHEUS_URL", DEFAULT_PROMETHEUS_URL),
         )
 
 
