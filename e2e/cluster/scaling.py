@@ -6,6 +6,7 @@ back down while requests keep flowing (the drain), with every timestamp recorded
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,7 +49,7 @@ def custom_metric_path(namespace: str, name: str) -> str:
 
 def custom_metric(kubectl: Kubectl, namespace: str, name: str) -> dict[str, float]:
     """pod -> value, as the HPA reads it through the aggregation layer."""
-    raw = kubectl.json("get", "--raw", custom_metric_path(namespace, name))
+    raw = json.loads(kubectl("get", "--raw", custom_metric_path(namespace, name)).stdout)
     out: dict[str, float] = {}
     for item in raw["items"]:
         value = item["value"]
