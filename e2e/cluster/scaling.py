@@ -6,13 +6,15 @@ back down while requests keep flowing (the drain), with every timestamp recorded
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from e2e.cluster import monitoring
+from e2e.cluster import monitoring, netns
 from e2e.cluster.load import Load, LoadStats, prometheus_query
 from e2e.cluster.testing import Kubectl, pod_ready, wait_for
 
@@ -157,3 +159,23 @@ def run(
     timeline.stats = load.stats
     log(f"scale: requests ok {load.stats.ok}, failed {load.stats.failed} {load.stats.errors[:3]}")
     return timeline
+
+
+@contextlib.contextmanager
+def prometheus_unreachable(ns: str) -> Iterator[None]:
+    """Prometheus gone, as its clients see it: connections to it are refused (an nftables table of
+    our own inside the cluster's namespace) until the block exits."""
+    table = "llmop_e2e_fault"
+    rules = f"""
+table inet {table} {{
+  chain input {{
+    type filter hook input priority -10;
+    ip daddr {netns.NODE_IP} tcp dport {monitoring.PROMETHEUS_PORT} reject with tcp reset
+  }}
+}}
+"""
+    subprocess.run(netns.command(ns, ["nft", "-f", "-"]), input=rules, text=True, check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(netns.command(ns, ["nft", "delete", "table", "inet", table]), check=True)

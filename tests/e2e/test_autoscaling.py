@@ -9,13 +9,16 @@ Needs the embedded cluster (its monitoring stack and the real node); the cpu-ref
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from e2e.cluster import scaling
-from e2e.cluster.testing import E2ECluster, Kubectl, condition, wait_for
+from e2e.cluster.testing import E2ECluster, Kubectl, condition, pod_ready, wait_for
 from tests.e2e.test_operator import example, wait_ready
 
 pytestmark = pytest.mark.e2e
+HOLD_S = 30
 
 
 @pytest.fixture
@@ -54,3 +57,44 @@ def test_queue_load_scales_up_serves_and_scales_back_down(
     assert timeline.new_pod_served > 0
     assert timeline.stats.failed == 0, timeline.stats.errors
     assert timeline.stats.ok > 0
+
+
+def test_without_prometheus_the_replica_count_stays(
+    operator: None, embedded: E2ECluster, kubectl: Kubectl, namespace: str
+) -> None:
+    """No metric is no decision: two idle replicas stay two while Prometheus is unreachable (the
+    HPA says why), and go down to one once it is back (what it would have done all along)."""
+    assert embedded.launcher is not None
+    doc = scaling.autoscaled(example("cpu-reference.yaml"))
+    doc["spec"]["replicas"] = 2
+    with scaling.prometheus_unreachable(embedded.launcher.netns):
+        kubectl.apply(doc, namespace=namespace)
+        hpa = wait_for(
+            "the HPA failing to get its metric",
+            lambda: kubectl.get("hpa", "tiny-llama", namespace),
+            lambda h: (condition(h, "ScalingActive") or {}).get("reason") == "FailedGetPodsMetric",
+            timeout=120,
+        )
+        wait_for(
+            "both replicas Ready (with Prometheus there, their metrics would now scale them down)",
+            lambda: scaling.serving_pods(kubectl, namespace, "tiny-llama"),
+            lambda pods: len(pods) == 2 and all(pod_ready(p) for p in pods),
+            timeout=240,
+        )
+        # Longer than the scale-down stabilization window and many HPA syncs.
+        deadline = time.monotonic() + HOLD_S
+        while time.monotonic() < deadline:
+            ld = kubectl.get("llmdeployment", "tiny-llama", namespace)
+            assert ld is not None and ld["spec"]["replicas"] == 2
+            time.sleep(1)
+        hpa = kubectl.get("hpa", "tiny-llama", namespace)
+        assert (condition(hpa, "ScalingActive") or {}).get("status") == "False", hpa
+    back = time.monotonic()
+    wait_for(
+        "the HPA to scale the idle deployment down once metrics are back",
+        lambda: kubectl.get("llmdeployment", "tiny-llama", namespace),
+        lambda o: o is not None and o["spec"]["replicas"] == 1,
+        timeout=120,
+    )
+    # Within the hold above: had the metric been there, the hold would have seen the change.
+    assert time.monotonic() - back < HOLD_S
