@@ -76,6 +76,7 @@ def render(args: argparse.Namespace) -> int:
                     config.images,
                     lambda *_, fact=fact: BuildObserved(fact),
                     leader_worker_set=args.leader_worker_set,
+                    prometheus_url=config.prometheus_url,
                 )
                 out += want.jobs if fact == BuildFact.ABSENT else want.children
         except PlanningError as e:

@@ -21,6 +21,7 @@ from llm_operator.plan.inventory import Inventory
 from llm_operator.plan.planner import plan_deployment
 from llm_operator.plan.types import Plan, PlanningError, PoolPlan
 from llm_operator.render import names
+from llm_operator.render.autoscaling import DEFAULT_PROMETHEUS_URL
 from llm_operator.render.children import PoolEngine, build_children, needs_engine, owner_reference
 from llm_operator.storage import engine_location
 
@@ -77,6 +78,7 @@ def desired(  # raises PlanningError for a spec the images cannot serve
     builds: BuildLookup,
     *,
     leader_worker_set: bool = False,
+    prometheus_url: str = DEFAULT_PROMETHEUS_URL,
 ) -> Desired:
     jobs: list[dict[str, Any]] = []
     engines: dict[str, PoolEngine] = {}
@@ -97,7 +99,9 @@ def desired(  # raises PlanningError for a spec the images cannot serve
                 jobs.append(built.job)
             if built.newly_built and built.engine.cache_key:
                 record.append(built.engine.cache_key)
-    children = build_children(ld, plan, images, engines, leader_worker_set=leader_worker_set)
+    children = build_children(
+        ld, plan, images, engines, leader_worker_set=leader_worker_set, prometheus_url=prometheus_url
+    )
     return Desired(plan, jobs, children, statuses, tuple(dict.fromkeys(record)))
 
 

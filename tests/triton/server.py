@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytriton
+from llm_operator.runtime.commands import METRICS_CONFIG
 from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.cluster.processes import free_port
@@ -93,6 +94,7 @@ class TritonProcess:
             f"--grpc-port={self.grpc_port}",
             f"--metrics-port={self.metrics_port}",
             "--allow-gpu-metrics=false",
+            *METRICS_CONFIG,
             "--disable-auto-complete-config",
             f"--exit-timeout-secs={self.exit_timeout_seconds}",
             # Python stubs talk to the server through /dev/shm regions: unique per server on one host.

@@ -11,10 +11,11 @@ import copy
 import itertools
 from typing import Any
 
-from llm_operator.controller.kube import ObjKey, obj_key
+from llm_operator.controller.kube import MissingApi, ObjKey, obj_key
 from llm_operator.controller.reconciler import Reconciler
 
-WITH_GENERATION = {"StatefulSet", "Job", "PodDisruptionBudget", "HorizontalPodAutoscaler", "LeaderWorkerSet"}
+WITH_GENERATION = {"StatefulSet", "Job", "PodDisruptionBudget", "HorizontalPodAutoscaler", "LeaderWorkerSet",
+                   "ScaledObject"}  # fmt: skip
 
 
 class FakeKube:
@@ -25,12 +26,15 @@ class FakeKube:
         self._uids = itertools.count(1)
         self._delivered: dict[ObjKey, str] = {}  # resourceVersion last handed to the reconciler
         self._versions = itertools.count(1)
+        self.missing_kinds: set[str] = set()  # kinds whose API (CRD) is not installed
 
     # -- KubeApi ---------------------------------------------------------------------------------
 
     async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         k = obj_key(obj)
         self.writes.append(("apply", k[0], k[2]))
+        if k[0] in self.missing_kinds:
+            raise MissingApi(k[0])
         old = self.objects.get(k)
         new = copy.deepcopy(obj)
         meta = new["metadata"]

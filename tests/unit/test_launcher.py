@@ -69,7 +69,10 @@ def test_tp1_runs_tritonserver_directly_serving_every_endpoint() -> None:
     serving_flags = ["--http-port=8000", "--grpc-port=8001", "--metrics-port=8002", "--allow-metrics=true",
                      "--metrics-interval-ms=1000", "--exit-timeout-secs=30", "--model-repository=/repo",
                      "--disable-auto-complete-config",
-                     "--backend-config=python,shm-region-prefix-name=rank0_"]  # fmt: skip
+                     "--backend-config=python,shm-region-prefix-name=rank0_",
+                     # latency quantiles and TTFT histogram for dashboards and autoscaling
+                     "--metrics-config=summary_latencies=true",
+                     "--metrics-config=histogram_latencies=true"]  # fmt: skip
     for flag in serving_flags:
         assert flag in cmd
 

@@ -600,6 +600,11 @@ class AutoscalingMetric(StrEnum):
     KV_CACHE_UTILIZATION = "kv-cache-utilization"
 
 
+class AutoscalingProvider(StrEnum):
+    HPA = "hpa"
+    KEDA = "keda"
+
+
 class AutoscalingSpec(Spec):
     model_config = ConfigDict(
         json_schema_extra=rules(
@@ -610,6 +615,12 @@ class AutoscalingSpec(Spec):
         )
     )
 
+    provider: AutoscalingProvider = Field(
+        default=AutoscalingProvider.HPA,
+        description="hpa: an autoscaling/v2 HorizontalPodAutoscaler on a custom metric served by "
+        "prometheus-adapter. keda: a KEDA ScaledObject with a prometheus trigger (KEDA must be "
+        "installed; the operator's Prometheus URL is LLMOP_PROMETHEUS_URL).",
+    )
     min_replicas: int = Field(default=1, ge=1, le=1000)
     max_replicas: int = Field(ge=1, le=1000)
     metric: AutoscalingMetric = AutoscalingMetric.QUEUE_TO_COMPUTE_RATIO
@@ -617,7 +628,9 @@ class AutoscalingSpec(Spec):
         default="1", description="Average value per serving pod, e.g. '1' for the ratio."
     )
     behavior: PassThrough | None = Field(
-        default=None, description="autoscaling/v2 HorizontalPodAutoscalerBehavior, passed through."
+        default=None,
+        description="autoscaling/v2 HorizontalPodAutoscalerBehavior, passed through (keda: to "
+        "advanced.horizontalPodAutoscalerConfig.behavior).",
     )
 
 

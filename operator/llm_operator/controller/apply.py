@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from llm_operator import labels as L
+from llm_operator.api import v1alpha1 as api
 from llm_operator.controller.kube import KubeApi, ObjKey, obj_key
 from llm_operator.controller.observe import Applied, Key, drifted, owner_key
 
@@ -58,16 +59,23 @@ class Applier:
         self.applied[k] = Applied(d, generation, obj if generation is None else None)
         self.children[k] = result
 
-    async def prune(self, owner: Key, keep: set[ObjKey], held: frozenset[str], autoscaled: bool) -> None:
-        """Delete serving children the spec no longer renders (removed pools, fewer groups). Jobs
-        stay (their outcome is the engine's record); pools waiting for an engine keep serving."""
+    async def prune(self, owner: Key, keep: set[ObjKey], held: frozenset[str]) -> None:
+        """Delete serving children the spec no longer renders (removed pools, fewer groups, the
+        autoscaler of the other provider). Jobs stay (their outcome is the engine's record); pools
+        waiting for an engine keep serving; objects that carry our labels but that the deployment
+        does not control (KEDA copies a ScaledObject's labels onto its HPA) are not ours."""
         for k, obj in list(self.children.items()):
             kind = k[0]
-            if kind == "Job" or k in keep or owner_key(obj) != owner:
+            if kind == "Job" or k in keep or owner_key(obj) != owner or not _controlled_by(obj, owner):
                 continue
             if obj["metadata"].get("labels", {}).get(L.POOL) in held:
                 continue
-            if kind == "HorizontalPodAutoscaler" and autoscaled:
-                continue
             await self.kube.delete(kind, k[1], k[2])
             self.applied.pop(k, None)
+
+
+def _controlled_by(obj: dict[str, Any], owner: Key) -> bool:
+    return any(
+        ref.get("controller") and ref.get("kind") == api.KIND and ref.get("name") == owner[1]
+        for ref in obj["metadata"].get("ownerReferences") or []
+    )

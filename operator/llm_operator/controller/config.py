@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from llm_operator.images import Images
+from llm_operator.render.autoscaling import DEFAULT_PROMETHEUS_URL
 
 DEFAULT_TRTLLM_VERSION = "0.20.0"
 
@@ -17,6 +18,7 @@ class OperatorConfig:
     metrics_port: int
     health_port: int
     namespaces: tuple[str, ...]  # empty: all namespaces
+    prometheus_url: str = DEFAULT_PROMETHEUS_URL  # what KEDA ScaledObjects' triggers query
 
     @classmethod
     def from_env(cls, namespaces: tuple[str, ...] = ()) -> OperatorConfig:
@@ -32,4 +34,5 @@ class OperatorConfig:
             metrics_port=int(env("LLMOP_METRICS_PORT", "8000")),
             health_port=int(env("LLMOP_HEALTH_PORT", "8080")),
             namespaces=namespaces,
+            prometheus_url=env("LLMOP_PROMETHEUS_URL", DEFAULT_PROMETHEUS_URL),
         )

@@ -18,7 +18,7 @@ from prometheus_client import start_http_server
 from llm_operator import labels as L
 from llm_operator.api import v1alpha1 as api
 from llm_operator.controller.config import OperatorConfig
-from llm_operator.controller.kube import CHILD_KINDS, Kube
+from llm_operator.controller.kube import CHILD_KINDS, SCALED_OBJECT_CRD, Kube
 from llm_operator.controller.reconciler import Reconciler
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,13 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         return on_event
 
     reconciler.leader_worker_set = await kube.has_leader_worker_set()
-    kinds = {k: r for k, r in CHILD_KINDS.items() if k != "LeaderWorkerSet" or reconciler.leader_worker_set}
+    # Optional APIs are watched only when installed at start (ScaledObjects applied later are still
+    # cached from their apply, so they can be pruned).
+    optional = {
+        "LeaderWorkerSet": reconciler.leader_worker_set,
+        "ScaledObject": await kube.has_crd(SCALED_OBJECT_CRD),
+    }
+    kinds = {k: r for k, r in CHILD_KINDS.items() if optional.get(k, True)}
     log.info(
         "multi-node replicas as %s", "LeaderWorkerSets" if reconciler.leader_worker_set else "StatefulSets"
     )

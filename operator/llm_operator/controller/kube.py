@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+import httpx2 as httpx
 from lightkube import ALL_NS, ApiError, AsyncClient, codecs
 from lightkube.core.resource import NamespacedResource
 from lightkube.generic_resource import create_namespaced_resource
@@ -34,6 +35,8 @@ LeaderWorkerSet = create_namespaced_resource(
     "leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets"
 )
 LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
+ScaledObject = create_namespaced_resource("keda.sh", "v1alpha1", "ScaledObject", "scaledobjects")
+SCALED_OBJECT_CRD = "scaledobjects.keda.sh"
 
 CHILD_KINDS: dict[str, Any] = {
     "ConfigMap": ConfigMap,
@@ -43,9 +46,15 @@ CHILD_KINDS: dict[str, Any] = {
     "HorizontalPodAutoscaler": HorizontalPodAutoscaler,
     "Job": Job,
     "LeaderWorkerSet": LeaderWorkerSet,  # watched only when its CRD is installed
+    "ScaledObject": ScaledObject,  # KEDA's; watched only when its CRD is installed
 }
 
 ObjKey = tuple[str, str, str]  # kind, namespace, name
+
+
+class MissingApi(Exception):
+    """The API server does not serve this kind: its CRD is not installed. (It answers 404 with a
+    plain-text body then, not a Status, so lightkube raises no ApiError.)"""
 
 
 def obj_key(obj: dict[str, Any]) -> ObjKey:
@@ -78,15 +87,20 @@ class Kube:
     async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         kind, namespace, name = obj_key(obj)
         API_WRITES.labels(kind, "apply").inc()
-        result = await self.client.patch(
-            CHILD_KINDS[kind],
-            name,
-            obj,
-            namespace=namespace,
-            patch_type=PatchType.APPLY,
-            field_manager=L.FIELD_MANAGER,
-            force=True,
-        )
+        try:
+            result = await self.client.patch(
+                CHILD_KINDS[kind],
+                name,
+                obj,
+                namespace=namespace,
+                patch_type=PatchType.APPLY,
+                field_manager=L.FIELD_MANAGER,
+                force=True,
+            )
+        except httpx.HTTPStatusError as e:
+            if e.response.status_code == 404 and not isinstance(e, ApiError):
+                raise MissingApi(kind) from e
+            raise
         return _as_dict(result)
 
     async def create(self, obj: dict[str, Any]) -> None:
@@ -120,8 +134,11 @@ class Kube:
 
     async def has_leader_worker_set(self) -> bool:
         """Is the LeaderWorkerSet API installed? (Checked at start: restart after installing it.)"""
+        return await self.has_crd(LWS_CRD)
+
+    async def has_crd(self, name: str) -> bool:
         try:
-            await self.client.get(CustomResourceDefinition, LWS_CRD)
+            await self.client.get(CustomResourceDefinition, name)
         except ApiError as e:
             if e.status.code in (403, 404):
                 return False

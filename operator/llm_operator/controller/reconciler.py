@@ -21,11 +21,11 @@ from lightkube import ApiError
 from pydantic import ValidationError
 
 from llm_operator.api.v1alpha1 import LLMDeployment
-from llm_operator.controller import engines
+from llm_operator.controller import autoscaling, engines
 from llm_operator.controller.apply import Applier
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.groups import GroupFailures, group_pods
-from llm_operator.controller.kube import KubeApi, obj_key
+from llm_operator.controller.kube import KubeApi, MissingApi, obj_key
 from llm_operator.controller.metrics import DEPLOYMENTS, RECONCILE_ERRORS, RECONCILE_SECONDS
 from llm_operator.controller.observe import Key, PodProblems, existing_pools, pool_observed
 from llm_operator.controller.queue import WorkQueue
@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 REPORT_AFTER_FAILURES = 4
 MAX_BACKOFF_SECONDS = 60.0
 CLAIM_RECHECK_SECONDS = 15.0  # claims are not watched: look again for one that was missing
+KEDA_RECHECK_SECONDS = 30.0  # a ScaledObject refused for want of KEDA's CRDs: try again
 
 
 def now() -> str:
@@ -171,6 +172,7 @@ class Reconciler:
                 self.config.images,
                 lambda ns, key, job: engines.build_observed(self.applier.children, ns, key, job),
                 leader_worker_set=self.leader_worker_set,
+                prometheus_url=self.config.prometheus_url,
             )
         except PlanningError as e:
             # Keep whatever serves now; only status and an Event change.
@@ -185,15 +187,26 @@ class Reconciler:
             return
         if needs_ssh(plan):
             await self.ssh.ensure(ld)
-        await self._apply(ld, want)
-        await self._write_status(body, self._observe(ld, plan, want))
+        no_keda = await self._apply(ld, want)
+        await self._write_status(body, self._observe(ld, plan, want, no_keda))
+        if no_keda:
+            self.queue.add_after((namespace, name), KEDA_RECHECK_SECONDS)
 
-    async def _apply(self, ld: LLMDeployment, want: Desired) -> None:
+    async def _apply(self, ld: LLMDeployment, want: Desired) -> bool:
+        """Apply and prune; True when the ScaledObject API is missing (KEDA not installed): the
+        rest is applied all the same and the deployment serves at its current replica count."""
         await engines.record_built(self.kube, ld.namespace, want.record, now())
+        no_keda = False
         for obj in [*want.jobs, *want.children]:
-            await self.applier.apply(obj)
+            try:
+                await self.applier.apply(obj)
+            except MissingApi:
+                if obj["kind"] != "ScaledObject":
+                    raise
+                no_keda = True
         keep = {obj_key(o) for o in want.children}
-        await self.applier.prune((ld.namespace, ld.name), keep, want.held, ld.spec.autoscaling is not None)
+        await self.applier.prune((ld.namespace, ld.name), keep, want.held)
+        return no_keda
 
     async def _recreate_broken_groups(self, namespace: str, name: str) -> None:
         for group in self.group_failures.take((namespace, name)):
@@ -204,8 +217,9 @@ class Reconciler:
 
     # -- observing and reporting ---------------------------------------------------------------
 
-    def _observe(self, ld: LLMDeployment, plan: Plan, want: Desired) -> Observation:
+    def _observe(self, ld: LLMDeployment, plan: Plan, want: Desired, no_keda: bool) -> Observation:
         children, applied = self.applier.children, self.applier.applied
+        scaling = ld.spec.autoscaling
         return Observation(
             ld.generation,
             plan,
@@ -214,6 +228,9 @@ class Reconciler:
             selector=serving_selector(ld.name),
             endpoints=endpoints(ld.name, ld.namespace),
             pod_problems=self.pod_problems.of((ld.namespace, ld.name)),
+            autoscaler=None
+            if scaling is None
+            else autoscaling.observe(children, ld.namespace, ld.name, scaling, api_missing=no_keda),
         )
 
     def _stalled(self, body: dict[str, Any], error: PlanningError) -> Observation:

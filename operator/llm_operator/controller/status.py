@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llm_operator.api.v1alpha1 import Phase
+from llm_operator.controller import autoscaling
 from llm_operator.engine.state import EngineState, PoolEngineStatus
 from llm_operator.plan.types import Plan, PlanningError
 
@@ -36,6 +37,7 @@ class Observation:
     endpoints: dict[str, str] = field(default_factory=dict)
     invalid_spec: str | None = None  # the stored object does not validate (e.g. an old CRD)
     pod_problems: tuple[str, ...] = ()  # "pod: Reason: message" of serving pods that cannot run
+    autoscaler: autoscaling.AutoscalerObserved | None = None  # spec.autoscaling is set
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ def reduce(
         )
         status["replicas"] = sum(p.desired for p in obs.pools.values())
         conds, phase = _stalled(reason, message, serving, g)
-        return _finish(status, conds, phase, reason, message, old_status, now)
+        return _finish(status, conds + _autoscaling(obs), phase, reason, message, old_status, now)
 
     plan = obs.plan
     desired = plan.replicas
@@ -139,6 +141,7 @@ def reduce(
             # A claim, Secret or ConfigMap the pods need does not exist: only the user can fix it.
             conds, phase = _stalled("MissingObject", "; ".join(missing), serving, g)
             conds += [engine_cond, _cond("Available", serving or desired == 0, _available(serving), "", g)]
+            conds += _autoscaling(obs)
             status, events = _finish(
                 status, conds, phase, "MissingObject", "; ".join(missing), old_status, now
             )
@@ -158,8 +161,14 @@ def reduce(
         ]
     conds.append(engine_cond)
     conds.append(_cond("Available", serving or desired == 0, _available(serving), "", g))
+    conds += _autoscaling(obs)
     status, events = _finish(status, conds, phase, reason, message, old_status, now)
     return status, placement_events + events
+
+
+def _autoscaling(obs: Observation) -> list[dict[str, Any]]:
+    """AutoscalingActive, only while spec.autoscaling is set: reported, never acted on."""
+    return [] if obs.autoscaler is None else [autoscaling.condition(obs.autoscaler, obs.generation)]
 
 
 def _placement_warnings(plan: Plan, old_status: dict[str, Any] | None) -> list[Event]:
@@ -228,8 +237,13 @@ def _placement(plan: Plan, obs: Observation) -> dict[str, Any]:
     return placement
 
 
-_WARNING_WHEN = {"Stalled": "True", "Degraded": "True", "EngineReady": "False"}
-_EVENT_TYPES = ("Ready", "Stalled", "Degraded", "EngineReady")
+_WARNING_WHEN = {
+    "Stalled": "True",
+    "Degraded": "True",
+    "EngineReady": "False",
+    autoscaling.CONDITION: "False",
+}
+_EVENT_TYPES = ("Ready", "Stalled", "Degraded", "EngineReady", autoscaling.CONDITION)
 
 
 def _finish(

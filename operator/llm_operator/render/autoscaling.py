@@ -1,17 +1,36 @@
-"""HorizontalPodAutoscaler on the LLMDeployment's scale subresource, driven by Triton metrics.
+"""The autoscaler of an LLMDeployment, on its scale subresource, driven by Triton metrics.
 
-The HPA scales the LLMDeployment (spec.replicas); the operator then splits replicas over pools
-and revisions. Metrics are per-pod custom metrics served by prometheus-adapter from recording
-rules over Triton's :8002/metrics (names below; the chart ships the matching rules).
+provider hpa: a HorizontalPodAutoscaler on per-pod custom metrics, served by prometheus-adapter
+from recording rules over Triton's :8002/metrics (names below; the chart ships the matching rules,
+charts/llm-operator/monitoring/). provider keda: a KEDA ScaledObject whose prometheus trigger
+queries the same recorded series; KEDA then owns an HPA on an external metric.
+
+Either scales the LLMDeployment (spec.replicas); the operator then splits replicas over pools and
+revisions.
 """
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
+from lightkube.utils.quantity import parse_quantity
+
 from llm_operator import labels as L
-from llm_operator.api.v1alpha1 import API_VERSION, KIND, AutoscalingMetric, AutoscalingSpec
+from llm_operator.api.v1alpha1 import (
+    API_VERSION,
+    KIND,
+    AutoscalingMetric,
+    AutoscalingProvider,
+    AutoscalingSpec,
+)
 from llm_operator.render import names
+
+DEFAULT_PROMETHEUS_URL = "http://prometheus.monitoring.svc:9090"
+KEDA_API_VERSION = "keda.sh/v1alpha1"
+# The recorded series carry the pod label llmoperator.io/deployment under this name (the chart's
+# PodMonitor podTargetLabels; recording-rules.yaml keeps it).
+DEPLOYMENT_SERIES_LABEL = "llmoperator_io_deployment"
 
 METRIC_NAMES = {
     AutoscalingMetric.QUEUE_TO_COMPUTE_RATIO: "triton_queue_compute_ratio",
@@ -21,9 +40,26 @@ METRIC_NAMES = {
 }
 
 
-def autoscaler(deployment: str, namespace: str, autoscaling: AutoscalingSpec) -> dict[str, Any]:
+def autoscaler(
+    deployment: str,
+    namespace: str,
+    autoscaling: AutoscalingSpec,
+    prometheus_url: str = DEFAULT_PROMETHEUS_URL,
+) -> dict[str, Any]:
+    if autoscaling.provider == AutoscalingProvider.KEDA:
+        return scaled_object(deployment, namespace, autoscaling, prometheus_url)
+    return horizontal_pod_autoscaler(deployment, namespace, autoscaling)
+
+
+def _scale_target(deployment: str) -> dict[str, str]:
+    return {"apiVersion": API_VERSION, "kind": KIND, "name": deployment}
+
+
+def horizontal_pod_autoscaler(
+    deployment: str, namespace: str, autoscaling: AutoscalingSpec
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
-        "scaleTargetRef": {"apiVersion": API_VERSION, "kind": KIND, "name": deployment},
+        "scaleTargetRef": _scale_target(deployment),
         "minReplicas": autoscaling.min_replicas,
         "maxReplicas": autoscaling.max_replicas,
         "metrics": [
@@ -41,6 +77,56 @@ def autoscaler(deployment: str, namespace: str, autoscaling: AutoscalingSpec) ->
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
+        "metadata": {
+            "name": names.autoscaler(deployment),
+            "namespace": namespace,
+            "labels": L.common_labels(deployment, "autoscaler"),
+        },
+        "spec": spec,
+    }
+
+
+def keda_query(deployment: str, namespace: str, metric: AutoscalingMetric) -> str:
+    """The deployment's total of the per-pod metric: KEDA's AverageValue target divides it by the
+    replica count, as the HPA's Pods metric averages over pods."""
+    series = METRIC_NAMES[metric]
+    return f'sum({series}{{namespace="{namespace}",{DEPLOYMENT_SERIES_LABEL}="{deployment}"}})'
+
+
+def _plain_number(quantity: str) -> str:
+    """KEDA's threshold is a number, not a Kubernetes quantity: 800m -> 0.8."""
+    value = parse_quantity(quantity)
+    assert value is not None  # admission checked isQuantity()
+    return format(Decimal(value).normalize(), "f")
+
+
+def scaled_object(
+    deployment: str, namespace: str, autoscaling: AutoscalingSpec, prometheus_url: str
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "scaleTargetRef": _scale_target(deployment),
+        "minReplicaCount": autoscaling.min_replicas,
+        "maxReplicaCount": autoscaling.max_replicas,
+        "triggers": [
+            {
+                "type": "prometheus",
+                "metricType": "AverageValue",
+                "metadata": {
+                    "serverAddress": prometheus_url,
+                    "query": keda_query(deployment, namespace, autoscaling.metric),
+                    "threshold": _plain_number(autoscaling.target),
+                    # No series (Prometheus gone, no data yet) is an error, not 0: the HPA then
+                    # keeps the current replica count instead of scaling down.
+                    "ignoreNullValues": "false",
+                },
+            }
+        ],
+    }
+    if autoscaling.behavior:
+        spec["advanced"] = {"horizontalPodAutoscalerConfig": {"behavior": autoscaling.behavior}}
+    return {
+        "apiVersion": KEDA_API_VERSION,
+        "kind": "ScaledObject",
         "metadata": {
             "name": names.autoscaler(deployment),
             "namespace": namespace,

@@ -83,6 +83,7 @@ def build_children(
     engines: dict[str, PoolEngine],
     *,
     leader_worker_set: bool = False,
+    prometheus_url: str = autoscaling.DEFAULT_PROMETHEUS_URL,
 ) -> list[dict[str, Any]]:
     """Objects to apply. A pool whose engine is not ready contributes nothing, so whatever it
     served before (the previous revision) stays untouched until the new engine exists."""
@@ -95,7 +96,7 @@ def build_children(
         if engine.ready:
             objs += serving_pool(ld, pool, images, engine, leader_worker_set=leader_worker_set)
     if ld.spec.autoscaling is not None:
-        objs.append(autoscaling.autoscaler(ld.name, ld.namespace, ld.spec.autoscaling))
+        objs.append(autoscaling.autoscaler(ld.name, ld.namespace, ld.spec.autoscaling, prometheus_url))
     owner = owner_reference(ld)
     for obj in objs:
         obj["metadata"]["ownerReferences"] = [owner]

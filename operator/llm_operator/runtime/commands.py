@@ -13,6 +13,11 @@ from llm_operator.runtime.config import PodConfig
 
 TRTLLM_PYTHON_MODELS = ("preprocessing", "postprocessing")
 
+# Latency quantiles (nv_inference_*_summary_us) and, from Triton 24.11, the time-to-first-response
+# histogram (nv_inference_first_response_histogram_ms: TTFT of streaming requests). Older servers
+# (the CPU runtime's 2.51) ignore the setting they do not know. docs/autoscaling.md.
+METRICS_CONFIG = ("--metrics-config=summary_latencies=true", "--metrics-config=histogram_latencies=true")
+
 
 def rank_id(rank: int) -> str:
     """tritonserver --id of a rank: how the supervisor finds each rank among its descendants."""
@@ -36,6 +41,7 @@ def rank_args(c: PodConfig, rank: int) -> list[str]:
     if rank == 0:
         return [*args, f"--http-port={c.http_port}", f"--grpc-port={c.grpc_port}",
                 f"--metrics-port={c.metrics_port}", "--allow-metrics=true", "--metrics-interval-ms=1000",
+                *METRICS_CONFIG,
                 f"--allow-gpu-metrics={str(c.backend != 'cpu-reference').lower()}"]  # fmt: skip
     return [*args, "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false",
             "--model-control-mode=explicit", "--load-model=tensorrt_llm"]  # fmt: skip

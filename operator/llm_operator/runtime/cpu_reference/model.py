@@ -4,6 +4,10 @@ external contract (text_input, max_tokens, stream, sampling inputs -> text_outpu
 A dynamic batch is decoded in lockstep; in decoupled mode a streaming request gets one response per
 token, the last one flagged final, and any request gets its final response as soon as it is done.
 
+It also exports the TensorRT-LLM backend's load gauges under their real names and labels
+(nv_trt_llm_request_metrics, nv_trt_llm_kv_cache_block_metrics), measured on its own batches, so
+the recording rules and dashboards of GPU pods work on CPU pods too (docs/autoscaling.md).
+
 The operator ships this file inside the rendered repository (<repo>/ensemble/1/model.py). Triton's
 python stub embeds the system libpython and ignores PYTHONPATH, so before importing anything beyond
 the standard library (the stub itself imports numpy right after this module) it reads the
@@ -74,6 +78,84 @@ class Job:
     done: bool = False
 
 
+# TensorRT-LLM's paged KV cache hands out blocks of this many tokens (trtllm-build's default).
+TOKENS_PER_BLOCK = 32
+TOKEN_BUCKETS = [10.0, 50.0, 100.0, 500.0, 1000.0]
+
+
+class LoadGauges:
+    """The TensorRT-LLM backend's request and KV-cache gauges, measured on this instance's batch.
+    Triton keeps one series per label set for all instances of the model (one stub process each),
+    so every instance moves the shared gauges by the change of its own share, never sets them."""
+
+    def __init__(self, args: dict[str, str], slots: int, blocks_per_slot: int) -> None:
+        self.labels = {"model": args["model_name"], "version": args["model_version"]}
+        self.families: list[Any] = []  # a family must outlive its metrics
+        self.requests = self._gauges(
+            "nv_trt_llm_request_metrics",
+            "TRT LLM request metrics",
+            "request_type",
+            ("active", "max", "scheduled", "context", "waiting"),
+        )
+        self.blocks = self._gauges(
+            "nv_trt_llm_kv_cache_block_metrics",
+            "TRT LLM KV cache block metrics",
+            "kv_cache_block_type",
+            ("max", "free", "used", "tokens_per", "fraction"),
+        )
+        self.shares: dict[str, float] = {}
+        self.slots, self.capacity = slots, slots * blocks_per_slot
+        self.blocks["tokens_per"].set(TOKENS_PER_BLOCK)
+        self.update()
+        self.input_tokens = self._histogram("nv_llm_input_token_len", "total_input_tokens")
+        self.output_tokens = self._histogram("nv_llm_output_token_len", "total_output_tokens")
+
+    def _histogram(self, name: str, kind: str) -> Any:
+        """Token counts of completed requests, as TensorRT-LLM's backend buckets them."""
+        family = pb_utils.MetricFamily(name=name, description="TRT LLM response metrics",
+                                       kind=pb_utils.MetricFamily.HISTOGRAM)  # fmt: skip
+        self.families.append(family)
+        return family.Metric(labels={**self.labels, "response_metric_type": kind}, buckets=TOKEN_BUCKETS)
+
+    def completed(self, input_tokens: int, output_tokens: int) -> None:
+        self.input_tokens.observe(input_tokens)
+        self.output_tokens.observe(output_tokens)
+
+    def _gauges(self, name: str, description: str, label: str, kinds: tuple[str, ...]) -> dict[str, Any]:
+        family = pb_utils.MetricFamily(name=name, description=description, kind=pb_utils.MetricFamily.GAUGE)
+        self.families.append(family)
+        return {kind: family.Metric(labels={**self.labels, label: kind}) for kind in kinds}
+
+    def _share(self, gauges: dict[str, Any], kind: str, value: float) -> None:
+        key = f"{id(gauges)}/{kind}"
+        if delta := value - self.shares.get(key, 0.0):
+            gauges[kind].increment(delta)
+            self.shares[key] = value
+
+    def update(self, active: int = 0, context: int = 0, used_blocks: int = 0) -> None:
+        """This instance's requests in its batch (context: in their prefill step) and the blocks
+        their tokens occupy. Requests wait in Triton's scheduler, not here (they show in
+        nv_inference_pending_request_count), so `waiting` stays 0 as the backend's would."""
+        self._share(self.requests, "max", self.slots)
+        self._share(self.requests, "active", active)
+        self._share(self.requests, "scheduled", active)
+        self._share(self.requests, "context", context)
+        self._share(self.blocks, "max", self.capacity)
+        self._share(self.blocks, "used", used_blocks)
+        self._share(self.blocks, "free", self.capacity - used_blocks)
+        total = self.blocks["max"].value()
+        self.blocks["fraction"].set(self.blocks["used"].value() / total if total else 0.0)
+
+    def close(self) -> None:
+        """Take this instance's share out (model unload)."""
+        self.slots = self.capacity = 0
+        self.update()
+
+
+def _blocks(tokens: int) -> int:
+    return -(-tokens // TOKENS_PER_BLOCK)
+
+
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         config = json.loads(args["model_config"])
@@ -88,6 +170,10 @@ class TritonPythonModel:
         self.max_seq_len = int(params["max_seq_len"])
         self.exclude_input = params["exclude_input_in_output"] == "true"
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+        self.load = LoadGauges(args, int(config["max_batch_size"]), _blocks(self.max_seq_len))
+
+    def finalize(self) -> None:
+        self.load.close()
 
     def _job(self, request: Any) -> Job | str:
         """The request's job, or why it is refused (TensorRT-LLM refuses the same requests)."""
@@ -120,9 +206,25 @@ class TritonPythonModel:
         )
 
     def _decode(self, jobs: list[Job], emit: Callable[[Job, str], None]) -> None:
-        """emit(job, piece) sees every token; a job ends at max_tokens or on a stop word."""
-        batch = self.lm.start([encode(j.prompt) for j in jobs])
+        """emit(job, piece) sees every token; a job ends at max_tokens or on a stop word. The load
+        gauges follow the batch: every sequence keeps its KV cache until the batch ends."""
+        prompts = [encode(j.prompt) for j in jobs]
+        # The prefill (context phase) starts with the prompts' blocks taken, as in TensorRT-LLM.
+        self.load.update(len(jobs), context=len(jobs), used_blocks=sum(_blocks(len(p)) for p in prompts))
+        try:
+            self._steps(jobs, prompts, emit)
+        finally:
+            self.load.update()
+        for job, prompt in zip(jobs, prompts, strict=True):
+            self.load.completed(len(prompt), len(job.generated))
+
+    def _steps(self, jobs: list[Job], prompts: list[list[int]], emit: Callable[[Job, str], None]) -> None:
+        batch = self.lm.start(prompts)
         while True:
+            self.load.update(
+                active=sum(not j.done for j in jobs),
+                used_blocks=sum(_blocks(int(n)) for n in batch.lengths),
+            )
             tokens = batch.pick([j.sampler for j in jobs])
             for job, token in zip(jobs, tokens, strict=True):
                 if not job.done:
