@@ -49,6 +49,12 @@ def test_queue_load_scales_up_serves_and_scales_back_down(
         timeout=60,
     )
     assert hpa is not None and hpa["status"]["currentReplicas"] == 1
+    wait_for(
+        "the LLMDeployment to report its autoscaler reading the metric",
+        lambda: condition(kubectl.get("llmdeployment", "tiny-llama", namespace), "AutoscalingActive"),
+        lambda c: c is not None and c["reason"] == "MetricAvailable",
+        timeout=30,
+    )
 
     timeline = scaling.run(
         kubectl, embedded.launcher.netns, embedded.launcher.prometheus_url, namespace, "tiny-llama"
@@ -89,6 +95,13 @@ def test_without_prometheus_the_replica_count_stays(
             time.sleep(1)
         hpa = kubectl.get("hpa", "tiny-llama", namespace)
         assert (condition(hpa, "ScalingActive") or {}).get("status") == "False", hpa
+        # The LLMDeployment says which metric is missing and why.
+        active = condition(kubectl.get("llmdeployment", "tiny-llama", namespace), "AutoscalingActive")
+        assert active is not None and active["status"] == "False", active
+        # Which one depends on whether the adapter listed the series before Prometheus went away.
+        assert active["reason"] in ("MetricNotFound", "NoMetricData", "MetricUnavailable"), active
+        print(f"AutoscalingActive while Prometheus is unreachable: {active['reason']}: {active['message']}")
+        assert "triton_pending_requests" in active["message"] and "Replicas stay" in active["message"]
     back = time.monotonic()
     wait_for(
         "the HPA to scale the idle deployment down once metrics are back",
