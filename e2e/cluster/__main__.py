@@ -9,6 +9,8 @@ from pathlib import Path
 
 from e2e.cluster.components import CONTROL_PLANE, ClusterError
 from e2e.cluster.launcher import Cluster, UpReport
+from e2e.cluster.monitoring import COMPONENTS as MONITORING
+from e2e.cluster.monitoring import PROMETHEUS_URL
 from e2e.cluster.node import NODE_COMPONENTS
 from e2e.cluster.state import DEFAULT_STATE_DIR
 
@@ -25,9 +27,17 @@ def _print_up(cluster: Cluster, report: UpReport) -> None:
     print(
         f"cluster {state} in {report.seconds:.1f} s (apiserver https://127.0.0.1:{report.ports.get('kube-apiserver')})"
     )
-    for what, names in (("control plane", CONTROL_PLANE), ("real node", NODE_COMPONENTS)):
+    for what, names in (
+        ("control plane", CONTROL_PLANE),
+        ("real node", NODE_COMPONENTS),
+        ("monitoring", MONITORING),
+    ):
         per = ", ".join(f"{c} {_mib(report.rss_kib.get(c, 0))}" for c in names)
         print(f"{what} RSS {_mib(sum(report.rss_kib.get(c, 0) for c in names))}: {per}")
+    print(
+        f"prometheus: http://127.0.0.1:{report.ports.get('prometheus')} (in-cluster {PROMETHEUS_URL}); "
+        "custom metrics: kubectl get --raw /apis/custom.metrics.k8s.io/v1beta2"
+    )
     print(f"kubeconfig: export KUBECONFIG={cluster.kubeconfig}  (or: source {cluster.state_dir / 'env'})")
     print(f"shell inside the cluster's network namespace: nsenter --net=/run/netns/{cluster.netns} bash")
 

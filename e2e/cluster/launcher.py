@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import netns, pki
+from e2e.cluster import monitoring, netns, pki
 from e2e.cluster import node as node_mod
 from e2e.cluster import nodes as node_pools
 from e2e.cluster.components import (
@@ -109,6 +109,11 @@ class Cluster:
 
     def log_file(self, component: str) -> Path:
         return self._state.log_file(component)
+
+    @property
+    def prometheus_url(self) -> str:
+        """Prometheus as the host reaches it (its forwarder on 127.0.0.1)."""
+        return f"http://127.0.0.1:{self._state.ports().get('prometheus')}"
 
     def up(self, *, session: int | None = None) -> UpReport:
         """Start (or verify) the cluster.
@@ -226,6 +231,10 @@ class Cluster:
         # Our own children too: one may be caught between fork and exec, its arguments not yet
         # the component's.
         found = find_owned(COMPONENTS, self.state_dir) | self._children.pids()
+        # Aggregated APIs first: one whose server is gone breaks discovery and GC for everyone.
+        if "prometheus-adapter" in found.values():
+            with contextlib.suppress(OSError, ClusterError):
+                monitoring.unregister(self._api().request)
         layout = node_layout(self._state)
         # The node agents first, so nothing restarts a pod; then the pods' processes (their
         # grace periods do not matter on the way down), containerd and the shims it left.

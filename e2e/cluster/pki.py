@@ -71,6 +71,9 @@ CLIENTS: dict[str, tuple[str, str | None]] = {
     "kube-proxy": ("system:kube-proxy", None),
     "coredns": ("system:coredns", None),
     "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", "system:masters"),
+    # The monitoring stack (monitoring.py binds their least-privilege roles).
+    "prometheus": ("e2e:prometheus", None),
+    "prometheus-adapter": ("e2e:prometheus-adapter", None),
 }
 
 
@@ -237,3 +240,16 @@ def generate(directory: Path) -> Pki:
         sa_pub=sa_pub_path,
         clients=clients,
     )
+
+
+def issue_server_cert(directory: Path, name: str, dns_names: list[str]) -> KeyPair:
+    """A serving cert for `dns_names`, signed by the cluster CA `generate` wrote into `directory`
+    (an aggregated API server's: the aggregator checks it against the APIService's caBundle)."""
+    ca = paths(directory).ca
+    ca_key = serialization.load_pem_private_key(ca.key.read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    issuer = _Issuer(x509.load_pem_x509_certificate(ca.cert.read_bytes()), ca_key)
+    key = ec.generate_private_key(ec.SECP256R1())
+    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
+    cert = issuer.sign(_name(dns_names[0]), key, [ExtendedKeyUsageOID.SERVER_AUTH], sans)
+    return _save(directory, name, cert, key)

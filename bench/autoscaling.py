@@ -1,0 +1,118 @@
+"""P5, the autoscaling chain's reaction time on the embedded cluster's real node: from a load step on
+a cpu-reference LLMDeployment (autoscaled on pending requests) to the HPA asking for more replicas
+(writing the scale subresource) and to the new replica Ready, next to the chain's floor:
+
+    floor = scrape interval + rate window / 2 + adapter relist + HPA sync period
+
+(e2e/cluster/monitoring.py and the controller manager's flags; goal: within floor + 2 HPA syncs).
+The same run as tests/e2e/test_autoscaling.py (e2e/cluster/scaling.py), with its own operator.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from e2e.cluster import monitoring, scaling
+from e2e.cluster.launcher import Cluster
+from e2e.cluster.testing import Kubectl, condition, is_true, wait_for
+
+REPO = Path(__file__).resolve().parents[1]
+NAMESPACE = "bench-autoscaling"
+NAME = "tiny-llama"
+HPA_SYNC_S = 2  # components.py: --horizontal-pod-autoscaler-sync-period
+FLOOR_S = (
+    monitoring.SCRAPE_INTERVAL_S + monitoring.RATE_WINDOW_S / 2 + monitoring.ADAPTER_RELIST_S + HPA_SYNC_S
+)
+
+
+def _deployment() -> dict[str, object]:
+    doc = yaml.safe_load((REPO / "examples" / "cpu-reference.yaml").read_text())
+    doc["spec"]["resources"]["cpu"] = "250m"  # three replicas fit on the real node's 2 CPUs
+    return scaling.autoscaled(doc)
+
+
+def _healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+def run(print_fn: Callable[[str], None] = print) -> None:
+    cluster = Cluster()
+    cluster.up()
+    if cluster.stop_demo_operator():
+        print_fn("autoscaling bench: stopped the operator `make demo` left running")
+    kubectl = Kubectl(cluster.kubeconfig, cluster.bin_dir / "kubectl", timeout=120)
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    kubectl("wait", "--for=condition=Established", "crd/llmdeployments.llmoperator.io", "--timeout=30s")
+    kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true")
+    kubectl("create", "namespace", NAMESPACE)
+    health = 18911
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "LLMOP_METRICS_PORT": "18910",
+        "LLMOP_HEALTH_PORT": str(health),
+        "LLMOP_LOG_LEVEL": "WARNING",
+        "LLMOP_CPU_RUNTIME_IMAGE": "localhost/llm-operator/cpu-runtime:dev",
+    }
+    log = (cluster.state_dir / "logs" / "operator-bench-autoscaling.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llm_operator.cli", "run", "--namespace", NAMESPACE],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for("the operator healthy", lambda: _healthy(health), timeout=60)
+        kubectl.apply(_deployment(), namespace=NAMESPACE)
+        wait_for(
+            "the LLMDeployment Ready",
+            lambda: kubectl.get("llmdeployment", NAME, NAMESPACE),
+            lambda o: is_true(o, "Ready"),
+            timeout=300,
+        )
+        wait_for(
+            "the HPA reading its metric",
+            lambda: kubectl.get("hpa", NAME, NAMESPACE),
+            lambda h: (condition(h, "ScalingActive") or {}).get("status") == "True",
+            timeout=120,
+        )
+        time.sleep(2 * monitoring.RATE_WINDOW_S)  # a settled, idle baseline before the step
+        t = scaling.run(kubectl, cluster.netns, cluster.prometheus_url, NAMESPACE, NAME, log=lambda _: None)
+        goal = FLOOR_S + 2 * HPA_SYNC_S
+        print_fn(
+            f"autoscaling bench (P5): floor = scrape {monitoring.SCRAPE_INTERVAL_S} s + window/2 "
+            f"{monitoring.RATE_WINDOW_S / 2:g} s + adapter relist {monitoring.ADAPTER_RELIST_S} s + HPA sync "
+            f"{HPA_SYNC_S} s = {FLOOR_S:g} s (goal <= floor + 2 syncs = {goal:g} s)"
+        )
+        print_fn(
+            f"autoscaling bench (P5): load step -> HPA asks for {t.replicas_asked} replicas: "
+            f"{t.scale_asked_s:.1f} s, ratio to floor {t.scale_asked_s / FLOOR_S:.2f}"
+        )
+        print_fn(
+            f"autoscaling bench (P5): load step -> new replica Ready: {t.new_ready_s:.1f} s, ratio to floor "
+            f"{t.new_ready_s / FLOOR_S:.2f} (pod start {t.new_ready_s - t.scale_asked_s:.1f} s of it)"
+        )
+        print_fn(
+            f"autoscaling bench (P5): back to 1 replica {t.scaled_down_s - t.load_dropped_s:.1f} s after the "
+            f"load dropped; requests ok {t.stats.ok}, failed {t.stats.failed}"
+        )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+
+
+if __name__ == "__main__":
+    run()
