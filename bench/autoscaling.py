@@ -20,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from e2e import operator_release
 from e2e.cluster import monitoring, scaling
 from e2e.cluster.launcher import Cluster
 from e2e.cluster.testing import Kubectl, condition, is_true, wait_for
@@ -50,8 +51,8 @@ def _healthy(port: int) -> bool:
 def run(print_fn: Callable[[str], None] = print) -> None:
     cluster = Cluster()
     cluster.up()
-    if cluster.stop_demo_operator():
-        print_fn("autoscaling bench: stopped the operator `make demo` left running")
+    if operator_release.uninstall(cluster):
+        print_fn("autoscaling bench: uninstalled the operator `make operator-up` installed")
     kubectl = Kubectl(cluster.kubeconfig, cluster.bin_dir / "kubectl", timeout=120)
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     kubectl("wait", "--for=condition=Established", "crd/llmdeployments.llmoperator.io", "--timeout=30s")
