@@ -180,16 +180,19 @@ def test_apiserver_and_etcd_restarted_during_a_rollout(
     wait_for("roll Ready", lambda: converged(kubectl, namespace), timeout=120)
     before = {(c["kind"], c["metadata"]["name"]): c["metadata"]["uid"] for c in children(kubectl, namespace)}
     watch = ServingWatch(kubectl, namespace, "roll")
+    generation = (kubectl.get("statefulset", "roll", namespace) or {})["metadata"]["generation"]
     spec["spec"]["engine"]["maxBatchSize"] = 16  # a new revision: every serving pod is replaced
     kubectl.apply(spec, namespace=namespace)
-
-    def rolling(sts: dict[str, Any] | None) -> bool:
-        status = (sts or {}).get("status", {})
-        return bool(status.get("updateRevision") != status.get("currentRevision"))
-
-    sts = wait_for("the rollout under way", lambda: kubectl.get("statefulset", "roll", namespace), rolling,
+    sts = wait_for("the operator's new pod template", lambda: kubectl.get("statefulset", "roll", namespace),
+                   lambda s: s is not None and s["metadata"]["generation"] > generation,
                    timeout=60, interval=0.1)  # fmt: skip
-    updated = (sts or {}).get("status", {}).get("updatedReplicas", 0)
+    assert sts is not None
+    status = sts.get("status", {})  # the rollout's progress now: 0 while the controller has not seen it
+    updated = (
+        status.get("updatedReplicas", 0)
+        if status.get("observedGeneration") == sts["metadata"]["generation"]
+        else 0
+    )
     apiserver = cluster.launcher.restart("kube-apiserver")
     etcd = cluster.launcher.restart("etcd")
     restarted = time.monotonic()
