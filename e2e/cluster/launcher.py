@@ -23,6 +23,7 @@ from e2e.cluster import node as node_mod
 from e2e.cluster import nodes as node_pools
 from e2e.cluster.components import (
     COMPONENTS,
+    STARTUP_TIMEOUT_S,
     Api,
     ClusterError,
     Log,
@@ -37,7 +38,9 @@ from e2e.cluster.components import (
 from e2e.cluster.processes import Children, find_owned, owned_by, rss_kib
 from e2e.cluster.state import DEFAULT_STATE_DIR, StateDir
 
-__all__ = ["DEFAULT_STATE_DIR", "Cluster", "ClusterError", "UpReport"]
+__all__ = ["DEFAULT_STATE_DIR", "RESTARTABLE", "Cluster", "ClusterError", "UpReport"]
+
+RESTARTABLE = ("etcd", "kube-apiserver")  # what Cluster.restart() may stop and start again
 
 
 def _stderr(message: str) -> None:
@@ -166,6 +169,31 @@ class Cluster:
             return node_mod.import_image(node_layout(self._state), archive)
         except (RuntimeError, OSError) as e:
             raise ClusterError(str(e)) from None
+
+    def restart(self, component: str) -> float:
+        """Stop one control-plane process (SIGTERM, as an upgrade or a crash-looping pod would) and
+        start it again with the same command line; returns the seconds until the API server was
+        ready again. For fault tests: the other components, the nodes and the data stay."""
+        if component not in RESTARTABLE:
+            raise ValueError(f"restart supports {', '.join(RESTARTABLE)}, not {component}")
+        with self._state.lock():
+            pid = self._state.read_pid(component)
+            if not self._healthy() or pid is None:
+                raise ClusterError(f"no healthy cluster in {self.state_dir} to restart {component} in")
+            argv = proc_args(pid)  # the program itself: nsenter exec'd it
+            begin = time.monotonic()
+            self._children.terminate([pid])
+            log = self._state.log_file(component)
+            self._state.write_pid(
+                component,
+                self._children.spawn(component, netns.command(self.netns, argv), log, self.state_dir),
+            )
+            api = self._api()
+            ready = "kube-apiserver /readyz after restarting " + component
+            wait(
+                ready, lambda: api.request("GET", "/readyz")[0] == 200, STARTUP_TIMEOUT_S, self._children, log
+            )
+            return time.monotonic() - begin
 
     def release(self, session: int) -> bool:
         """Drop a session's lease; stop the cluster if it is not pinned and no live session holds

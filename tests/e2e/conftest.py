@@ -62,4 +62,4 @@ def gpu_pools(cluster: E2ECluster) -> None:
 
 
 # Operator fixtures (crd, operator) live beside the tests that use them.
-from tests.e2e.operator_fixtures import crd, operator, operator_log  # noqa: E402, F401
+from tests.e2e.operator_fixtures import crd, operator, operator_process  # noqa: E402, F401

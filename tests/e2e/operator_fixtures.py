@@ -2,16 +2,18 @@
 
 The operator runs exactly as `llm-operator run` would outside the cluster (same entry point, the
 session's kubeconfig), so these tests work against the embedded cluster and against kind alike.
+`OperatorProcess` is that process for tests that start, kill or pause operators themselves.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -37,58 +39,86 @@ def crd(kubectl: Kubectl) -> None:
     )
 
 
-def operator_log_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.getbasetemp() / "operator.log"
+class OperatorProcess:
+    """`llm-operator run ARGS` as a local process, its output appended to `log_path`; started at once."""
 
+    def __init__(
+        self, cluster: E2ECluster, log_path: Path, args: Sequence[str] = ("--all-namespaces",), **env: str
+    ) -> None:
+        self.health, self.metrics = free_port(), free_port()
+        self.log_path, self.argv = log_path, [sys.executable, "-m", "llm_operator.cli", "run", *args]
+        self.env = {
+            **os.environ,
+            "KUBECONFIG": str(cluster.kubeconfig),
+            "LLMOP_HEALTH_PORT": str(self.health),
+            "LLMOP_METRICS_PORT": str(self.metrics),
+            "LLMOP_LOG_LEVEL": "INFO",
+            "LLMOP_CPU_RUNTIME_IMAGE": CPU_RUNTIME_IMAGE,
+            **env,
+        }
+        self.start()
 
-@pytest.fixture
-def operator_log(operator: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The session operator's log (stdout and stderr)."""
-    return operator_log_path(tmp_path_factory)
+    def start(self) -> None:
+        with self.log_path.open("a") as log:
+            self.proc = subprocess.Popen(
+                self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO
+            )
 
-
-@pytest.fixture(scope="session")
-def operator(crd: None, cluster: E2ECluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """`llm-operator run` against the session cluster; its log is printed if it dies."""
-    log_path = operator_log_path(tmp_path_factory)
-    health, metrics = free_port(), free_port()
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(cluster.kubeconfig),
-        "LLMOP_HEALTH_PORT": str(health),
-        "LLMOP_METRICS_PORT": str(metrics),
-        "LLMOP_LOG_LEVEL": "INFO",
-        "LLMOP_CPU_RUNTIME_IMAGE": CPU_RUNTIME_IMAGE,
-    }
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "llm_operator.cli", "run", "--all-namespaces"],
-            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-        )  # fmt: skip
-
-    def healthy() -> bool:
-        if proc.poll() is not None:  # no point waiting: show why it died
-            pytest.fail(f"operator exited {proc.returncode}:\n{log_path.read_text()[-3000:]}", pytrace=False)
+    def healthy(self) -> bool:
+        if self.proc.poll() is not None:  # no point waiting: show why it died
+            pytest.fail(f"operator exited {self.proc.returncode}:\n{self.log()[-3000:]}", pytrace=False)
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=2) as r:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health}/healthz", timeout=2) as r:
                 return bool(r.status == 200)
         except OSError:
             return False
 
-    try:
-        deadline = time.monotonic() + 60
-        while not healthy():
+    def wait_healthy(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.healthy():
             if time.monotonic() > deadline:
                 pytest.fail(
-                    f"operator not healthy after 60 s:\n{log_path.read_text()[-3000:]}", pytrace=False
+                    f"operator not healthy after {timeout:.0f} s:\n{self.log()[-3000:]}", pytrace=False
                 )
             time.sleep(0.5)
-        yield
+
+    def log(self, start: int = 0) -> str:
+        with self.log_path.open("rb") as f:
+            f.seek(start)
+            return f.read().decode(errors="replace")
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        """SIGTERM (resuming it first if it was stopped), SIGKILL after 20 s."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+# Module scope: the operator stops when the module's tests are done, so a test module that runs
+# its own operators (HA, faults) never shares a namespace with this one.
+@pytest.fixture(scope="module")
+def operator_process(
+    crd: None, cluster: E2ECluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """`llm-operator run` against the session cluster; its log is printed if it dies."""
+    op = OperatorProcess(cluster, tmp_path_factory.mktemp("operator") / "operator.log")
+    try:
+        op.wait_healthy()
+        yield op
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        if proc.returncode not in (0, -15):
-            print(f"operator log ({log_path}):\n{log_path.read_text()[-5000:]}")
+        op.stop()
+        if op.proc.returncode not in (0, -15):
+            print(f"operator log ({op.log_path}):\n{op.log()[-5000:]}")
+
+
+@pytest.fixture(scope="module")
+def operator(operator_process: OperatorProcess) -> None:
+    """The module's operator is running (tests that only need it to act)."""

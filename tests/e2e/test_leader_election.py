@@ -13,10 +13,7 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster.processes import free_port
 from e2e.cluster.testing import E2ECluster, Kubectl, pod_ready, wait_for
 from tests.e2e import manifests
 from tests.e2e import test_chart_install as chart
+from tests.e2e.operator_fixtures import OperatorProcess
 from tests.e2e.test_chart_install import TIMEOUT, Helm
 from tests.unit.test_chart import CHART
 
@@ -156,51 +153,21 @@ def test_chart_replicas_elect_one_leader_and_fail_over(
 # --- a paused leader ---------------------------------------------------------------------------------
 
 
-class HostOperator:
+def host_operator(cluster: E2ECluster, namespace: str, identity: str, log_dir: Path) -> OperatorProcess:
     """`llm-operator run --namespace NS` with leader election, short timings and request logging."""
-
-    def __init__(self, cluster: E2ECluster, namespace: str, identity: str, log_dir: Path) -> None:
-        self.identity, self.health = identity, free_port()
-        self.log_path = log_dir / f"{identity}.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LLMOP_")}
-        env |= {
-            "KUBECONFIG": str(cluster.kubeconfig),
-            "LLMOP_HEALTH_PORT": str(self.health),
-            "LLMOP_METRICS_PORT": str(free_port()),
-            "LLMOP_LOG_LEVEL": "DEBUG",  # every API request is logged: the evidence of no writes
-            "LLMOP_LEADER_ELECTION": "true",
-            "LLMOP_LEADER_ELECTION_NAMESPACE": namespace,
-            "LLMOP_LEADER_ELECTION_LEASE": "llm-operator",
-            "LLMOP_LEADER_ELECTION_IDENTITY": identity,
-            "LLMOP_LEASE_DURATION_SECONDS": "6",
-            "LLMOP_RENEW_DEADLINE_SECONDS": "4",
-            "LLMOP_RETRY_PERIOD_SECONDS": "1",
-        }
-        argv = [sys.executable, "-m", "llm_operator.cli", "run", "--namespace", namespace]
-        with self.log_path.open("w") as log:
-            self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-
-    def healthy(self) -> bool:
-        assert self.proc.poll() is None, f"{self.identity} exited:\n{self.log()[-3000:]}"
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.health}/healthz", timeout=2) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
-
-    def log(self, start: int = 0) -> str:
-        with self.log_path.open("rb") as f:
-            f.seek(start)
-            return f.read().decode(errors="replace")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+    return OperatorProcess(
+        cluster,
+        log_dir / f"{identity}.log",
+        ("--namespace", namespace),
+        LLMOP_LOG_LEVEL="DEBUG",  # every API request is logged: the evidence of no writes
+        LLMOP_LEADER_ELECTION="true",
+        LLMOP_LEADER_ELECTION_NAMESPACE=namespace,
+        LLMOP_LEADER_ELECTION_LEASE="llm-operator",
+        LLMOP_LEADER_ELECTION_IDENTITY=identity,
+        LLMOP_LEASE_DURATION_SECONDS="6",
+        LLMOP_RENEW_DEADLINE_SECONDS="4",
+        LLMOP_RETRY_PERIOD_SECONDS="1",
+    )
 
 
 # httpcore logs this line (at DEBUG) just before a request leaves; httpx's own line comes after the
@@ -208,7 +175,7 @@ class HostOperator:
 WRITE_SENT = re.compile(r"send_request_headers\.started request=<Request \[b'(POST|PUT|PATCH|DELETE)'\]>")
 
 
-def quiet(op: HostOperator, seconds: float = 2.0) -> None:
+def quiet(op: OperatorProcess, seconds: float = 2.0) -> None:
     """Wait until `op` has sent no write but its Lease renewals (its only PUTs) for `seconds`:
     nothing of its reconcile is in flight."""
     count = -1
@@ -220,12 +187,12 @@ def quiet(op: HostOperator, seconds: float = 2.0) -> None:
 @pytest.fixture
 def host_operators(
     crd: None, cluster: E2ECluster, namespace: str, tmp_path: Path
-) -> Iterator[tuple[HostOperator, HostOperator]]:
-    started: list[HostOperator] = []
+) -> Iterator[tuple[OperatorProcess, OperatorProcess]]:
+    started: list[OperatorProcess] = []
     try:
         for identity in ("host-a", "host-b"):  # host-a first: it leads, host-b stands by
-            started.append(HostOperator(cluster, namespace, identity, tmp_path))
-            wait_for(f"{identity} healthy", started[-1].healthy, timeout=60)
+            started.append(host_operator(cluster, namespace, identity, tmp_path))
+            started[-1].wait_healthy()
         yield started[0], started[1]
     finally:
         for op in started:
@@ -233,7 +200,7 @@ def host_operators(
 
 
 def test_a_leader_paused_past_its_lease_resumes_without_writing(
-    host_operators: tuple[HostOperator, HostOperator], kubectl: Kubectl, namespace: str, gpu_pools: None
+    host_operators: tuple[OperatorProcess, OperatorProcess], kubectl: Kubectl, namespace: str, gpu_pools: None
 ) -> None:
     a, b = host_operators
     assert lease_holder(kubectl, namespace, "llm-operator") == "host-a", "the first one up leads"

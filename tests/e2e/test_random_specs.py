@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +23,7 @@ from llm_operator.plan.types import PlanningError
 from pydantic import ValidationError
 
 from e2e.cluster.testing import Kubectl, KubectlError, condition, wait_for
+from tests.e2e.operator_fixtures import OperatorProcess
 from tests.e2e.spec_strategies import specs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("gpu_pools")]
@@ -106,7 +106,7 @@ def test_every_accepted_spec_yields_children_the_api_server_accepts_or_a_reason(
 @settings(RANDOM, max_examples=10)
 @given(spec=specs())
 def test_the_operator_answers_every_accepted_spec_with_a_condition(
-    spec: dict[str, Any], kubectl: Kubectl, namespace: str, operator_log: Path
+    spec: dict[str, Any], kubectl: Kubectl, namespace: str, operator_process: OperatorProcess
 ) -> None:
     if admitted(kubectl, namespace, spec) is None:
         return
@@ -128,4 +128,4 @@ def test_the_operator_answers_every_accepted_spec_with_a_condition(
     if stalled.get("status") == "True":
         assert CAMEL_CASE.match(stalled["reason"]) and stalled["message"], stalled
     kubectl.delete("llmdeployment", name, namespace)
-    assert "Traceback" not in operator_log.read_text(), operator_log.read_text()[-3000:]
+    assert "Traceback" not in operator_process.log(), operator_process.log()[-3000:]

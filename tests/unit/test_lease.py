@@ -96,7 +96,8 @@ def test_timings_must_nest() -> None:
 
 
 def test_configuration_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("LLMOP_LEADER_ELECTION", "LLMOP_LEADER_ELECTION_IDENTITY", "LLMOP_LEASE_DURATION_SECONDS"):
+    for var in ("LLMOP_LEADER_ELECTION", "LLMOP_LEADER_ELECTION_IDENTITY", "LLMOP_LEASE_DURATION_SECONDS",
+                "LLMOP_RENEW_DEADLINE_SECONDS", "LLMOP_RETRY_PERIOD_SECONDS"):  # fmt: skip
         monkeypatch.delenv(var, raising=False)
     assert election_from_env() is None, "off unless asked for: `llm-operator run` alone reconciles"
     monkeypatch.setenv("LLMOP_LEADER_ELECTION", "yes")

@@ -83,7 +83,8 @@ class KubeApi(Protocol):
 
 
 class Kube:
-    """The operator's one API client (lazy connection, kubeconfig or in-cluster config)."""
+    """The operator's one API client (lazy connection, kubeconfig or in-cluster config). Every
+    write asks `fence` first: with leader election, only while this replica holds the Lease."""
 
     def __init__(self, client: AsyncClient | None = None, fence: Callable[[], None] | None = None) -> None:
         self.client = client or AsyncClient(field_manager=L.FIELD_MANAGER)
