@@ -326,5 +326,5 @@ def test_an_image_that_cannot_be_pulled_is_reported_in_the_kubelets_words(
     message = condition(ld, "Degraded")["message"]  # type: ignore[index]
     assert "ErrImagePull" in message or "ImagePullBackOff" in message, message
     events = wait_for("a Warning Event", lambda: warning_events(kubectl, namespace))
-    assert any(image in m for m in events), events
+    assert any(image in m and "pull" in m.lower() for m in events), events
     print(f"Degraded: {message}")
