@@ -434,33 +434,11 @@ def start(
     )
     wait_ready("kube-proxy /healthz", inside("http://127.0.0.1:10256/healthz"), "kube-proxy")
     wait_ready("CoreDNS /ready", inside(f"http://127.0.0.1:{node_mod.COREDNS_READY_PORT}/ready"), "coredns")
-    start_monitoring(api, pki, inside, wait_ready)
-    return ports
-
-
-def start_monitoring(
-    api: Api,
-    pki: pki_mod.Pki,
-    inside: Callable[[str], Callable[[], bool]],
-    wait_ready: Callable[[str, Callable[[], bool], str], None],
-) -> None:
-    """Wait for Prometheus and the adapter (started early), then register the custom metrics API."""
-    wait_ready(
-        "Prometheus /-/ready",
-        inside(f"http://{netns.NODE_IP}:{monitoring.PROMETHEUS_PORT}/-/ready"),
-        "prometheus",
-    )
-    adapter = f"https://{netns.NODE_IP}:{monitoring.ADAPTER_PORT}/readyz"
-    wait_ready("prometheus-adapter /readyz", inside(adapter), "prometheus-adapter")
-    try:
-        monitoring.register(api.request, pki)
+    try:  # Prometheus and the adapter started early; the custom metrics API once the adapter answers
+        monitoring.finish(api.request, pki, inside, wait_ready)
     except RuntimeError as e:
         raise ClusterError(f"registering the custom metrics API failed: {e}") from None
-    wait_ready(
-        "the custom metrics APIServices Available",
-        lambda: monitoring.available(api.request),
-        "prometheus-adapter",
-    )
+    return ports
 
 
 def node_layout(state: StateDir) -> node_mod.NodeLayout:

@@ -307,9 +307,21 @@ def prepare(state: StateDir, pki: pki_mod.Pki, request: Request) -> dict[str, li
     }
 
 
-def register(request: Request, pki: pki_mod.Pki) -> None:
-    """Register the custom metrics APIServices (call once the adapter answers)."""
+def finish(
+    request: Request,
+    pki: pki_mod.Pki,
+    inside: Callable[[str], Callable[[], bool]],
+    wait_ready: Callable[[str, Callable[[], bool], str], None],
+) -> None:
+    """Wait for Prometheus and the adapter (`inside(url)`: a probe from inside the namespace;
+    `wait_ready(what, probe, component)` fails naming the component), then register the custom
+    metrics APIServices and wait until both are Available."""
+    prometheus = f"http://{netns.NODE_IP}:{PROMETHEUS_PORT}/-/ready"
+    wait_ready("Prometheus /-/ready", inside(prometheus), "prometheus")
+    adapter = f"https://{netns.NODE_IP}:{ADAPTER_PORT}/readyz"
+    wait_ready("prometheus-adapter /readyz", inside(adapter), "prometheus-adapter")
     _create(request, apiservices(pki.ca.cert.read_bytes()))
+    wait_ready("the custom metrics APIServices Available", lambda: available(request), "prometheus-adapter")
 
 
 def available(request: Request) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from llm_operator.render.autoscaling import METRIC_NAMES
 
-from e2e.cluster import ClusterError
+from e2e.cluster import ClusterError, busybox_image, monitoring
 from e2e.cluster.launcher import Cluster
 from e2e.cluster.load import prometheus_query
 from e2e.cluster.pki import NODE_NAME
@@ -24,6 +24,7 @@ from tests.e2e.test_cluster import NOTHING_LEFT, _leftovers
 pytestmark = pytest.mark.e2e
 PAUSE_IMAGE = "localhost/llm-operator/pause:dev"  # imported into the real node at `up`
 REAL_POD_PREFIX = "10.244.100."  # real-0's pod CIDR
+BUSYBOX_IMAGE = "localhost/llm-operator/busybox:e2e"
 
 
 @pytest.fixture
@@ -105,6 +106,43 @@ def test_only_serving_pods_on_the_real_node_are_scraped(
     assert labels["job"] == "monitoring/llm-operator-serving"
     for target in prometheus_api(embedded.prometheus_url, "targets")["activeTargets"]:
         assert target["labels"]["instance"].startswith(REAL_POD_PREFIX), target
+
+
+def test_pods_reach_prometheus_by_its_service_name(
+    embedded: Cluster, kubectl: Kubectl, namespace: str, tmp_path: Path
+) -> None:
+    """What in-cluster consumers (KEDA's trigger, Grafana, analysis queries) use."""
+    embedded.import_image(busybox_image.write(tmp_path / "busybox.oci.tar", BUSYBOX_IMAGE, ["/bin/sh"]))
+    query = f"{monitoring.PROMETHEUS_URL}/api/v1/query?query=vector(7)"
+    kubectl.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "client"},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "wget",
+                        "image": BUSYBOX_IMAGE,
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": ["/bin/wget", "-q", "-O", "-", query],
+                    }
+                ],
+            },
+        },
+        namespace=namespace,
+    )
+    pod = wait_for(
+        "the client pod to finish",
+        lambda: kubectl.get("pod", "client", namespace),
+        lambda p: p is not None and p["status"].get("phase") in ("Succeeded", "Failed"),
+        timeout=60,
+    )
+    logs = kubectl("logs", "client", namespace=namespace).stdout
+    assert pod is not None and pod["status"]["phase"] == "Succeeded", logs
+    assert json.loads(logs)["data"]["result"][0]["value"][1] == "7"
 
 
 def test_custom_metrics_api_is_available_in_both_versions(embedded: Cluster, kubectl: Kubectl) -> None:
