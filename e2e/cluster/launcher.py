@@ -35,7 +35,7 @@ from e2e.cluster.components import (
     start,
     wait,
 )
-from e2e.cluster.processes import Children, find_owned, owned_by, rss_kib
+from e2e.cluster.processes import Children, find_owned, owned_by, proc_args, rss_kib
 from e2e.cluster.state import DEFAULT_STATE_DIR, StateDir
 
 __all__ = ["DEFAULT_STATE_DIR", "RESTARTABLE", "Cluster", "ClusterError", "UpReport"]
