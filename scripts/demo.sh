@@ -62,7 +62,9 @@ k -n "$ns" patch llmd tiny-llama --type=merge -p \
 if k -n "$ns" wait --for=condition=AutoscalingActive llmd/tiny-llama --timeout=120s >/dev/null; then
   k -n "$ns" get hpa tiny-llama | sed 's/^/  /'
   k get --raw "/apis/custom.metrics.k8s.io/v1beta2/namespaces/$ns/pods/*/triton_pending_requests" \
-    | $py -c 'import json, sys; [print(f"  custom metric {i[\"metric\"][\"name\"]} of pod {i[\"describedObject\"][\"name\"]} = {i[\"value\"]}") for i in json.load(sys.stdin)["items"]]'
+    | $py -c 'import json, sys
+for i in json.load(sys.stdin)["items"]:
+    print("  custom metric", i["metric"]["name"], "of pod", i["describedObject"]["name"], "=", i["value"])'
 else
   k -n "$ns" get llmd tiny-llama -o jsonpath='  {.status.conditions[?(@.type=="AutoscalingActive")].message}{"\n"}'
 fi
