@@ -79,6 +79,7 @@ class Timeline:
 
     scale_asked_s: float = 0.0  # the LLMDeployment's spec.replicas > 1 (the HPA wrote /scale)
     replicas_asked: int = 0
+    new_created_s: float = 0.0  # the first new serving pod exists (operator + StatefulSet controller)
     new_ready_s: float = 0.0  # the first new serving pod Ready
     new_pod: str = ""
     new_pod_served: float = 0.0  # its own Triton success counter, in Prometheus
@@ -127,6 +128,13 @@ def run(
         log(
             f"scale: replicas -> {timeline.replicas_asked} {timeline.scale_asked_s:.1f} s after the load step"
         )
+        until(
+            "a new serving pod created",
+            lambda: [
+                p for p in serving_pods(kubectl, namespace, name) if p["metadata"]["name"] not in before
+            ],
+        )
+        timeline.new_created_s = since()
         new = until(
             "a new serving pod Ready",
             lambda: [
