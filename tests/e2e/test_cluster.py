@@ -154,12 +154,9 @@ def test_missing_go_fails_with_one_line(tmp_path: Path) -> None:
 # -- against the real programs ------------------------------------------------------------------
 
 
-@pytest.mark.e2e
-@pytest.mark.parametrize("component", ["kube-apiserver", "kube-controller-manager", "kubelet"])
-def test_real_component_failure_stops_everything(tmp_path: Path, component: str) -> None:
-    """An unknown flag: the apiserver exits at once (etcd must be stopped), the controller manager
-    after the apiserver is up, the kubelet after containerd is up: everything started before it,
-    the namespace, mounts and cgroups included, must be gone."""
+def up_with_a_bad_flag(tmp_path: Path, component: str) -> tuple[Path, str]:
+    """`up` of a fresh cluster whose `component` gets an unknown flag: its state directory and the
+    one-line error it fails with."""
     state = tmp_path / "state"
     failing = Cluster(
         state, extra_args={component: ["--no-such-flag"]}, node_images=("pause",), log=lambda _: None
@@ -171,6 +168,16 @@ def test_real_component_failure_stops_everything(tmp_path: Path, component: str)
         shutil.rmtree(failing.node_cache, ignore_errors=True)
     message = str(info.value)
     assert "\n" not in message
+    return state, message
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("component", ["kube-apiserver", "kube-controller-manager", "kubelet"])
+def test_real_component_failure_stops_everything(tmp_path: Path, component: str) -> None:
+    """An unknown flag: the apiserver exits at once (etcd must be stopped), the controller manager
+    after the apiserver is up, the kubelet after containerd is up: everything started before it,
+    the namespace, mounts and cgroups included, must be gone."""
+    state, message = up_with_a_bad_flag(tmp_path, component)
     assert message.startswith(f"{component} exited with code 1 during startup")
     assert "unknown flag: --no-such-flag" in message
     assert f"(log: {state / 'logs' / component}.log)" in message

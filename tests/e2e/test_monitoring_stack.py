@@ -6,7 +6,6 @@ through the aggregation layer, and a monitoring component that fails stops every
 from __future__ import annotations
 
 import json
-import shutil
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -14,12 +13,12 @@ from typing import Any
 import pytest
 from llm_operator.render.autoscaling import METRIC_NAMES
 
-from e2e.cluster import ClusterError, busybox_image, monitoring
+from e2e.cluster import busybox_image, monitoring
 from e2e.cluster.launcher import Cluster
 from e2e.cluster.load import prometheus_query
 from e2e.cluster.pki import NODE_NAME
 from e2e.cluster.testing import E2ECluster, Kubectl, is_true, pod_ready, wait_for
-from tests.e2e.test_cluster import NOTHING_LEFT, _leftovers
+from tests.e2e.test_cluster import NOTHING_LEFT, _leftovers, up_with_a_bad_flag
 
 pytestmark = pytest.mark.e2e
 PAUSE_IMAGE = "localhost/llm-operator/pause:dev"  # imported into the real node at `up`
@@ -161,17 +160,7 @@ def test_custom_metrics_api_is_available_in_both_versions(embedded: Cluster, kub
     ],
 )
 def test_monitoring_component_failure_stops_everything(tmp_path: Path, component: str, says: str) -> None:
-    state = tmp_path / "state"
-    failing = Cluster(
-        state, extra_args={component: ["--no-such-flag"]}, node_images=("pause",), log=lambda _: None
-    )
-    try:
-        with pytest.raises(ClusterError) as info:
-            failing.up()
-    finally:
-        shutil.rmtree(failing.node_cache, ignore_errors=True)
-    message = str(info.value)
-    assert "\n" not in message
+    state, message = up_with_a_bad_flag(tmp_path, component)
     assert message.startswith(f"{component} exited with code ")
     assert says in message
     assert message.endswith(f"(log: {state / 'logs' / component}.log)")
