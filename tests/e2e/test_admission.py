@@ -54,6 +54,17 @@ def _set(doc: dict[str, Any], path: str, value: Any) -> None:
 
 _DELETE = object()
 
+GATEWAY = {"parentRefs": [{"name": "gw", "namespace": "gateway-system"}]}
+PROM = {"url": "http://prometheus.monitoring.svc:9090"}
+
+
+def _canary_analysis(analysis: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "strategy": "canary",
+        "canary": {"steps": [{"weight": 10}], "analysis": {"prometheus": PROM, **analysis}},
+    }
+
+
 # (case id, {dotted path under spec: value}, expected message fragment)
 INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("world-size", {"parallelism": {"tensor": 64, "pipeline": 2}}, "tensor * pipeline must not exceed 64"),
@@ -105,9 +116,63 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "rollout.canary is required when rollout.strategy is canary",
     ),
     (
-        "canary-not-implemented",
-        {"rollout": {"strategy": "canary", "canary": {"steps": [{"weight": 10}]}}},
-        "rollout.strategy canary is not implemented yet",
+        "canary-gateway-api-without-gateway",
+        {
+            "rollout": {
+                "strategy": "canary",
+                "canary": {"steps": [{"weight": 10}], "trafficRouting": "gateway-api"},
+            }
+        },
+        "rollout.canary.gateway.parentRefs is required with trafficRouting gateway-api",
+    ),
+    (
+        "canary-gateway-without-gateway-api",
+        {"rollout": {"strategy": "canary", "canary": {"steps": [{"weight": 10}], "gateway": GATEWAY}}},
+        "rollout.canary.gateway is used only with trafficRouting gateway-api",
+    ),
+    (
+        "canary-gateway-no-parents",
+        {
+            "rollout": {
+                "strategy": "canary",
+                "canary": {
+                    "steps": [{"weight": 10}],
+                    "trafficRouting": "gateway-api",
+                    "gateway": {"parentRefs": []},
+                },
+            }
+        },
+        "should have at least 1 items",
+    ),
+    (
+        "canary-analysis-without-bound",
+        {
+            "rollout": {
+                "strategy": "canary",
+                "canary": {"steps": [{"weight": 10}], "analysis": {"prometheus": PROM}},
+            }
+        },
+        "rollout.canary.analysis needs at least one bound to check",
+    ),
+    (
+        "canary-analysis-interval-too-short",
+        {"rollout": _canary_analysis({"intervalSeconds": 1, "maxErrorRatePercent": 1})},
+        "greater than or equal to 10",
+    ),
+    (
+        "canary-analysis-min-requests-zero",
+        {"rollout": _canary_analysis({"minRequests": 0, "maxErrorRatePercent": 1})},
+        "greater than or equal to 1",
+    ),
+    (
+        "canary-pause-negative",
+        {"rollout": {"strategy": "canary", "canary": {"steps": [{"weight": 10, "pauseSeconds": -1}]}}},
+        "greater than or equal to 0",
+    ),
+    (
+        "canary-too-many-steps",
+        {"rollout": {"strategy": "canary", "canary": {"steps": [{"weight": w} for w in range(1, 22)]}}},
+        "must have at most 20 items",
     ),
     (
         "env-reserved",
@@ -235,6 +300,43 @@ def _update(kubectl: Kubectl, namespace: str, doc: dict[str, Any]) -> None:
 
 def test_base_manifest_is_valid(crd: None, kubectl: Kubectl, namespace: str) -> None:
     _create(kubectl, namespace, _manifest({}))
+
+
+@pytest.mark.parametrize(
+    "rollout",
+    [
+        {"strategy": "canary", "canary": {"steps": [{"weight": 10, "pauseSeconds": 60}, {"weight": 50}]}},
+        {
+            "strategy": "canary",
+            "canary": {
+                "steps": [{"weight": 20, "pauseSeconds": 0}, {"weight": 100, "pauseSeconds": 30}],
+                "trafficRouting": "gateway-api",
+                "gateway": {
+                    "parentRefs": [{"name": "gw", "namespace": "gateway-system", "sectionName": "http"}]
+                },
+                "abortScaleDownDelaySeconds": 0,
+                "analysis": {
+                    "prometheus": PROM,
+                    "intervalSeconds": 30,
+                    "initialDelaySeconds": 10,
+                    "minRequests": 5,
+                    "failureLimit": 1,
+                    "inconclusiveLimit": 2,
+                    "consecutiveErrorLimit": 3,
+                    "maxErrorRatePercent": 1,
+                    "maxP99LatencyMilliseconds": 800,
+                    "maxTimeToFirstTokenMilliseconds": 1000,
+                    "maxMeanQueueTimeMilliseconds": 200,
+                },
+            },
+        },
+    ],
+    ids=["replica-ratio", "gateway-api-analysis"],
+)
+def test_canary_rollout_is_accepted(
+    crd: None, kubectl: Kubectl, namespace: str, rollout: dict[str, Any]
+) -> None:
+    _create(kubectl, namespace, _manifest({"rollout": rollout}))
 
 
 @pytest.mark.parametrize(("changes", "message"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])

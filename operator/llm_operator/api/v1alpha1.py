@@ -9,6 +9,7 @@ in spec (fractions are integer percents), lists of named objects rather than map
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -654,18 +655,129 @@ class TrafficRouting(StrEnum):
 
 class CanaryStep(Spec):
     weight: int = Field(ge=1, le=100, description="Percent of traffic sent to the canary.")
-    pause_seconds: int = Field(default=300, ge=0, le=86400)
+    pause_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=86400,
+        description="How long the step holds once its weight is in effect. Absent: the rollout "
+        "pauses at this step until promoted (annotation llmoperator.io/rollout-action=promote).",
+    )
 
 
 class PrometheusAnalysis(Spec):
     url: str = Field(max_length=1024, pattern=r"^https?://")
 
 
+ANALYSIS_BOUNDS = (
+    "maxErrorRatePercent",
+    "maxP99LatencyMilliseconds",
+    "maxTimeToFirstTokenMilliseconds",
+    "maxMeanQueueTimeMilliseconds",
+)
+MAX_MILLISECONDS = 3_600_000
+
+
 class CanaryAnalysis(Spec):
+    """Argo Rollouts' background analysis over the canary revision's own Triton metrics."""
+
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                " || ".join(f"has(self.{b})" for b in ANALYSIS_BOUNDS),
+                "rollout.canary.analysis needs at least one bound to check: set "
+                + ", ".join(ANALYSIS_BOUNDS[:-1])
+                + f" or {ANALYSIS_BOUNDS[-1]}",
+            ),
+        )
+    )
+
     prometheus: PrometheusAnalysis
-    max_error_rate_percent: int | None = Field(default=None, ge=0, le=100)
-    max_p99_latency_milliseconds: int | None = Field(default=None, ge=1)
-    max_time_to_first_token_milliseconds: int | None = Field(default=None, ge=1)
+    interval_seconds: int = Field(
+        default=60,
+        ge=10,
+        le=3600,
+        description="One measurement of every metric per interval, over a window of the same length.",
+    )
+    initial_delay_seconds: int = Field(
+        default=0,
+        ge=0,
+        le=3600,
+        description="Wait after the first step's weight takes effect before the first window starts.",
+    )
+    min_requests: int = Field(
+        default=20,
+        ge=1,
+        le=1_000_000,
+        description="A window in which the canary answered fewer requests is Inconclusive, never "
+        "Successful: no traffic never promotes.",
+    )
+    failure_limit: int = Field(
+        default=0, ge=0, le=100, description="The analysis fails (abort) when failed windows exceed this."
+    )
+    inconclusive_limit: int = Field(
+        default=0,
+        ge=0,
+        le=100,
+        description="The rollout pauses (until promoted) when inconclusive windows exceed this.",
+    )
+    consecutive_error_limit: int = Field(
+        default=4,
+        ge=0,
+        le=100,
+        description="The analysis errs (abort) when more queries than this fail in a row "
+        "(Prometheus unreachable or a bad answer).",
+    )
+    max_error_rate_percent: int | None = Field(
+        default=None, ge=0, le=100, description="Failed when the canary's error rate is above this."
+    )
+    max_p99_latency_milliseconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_MILLISECONDS,
+        description="Failed when the canary's p99 request latency is above this.",
+    )
+    max_time_to_first_token_milliseconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_MILLISECONDS,
+        description="Failed when the canary's p99 time to first token is above this (checked as "
+        "the share of first responses within a histogram bucket edge rendered at this budget).",
+    )
+    max_mean_queue_time_milliseconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_MILLISECONDS,
+        description="Failed when the canary's mean time in Triton's queue is above this.",
+    )
+
+
+# Gateway API names: ParentReference.name / sectionName and a namespace.
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class GatewayParentRef(Spec):
+    """A Gateway the HTTPRoute attaches to (Gateway API ParentReference, kind Gateway)."""
+
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
+    namespace: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        pattern=DNS_LABEL,
+        description="Defaults to the LLMDeployment's namespace.",
+    )
+    section_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="A listener of the Gateway; all of them when absent.",
+    )
+
+
+class GatewayRouting(Spec):
+    parent_refs: list[GatewayParentRef] = Field(min_length=1, max_length=8)
 
 
 class CanarySpec(Spec):
@@ -674,14 +786,40 @@ class CanarySpec(Spec):
             cel(
                 "self.steps.map(s, s.weight).isSorted() && "
                 "self.steps.all(s, self.steps.exists_one(t, t.weight == s.weight))",
-                "rollout.canary.steps weights must increase strictly and stay <= 100",
+                "rollout.canary.steps weights must increase strictly and stay <= 100, e.g. 10, 50, 100",
+            ),
+            cel(
+                "self.trafficRouting != 'gateway-api' || has(self.gateway)",
+                "rollout.canary.gateway.parentRefs is required with trafficRouting gateway-api: name "
+                "the Gateway the deployment's HTTPRoute attaches to",
+            ),
+            cel(
+                "self.trafficRouting == 'gateway-api' || !has(self.gateway)",
+                "rollout.canary.gateway is used only with trafficRouting gateway-api: remove it, or set "
+                "trafficRouting: gateway-api",
             ),
         )
     )
 
     steps: list[CanaryStep] = Field(min_length=1, max_length=20)
-    analysis: CanaryAnalysis | None = None
-    traffic_routing: TrafficRouting = TrafficRouting.REPLICA_RATIO
+    traffic_routing: TrafficRouting = Field(
+        default=TrafficRouting.REPLICA_RATIO,
+        description="replica-ratio: one client Service over both revisions, the canary's share of "
+        "ready replicas is its weight. gateway-api: an HTTPRoute with weighted backends per revision.",
+    )
+    gateway: GatewayRouting | None = None
+    abort_scale_down_delay_seconds: int = Field(
+        default=30,
+        ge=0,
+        le=3600,
+        description="gateway-api: how long an aborted canary keeps its pods (without traffic) before "
+        "it is scaled to 0. replica-ratio takes an aborted canary's traffic away by scaling it to 0 "
+        "at once.",
+    )
+    analysis: CanaryAnalysis | None = Field(
+        default=None,
+        description="Without analysis, steps advance on their pauses alone.",
+    )
 
 
 class RolloutSpec(Spec):
@@ -690,13 +828,6 @@ class RolloutSpec(Spec):
             cel(
                 "self.strategy != 'canary' || has(self.canary)",
                 "rollout.canary is required when rollout.strategy is canary",
-            ),
-            # Until canary rollouts exist, accepting the field would roll out to every replica at
-            # once behind the user's back.
-            cel(
-                "self.strategy != 'canary'",
-                "rollout.strategy canary is not implemented yet: this operator version rolls every "
-                "change out to all replicas (strategy rolling)",
             ),
         )
     )
@@ -788,11 +919,96 @@ class Condition(Spec):
     last_transition_time: str | None = None
 
 
+# One of the two sets of serving objects: a keeps the plain names, b adds "-b". A revision never
+# moves slot, so promotion restarts no pod.
+class Slot(StrEnum):
+    A = "a"
+    B = "b"
+
+
+class RolloutPhase(StrEnum):
+    STABLE = "Stable"
+    PROGRESSING = "Progressing"
+    PAUSED = "Paused"
+    PROMOTING = "Promoting"
+    ABORTED = "Aborted"
+
+
+class PausedReason(StrEnum):
+    UNTIL_PROMOTED = "UntilPromoted"  # a step without pauseSeconds
+    INCONCLUSIVE = "Inconclusive"  # the analysis could not tell: a person decides
+
+
+class AnalysisPhase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCESSFUL = "Successful"
+    INCONCLUSIVE = "Inconclusive"
+    FAILED = "Failed"
+    ERROR = "Error"
+
+
+class AnalysisMetric(StrEnum):
+    ERROR_RATE = "errorRate"
+    P99_LATENCY = "p99Latency"
+    TIME_TO_FIRST_TOKEN = "timeToFirstToken"
+    MEAN_QUEUE_TIME = "meanQueueTime"
+
+
+class MetricStatus(Spec):
+    """Counters of one metric over the analysis run, with Argo Rollouts' semantics."""
+
+    name: AnalysisMetric
+    successful: int = 0
+    failed: int = 0
+    inconclusive: int = 0
+    errors: int = 0
+    consecutive_errors: int = 0
+    step_successful: int = Field(
+        default=0, description="Successful windows since the current step's weight took effect."
+    )
+    last_value: float | None = Field(default=None, description="errorRate in percent, the others in ms.")
+    last_phase: AnalysisPhase | None = None
+    last_message: str | None = None
+    last_at: datetime | None = None
+
+
+class AnalysisStatus(Spec):
+    phase: AnalysisPhase = AnalysisPhase.PENDING
+    started_at: datetime | None = None
+    next_measurement_at: datetime | None = None
+    metrics: list[MetricStatus] = Field(default_factory=list)
+
+
+# Which revision serves in which slot and where a canary rollout stands (rollout/machine.py). All
+# of the rollout's state lives here, its timers included, so a restarted operator resumes in place.
 class RevisionsStatus(Spec):
     stable: str | None = None
+    stable_slot: Slot | None = None
     canary: str | None = None
-    canary_weight: int | None = None
-    canary_step: int | None = None
+    canary_slot: Slot | None = None
+    canary_step: int | None = Field(default=None, description="Index into rollout.canary.steps.")
+    canary_weight: int | None = Field(
+        default=None,
+        description="Percent of traffic the canary actually gets: its share of ready replicas "
+        "(replica-ratio) or its HTTPRoute weight (gateway-api).",
+    )
+    stable_replicas: int | None = None
+    stable_ready_replicas: int | None = None
+    canary_replicas: int | None = None
+    canary_ready_replicas: int | None = None
+    phase: RolloutPhase | None = None
+    message: str | None = None
+    step_started_at: datetime | None = Field(
+        default=None, description="When the current step's weight took effect (its pause timer)."
+    )
+    paused_reason: PausedReason | None = None
+    aborted_at: datetime | None = None
+    abort_reason: str | None = None
+    last_action: str | None = Field(
+        default=None, description="The last llmoperator.io/rollout-action value handled (once each)."
+    )
+    analysis: AnalysisStatus | None = None
 
 
 class PoolPlacementStatus(Spec):
