@@ -64,16 +64,19 @@ class Applier:
         if self.children.get(k) is seen:
             self.children[k] = result
 
-    async def prune(self, owner: Key, keep: set[ObjKey], held: frozenset[str]) -> None:
+    async def prune(self, owner: Key, keep: set[ObjKey], held: frozenset[tuple[str, str]]) -> None:
         """Delete serving children the spec no longer renders (removed pools, fewer groups, the
-        autoscaler of the other provider). Jobs stay (their outcome is the engine's record); pools
-        waiting for an engine keep serving; objects that carry our labels but that the deployment
-        does not control (KEDA copies a ScaledObject's labels onto its HPA) are not ours."""
+        autoscaler of the other provider, a slot that is not rendered). Jobs stay (their outcome is
+        the engine's record); pools waiting for an engine keep serving (`held`: (slot, pool); an
+        object of an operator before slots is slot a); objects that carry our labels but that the
+        deployment does not control (KEDA copies a ScaledObject's labels onto its HPA) are not
+        ours."""
         for k, obj in list(self.children.items()):
             kind = k[0]
             if kind == "Job" or k in keep or owner_key(obj) != owner or not _controlled_by(obj, owner):
                 continue
-            if obj["metadata"].get("labels", {}).get(L.POOL) in held:
+            labels = obj["metadata"].get("labels", {})
+            if L.POOL in labels and (labels.get(L.SLOT, "a"), labels[L.POOL]) in held:
                 continue
             await self.kube.delete(kind, k[1], k[2])
             self.applied.pop(k, None)
