@@ -78,7 +78,7 @@ def render(args: argparse.Namespace) -> int:
                     leader_worker_set=args.leader_worker_set,
                     prometheus_url=config.prometheus_url,
                 )
-                out += want.jobs if fact == BuildFact.ABSENT else want.children
+                out += want.jobs if fact == BuildFact.ABSENT else want.shared + want.children
         except PlanningError as e:
             print(f"# {ld.name}: cannot be placed ({e.reason}): {e.message}", file=sys.stderr)
             return 1

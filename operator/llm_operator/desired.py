@@ -22,7 +22,14 @@ from llm_operator.plan.planner import plan_deployment
 from llm_operator.plan.types import Plan, PlanningError, PoolPlan
 from llm_operator.render import names
 from llm_operator.render.autoscaling import DEFAULT_PROMETHEUS_URL
-from llm_operator.render.children import PoolEngine, build_children, needs_engine, owner_reference
+from llm_operator.render.children import (
+    PoolEngine,
+    needs_engine,
+    owner_reference,
+    shared_children,
+    slot_children,
+)
+from llm_operator.rollout.revision import Slot, revision_of
 from llm_operator.storage import engine_location
 
 # (namespace, cache key, build Job name) -> what the cluster shows about that build.
@@ -31,17 +38,22 @@ BuildLookup = Callable[[str, str, str], BuildObserved]
 
 @dataclass(frozen=True)
 class Desired:
+    """One slot of a deployment, and the objects the deployment shares whatever its slots."""
+
     plan: Plan
     jobs: list[dict[str, Any]]  # engine builds to start (or keep), applied before the children
-    children: list[dict[str, Any]]  # serving objects; pools whose engine is missing contribute none
+    children: list[dict[str, Any]]  # the slot's objects; pools whose engine is missing give none
+    shared: list[dict[str, Any]]  # Services, autoscaler: apply those of one render only
     engines: dict[str, PoolEngineStatus]  # per pool
     record: tuple[str, ...]  # cache keys whose build succeeded: add them to the engine index
+    slot: Slot
+    revision: str  # the pod templates' revision label
 
     @property
-    def held(self) -> frozenset[str]:
-        """Pools waiting for an engine: whatever they served before is kept, not pruned."""
+    def held(self) -> frozenset[tuple[str, str]]:
+        """(slot, pool) of pools waiting for an engine: what they served before is kept, not pruned."""
         usable = (EngineState.READY, EngineState.NOT_NEEDED)
-        return frozenset(n for n, e in self.engines.items() if e.state not in usable)
+        return frozenset((self.slot.value, n) for n, e in self.engines.items() if e.state not in usable)
 
 
 def plan_for(ld: LLMDeployment, inventory: Inventory | None) -> Plan:
@@ -77,9 +89,15 @@ def desired(  # raises PlanningError for a spec the images cannot serve
     images: Images,
     builds: BuildLookup,
     *,
+    slot: Slot = Slot.A,
+    revision: str | None = None,
     leader_worker_set: bool = False,
     prometheus_url: str = DEFAULT_PROMETHEUS_URL,
 ) -> Desired:
+    """`ld` rendered into `slot` at the plan's replica counts. `revision` labels its pods; None:
+    `revision_of(ld.spec, images)`. A stable slot rendered from its snapshot passes the revision
+    it was started under (the operator's images may have changed since)."""
+    revision = revision or revision_of(ld.spec, images)
     jobs: list[dict[str, Any]] = []
     engines: dict[str, PoolEngine] = {}
     statuses: dict[str, PoolEngineStatus] = {}
@@ -99,10 +117,11 @@ def desired(  # raises PlanningError for a spec the images cannot serve
                 jobs.append(built.job)
             if built.newly_built and built.engine.cache_key:
                 record.append(built.engine.cache_key)
-    children = build_children(
-        ld, plan, images, engines, leader_worker_set=leader_worker_set, prometheus_url=prometheus_url
+    children = slot_children(
+        ld, plan, images, engines, slot=slot, revision=revision, leader_worker_set=leader_worker_set
     )
-    return Desired(plan, jobs, children, statuses, tuple(dict.fromkeys(record)))
+    shared = shared_children(ld, prometheus_url=prometheus_url)
+    return Desired(plan, jobs, children, shared, statuses, tuple(dict.fromkeys(record)), slot, revision)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,9 @@ COMPONENT = "app.kubernetes.io/component"
 
 DEPLOYMENT = f"{GROUP}/deployment"  # the owning LLMDeployment's name; the scale selector
 POOL = f"{GROUP}/pool"
-REVISION = f"{GROUP}/revision"  # hash of what changes the serving pods
+REVISION = f"{GROUP}/revision"  # the deployment revision a pod serves (rollout/revision.py)
+TEMPLATE_HASH = f"{GROUP}/template-hash"  # hash of one pod template: pods roll when it changes
+SLOT = f"{GROUP}/slot"  # a | b: which of the (at most two) sets of serving objects
 ROLE = f"{GROUP}/role"  # leader | worker (multi-node groups); leader for single-pod replicas
 GROUP_INDEX = f"{GROUP}/group"  # replica index of a multi-node group
 GROUP_SIZE = f"{GROUP}/group-size"  # pods per multi-node replica
@@ -45,3 +47,8 @@ def common_labels(deployment: str, component: str) -> dict[str, str]:
         MANAGED_BY: "llm-operator",
         DEPLOYMENT: deployment,
     }
+
+
+def slot_labels(deployment: str, component: str, pool: str, slot: str) -> dict[str, str]:
+    """Labels of a per-slot object of one pool (serving objects and their pods, model repository)."""
+    return {**common_labels(deployment, component), POOL: pool, SLOT: str(slot)}  # a plain str, for YAML

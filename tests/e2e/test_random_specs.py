@@ -84,7 +84,7 @@ def test_every_accepted_spec_yields_children_the_api_server_accepts_or_a_reason(
         plan = plan_for(ld, inventory)
         for fact in (BuildFact.ABSENT, BuildFact.RECORDED):
             want = desired(ld, plan, images, lambda *_, fact=fact: BuildObserved(fact))
-            children += want.jobs if fact == BuildFact.ABSENT else want.children
+            children += want.jobs if fact == BuildFact.ABSENT else want.shared + want.children
     except PlanningError as e:  # becomes Stalled with this reason and sentence
         refused = e
     if refused is not None:

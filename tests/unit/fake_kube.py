@@ -11,6 +11,8 @@ import copy
 import itertools
 from typing import Any
 
+from lightkube import ApiError
+from lightkube.models.meta_v1 import Status
 from llm_operator.controller.kube import MissingApi, ObjKey, obj_key
 from llm_operator.controller.reconciler import Reconciler
 
@@ -36,6 +38,12 @@ class FakeKube:
         if k[0] in self.missing_kinds:
             raise MissingApi(k[0])
         old = self.objects.get(k)
+        if k[0] == "StatefulSet" and old is not None and old["spec"]["selector"] != obj["spec"]["selector"]:
+            message = (
+                f"StatefulSet.apps {k[2]!r} is invalid: spec: Forbidden: updates to statefulset spec for "
+                "fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', ... are forbidden"
+            )
+            raise ApiError(status=Status(code=422, reason="Invalid", message=message))
         new = copy.deepcopy(obj)
         meta = new["metadata"]
         meta["uid"] = old["metadata"]["uid"] if old else f"uid-{next(self._uids)}"
@@ -56,9 +64,28 @@ class FakeKube:
             stored["metadata"]["uid"] = f"uid-{next(self._uids)}"
             self._store(k, stored)
 
-    async def delete(self, kind: str, namespace: str, name: str) -> None:
-        self.writes.append(("delete", kind, name))
+    async def delete(self, kind: str, namespace: str, name: str, *, orphan: bool = False) -> None:
+        """Gone at once; the garbage collector is not modelled, so dependents stay either way."""
+        self.writes.append(("delete-orphan" if orphan else "delete", kind, name))
         self.objects.pop((kind, namespace, name), None)
+
+    async def add_labels(
+        self, kind: str, namespace: str, selector: dict[str, str], owner_uid: str, labels: dict[str, str]
+    ) -> int:
+        changed = 0
+        for (k, ns, name), obj in self.objects.items():
+            meta = obj["metadata"]
+            owned = any(
+                r.get("controller") and r.get("uid") == owner_uid for r in meta.get("ownerReferences", [])
+            )
+            if k != kind or ns != namespace or not owned or not selector.items() <= meta["labels"].items():
+                continue
+            if not labels.items() <= meta["labels"].items():
+                self.writes.append(("label", kind, name))
+                meta["labels"] = {**meta["labels"], **labels}
+                self._store((k, ns, name), obj)
+                changed += 1
+        return changed
 
     async def delete_pod(self, namespace: str, name: str) -> None:
         self.writes.append(("delete", "Pod", name))
@@ -129,7 +156,7 @@ class FakeKube:
         children = {
             k: v
             for k, v in self.objects.items()
-            if k[0] not in ("LLMDeployment", "Secret", "PersistentVolumeClaim")
+            if k[0] not in ("LLMDeployment", "Secret", "PersistentVolumeClaim", "Pod")
         }
         for k, obj in children.items():
             version = obj["metadata"]["resourceVersion"]

@@ -407,7 +407,7 @@ def test_rbac_has_no_wildcards_and_nothing_dangerous(name: str) -> None:
 def test_rbac_covers_what_the_operator_does() -> None:
     """Derived from the operator's own tables, so a new child kind without a rule fails here."""
     from llm_operator.api import v1alpha1 as api
-    from llm_operator.controller.kube import CHILD_KINDS
+    from llm_operator.controller.kube import CHILD_KINDS, RELABELED_KINDS
 
     docs = render()
     main, cluster = granted(docs, "rel-llm-operator"), granted(docs, "rel-llm-operator-cluster")
@@ -420,6 +420,8 @@ def test_rbac_covers_what_the_operator_does() -> None:
     assert (api.GROUP, api.PLURAL, "update") not in main, "nothing PUTs an LLMDeployment"
     assert {(api.GROUP, f"{api.PLURAL}/status", v) for v in ("get", "patch")} <= main
     assert {("", "pods", v) for v in ("get", "list", "watch", "delete")} <= main
+    for res in RELABELED_KINDS.values():  # a replaced StatefulSet's pods and history are relabelled
+        assert {(res._api_info.resource.group, res._api_info.plural, v) for v in ("list", "patch")} <= main
     assert {("", "events", "create"), ("events.k8s.io", "events", "create")} <= main
     assert {("", "nodes", v) for v in ("get", "list", "watch")} <= cluster
     assert {("", "namespaces", v) for v in ("list", "watch")} <= cluster

@@ -17,6 +17,7 @@ from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
 from llm_operator.render.children import PoolEngine, serving_pool
 from llm_operator.render.serving import LWS_GROUP_INDEX, POD_INDEX, workloads
+from llm_operator.rollout.revision import Slot
 from llm_operator.runtime.config import PodConfig
 from llm_operator.storage import engine_location
 
@@ -60,9 +61,11 @@ def environment(container: dict[str, Any]) -> dict[str, str]:
 
 def shapes() -> list[tuple[str, PoolPlan, str, dict[str, Any]]]:
     """(shape, pool, role, pod spec) of every pod kind the builders emit."""
-    single = workloads("llama", "ns", SPEC, SINGLE, IMAGES, ENGINE, "h", uid=UID)
-    statefulsets = workloads("llama", "ns", SPEC, MULTI, IMAGES, ENGINE, "h", uid=UID)
-    (lws,) = workloads("llama", "ns", SPEC, MULTI, IMAGES, ENGINE, "h", uid=UID, leader_worker_set=True)
+    single = workloads("llama", "ns", SPEC, SINGLE, IMAGES, ENGINE, "h", uid=UID, revision="r1")
+    statefulsets = workloads("llama", "ns", SPEC, MULTI, IMAGES, ENGINE, "h", uid=UID, revision="r1")
+    (lws,) = workloads(
+        "llama", "ns", SPEC, MULTI, IMAGES, ENGINE, "h", uid=UID, revision="r1", leader_worker_set=True
+    )
     out = [("single", SINGLE, role, pod) for role, pod in pod_specs(single[0]).items()]
     for sts in (statefulsets[0], statefulsets[1 + GROUP]):
         out += [("statefulset", MULTI, role, pod) for role, pod in pod_specs(sts).items()]
@@ -119,7 +122,9 @@ def test_the_launcher_reads_what_the_builder_renders(
 def test_leader_and_workers_address_each_other_by_their_pod_names(lws: bool) -> None:
     """The leader's worker pattern names the worker pods the builder creates, and a worker finds
     its own leader (drain), in both multi-node shapes."""
-    objs = workloads("llama", "ns", SPEC, MULTI, IMAGES, ENGINE, "h", uid=UID, leader_worker_set=lws)
+    objs = workloads(
+        "llama", "ns", SPEC, MULTI, IMAGES, ENGINE, "h", uid=UID, revision="r1", leader_worker_set=lws
+    )
     shape = [s for s in SHAPES if s[0] == ("leader-worker-set" if lws else "statefulset")]
     leader, worker = (PodConfig.from_env(environment(s[3]["containers"][0])) for s in shape)
     if lws:
@@ -140,7 +145,9 @@ def test_multi_node_pods_mount_the_secret_the_controller_creates(lws: bool) -> N
     ld = LLMDeployment.model_validate(
         {"metadata": {"name": "llama", "namespace": "ns", "uid": UID}, "spec": SPEC.model_dump(by_alias=True)}
     )
-    objs = serving_pool(ld, MULTI, IMAGES, PoolEngine(ENGINE, "k", True), leader_worker_set=lws)
+    objs = serving_pool(
+        ld, MULTI, IMAGES, PoolEngine(ENGINE, "k", True), slot=Slot.A, revision="r1", leader_worker_set=lws
+    )
     pods = [
         spec
         for o in objs

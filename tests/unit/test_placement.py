@@ -182,7 +182,16 @@ def test_leader_worker_set_keeps_each_group_in_one_clique_and_spreads_leaders() 
     )  # fmt: skip
     planned = plan_deployment(s, Inventory(nodes), 2).primary
     (lws,) = workloads(
-        "llama", "ns", s, planned, Images("r", "c", "b", "0.20.0"), None, "h", uid="", leader_worker_set=True
+        "llama",
+        "ns",
+        s,
+        planned,
+        Images("r", "c", "b", "0.20.0"),
+        None,
+        "h",
+        uid="",
+        revision="r1",
+        leader_worker_set=True,
     )
     template = lws["spec"]["leaderWorkerTemplate"]
     for role in ("leaderTemplate", "workerTemplate"):
@@ -191,6 +200,7 @@ def test_leader_worker_set_keeps_each_group_in_one_clique_and_spreads_leaders() 
         assert term["topologyKey"] == "nvidia.com/gpu.clique"
         assert term["matchLabelKeys"] == [LWS_GROUP_KEY], "the selector must narrow to the pod's own group"
         assert term["labelSelector"]["matchLabels"] == {"llmoperator.io/deployment": "llama",
-                                                        "llmoperator.io/pool": planned.name}  # fmt: skip
+                                                        "llmoperator.io/pool": planned.name,
+                                                        "llmoperator.io/slot": "a"}  # fmt: skip
     assert "topologySpreadConstraints" in template["leaderTemplate"]["spec"]
     assert "topologySpreadConstraints" not in template["workerTemplate"]["spec"]

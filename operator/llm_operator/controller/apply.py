@@ -12,9 +12,12 @@ import json
 import logging
 from typing import Any
 
+from lightkube import ApiError
+
 from llm_operator import labels as L
 from llm_operator.api import v1alpha1 as api
 from llm_operator.controller.kube import KubeApi, ObjKey, obj_key
+from llm_operator.controller.metrics import REPLACED
 from llm_operator.controller.observe import Applied, Key, drifted, owner_key
 
 log = logging.getLogger(__name__)
@@ -55,7 +58,15 @@ class Applier:
         if applied is not None and applied.digest == d and k in self.children:
             return
         seen = self.children.get(k)
-        result = await self.kube.apply(obj)
+        if seen is not None and seen["metadata"].get("deletionTimestamp"):
+            return  # being deleted (replaced): created again once its DELETED event came
+        try:
+            result = await self.kube.apply(obj)
+        except ApiError as e:
+            if e.status.code != 422 or seen is None or not _immutable_changed(obj, seen):
+                raise
+            await self._replace(obj, seen)
+            return
         generation = result.get("metadata", {}).get("generation")
         self.applied[k] = Applied(d, generation, obj if generation is None else None)
         # The watch may have brought a newer state while the apply was in flight (a controller's
@@ -64,19 +75,55 @@ class Applier:
         if self.children.get(k) is seen:
             self.children[k] = result
 
-    async def prune(self, owner: Key, keep: set[ObjKey], held: frozenset[str]) -> None:
+    async def _replace(self, obj: dict[str, Any], seen: dict[str, Any]) -> None:
+        """A StatefulSet whose selector (or another field fixed at creation) must change, as one
+        made by an operator before slots (no slot label in its selector): its pods and history are
+        given the new selector's labels, it is deleted leaving them running (orphan), and the next
+        apply creates it again, which adopts them and rolls them one at a time. Nothing stops
+        serving; deleting the pods with it would stop every replica at once."""
+        kind, namespace, name = obj_key(obj)
+        old = seen["spec"]["selector"].get("matchLabels", {})
+        new = obj["spec"]["selector"].get("matchLabels", {})
+        uid = seen["metadata"].get("uid", "")
+        added = {key: value for key, value in new.items() if old.get(key) != value}
+        for owned in ("Pod", "ControllerRevision"):
+            await self.kube.add_labels(owned, namespace, old, uid, added)
+        log.warning(
+            "%s %s/%s: a field it was created with changes (selector %s -> %s): replacing it, its pods "
+            "keep running and are adopted by the new one",
+            kind, namespace, name, old, new,
+        )  # fmt: skip
+        await self.kube.delete(kind, namespace, name, orphan=True)
+        self.applied.pop((kind, namespace, name), None)
+        REPLACED.labels(kind).inc()
+
+    async def prune(self, owner: Key, keep: set[ObjKey], held: frozenset[tuple[str, str]]) -> None:
         """Delete serving children the spec no longer renders (removed pools, fewer groups, the
-        autoscaler of the other provider). Jobs stay (their outcome is the engine's record); pools
-        waiting for an engine keep serving; objects that carry our labels but that the deployment
-        does not control (KEDA copies a ScaledObject's labels onto its HPA) are not ours."""
+        autoscaler of the other provider, a slot that is not rendered). Jobs stay (their outcome is
+        the engine's record); pools waiting for an engine keep serving (`held`: (slot, pool); an
+        object of an operator before slots is slot a); objects that carry our labels but that the
+        deployment does not control (KEDA copies a ScaledObject's labels onto its HPA) are not
+        ours."""
         for k, obj in list(self.children.items()):
             kind = k[0]
             if kind == "Job" or k in keep or owner_key(obj) != owner or not _controlled_by(obj, owner):
                 continue
-            if obj["metadata"].get("labels", {}).get(L.POOL) in held:
+            labels = obj["metadata"].get("labels", {})
+            if L.POOL in labels and (labels.get(L.SLOT, "a"), labels[L.POOL]) in held:
                 continue
             await self.kube.delete(kind, k[1], k[2])
             self.applied.pop(k, None)
+
+
+# Fields of a StatefulSet's spec that the API server refuses to change (422).
+_FIXED_AT_CREATION = ("selector", "serviceName", "podManagementPolicy", "volumeClaimTemplates")
+
+
+def _immutable_changed(obj: dict[str, Any], seen: dict[str, Any]) -> bool:
+    if obj["kind"] != "StatefulSet":
+        return False
+    want, have = obj.get("spec", {}), seen.get("spec", {})
+    return any(f in want and want[f] != have.get(f) for f in _FIXED_AT_CREATION)
 
 
 def _controlled_by(obj: dict[str, Any], owner: Key) -> bool:

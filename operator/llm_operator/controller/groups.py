@@ -14,8 +14,9 @@ from llm_operator import labels as L
 from llm_operator.controller.observe import Children, Key
 from llm_operator.render import names
 from llm_operator.render.serving import POD_INDEX
+from llm_operator.rollout.revision import Slot
 
-Group = tuple[str, int]  # pool, group index
+Group = tuple[str, int, Slot]  # pool, group index, slot
 _SEEN_LIMIT = 4096  # failed pods remembered (by uid) so each failure is acted on once
 
 
@@ -45,7 +46,8 @@ class GroupFailures:
         if group is None or deployment is None or pool is None or not group.isdigit():
             return None
         key = (meta["namespace"], deployment)
-        self._broken.setdefault(key, set()).add((pool, int(group)))
+        slot = Slot.B if labels.get(L.SLOT) == Slot.B else Slot.A  # none: an operator before slots
+        self._broken.setdefault(key, set()).add((pool, int(group), slot))
         return key
 
     def take(self, key: Key) -> list[Group]:
@@ -57,9 +59,9 @@ class GroupFailures:
 
 def group_pods(children: Children, namespace: str, deployment: str, group: Group) -> list[str]:
     """Every pod of one group: pod `group` of the leader StatefulSet and its worker StatefulSet's."""
-    pool, index = group
-    pods = [f"{names.serving(deployment, pool)}-{index}"]
-    workers = children.get(("StatefulSet", namespace, names.group(deployment, pool, index)))
+    pool, index, slot = group
+    pods = [f"{names.serving(deployment, pool, slot)}-{index}"]
+    workers = children.get(("StatefulSet", namespace, names.group(deployment, pool, index, slot)))
     if workers is not None:
         start = workers["spec"].get("ordinals", {}).get("start", 0)
         name = workers["metadata"]["name"]

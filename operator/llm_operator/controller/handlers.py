@@ -17,9 +17,10 @@ from lightkube.resources.core_v1 import Node, Pod
 from llm_operator import labels as L
 from llm_operator.api import v1alpha1 as api
 from llm_operator.controller.config import OperatorConfig
-from llm_operator.controller.kube import CHILD_KINDS, SCALED_OBJECT_CRD, Kube
+from llm_operator.controller.kube import CHILD_KINDS, HTTP_ROUTE_CRD, SCALED_OBJECT_CRD, Kube
 from llm_operator.controller.leader import Term
 from llm_operator.controller.reconciler import Reconciler
+from llm_operator.render.rollout import SNAPSHOT_COMPONENT
 
 log = logging.getLogger(__name__)
 
@@ -56,20 +57,26 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         return on_event
 
     reconciler.leader_worker_set = await kube.has_leader_worker_set()
-    # Optional APIs are watched only when installed at start (ScaledObjects applied later are still
-    # cached from their apply, so they can be pruned).
+    # Optional APIs are watched only when installed at start (ScaledObjects and HTTPRoutes applied
+    # later are still cached from their apply, so they can be pruned).
     optional = {
         "LeaderWorkerSet": reconciler.leader_worker_set,
         "ScaledObject": await kube.has_crd(SCALED_OBJECT_CRD),
+        "HTTPRoute": await kube.has_crd(HTTP_ROUTE_CRD),
     }
     kinds = {k: r for k, r in CHILD_KINDS.items() if optional.get(k, True)}
+    # The StatefulSet controller copies our pod labels onto its own ControllerRevisions: only the
+    # operator's revision snapshots are watched.
+    selectors = {"ControllerRevision": {**managed, L.COMPONENT: SNAPSHOT_COMPONENT}}
     log.info(
         "multi-node replicas as %s", "LeaderWorkerSets" if reconciler.leader_worker_set else "StatefulSets"
     )
     Runtime.tasks = [
         asyncio.create_task(kube.watch(Node, reconciler.node_event, namespace=None)),
         *(
-            asyncio.create_task(kube.watch(res, child_handler(kind), namespace=ns, labels=managed))
+            asyncio.create_task(
+                kube.watch(res, child_handler(kind), namespace=ns, labels=selectors.get(kind, managed))
+            )
             for kind, res in kinds.items()
             for ns in scopes
         ),

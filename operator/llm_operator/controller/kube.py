@@ -17,7 +17,7 @@ from lightkube import ALL_NS, ApiError, AsyncClient, codecs
 from lightkube.core.resource import NamespacedResource
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.apps_v1 import StatefulSet
+from lightkube.resources.apps_v1 import ControllerRevision, StatefulSet
 from lightkube.resources.autoscaling_v2 import HorizontalPodAutoscaler
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import ConfigMap, Node, PersistentVolumeClaim, Pod, Service
@@ -37,6 +37,8 @@ LeaderWorkerSet = create_namespaced_resource(
 LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
 ScaledObject = create_namespaced_resource("keda.sh", "v1alpha1", "ScaledObject", "scaledobjects")
 SCALED_OBJECT_CRD = "scaledobjects.keda.sh"
+HTTPRoute = create_namespaced_resource("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes")
+HTTP_ROUTE_CRD = "httproutes.gateway.networking.k8s.io"
 
 CHILD_KINDS: dict[str, Any] = {
     "ConfigMap": ConfigMap,
@@ -47,7 +49,11 @@ CHILD_KINDS: dict[str, Any] = {
     "Job": Job,
     "LeaderWorkerSet": LeaderWorkerSet,  # watched only when its CRD is installed
     "ScaledObject": ScaledObject,  # KEDA's; watched only when its CRD is installed
+    "ControllerRevision": ControllerRevision,  # revision snapshots (canary rollouts)
+    "HTTPRoute": HTTPRoute,  # Gateway API's; watched only when its CRD is installed
 }
+# Kinds whose existing objects the operator relabels (adoption by a replaced StatefulSet).
+RELABELED_KINDS: dict[str, Any] = {"Pod": Pod, "ControllerRevision": ControllerRevision}
 
 ObjKey = tuple[str, str, str]  # kind, namespace, name
 
@@ -71,7 +77,10 @@ class KubeApi(Protocol):
 
     async def apply(self, obj: dict[str, Any]) -> dict[str, Any]: ...
     async def create(self, obj: dict[str, Any]) -> None: ...
-    async def delete(self, kind: str, namespace: str, name: str) -> None: ...
+    async def delete(self, kind: str, namespace: str, name: str, *, orphan: bool = False) -> None: ...
+    async def add_labels(
+        self, kind: str, namespace: str, selector: dict[str, str], owner_uid: str, labels: dict[str, str]
+    ) -> int: ...
     async def delete_pod(self, namespace: str, name: str) -> None: ...
     async def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
@@ -137,15 +146,44 @@ class Kube:
             raise
         return True
 
-    async def delete(self, kind: str, namespace: str, name: str) -> None:
+    async def delete(self, kind: str, namespace: str, name: str, *, orphan: bool = False) -> None:
+        """Delete a child; its dependents go too (in the background), or stay with `orphan`."""
         self._write(kind, "delete")
+        cascade = CascadeType.ORPHAN if orphan else CascadeType.BACKGROUND
         try:
-            await self.client.delete(
-                CHILD_KINDS[kind], name, namespace=namespace, cascade=CascadeType.BACKGROUND
-            )
+            await self.client.delete(CHILD_KINDS[kind], name, namespace=namespace, cascade=cascade)
         except httpx.HTTPStatusError as e:  # gone, or its whole API is (KEDA uninstalled)
             if e.response.status_code != 404:
                 raise
+
+    async def add_labels(
+        self, kind: str, namespace: str, selector: dict[str, str], owner_uid: str, labels: dict[str, str]
+    ) -> int:
+        """Merge `labels` into the objects of `kind` that match `selector` and are controlled by
+        the object `owner_uid`; how many were changed."""
+        res = RELABELED_KINDS[kind]
+        changed = 0
+        matching: dict[str, Any] = dict(selector)
+        async for obj in self.client.list(res, namespace=namespace, labels=matching):
+            meta = obj.metadata
+            owned = any(r.controller and r.uid == owner_uid for r in meta.ownerReferences or [])
+            if not owned or (meta.labels or {}).items() >= labels.items():
+                continue
+            self._write(kind, "label")
+            try:
+                await self.client.patch(
+                    res,
+                    meta.name,
+                    {"metadata": {"labels": labels}},
+                    namespace=namespace,
+                    patch_type=PatchType.MERGE,
+                )
+            except ApiError as e:
+                if e.status.code != 404:
+                    raise
+                continue
+            changed += 1
+        return changed
 
     async def has_leader_worker_set(self) -> bool:
         """Is the LeaderWorkerSet API installed? (Checked at start: restart after installing it.)"""

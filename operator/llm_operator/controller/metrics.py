@@ -16,6 +16,12 @@ API_WRITES = Counter(
 DEPLOYMENTS = Gauge(
     "llm_operator_llmdeployments", "LLMDeployments by condition type and status.", ["condition", "status"]
 )
+REPLACED = Counter(
+    "llm_operator_replaced_total",
+    "Children deleted and created again because a field they were created with cannot change "
+    "(a StatefulSet's selector), by kind.",
+    ["kind"],
+)
 QUEUE_DEPTH = Gauge("llm_operator_queue_depth", "LLMDeployments waiting to be reconciled.")
 LEADER = Gauge(
     "llm_operator_leader",

@@ -16,6 +16,7 @@ from llm_operator.controller.kube import ObjKey, obj_key
 from llm_operator.controller.status import FAILED_POD, PoolObserved
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
+from llm_operator.rollout.revision import Slot
 
 Key = tuple[str, str]  # namespace, name of an LLMDeployment
 Children = Mapping[ObjKey, dict[str, Any]]
@@ -74,20 +75,24 @@ def existing_pools(children: Children, namespace: str, name: str) -> dict[str, P
 
 
 def pool_observed(
-    children: Children, applied: Mapping[ObjKey, Applied], ld: LLMDeployment, pool: PoolPlan
+    children: Children,
+    applied: Mapping[ObjKey, Applied],
+    ld: LLMDeployment,
+    pool: PoolPlan,
+    slot: Slot = Slot.A,
 ) -> PoolObserved:
-    lws = children.get(("LeaderWorkerSet", ld.namespace, names.serving(ld.name, pool)))
+    lws = children.get(("LeaderWorkerSet", ld.namespace, names.serving(ld.name, pool, slot)))
     if lws is not None and pool.pods_per_replica > 1:
         st = lws.get("status") or {}
         ours = applied.get(obj_key(lws))
         current = ours is None or ours.generation == lws["metadata"].get("generation")
         rolled = current and st.get("updatedReplicas", 0) >= pool.replicas
         return PoolObserved(pool.replicas, st.get("readyReplicas", 0), True, rolled)
-    leader = children.get(("StatefulSet", ld.namespace, names.serving(ld.name, pool)))
+    leader = children.get(("StatefulSet", ld.namespace, names.serving(ld.name, pool, slot)))
     if leader is None:
         return PoolObserved(desired=pool.replicas)
     groups = [
-        children.get(("StatefulSet", ld.namespace, names.group(ld.name, pool, i)))
+        children.get(("StatefulSet", ld.namespace, names.group(ld.name, pool, i, slot)))
         for i in range(pool.replicas if pool.pods_per_replica > 1 else 0)
     ]
     sets = [leader, *groups]

@@ -204,14 +204,14 @@ class Reconciler:
             if obj_key(job) not in self.applier.children:
                 await self.kube.create(job)
         no_keda = False
-        for obj in want.children:
+        for obj in want.shared + want.children:
             try:
                 await self.applier.apply(obj)
             except MissingApi:
                 if obj["kind"] != "ScaledObject":
                     raise
                 no_keda = True
-        keep = {obj_key(o) for o in want.children}
+        keep = {obj_key(o) for o in want.shared + want.children}
         await self.applier.prune((ld.namespace, ld.name), keep, want.held)
         return no_keda
 

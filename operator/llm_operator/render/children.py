@@ -1,5 +1,9 @@
 """All serving children of one LLMDeployment: spec + plan (+ engine state) -> objects to apply.
 
+Shared objects (Services, autoscaler) exist once per deployment; per-slot objects (model
+repository, workloads, PDB of each pool) once per slot, so a canary renders two slots and one set
+of shared objects.
+
 Pure: no I/O, deterministic order, so `llm-operator render` and golden files show exactly what the
 operator applies. The owner reference is added here too, so a rendered object is the applied one.
 """
@@ -16,6 +20,7 @@ from llm_operator.modelrepo import render_repository, to_configmap_data
 from llm_operator.plan.types import Plan, PoolPlan
 from llm_operator.render import autoscaling, names, policy, services
 from llm_operator.render.serving import template_hash, workloads
+from llm_operator.rollout.revision import Slot
 from llm_operator.storage import EngineLocation
 
 
@@ -39,7 +44,9 @@ def owner_reference(ld: LLMDeployment) -> dict[str, Any]:
     }
 
 
-def model_repo_configmap(ld: LLMDeployment, pool: PoolPlan, engine: PoolEngine) -> dict[str, Any]:
+def model_repo_configmap(
+    ld: LLMDeployment, pool: PoolPlan, engine: PoolEngine, slot: Slot = Slot.A
+) -> dict[str, Any]:
     engine_dir = engine.location.engine_dir if engine.location else ""
     tokenizer_dir = f"{engine_dir}/tokenizer" if engine_dir else ""
     files = render_repository(ld.spec, pool, engine_dir=engine_dir, tokenizer_dir=tokenizer_dir)
@@ -47,19 +54,26 @@ def model_repo_configmap(ld: LLMDeployment, pool: PoolPlan, engine: PoolEngine) 
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": names.model_repo(ld.name, pool),
+            "name": names.model_repo(ld.name, pool, slot),
             "namespace": ld.namespace,
-            "labels": {**L.common_labels(ld.name, "model-repository"), L.POOL: pool.name},
+            "labels": L.slot_labels(ld.name, "model-repository", pool.name, slot),
         },
         "data": to_configmap_data(files),
     }
 
 
 def serving_pool(
-    ld: LLMDeployment, pool: PoolPlan, images: Images, engine: PoolEngine, *, leader_worker_set: bool
+    ld: LLMDeployment,
+    pool: PoolPlan,
+    images: Images,
+    engine: PoolEngine,
+    *,
+    slot: Slot,
+    revision: str,
+    leader_worker_set: bool,
 ) -> list[dict[str, Any]]:
-    """ConfigMap, workload(s) and PDB of one pool."""
-    repo = model_repo_configmap(ld, pool, engine)
+    """ConfigMap, workload(s) and PDB of one pool in one slot."""
+    repo = model_repo_configmap(ld, pool, engine, slot)
     objs = [repo]
     objs += workloads(
         ld.name,
@@ -70,33 +84,53 @@ def serving_pool(
         engine.location,
         template_hash(repo["data"]),
         uid=ld.metadata.get("uid", ""),
+        slot=slot,
+        revision=revision,
         leader_worker_set=leader_worker_set,
     )
-    objs.append(policy.disruption_budget(ld.name, ld.namespace, pool))
+    objs.append(policy.disruption_budget(ld.name, ld.namespace, pool, slot))
     return objs
 
 
-def build_children(
+def shared_children(
+    ld: LLMDeployment, *, prometheus_url: str = autoscaling.DEFAULT_PROMETHEUS_URL
+) -> list[dict[str, Any]]:
+    """Once per deployment, whatever its slots: the client Service (leaders of both slots, so the
+    replica ratio is the traffic split), the headless Service, the autoscaler (of the total)."""
+    objs: list[dict[str, Any]] = [
+        services.client_service(ld.name, ld.namespace),
+        services.headless_service(ld.name, ld.namespace),
+    ]
+    if ld.spec.autoscaling is not None:
+        objs.append(autoscaling.autoscaler(ld.name, ld.namespace, ld.spec.autoscaling, prometheus_url))
+    return owned(ld, objs)
+
+
+def slot_children(
     ld: LLMDeployment,
     plan: Plan,
     images: Images,
     engines: dict[str, PoolEngine],
     *,
+    slot: Slot = Slot.A,
+    revision: str,
     leader_worker_set: bool = False,
-    prometheus_url: str = autoscaling.DEFAULT_PROMETHEUS_URL,
 ) -> list[dict[str, Any]]:
-    """Objects to apply. A pool whose engine is not ready contributes nothing, so whatever it
-    served before (the previous revision) stays untouched until the new engine exists."""
-    objs: list[dict[str, Any]] = [
-        services.client_service(ld.name, ld.namespace),
-        services.headless_service(ld.name, ld.namespace),
-    ]
+    """The serving objects of one slot, running `revision` of `ld.spec` at the plan's replica
+    counts. A pool whose engine is not ready contributes nothing, so whatever it served before
+    (the previous revision) stays untouched until the new engine exists."""
+    objs: list[dict[str, Any]] = []
     for pool in plan.pools:
         engine = engines[pool.name]
         if engine.ready:
-            objs += serving_pool(ld, pool, images, engine, leader_worker_set=leader_worker_set)
-    if ld.spec.autoscaling is not None:
-        objs.append(autoscaling.autoscaler(ld.name, ld.namespace, ld.spec.autoscaling, prometheus_url))
+            objs += serving_pool(
+                ld, pool, images, engine, slot=slot, revision=revision, leader_worker_set=leader_worker_set
+            )
+    return owned(ld, objs)
+
+
+def owned(ld: LLMDeployment, objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The objects, controlled by the deployment (the garbage collector removes them with it)."""
     owner = owner_reference(ld)
     for obj in objs:
         obj["metadata"]["ownerReferences"] = [owner]

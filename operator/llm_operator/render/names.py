@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from llm_operator.plan.types import PoolPlan
+from llm_operator.rollout.revision import Slot
 
 MAX_NAME = 63  # DNS label: Service and StatefulSet names become pod host names
 
@@ -17,23 +18,29 @@ def _fit(name: str) -> str:
     return f"{name[: MAX_NAME - 9].rstrip('-')}-{digest}"
 
 
-def serving(deployment: str, pool: PoolPlan | str) -> str:
+def slot_base(deployment: str, slot: Slot = Slot.A) -> str:
+    """What per-slot names start with: slot a keeps the names of operators before slots."""
+    return deployment if slot == Slot.A else f"{deployment}-{slot.value}"
+
+
+def serving(deployment: str, pool: PoolPlan | str, slot: Slot = Slot.A) -> str:
     """Leader StatefulSet (or LeaderWorkerSet) of a pool; a single pool keeps the plain name."""
     name = pool if isinstance(pool, str) else pool.name
-    return _fit(deployment if name == "main" else f"{deployment}-{name}")
+    base = slot_base(deployment, slot)
+    return _fit(base if name == "main" else f"{base}-{name}")
 
 
-def group_prefix(deployment: str, pool: PoolPlan | str) -> str:
-    return f"{serving(deployment, pool)}-g"
+def group_prefix(deployment: str, pool: PoolPlan | str, slot: Slot = Slot.A) -> str:
+    return f"{serving(deployment, pool, slot)}-g"
 
 
-def group(deployment: str, pool: PoolPlan | str, index: int) -> str:
+def group(deployment: str, pool: PoolPlan | str, index: int, slot: Slot = Slot.A) -> str:
     """Worker StatefulSet of one multi-node replica (ranks gpus_per_pod and up of one world)."""
-    return _fit(f"{group_prefix(deployment, pool)}{index}")
+    return _fit(f"{group_prefix(deployment, pool, slot)}{index}")
 
 
-def model_repo(deployment: str, pool: PoolPlan) -> str:
-    return _fit(f"{serving(deployment, pool)}-model-repo")
+def model_repo(deployment: str, pool: PoolPlan, slot: Slot = Slot.A) -> str:
+    return _fit(f"{serving(deployment, pool, slot)}-model-repo")
 
 
 def client_service(deployment: str) -> str:
@@ -44,8 +51,22 @@ def headless_service(deployment: str) -> str:
     return _fit(f"{deployment}-pods")
 
 
-def disruption_budget(deployment: str, pool: PoolPlan) -> str:
-    return serving(deployment, pool)
+def disruption_budget(deployment: str, pool: PoolPlan, slot: Slot = Slot.A) -> str:
+    return serving(deployment, pool, slot)
+
+
+def revision_service(deployment: str, role: str) -> str:
+    """`<name>-stable` / `<name>-canary`: the leaders of one revision (routing and analysis)."""
+    return _fit(f"{deployment}-{role}")
+
+
+def http_route(deployment: str) -> str:
+    return _fit(deployment)
+
+
+def controller_revision(deployment: str, revision: str) -> str:
+    """The snapshot of one revision's spec."""
+    return _fit(f"{deployment}-{revision}")
 
 
 def autoscaler(deployment: str) -> str:
@@ -60,4 +81,5 @@ def ssh_secret(deployment: str, uid: str) -> str:
 
 
 def engine_job(deployment: str, pool: PoolPlan, cache_key: str) -> str:
+    """Per deployment, not per slot: a build is keyed by its engine, whichever slot waits for it."""
     return _fit(f"{serving(deployment, pool)}-engine-{cache_key[-10:]}")

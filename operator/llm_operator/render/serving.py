@@ -18,6 +18,7 @@ from llm_operator.images import Images
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
 from llm_operator.render.placement import pod_scheduling
+from llm_operator.rollout.revision import Slot
 from llm_operator.storage import EngineLocation
 
 
@@ -126,10 +127,15 @@ def _container(
 
 
 def _volumes(
-    spec: LLMDeploymentSpec, pool: PoolPlan, deployment: str, engine: EngineLocation | None, ssh_secret: str
+    spec: LLMDeploymentSpec,
+    pool: PoolPlan,
+    deployment: str,
+    engine: EngineLocation | None,
+    ssh_secret: str,
+    slot: Slot,
 ) -> list[dict[str, Any]]:
     volumes: list[dict[str, Any]] = [
-        {"name": "model-repo-src", "configMap": {"name": names.model_repo(deployment, pool)}},
+        {"name": "model-repo-src", "configMap": {"name": names.model_repo(deployment, pool, slot)}},
         {"name": "model-repo", "emptyDir": {}},
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm_size}},
         {"name": "tmp", "emptyDir": {}},
@@ -161,8 +167,11 @@ def _pod_template(
     extra_env: list[dict[str, Any]],
     repo_hash: str,
     ssh_secret: str,
+    slot: Slot,
+    revision: str,
     group_label_keys: tuple[str, ...] = (),
 ) -> dict[str, Any]:
+    # Leaders spread over the whole pool, both slots: they are one deployment's replicas.
     selector = {**L.selector_labels(deployment), L.POOL: pool.name}
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
@@ -172,7 +181,7 @@ def _pod_template(
         ),
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [_container(spec, pool, images, engine, leader=leader, extra_env=extra_env)],
-        "volumes": _volumes(spec, pool, deployment, engine, ssh_secret),
+        "volumes": _volumes(spec, pool, deployment, engine, ssh_secret, slot),
         **spec.runtime.pod_identity(),
     }
     if spec.engine.backend != Backend.CPU_REFERENCE:
@@ -204,7 +213,13 @@ def _pod_template(
         },
         "spec": pod_spec,
     }
-    template["metadata"]["labels"] = {**labels, L.REVISION: template_hash(template)}
+    # The revision says what the pod serves (routing, analysis, metrics); the template hash, taken
+    # before both labels are added, is what rolls the pods (it also covers the plan's placement).
+    template["metadata"]["labels"] = {
+        **labels,
+        L.TEMPLATE_HASH: template_hash(template),
+        L.REVISION: revision,
+    }
     return template
 
 
@@ -228,6 +243,8 @@ def workloads(
     repo_hash: str,
     *,
     uid: str,
+    slot: Slot = Slot.A,
+    revision: str,
     leader_worker_set: bool = False,
 ) -> list[dict[str, Any]]:
     """The workload objects serving `pool.replicas` replicas of this pool.
@@ -238,17 +255,24 @@ def workloads(
     StatefulSet per group, its ordinals starting at 1 like LWS worker indexes, kept next to the
     leader by pod affinity. The launcher reads the same environment in both shapes. `uid`, the
     LLMDeployment's, names the SSH Secret multi-node pods mount (controller/ssh.py creates it).
+    Every object and selector carries the slot, so the two slots of a canary never share pods;
+    `revision` (the deployment's) is a label of the objects and their pods, in no selector.
     """
     ssh_secret = names.ssh_secret(deployment, uid)
     if pool.pods_per_replica > 1 and leader_worker_set:
-        return [_leader_worker_set(deployment, namespace, spec, pool, images, engine, repo_hash, ssh_secret)]
-    base = {**L.common_labels(deployment, "serving"), L.POOL: pool.name}
+        return [
+            _leader_worker_set(
+                deployment, namespace, spec, pool, images, engine, repo_hash, ssh_secret, slot, revision
+            )
+        ]
+    base = L.slot_labels(deployment, "serving", pool.name, slot)
     headless = names.headless_service(deployment)
-    leader_name = names.serving(deployment, pool)
+    leader_name = names.serving(deployment, pool, slot)
     multi = pool.pods_per_replica > 1
     leader_env: list[dict[str, Any]] = []
     if multi:
-        pattern = f"{names.group_prefix(deployment, pool)}{{group}}-{{worker}}.{headless}.{namespace}.svc"
+        prefix = names.group_prefix(deployment, pool, slot)
+        pattern = f"{prefix}{{group}}-{{worker}}.{headless}.{namespace}.svc"
         leader_env = [
             {"name": "LLMOP_ROLE", "value": "leader"},
             _label_env("LLMOP_GROUP_INDEX", POD_INDEX),
@@ -258,13 +282,16 @@ def workloads(
     template = _pod_template(
         spec, pool, deployment, images, engine,
         pod_labels=_group_labels(leader_labels, pool), group_selector=None, leader=True,
-        extra_env=leader_env, repo_hash=repo_hash, ssh_secret=ssh_secret,
+        extra_env=leader_env, repo_hash=repo_hash, ssh_secret=ssh_secret, slot=slot, revision=revision,
     )  # fmt: skip
-    result = [_statefulset(leader_name, namespace, leader_labels, pool.replicas, template, deployment)]
+    result = [
+        _statefulset(leader_name, namespace, leader_labels, pool.replicas, template, deployment, revision)
+    ]
     for index in range(pool.replicas if multi else 0):
         worker_labels = {**base, L.ROLE: "worker", L.GROUP_INDEX: str(index)}
         leader_selector = {
-            **L.selector_labels(deployment), L.POOL: pool.name, L.ROLE: "leader", POD_INDEX: str(index),
+            **L.selector_labels(deployment), L.POOL: pool.name, L.SLOT: slot.value, L.ROLE: "leader",
+            POD_INDEX: str(index),
         }  # fmt: skip
         extra_env = [
             {"name": "LLMOP_ROLE", "value": "worker"},
@@ -274,11 +301,11 @@ def workloads(
         template = _pod_template(
             spec, pool, deployment, images, engine,
             pod_labels=_group_labels(worker_labels, pool), group_selector=leader_selector, leader=False,
-            extra_env=extra_env, repo_hash=repo_hash, ssh_secret=ssh_secret,
+            extra_env=extra_env, repo_hash=repo_hash, ssh_secret=ssh_secret, slot=slot, revision=revision,
         )  # fmt: skip
         sts = _statefulset(
-            names.group(deployment, pool, index), namespace, worker_labels,
-            pool.pods_per_replica - 1, template, deployment,
+            names.group(deployment, pool, index, slot), namespace, worker_labels,
+            pool.pods_per_replica - 1, template, deployment, revision,
         )  # fmt: skip
         sts["spec"]["ordinals"] = {"start": 1}
         result.append(sts)
@@ -299,13 +326,16 @@ def _leader_worker_set(
     engine: EngineLocation | None,
     repo_hash: str,
     ssh_secret: str,
+    slot: Slot,
+    revision: str,
 ) -> dict[str, Any]:
-    name = names.serving(deployment, pool)
-    base = {**L.common_labels(deployment, "serving"), L.POOL: pool.name}
+    name = names.serving(deployment, pool, slot)
+    base = L.slot_labels(deployment, "serving", pool.name, slot)
     # LWS names pods <name>-<group> (leader) and <name>-<group>-<worker> under a headless Service
     # called <name>, and injects LWS_LEADER_ADDRESS into every container.
     pattern = f"{name}-{{group}}-{{worker}}.{name}.{namespace}.svc"
-    group = {L.DEPLOYMENT: deployment, L.POOL: pool.name}  # narrowed to one group by its group-key
+    # Narrowed to one group by its group-key.
+    group = {L.DEPLOYMENT: deployment, L.POOL: pool.name, L.SLOT: slot.value}
     leader = _pod_template(
         spec, pool, deployment, images, engine,
         pod_labels=_group_labels({**base, L.ROLE: "leader"}, pool), leader=True,
@@ -315,7 +345,7 @@ def _leader_worker_set(
             _label_env("LLMOP_GROUP_INDEX", LWS_GROUP_INDEX),
             {"name": "LLMOP_WORKER_HOST_PATTERN", "value": pattern},
         ],
-        repo_hash=repo_hash, ssh_secret=ssh_secret,
+        repo_hash=repo_hash, ssh_secret=ssh_secret, slot=slot, revision=revision,
     )  # fmt: skip
     worker = _pod_template(
         spec, pool, deployment, images, engine,
@@ -325,12 +355,12 @@ def _leader_worker_set(
             {"name": "LLMOP_ROLE", "value": "worker"},
             _label_env("LLMOP_GROUP_INDEX", LWS_GROUP_INDEX),
         ],
-        repo_hash=repo_hash, ssh_secret=ssh_secret,
+        repo_hash=repo_hash, ssh_secret=ssh_secret, slot=slot, revision=revision,
     )  # fmt: skip
     return {
         "apiVersion": LWS_API_VERSION,
         "kind": "LeaderWorkerSet",
-        "metadata": {"name": name, "namespace": namespace, "labels": base},
+        "metadata": {"name": name, "namespace": namespace, "labels": {**base, L.REVISION: revision}},
         "spec": {
             "replicas": pool.replicas,
             "startupPolicy": "LeaderCreated",
@@ -355,12 +385,15 @@ def _statefulset(
     replicas: int,
     template: dict[str, Any],
     deployment: str,
+    revision: str,
 ) -> dict[str, Any]:
-    selector = {k: v for k, v in labels.items() if k in (L.DEPLOYMENT, L.POOL, L.ROLE, L.GROUP_INDEX)}
+    # A selector is immutable: the revision (which changes) is never in it.
+    keys = (L.DEPLOYMENT, L.POOL, L.SLOT, L.ROLE, L.GROUP_INDEX)
+    selector = {k: v for k, v in labels.items() if k in keys}
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "metadata": {"name": name, "namespace": namespace, "labels": {**labels, L.REVISION: revision}},
         "spec": {
             "replicas": replicas,
             "serviceName": names.headless_service(deployment),

@@ -1,0 +1,34 @@
+"""Revisions and slots: what identifies the thing that serves, and where it runs.
+
+A revision is a hash of everything that changes what serves (the spec without its scale and
+rollout fields, plus the operator's images); a slot (`a` or `b`) is the set of serving objects a
+revision runs in. A revision never moves slot, so promoting a canary restarts no pod.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from enum import StrEnum
+
+from llm_operator.api.v1alpha1 import LLMDeploymentSpec
+from llm_operator.images import Images
+
+# Fields that say how much or how to roll out, not what serves: editing them is no new revision.
+NOT_SERVING = frozenset({"replicas", "autoscaling", "rollout"})
+
+
+class Slot(StrEnum):
+    A = "a"  # today's names
+    B = "b"  # names based on `<name>-b`
+
+
+def revision_of(spec: LLMDeploymentSpec, images: Images) -> str:
+    """10 hex characters of sha256 over the canonical JSON of what serves.
+
+    Fields left at their defaults are left out, so an operator version that adds a defaulted
+    field does not make every deployment a new revision (nor restart its pods)."""
+    serving = spec.model_dump(mode="json", by_alias=True, exclude_defaults=True, exclude=set(NOT_SERVING))
+    canonical = json.dumps({"spec": serving, "images": dataclasses.asdict(images)}, sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:10]

@@ -1,0 +1,82 @@
+"""revision_of: what serves changes the revision; scale and rollout settings do not."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from llm_operator.api.v1alpha1 import LLMDeploymentSpec, RuntimeSpec
+from llm_operator.images import Images
+from llm_operator.rollout.revision import revision_of
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGES = Images("runtime:1", "cpu-runtime:1", "builder:1", "0.17.0")
+
+
+def spec(**changes: Any) -> LLMDeploymentSpec:
+    doc = yaml.safe_load((REPO / "examples" / "llama3-8b-h100.yaml").read_text())["spec"]
+    for path, value in changes.items():
+        node = doc
+        *parents, leaf = path.split("__")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return LLMDeploymentSpec.model_validate(doc)
+
+
+BASE = revision_of(spec(), IMAGES)
+
+
+def test_revision_is_ten_hex_characters_and_stable() -> None:
+    assert len(BASE) == 10 and int(BASE, 16) >= 0
+    assert revision_of(spec(), IMAGES) == BASE
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"model__revision": "abc1234"},
+        {"engine__maxBatchSize": 32},
+        {"engine__precision": "fp16"},
+        {"runtime__env": [{"name": "X", "value": "1"}]},
+        {"runtime__image": "my/triton:2"},
+        {"runtime__podLabels": {"team": "a"}},
+        {"resources__memory": "99Gi"},
+    ],
+)
+def test_what_serves_changes_the_revision(changes: dict[str, Any]) -> None:
+    assert revision_of(spec(**changes), IMAGES) != BASE
+
+
+@pytest.mark.parametrize(
+    "images",
+    [
+        dataclasses.replace(IMAGES, runtime="runtime:2"),
+        dataclasses.replace(IMAGES, engine_builder="builder:2"),
+        dataclasses.replace(IMAGES, trtllm_version="0.18.0"),
+    ],
+)
+def test_the_operators_images_change_the_revision(images: Images) -> None:
+    assert revision_of(spec(), images) != BASE
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"replicas": 7},
+        {"autoscaling": {"minReplicas": 1, "maxReplicas": 4}},
+        {"rollout": {"strategy": "rolling"}},
+        {"runtime__exitTimeoutSeconds": RuntimeSpec().exit_timeout_seconds},  # a default written out
+    ],
+)
+def test_scale_and_rollout_settings_do_not(changes: dict[str, Any]) -> None:
+    assert revision_of(spec(**changes), IMAGES) == BASE
+
+
+def test_a_snapshot_round_trip_keeps_the_revision() -> None:
+    original = spec(engine__maxBatchSize=16)
+    stored = original.model_dump(mode="json", by_alias=True)
+    assert revision_of(LLMDeploymentSpec.model_validate(stored), IMAGES) == revision_of(original, IMAGES)
