@@ -10,18 +10,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from enum import StrEnum
 
-from llm_operator.api.v1alpha1 import LLMDeploymentSpec
+from llm_operator.api.v1alpha1 import LLMDeploymentSpec, Slot
 from llm_operator.images import Images
 
 # Fields that say how much or how to roll out, not what serves: editing them is no new revision.
 NOT_SERVING = frozenset({"replicas", "autoscaling", "rollout"})
-
-
-class Slot(StrEnum):
-    A = "a"  # today's names
-    B = "b"  # names based on `<name>-b`
+__all__ = ["NOT_SERVING", "Slot", "revision_of"]
 
 
 def revision_of(spec: LLMDeploymentSpec, images: Images) -> str:
