@@ -4,11 +4,13 @@ docstring promises, and the TTFT value crosses the budget exactly where 1 % of f
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from llm_operator.controller.analysis import QueryError, _value
 from llm_operator.rollout import queries as q
 
 from tests.unit.test_monitoring_rules import needs_promtool, promtool
@@ -130,3 +132,28 @@ def test_every_query_selects_the_revisions_leaders_only(metric: str) -> None:
     assert "[120s]" in expr
     # Label values are PromQL string literals, whatever they hold.
     assert q.selector(q.Target('a"b\\c', "d", "r", 60)).startswith('{namespace="a\\"b\\\\c",')
+
+
+def answer(*values: str, result_type: str = "vector") -> dict[str, Any]:
+    result = [{"metric": {}, "value": [1700000000.0, v]} for v in values]
+    return {"status": "success", "data": {"resultType": result_type, "result": result}}
+
+
+def test_an_answer_is_one_number_no_data_or_an_error() -> None:
+    """How measure() reads Prometheus's instant-query answers (controller/analysis.py)."""
+    assert _value(answer("12.5")) == 12.5
+    # No series, 0/0 (NaN) and x/0 (Inf): no data, never a number the analysis could pass.
+    for no_data in (answer(), answer("NaN"), answer("+Inf"), answer("-Inf")):
+        assert _value(no_data) is None
+    for bad, says in (
+        (
+            {"status": "error", "errorType": "bad_data", "error": "parse error"},
+            "refused the query: parse error",
+        ),
+        (answer("1", "2"), "expected one sample, Prometheus answered 2"),
+        (answer("1", result_type="matrix"), "unexpected answer"),
+        (answer("many"), "unexpected sample"),
+        ("<html>", "refused the query: '<html>'"),
+    ):
+        with pytest.raises(QueryError, match=re.escape(says)):
+            _value(bad)

@@ -43,7 +43,7 @@ def _value(answer: Any) -> float | None:
     (NaN: nothing to divide by; Inf: a division by zero requests)."""
     if not isinstance(answer, dict) or answer.get("status") != "success":
         error = answer.get("error") if isinstance(answer, dict) else None
-        raise QueryError(f"Prometheus refused the query: {error or answer!r:.200}")
+        raise QueryError(f"Prometheus refused the query: {str(error) if error else repr(answer):.200}")
     data = answer.get("data") or {}
     result = data.get("result")
     if data.get("resultType") != "vector" or not isinstance(result, list):
