@@ -43,7 +43,9 @@ def expected(prompt: str, max_tokens: int, sampler: Sampler | None = None) -> st
     return "".join(lm.generate(prompt, max_tokens, sampler))
 
 
-def serve(workdir: Path, spec: LLMDeploymentSpec) -> Iterator[TritonProcess]:
+def serve(
+    workdir: Path, spec: LLMDeploymentSpec, env: dict[str, str] | None = None
+) -> Iterator[TritonProcess]:
     # The stub must import torch, numpy and this checkout's llm_operator from the test environment.
     python_path = (str(REPO / "operator"), sysconfig.get_paths()["purelib"])
     files = render_repository(
@@ -54,7 +56,7 @@ def serve(workdir: Path, spec: LLMDeploymentSpec) -> Iterator[TritonProcess]:
     for key, text in to_configmap_data(files).items():
         (configmap / key).write_text(text)
     materialize(configmap, workdir / "repo")
-    server = TritonProcess(repo=workdir / "repo", workdir=workdir)
+    server = TritonProcess(repo=workdir / "repo", workdir=workdir, env=env or {})
     try:
         server.start()
     except RuntimeError as e:

@@ -79,6 +79,7 @@ class TritonProcess:
     grpc_port: int = field(default_factory=free_port)
     metrics_port: int = field(default_factory=free_port)
     exit_timeout_seconds: int = 5
+    env: dict[str, str] = field(default_factory=dict)  # on top of this process's environment
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -103,7 +104,7 @@ class TritonProcess:
 
     def start(self, ready_timeout: float = 120.0) -> None:
         backends = self.install.backends(self.workdir / "backends")
-        env = dict(os.environ)
+        env = {**os.environ, **self.env}
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
             p for p in (str(self.install.libraries), env.get("LD_LIBRARY_PATH", "")) if p
         )

@@ -348,6 +348,8 @@ class KvCacheSpec(Spec):
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 RESERVED_ENV_PREFIX = "LLMOP_"  # the serving pod contract (docs/launcher-and-engines.md)
+# ...except the CPU reference runtime's test-only fault knob (runtime/cpu_reference/faults.py).
+FAULT_ENV_PREFIX = "LLMOP_FAULT_"
 RESERVED_LABEL_PREFIXES = (f"{GROUP}/", "app.kubernetes.io/")
 
 
@@ -378,9 +380,10 @@ class EnvVar(Spec):
                 "!(has(self.value) && has(self.valueFrom))", "an env entry takes value or valueFrom, not both"
             ),
             cel(
-                f"!self.name.startsWith('{RESERVED_ENV_PREFIX}')",
-                f"{RESERVED_ENV_PREFIX}* variables are the operator's pod contract and are set by it; "
-                "choose another name",
+                f"!self.name.startsWith('{RESERVED_ENV_PREFIX}') "
+                f"|| self.name.startsWith('{FAULT_ENV_PREFIX}')",
+                f"{RESERVED_ENV_PREFIX}* variables are the operator's pod contract and are set by it "
+                f"(only the test-only {FAULT_ENV_PREFIX}* knob is yours); choose another name",
             ),
         )
     )
@@ -392,7 +395,7 @@ class EnvVar(Spec):
     @field_validator("name")
     @classmethod
     def _not_contract(cls, name: str) -> str:  # the CEL rule's twin, for `llm-operator render`
-        if name.startswith(RESERVED_ENV_PREFIX):
+        if name.startswith(RESERVED_ENV_PREFIX) and not name.startswith(FAULT_ENV_PREFIX):
             raise ValueError(f"{RESERVED_ENV_PREFIX}* variables are the operator's pod contract")
         return name
 
@@ -457,7 +460,8 @@ class RuntimeSpec(Spec):
         default_factory=list,
         max_length=64,
         description="Extra environment of the serving container and the engine build (e.g. a "
-        "Hugging Face token from a Secret). LLMOP_* names are reserved.",
+        "Hugging Face token from a Secret). LLMOP_* names are reserved, except the CPU reference "
+        "runtime's test-only fault knob LLMOP_FAULT_* (docs/development.md).",
     )
     env_from: list[EnvFromSource] = Field(
         default_factory=list,

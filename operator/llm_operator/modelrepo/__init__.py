@@ -28,6 +28,8 @@ LOGITS_DATATYPE = "TYPE_FP32"
 CPU_RUNTIME_PYTHON_PATH = ("/usr/local/lib/python3.11/site-packages",)
 # Shipped in the repository itself, so a materialized ConfigMap is a complete, loadable repository.
 CPU_MODEL_PY = Path(__file__).resolve().parents[1] / "runtime" / "cpu_reference" / "model.py"
+# nv_inference_first_response_histogram_ms's buckets in Triton's core (metric_model_reporter.h).
+TTFT_DEFAULT_BUCKETS_MS = (100, 500, 2000, 5000)
 
 T = TypeVar("T")
 
@@ -70,9 +72,26 @@ def _pick(explicit: T | None, default: T) -> T:
     return default if explicit is None else explicit
 
 
+def ttft_budget_ms(spec: LLMDeploymentSpec) -> int | None:
+    """The canary analysis's time-to-first-token budget, if any."""
+    analysis = spec.rollout.canary.analysis if spec.rollout.canary else None
+    return analysis.max_time_to_first_token_milliseconds if analysis else None
+
+
+def ttft_buckets_ms(spec: LLMDeploymentSpec) -> list[int]:
+    """Bucket edges of nv_inference_first_response_histogram_ms: Triton's defaults plus, with a
+    budget, an edge exactly at it (so "p99 within budget" is exact: rollout/queries.py) and one at
+    twice it (histogram_quantile reports a quantile in the +Inf bucket as the highest finite edge,
+    which must then lie above the budget)."""
+    budget = ttft_budget_ms(spec)
+    return sorted({*TTFT_DEFAULT_BUCKETS_MS, *((budget, 2 * budget) if budget else ())})
+
+
 def _common(spec: LLMDeploymentSpec, profile: ProfileDefaults) -> dict[str, object]:
     batching = spec.runtime.batching
     return {
+        "ttft_budget_ms": ttft_budget_ms(spec),
+        "ttft_buckets_ms": ", ".join(str(b) for b in ttft_buckets_ms(spec)),
         "max_batch_size": spec.engine.max_batch_size,
         "decoupled": _flag(spec.runtime.streaming),
         "max_queue_delay_microseconds": _pick(

@@ -6,7 +6,17 @@ token, the last one flagged final, and any request gets its final response as so
 
 It also exports the TensorRT-LLM backend's load gauges under their real names and labels
 (nv_trt_llm_request_metrics, nv_trt_llm_kv_cache_block_metrics), measured on its own batches, so
-the recording rules and dashboards of GPU pods work on CPU pods too (docs/autoscaling.md).
+the recording rules and dashboards of GPU pods work on CPU pods too (docs/autoscaling.md), and
+Triton's time-to-first-response histogram (nv_inference_first_response_histogram_ms, model and
+version labels), which this Triton (2.51) lacks: from Triton 24.11 the core exports it for every
+model, with the buckets of the config's model_metrics. Here the buckets come from the
+`ttft_buckets_ms` parameter (the operator puts an edge at the canary analysis's TTFT budget, so the
+analysis is exact there), and the time runs from the moment the model receives the request, not
+from its arrival in Triton: a python backend cannot see its request's wait in Triton's queue
+(nv_inference_queue_duration_us has it).
+
+TEST-ONLY: faults.py's knob (LLMOP_FAULT_* environment variables) makes requests fail or slow on
+purpose, for canary analysis tests; unset, it does nothing.
 
 The operator ships this file inside the rendered repository (<repo>/ensemble/1/model.py). Triton's
 python stub embeds the system libpython and ignores PYTHONPATH, so before importing anything beyond
@@ -29,6 +39,7 @@ def _python_path() -> list[str]:
 sys.path[:0] = [p for p in _python_path() if p not in sys.path]
 
 import json  # noqa: E402
+import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
@@ -38,6 +49,7 @@ import torch  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
 from llm_operator.runtime.cpu_reference import BUILTIN_MODELS  # noqa: E402
+from llm_operator.runtime.cpu_reference.faults import ERROR_PERCENT, Faults  # noqa: E402
 from llm_operator.runtime.cpu_reference.tiny_lm import Sampler, TinyLM, encode  # noqa: E402
 
 
@@ -76,6 +88,7 @@ class Job:
     sampler: Sampler
     generated: str = ""
     done: bool = False
+    answered: bool = False  # its first response is sent (time to first token observed)
 
 
 # TensorRT-LLM's paged KV cache hands out blocks of this many tokens (trtllm-build's default).
@@ -152,8 +165,44 @@ class LoadGauges:
         self.update()
 
 
+INJECTED = "injected fault"
+
+
 def _blocks(tokens: int) -> int:
     return -(-tokens // TOKENS_PER_BLOCK)
+
+
+class FirstResponse:
+    """nv_inference_first_response_histogram_ms{model, version}: milliseconds from the request
+    reaching this model to its first response."""
+
+    def __init__(self, args: dict[str, str], buckets: list[float]) -> None:
+        self.family = pb_utils.MetricFamily(
+            name="nv_inference_first_response_histogram_ms",
+            description="Duration from request to first response in milliseconds",
+            kind=pb_utils.MetricFamily.HISTOGRAM,
+        )
+        labels = {"model": args["model_name"], "version": args["model_version"]}
+        self.metric = self.family.Metric(labels=labels, buckets=buckets)
+
+    def observe(self, job: Job, since: float) -> None:
+        if not job.answered:
+            job.answered = True
+            self.metric.observe((time.monotonic() - since) * 1000.0)
+
+
+def _raise_injected(checked: list[Job | str]) -> None:
+    """Fail the batch if the fault knob failed one of its requests. Triton's python backend
+    reports every request of a batch a success, error responses included, unless execute raises:
+    only then is nv_inference_request_failure counted (for the whole batch)."""
+    for outcome in checked:
+        if isinstance(outcome, str) and outcome.startswith(INJECTED):
+            raise pb_utils.TritonModelException(outcome)
+
+
+def _delay(milliseconds: float) -> None:
+    if milliseconds:
+        time.sleep(milliseconds / 1000.0)
 
 
 class TritonPythonModel:
@@ -171,9 +220,25 @@ class TritonPythonModel:
         self.exclude_input = params["exclude_input_in_output"] == "true"
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         self.load = LoadGauges(args, int(config["max_batch_size"]), _blocks(self.max_seq_len))
+        buckets = [float(b) for b in params["ttft_buckets_ms"].split(",")]
+        self.first_response = FirstResponse(args, buckets)
+        try:
+            self.faults = Faults.from_env(os.environ)
+        except ValueError as e:
+            raise pb_utils.TritonModelException(str(e)) from None
+        if self.faults.active:
+            pb_utils.Logger.log_warn(f"TEST-ONLY fault knob on: {self.faults.describe()}")
+        self.received = 0  # requests this instance was given: the fault knob's counter
 
     def finalize(self) -> None:
         self.load.close()
+
+    def _admit(self, request: Any) -> Job | str:
+        """The request's job, or why it is refused (or fails on purpose: faults.py)."""
+        n, self.received = self.received, self.received + 1
+        if self.faults.fails(n):
+            return f"{INJECTED} ({ERROR_PERCENT}={self.faults.error_percent:g}, test only)"
+        return self._job(request)
 
     def _job(self, request: Any) -> Job | str:
         """The request's job, or why it is refused (TensorRT-LLM refuses the same requests)."""
@@ -212,6 +277,7 @@ class TritonPythonModel:
         # The prefill (context phase) starts with the prompts' blocks taken, as in TensorRT-LLM.
         self.load.update(len(jobs), context=len(jobs), used_blocks=sum(_blocks(len(p)) for p in prompts))
         try:
+            _delay(self.faults.ttft_ms)  # a slow prefill
             self._steps(jobs, prompts, emit)
         finally:
             self.load.update()
@@ -242,29 +308,45 @@ class TritonPythonModel:
         return _text(job.generated if job.exclude_input else job.prompt + job.generated)
 
     def execute(self, requests: list[Any]) -> list[Any] | None:
-        checked = [self._job(r) for r in requests]
+        started = time.monotonic()
+        checked = [self._admit(r) for r in requests]
         jobs = [j for j in checked if isinstance(j, Job)]
         if not self.decoupled:
             if jobs:
                 self._decode(jobs, lambda job, piece: None)
+                _delay(self.faults.latency_ms)
+            _raise_injected(checked)  # the whole batch fails with it
+            for job in jobs:
+                self.first_response.observe(job, started)
             return [_error(j) if isinstance(j, str) else self._result(j) for j in checked]
 
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        for request, job in zip(requests, checked, strict=True):
-            if isinstance(job, str):
-                request.get_response_sender().send(_error(job), flags=final)
+        for request, refusal in zip(requests, checked, strict=True):
+            if isinstance(refusal, str):
+                request.get_response_sender().send(_error(refusal), flags=final)
         senders = {id(j): j.request.get_response_sender() for j in jobs}
+        held: list[tuple[Job, Any]] = []  # final responses the fault knob delays
+
+        def send(job: Job, response: Any, flags: int) -> None:
+            self.first_response.observe(job, started)
+            senders[id(job)].send(response, flags=flags)
 
         def emit(job: Job, piece: str) -> None:
-            sender = senders[id(job)]
             if job.request.is_cancelled():  # the client left: free its slot in the batch
                 job.done = True
-                sender.send(_error("request cancelled"), flags=final)
+                senders[id(job)].send(_error("request cancelled"), flags=final)
+            elif job.done and self.faults.latency_ms:
+                held.append((job, _text(piece) if job.stream else self._result(job)))
             elif job.stream:
-                sender.send(_text(piece), flags=final if job.done else 0)
+                send(job, _text(piece), final if job.done else 0)
             elif job.done:
-                sender.send(self._result(job), flags=final)
+                send(job, self._result(job), final)
 
         if jobs:
             self._decode(jobs, emit)
+        if held:
+            _delay(self.faults.latency_ms)
+            for job, response in held:
+                send(job, response, final)
+        _raise_injected(checked)  # its other requests have their answers already
         return None
