@@ -21,7 +21,7 @@ from lightkube import ApiError
 from pydantic import ValidationError
 
 from llm_operator.api.v1alpha1 import LLMDeployment
-from llm_operator.controller import autoscaling, engines
+from llm_operator.controller import analysis, autoscaling, engines
 from llm_operator.controller.apply import Applier
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.groups import GroupFailures, group_pods
@@ -29,11 +29,12 @@ from llm_operator.controller.kube import KubeApi, MissingApi, NotLeading, obj_ke
 from llm_operator.controller.metrics import DEPLOYMENTS, RECONCILE_ERRORS, RECONCILE_SECONDS
 from llm_operator.controller.observe import Key, PodProblems, existing_pools, pool_observed
 from llm_operator.controller.queue import WorkQueue
+from llm_operator.controller.rollout import Rollout, Rollouts
 from llm_operator.controller.ssh import SshIdentities, needs_ssh
-from llm_operator.controller.status import Observation, reduce
+from llm_operator.controller.status import Event, Observation, reduce
 from llm_operator.desired import Desired, desired, plan_for
 from llm_operator.plan.inventory import Inventory
-from llm_operator.plan.types import Plan, PlanningError
+from llm_operator.plan.types import PlanningError
 from llm_operator.render.children import serving_selector
 from llm_operator.render.services import endpoints
 
@@ -44,6 +45,11 @@ REPORT_AFTER_FAILURES = 4
 MAX_BACKOFF_SECONDS = 60.0
 CLAIM_RECHECK_SECONDS = 15.0  # claims are not watched: look again for one that was missing
 KEDA_RECHECK_SECONDS = 30.0  # a ScaledObject refused for want of KEDA's CRDs: try again
+OPTIONAL_KINDS = ("ScaledObject", "HTTPRoute")  # CRDs a cluster may lack (KEDA, the Gateway API)
+GATEWAY_API_MISSING = (
+    "the Gateway API is not installed (no HTTPRoute kind in this cluster): install its standard "
+    "CRDs and a Gateway, or use rollout.canary.trafficRouting replica-ratio"
+)
 
 
 def now() -> str:
@@ -60,6 +66,7 @@ class Reconciler:
         self.pod_problems = PodProblems()
         self.group_failures = GroupFailures()
         self.ssh = SshIdentities(kube)
+        self.rollouts = Rollouts(analysis.measure)
         self.statuses: dict[Key, dict[str, Any]] = {}  # last status written, for the gauge
         self.known: set[Key] = set()
         self.leader_worker_set = False  # render multi-node replicas as LeaderWorkerSets
@@ -82,6 +89,7 @@ class Reconciler:
         self._failures.pop(key, None)
         self.statuses.pop(key, None)
         self.pod_problems.forget(key)
+        self.rollouts.ready.forget(key)
         self.group_failures.forget(key)
         self.ssh.forget(key)
         self.applier.forget(key)
@@ -105,6 +113,7 @@ class Reconciler:
 
     async def pod_event(self, event: str, pod: dict[str, Any]) -> None:
         self._wake(self.pod_problems.update(event, pod))
+        self._wake(self.rollouts.ready.update(event, pod))
         self._wake(self.group_failures.update(pod))
 
     def _wake(self, key: Key | None) -> None:
@@ -166,54 +175,67 @@ class Reconciler:
             obs = Observation(generation, PlanningError("InvalidSpec", error), invalid_spec=error)
             await self._write_status(body, obs)
             return
+        builds = lambda ns, key, job: engines.build_observed(self.applier.children, ns, key, job)  # noqa: E731
         try:
-            plan = plan_for(ld, self.inventory)
-            want = desired(
-                ld,
-                plan,
-                self.config.images,
-                lambda ns, key, job: engines.build_observed(self.applier.children, ns, key, job),
-                leader_worker_set=self.leader_worker_set,
-                prometheus_url=self.config.prometheus_url,
-            )
+            rollout = await self.rollouts.decide(ld, self.config.images, self.applier.children)
+            wants = [
+                desired(
+                    s.ld,
+                    plan_for(s.ld, self.inventory),
+                    s.images,
+                    builds,
+                    slot=s.slot,
+                    revision=s.revision,
+                    leader_worker_set=self.leader_worker_set,
+                    prometheus_url=self.config.prometheus_url,
+                )
+                for s in rollout.slots
+            ]
         except PlanningError as e:
             # Keep whatever serves now; only status and an Event change.
             await self._write_status(body, self._stalled(body, e))
             return
-        missing = await engines.missing_claims(self.kube, want.jobs, self._claims)
+        jobs = [job for want in wants for job in want.jobs]
+        missing = await engines.missing_claims(self.kube, jobs, self._claims)
         if missing:
             uris = [ld.spec.model.source.uri, ld.spec.engine.cache.uri]
             message = engines.missing_claims_message(ld.namespace, missing, uris)
             await self._write_status(body, self._stalled(body, PlanningError("VolumeClaimNotFound", message)))
             self.queue.add_after((namespace, name), CLAIM_RECHECK_SECONDS)
             return
-        if needs_ssh(plan):
+        if any(needs_ssh(want.plan) for want in wants):
             await self.ssh.ensure(ld)
-        no_keda = await self._apply(ld, want)
-        await self._write_status(body, self._observe(ld, plan, want, no_keda))
-        if no_keda:
-            self.queue.add_after((namespace, name), KEDA_RECHECK_SECONDS)
+        missing_apis = await self._apply(ld, wants, rollout.objects)
+        events = [Event(*e) for e in rollout.decision.events]
+        await self._write_status(body, self._observe(ld, wants, rollout, missing_apis), events)
+        later = [t for t in (rollout.decision.requeue_after,) if t is not None]
+        if "ScaledObject" in missing_apis:
+            later.append(KEDA_RECHECK_SECONDS)
+        if later:
+            self.queue.add_after((namespace, name), min(later))
 
-    async def _apply(self, ld: LLMDeployment, want: Desired) -> bool:
-        """Apply and prune; True when the ScaledObject API is missing (KEDA not installed): the
-        rest is applied all the same and the deployment serves at its current replica count."""
-        await engines.record_built(self.kube, ld.namespace, want.record, now())
-        for job in want.jobs:
+    async def _apply(self, ld: LLMDeployment, wants: list[Desired], extra: list[dict[str, Any]]) -> set[str]:
+        """Apply and prune; returns the optional kinds whose API is missing (KEDA's ScaledObject,
+        the Gateway API's HTTPRoute): the rest is applied all the same."""
+        for want in wants:
+            await engines.record_built(self.kube, ld.namespace, want.record, now())
+        for job in (job for want in wants for job in want.jobs):
             # A build is created once: a Job's pod template is immutable, and a spec edit that
             # does not change the engine (its key, so its Job name) must not try to change it.
             if obj_key(job) not in self.applier.children:
                 await self.kube.create(job)
-        no_keda = False
-        for obj in want.shared + want.children:
+        missing: set[str] = set()
+        objs = wants[0].shared + [o for want in wants for o in want.children] + extra
+        for obj in objs:
             try:
                 await self.applier.apply(obj)
             except MissingApi:
-                if obj["kind"] != "ScaledObject":
+                if obj["kind"] not in OPTIONAL_KINDS:
                     raise
-                no_keda = True
-        keep = {obj_key(o) for o in want.shared + want.children}
-        await self.applier.prune((ld.namespace, ld.name), keep, want.held)
-        return no_keda
+                missing.add(obj["kind"])
+        keep = {obj_key(o) for o in objs}
+        await self.applier.prune((ld.namespace, ld.name), keep, frozenset().union(*(w.held for w in wants)))
+        return missing
 
     async def _recreate_broken_groups(self, namespace: str, name: str) -> None:
         for group in self.group_failures.take((namespace, name)):
@@ -224,20 +246,34 @@ class Reconciler:
 
     # -- observing and reporting ---------------------------------------------------------------
 
-    def _observe(self, ld: LLMDeployment, plan: Plan, want: Desired, no_keda: bool) -> Observation:
+    def _observe(
+        self, ld: LLMDeployment, wants: list[Desired], rollout: Rollout, missing_apis: set[str]
+    ) -> Observation:
+        """The current spec's slot gives plan, engines and pools; the rollout adds the other."""
         children, applied = self.applier.children, self.applier.applied
         scaling = ld.spec.autoscaling
+        current, spec = wants[0], rollout.slots[0]
+        route_problem = rollout.route_problem
+        if "HTTPRoute" in missing_apis:
+            route_problem = GATEWAY_API_MISSING
         return Observation(
             ld.generation,
-            plan,
-            engines=want.engines,
-            pools={p.name: pool_observed(children, applied, ld, p) for p in plan.pools},
+            current.plan,
+            engines=current.engines,
+            pools={
+                p.name: pool_observed(children, applied, spec.ld, p, spec.slot) for p in current.plan.pools
+            },
             selector=serving_selector(ld.name),
             endpoints=endpoints(ld.name, ld.namespace),
             pod_problems=self.pod_problems.of((ld.namespace, ld.name)),
             autoscaler=None
             if scaling is None
-            else autoscaling.observe(children, ld.namespace, ld.name, scaling, api_missing=no_keda),
+            else autoscaling.observe(
+                children, ld.namespace, ld.name, scaling, api_missing="ScaledObject" in missing_apis
+            ),
+            revisions=rollout.decision.revisions,
+            total=ld.spec.replicas,
+            route_problem=route_problem,
         )
 
     def _stalled(self, body: dict[str, Any], error: PlanningError) -> Observation:
@@ -249,9 +285,12 @@ class Reconciler:
             selector=serving_selector(name),
         )
 
-    async def _write_status(self, body: dict[str, Any], obs: Observation) -> None:
+    async def _write_status(
+        self, body: dict[str, Any], obs: Observation, decided: list[Event] | None = None
+    ) -> None:
         old = body.get("status") or {}
         status, events = reduce(obs, old, now())
+        events = (decided or []) + events
         key = (body["metadata"]["namespace"], body["metadata"]["name"])
         if _comparable(status) != _comparable(old):
             patch: dict[str, Any] = {k: None for k in old if k not in status}

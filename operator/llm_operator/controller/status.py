@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from llm_operator.api.v1alpha1 import Phase
+from llm_operator.api.v1alpha1 import Phase, RevisionsStatus, RolloutPhase
 from llm_operator.controller import autoscaling
 from llm_operator.engine.state import EngineState, PoolEngineStatus
 from llm_operator.plan.types import Plan, PlanningError
@@ -41,6 +41,9 @@ class Observation:
     invalid_spec: str | None = None  # the stored object does not validate (e.g. an old CRD)
     pod_problems: tuple[str, ...] = ()  # "pod: Reason: message" of serving pods that cannot run
     autoscaler: autoscaling.AutoscalerObserved | None = None  # spec.autoscaling is set
+    revisions: RevisionsStatus | None = None  # the rollout decided in this pass (None: none was)
+    total: int | None = None  # replicas of both slots together (the scale subresource's count)
+    route_problem: str | None = None  # the gateway-api route cannot carry traffic: why
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ def reduce(
         )
         status["replicas"] = sum(p.desired for p in obs.pools.values())
         conds, phase = _stalled(reason, message, serving, g)
-        return _finish(status, conds + _autoscaling(obs), phase, reason, message, old_status, now)
+        return _finish(obs, status, conds + _autoscaling(obs), phase, reason, message, old_status, now)
 
     plan = obs.plan
     desired = plan.replicas
@@ -147,7 +150,7 @@ def reduce(
             conds += [engine_cond, _cond("Available", serving or desired == 0, _available(serving), "", g)]
             conds += _autoscaling(obs)
             status, events = _finish(
-                status, conds, phase, "MissingObject", "; ".join(missing), old_status, now
+                obs, status, conds, phase, "MissingObject", "; ".join(missing), old_status, now
             )
             return status, placement_events + events
         if pod_problems:
@@ -166,7 +169,7 @@ def reduce(
     conds.append(engine_cond)
     conds.append(_cond("Available", serving or desired == 0, _available(serving), "", g))
     conds += _autoscaling(obs)
-    status, events = _finish(status, conds, phase, reason, message, old_status, now)
+    status, events = _finish(obs, status, conds, phase, reason, message, old_status, now)
     return status, placement_events + events
 
 
@@ -275,6 +278,7 @@ _EVENT_TYPES = ("Ready", "Stalled", "Degraded", "EngineReady", autoscaling.CONDI
 
 
 def _finish(
+    obs: Observation,
     status: dict[str, Any],
     conds: list[dict[str, Any]],
     phase: Phase,
@@ -283,6 +287,7 @@ def _finish(
     old_status: dict[str, Any] | None,
     now: str,
 ) -> tuple[dict[str, Any], list[Event]]:
+    conds, phase, reason, message = _rollout(obs, status, conds, phase, reason, message, old_status)
     old = {c["type"]: c for c in (old_status or {}).get("conditions", [])}
     events: list[Event] = []
     for c in conds:
@@ -305,3 +310,69 @@ def _finish(
     status["reason"] = reason
     status["message"] = message
     return status, events
+
+
+_CANARY_REASONS = {
+    RolloutPhase.PROGRESSING: "CanaryProgressing",
+    RolloutPhase.PAUSED: "CanaryPaused",
+    RolloutPhase.PROMOTING: "CanaryPromoting",
+}
+
+
+def _rollout(
+    obs: Observation,
+    status: dict[str, Any],
+    conds: list[dict[str, Any]],
+    phase: Phase,
+    reason: str,
+    message: str,
+    old_status: dict[str, Any] | None,
+) -> tuple[list[dict[str, Any]], Phase, str, str]:
+    """status.revisions, and while a canary runs the conditions say where it stands. The
+    revisions are the rollout's memory (its timers): a pass that decided nothing keeps them."""
+    g, r = obs.generation, obs.revisions
+    if r is None:
+        if (old_status or {}).get("revisions"):
+            status["revisions"] = old_status["revisions"]  # type: ignore[index]
+        return conds, phase, reason, message
+    status["revisions"] = r.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if r.canary is not None and obs.total is not None:
+        status["replicas"] = obs.total
+        status["readyReplicas"] = (r.stable_ready_replicas or 0) + (r.canary_ready_replicas or 0)
+    serving = status.get("readyReplicas", 0) > 0
+    kept = [c for c in conds if c["type"] not in _ROLLOUT_TYPES]
+    if obs.route_problem is not None:
+        reason, message = "RouteNotAccepted", obs.route_problem
+        stalled, phase = _stalled(reason, message, serving, g)
+        return stalled + kept, phase, reason, message
+    if r.canary is None or any(c["type"] == "Stalled" and c["status"] == "True" for c in conds):
+        return conds, phase, reason, message
+    if r.phase == RolloutPhase.ABORTED:
+        reason, message = "RolloutAborted", r.message or f"aborted: {r.abort_reason}"
+        rollout = [
+            _cond("Ready", False, reason, message, g),
+            _cond("Reconciling", False, reason, "", g),
+            _cond("Stalled", True, reason, message, g),
+            _cond("Progressing", False, reason, message, g),
+            _cond("Degraded", True, reason, f"{r.abort_reason}; revision {r.stable} keeps serving", g),
+        ]
+        return rollout + kept, Phase.DEGRADED, reason, message
+    reason = _CANARY_REASONS.get(r.phase or RolloutPhase.PROGRESSING, "CanaryProgressing")
+    message = r.message or ""
+    degraded = next(c for c in conds if c["type"] == "Degraded")
+    rollout = [
+        _cond("Ready", False, reason, message, g),
+        _cond("Reconciling", True, reason, message, g),
+        _cond("Stalled", False, reason, "", g),
+        _cond("Progressing", True, reason, message, g),
+        degraded,
+    ]
+    return (
+        rollout + kept,
+        Phase.DEGRADED if degraded["status"] == "True" else Phase.PROGRESSING,
+        reason,
+        message,
+    )
+
+
+_ROLLOUT_TYPES = ("Ready", "Reconciling", "Stalled", "Progressing", "Degraded")

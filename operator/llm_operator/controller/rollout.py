@@ -1,0 +1,275 @@
+"""Rollouts in the reconcile: what each slot runs, read from the cluster and decided by the pure
+state machine (rollout/machine.py), with the canary's analysis measured on Prometheus when due.
+
+The reconcile asks `Rollouts.decide` once per pass. It reads the LLMDeployment's own status
+(every timer lives there), the slots' ready pods, the revision snapshots, the HTTPRoute's
+acceptance and the user's action annotation; it returns the decision and, per slot, the spec and
+images to render (the stable slot from its snapshot, the canary from the current spec).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from llm_operator import labels as L
+from llm_operator.api.v1alpha1 import (
+    GROUP,
+    CanaryAnalysis,
+    LLMDeployment,
+    RolloutStrategy,
+    TrafficRouting,
+)
+from llm_operator.controller.kube import ObjKey
+from llm_operator.controller.observe import Key, owner_key
+from llm_operator.images import Images
+from llm_operator.plan.types import PlanningError
+from llm_operator.render import names
+from llm_operator.render.rollout import (
+    SNAPSHOT_COMPONENT,
+    controller_revision,
+    for_slot,
+    http_route,
+    images_from_snapshot,
+    revision_services,
+    spec_from_snapshot,
+)
+from llm_operator.rollout import machine
+from llm_operator.rollout.revision import revision_of
+from llm_operator.rollout.types import Decision, Measurement, Slot, SlotObserved
+
+log = logging.getLogger(__name__)
+
+ACTION_ANNOTATION = f"{GROUP}/rollout-action"
+
+# (url, analysis, namespace, deployment, revision) -> one window of every bounded metric
+Measure = Callable[[str, CanaryAnalysis, str, str, str], Awaitable[list[Measurement]]]
+
+
+@dataclass(frozen=True)
+class SlotSpec:
+    """One slot to render: the deployment running that slot's revision at its replica count."""
+
+    slot: Slot
+    revision: str
+    ld: LLMDeployment
+    images: Images
+
+
+@dataclass(frozen=True)
+class Rollout:
+    decision: Decision
+    revision: str  # the current spec's
+    slots: list[SlotSpec]  # the current spec's slot first
+    objects: list[dict[str, Any]]  # snapshots, revision Services, the HTTPRoute
+    route_problem: str | None  # the gateway does not accept the HTTPRoute: its own words
+
+
+class ReadyPods:
+    """Per deployment, its Ready leader pods by (slot, revision), kept from the pod watch: the
+    stable slot may shrink only by canary pods that run the canary's revision and are Ready."""
+
+    def __init__(self) -> None:
+        self._by_owner: dict[Key, dict[str, tuple[str, str]]] = {}
+
+    def update(self, event: str, pod: dict[str, Any]) -> Key | None:
+        owner = owner_key(pod)
+        if owner is None:
+            return None
+        meta = pod["metadata"]
+        labels = meta.get("labels") or {}
+        ready = (
+            event != "DELETED"
+            and not meta.get("deletionTimestamp")
+            and labels.get(L.ROLE) == "leader"
+            and any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (pod.get("status") or {}).get("conditions") or []
+            )
+        )
+        pods = self._by_owner.setdefault(owner, {})
+        now = (labels.get(L.SLOT, Slot.A.value), labels.get(L.REVISION, "")) if ready else None
+        if pods.get(meta["name"]) == now:
+            return None
+        if now is None:
+            pods.pop(meta["name"], None)
+        else:
+            pods[meta["name"]] = now
+        return owner
+
+    def count(self, key: Key, slot: Slot, revision: str | None) -> int:
+        return sum(1 for s, r in self._by_owner.get(key, {}).values() if s == slot.value and r == revision)
+
+    def forget(self, key: Key) -> None:
+        self._by_owner.pop(key, None)
+
+
+def observe_slots(
+    children: Mapping[ObjKey, dict[str, Any]], ld: LLMDeployment, ready: ReadyPods
+) -> dict[Slot, SlotObserved]:
+    """Each slot's leader workloads: the revision their pod template runs, replicas, Ready pods."""
+    found: dict[Slot, tuple[str | None, int]] = {}
+    for (kind, namespace, _), obj in children.items():
+        if kind not in ("StatefulSet", "LeaderWorkerSet") or owner_key(obj) != (ld.namespace, ld.name):
+            continue
+        labels = obj["metadata"].get("labels") or {}
+        if namespace != ld.namespace or labels.get(L.ROLE, "leader") != "leader":
+            continue
+        slot = Slot(labels.get(L.SLOT, Slot.A.value))
+        template = (((obj.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels") or {}
+        if kind == "LeaderWorkerSet":
+            template = (
+                (
+                    ((obj["spec"].get("leaderWorkerTemplate") or {}).get("leaderTemplate") or {}).get(
+                        "metadata"
+                    )
+                )
+                or {}
+            ).get("labels") or {}
+        revision, replicas = found.get(slot, (None, 0))
+        found[slot] = (template.get(L.REVISION) or revision, replicas + int(obj["spec"].get("replicas") or 0))
+    key = (ld.namespace, ld.name)
+    return {
+        slot: SlotObserved(revision, replicas, ready.count(key, slot, revision), True)
+        for slot, (revision, replicas) in found.items()
+    }
+
+
+def snapshots(children: Mapping[ObjKey, dict[str, Any]], ld: LLMDeployment) -> dict[str, dict[str, Any]]:
+    """Revision -> the ControllerRevision that keeps its spec."""
+    out = {}
+    for (kind, namespace, _), obj in children.items():
+        if (
+            kind == "ControllerRevision"
+            and namespace == ld.namespace
+            and owner_key(obj) == (ld.namespace, ld.name)
+        ):
+            labels = obj["metadata"].get("labels") or {}
+            revision = labels.get(L.REVISION)
+            # The StatefulSet controller's own ControllerRevisions carry our pod labels too.
+            if revision and labels.get(L.COMPONENT) == SNAPSHOT_COMPONENT:
+                out[revision] = obj
+    return out
+
+
+def route_state(children: Mapping[ObjKey, dict[str, Any]], ld: LLMDeployment) -> tuple[bool, str | None]:
+    """(accepted, the gateway's words when it refuses) of the deployment's HTTPRoute: a backend
+    gets weight only through a route its gateway accepted."""
+    route = children.get(("HTTPRoute", ld.namespace, names.http_route(ld.name)))
+    if route is None:
+        return False, None
+    for parent in (route.get("status") or {}).get("parents") or []:
+        for cond in parent.get("conditions") or []:
+            if cond.get("type") in ("Accepted", "ResolvedRefs") and cond.get("status") == "False":
+                ref = parent.get("parentRef") or {}
+                where = f"{ref.get('namespace', ld.namespace)}/{ref.get('name', '?')}"
+                return (
+                    False,
+                    f"HTTPRoute {route['metadata']['name']} on {where}: "
+                    f"{cond.get('reason')}: {cond.get('message', '')}",
+                )
+    accepted = any(
+        c.get("type") == "Accepted" and c.get("status") == "True"
+        for p in (route.get("status") or {}).get("parents") or []
+        for c in p.get("conditions") or []
+    )
+    return accepted, None
+
+
+class Rollouts:
+    def __init__(self, measure: Measure) -> None:
+        self.measure = measure
+        self.ready = ReadyPods()
+
+    async def decide(
+        self, ld: LLMDeployment, images: Images, children: Mapping[ObjKey, dict[str, Any]]
+    ) -> Rollout:
+        """Raises PlanningError when a slot's spec cannot be rendered (its snapshot is gone)."""
+        revision = revision_of(ld.spec, images)
+        old = ld.status.revisions if ld.status is not None else None
+        slots = observe_slots(children, ld, self.ready)
+        action = (ld.metadata.get("annotations") or {}).get(ACTION_ANNOTATION)
+        route_ok, route_problem = route_state(children, ld)
+        now = datetime.now(UTC)
+        args = (ld.spec, revision, old, slots, ld.spec.replicas)
+        decision = machine.decide(*args, None, action, now, route_ok)
+        canary = ld.spec.rollout.canary
+        if decision.measure and canary is not None and canary.analysis is not None:
+            target = decision.revisions.canary
+            assert target is not None
+            measured = await self.measure(
+                canary.analysis.prometheus.url, canary.analysis, ld.namespace, ld.name, target
+            )
+            decision = machine.decide(*args, measured, action, now, route_ok)
+        snaps = snapshots(children, ld)
+        specs = [self._slot(ld, images, revision, snaps, slot, target.revision, target.replicas)
+                 for slot, target in decision.slots.items()]  # fmt: skip
+        specs.sort(key=lambda s: s.revision != revision)
+        return Rollout(decision, revision, specs, self._objects(ld, images, decision, snaps), route_problem)
+
+    def _slot(
+        self,
+        ld: LLMDeployment,
+        images: Images,
+        current: str,
+        snaps: dict[str, dict[str, Any]],
+        slot: Slot,
+        revision: str,
+        replicas: int,
+    ) -> SlotSpec:
+        if revision == current:
+            return SlotSpec(slot, revision, for_slot(ld, ld.spec, replicas), images)
+        snap = snaps.get(revision)
+        if snap is None:
+            raise PlanningError(
+                "RevisionSnapshotMissing",
+                f"ControllerRevision {names.controller_revision(ld.name, revision)} with the spec of "
+                f"revision {revision} (slot {slot}) is gone; nothing is changed until the spec is "
+                "set back to that revision or the rollout is aborted",
+            )
+        try:
+            spec = spec_from_snapshot(snap)
+        except ValidationError as e:
+            raise PlanningError(
+                "RevisionSnapshotUnreadable", f"revision {revision}: {e.errors()[0]['msg']}"
+            ) from e
+        return SlotSpec(slot, revision, for_slot(ld, spec, replicas), images_from_snapshot(snap) or images)
+
+    def _objects(
+        self, ld: LLMDeployment, images: Images, decision: Decision, snaps: dict[str, dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Snapshots of the live revisions (kept as they are once they exist), revision Services
+        and the HTTPRoute of a canary rollout."""
+        r = decision.revisions
+        assert r.stable is not None
+        objs: list[dict[str, Any]] = []
+        number = max((int(s.get("revision") or 0) for s in snaps.values()), default=0)
+        for revision in [r.stable] + ([r.canary] if r.canary else []):
+            if revision in snaps:
+                objs.append(_as_applied(snaps[revision]))
+            elif revision == revision_of(ld.spec, images):
+                number += 1
+                objs.append(controller_revision(ld, revision, number, images))
+        if ld.spec.rollout.strategy == RolloutStrategy.CANARY:
+            objs += revision_services(ld, r.stable, r.canary)
+            canary = ld.spec.rollout.canary
+            if canary is not None and canary.traffic_routing == TrafficRouting.GATEWAY_API:
+                objs.append(http_route(ld, decision.weights, r.stable, r.canary))
+        return objs
+
+
+def _as_applied(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """An existing snapshot, re-applied as it is (its data is immutable): kept from pruning."""
+    meta = snapshot["metadata"]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ControllerRevision",
+        "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "ownerReferences") if k in meta},
+        "data": snapshot.get("data"),
+        "revision": snapshot.get("revision"),
+    }
