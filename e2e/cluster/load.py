@@ -21,12 +21,21 @@ from typing import Any
 
 from e2e.cluster import netns
 
+# How the CPU runtime's TEST-ONLY fault knob words the requests it fails on purpose.
+INJECTED = "injected fault"
+
 
 @dataclass
 class LoadStats:
     ok: int = 0
     failed: int = 0
+    injected: int = 0  # of the failed: by the fault knob (a canary made bad on purpose)
     errors: list[str] = field(default_factory=list)  # the first few failures, for the report
+
+    @property
+    def not_injected(self) -> int:
+        """Failures nobody asked for: those a rollout must never cause."""
+        return self.failed - self.injected
 
 
 class Load:
@@ -98,7 +107,8 @@ class Load:
                 self.stats.ok += 1
             else:
                 self.stats.failed += 1
-                if len(self.stats.errors) < 10:
+                self.stats.injected += INJECTED in error
+                if len(self.stats.errors) < (50 if INJECTED not in error else 10):
                     self.stats.errors.append(error)
 
     def _worker(self, index: int) -> None:

@@ -1,0 +1,266 @@
+"""Canary rollouts on real pods (issue 12, item 8): the real node runs both revisions, the test
+world's Prometheus measures them, and bounded traffic from inside the cluster's network namespace
+goes through the client Service (replica-ratio) while the operator steps, analyses, promotes or
+aborts.
+
+Needs the embedded cluster (its monitoring stack and the real node).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from e2e.cluster import canary
+from e2e.cluster.canary import NAME, Recorder, revisions, serving_pods
+from e2e.cluster.load import Load
+from e2e.cluster.testing import E2ECluster, Kubectl, condition, wait_for
+from tests.e2e.operator_fixtures import OperatorProcess
+from tests.e2e.test_operator import wait_ready
+
+pytestmark = pytest.mark.e2e
+ROLLOUT_TIMEOUT = 420
+
+
+@pytest.fixture
+def embedded(cluster: E2ECluster) -> E2ECluster:
+    if cluster.launcher is None:
+        pytest.skip("needs the embedded cluster's monitoring stack and real node")
+    return cluster
+
+
+@pytest.fixture
+def prometheus(embedded: E2ECluster) -> str:
+    """Prometheus as the operator (a process on this host) reaches it."""
+    assert embedded.launcher is not None
+    return str(embedded.launcher.prometheus_url)
+
+
+def get(kubectl: Kubectl, namespace: str) -> dict[str, Any]:
+    obj = kubectl.get("llmdeployment", NAME, namespace)
+    assert obj is not None
+    return obj
+
+
+def wait_revisions(
+    kubectl: Kubectl, namespace: str, what: str, ok: Any, timeout: float = ROLLOUT_TIMEOUT
+) -> dict[str, Any]:
+    return dict(
+        wait_for(what, lambda: revisions(kubectl.get("llmdeployment", NAME, namespace)), ok, timeout=timeout)
+    )
+
+
+def start(kubectl: Kubectl, namespace: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """The first revision applied and Ready: it is the stable one, in slot a."""
+    kubectl.apply(doc, namespace=namespace)
+    wait_ready(kubectl, namespace, NAME, timeout=300)
+    r = revisions(get(kubectl, namespace))
+    assert r["stableSlot"] == "a" and r["phase"] == "Stable" and "canary" not in r, r
+    return r
+
+
+def load(embedded: E2ECluster, kubectl: Kubectl, namespace: str, seconds: float) -> Load:
+    service = kubectl.get("service", NAME, namespace)
+    assert service is not None and embedded.launcher is not None
+    return Load(
+        embedded.launcher.netns, service["spec"]["clusterIP"], 8000,
+        concurrency=2, max_requests=20_000, max_seconds=seconds,
+    )  # fmt: skip
+
+
+def reasons(kubectl: Kubectl, namespace: str) -> list[str]:
+    return [e.get("reason", "") for e in kubectl.events(namespace, NAME)]
+
+
+def test_a_good_canary_goes_through_every_step_and_is_promoted_without_a_restart(
+    operator: None, embedded: E2ECluster, prometheus: str, kubectl: Kubectl, namespace: str
+) -> None:
+    v1 = canary.deployment(prometheus)
+    first = start(kubectl, namespace, v1)
+    with Recorder(kubectl, namespace) as rec, load(embedded, kubectl, namespace, ROLLOUT_TIMEOUT) as traffic:
+        kubectl.apply(canary.with_env(v1, RELEASE_NOTE="v2"), namespace=namespace)
+        r = wait_revisions(
+            kubectl, namespace, "a canary replica Ready", lambda r: (r.get("canaryReadyReplicas") or 0) >= 1
+        )
+        canary_pod = serving_pods(kubectl, namespace)[f"{NAME}-b-0"]
+        assert r["canarySlot"] == "b" and canary_pod["revision"] == r["canary"], (r, canary_pod)
+        done = wait_revisions(
+            kubectl, namespace, "the canary promoted",
+            lambda r: r.get("phase") == "Stable" and r.get("stable") != first["stable"],
+        )  # fmt: skip
+        stats = traffic.stop()
+    assert stats.failed == 0, stats.errors
+    assert stats.ok > 100
+    assert done["stable"] == r["canary"] and done["stableSlot"] == "b", done
+    assert rec.seen("canaryStep") == [0, 1], rec.seen("canaryStep")
+    assert {"Progressing", "Promoting", "Stable"} <= set(rec.seen("phase")), rec.seen("phase")
+    # Analysis passed on every step before it advanced.
+    assert rec.first(lambda s: (s.revisions.get("analysis") or {}).get("phase") == "Running")
+    pods = wait_for(
+        "the old slot gone",
+        lambda: serving_pods(kubectl, namespace),
+        lambda p: len(p) == 2 and all(v["slot"] == "b" and not v["terminating"] for v in p.values()),
+        timeout=120,
+    )
+    promoted = pods[f"{NAME}-b-0"]
+    assert promoted["uid"] == canary_pod["uid"] and promoted["restarts"] == 0, "promotion restarted no pod"
+    assert kubectl.get("statefulset", NAME, namespace) is None
+    assert {"CanaryStarted", "CanaryStepCompleted", "CanaryPromoted"} <= set(reasons(kubectl, namespace))
+    ld = get(kubectl, namespace)
+    assert (condition(ld, "Ready") or {}).get("status") == "True", ld["status"]
+
+
+def test_b_a_bad_canary_is_aborted_within_two_intervals_and_stable_loses_nothing(
+    operator: None, embedded: E2ECluster, prometheus: str, kubectl: Kubectl, namespace: str
+) -> None:
+    v1 = canary.deployment(prometheus)
+    first = start(kubectl, namespace, v1)
+    stable_pods = {n: p["uid"] for n, p in serving_pods(kubectl, namespace).items()}
+    with Recorder(kubectl, namespace) as rec, load(embedded, kubectl, namespace, ROLLOUT_TIMEOUT) as traffic:
+        kubectl.apply(canary.with_env(v1, LLMOP_FAULT_ERROR_PERCENT="50"), namespace=namespace)
+        aborted = wait_revisions(
+            kubectl, namespace, "the canary aborted", lambda r: r.get("phase") == "Aborted"
+        )
+        wait_revisions(
+            kubectl, namespace, "the canary holding no traffic",
+            lambda r: r.get("canaryReadyReplicas") == 0 and r.get("canaryWeight") == 0, timeout=60,
+        )  # fmt: skip
+        wait_for(
+            "no canary pod left",
+            lambda: serving_pods(kubectl, namespace),
+            lambda p: all(v["slot"] == "a" for v in p.values()),
+            timeout=120,
+        )
+        stats = traffic.stop()
+    took = rec.first(lambda s: (s.revisions.get("canaryReadyReplicas") or 0) >= 1)
+    gone = rec.first(
+        lambda s: s.revisions.get("phase") == "Aborted" and s.revisions.get("canaryReadyReplicas") == 0
+    )
+    assert took is not None and gone is not None
+    intervals = (gone.t - took.t) / canary.INTERVAL_S
+    print(
+        f"bad canary: no traffic {gone.t - took.t:.1f} s after it took some ({intervals:.2f} intervals)"
+    )
+    assert intervals <= 2.5, "the first window ends one interval after the canary took traffic"
+    assert stats.injected > 0 and stats.not_injected == 0, stats.errors
+    assert aborted["stable"] == first["stable"] and "error rate" in aborted["abortReason"], aborted
+    ld = get(kubectl, namespace)
+    for type_, status in (("Stalled", "True"), ("Degraded", "True"), ("Ready", "False")):
+        c = condition(ld, type_)
+        assert c is not None and c["status"] == status and c["reason"] == "RolloutAborted", ld["status"]
+    assert "error rate" in (condition(ld, "Stalled") or {}).get("message", "")
+    # The stable pods served throughout and were never replaced (one may have been scaled away
+    # and back while the canary held a share).
+    after = serving_pods(kubectl, namespace)
+    assert after[f"{NAME}-0"]["uid"] == stable_pods[f"{NAME}-0"]
+    assert "RolloutAborted" in reasons(kubectl, namespace)
+
+
+def test_d_no_traffic_is_inconclusive_and_pauses_until_promoted(
+    operator: None, prometheus: str, kubectl: Kubectl, namespace: str
+) -> None:
+    v1 = canary.deployment(prometheus)
+    first = start(kubectl, namespace, v1)
+    kubectl.apply(canary.with_env(v1, RELEASE_NOTE="v2"), namespace=namespace)
+    paused = wait_revisions(
+        kubectl, namespace, "the canary paused (no traffic)", lambda r: r.get("phase") == "Paused"
+    )
+    assert paused["pausedReason"] == "Inconclusive", paused
+    assert any(m.get("inconclusive", 0) >= 1 for m in paused["analysis"]["metrics"]), paused["analysis"]
+    time.sleep(2 * canary.INTERVAL_S)  # paused means paused: no step, no promotion
+    held = revisions(get(kubectl, namespace))
+    assert held["phase"] == "Paused" and held["canaryStep"] == 0 and held["stable"] == first["stable"], held
+    action = f"promote-full/{int(time.time())}"
+    kubectl(
+        "annotate",
+        "llmdeployment",
+        NAME,
+        f"llmoperator.io/rollout-action={action}",
+        "--overwrite",
+        "-n",
+        namespace,
+    )
+    done = wait_revisions(
+        kubectl,
+        namespace,
+        "promoted by the user",
+        lambda r: r.get("phase") == "Stable" and r.get("stable") == paused["canary"],
+    )
+    assert done["lastAction"] == action
+
+
+def test_e_a_new_spec_mid_canary_restarts_it_and_the_stable_spec_rolls_back_at_once(
+    operator: None, prometheus: str, kubectl: Kubectl, namespace: str
+) -> None:
+    v1 = canary.without_analysis(canary.deployment(prometheus, steps=[{"weight": 50}]))
+    first = start(kubectl, namespace, v1)
+    stable_pods = {n: p["uid"] for n, p in serving_pods(kubectl, namespace).items()}
+    kubectl.apply(canary.with_env(v1, RELEASE_NOTE="v2"), namespace=namespace)
+    v2 = wait_revisions(
+        kubectl, namespace, "v2 paused at its step", lambda r: r.get("pausedReason") == "UntilPromoted"
+    )
+    kubectl.apply(canary.with_env(v1, RELEASE_NOTE="v3"), namespace=namespace)
+    v3 = wait_revisions(
+        kubectl, namespace, "v3 replacing v2 at step 0",
+        lambda r: r.get("canary") not in (None, v2["canary"]) and r.get("pausedReason") == "UntilPromoted",
+    )  # fmt: skip
+    assert v3["canarySlot"] == v2["canarySlot"] == "b" and v3["canaryStep"] == 0, v3
+    pods = wait_for(
+        "the canary pod running v3",
+        lambda: serving_pods(kubectl, namespace),
+        lambda p: p.get(f"{NAME}-b-0", {}).get("revision") == v3["canary"],
+        timeout=180,
+    )
+    assert pods[f"{NAME}-b-0"]["revision"] == v3["canary"]
+    started = time.monotonic()
+    kubectl.apply(v1, namespace=namespace)  # what is stable: roll back at once, no steps
+    back = wait_revisions(kubectl, namespace, "rolled back", lambda r: "canary" not in r, timeout=30)
+    assert time.monotonic() - started < 15
+    assert back["stable"] == first["stable"] and back["phase"] == "Stable", back
+    wait_for(
+        "the canary slot gone",
+        lambda: serving_pods(kubectl, namespace),
+        lambda p: all(v["slot"] == "a" for v in p.values()),
+        timeout=120,
+    )
+    after = serving_pods(kubectl, namespace)
+    assert {n: p["uid"] for n, p in after.items() if n in stable_pods} == stable_pods
+    assert {"CanaryRestarted", "CanaryRolledBack"} <= set(reasons(kubectl, namespace))
+
+
+def test_f_a_restarted_operator_resumes_the_same_step_with_the_time_left(
+    operator_process: OperatorProcess, prometheus: str, kubectl: Kubectl, namespace: str
+) -> None:
+    pause = 40
+    v1 = canary.without_analysis(canary.deployment(prometheus, steps=[{"weight": 50, "pauseSeconds": pause}]))
+    start(kubectl, namespace, v1)
+    kubectl.apply(canary.with_env(v1, RELEASE_NOTE="v2"), namespace=namespace)
+    step = wait_revisions(kubectl, namespace, "the step's timer started", lambda r: r.get("stepStartedAt"))
+    operator_process.kill()
+    time.sleep(5)
+    operator_process.start()
+    operator_process.wait_healthy()
+    resumed = wait_revisions(
+        kubectl,
+        namespace,
+        "the restarted operator's view",
+        lambda r: r.get("phase") in ("Progressing", "Promoting", "Stable"),
+    )
+    assert resumed.get("stepStartedAt", step["stepStartedAt"]) == step["stepStartedAt"], (step, resumed)
+    with Recorder(kubectl, namespace) as rec:
+        wait_revisions(
+            kubectl,
+            namespace,
+            "promoted",
+            lambda r: (
+                r.get("phase") in ("Promoting", "Stable")
+                and r.get("stable") in (step["stable"], step["canary"])
+            ),
+        )
+    promoting = rec.first(lambda s: s.revisions.get("phase") in ("Promoting", "Stable"))
+    assert promoting is not None
+    started = time.mktime(time.strptime(step["stepStartedAt"], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+    assert time.time() - started >= pause - 1, "the pause was not cut short"
+    assert time.time() - started <= pause + 60, "the restart did not start the pause again"
