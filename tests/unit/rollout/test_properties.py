@@ -83,7 +83,7 @@ def check(w: World, d: Decision, before: Before, action: str | None, canary: dic
     # The stable revision's slot is always rendered: never deleted while it serves.
     assert d.slots[r.stable_slot].revision == r.stable
     assert (r.canary is None) == (r.canary_slot is None) == (r.canary_weight is None)
-    if r.canary is not None:
+    if r.canary_slot is not None:
         assert r.canary_slot != r.stable_slot and d.slots[r.canary_slot].revision == r.canary
     assert sum(d.weights.values()) == 100 and min(d.weights.values()) >= 0
     gateway = canary.get("trafficRouting") == "gateway-api"
@@ -93,11 +93,9 @@ def check(w: World, d: Decision, before: Before, action: str | None, canary: dic
         assert d.weights["canary"] <= weights[r.canary_step or 0]
     if d.weights["canary"] > 0:
         assert r.canary_slot is not None and before.ready.get(r.canary_slot, 0) >= 1
-    if not gateway and r.canary is not None and r.phase != RolloutPhase.ABORTED:
+    if not gateway and r.canary_slot is not None and r.phase != RolloutPhase.ABORTED:
         # replica-ratio: the stable shrinks only by ready canary replicas.
-        counted = min(
-            before.ready.get(r.canary_slot, 0) if r.canary_slot else 0, d.slots[r.canary_slot].replicas
-        )
+        counted = min(before.ready.get(r.canary_slot, 0), d.slots[r.canary_slot].replicas)
         assert d.slots[r.stable_slot].replicas + counted >= w.total
     # Something that served still serves, unless the spec itself changed what runs or nothing is wanted.
     if sum(before.ready.values()) > 0 and before.revision == w.revision and w.total > 0:
