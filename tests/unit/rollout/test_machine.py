@@ -3,9 +3,10 @@ through the status it wrote, as JSON, so each step is also what a restarted oper
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
-from llm_operator.api.v1alpha1 import AnalysisPhase, PausedReason, RolloutPhase
+from llm_operator.api.v1alpha1 import AnalysisPhase, PausedReason, RevisionsStatus, RolloutPhase
 from llm_operator.rollout.types import Measurement, Slot, SlotObserved, SlotTarget
 
 from tests.unit.rollout.world import World, analysis, good, spec
@@ -346,3 +347,51 @@ def test_an_action_without_a_canary_is_ignored_with_a_warning() -> None:
     w = World(spec({"steps": STEPS}), "r1", 1)
     d = w.decide(action="promote")
     assert d.events[0][:2] == ("Warning", "RolloutActionIgnored")
+
+
+def test_a_restarted_operator_resumes_at_the_same_step_with_the_same_timer() -> None:
+    w = canary_world()
+    w.settle()
+    w.wait(60)
+    w.settle()
+    w.wait(20)
+    w.decide()
+    assert w.status is not None
+    stored = w.status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    assert stored["canaryStep"] == 1 and stored["stepStartedAt"] == "2026-11-23T20:01:00Z"
+    # A new operator process: nothing but the stored status and what it observes.
+    fresh = World(
+        w.spec, "r2", 4, now=w.now, status=RevisionsStatus.model_validate(stored), slots=dict(w.slots)
+    )
+    d = fresh.decide()
+    assert (d.revisions.canary_step, d.revisions.step_started_at, d.requeue_after) == (
+        1,
+        w.status.step_started_at,
+        40,
+    )
+    assert d.events == [] and d.slots == {Slot.A: SlotTarget("r1", 2), Slot.B: SlotTarget("r2", 2)}
+
+
+def test_an_aborted_canary_scaled_down_is_told_and_time_without_zone_is_utc() -> None:
+    w = canary_world(**GW)
+    w.settle()
+    w.decide(action="abort")
+    w.now = w.now.replace(tzinfo=None) + timedelta(seconds=30)
+    d = w.decide()
+    assert d.slots[Slot.B] == SlotTarget("r2", 0)
+    assert d.events[-1][:2] == ("Normal", "CanaryScaledDown")
+    assert w.decide().events == []
+
+
+def test_the_analysis_is_successful_once_the_last_step_passed() -> None:
+    w = canary_world(analysis=analysis(maxErrorRatePercent=1))
+    w.decide()
+    w.decide(action="promote")  # to the last step
+    w.settle()
+    w.wait(60)
+    assert w.decide().measure
+    d = w.decide(measurements=good("errorRate"))
+    assert d.revisions.phase == RolloutPhase.PROMOTING and not d.measure
+    assert d.revisions.analysis is not None and d.revisions.analysis.phase == AnalysisPhase.SUCCESSFUL
+    w.wait(600)
+    assert not w.decide().measure  # promoting measures no more
