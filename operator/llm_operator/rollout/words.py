@@ -121,7 +121,7 @@ def _analysis_summary(s: RevisionsStatus) -> str:
     return text + (f", waiting for {', '.join(waiting)}" if waiting else "")
 
 
-def message(s: RevisionsStatus, spec: CanarySpec | None, now: datetime) -> str:
+def message(s: RevisionsStatus, spec: CanarySpec | None, now: datetime, route_ready: bool = True) -> str:
     """status.revisions.message: where the rollout stands and what comes next."""
     if s.canary is None or spec is None:
         return f"revision {s.stable} serves all traffic"
@@ -138,6 +138,8 @@ def message(s: RevisionsStatus, spec: CanarySpec | None, now: datetime) -> str:
         return f"{where}: paused, analysis inconclusive; promote or abort"
     if s.phase == RolloutPhase.PAUSED:
         return f"{where}: paused until promoted ({one_liner(Action.PROMOTE)}){_analysis_summary(s)}"
+    if s.step_started_at is None and not route_ready:
+        return f"{where}: waiting for the Gateway to accept the HTTPRoute"
     if s.step_started_at is None:
         return (
             f"{where}: waiting for the weight to take effect "

@@ -316,6 +316,7 @@ def test_gateway_route_not_accepted_holds_the_step_timer() -> None:
     w.route_ready = False
     w.settle()
     assert w.status is not None and w.status.step_started_at is None and w.status.canary_weight == 0
+    assert "waiting for the Gateway to accept the HTTPRoute" in (w.status.message or "")
     w.route_ready = True
     assert w.decide().revisions.step_started_at == w.now
 

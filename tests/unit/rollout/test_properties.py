@@ -91,6 +91,7 @@ def check(w: World, d: Decision, before: Before, action: str | None, canary: dic
     if gateway and r.canary is not None and r.phase != RolloutPhase.PROMOTING:
         # The route never gives the canary more than its step's weight, nor weight without endpoints.
         assert d.weights["canary"] <= weights[r.canary_step or 0]
+        assert (r.canary_weight or 0) <= weights[r.canary_step or 0]
     if d.weights["canary"] > 0:
         assert r.canary_slot is not None and before.ready.get(r.canary_slot, 0) >= 1
     if not gateway and r.canary_slot is not None and r.phase != RolloutPhase.ABORTED:
