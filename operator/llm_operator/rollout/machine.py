@@ -376,9 +376,7 @@ class _Machine:
             canary_weight=sp.weight if canary else None,
             phase=s.phase or RolloutPhase.STABLE,
         )
-        self.set(
-            message=words.message(self.s, self.canary_spec, self.now, self.route_ready or not self.gateway())
-        )
+        self.set(message=words.message(self.s, self.canary_spec, self.route_ready or not self.gateway()))
         return Decision(
             revisions=self.s,
             slots=targets,

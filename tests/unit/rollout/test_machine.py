@@ -57,9 +57,12 @@ def test_a_good_canary_walks_every_step_and_is_promoted_in_its_own_slot() -> Non
     d = w.decide()  # the canary replica is ready: the stable shrinks by it, the timer starts
     assert d.slots == {Slot.A: SlotTarget("r1", 3), Slot.B: SlotTarget("r2", 1)}
     assert (d.revisions.canary_weight, d.revisions.step_started_at, d.requeue_after) == (25, w.now, 60)
-    assert "25% for 60 s, 60 s left" in (d.revisions.message or "")
+    assert "25% for 60 s, until 20:01:00Z" in (d.revisions.message or "")
+    d = w.decide()  # the stable's pod is gone
+    w.wait(30)
+    assert w.decide().revisions == d.revisions  # nothing changed, status neither: no write, no wake-up
 
-    w.wait(59)
+    w.wait(29)
     assert w.decide().revisions.canary_step == 0
     w.wait(1)
     d = w.decide()
