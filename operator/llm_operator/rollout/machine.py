@@ -16,7 +16,7 @@ restarted operator that calls decide() with the status it wrote resumes at the s
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from llm_operator.api.v1alpha1 import (
@@ -55,10 +55,10 @@ def decide(
 ) -> Decision:
     """`revision`: the current spec's; `total`: the replicas to serve (spec or autoscaler);
     `measurements`: the windows taken because the last Decision asked (measure=True);
-    `action`: the rollout-action annotation's value; `route_ready`: the HTTPRoute is accepted."""
-    return _Machine(spec, revision, old, slots, total, now.replace(microsecond=0), route_ready).run(
-        measurements, action
-    )
+    `action`: the rollout-action annotation's value; `route_ready` (gateway-api): the HTTPRoute as
+    last applied is accepted by its parents, so its weights are in effect."""
+    now = (now if now.tzinfo is not None else now.replace(tzinfo=UTC)).replace(microsecond=0)
+    return _Machine(spec, revision, old, slots, total, now, route_ready).run(measurements, action)
 
 
 class _Machine:
@@ -292,6 +292,8 @@ class _Machine:
         if analysis is not None and status is not None and an.missing_successes(status.metrics, analysis):
             return
         self.event(False, "CanaryStepCompleted", words.step_done(self.s, self.steps(), None))
+        if status is not None and self.s.canary_step == len(self.steps()) - 1:
+            self.set(analysis=status.model_copy(update={"phase": AnalysisPhase.SUCCESSFUL}))
         self.advance()
 
     def advance(self) -> None:
@@ -363,6 +365,9 @@ class _Machine:
             if slot not in targets and seen.exists and seen.revision and bridge:
                 targets[slot] = SlotTarget(seen.revision, seen.replicas)
         canary = s.canary is not None
+        was_aborted = s.phase == self.old.phase == RolloutPhase.ABORTED
+        if was_aborted and (self.old.canary_replicas or 0) > 0 and sp.canary == 0:
+            self.event(False, "CanaryScaledDown", f"aborted canary {s.canary} scaled to 0 replicas")
         self.set(
             stable_replicas=sp.stable,
             stable_ready_replicas=stable_ready,
@@ -371,7 +376,7 @@ class _Machine:
             canary_weight=sp.weight if canary else None,
             phase=s.phase or RolloutPhase.STABLE,
         )
-        self.set(message=words.message(self.s, self.canary_spec, self.now))
+        self.set(message=words.message(self.s, self.canary_spec, self.route_ready or not self.gateway()))
         return Decision(
             revisions=self.s,
             slots=targets,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import timedelta
 
 from llm_operator.api.v1alpha1 import (
     AnalysisPhase,
@@ -121,7 +121,7 @@ def _analysis_summary(s: RevisionsStatus) -> str:
     return text + (f", waiting for {', '.join(waiting)}" if waiting else "")
 
 
-def message(s: RevisionsStatus, spec: CanarySpec | None, now: datetime) -> str:
+def message(s: RevisionsStatus, spec: CanarySpec | None, route_ready: bool = True) -> str:
     """status.revisions.message: where the rollout stands and what comes next."""
     if s.canary is None or spec is None:
         return f"revision {s.stable} serves all traffic"
@@ -138,11 +138,15 @@ def message(s: RevisionsStatus, spec: CanarySpec | None, now: datetime) -> str:
         return f"{where}: paused, analysis inconclusive; promote or abort"
     if s.phase == RolloutPhase.PAUSED:
         return f"{where}: paused until promoted ({one_liner(Action.PROMOTE)}){_analysis_summary(s)}"
+    if s.step_started_at is None and not route_ready:
+        return f"{where}: waiting for the Gateway to accept the HTTPRoute"
     if s.step_started_at is None:
         return (
             f"{where}: waiting for the weight to take effect "
             f"({s.canary_ready_replicas} of {s.canary_replicas} canary replicas ready)"
         )
+    # The end time, not a countdown: the message changes only when the rollout does, so writing
+    # status does not wake the operator again every second.
     pause = spec.steps[s.canary_step or 0].pause_seconds or 0
-    left = max(0, int(pause - (now - s.step_started_at).total_seconds()))
-    return f"{where} for {pause} s, {left} s left{_analysis_summary(s)}"
+    end = (s.step_started_at + timedelta(seconds=pause)).strftime("%H:%M:%SZ")
+    return f"{where} for {pause} s, until {end}{_analysis_summary(s)}"

@@ -3,9 +3,10 @@ through the status it wrote, as JSON, so each step is also what a restarted oper
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
-from llm_operator.api.v1alpha1 import AnalysisPhase, PausedReason, RolloutPhase
+from llm_operator.api.v1alpha1 import AnalysisPhase, PausedReason, RevisionsStatus, RolloutPhase
 from llm_operator.rollout.types import Measurement, Slot, SlotObserved, SlotTarget
 
 from tests.unit.rollout.world import World, analysis, good, spec
@@ -56,9 +57,12 @@ def test_a_good_canary_walks_every_step_and_is_promoted_in_its_own_slot() -> Non
     d = w.decide()  # the canary replica is ready: the stable shrinks by it, the timer starts
     assert d.slots == {Slot.A: SlotTarget("r1", 3), Slot.B: SlotTarget("r2", 1)}
     assert (d.revisions.canary_weight, d.revisions.step_started_at, d.requeue_after) == (25, w.now, 60)
-    assert "25% for 60 s, 60 s left" in (d.revisions.message or "")
+    assert "25% for 60 s, until 20:01:00Z" in (d.revisions.message or "")
+    d = w.decide()  # the stable's pod is gone
+    w.wait(30)
+    assert w.decide().revisions == d.revisions  # nothing changed, status neither: no write, no wake-up
 
-    w.wait(59)
+    w.wait(29)
     assert w.decide().revisions.canary_step == 0
     w.wait(1)
     d = w.decide()
@@ -315,6 +319,7 @@ def test_gateway_route_not_accepted_holds_the_step_timer() -> None:
     w.route_ready = False
     w.settle()
     assert w.status is not None and w.status.step_started_at is None and w.status.canary_weight == 0
+    assert "waiting for the Gateway to accept the HTTPRoute" in (w.status.message or "")
     w.route_ready = True
     assert w.decide().revisions.step_started_at == w.now
 
@@ -346,3 +351,51 @@ def test_an_action_without_a_canary_is_ignored_with_a_warning() -> None:
     w = World(spec({"steps": STEPS}), "r1", 1)
     d = w.decide(action="promote")
     assert d.events[0][:2] == ("Warning", "RolloutActionIgnored")
+
+
+def test_a_restarted_operator_resumes_at_the_same_step_with_the_same_timer() -> None:
+    w = canary_world()
+    w.settle()
+    w.wait(60)
+    w.settle()
+    w.wait(20)
+    w.decide()
+    assert w.status is not None
+    stored = w.status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    assert stored["canaryStep"] == 1 and stored["stepStartedAt"] == "2026-11-23T20:01:00Z"
+    # A new operator process: nothing but the stored status and what it observes.
+    fresh = World(
+        w.spec, "r2", 4, now=w.now, status=RevisionsStatus.model_validate(stored), slots=dict(w.slots)
+    )
+    d = fresh.decide()
+    assert (d.revisions.canary_step, d.revisions.step_started_at, d.requeue_after) == (
+        1,
+        w.status.step_started_at,
+        40,
+    )
+    assert d.events == [] and d.slots == {Slot.A: SlotTarget("r1", 2), Slot.B: SlotTarget("r2", 2)}
+
+
+def test_an_aborted_canary_scaled_down_is_told_and_time_without_zone_is_utc() -> None:
+    w = canary_world(**GW)
+    w.settle()
+    w.decide(action="abort")
+    w.now = w.now.replace(tzinfo=None) + timedelta(seconds=30)
+    d = w.decide()
+    assert d.slots[Slot.B] == SlotTarget("r2", 0)
+    assert d.events[-1][:2] == ("Normal", "CanaryScaledDown")
+    assert w.decide().events == []
+
+
+def test_the_analysis_is_successful_once_the_last_step_passed() -> None:
+    w = canary_world(analysis=analysis(maxErrorRatePercent=1))
+    w.decide()
+    w.decide(action="promote")  # to the last step
+    w.settle()
+    w.wait(60)
+    assert w.decide().measure
+    d = w.decide(measurements=good("errorRate"))
+    assert d.revisions.phase == RolloutPhase.PROMOTING and not d.measure
+    assert d.revisions.analysis is not None and d.revisions.analysis.phase == AnalysisPhase.SUCCESSFUL
+    w.wait(600)
+    assert not w.decide().measure  # promoting measures no more
