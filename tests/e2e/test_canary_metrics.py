@@ -125,8 +125,9 @@ def test_faulty_revision_fails_its_budgets_and_the_good_one_passes(
               ("faulty", faulty))}  # fmt: skip
     assert values["good"][queries.ERROR_RATE] == 0
     assert 0 < values["good"][queries.TIME_TO_FIRST_TOKEN] <= BUDGET_MS
-    # 20 % injected (whole batches fail with an injected request): far above the 1 % budget.
-    assert values["faulty"][queries.ERROR_RATE] >= 15
+    # Every 5th request of each of the pod's two model instances fails (and its batch with it):
+    # 20 % of 25 requests seen in the first run, at least 10 % of any 10. The budget is 1 %.
+    assert values["faulty"][queries.ERROR_RATE] >= 10
     assert values["faulty"][queries.TIME_TO_FIRST_TOKEN] > BUDGET_MS
     assert faulty[queries.ERROR_RATE].requests >= (stats[1].ok + stats[1].failed) * 0.7
 

@@ -174,7 +174,8 @@ def _blocks(tokens: int) -> int:
 
 class FirstResponse:
     """nv_inference_first_response_histogram_ms{model, version}: milliseconds from the request
-    reaching this model to its first response."""
+    reaching this model to its first response. Remove it when the CPU image moves to Triton >=
+    24.11: the core then registers the same family itself (histogram_latencies=true)."""
 
     def __init__(self, args: dict[str, str], buckets: list[float]) -> None:
         self.family = pb_utils.MetricFamily(
