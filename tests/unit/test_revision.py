@@ -80,3 +80,15 @@ def test_a_snapshot_round_trip_keeps_the_revision() -> None:
     original = spec(engine__maxBatchSize=16)
     stored = original.model_dump(mode="json", by_alias=True)
     assert revision_of(LLMDeploymentSpec.model_validate(stored), IMAGES) == revision_of(original, IMAGES)
+
+
+
+def test_the_ttft_budget_is_part_of_the_revision_as_the_pods_see_it() -> None:
+    """Its bucket edge is in the model repository: a new budget is a new revision (a canary), not
+    a silent restart of the stable pods."""
+
+    def canary(budget: int) -> dict[str, Any]:
+        analysis = {"prometheus": {"url": "http://p:9090"}, "maxTimeToFirstTokenMilliseconds": budget}
+        return {"strategy": "canary", "canary": {"steps": [{"weight": 10}], "analysis": analysis}}
+
+    assert revision_of(spec(rollout=canary(1000)), IMAGES) != revision_of(spec(rollout=canary(500)), IMAGES)

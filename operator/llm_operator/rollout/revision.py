@@ -13,6 +13,7 @@ import json
 
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec, Slot
 from llm_operator.images import Images
+from llm_operator.modelrepo import ttft_budget_ms
 
 # Fields that say how much or how to roll out, not what serves: editing them is no new revision.
 NOT_SERVING = frozenset({"replicas", "autoscaling", "rollout"})
@@ -23,7 +24,11 @@ def revision_of(spec: LLMDeploymentSpec, images: Images) -> str:
     """10 hex characters of sha256 over the canonical JSON of what serves.
 
     Fields left at their defaults are left out, so an operator version that adds a defaulted
-    field does not make every deployment a new revision (nor restart its pods)."""
+    field does not make every deployment a new revision (nor restart its pods). The one rollout
+    field the pods see, the TTFT budget (a histogram bucket edge in the model repository), is in."""
     serving = spec.model_dump(mode="json", by_alias=True, exclude_defaults=True, exclude=set(NOT_SERVING))
+    budget = ttft_budget_ms(spec)
+    if budget is not None:
+        serving["ttftBudgetMilliseconds"] = budget
     canonical = json.dumps({"spec": serving, "images": dataclasses.asdict(images)}, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:10]

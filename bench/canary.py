@@ -1,0 +1,106 @@
+"""P6, a bad canary's blast radius on the embedded cluster's real node: a cpu-reference
+LLMDeployment under bounded traffic gets a new revision that fails half its requests (the CPU
+runtime's TEST-ONLY fault knob); the bench times how long the canary holds traffic, counted from
+the moment it first takes some (the start of its first bad window), in analysis intervals, and
+counts the requests that failed for any other reason (those the stable revision would be blamed
+for). Goal: <= 2 intervals, 0 failed on stable.
+
+The same run as tests/e2e/test_canary.py's bad canary (e2e/cluster/canary.py), with its own
+operator.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from bench.autoscaling import REPO, _healthy
+from e2e import operator_release
+from e2e.cluster import canary
+from e2e.cluster.launcher import Cluster
+from e2e.cluster.load import Load
+from e2e.cluster.testing import Kubectl, is_true, wait_for
+from tests.e2e.operator_fixtures import CPU_RUNTIME_IMAGE
+
+NAMESPACE = "bench-canary"
+GOAL_INTERVALS = 2
+
+
+def run(print_fn: Callable[[str], None] = print) -> None:
+    cluster = Cluster()
+    cluster.up()
+    if operator_release.uninstall(cluster):
+        print_fn("canary bench: uninstalled the operator `make operator-up` installed")
+    kubectl = Kubectl(cluster.kubeconfig, cluster.bin_dir / "kubectl", timeout=120)
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    kubectl("wait", "--for=condition=Established", "crd/llmdeployments.llmoperator.io", "--timeout=30s")
+    kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true")
+    kubectl("create", "namespace", NAMESPACE)
+    health = 18921
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "LLMOP_METRICS_PORT": "18920",
+        "LLMOP_HEALTH_PORT": str(health),
+        "LLMOP_LOG_LEVEL": "WARNING",
+        "LLMOP_CPU_RUNTIME_IMAGE": CPU_RUNTIME_IMAGE,
+    }
+    log = (cluster.state_dir / "logs" / "operator-bench-canary.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llm_operator.cli", "run", "--namespace", NAMESPACE],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for("the operator healthy", lambda: _healthy(health), timeout=60)
+        stable = canary.deployment(cluster.prometheus_url)
+        kubectl.apply(stable, namespace=NAMESPACE)
+        wait_for(
+            "the stable revision Ready",
+            lambda: kubectl.get("llmdeployment", canary.NAME, NAMESPACE),
+            lambda o: is_true(o, "Ready"),
+            timeout=300,
+        )
+        service = kubectl.get("service", canary.NAME, NAMESPACE)
+        assert service is not None
+        ip = service["spec"]["clusterIP"]
+        traffic = Load(cluster.netns, ip, 8000, concurrency=2, max_requests=20_000, max_seconds=400)
+        with canary.Recorder(kubectl, NAMESPACE) as rec, traffic:
+            kubectl.apply(canary.with_env(stable, LLMOP_FAULT_ERROR_PERCENT="50"), namespace=NAMESPACE)
+            wait_for(
+                "the bad canary withdrawn",
+                lambda: canary.revisions(kubectl.get("llmdeployment", canary.NAME, NAMESPACE)),
+                lambda r: r.get("phase") == "Aborted" and r.get("canaryReadyReplicas") == 0,
+                timeout=400,
+            )
+            time.sleep(canary.INTERVAL_S)  # traffic goes on: the stable revision alone serves it
+            stats = traffic.stop()
+        took = rec.first(lambda s: (s.revisions.get("canaryReadyReplicas") or 0) >= 1)
+        gone = rec.first(
+            lambda s: s.revisions.get("phase") == "Aborted" and s.revisions.get("canaryReadyReplicas") == 0
+        )
+        assert took is not None and gone is not None
+        held = gone.t - took.t
+        intervals = held / canary.INTERVAL_S
+        reason = canary.revisions(kubectl.get("llmdeployment", canary.NAME, NAMESPACE)).get("abortReason")
+        verdict = "within" if intervals <= GOAL_INTERVALS else "OVER"
+        print_fn(
+            f"canary bench (P6): bad canary's first traffic -> no traffic: {held:.1f} s = {intervals:.2f} "
+            f"analysis intervals of {canary.INTERVAL_S} s ({verdict} the goal of {GOAL_INTERVALS})"
+        )
+        print_fn(
+            f"canary bench (P6): requests ok {stats.ok}, failed by the fault knob {stats.injected}, "
+            f"failed otherwise (stable's) {stats.not_injected} (goal 0); abort reason: {reason}"
+        )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+
+
+if __name__ == "__main__":
+    run()
