@@ -249,7 +249,8 @@ class Rollouts:
         assert r.stable is not None
         objs: list[dict[str, Any]] = []
         number = max((int(s.get("revision") or 0) for s in snaps.values()), default=0)
-        for revision in [r.stable] + ([r.canary] if r.canary else []):
+        live = [r.stable] + ([r.canary] if r.canary else []) + [t.revision for t in decision.slots.values()]
+        for revision in dict.fromkeys(live):  # a slot bridging a rollback keeps its snapshot too
             if revision in snaps:
                 objs.append(_as_applied(snaps[revision]))
             elif revision == revision_of(ld.spec, images):
