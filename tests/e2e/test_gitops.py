@@ -3,6 +3,7 @@ really reconciles, computed by their own code (e2e/gitops.py) on `kubectl get -o
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -12,6 +13,22 @@ from e2e.gitops import argocd_health, assert_kstatus, kstatus
 from tests.e2e.test_operator import TIMEOUT, engine_cache, example, get_llmd
 
 pytestmark = pytest.mark.e2e
+
+
+def test_a_new_deployment_is_in_progress_before_the_operator_writes(
+    crd: None, kubectl: Kubectl, namespace: str
+) -> None:
+    # The create response is the stored object before any controller saw it: the CRD's default
+    # status, which kstatus must not read as Current (it would for an object without status).
+    created = kubectl.json(
+        "create", "-f", "-", namespace=namespace, input=json.dumps(example("cpu-reference.yaml"))
+    )
+    assert created["status"]["observedGeneration"] == 0
+    assert_kstatus(created, "InProgress", "latest observed generation is 0")
+    assert argocd_health(created) == {
+        "status": "Progressing",
+        "message": "Waiting for the operator to observe generation 1",
+    }
 
 
 def test_stalled_then_fixed_reads_failed_then_in_progress_then_current(

@@ -15,6 +15,7 @@ import copy
 from dataclasses import dataclass, replace
 from typing import Any
 
+from llm_operator.api.crd import openapi_schema
 from llm_operator.controller.status import Observation, PoolObserved, reduce
 from llm_operator.engine.state import EngineState, PoolEngineStatus
 from llm_operator.plan.types import Plan, PlanningError, PoolPlan
@@ -45,6 +46,9 @@ SPEC: dict[str, Any] = {
 }
 
 
+# What the API server returns for a new LLMDeployment (the CRD's default status; the schema's
+# inner defaults add replicas and readyReplicas).
+CREATED = {**openapi_schema()["properties"]["status"]["default"], "readyReplicas": 0, "replicas": 0}
 CANARY_REASONS = {"Progressing": "CanaryProgressing", "Paused": "CanaryPaused", "Promoting": "Promoting"}
 
 
@@ -150,8 +154,10 @@ def cases() -> dict[str, Case]:
     no_gpus = PlanningError("InsufficientGPUs", "no node offers 2 allocatable NVIDIA-H100-80GB-HBM3 GPUs")
     missing = 'llama-0: FailedMount: persistentvolumeclaim "models" not found'
     return {
-        # Created, the operator has not written yet: kstatus reads "no conditions" as Current.
+        # Without a status kstatus reads "no conditions" as Current: the CRD defaults one.
         "no_status": Case(llmd(None), "Current", "Progressing"),
+        # Created, the operator has not written yet: the CRD's default status.
+        "created": Case(llmd(CREATED), "InProgress", "Progressing"),
         # The operator's first write: nothing exists yet, Reconciling=True and observedGeneration.
         "first_sight": Case(
             llmd(_status(_obs(ready=0, exists=False, rolled=False))), "InProgress", "Progressing"
