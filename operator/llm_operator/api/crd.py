@@ -138,7 +138,9 @@ def openapi_schema() -> dict[str, Any]:
             "kind": {"type": "string"},
             "metadata": {"type": "object"},
             "spec": spec,
-            "status": status,
+            # A status from creation on: kstatus (Flux, Helm 4 --wait) reads an object without
+            # conditions as Current; observedGeneration 0 reads InProgress until the operator writes.
+            "status": {**status, "default": {"observedGeneration": 0}},
         },
     }
     _apply_list_types(schema)
