@@ -1,9 +1,7 @@
 """LLMDeployments in every phase GitOps tools must judge, with the status the operator writes.
 
-Operator phases come from the operator's own status reducer (controller/status.py `reduce`), so
-the checks follow what it really writes. Canary phases are the base status with
-`status.revisions` and conditions as the canary design (issue 12) specifies them, until the
-reducer writes them itself; each such case says so (`from_reducer=False`).
+Every status comes from the operator's own status reducer (controller/status.py `reduce`), canary
+phases included, so the checks follow what it really writes.
 
 These objects are also Argo CD's test inputs (charts/llm-operator/argocd/.../testdata), written
 from here: regenerate after an intended change with `UPDATE_GOLDEN=1` (tests/gitops).
@@ -16,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from llm_operator.api.crd import openapi_schema
+from llm_operator.api.v1alpha1 import RevisionsStatus
 from llm_operator.controller.status import Observation, PoolObserved, reduce
 from llm_operator.engine.state import EngineState, PoolEngineStatus
 from llm_operator.plan.types import Plan, PlanningError, PoolPlan
@@ -49,7 +48,6 @@ SPEC: dict[str, Any] = {
 # What the API server returns for a new LLMDeployment (the CRD's default status; the schema's
 # inner defaults add replicas and readyReplicas).
 CREATED = {**openapi_schema()["properties"]["status"]["default"], "readyReplicas": 0, "replicas": 0}
-CANARY_REASONS = {"Progressing": "CanaryProgressing", "Paused": "CanaryPaused", "Promoting": "Promoting"}
 
 
 @dataclass(frozen=True)
@@ -57,7 +55,6 @@ class Case:
     obj: dict[str, Any]
     kstatus: str  # what sigs.k8s.io/cli-utils kstatus says
     health: str | None  # what our health.lua says; None: Argo CD decides before any script runs
-    from_reducer: bool = True  # False: status.revisions/conditions hand-written per the design
 
 
 def _engine(state: EngineState, message: str = "") -> dict[str, PoolEngineStatus]:
@@ -103,10 +100,7 @@ def _cond(kind: str, ok: bool, reason: str, message: str = "") -> dict[str, Any]
 
 
 def _canary(phase: str, **revisions: Any) -> dict[str, Any]:
-    """The serving status with a canary in `phase`: conditions and status.revisions as the design
-    says (Reconciling=True while a canary is not aborted; aborted: Ready=False, Degraded and
-    Stalled True, all RolloutAborted)."""
-    status = _status(_obs(ready=3))
+    """The status the operator's reducer writes with a canary in `phase`."""
     rev: dict[str, Any] = {
         "stable": STABLE,
         "stableSlot": "a",
@@ -122,33 +116,17 @@ def _canary(phase: str, **revisions: Any) -> dict[str, Any]:
         "stepStartedAt": T1,
         **revisions,
     }
-    message = rev.get("message", "")
-    if phase == "Aborted":
-        why = rev["abortReason"]
-        conds = [
-            _cond("Ready", False, "RolloutAborted", why),
-            _cond("Reconciling", False, "RolloutAborted"),
-            _cond("Stalled", True, "RolloutAborted", why),
-            _cond("Progressing", False, "RolloutAborted", why),
-            _cond("Degraded", True, "RolloutAborted", why),
-        ]
-    else:
-        reason = CANARY_REASONS[phase]
-        conds = [
-            _cond("Ready", False, reason, message),
-            _cond("Reconciling", True, reason, message),
-            _cond("Stalled", False, reason),
-            _cond("Progressing", True, reason, message),
-            _cond("Degraded", False, "AsExpected"),
-        ]
-    kept = [c for c in status["conditions"] if c["type"] not in {c["type"] for c in conds}]
-    return {**status, "conditions": conds + kept, "revisions": rev}
+    return _status(_obs(ready=1, revisions=RevisionsStatus.model_validate(rev), total=3))
+
+
+def _stable(revision: str, slot: str) -> dict[str, Any]:
+    rev = RevisionsStatus.model_validate({"stable": revision, "stableSlot": slot, "phase": "Stable"})
+    return _status(_obs(ready=3, revisions=rev, total=3))
 
 
 def cases() -> dict[str, Case]:
     ready = _status(_obs(ready=3))
-    stable = {**ready, "revisions": {"stable": STABLE, "stableSlot": "a", "phase": "Stable"}}
-    promoted = {**ready, "revisions": {"stable": CANARY, "stableSlot": "b", "phase": "Stable"}}
+    stable, promoted = _stable(STABLE, "a"), _stable(CANARY, "b")
     building = _obs(ready=0, exists=False, rolled=False, engines=_engine(EngineState.BUILDING, "job running"))
     build_failed = _engine(EngineState.FAILED, "job failed: the engine build ran out of GPU memory")
     no_gpus = PlanningError("InsufficientGPUs", "no node offers 2 allocatable NVIDIA-H100-80GB-HBM3 GPUs")
@@ -197,12 +175,11 @@ def cases() -> dict[str, Case]:
         ),
         # Argo CD itself reports an object being deleted as Progressing ("Pending deletion").
         "deleting": Case(llmd(ready, deletionTimestamp=T1, finalizers=["x"]), "Terminating", None),
-        "stable": Case(llmd(stable), "Current", "Healthy", from_reducer=False),
+        "stable": Case(llmd(stable), "Current", "Healthy"),
         "canary_progressing": Case(
             llmd(_canary("Progressing", message="step 1 of 2: 10% for 60 s, 41 s left")),
             "InProgress",
             "Progressing",
-            from_reducer=False,
         ),
         "canary_paused": Case(
             llmd(
@@ -218,7 +195,6 @@ def cases() -> dict[str, Case]:
             ),
             "InProgress",
             "Suspended",
-            from_reducer=False,
         ),
         "canary_inconclusive": Case(
             llmd(
@@ -230,13 +206,11 @@ def cases() -> dict[str, Case]:
             ),
             "InProgress",
             "Suspended",
-            from_reducer=False,
         ),
         "canary_promoting": Case(
             llmd(_canary("Promoting", canaryStep=1, canaryWeight=50, message="scaling the canary to 3")),
             "InProgress",
             "Progressing",
-            from_reducer=False,
         ),
         "canary_aborted": Case(
             llmd(
@@ -249,7 +223,6 @@ def cases() -> dict[str, Case]:
             ),
             "Failed",
             "Degraded",
-            from_reducer=False,
         ),
-        "promoted": Case(llmd(promoted), "Current", "Healthy", from_reducer=False),
+        "promoted": Case(llmd(promoted), "Current", "Healthy"),
     }

@@ -348,7 +348,7 @@ def _rollout(
     if r.canary is None or any(c["type"] == "Stalled" and c["status"] == "True" for c in conds):
         return conds, phase, reason, message
     if r.phase == RolloutPhase.ABORTED:
-        reason, message = "RolloutAborted", r.message or f"aborted: {r.abort_reason}"
+        reason, message = "RolloutAborted", r.message or r.abort_reason or "aborted"
         rollout = [
             _cond("Ready", False, reason, message, g),
             _cond("Reconciling", False, reason, "", g),
