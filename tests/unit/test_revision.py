@@ -82,7 +82,6 @@ def test_a_snapshot_round_trip_keeps_the_revision() -> None:
     assert revision_of(LLMDeploymentSpec.model_validate(stored), IMAGES) == revision_of(original, IMAGES)
 
 
-
 def test_the_ttft_budget_is_part_of_the_revision_as_the_pods_see_it() -> None:
     """Its bucket edge is in the model repository: a new budget is a new revision (a canary), not
     a silent restart of the stable pods."""

@@ -293,9 +293,7 @@ class Reconciler:
         events = (decided or []) + events
         key = (body["metadata"]["namespace"], body["metadata"]["name"])
         if _comparable(status) != _comparable(old):
-            patch: dict[str, Any] = {k: None for k in old if k not in status}
-            patch.update(status)
-            await self.kube.patch_status(key[0], key[1], patch)
+            await self.kube.patch_status(key[0], key[1], merge_patch(old, status))
         stamp = now()
         for ev in events:
             await self.kube.event(body, ev.type, ev.reason, ev.message, stamp)
@@ -317,6 +315,16 @@ def _condition(status: dict[str, Any], type_: str) -> str | None:
         if c.get("type") == type_:
             return str(c.get("status"))
     return None
+
+
+def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) from old to new: merging keeps nested keys a patch does not
+    name, so every key that went away (a finished canary's fields) is named with null."""
+    patch: dict[str, Any] = {k: None for k in old if k not in new}
+    for k, v in new.items():
+        before = old.get(k)
+        patch[k] = merge_patch(before, v) if isinstance(v, dict) and isinstance(before, dict) else v
+    return patch
 
 
 def _comparable(status: dict[str, Any]) -> str:
