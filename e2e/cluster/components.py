@@ -375,8 +375,9 @@ def start(
     spawn("prometheus", monitoring_args["prometheus"])
     forward("prometheus-forwarder", ports["prometheus"], f"{netns.NODE_IP}:{monitoring.PROMETHEUS_PORT}")
     spawn("prometheus-adapter", monitoring_args["prometheus-adapter"])
-    try:  # the Gateway API CRDs now: Established by the time Traefik starts below
-        traefik_args = gateway.prepare(state, pki, api.request, tools["traefik"])
+    try:  # the Gateway API is installed while the rest starts
+        install = gateway.Install(api.request, tools["traefik"])
+        traefik_args = gateway.prepare(state, pki)
     except (RuntimeError, OSError) as e:
         raise ClusterError(f"preparing the Gateway failed: {e}") from None
 
@@ -416,13 +417,6 @@ def start(
     spawn("kubelet", args["kubelet"])
     spawn("kube-proxy", args["kube-proxy"])
     spawn("coredns", args["coredns"])
-    wait_ready(
-        "the Gateway API CRDs Established",
-        lambda: gateway.established(api.request, tools["traefik"]),
-        "kube-apiserver",
-    )
-    spawn("traefik", traefik_args, env={**os.environ, **gateway.env(state)})
-    forward("gateway-forwarder", ports["gateway"], f"{netns.NODE_IP}:{gateway.PORT}")
 
     wait_ready(
         "kube-controller-manager /healthz",
@@ -449,10 +443,13 @@ def start(
         monitoring.finish(api.request, pki, inside, wait_ready)
     except RuntimeError as e:
         raise ClusterError(f"registering the custom metrics API failed: {e}") from None
-    try:
+    try:  # Traefik's informers need the CRDs served before it starts
+        wait_ready("the Gateway API CRDs served", install.done, "kube-apiserver")
+        spawn("traefik", traefik_args, env={**os.environ, **gateway.env(state)})
+        forward("gateway-forwarder", ports["gateway"], f"{netns.NODE_IP}:{gateway.PORT}")
         gateway.finish(api.request, inside, wait_ready)
     except RuntimeError as e:
-        raise ClusterError(f"creating the Gateway failed: {e}") from None
+        raise ClusterError(f"starting the Gateway failed: {e}") from None
     return ports
 
 

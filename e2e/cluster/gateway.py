@@ -15,6 +15,7 @@ real node's pods may ever be sent.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,49 @@ STATUS_WRITTEN = ("gatewayclasses", "gateways", "httproutes", "grpcroutes", "bac
 def crd_files(traefik: Path) -> list[Path]:
     """The standard-channel CRDs build-tools.sh copied from the gateway-api module beside `traefik`."""
     return sorted((traefik.parent / "crds").glob("*.yaml"))
+
+
+class Install:
+    """Creates the Gateway API CRDs, then the namespace, Service and RBAC, in a background thread:
+    the API server spends seconds compiling the CRDs' validation rules, which then overlaps the
+    rest of the cluster's start instead of adding to it."""
+
+    def __init__(self, request: monitoring.Request, traefik: Path) -> None:
+        self._request = request
+        self._files = crd_files(traefik)
+        if not self._files:
+            raise RuntimeError(f"no Gateway API CRDs beside {traefik} (build-tools.sh copies them)")
+        self._crds: list[dict[str, Any]] = []
+        self._error: Exception | None = None
+        self._thread = threading.Thread(target=self._create, daemon=True)
+        self._thread.start()
+
+    def _create(self) -> None:
+        # libyaml's loader: the pure-Python one takes about 2 s for these 700 kB.
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        try:
+            self._crds = [yaml.load(path.read_text(), Loader=loader) for path in self._files]
+            monitoring.create(self._request, [*self._crds, *cluster_objects()])
+        except (RuntimeError, OSError, yaml.YAMLError) as e:  # raised by done()
+            self._error = e
+
+    def done(self) -> bool:
+        """All created, and every served version of each CRD is in API discovery (what Traefik's
+        informers list); raises RuntimeError if creating something failed."""
+        if self._thread.is_alive():
+            return False
+        if self._error is not None:
+            raise RuntimeError(f"installing the Gateway API and its objects failed: {self._error}")
+        served: dict[str, set[str]] = {}
+        for crd in self._crds:
+            group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+            for version in (v["name"] for v in crd["spec"]["versions"] if v["served"]):
+                served.setdefault(f"/apis/{group}/{version}", set()).add(plural)
+        for path, plurals in served.items():
+            code, body = self._request("GET", path, None)
+            if code != 200 or not plurals <= {r["name"] for r in body.get("resources", [])}:
+                return False
+        return True
 
 
 def traefik_config() -> dict[str, Any]:
@@ -120,15 +164,10 @@ def cluster_objects() -> list[dict[str, Any]]:
     ]
 
 
-def prepare(state: StateDir, pki: pki_mod.Pki, request: monitoring.Request, traefik: Path) -> list[str]:
-    """Create the CRDs (they are Established by the time Traefik starts), the namespace, Service
-    and RBAC; write Traefik's kubeconfig and static configuration; returns its arguments."""
+def prepare(state: StateDir, pki: pki_mod.Pki) -> list[str]:
+    """Write Traefik's kubeconfig and static configuration; returns its arguments."""
     root = state.root / "gateway"
     root.mkdir(parents=True, exist_ok=True)
-    crds = [yaml.safe_load(path.read_text()) for path in crd_files(traefik)]
-    if not crds:
-        raise RuntimeError(f"no Gateway API CRDs beside {traefik} (build-tools.sh copies them)")
-    monitoring.create(request, crds + cluster_objects())
     kubeconfig.write(
         state.component_kubeconfig("gateway"), node_mod.APISERVER_PORT, pki, "gateway", host=netns.NODE_IP
     )
@@ -140,16 +179,6 @@ def prepare(state: StateDir, pki: pki_mod.Pki, request: monitoring.Request, trae
 def env(state: StateDir) -> dict[str, str]:
     """Traefik's environment: its provider builds a cluster-external client from $KUBECONFIG."""
     return {"KUBECONFIG": str(state.component_kubeconfig("gateway"))}
-
-
-def established(request: monitoring.Request, traefik: Path) -> bool:
-    """Every Gateway API CRD is served."""
-    for path in crd_files(traefik):
-        name = yaml.safe_load(path.read_text())["metadata"]["name"]
-        code, body = request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}", None)
-        if code != 200 or not _true(body, "Established"):
-            return False
-    return True
 
 
 def finish(
