@@ -99,7 +99,7 @@ def traefik_config() -> dict[str, Any]:
     """Traefik's static configuration (its Kubernetes client comes from $KUBECONFIG)."""
     return {
         "global": {"checkNewVersion": False, "sendAnonymousUsage": False},
-        "log": {"level": "INFO"},
+        "log": {"level": "INFO", "noColor": True},
         "entryPoints": {
             # A short grace period: `down` need not wait Traefik's default 10 s.
             "web": {"address": f"{netns.NODE_IP}:{PORT}", "transport": {"lifeCycle": {"graceTimeOut": "1s"}}},
