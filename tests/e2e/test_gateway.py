@@ -206,6 +206,38 @@ def test_weights_split_requests_and_a_change_is_followed(kubectl: Kubectl, world
         assert response.read().decode().strip() in BACKENDS
 
 
+def test_pods_reach_the_gateway_by_its_service_name(kubectl: Kubectl, world: World) -> None:
+    """What an in-cluster client (a load generator pod) uses: http://llmop.gateway-system.svc."""
+    ns, name = world.namespace, "by-name"
+    kubectl.apply(route(name, ns, {"green": 1}, [parent_ref()]), namespace=ns)
+    wait_for(
+        "the route serving", lambda: get(world.netns, host(name, ns)), lambda b: b == "green", timeout=15
+    )
+    wget = ["/bin/wget", "-q", "-O", "-", "--header", f"Host: {host(name, ns)}", gateway.URL + "/"]
+    kubectl.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "client"},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
+                "restartPolicy": "Never",
+                "containers": [
+                    {"name": "wget", "image": IMAGE, "imagePullPolicy": "IfNotPresent", "command": wget}
+                ],
+            },
+        },
+        namespace=ns,
+    )
+    wait_for(
+        "pod client Succeeded",
+        lambda: (kubectl.get("pod", "client", ns) or {}).get("status", {}).get("phase"),
+        lambda phase: phase == "Succeeded",
+        timeout=60,
+    )
+    assert kubectl("logs", "client", namespace=ns).stdout.strip() == "green"
+
+
 def test_a_route_the_gateway_cannot_take_says_so_in_its_status(kubectl: Kubectl, world: World) -> None:
     """A missing listener: Traefik's own Accepted=False, reason NoMatchingParent (no message). A
     missing Gateway: no controller owns that parent, so nobody writes a status (Gateway API rule)."""
