@@ -4,7 +4,8 @@ weights and reports, in the route's status, whether it accepted the route.
 Two busybox web servers on the real node answer their own names behind their own Services; an
 HTTPRoute on Gateway gateway-system/llmop splits them 80/20, then 20/80. Requests are sent from
 inside the cluster's network namespace (as a pod's would be) to the Gateway's listener, bounded in
-number. Each route has its own hostname so routes of concurrent tests never share a match.
+number, and from a pod through the Gateway's Service name. Each route has its own hostname so
+routes of concurrent tests never share a match.
 """
 
 from __future__ import annotations
