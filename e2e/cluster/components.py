@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import kubeconfig, monitoring, netns
+from e2e.cluster import gateway, kubeconfig, monitoring, netns
 from e2e.cluster import node as node_mod
 from e2e.cluster import pki as pki_mod
 from e2e.cluster.processes import Children, free_ports, last_line
@@ -30,11 +30,11 @@ from e2e.cluster.state import StateDir, shown
 
 # In start order.
 CONTROL_PLANE = ("etcd", "kube-apiserver", "forwarder", "kube-controller-manager", "kube-scheduler", "kwok")
-COMPONENTS = (*CONTROL_PLANE, *node_mod.NODE_COMPONENTS, *monitoring.COMPONENTS)
+COMPONENTS = (*CONTROL_PLANE, *node_mod.NODE_COMPONENTS, *monitoring.COMPONENTS, *gateway.COMPONENTS)
 # What build-tools.sh must provide; kubectl and helm are only linked into <state>/bin for people and tests.
 BINARIES = (
     "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-    "kubelet", "kube-proxy", "coredns", "kubectl", "helm", *monitoring.BINARIES,
+    "kubelet", "kube-proxy", "coredns", "kubectl", "helm", *monitoring.BINARIES, *gateway.BINARIES,
 )  # fmt: skip
 # From Debian (scripts/ensure-system-packages.sh): containerd, runc, CNI plugins, nft, iptables.
 SYSTEM_BINARIES = ("containerd", "runc", "ctr", "nft", "nsenter", "ip")
@@ -316,7 +316,7 @@ def start(
     needs is ready), create `nodes` and wait until they and the real node are Ready; returns the
     host ports. `extra_args` go last (they win). `node_images` (images.builder names) are in the
     real node's containerd before its kubelet starts."""
-    ports = dict(zip(("kube-apiserver", "prometheus"), free_ports(2), strict=True))
+    ports = dict(zip(("kube-apiserver", "prometheus", "gateway"), free_ports(3), strict=True))
     state.create(ports, tools)
     ns = state.netns
     netns.create(ns)
@@ -375,6 +375,11 @@ def start(
     spawn("prometheus", monitoring_args["prometheus"])
     forward("prometheus-forwarder", ports["prometheus"], f"{netns.NODE_IP}:{monitoring.PROMETHEUS_PORT}")
     spawn("prometheus-adapter", monitoring_args["prometheus-adapter"])
+    try:  # the Gateway API is installed while the rest starts
+        install = gateway.Install(api.request, tools["traefik"])
+        traefik_args = gateway.prepare(state, pki)
+    except (RuntimeError, OSError) as e:
+        raise ClusterError(f"preparing the Gateway failed: {e}") from None
 
     # The real node.
     layout = node_layout(state)
@@ -438,6 +443,13 @@ def start(
         monitoring.finish(api.request, pki, inside, wait_ready)
     except RuntimeError as e:
         raise ClusterError(f"registering the custom metrics API failed: {e}") from None
+    try:  # Traefik's informers need the CRDs served before it starts
+        wait_ready("the Gateway API CRDs served", install.done, "kube-apiserver")
+        spawn("traefik", traefik_args, env={**os.environ, **gateway.env(state)})
+        forward("gateway-forwarder", ports["gateway"], f"{netns.NODE_IP}:{gateway.PORT}")
+        gateway.finish(api.request, inside, wait_ready)
+    except RuntimeError as e:
+        raise ClusterError(f"starting the Gateway failed: {e}") from None
     return ports
 
 

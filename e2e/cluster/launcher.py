@@ -118,6 +118,11 @@ class Cluster:
         """Prometheus as the host reaches it (its forwarder on 127.0.0.1)."""
         return f"http://127.0.0.1:{self._state.ports().get('prometheus')}"
 
+    @property
+    def gateway_url(self) -> str:
+        """The Gateway's HTTP listener as the host reaches it (its forwarder on 127.0.0.1)."""
+        return f"http://127.0.0.1:{self._state.ports().get('gateway')}"
+
     def up(self, *, session: int | None = None) -> UpReport:
         """Start (or verify) the cluster.
 

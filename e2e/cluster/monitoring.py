@@ -139,9 +139,11 @@ def prometheus_config(kubeconfig_file: Path, rules_file: Path) -> dict[str, Any]
     }
 
 
-def _in_cluster_service(name: str, port: int, target_port: int) -> list[dict[str, Any]]:
+def in_cluster_service(
+    name: str, port: int, target_port: int, namespace: str = NAMESPACE
+) -> list[dict[str, Any]]:
     """A selector-less Service and its EndpointSlice pointing at a process on the node address."""
-    meta = {"name": name, "namespace": NAMESPACE, "labels": {"app.kubernetes.io/name": name}}
+    meta = {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/name": name}}
     port_name = "https" if port == 443 else "http"
     return [
         {
@@ -157,7 +159,7 @@ def _in_cluster_service(name: str, port: int, target_port: int) -> list[dict[str
             "kind": "EndpointSlice",
             "metadata": {
                 "name": name,
-                "namespace": NAMESPACE,
+                "namespace": namespace,
                 "labels": {
                     "kubernetes.io/service-name": name,
                     "endpointslice.kubernetes.io/managed-by": "e2e-cluster.llmoperator.io",
@@ -170,7 +172,7 @@ def _in_cluster_service(name: str, port: int, target_port: int) -> list[dict[str
     ]
 
 
-def _binding(
+def binding(
     kind: str, name: str, role_kind: str, role: str, user: str, namespace: str = ""
 ) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, **({"namespace": namespace} if namespace else {})}
@@ -197,19 +199,19 @@ def cluster_objects() -> list[dict[str, Any]]:
     prom, adapter = pki_mod.CLIENTS["prometheus"][0], pki_mod.CLIENTS["prometheus-adapter"][0]
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        *_in_cluster_service("prometheus", PROMETHEUS_PORT, PROMETHEUS_PORT),
-        *_in_cluster_service("prometheus-adapter", 443, ADAPTER_PORT),
+        *in_cluster_service("prometheus", PROMETHEUS_PORT, PROMETHEUS_PORT),
+        *in_cluster_service("prometheus-adapter", 443, ADAPTER_PORT),
         # Pod discovery.
         _reader(prom, ["pods"]),
-        _binding("ClusterRoleBinding", prom, "ClusterRole", prom, prom),
+        binding("ClusterRoleBinding", prom, "ClusterRole", prom, prom),
         # The adapter's pod and node informers and its resource lookups; delegated authn/authz and
         # the front-proxy CA (extension-apiserver-authentication) as every aggregated API server.
         _reader(adapter, ["pods", "nodes", "namespaces", "services"]),
-        _binding("ClusterRoleBinding", adapter, "ClusterRole", adapter, adapter),
-        _binding(
+        binding("ClusterRoleBinding", adapter, "ClusterRole", adapter, adapter),
+        binding(
             "ClusterRoleBinding", f"{adapter}:auth-delegator", "ClusterRole", "system:auth-delegator", adapter
         ),
-        _binding(
+        binding(
             "RoleBinding",
             f"{adapter}:auth-reader",
             "Role",
@@ -244,7 +246,9 @@ def apiservices(ca_bundle: bytes) -> list[dict[str, Any]]:
 def _path(obj: dict[str, Any]) -> str:
     """The collection URL of a manifest (the kinds above only)."""
     api, kind = obj["apiVersion"], obj["kind"]
-    plural = {"EndpointSlice": "endpointslices", "APIService": "apiservices"}.get(kind, kind.lower() + "s")
+    plural = {"EndpointSlice": "endpointslices", "APIService": "apiservices"}.get(
+        kind, kind.lower() + ("es" if kind.endswith("s") else "s")
+    )
     prefix = "/api/v1" if api == "v1" else f"/apis/{api}"
     ns = obj["metadata"].get("namespace")
     return f"{prefix}/namespaces/{ns}/{plural}" if ns else f"{prefix}/{plural}"
@@ -254,7 +258,7 @@ def _path(obj: dict[str, Any]) -> str:
 Request = Callable[[str, str, Any], tuple[int, Any]]
 
 
-def _create(request: Request, objs: list[dict[str, Any]]) -> None:
+def create(request: Request, objs: list[dict[str, Any]]) -> None:
     for obj in objs:
         code, body = request("POST", _path(obj), obj)
         if code not in (201, 409):
@@ -281,7 +285,7 @@ def prepare(state: StateDir, pki: pki_mod.Pki, request: Request) -> dict[str, li
         "prometheus-adapter",
         [f"prometheus-adapter.{NAMESPACE}.svc", f"prometheus-adapter.{NAMESPACE}.svc.cluster.local"],
     )
-    _create(request, cluster_objects())
+    create(request, cluster_objects())
     adapter_kc = kcs["prometheus-adapter"]
     return {
         "prometheus": [
@@ -320,7 +324,7 @@ def finish(
     wait_ready("Prometheus /-/ready", inside(prometheus), "prometheus")
     adapter = f"https://{netns.NODE_IP}:{ADAPTER_PORT}/readyz"
     wait_ready("prometheus-adapter /readyz", inside(adapter), "prometheus-adapter")
-    _create(request, apiservices(pki.ca.cert.read_bytes()))
+    create(request, apiservices(pki.ca.cert.read_bytes()))
     wait_ready("the custom metrics APIServices Available", lambda: available(request), "prometheus-adapter")
 
 

@@ -74,6 +74,8 @@ CLIENTS: dict[str, tuple[str, str | None]] = {
     # The monitoring stack (monitoring.py binds their least-privilege roles).
     "prometheus": ("e2e:prometheus", None),
     "prometheus-adapter": ("e2e:prometheus-adapter", None),
+    # The Gateway API implementation (gateway.py binds its role).
+    "gateway": ("e2e:traefik", None),
 }
 
 
