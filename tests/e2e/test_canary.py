@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import canary
+from e2e.cluster import canary, gateway, netns
 from e2e.cluster.canary import NAME, Recorder, revisions, serving_pods
 from e2e.cluster.load import Load
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, wait_for
@@ -140,9 +140,7 @@ def test_b_a_bad_canary_is_aborted_within_two_intervals_and_stable_loses_nothing
     )
     assert took is not None and gone is not None
     intervals = (gone.t - took.t) / canary.INTERVAL_S
-    print(
-        f"bad canary: no traffic {gone.t - took.t:.1f} s after it took some ({intervals:.2f} intervals)"
-    )
+    print(f"bad canary: no traffic {gone.t - took.t:.1f} s after it took some ({intervals:.2f} intervals)")
     assert intervals <= 2.5, "the first window ends one interval after the canary took traffic"
     assert stats.injected > 0 and stats.not_injected == 0, stats.errors
     assert aborted["stable"] == first["stable"] and "error rate" in aborted["abortReason"], aborted
@@ -264,3 +262,64 @@ def test_f_a_restarted_operator_resumes_the_same_step_with_the_time_left(
     started = time.mktime(time.strptime(step["stepStartedAt"], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
     assert time.time() - started >= pause - 1, "the pause was not cut short"
     assert time.time() - started <= pause + 60, "the restart did not start the pause again"
+
+
+def test_c_gateway_api_routes_by_weight_through_a_real_gateway_and_promotes(
+    operator: None, embedded: E2ECluster, prometheus: str, kubectl: Kubectl, namespace: str
+) -> None:
+    """The same good canary with trafficRouting gateway-api: traffic enters through the test
+    world's Gateway (Traefik), the operator's HTTPRoute splits it by weight between the revision
+    Services, and the canary gets weight only once it has Ready endpoints."""
+    assert embedded.launcher is not None
+    refs = [{"name": gateway.GATEWAY, "namespace": gateway.NAMESPACE, "sectionName": gateway.LISTENER}]
+    v1 = canary.deployment(prometheus, routing="gateway-api", parent_refs=refs)
+    first = start(kubectl, namespace, v1)
+    route = wait_for(
+        "the HTTPRoute accepted by the Gateway",
+        lambda: kubectl.get("httproute", NAME, namespace),
+        lambda r: any(
+            c["type"] == "Accepted" and c["status"] == "True"
+            for p in (r or {}).get("status", {}).get("parents", [])
+            for c in p.get("conditions", [])
+        ),
+        timeout=60,
+    )
+    assert [b["name"] for b in (route or {})["spec"]["rules"][0]["backendRefs"]] == [f"{NAME}-stable"]
+    traffic = Load(
+        embedded.launcher.netns, netns.NODE_IP, gateway.PORT,
+        concurrency=2, max_requests=20_000, max_seconds=ROLLOUT_TIMEOUT,
+    )  # fmt: skip
+    weights: list[dict[str, int]] = []
+    with traffic:
+        kubectl.apply(canary.with_env(v1, RELEASE_NOTE="v2"), namespace=namespace)
+        deadline = time.monotonic() + ROLLOUT_TIMEOUT
+        while time.monotonic() < deadline:
+            r = revisions(get(kubectl, namespace))
+            live = kubectl.get("httproute", NAME, namespace) or {}
+            backends = (live.get("spec", {}).get("rules") or [{}])[0].get("backendRefs", [])
+            weights.append({b["name"]: b.get("weight", 1) for b in backends})
+            if r.get("phase") == "Stable" and r.get("stable") != first["stable"]:
+                break
+            time.sleep(1)
+        stats = traffic.stop()
+    done = revisions(get(kubectl, namespace))
+    assert done.get("phase") == "Stable" and done.get("stable") != first["stable"], done
+    assert stats.failed == 0 and stats.ok > 100, stats.errors
+    canary_weights = [w.get(f"{NAME}-canary", 0) for w in weights]
+    assert any(0 < w < 100 for w in canary_weights), weights  # a share, then all of it
+    assert 100 in canary_weights or done["stableSlot"] == "b", weights
+
+
+def test_c_a_route_the_gateway_refuses_stalls_the_deployment_in_its_words(
+    operator: None, prometheus: str, kubectl: Kubectl, namespace: str
+) -> None:
+    refs = [{"name": gateway.GATEWAY, "namespace": gateway.NAMESPACE, "sectionName": "no-such-listener"}]
+    kubectl.apply(canary.deployment(prometheus, routing="gateway-api", parent_refs=refs), namespace=namespace)
+    ld = wait_for(
+        "Stalled: the route is not accepted",
+        lambda: kubectl.get("llmdeployment", NAME, namespace),
+        lambda o: (condition(o, "Stalled") or {}).get("reason") == "RouteNotAccepted",
+        timeout=180,
+    )
+    message = (condition(ld, "Stalled") or {}).get("message", "")
+    assert "no-such-listener" in message and "NoMatchingParent" in message, message

@@ -157,28 +157,52 @@ def snapshots(children: Mapping[ObjKey, dict[str, Any]], ld: LLMDeployment) -> d
     return out
 
 
-def route_state(children: Mapping[ObjKey, dict[str, Any]], ld: LLMDeployment) -> tuple[bool, str | None]:
+ROUTE_GRACE_SECONDS = 30  # a gateway controller answers within seconds; silence means no gateway
+
+
+def route_state(
+    children: Mapping[ObjKey, dict[str, Any]], ld: LLMDeployment, now: datetime
+) -> tuple[bool, str | None]:
     """(accepted, the gateway's words when it refuses) of the deployment's HTTPRoute: a backend
-    gets weight only through a route its gateway accepted."""
+    gets weight only through a route every parent accepted. A parent nobody answers for (no
+    Gateway of that name, or no controller running it) gets no status at all, by the Gateway
+    API's rules: after ROUTE_GRACE_SECONDS that silence is the problem reported."""
     route = children.get(("HTTPRoute", ld.namespace, names.http_route(ld.name)))
     if route is None:
         return False, None
-    for parent in (route.get("status") or {}).get("parents") or []:
-        for cond in parent.get("conditions") or []:
+    name = route["metadata"]["name"]
+    parents = (route.get("status") or {}).get("parents") or []
+    accepted = 0
+    for ref in (route.get("spec") or {}).get("parentRefs") or []:
+        where = f"{ref.get('namespace', ld.namespace)}/{ref.get('name')}"
+        where += f" (listener {ref['sectionName']})" if ref.get("sectionName") else ""
+        answer = next((p for p in parents if _same_parent(p.get("parentRef") or {}, ref, ld.namespace)), None)
+        if answer is None:
+            created = datetime.fromisoformat(route["metadata"].get("creationTimestamp") or now.isoformat())
+            if (now - created).total_seconds() > ROUTE_GRACE_SECONDS:
+                return False, (
+                    f"HTTPRoute {name}: no gateway has answered for parent {where} in "
+                    f"{ROUTE_GRACE_SECONDS} s: check that the Gateway exists and that its controller runs"
+                )
+            continue
+        for cond in answer.get("conditions") or []:
             if cond.get("type") in ("Accepted", "ResolvedRefs") and cond.get("status") == "False":
-                ref = parent.get("parentRef") or {}
-                where = f"{ref.get('namespace', ld.namespace)}/{ref.get('name', '?')}"
+                words = cond.get("message") or "no message"
                 return (
                     False,
-                    f"HTTPRoute {route['metadata']['name']} on {where}: "
-                    f"{cond.get('reason')}: {cond.get('message', '')}",
+                    f"HTTPRoute {name} on {where}: {cond.get('type')}=False, {cond.get('reason')}: {words}",
                 )
-    accepted = any(
-        c.get("type") == "Accepted" and c.get("status") == "True"
-        for p in (route.get("status") or {}).get("parents") or []
-        for c in p.get("conditions") or []
+        accepted += any(
+            c.get("type") == "Accepted" and c.get("status") == "True" for c in answer.get("conditions") or []
+        )
+    return accepted > 0 and accepted == len((route.get("spec") or {}).get("parentRefs") or []), None
+
+
+def _same_parent(seen: dict[str, Any], ref: dict[str, Any], namespace: str) -> bool:
+    return all(
+        (seen.get(k) or default) == (ref.get(k) or default)
+        for k, default in (("name", ""), ("namespace", namespace), ("sectionName", ""))
     )
-    return accepted, None
 
 
 class Rollouts:
@@ -194,8 +218,8 @@ class Rollouts:
         old = ld.status.revisions if ld.status is not None else None
         slots = observe_slots(children, ld, self.ready)
         action = (ld.metadata.get("annotations") or {}).get(ACTION_ANNOTATION)
-        route_ok, route_problem = route_state(children, ld)
         now = datetime.now(UTC)
+        route_ok, route_problem = route_state(children, ld, now)
         args = (ld.spec, revision, old, slots, ld.spec.replicas)
         decision = machine.decide(*args, None, action, now, route_ok)
         canary = ld.spec.rollout.canary
