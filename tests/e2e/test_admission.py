@@ -275,6 +275,11 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         },
         "Duplicate value",
     ),
+    (
+        "pool-named-like-a-slot",
+        {"resources.gpu": {"pools": [{"name": "b-east", "products": ["NVIDIA-L40S"]}]}},
+        "pool names b, b-*, stable and canary are reserved",
+    ),
     ("unknown-precision", {"engine.precision": "fp4"}, "Unsupported value"),
     ("kv-percent", {"runtime": {"kvCache": {"freeGpuMemoryPercent": 120}}}, "less than or equal to 99"),
 ]

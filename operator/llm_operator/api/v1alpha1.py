@@ -523,7 +523,23 @@ class PoolPolicy(StrEnum):
     WEIGHTED = "weighted"  # divide replicas by integer weights
 
 
+# Pool names that would collide with rollout objects: `<name>-b...` is the second slot's base name,
+# `<name>-stable` / `<name>-canary` the revision Services.
+RESERVED_POOL_NAMES = ("b", "stable", "canary")
+
+
 class GpuPool(Spec):
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                f"!(self.name in {list(RESERVED_POOL_NAMES)}) && !self.name.startsWith('b-')",
+                "pool names b, b-*, stable and canary are reserved (the second rollout slot's objects "
+                "and the revision Services are named <name>-b... and <name>-stable/-canary); choose "
+                "another name",
+            ),
+        )
+    )
+
     name: str = Field(
         min_length=1,
         max_length=20,
@@ -533,6 +549,13 @@ class GpuPool(Spec):
     products: list[GpuProduct] = Field(min_length=1, max_length=16)
     weight: int = Field(default=1, ge=1, le=100, description="Share of replicas under the weighted policy.")
     max_replicas: int | None = Field(default=None, ge=0, le=1000)
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, name: str) -> str:  # the CEL rule's twin, for `llm-operator render`
+        if name in RESERVED_POOL_NAMES or name.startswith("b-"):
+            raise ValueError("pool names b, b-*, stable and canary are reserved for rollout objects")
+        return name
 
 
 class GpuResources(Spec):
