@@ -68,7 +68,8 @@ def existing_pools(children: Children, namespace: str, name: str) -> dict[str, P
             labels = obj["metadata"].get("labels", {})
             if labels.get(L.ROLE) == "leader":
                 st = obj.get("status") or {}
-                pools[labels.get(L.POOL, "main")] = PoolObserved(
+                # Keyed by slot too: during a rollout both slots run the same pools.
+                pools[f"{labels.get(L.POOL, 'main')}/{labels.get(L.SLOT, Slot.A.value)}"] = PoolObserved(
                     desired=obj["spec"].get("replicas", 0), ready=st.get("readyReplicas", 0), exists=True
                 )
     return pools
