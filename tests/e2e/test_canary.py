@@ -17,6 +17,7 @@ from e2e.cluster import canary, gateway, netns
 from e2e.cluster.canary import NAME, Recorder, revisions, serving_pods
 from e2e.cluster.load import Load
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, wait_for
+from e2e.gitops import argocd_health, assert_kstatus
 from tests.e2e.operator_fixtures import OperatorProcess
 from tests.e2e.test_operator import wait_ready
 
@@ -110,6 +111,8 @@ def test_a_good_canary_goes_through_every_step_and_is_promoted_without_a_restart
     assert {"CanaryStarted", "CanaryStepCompleted", "CanaryPromoted"} <= set(reasons(kubectl, namespace))
     ld = get(kubectl, namespace)
     assert (condition(ld, "Ready") or {}).get("status") == "True", ld["status"]
+    assert_kstatus(ld, "Current")
+    assert argocd_health(ld)["status"] == "Healthy"
 
 
 def test_b_a_bad_canary_is_aborted_within_two_intervals_and_stable_loses_nothing(
@@ -149,6 +152,9 @@ def test_b_a_bad_canary_is_aborted_within_two_intervals_and_stable_loses_nothing
         c = condition(ld, type_)
         assert c is not None and c["status"] == status and c["reason"] == "RolloutAborted", ld["status"]
     assert "error rate" in (condition(ld, "Stalled") or {}).get("message", "")
+    # What Flux / Helm 4 (kstatus) and Argo CD (the chart's health check) make of it.
+    assert_kstatus(ld, "Failed", "error rate")
+    assert argocd_health(ld)["status"] == "Degraded"
     # The stable pods served throughout and were never replaced (one may have been scaled away
     # and back while the canary held a share).
     after = serving_pods(kubectl, namespace)
@@ -170,6 +176,9 @@ def test_d_no_traffic_is_inconclusive_and_pauses_until_promoted(
     time.sleep(2 * canary.INTERVAL_S)  # paused means paused: no step, no promotion
     held = revisions(get(kubectl, namespace))
     assert held["phase"] == "Paused" and held["canaryStep"] == 0 and held["stable"] == first["stable"], held
+    ld = get(kubectl, namespace)
+    assert_kstatus(ld, "InProgress")
+    assert argocd_health(ld)["status"] == "Suspended"
     action = f"promote-full/{int(time.time())}"
     kubectl(
         "annotate",
