@@ -71,6 +71,30 @@ fi
 # The simulated GPU pods run nothing, so their HPA has no metric: the condition says so.
 echo "  llama3-70b: $(k -n "$ns" get llmd llama3-70b -o jsonpath='{.status.conditions[?(@.type=="AutoscalingActive")].reason}: {.status.conditions[?(@.type=="AutoscalingActive")].message}')"
 
+step "a canary rollout: a new revision of tiny-llama beside the old one, 50 % for 10 s, then promoted"
+k -n "$ns" patch llmd tiny-llama --type=merge -p '{"spec":{
+  "rollout":{"strategy":"canary","canary":{"steps":[{"weight":50,"pauseSeconds":10}]}},
+  "runtime":{"env":[{"name":"RELEASE","value":"demo-2"}]}}}' >/dev/null
+# Each change of status.revisions, as `kubectl get llmd -w` would show it, until promoted.
+$py - "$ns" <<'PY'
+import json, subprocess, sys, time
+ns, seen, deadline = sys.argv[1], None, time.monotonic() + 240
+while time.monotonic() < deadline:
+    out = subprocess.run([".cluster/bin/kubectl", "-n", ns, "get", "llmd", "tiny-llama", "-o", "json"],
+                         capture_output=True, text=True, check=True).stdout
+    r = json.loads(out).get("status", {}).get("revisions", {})
+    now = (r.get("phase"), r.get("canary"), r.get("canaryWeight"), r.get("stable"))
+    if now != seen:
+        seen = now
+        print(f"  {r.get('phase', '?'):<11} stable {r.get('stable')} ({r.get('stableSlot')})"
+              + (f", canary {r['canary']} ({r.get('canarySlot')}) weight {r.get('canaryWeight')} %" if r.get("canary") else "")
+              + f": {r.get('message', '')}")
+    if r.get("phase") == "Stable" and seen[3] and r.get("stableSlot") == "b":
+        break
+    time.sleep(1)
+PY
+k -n "$ns" get pods -l llmoperator.io/deployment=tiny-llama -L llmoperator.io/slot,llmoperator.io/revision | sed 's/^/  /'
+
 cat <<EOF
 
 Explore: source .cluster/env && kubectl -n $ns get llmd,pods
