@@ -9,6 +9,7 @@ Needs the embedded cluster (its monitoring stack and the real node).
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -232,15 +233,17 @@ def test_e_a_new_spec_mid_canary_restarts_it_and_the_stable_spec_rolls_back_at_o
         lambda p: all(v["slot"] == "a" for v in p.values()),
         timeout=120,
     )
+    # The first stable pod served throughout (the second made room for the canary's Ready replica
+    # and came back with the rollback).
     after = serving_pods(kubectl, namespace)
-    assert {n: p["uid"] for n, p in after.items() if n in stable_pods} == stable_pods
+    assert after[f"{NAME}-0"]["uid"] == stable_pods[f"{NAME}-0"] and after[f"{NAME}-0"]["restarts"] == 0
     assert {"CanaryRestarted", "CanaryRolledBack"} <= set(reasons(kubectl, namespace))
 
 
 def test_f_a_restarted_operator_resumes_the_same_step_with_the_time_left(
     operator_process: OperatorProcess, prometheus: str, kubectl: Kubectl, namespace: str
 ) -> None:
-    pause = 40
+    pause = 60
     v1 = canary.without_analysis(canary.deployment(prometheus, steps=[{"weight": 50, "pauseSeconds": pause}]))
     start(kubectl, namespace, v1)
     kubectl.apply(canary.with_env(v1, RELEASE_NOTE="v2"), namespace=namespace)
@@ -249,28 +252,20 @@ def test_f_a_restarted_operator_resumes_the_same_step_with_the_time_left(
     time.sleep(5)
     operator_process.start()
     operator_process.wait_healthy()
-    resumed = wait_revisions(
-        kubectl,
-        namespace,
-        "the restarted operator's view",
-        lambda r: r.get("phase") in ("Progressing", "Promoting", "Stable"),
-    )
-    assert resumed.get("stepStartedAt", step["stepStartedAt"]) == step["stepStartedAt"], (step, resumed)
-    with Recorder(kubectl, namespace) as rec:
-        wait_revisions(
-            kubectl,
-            namespace,
-            "promoted",
-            lambda r: (
-                r.get("phase") in ("Promoting", "Stable")
-                and r.get("stable") in (step["stable"], step["canary"])
-            ),
-        )
-    promoting = rec.first(lambda s: s.revisions.get("phase") in ("Promoting", "Stable"))
-    assert promoting is not None
-    started = time.mktime(time.strptime(step["stepStartedAt"], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
-    assert time.time() - started >= pause - 1, "the pause was not cut short"
-    assert time.time() - started <= pause + 60, "the restart did not start the pause again"
+    resumed = revisions(get(kubectl, namespace))
+    assert resumed["phase"] == "Progressing" and resumed["stepStartedAt"] == step["stepStartedAt"], resumed
+    done = wait_revisions(kubectl, namespace, "promoted", lambda r: r.get("stable") == step["canary"])
+    assert done["stableSlot"] == "b", done
+    # When the step ended, by the Event the restarted operator posted: after the whole pause, and
+    # not a whole pause after the restart (the timer lives in status).
+    (completed,) = [e for e in kubectl.events(namespace, NAME) if e.get("reason") == "CanaryStepCompleted"]
+    ended = _seconds(completed["lastTimestamp"]) - _seconds(step["stepStartedAt"])
+    print(f"operator restarted mid-step: the {pause} s step ended {ended:.0f} s after it started")
+    assert pause <= ended <= pause + 20, ended
+
+
+def _seconds(stamp: str) -> float:
+    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
 
 def test_c_gateway_api_routes_by_weight_through_a_real_gateway_and_promotes(
