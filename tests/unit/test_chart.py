@@ -248,6 +248,12 @@ def test_restricted_operator_replicas_elect_a_leader_or_run_alone(name: str) -> 
     assert selector["app.kubernetes.io/component"] == "operator"
     assert selector.items() <= dep["spec"]["template"]["metadata"]["labels"].items()
     assert one(docs, "Service")["spec"]["selector"] == selector
+    # Drains take the replicas one at a time; a single replica gets no budget (it would block them).
+    budgets = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    if dep["spec"]["replicas"] > 1:
+        assert [b["spec"] for b in budgets] == [{"maxUnavailable": 1, "selector": {"matchLabels": selector}}]
+    else:
+        assert budgets == []
 
 
 def test_default_resources_and_image() -> None:
