@@ -15,6 +15,7 @@ real node's pods may ever be sent.
 
 from __future__ import annotations
 
+import http.client
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -73,7 +74,8 @@ class Install:
         try:
             self._crds = [yaml.load(path.read_text(), Loader=loader) for path in self._files]
             monitoring.create(self._request, [*self._crds, *cluster_objects()])
-        except (RuntimeError, OSError, yaml.YAMLError) as e:  # raised by done()
+        # An API server that goes away mid-answer raises HTTPException: done() reports it too.
+        except (RuntimeError, OSError, http.client.HTTPException, yaml.YAMLError) as e:
             self._error = e
 
     def done(self) -> bool:
