@@ -72,9 +72,10 @@ fi
 echo "  llama3-70b: $(k -n "$ns" get llmd llama3-70b -o jsonpath='{.status.conditions[?(@.type=="AutoscalingActive")].reason}: {.status.conditions[?(@.type=="AutoscalingActive")].message}')"
 
 step "a canary rollout: a new revision of tiny-llama beside the old one, 50 % for 10 s, then promoted"
+# The new revision asks for half a CPU: it must fit on the real node beside the one it replaces.
 k -n "$ns" patch llmd tiny-llama --type=merge -p '{"spec":{
   "rollout":{"strategy":"canary","canary":{"steps":[{"weight":50,"pauseSeconds":10}]}},
-  "runtime":{"env":[{"name":"RELEASE","value":"demo-2"}]}}}' >/dev/null
+  "runtime":{"env":[{"name":"RELEASE","value":"demo-2"}]},"resources":{"cpu":"500m"}}}' >/dev/null
 # Each change of status.revisions, as `kubectl get llmd -w` would show it, until promoted.
 $py - "$ns" <<'PY'
 import json, subprocess, sys, time
@@ -89,9 +90,13 @@ while time.monotonic() < deadline:
         print(f"  {r.get('phase', '?'):<11} stable {r.get('stable')} ({r.get('stableSlot')})"
               + (f", canary {r['canary']} ({r.get('canarySlot')}) weight {r.get('canaryWeight')} %" if r.get("canary") else "")
               + f": {r.get('message', '')}")
-    if r.get("phase") == "Stable" and seen[3] and r.get("stableSlot") == "b":
+    if r.get("phase") == "Stable" and r.get("stableSlot") == "b":
         break
     time.sleep(1)
+else:
+    print("  not promoted within 240 s; the conditions say why:")
+    for c in json.loads(out).get("status", {}).get("conditions", []):
+        print(f"    {c['type']}={c['status']} {c['reason']}: {c.get('message', '')}")
 PY
 k -n "$ns" get pods -l llmoperator.io/deployment=tiny-llama -L llmoperator.io/slot,llmoperator.io/revision | sed 's/^/  /'
 

@@ -175,3 +175,22 @@ def test_a_failed_build_attempt_is_told_in_the_engine_message_not_as_a_failing_s
     assert conds(status)["Degraded"] == ("True", "PodsFailing")
     degraded = next(c["message"] for c in status["conditions"] if c["type"] == "Degraded")
     assert degraded == serving
+
+
+def test_a_canary_that_cannot_start_leaves_the_stable_revision_available() -> None:
+    """The current slot (the canary's) has no ready pod, the stable one serves: Available counts
+    both revisions, and the replica counts are the deployment's."""
+    from llm_operator.api.v1alpha1 import RevisionsStatus
+
+    revisions = RevisionsStatus.model_validate(
+        {"stable": "aaa", "stableSlot": "a", "canary": "bbb", "canarySlot": "b", "phase": "Progressing",
+         "stableReplicas": 2, "stableReadyReplicas": 2, "canaryReplicas": 1, "canaryReadyReplicas": 0,
+         "canaryStep": 0, "canaryWeight": 0, "message": "waiting for the weight to take effect"}
+    )  # fmt: skip
+    canary_slot = replace(obs(ready=0, rolled=False), revisions=revisions, total=2)
+    stuck = ("tiny-b-0: Unschedulable: 0/1 nodes are available: 1 Insufficient cpu",)
+    status, _ = reduce(replace(canary_slot, pod_problems=stuck), None, T0)
+    c = conds(status)
+    assert c["Available"] == ("True", "MinimumReplicasAvailable")
+    assert c["Reconciling"] == ("True", "CanaryProgressing") and c["Degraded"] == ("True", "PodsFailing")
+    assert status["replicas"] == 2 and status["readyReplicas"] == 2

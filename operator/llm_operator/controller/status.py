@@ -341,6 +341,9 @@ def _rollout(
         status["readyReplicas"] = (r.stable_ready_replicas or 0) + (r.canary_ready_replicas or 0)
     serving = status.get("readyReplicas", 0) > 0
     kept = [c for c in conds if c["type"] not in _ROLLOUT_TYPES]
+    if r.canary is not None:  # both revisions serve: available if either has a ready replica
+        kept = [_cond("Available", serving, _available(serving), "", g) if c["type"] == "Available" else c
+                for c in kept]  # fmt: skip
     if obs.route_problem is not None:
         reason, message = "RouteNotAccepted", obs.route_problem
         stalled, phase = _stalled(reason, message, serving, g)
