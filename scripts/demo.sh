@@ -25,6 +25,8 @@ $py -m e2e.operator_release up | sed 's/^/  /'
 
 step "samples in namespace $ns: a CPU model, Llama 3 8B on H100 (prebuilt), Llama 3 70B fp8 tp4 (engine build)"
 k create namespace "$ns" --dry-run=client -o yaml | k apply -f - >/dev/null
+# The demo turns on autoscaling and a canary for tiny-llama below: a second run starts it afresh.
+k -n "$ns" delete llmd tiny-llama --ignore-not-found --wait=true >/dev/null
 # The engine cache's volume outlives a deleted demo namespace (Retain): let the new claim bind it.
 if [ "$(k get pv llm-engine-cache -o jsonpath='{.status.phase}' 2>/dev/null)" = Released ]; then
   k patch pv llm-engine-cache --type=json -p '[{"op": "remove", "path": "/spec/claimRef"}]' >/dev/null
