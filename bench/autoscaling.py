@@ -12,22 +12,15 @@ The same run as tests/e2e/test_autoscaling.py (e2e/cluster/scaling.py), with its
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Callable
-from pathlib import Path
 
 import yaml
 
-from e2e import operator_release
+from bench.world import REPO, operator_in
 from e2e.cluster import monitoring, scaling
-from e2e.cluster.launcher import Cluster
-from e2e.cluster.testing import Kubectl, condition, is_true, wait_for
+from e2e.cluster.testing import condition, is_true, wait_for
 
-REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "bench-autoscaling"
 NAME = "tiny-llama"
 HPA_SYNC_S = 2  # components.py: --horizontal-pod-autoscaler-sync-period
@@ -42,42 +35,8 @@ def _deployment() -> dict[str, object]:
     return scaling.autoscaled(doc)
 
 
-def _healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
-
-
 def run(print_fn: Callable[[str], None] = print) -> None:
-    cluster = Cluster()
-    cluster.up()
-    if operator_release.uninstall(cluster):
-        print_fn("autoscaling bench: uninstalled the operator `make operator-up` installed")
-    kubectl = Kubectl(cluster.kubeconfig, cluster.bin_dir / "kubectl", timeout=120)
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    kubectl("wait", "--for=condition=Established", "crd/llmdeployments.llmoperator.io", "--timeout=30s")
-    kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true")
-    kubectl("create", "namespace", NAMESPACE)
-    health = 18911
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(cluster.kubeconfig),
-        "LLMOP_METRICS_PORT": "18910",
-        "LLMOP_HEALTH_PORT": str(health),
-        "LLMOP_LOG_LEVEL": "WARNING",
-        "LLMOP_CPU_RUNTIME_IMAGE": "localhost/llm-operator/cpu-runtime:dev",
-    }
-    log = (cluster.state_dir / "logs" / "operator-bench-autoscaling.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llm_operator.cli", "run", "--namespace", NAMESPACE],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_for("the operator healthy", lambda: _healthy(health), timeout=60)
+    with operator_in(NAMESPACE, (18910, 18911), print_fn) as (cluster, kubectl):
         kubectl.apply(_deployment(), namespace=NAMESPACE)
         wait_for(
             "the LLMDeployment Ready",
@@ -118,10 +77,6 @@ def run(print_fn: Callable[[str], None] = print) -> None:
             f"autoscaling bench (P5): back to 1 replica {t.scaled_down_s - t.load_dropped_s:.1f} s after the "
             f"load dropped; requests ok {t.stats.ok}, failed {t.stats.failed}"
         )
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        kubectl("delete", "namespace", NAMESPACE, "--wait=false")
 
 
 if __name__ == "__main__":

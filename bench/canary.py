@@ -11,52 +11,20 @@ operator.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 
-from bench.autoscaling import REPO, _healthy
-from e2e import operator_release
+from bench.world import operator_in
 from e2e.cluster import canary
-from e2e.cluster.launcher import Cluster
 from e2e.cluster.load import Load
-from e2e.cluster.testing import Kubectl, is_true, wait_for
-from tests.e2e.operator_fixtures import CPU_RUNTIME_IMAGE
+from e2e.cluster.testing import is_true, wait_for
 
 NAMESPACE = "bench-canary"
 GOAL_INTERVALS = 2
 
 
 def run(print_fn: Callable[[str], None] = print) -> None:
-    cluster = Cluster()
-    cluster.up()
-    if operator_release.uninstall(cluster):
-        print_fn("canary bench: uninstalled the operator `make operator-up` installed")
-    kubectl = Kubectl(cluster.kubeconfig, cluster.bin_dir / "kubectl", timeout=120)
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    kubectl("wait", "--for=condition=Established", "crd/llmdeployments.llmoperator.io", "--timeout=30s")
-    kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true")
-    kubectl("create", "namespace", NAMESPACE)
-    health = 18921
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(cluster.kubeconfig),
-        "LLMOP_METRICS_PORT": "18920",
-        "LLMOP_HEALTH_PORT": str(health),
-        "LLMOP_LOG_LEVEL": "WARNING",
-        "LLMOP_CPU_RUNTIME_IMAGE": CPU_RUNTIME_IMAGE,
-    }
-    log = (cluster.state_dir / "logs" / "operator-bench-canary.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llm_operator.cli", "run", "--namespace", NAMESPACE],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_for("the operator healthy", lambda: _healthy(health), timeout=60)
+    with operator_in(NAMESPACE, (18920, 18921), print_fn) as (cluster, kubectl):
         stable = canary.deployment(cluster.prometheus_url)
         kubectl.apply(stable, namespace=NAMESPACE)
         wait_for(
@@ -96,10 +64,6 @@ def run(print_fn: Callable[[str], None] = print) -> None:
             f"canary bench (P6): requests ok {stats.ok}, failed by the fault knob {stats.injected}, "
             f"failed otherwise (stable's) {stats.not_injected} (goal 0); abort reason: {reason}"
         )
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        kubectl("delete", "namespace", NAMESPACE, "--wait=false")
 
 
 if __name__ == "__main__":
