@@ -55,6 +55,14 @@ def namespace(kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]
 
 
 @pytest.fixture
+def embedded(cluster: E2ECluster) -> E2ECluster:
+    """For tests on the embedded cluster's real node and monitoring stack (not kind or a real cluster)."""
+    if cluster.launcher is None:
+        pytest.skip("needs the embedded cluster's real node and monitoring stack")
+    return cluster
+
+
+@pytest.fixture
 def gpu_pools(cluster: E2ECluster) -> None:
     """For tests that place on the simulated GPU node pools (absent from kind or a real cluster)."""
     if not cluster.gpu_nodes():

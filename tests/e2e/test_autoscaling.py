@@ -21,13 +21,6 @@ pytestmark = pytest.mark.e2e
 HOLD_S = 30
 
 
-@pytest.fixture
-def embedded(cluster: E2ECluster) -> E2ECluster:
-    if cluster.launcher is None:
-        pytest.skip("needs the embedded cluster's monitoring stack")
-    return cluster
-
-
 def test_queue_load_scales_up_serves_and_scales_back_down(
     operator: None, embedded: E2ECluster, kubectl: Kubectl, namespace: str
 ) -> None:

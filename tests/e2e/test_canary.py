@@ -27,13 +27,6 @@ ROLLOUT_TIMEOUT = 420
 
 
 @pytest.fixture
-def embedded(cluster: E2ECluster) -> E2ECluster:
-    if cluster.launcher is None:
-        pytest.skip("needs the embedded cluster's monitoring stack and real node")
-    return cluster
-
-
-@pytest.fixture
 def prometheus(embedded: E2ECluster) -> str:
     """Prometheus as the operator (a process on this host) reaches it."""
     assert embedded.launcher is not None

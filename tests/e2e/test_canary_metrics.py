@@ -74,13 +74,6 @@ def by_metric(measurements: list[Measurement]) -> dict[str, Measurement]:
     return {m.metric: m for m in measurements}
 
 
-@pytest.fixture
-def embedded(cluster: E2ECluster) -> E2ECluster:
-    if cluster.launcher is None:
-        pytest.skip("needs the embedded cluster's monitoring stack")
-    return cluster
-
-
 def test_faulty_revision_fails_its_budgets_and_the_good_one_passes(
     operator: None, embedded: E2ECluster, kubectl: Kubectl, namespace: str
 ) -> None:

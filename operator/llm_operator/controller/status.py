@@ -352,14 +352,14 @@ def _rollout(
         return conds, phase, reason, message
     if r.phase == RolloutPhase.ABORTED:
         reason, message = "RolloutAborted", r.message or r.abort_reason or "aborted"
-        rollout = [
-            _cond("Ready", False, reason, message, g),
-            _cond("Reconciling", False, reason, "", g),
-            _cond("Stalled", True, reason, message, g),
-            _cond("Progressing", False, reason, message, g),
-            _cond("Degraded", True, reason, f"{r.abort_reason}; revision {r.stable} keeps serving", g),
-        ]
-        return rollout + kept, Phase.DEGRADED, reason, message
+        stalled, _ = _stalled(reason, message, serving, g)
+        degraded = _cond("Degraded", True, reason, f"{r.abort_reason}; revision {r.stable} keeps serving", g)
+        return (
+            [degraded if c["type"] == "Degraded" else c for c in stalled] + kept,
+            Phase.DEGRADED,
+            reason,
+            message,
+        )
     reason = _CANARY_REASONS.get(r.phase or RolloutPhase.PROGRESSING, "CanaryProgressing")
     message = r.message or ""
     degraded = next(c for c in conds if c["type"] == "Degraded")
