@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster.testing import Kubectl, condition, wait_for
+from e2e.cluster.testing import Kubectl, condition, is_true, wait_for
 from tests.e2e.manifests import deployment, engines_claim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("gpu_pools")]
@@ -105,3 +105,49 @@ def test_a_failed_build_says_why_with_the_tail_of_its_log(
     events = warning_events(kubectl, namespace, "oom-build")
     assert any(e["reason"] == "EngineBuildFailed" and log_tail in e["message"] for e in events)
     assert kubectl.items("statefulsets", namespace) == [], "nothing serves a build that failed"
+
+
+def test_pods_the_api_server_refuses_are_told_in_its_words_and_every_pod_shape_is_restricted(
+    operator: None, kubectl: Kubectl, namespace: str
+) -> None:
+    """A quota refuses a multi-node group's pods: only the StatefulSet controller's FailedCreate
+    Event says so. The namespace enforces the restricted Pod Security Standard, so once the quota
+    is gone, the pods being created at all proves every shape (leader, worker, build) passes it."""
+    kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted",
+            "pod-security.kubernetes.io/enforce-version=latest")  # fmt: skip
+    engines_claim(kubectl, namespace)
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-pods"},
+             "spec": {"hard": {"pods": "0"}}}  # fmt: skip
+    kubectl.apply(quota, namespace)
+    wait_for("the quota computed", lambda: kubectl.get("resourcequota", "no-pods", namespace),
+             lambda o: bool(o and (o.get("status") or {}).get("hard")), timeout=30)  # fmt: skip
+    group = deployment("group", parallelism={"tensor": 4, "pipeline": 2},
+                       resources={"gpu": {"products": ["NVIDIA-GB200"]}})  # fmt: skip
+    kubectl.apply(group, namespace)
+    found = stalled(kubectl, namespace, "group", "FailedCreate")
+    assert "exceeded quota: no-pods" in found["message"] and "create Pod group-0" in found["message"]
+    assert any(
+        e["reason"] == "FailedCreate" and "exceeded quota" in e["message"]
+        for e in warning_events(kubectl, namespace, "group")
+    )
+    ld = kubectl.get("llmdeployment", "group", namespace)
+    assert ld is not None and ld["status"]["reason"] == "FailedCreate", "the printer column's reason"
+
+    kubectl.delete("resourcequota", "no-pods", namespace)  # what the user does about it
+    ready = wait_for("group Ready once its pods may exist",
+                     lambda: kubectl.get("llmdeployment", "group", namespace),
+                     lambda o: is_true(o, "Ready"), timeout=TIMEOUT)  # fmt: skip
+    assert not is_true(ready, "Stalled")
+    roles = {p["metadata"]["labels"].get("llmoperator.io/role") for p in kubectl.items("pods", namespace)}
+    assert roles == {"leader", "worker"}, roles
+
+    # An engine build's pod, in the same restricted namespace.
+    build = deployment("built", engine={
+        "precision": "bf16", "maxBatchSize": 8, "maxInputLen": 1024, "maxSeqLen": 2048, "maxNumTokens": 2048,
+        "build": {}, "cache": {"uri": "pvc://engines/cache"},
+    }, model={"name": "meta-llama/Llama-3.2-1B-Instruct", "source": {"uri": "s3://models/llama3.2-1b/"}},
+        resources={"gpu": {"products": ["NVIDIA-A10G"]}})  # fmt: skip
+    kubectl.apply(build, namespace)
+    (job,) = wait_for("the build Job", lambda: kubectl.items("jobs", namespace), bool, timeout=60)
+    job_pods = f"job-name={job['metadata']['name']}"
+    wait_for("its pod, admitted", lambda: kubectl.items("pods", namespace, job_pods), bool, timeout=60)

@@ -429,6 +429,7 @@ def test_rbac_covers_what_the_operator_does() -> None:
     for res in RELABELED_KINDS.values():  # a replaced StatefulSet's pods and history are relabelled
         assert {(res._api_info.resource.group, res._api_info.plural, v) for v in ("list", "patch")} <= main
     assert {("", "events", "create"), ("events.k8s.io", "events", "create")} <= main
+    assert {("", "events", v) for v in ("list", "watch")} <= main, "FailedCreate Events are read"
     assert {("", "nodes", v) for v in ("get", "list", "watch")} <= cluster
     assert {("", "namespaces", v) for v in ("list", "watch")} <= cluster
     assert {

@@ -6,7 +6,14 @@ from typing import Any
 
 import pytest
 from llm_operator.controller.engines import job_state
-from llm_operator.controller.observe import MAX_PROBLEM, Applied, drifted, pod_problem, rolled_out
+from llm_operator.controller.observe import (
+    MAX_PROBLEM,
+    Applied,
+    CreateFailures,
+    drifted,
+    pod_problem,
+    rolled_out,
+)
 from llm_operator.engine.state import BuildFact, BuildObserved
 from llm_operator.storage import engine_location
 
@@ -171,3 +178,41 @@ def test_a_failed_build_pod_gives_the_tail_of_its_log_bounded() -> None:
         "status": {"phase": "Succeeded", "containerStatuses": [{"state": {"terminated": {"exitCode": 0}}}]}
     }
     assert pod_problem(succeeded) is None
+
+
+def test_a_refused_pod_is_reported_until_its_controller_has_created_every_pod() -> None:
+    def child(kind: str, uid: str, status: dict[str, Any], replicas: int | None = None) -> dict[str, Any]:
+        meta = {"name": "x", "namespace": "ns", "uid": uid, "labels": {"llmoperator.io/deployment": "x"}}
+        spec = {"replicas": replicas} if replicas else {}
+        return {"kind": kind, "metadata": meta, "spec": spec, "status": status}
+
+    def event(kind: str, uid: str, message: str, reason: str = "FailedCreate") -> dict[str, Any]:
+        involved = {"kind": kind, "namespace": "ns", "name": "x", "uid": uid}
+        return {"reason": reason, "involvedObject": involved, "message": message}
+
+    refusal = 'create Pod x-1 in StatefulSet x failed error: pods "x-1" is forbidden: exceeded quota: pods'
+    failures = CreateFailures()
+    sts = child("StatefulSet", "u1", {"replicas": 1}, replicas=2)
+    children: dict[Any, dict[str, Any]] = {("StatefulSet", "ns", "x"): sts}
+    assert failures.update("ADDED", event("StatefulSet", "u1", refusal), children) == ("ns", "x")
+    assert failures.update("MODIFIED", event("StatefulSet", "u1", refusal), children) is None, "no news"
+    assert failures.update("ADDED", event("StatefulSet", "u1", "x", reason="FailedDelete"), children) is None
+    assert failures.of(children, ("ns", "x")) == (f"x: FailedCreate: {refusal}",)
+    assert failures.of(children, ("ns", "other")) == ()
+
+    # Every pod created: the refusal is over, and it is not told again when the Event is relisted.
+    children[("StatefulSet", "ns", "x")] = child("StatefulSet", "u1", {"replicas": 2}, replicas=2)
+    assert failures.of(children, ("ns", "x")) == ()
+    children[("StatefulSet", "ns", "x")] = sts
+    assert failures.of(children, ("ns", "x")) == (), "a later shortfall is not an old refusal"
+    # A re-created StatefulSet of the same name does not inherit its predecessor's refusal.
+    failures.update("ADDED", event("StatefulSet", "u0", refusal), children)
+    assert failures.of(children, ("ns", "x")) == ()
+
+    # A build Job: refused until it has a pod or has finished.
+    job = child("Job", "j1", {})
+    children = {("Job", "ns", "x"): job}
+    failures.update("ADDED", event("Job", "j1", "pods forbidden: violates PodSecurity"), children)
+    assert failures.of(children, ("ns", "x")) == ("x: FailedCreate: pods forbidden: violates PodSecurity",)
+    children[("Job", "ns", "x")] = child("Job", "j1", {"active": 1})
+    assert failures.of(children, ("ns", "x")) == ()

@@ -109,6 +109,35 @@ async def test_a_status_watched_while_the_apply_is_in_flight_is_not_lost() -> No
     assert condition(kube, "tiny-llama", "Ready")["status"] == "True"
 
 
+async def test_a_pod_the_api_server_refuses_stalls_until_the_controller_creates_it() -> None:
+    kube, reconciler = await operator_with_nodes()
+    key = kube.add_deployment(example("cpu-reference"))
+    await reconcile(kube, reconciler, key)
+    sts = kube.objects[("StatefulSet", NS, "tiny-llama")]
+    refusal = 'create Pod tiny-llama-0 in StatefulSet tiny-llama failed error: pods "tiny-llama-0" forbidden'
+    involved = {"kind": "StatefulSet", "namespace": NS, "name": "tiny-llama", "uid": sts["metadata"]["uid"]}
+    event = {"reason": "FailedCreate", "message": refusal, "involvedObject": involved}
+    woken: list[tuple[str, str]] = []
+    reconciler.queue.add = woken.append  # type: ignore[method-assign,assignment]
+    await reconciler.create_failed("ADDED", event)
+    assert woken == [key], "the Event wakes its deployment"
+    await reconciler.reconcile(*key)
+    stalled = condition(kube, "tiny-llama", "Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "FailedCreate")
+    assert refusal in stalled["message"]
+    assert ("Warning", "FailedCreate") in [(t, r) for t, r, _ in kube.events]
+    kube.take_writes()
+    await reconciler.create_failed("MODIFIED", event)  # the controller's next retry, same words
+    await reconciler.reconcile(*key)
+    assert kube.take_writes() == [], "a refusal repeated writes nothing"
+
+    rolled_out(kube, "tiny-llama", 1)  # the pod was created after all (the quota was raised)
+    await kube.deliver(reconciler)
+    await reconciler.reconcile(*key)
+    assert condition(kube, "tiny-llama", "Stalled")["status"] == "False"
+    assert condition(kube, "tiny-llama", "Ready")["status"] == "True"
+
+
 async def test_engines_are_built_by_a_job_recorded_once_then_served() -> None:
     kube, reconciler = await operator_with_nodes()
     key = kube.add_deployment(example("llama3-70b-fp8"))

@@ -60,3 +60,32 @@ def test_render_can_target_a_cluster_with_leader_worker_set(
     assert main(["render", "-f", example, "--leader-worker-set"]) == 0
     lws = {o["kind"] for o in yaml.safe_load_all(capsys.readouterr().out)}
     assert "LeaderWorkerSet" not in plain and "LeaderWorkerSet" in lws
+
+
+def _pod_templates(obj: dict[str, object]) -> list[dict[str, object]]:
+    """Every pod template in a rendered object (LeaderWorkerSets have two)."""
+    found: list[dict[str, object]] = []
+    if isinstance(obj, dict):
+        if "containers" in obj:
+            found.append(obj)
+        for value in obj.values():
+            found += _pod_templates(value) if isinstance(value, dict) else []
+    return found
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_every_rendered_pod_meets_restricted_pod_security(example: Path) -> None:
+    """The API server enforces it in e2e (test_cluster_knowledge, test_chart_install); this names the
+    field when a builder forgets one."""
+    golden = GOLDEN / f"{example.stem}.yaml"
+    pods = [p for o in yaml.safe_load_all(golden.read_text()) if o for p in _pod_templates(o)]
+    assert pods
+    for pod in pods:
+        assert pod["securityContext"] == pod["securityContext"] | {  # type: ignore[operator]
+            "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}
+        }, pod["securityContext"]  # fmt: skip
+        for c in pod["containers"]:  # type: ignore[attr-defined]
+            assert c["securityContext"]["allowPrivilegeEscalation"] is False
+            assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+        assert not {"hostNetwork", "hostPID", "hostIPC"} & set(pod)
+        assert all("hostPath" not in v for v in pod.get("volumes", [])), "no hostPath"  # type: ignore[attr-defined]

@@ -147,6 +147,23 @@ def test_a_pod_naming_a_missing_object_stalls_and_a_crash_loop_degrades() -> Non
     assert crash in status["message"]
 
 
+def test_pods_the_api_server_refuses_stall_with_its_words_and_what_serves_keeps_serving() -> None:
+    refused = (
+        'x: FailedCreate: create Pod x-1 in StatefulSet x failed error: pods "x-1" is forbidden: '
+        "exceeded quota: pods, requested: pods=1, used: pods=1, limited: pods=1"
+    )
+    status, events = reduce(replace(obs(ready=1, rolled=False), pod_problems=(refused,)), None, T0)
+    c = conds(status)
+    assert c["Stalled"] == ("True", "FailedCreate") and c["Ready"] == ("False", "FailedCreate")
+    assert c["Degraded"] == ("True", "StalledWhileServing") and c["Available"][0] == "True"
+    assert status["reason"] == "FailedCreate" and "exceeded quota" in status["message"]
+    assert ("Warning", "FailedCreate") in [(e.type, e.reason) for e in events]
+    # A refused build pod too: the build never starts, and only the user can change that.
+    building = replace(obs(ready=0, rolled=False, engine=EngineState.BUILDING), pod_problems=(refused,))
+    status, _ = reduce(building, None, T0)
+    assert conds(status)["Stalled"] == ("True", "FailedCreate") and status["phase"] == "Failed"
+
+
 def test_a_failed_build_attempt_is_told_in_the_engine_message_not_as_a_failing_serving_pod() -> None:
     attempt = "x-build-abc12-q7x2z: Failed: exited 1 (Error): RuntimeError: CUDA out of memory"
     serving = "x-0: ImagePullBackOff: image not found"

@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 import kopf
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Event, Node, Pod
 
 from llm_operator import labels as L
 from llm_operator.api import v1alpha1 as api
@@ -20,6 +20,7 @@ from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.kube import CHILD_KINDS, HTTP_ROUTE_CRD, SCALED_OBJECT_CRD, Kube
 from llm_operator.controller.leader import Term
 from llm_operator.controller.reconciler import Reconciler
+from llm_operator.controller.status import REFUSED
 from llm_operator.render.rollout import SNAPSHOT_COMPONENT
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,14 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         # Our serving pods only (server-side selector): to recreate broken multi-node groups.
         *(
             asyncio.create_task(kube.watch(Pod, reconciler.pod_event, namespace=ns, labels=managed))
+            for ns in scopes
+        ),
+        # Pods the API server refused our StatefulSets and Jobs (Pod Security, quota): only an
+        # Event says so. Filtered by the server, so other Events never reach the operator.
+        *(
+            asyncio.create_task(
+                kube.watch(Event, reconciler.create_failed, namespace=ns, fields={"reason": REFUSED})
+            )
             for ns in scopes
         ),
         *(asyncio.create_task(reconciler.worker()) for _ in range(config.workers)),

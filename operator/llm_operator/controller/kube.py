@@ -277,6 +277,7 @@ class Kube:
         *,
         namespace: str | None,
         labels: dict[str, Any] | None = None,
+        fields: dict[str, Any] | None = None,
     ) -> None:
         """Stream events forever (initial state arrives as ADDED); lightkube resumes on errors."""
         scope: dict[str, Any] = {}
@@ -284,7 +285,8 @@ class Kube:
             scope["namespace"] = namespace or ALL_NS
         while True:
             try:
-                async for kind, obj in self.client.watch(res, labels=labels, on_error=_resume, **scope):
+                stream = self.client.watch(res, labels=labels, fields=fields, on_error=_resume, **scope)
+                async for kind, obj in stream:
                     await on_event(kind, _as_dict(obj))
             except asyncio.CancelledError:
                 raise

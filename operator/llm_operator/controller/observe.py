@@ -13,7 +13,7 @@ from typing import Any
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.controller.kube import ObjKey, obj_key
-from llm_operator.controller.status import FAILED_POD, PoolObserved
+from llm_operator.controller.status import FAILED_POD, REFUSED, PoolObserved
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
 from llm_operator.rollout.revision import Slot
@@ -197,3 +197,61 @@ class PodProblems:
 
     def forget(self, key: Key) -> None:
         self._by_owner.pop(key, None)
+
+
+@dataclass(frozen=True)
+class CreateFailure:
+    uid: str  # of the StatefulSet or Job the Event names: a recreated one starts clean
+    message: str
+
+
+def create_failure(event: dict[str, Any]) -> tuple[ObjKey, CreateFailure] | None:
+    """A StatefulSet or Job controller's FailedCreate Event: Pod Security, a quota or a webhook
+    refused the pod, so no pod exists to report anything. The Event is all the cluster says."""
+    involved = event.get("involvedObject") or {}
+    kind = involved.get("kind")
+    if event.get("reason") != REFUSED or kind not in ("StatefulSet", "Job"):
+        return None
+    key = (kind, involved.get("namespace", ""), involved.get("name", ""))
+    return key, CreateFailure(involved.get("uid", ""), event.get("message", ""))
+
+
+def still_refused(child: dict[str, Any], failure: CreateFailure) -> bool:
+    """Until the controller has created every pod it wants, the last refusal stands."""
+    if child["metadata"].get("uid") != failure.uid:
+        return False
+    status = child.get("status") or {}
+    if child.get("kind") == "StatefulSet":
+        return bool(status.get("replicas", 0) < child.get("spec", {}).get("replicas", 1))
+    finished = any(c.get("status") == "True" for c in status.get("conditions") or [])
+    return not (finished or status.get("active") or status.get("succeeded") or status.get("failed"))
+
+
+class CreateFailures:
+    """Per StatefulSet or Job of ours, the last pod the API server refused it, from the Events."""
+
+    def __init__(self) -> None:
+        self._by_child: dict[ObjKey, CreateFailure] = {}
+
+    def update(self, event: str, obj: dict[str, Any], children: Children) -> Key | None:
+        """Record a FailedCreate Event; the owning deployment when that changed anything."""
+        found = create_failure(obj)
+        if found is None or event == "DELETED":  # an Event's TTL ending says nothing of the pod
+            return None
+        key, failure = found
+        if self._by_child.get(key) == failure:
+            return None
+        self._by_child[key] = failure
+        child = children.get(key)
+        return owner_key(child) if child is not None else None
+
+    def of(self, children: Children, owner: Key) -> tuple[str, ...]:
+        """`<object>: FailedCreate: <the controller's words>` for each that still lacks pods."""
+        problems = []
+        for key, failure in list(self._by_child.items()):
+            child = children.get(key)
+            if child is None or not still_refused(child, failure):
+                del self._by_child[key]  # created since, or gone: a later refusal is a new Event
+            elif owner_key(child) == owner:
+                problems.append(f"{key[2]}: {REFUSED}: {failure.message}"[:MAX_PROBLEM])
+        return tuple(sorted(problems))

@@ -27,7 +27,13 @@ from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.groups import GroupFailures, group_pods
 from llm_operator.controller.kube import KubeApi, MissingApi, NotLeading, obj_key
 from llm_operator.controller.metrics import DEPLOYMENTS, RECONCILE_ERRORS, RECONCILE_SECONDS
-from llm_operator.controller.observe import Key, PodProblems, existing_pools, pool_observed
+from llm_operator.controller.observe import (
+    CreateFailures,
+    Key,
+    PodProblems,
+    existing_pools,
+    pool_observed,
+)
 from llm_operator.controller.queue import WorkQueue
 from llm_operator.controller.rollout import Rollout, Rollouts
 from llm_operator.controller.ssh import SshIdentities, needs_ssh
@@ -64,6 +70,7 @@ class Reconciler:
         self.applier = Applier(kube)
         self.queue = WorkQueue(self._run)
         self.pod_problems = PodProblems()
+        self.create_failures = CreateFailures()
         self.group_failures = GroupFailures()
         self.ssh = SshIdentities(kube)
         self.rollouts = Rollouts(analysis.measure)
@@ -115,6 +122,10 @@ class Reconciler:
         self._wake(self.pod_problems.update(event, pod))
         self._wake(self.rollouts.ready.update(event, pod))
         self._wake(self.group_failures.update(pod))
+
+    async def create_failed(self, event: str, obj: dict[str, Any]) -> None:
+        """A FailedCreate Event: the API server refused one of our controllers a pod."""
+        self._wake(self.create_failures.update(event, obj, self.applier.children))
 
     def _wake(self, key: Key | None) -> None:
         if key is not None and key in self.known:
@@ -265,7 +276,8 @@ class Reconciler:
             },
             selector=serving_selector(ld.name),
             endpoints=endpoints(ld.name, ld.namespace),
-            pod_problems=self.pod_problems.of((ld.namespace, ld.name)),
+            pod_problems=self.pod_problems.of((ld.namespace, ld.name))
+            + self.create_failures.of(children, (ld.namespace, ld.name)),
             autoscaler=None
             if scaling is None
             else autoscaling.observe(

@@ -28,6 +28,7 @@ class PoolObserved:
 
 
 FAILED_POD = "Failed"  # pod problem prefix of a build attempt that exited with an error
+REFUSED = "FailedCreate"  # problem reason of a StatefulSet or Job the API server refused a pod
 
 
 @dataclass(frozen=True)
@@ -143,15 +144,16 @@ def reduce(
             reason, message = "WaitingForReplicas", f"{ready_total}/{desired} replicas ready"
             phase = Phase.PROGRESSING if serving else Phase.DEPLOYING
         degraded = _cond("Degraded", False, "AsExpected", "", g)
+        # A claim, Secret or ConfigMap the pods need does not exist, or the API server refuses
+        # the pods (Pod Security, a quota): only the user can fix it.
         missing = [p for p in pod_problems if _MISSING_OBJECT.search(p)]
-        if missing:
-            # A claim, Secret or ConfigMap the pods need does not exist: only the user can fix it.
-            conds, phase = _stalled("MissingObject", "; ".join(missing), serving, g)
+        refused = [p for p in pod_problems if f": {REFUSED}: " in p]
+        if missing or refused:
+            reason, message = ("MissingObject", missing) if missing else (REFUSED, refused)
+            conds, phase = _stalled(reason, "; ".join(message), serving, g)
             conds += [engine_cond, _cond("Available", serving or desired == 0, _available(serving), "", g)]
             conds += _autoscaling(obs)
-            status, events = _finish(
-                obs, status, conds, phase, "MissingObject", "; ".join(missing), old_status, now
-            )
+            status, events = _finish(obs, status, conds, phase, reason, "; ".join(message), old_status, now)
             return status, placement_events + events
         if pod_problems:
             # Kubernetes keeps retrying (image pulls, restarts), so this is not Stalled, but the

@@ -179,7 +179,9 @@ def _pod_template(
         "terminationGracePeriodSeconds": contract.termination_grace_seconds(
             spec.runtime.exit_timeout_seconds
         ),
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        # Restricted Pod Security: the images name a numeric non-root USER, which the kubelet
+        # checks against runAsNonRoot; workers' sshd runs unprivileged (runtime/ssh.py).
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [_container(spec, pool, images, engine, leader=leader, extra_env=extra_env)],
         "volumes": _volumes(spec, pool, deployment, engine, ssh_secret, slot),
         **spec.runtime.pod_identity(),
