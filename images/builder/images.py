@@ -1,5 +1,6 @@
 """The images: what goes into each (its inputs, hashed into its name and tag) and how its rootfs
-is assembled. One gzip layer per image; the archive is reused while the inputs hash is unchanged.
+is assembled. One gzip layer per image, or two where a base below our own package is cached as a
+layer; the archive is reused while the inputs hash is unchanged.
 
 Tags: `localhost/llm-operator/<name>:dev-<first 12 hex of the inputs hash>` (immutable: pods that
 must run exactly this build name it) and `:dev` (moves to the latest build loaded).
@@ -7,6 +8,8 @@ must run exactly this build name it) and `:dev` (moves to the latest build loade
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -15,9 +18,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from images.builder import debian
-from images.builder.cache import build_lock, cache_root, files_under, inputs_hash, scratch
+from images.builder.cache import atomic_path, build_lock, cache_root, files_under, inputs_hash, scratch
 from images.builder.dockerfile import runtime_config
-from images.builder.oci import ImageConfig, write_archive, write_layer
+from images.builder.oci import ImageConfig, Layer, write_archive, write_layer
 
 REPO = Path(__file__).resolve().parents[2]
 REGISTRY = "localhost/llm-operator"
@@ -41,7 +44,13 @@ Inputs = list[tuple[str, bytes]]
 class Spec:
     name: str
     inputs: Callable[[], Inputs]  # besides the builder's own source; may prepare a cached base
-    assemble: Callable[[Path, Path], ImageConfig]  # (empty rootfs dir, scratch dir) -> config
+    # (rootfs dir, scratch dir) -> config: the rootfs is empty, or holds what `base` put there
+    assemble: Callable[[Path, Path], ImageConfig]
+    # What changes far less often than our package (Debian, torch, Triton): built into the empty
+    # rootfs first and shipped as a layer of its own, cached under base_inputs, so a change to
+    # operator/ packs and imports only the small layer above it.
+    base: Callable[[Path], None] | None = None
+    base_inputs: Callable[[], Inputs] | None = None
 
 
 def _files(*relative: str) -> Inputs:
@@ -91,24 +100,29 @@ def _pause_assemble(rootfs: Path, work: Path) -> ImageConfig:
 # cpu-runtime -------------------------------------------------------------------------------------
 
 
-def _cpu_runtime_inputs() -> Inputs:
+def _cpu_runtime_base_inputs() -> Inputs:
     CPU_RUNTIME_BASE.ensure()
-    return [
-        ("debian", CPU_RUNTIME_BASE.packages_txt()),
-        ("wheels", " ".join(CPU_RUNTIME_WHEELS).encode()),
-        *_files("images/cpu-runtime.Dockerfile", *PROJECT),
-    ]
+    return [("debian", CPU_RUNTIME_BASE.packages_txt()), ("wheels", " ".join(CPU_RUNTIME_WHEELS).encode())]
 
 
-def _cpu_runtime_assemble(rootfs: Path, work: Path) -> ImageConfig:
+def _cpu_runtime_inputs() -> Inputs:
+    return [*_cpu_runtime_base_inputs(), *_files("images/cpu-runtime.Dockerfile", *PROJECT)]
+
+
+def _cpu_runtime_base(rootfs: Path) -> None:
     CPU_RUNTIME_BASE.copy_to(rootfs)
     # --no-deps: the image needs tritonserver's files from the wheel, not pytriton's python API.
     debian.download(CPU_RUNTIME_WHEELS, deps=False)
-    debian.pip_install(rootfs, [*CPU_RUNTIME_WHEELS, _project_wheel(work)], deps=False)
+    debian.pip_install(rootfs, CPU_RUNTIME_WHEELS, deps=False)
     # As the Dockerfile does: the stub built for python 3.11 goes where the python backend looks.
     triton = rootfs / "usr/local/lib/python3.11/dist-packages/pytriton/tritonserver"
     shutil.copy2(triton / "python_backend_stubs/3.11/triton_python_backend_stub", triton / "backends/python/")
     debian.add_nonroot_user(rootfs)
+    debian.trim(rootfs)
+
+
+def _cpu_runtime_assemble(rootfs: Path, work: Path) -> ImageConfig:
+    debian.pip_install(rootfs, [_project_wheel(work)], deps=False)
     debian.trim(rootfs)
     return runtime_config(REPO / "images/cpu-runtime.Dockerfile", SITE_PACKAGES)
 
@@ -142,7 +156,13 @@ SPECS = {
     spec.name: spec
     for spec in (
         Spec("pause", _pause_inputs, _pause_assemble),
-        Spec("cpu-runtime", _cpu_runtime_inputs, _cpu_runtime_assemble),
+        Spec(
+            "cpu-runtime",
+            _cpu_runtime_inputs,
+            _cpu_runtime_assemble,
+            base=_cpu_runtime_base,
+            base_inputs=_cpu_runtime_base_inputs,
+        ),
         Spec("operator", _operator_inputs, _operator_assemble),
     )
 }
@@ -166,11 +186,58 @@ def build(name: str, log: Callable[[str], None] = print) -> Path:
             log(f"{name}: reused {dest}")
             return dest
         with scratch(f"work-{name}") as work:
-            config = spec.assemble(work / "rootfs", work)
+            rootfs, layers, below = work / "rootfs", [], None
+            if spec.base is not None:
+                spec.base(rootfs)
+                layers.append(_base_layer(spec, rootfs, log))
+                below = _tree(rootfs)
+            config = spec.assemble(rootfs, work)
             config = replace(config, labels={**config.labels, INPUTS_LABEL: digest})
-            layer = write_layer(work / "rootfs", work / "layer.tar.gz")
-            write_archive(
-                dest, refs(name, digest), config, [layer], history=f"python -m images.builder {name}"
-            )
+            only = None if below is None else _added(rootfs, below)
+            layers.append(write_layer(rootfs, work / "layer.tar.gz", only=only))
+            history = f"python -m images.builder {name}"
+            write_archive(dest, refs(name, digest), config, layers, history=history)
         log(f"{name}: built {dest}")
         return dest
+
+
+def _base_layer(spec: Spec, rootfs: Path, log: Callable[[str], None]) -> Layer:
+    """The base rootfs as a layer, packed once per base_inputs (packing takes minutes)."""
+    assert spec.base_inputs is not None
+    key = inputs_hash([*_files("images/builder"), *spec.base_inputs()])[:16]
+    blob = cache_root() / "layers" / f"{spec.name}-base-{key}.tar.gz"
+    described = blob.with_suffix(".json")
+    if blob.is_file() and described.is_file():
+        d = json.loads(described.read_text())
+        return Layer(blob, d["digest"], d["diff_id"], d["size"])
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    layer = write_layer(rootfs, blob)
+    with atomic_path(described) as tmp:
+        tmp.write_text(json.dumps({"digest": layer.digest, "diff_id": layer.diff_id, "size": layer.size}))
+    log(f"{spec.name}: packed its base layer {blob}")
+    return layer
+
+
+Tree = dict[Path, tuple[int, int, int]]
+
+
+def _tree(root: Path) -> Tree:
+    """Every path under root with what a change to it would change (mtime, size, mode)."""
+    tree: Tree = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in (*dirnames, *filenames):
+            path = Path(dirpath) / name
+            st = path.lstat()
+            tree[path] = (st.st_mtime_ns, st.st_size, st.st_mode)
+    return tree
+
+
+def _added(root: Path, below: Tree) -> set[Path]:
+    """What the step above the base wrote, with its parent directories; it may not remove
+    anything (a layer would need whiteouts, which no step here writes)."""
+    now = _tree(root)
+    gone = sorted(str(p.relative_to(root)) for p in below.keys() - now.keys())
+    if gone:
+        raise RuntimeError(f"the step above the base layer removed base files: {gone[:5]}")
+    added = {p for p, stat in now.items() if below.get(p) != stat}
+    return added | {parent for p in added for parent in p.parents if root in parent.parents}

@@ -15,7 +15,7 @@ import io
 import json
 import os
 import tarfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -90,14 +90,18 @@ def _entries(root: Path) -> Iterator[Path]:
         yield from (here / name for name in sorted([*dirnames, *filenames]))
 
 
-def write_layer(root: Path, dest: Path, compresslevel: int = 6) -> Layer:
-    """Pack the tree at root as one gzip layer at dest (written atomically)."""
+def write_layer(
+    root: Path, dest: Path, compresslevel: int = 6, only: Collection[Path] | None = None
+) -> Layer:
+    """Pack the tree at root (or only those of its paths) as one gzip layer at dest, atomically."""
     with atomic_path(dest) as tmp, tmp.open("wb") as out:
         compressed = _Hashing(out)
         with gzip.GzipFile(fileobj=compressed, mode="wb", compresslevel=compresslevel, mtime=0) as gz:
             plain = _Hashing(gz)
             with tarfile.open(fileobj=plain, mode="w|", format=tarfile.PAX_FORMAT) as tar:
                 for path in _entries(root):
+                    if only is not None and path not in only:
+                        continue
                     info = tar.gettarinfo(str(path), arcname=str(path.relative_to(root)))
                     if info is None:  # sockets: nothing a layer can carry
                         continue
@@ -134,7 +138,7 @@ def config_json(config: ImageConfig, layers: Sequence[Layer], history: str) -> d
         "created": "1970-01-01T00:00:00Z",
         "config": runtime,
         "rootfs": {"type": "layers", "diff_ids": [layer.diff_id for layer in layers]},
-        "history": [{"created": "1970-01-01T00:00:00Z", "created_by": history}],
+        "history": [{"created": "1970-01-01T00:00:00Z", "created_by": history} for _ in layers],
     }
 
 

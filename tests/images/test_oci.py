@@ -182,3 +182,28 @@ def test_config_follows_the_dockerfile() -> None:
     operator = runtime_config(specs.REPO / "images/operator.Dockerfile")
     assert (operator.entrypoint, operator.cmd) == (["llm-operator"], ["run", "--all-namespaces"])
     assert operator.env["LLMOP_MODEL_REPO_TEMPLATES"] == "/opt/llm-operator/model_repo_templates"
+
+
+def test_a_step_above_a_base_ships_only_what_it_wrote(tmp_path: Path) -> None:
+    """The cpu-runtime image's two layers: the cached base, then only what our package added."""
+    root = make_tree(tmp_path / "rootfs")
+    base = write_layer(root, tmp_path / "base.gz")
+    below = specs._tree(root)
+    (root / "usr/lib/app").mkdir(parents=True)
+    (root / "usr/lib/app/module.py").write_text("x = 1\n")
+    (root / "etc/conf").write_text("changed")
+    added = specs._added(root, below)
+    assert root / "usr/lib/app/module.py" in added and root / "usr" in added, "with its parents"
+    assert root / "bin/app" not in added and root not in added
+    top = write_layer(root, tmp_path / "top.gz", only=added)
+    write_archive(tmp_path / "two.tar", REFS, CONFIG, [base, top], history="test")
+    image = read_archive(tmp_path / "two.tar")
+    assert len(image.manifest["layers"]) == len(image.config["history"]) == 2
+    unpack(image, tmp_path / "out")
+    assert (tmp_path / "out/usr/lib/app/module.py").read_text() == "x = 1\n"
+    assert (tmp_path / "out/etc/conf").read_text() == "changed" and (tmp_path / "out/bin/app").is_file()
+    assert top.size < base.size
+
+    (root / "bin/alias").unlink()
+    with pytest.raises(RuntimeError, match="removed base files: \\['bin/alias'\\]"):
+        specs._added(root, below)
