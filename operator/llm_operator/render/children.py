@@ -19,7 +19,8 @@ from llm_operator.images import Images
 from llm_operator.modelrepo import render_repository, to_configmap_data
 from llm_operator.plan.types import Plan, PoolPlan
 from llm_operator.render import autoscaling, names, policy, services
-from llm_operator.render.serving import template_hash, workloads
+from llm_operator.render.pod import template_hash
+from llm_operator.render.serving import workloads
 from llm_operator.rollout.revision import Slot
 from llm_operator.storage import EngineLocation
 

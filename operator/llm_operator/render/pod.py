@@ -1,0 +1,223 @@
+"""The serving pod template: Triton's container, its volumes and security, and the labels that
+say which revision it serves and when it must roll (render/serving.py runs it as StatefulSets or
+LeaderWorkerSets).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from llm_operator import contract
+from llm_operator import labels as L
+from llm_operator.api.v1alpha1 import Backend, LLMDeploymentSpec
+from llm_operator.images import Images
+from llm_operator.plan.types import PoolPlan
+from llm_operator.render import names
+from llm_operator.render.placement import pod_scheduling
+from llm_operator.rollout.revision import Slot
+from llm_operator.storage import EngineLocation
+
+
+def template_hash(obj: Any) -> str:
+    """Short stable hash: pods roll when (and only when) what they run changes."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def _env(spec: LLMDeploymentSpec, pool: PoolPlan, engine: EngineLocation | None) -> list[dict[str, Any]]:
+    """What every serving container gets (contract.ENV); multi-node pods add their role and group
+    addressing (workloads)."""
+    env: list[dict[str, Any]] = [
+        {"name": contract.POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "LLMOP_BACKEND", "value": spec.engine.backend.value},
+        {"name": "LLMOP_TP", "value": str(pool.tensor)},
+        {"name": "LLMOP_PP", "value": str(pool.pipeline)},
+        {"name": "LLMOP_GPUS_PER_POD", "value": str(pool.gpus_per_pod)},
+        {"name": "LLMOP_PODS_PER_REPLICA", "value": str(pool.pods_per_replica)},
+        {"name": "LLMOP_MODEL_REPO_SRC", "value": contract.MODEL_REPO_SRC},
+        {"name": "LLMOP_MODEL_REPO", "value": contract.MODEL_REPO},
+        {"name": "LLMOP_HTTP_PORT", "value": str(contract.HTTP_PORT)},
+        {"name": "LLMOP_GRPC_PORT", "value": str(contract.GRPC_PORT)},
+        {"name": "LLMOP_METRICS_PORT", "value": str(contract.METRICS_PORT)},
+        {"name": "LLMOP_EXIT_TIMEOUT_SECONDS", "value": str(spec.runtime.exit_timeout_seconds)},
+    ]
+    if engine is not None:
+        env.append({"name": "LLMOP_ENGINE_DIR", "value": engine.engine_dir})
+    return env
+
+
+def _container(
+    spec: LLMDeploymentSpec,
+    pool: PoolPlan,
+    images: Images,
+    engine: EngineLocation | None,
+    *,
+    leader: bool,
+    extra_env: list[dict[str, Any]],
+) -> dict[str, Any]:
+    cpu = spec.engine.backend == Backend.CPU_REFERENCE
+    resources: dict[str, Any] = {}
+    requests: dict[str, str] = {}
+    if spec.resources.cpu:
+        requests["cpu"] = spec.resources.cpu
+    if spec.resources.memory:
+        requests["memory"] = spec.resources.memory
+    limits: dict[str, str] = {}
+    if not cpu:
+        # Extended resources need limits == requests.
+        limits[L.GPU_RESOURCE] = requests[L.GPU_RESOURCE] = str(pool.gpus_per_pod)
+    if requests:
+        resources["requests"] = requests
+    if limits:
+        resources["limits"] = limits
+    mounts = [
+        {"name": "model-repo-src", "mountPath": contract.MODEL_REPO_SRC, "readOnly": True},
+        {"name": "model-repo", "mountPath": contract.MODEL_REPO},
+        {"name": "shm", "mountPath": "/dev/shm"},
+        {"name": "tmp", "mountPath": contract.TMP_DIR},
+    ]
+    if engine is not None:
+        mounts.append({"name": "engine-cache", "mountPath": contract.ENGINE_CACHE_MOUNT, "readOnly": True})
+    if pool.pods_per_replica > 1:
+        mounts.append({"name": contract.SSH_VOLUME, "mountPath": contract.SSH_DIR, "readOnly": True})
+    user_env, user_env_from = spec.runtime.container_env()
+    container: dict[str, Any] = {
+        "name": "triton",
+        "image": spec.runtime.image or (images.cpu_runtime if cpu else images.runtime),
+        "command": list(contract.CONTAINER_COMMAND),
+        "env": _env(spec, pool, engine) + extra_env + user_env,
+        "ports": [
+            {"name": "http", "containerPort": contract.HTTP_PORT},
+            {"name": "grpc", "containerPort": contract.GRPC_PORT},
+            {"name": "metrics", "containerPort": contract.METRICS_PORT},
+        ],
+        "volumeMounts": mounts,
+        # A runtime that dies before writing a termination message leaves the tail of its log
+        # there instead: the operator quotes it in status (kubectl logs is not needed to see why).
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    if user_env_from:
+        container["envFrom"] = user_env_from
+    if resources:
+        container["resources"] = resources
+    if leader:
+        # Only rank 0 serves: probes belong to the leader.
+        health = {"path": "/v2/health/ready", "port": "http"}
+        container["startupProbe"] = {
+            "httpGet": health,
+            "periodSeconds": 10,
+            "failureThreshold": max(1, spec.runtime.startup_timeout_seconds // 10),
+        }
+        container["readinessProbe"] = {"httpGet": dict(health), "periodSeconds": 5, "failureThreshold": 2}
+        container["livenessProbe"] = {
+            "httpGet": {"path": "/v2/health/live", "port": "http"},
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        }
+    # Workers drain too: they wait on their leader's requests, so their ranks outlive them.
+    container["lifecycle"] = {"preStop": {"exec": {"command": list(contract.PRESTOP_COMMAND)}}}
+    return container
+
+
+def _volumes(
+    spec: LLMDeploymentSpec,
+    pool: PoolPlan,
+    deployment: str,
+    engine: EngineLocation | None,
+    ssh_secret: str,
+    slot: Slot,
+) -> list[dict[str, Any]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": "model-repo-src", "configMap": {"name": names.model_repo(deployment, pool, slot)}},
+        {"name": "model-repo", "emptyDir": {}},
+        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm_size}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    if engine is not None:
+        volumes.append(
+            {
+                "name": "engine-cache",
+                "persistentVolumeClaim": {"claimName": engine.claim, "readOnly": True},
+            }
+        )
+    if pool.pods_per_replica > 1:
+        # The deployment's SSH identity (the controller creates the Secret): the leader's mpirun
+        # logs in to its workers' sshd with it.
+        volumes.append({"name": contract.SSH_VOLUME, "secret": {"secretName": ssh_secret}})
+    return volumes
+
+
+def pod_template(
+    spec: LLMDeploymentSpec,
+    pool: PoolPlan,
+    deployment: str,
+    images: Images,
+    engine: EngineLocation | None,
+    *,
+    pod_labels: dict[str, str],
+    group_selector: dict[str, str] | None,
+    leader: bool,
+    extra_env: list[dict[str, Any]],
+    repo_hash: str,
+    ssh_secret: str,
+    slot: Slot,
+    revision: str,
+    group_label_keys: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    # Leaders spread over the whole pool, both slots: they are one deployment's replicas.
+    selector = {**L.selector_labels(deployment), L.POOL: pool.name}
+    pod_spec: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": contract.termination_grace_seconds(
+            spec.runtime.exit_timeout_seconds
+        ),
+        # Restricted Pod Security: the images name a numeric non-root USER, which the kubelet
+        # checks against runAsNonRoot; workers' sshd runs unprivileged (runtime/ssh.py).
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [_container(spec, pool, images, engine, leader=leader, extra_env=extra_env)],
+        "volumes": _volumes(spec, pool, deployment, engine, ssh_secret, slot),
+        **spec.runtime.pod_identity(),
+    }
+    if spec.engine.backend != Backend.CPU_REFERENCE:
+        pod_spec.update(
+            pod_scheduling(
+                spec,
+                pool,
+                selector=selector,
+                group_selector=group_selector,
+                group_label_keys=group_label_keys,
+                leader=leader,
+            )
+        )
+    else:
+        for key, value in (
+            ("nodeSelector", spec.placement.node_selector),
+            ("tolerations", list(spec.placement.tolerations)),
+            ("priorityClassName", spec.placement.priority_class_name),
+        ):
+            if value:
+                pod_spec[key] = value
+    # The user's labels and annotations first: the operator's own keys always win (admission
+    # refuses the reserved prefixes anyway).
+    labels = {**spec.runtime.pod_labels, **pod_labels}
+    template: dict[str, Any] = {
+        "metadata": {
+            "labels": labels,
+            "annotations": {**spec.runtime.pod_annotations, f"{L.DEPLOYMENT}-model-repo-hash": repo_hash},
+        },
+        "spec": pod_spec,
+    }
+    # The revision says what the pod serves (routing, analysis, metrics); the template hash, taken
+    # before both labels are added, is what rolls the pods (it also covers the plan's placement).
+    template["metadata"]["labels"] = {
+        **labels,
+        L.TEMPLATE_HASH: template_hash(template),
+        L.REVISION: revision,
+    }
+    return template
