@@ -1,5 +1,5 @@
-"""The components: their binaries (build-tools.sh, containerd from Debian), command lines, start
-order and readiness waits, the simulated nodes, and the minimal apiserver client the waits use.
+"""The components: their binaries (build-tools.sh, containerd from Debian), start order and
+readiness waits (their command lines are in flags.py), the simulated nodes, and the minimal apiserver client the waits use.
 
 Everything but the forwarder runs inside the cluster's network namespace (netns.py), where ports
 are fixed; the forwarder relays the host's 127.0.0.1:<free port> to the API server there."""
@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import gateway, kubeconfig, monitoring, netns
+from e2e.cluster import flags, gateway, kubeconfig, monitoring, netns
 from e2e.cluster import node as node_mod
 from e2e.cluster import pki as pki_mod
 from e2e.cluster.processes import Children, free_ports, last_line
@@ -40,9 +40,7 @@ BINARIES = (
 SYSTEM_BINARIES = ("containerd", "runc", "ctr", "nft", "nsenter", "ip")
 BUILD_TOOLS = Path(__file__).with_name("build-tools.sh")
 FORWARDER = Path(__file__).with_name("forwarder.py")
-ETCD_PORT, ETCD_PEER_PORT = 2379, 2380
 CONTROLLER_MANAGER_PORT, SCHEDULER_PORT = 10257, 10259
-SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 STARTUP_TIMEOUT_S = 90.0
 
 Log = Callable[[str], None]
@@ -201,97 +199,6 @@ def wait(
         time.sleep(0.1)
 
 
-# -- command lines ----------------------------------------------------------------------------------
-def _etcd_args(state: StateDir) -> list[str]:
-    client_url, peer_url = f"http://127.0.0.1:{ETCD_PORT}", f"http://127.0.0.1:{ETCD_PEER_PORT}"
-    return [
-        "--name=llmop",
-        f"--data-dir={state.etcd_dir}",
-        f"--listen-client-urls={client_url}",
-        f"--advertise-client-urls={client_url}",
-        f"--listen-peer-urls={peer_url}",
-        f"--initial-advertise-peer-urls={peer_url}",
-        f"--initial-cluster=llmop={peer_url}",
-        "--unsafe-no-fsync",  # throwaway data: fsync only costs time
-    ]
-
-
-def _apiserver_args(pki: pki_mod.Pki) -> list[str]:
-    kubelet_client = pki.clients["apiserver-kubelet-client"]
-    return [
-        f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}",
-        # The node address inside the namespace: the `kubernetes` Service gets it as its endpoint,
-        # so pods reach the API at 10.96.0.1; the host comes in through the forwarder.
-        f"--bind-address={netns.NODE_IP}",
-        f"--secure-port={node_mod.APISERVER_PORT}",
-        f"--advertise-address={netns.NODE_IP}",
-        f"--tls-cert-file={pki.apiserver.cert}",
-        f"--tls-private-key-file={pki.apiserver.key}",
-        f"--client-ca-file={pki.ca.cert}",
-        "--authorization-mode=Node,RBAC",
-        f"--service-account-issuer={SA_ISSUER}",
-        f"--service-account-key-file={pki.sa_pub}",
-        f"--service-account-signing-key-file={pki.sa_key}",
-        f"--service-cluster-ip-range={pki_mod.SERVICE_CLUSTER_IP_RANGE}",
-        "--allow-privileged=true",
-        # logs/exec/port-forward: the API server dials the kubelet by address (no DNS for node names).
-        f"--kubelet-client-certificate={kubelet_client.cert}",
-        f"--kubelet-client-key={kubelet_client.key}",
-        "--kubelet-preferred-address-types=InternalIP,Hostname",
-        # Front proxy: lets aggregated APIs (custom/external metrics) trust the aggregator.
-        f"--requestheader-client-ca-file={pki.front_proxy_ca.cert}",
-        "--requestheader-allowed-names=front-proxy-client",
-        "--requestheader-username-headers=X-Remote-User",
-        "--requestheader-group-headers=X-Remote-Group",
-        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-        f"--proxy-client-cert-file={pki.front_proxy_client.cert}",
-        f"--proxy-client-key-file={pki.front_proxy_client.key}",
-    ]
-
-
-def _client_args(state: StateDir, component: str, port: int) -> list[str]:
-    """Flags the controller manager and the scheduler share."""
-    kc = state.component_kubeconfig(component)
-    return [
-        f"--kubeconfig={kc}",
-        f"--authentication-kubeconfig={kc}",
-        f"--authorization-kubeconfig={kc}",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={port}",
-        # Single instance: a leader lease would only delay restarts.
-        "--leader-elect=false",
-    ]
-
-
-def _controller_manager_args(pki: pki_mod.Pki) -> list[str]:
-    return [
-        f"--root-ca-file={pki.ca.cert}",
-        f"--service-account-private-key-file={pki.sa_key}",
-        "--use-service-account-credentials=false",
-        f"--cluster-signing-cert-file={pki.ca.cert}",
-        f"--cluster-signing-key-file={pki.ca.key}",
-        # Test-speed HPA loops (defaults: 15 s sync, 5 min downscale stabilization).
-        "--horizontal-pod-autoscaler-sync-period=2s",
-        "--horizontal-pod-autoscaler-downscale-stabilization=10s",
-    ]
-
-
-def _kwok_args(state: StateDir, stages: Path) -> list[str]:
-    return [
-        f"--kubeconfig={state.component_kubeconfig('kwok')}",
-        # kwok's default pod stages plus its chaos stage (build-tools.sh copies them from the module).
-        "--config=" + ",".join(str(f) for f in sorted(stages.glob("*.yaml"))),
-        # Only the simulated nodes: the real node's pods are the kubelet's.
-        "--manage-all-nodes=false",
-        "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-        # Without a lease duration kwok v0.7.0 renews no node leases and heartbeats node
-        # status only every ~10 min: the node lifecycle controller then marks every node
-        # NotReady after ~50 s (NodeNotReady events) and kwok flips it back. Measured here.
-        "--node-lease-duration-seconds=40",
-        "--cidr=10.244.0.0/16",
-    ]
-
-
 # -- start order ------------------------------------------------------------------------------------
 IN_NAMESPACE_CLIENTS = (
     "kube-controller-manager",
@@ -340,15 +247,15 @@ def start(
     def inside(url: str) -> Callable[[], bool]:
         return functools.partial(_http_ok, url, ns)
 
-    spawn("etcd", _etcd_args(state))
-    wait_ready("etcd /health", inside(f"http://127.0.0.1:{ETCD_PORT}/health"), "etcd")
+    spawn("etcd", flags.etcd_args(state))
+    wait_ready("etcd /health", inside(f"http://127.0.0.1:{flags.ETCD_PORT}/health"), "etcd")
 
     def forward(name: str, port: int, to: str) -> None:
         argv = [sys.executable, str(FORWARDER), f"--netns={ns}", f"--listen={port}", f"--to={to}",
                 f"--state-dir={state.root}/"]  # fmt: skip
         state.write_pid(name, children.spawn(name, argv, state.log_file(name), state.root))
 
-    spawn("kube-apiserver", _apiserver_args(pki))
+    spawn("kube-apiserver", flags.apiserver_args(pki))
     forward("forwarder", ports["kube-apiserver"], f"{netns.NODE_IP}:{node_mod.APISERVER_PORT}")
     api = Api(ports["kube-apiserver"], pki)
     wait_ready("kube-apiserver /readyz", lambda: api.request("GET", "/readyz")[0] == 200, "kube-apiserver")
@@ -356,15 +263,15 @@ def start(
     spawn(
         "kube-controller-manager",
         [
-            *_client_args(state, "kube-controller-manager", CONTROLLER_MANAGER_PORT),
-            *_controller_manager_args(pki),
+            *flags.client_args(state, "kube-controller-manager", CONTROLLER_MANAGER_PORT),
+            *flags.controller_manager_args(pki),
         ],
     )
-    spawn("kube-scheduler", _client_args(state, "kube-scheduler", SCHEDULER_PORT))
+    spawn("kube-scheduler", flags.client_args(state, "kube-scheduler", SCHEDULER_PORT))
     # kwok always loads ~/.kwok/kwok.yaml if present; keep a developer's config out.
     spawn(
         "kwok",
-        _kwok_args(state, tools["kwok"].parent / "stages"),
+        flags.kwok_args(state, tools["kwok"].parent / "stages"),
         env={**os.environ, "HOME": str(state.root)},
     )
     create_nodes(api, nodes)
