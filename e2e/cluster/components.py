@@ -1,5 +1,6 @@
 """The components: their binaries (build-tools.sh, containerd from Debian), start order and
-readiness waits (their command lines are in flags.py), the simulated nodes, and the minimal apiserver client the waits use.
+readiness waits (their command lines are in flags.py), the simulated nodes, and the minimal
+apiserver client the waits use.
 
 Everything but the forwarder runs inside the cluster's network namespace (netns.py), where ports
 are fixed; the forwarder relays the host's 127.0.0.1:<free port> to the API server there."""
