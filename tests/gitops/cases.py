@@ -131,6 +131,7 @@ def cases() -> dict[str, Case]:
     build_failed = _engine(EngineState.FAILED, "job failed: the engine build ran out of GPU memory")
     no_gpus = PlanningError("InsufficientGPUs", "no node offers 2 allocatable NVIDIA-H100-80GB-HBM3 GPUs")
     missing = 'llama-0: FailedMount: persistentvolumeclaim "models" not found'
+    refused = 'llama: FailedCreate: create Pod llama-1 in StatefulSet llama failed error: pods forbidden'
     return {
         # Without a status kstatus reads "no conditions" as Current: the CRD defaults one.
         "no_status": Case(llmd(None), "Current", "Progressing"),
@@ -165,6 +166,10 @@ def cases() -> dict[str, Case]:
         ),
         "missing_object": Case(
             llmd(_status(_obs(ready=0, rolled=False, pod_problems=(missing,)))), "Failed", "Degraded"
+        ),
+        # Pod Security or a quota refuses the pods: nothing retries its way out of it.
+        "pods_refused_while_serving": Case(
+            llmd(_status(_obs(ready=1, rolled=False, pod_problems=(refused,)))), "Failed", "Degraded"
         ),
         # A spec change the operator has not seen yet: the old Ready says nothing about it.
         "generation_behind": Case(llmd(ready, generation=GENERATION + 1), "InProgress", "Progressing"),
