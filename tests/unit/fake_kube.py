@@ -13,6 +13,7 @@ from typing import Any
 
 from lightkube import ApiError
 from lightkube.models.meta_v1 import Status
+from llm_operator import labels as L
 from llm_operator.controller.kube import MissingApi, ObjKey, obj_key
 from llm_operator.controller.reconciler import Reconciler
 
@@ -53,6 +54,9 @@ class FakeKube:
             meta["generation"] = generation + 1 if changed else generation
         if old is not None and "status" in old:
             new["status"] = old["status"]
+        # Forced server-side apply takes every field it names; status writers keep their entries.
+        kept = [m for m in (old or {}).get("metadata", {}).get("managedFields", []) if m.get("subresource")]
+        meta["managedFields"] = [*kept, {"manager": L.FIELD_MANAGER, "operation": "Apply"}]
         self._store(k, new)
         return copy.deepcopy(new)
 
@@ -141,6 +145,11 @@ class FakeKube:
             obj[field] = value
             if field == "spec" and kind in WITH_GENERATION | {"LLMDeployment"}:
                 obj["metadata"]["generation"] += 1
+        # What the API server records of the writer: a controller's status, or someone's edit.
+        writer = {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status"}
+        if set(fields) != {"status"}:
+            writer = {"manager": "kubectl-edit", "operation": "Update"}
+        obj["metadata"]["managedFields"] = [*obj["metadata"].get("managedFields", []), writer]
         self._store((kind, namespace, name), obj)
         return obj
 
@@ -169,3 +178,8 @@ class FakeKube:
             await reconciler.child_event(
                 "DELETED", {"kind": k[0], "metadata": {"namespace": k[1], "name": k[2]}}
             )
+
+    async def list_to(self, reconciler: Reconciler) -> None:
+        """What a new process's watches list first: every child, as ADDED."""
+        self._delivered.clear()
+        await self.deliver(reconciler)

@@ -33,7 +33,8 @@ def as_before_slots(kube: FakeKube, name: str) -> dict[str, Any]:
     template_labels = {k: v for k, v in spec["template"]["metadata"]["labels"].items() if k != L.SLOT}
     spec["template"]["metadata"]["labels"] = template_labels
     kube.objects.pop(("StatefulSet", NS, name))
-    old = {**sts, "metadata": {**sts["metadata"], "uid": "sts-old"}, "spec": spec}
+    annotations = {k: v for k, v in sts["metadata"].get("annotations", {}).items() if k != L.APPLIED}
+    old = {**sts, "metadata": {**sts["metadata"], "uid": "sts-old", "annotations": annotations}, "spec": spec}
     kube.objects[("StatefulSet", NS, name)] = old
     kube.edit("StatefulSet", NS, name, spec=spec)
     for kind, child in (("Pod", f"{name}-0"), ("ControllerRevision", f"{name}-5d8f7c")):

@@ -32,9 +32,11 @@ def example(name: str) -> dict[str, Any]:
     return body
 
 
-async def operator_with_nodes() -> tuple[FakeKube, Reconciler]:
-    kube = FakeKube()
-    kube.add_claim("llm-engine-cache")  # the examples' engine cache
+async def operator_with_nodes(kube: FakeKube | None = None) -> tuple[FakeKube, Reconciler]:
+    """A new operator process, on a new cluster or (restarted) on `kube`."""
+    if kube is None:
+        kube = FakeKube()
+        kube.add_claim("llm-engine-cache")  # the examples' engine cache
     reconciler = Reconciler(kube, OperatorConfig.from_env())
     for node in build_nodes(load_pools()):
         await reconciler.node_event("ADDED", node)
@@ -86,6 +88,39 @@ async def test_a_cpu_deployment_converges_then_the_operator_writes_nothing() -> 
     await reconcile(kube, reconciler, key)
     assert kube.take_writes() == [], "an idle deployment costs no API writes"
     assert not any(k[0] == "Secret" for k in kube.objects), "single-pod replicas need no SSH identity"
+
+
+async def test_a_restarted_operator_writes_nothing_where_nothing_changed_and_restores_what_did() -> None:
+    kube, first = await operator_with_nodes()
+    keys = [kube.add_deployment(example(name)) for name in ("cpu-reference", "llama31-405b-multinode")]
+    for key in keys:
+        await reconcile(kube, first, key)
+    for name in kube.of_kind("StatefulSet"):
+        rolled_out(kube, name, 1)
+    for key in keys:
+        await reconcile(kube, first, key)
+    applied = [w for w in kube.take_writes() if w[0] == "apply"]
+    assert len(applied) >= 8
+
+    # A new process (a restart, a new leader): it knows only what the watches list.
+    _, second = await operator_with_nodes(kube)
+    await kube.list_to(second)
+    for key in keys:
+        await reconcile(kube, second, key)
+    # The SSH Secret is created again (AlreadyExists): the operator may not read Secrets to know.
+    writes = [w for w in kube.take_writes() if w[0] != "status"]
+    assert writes == [("create", "Secret", "llama31-405b-ssh-uid-2")]
+
+    # Edited while no operator ran: the edit is someone else's, so that object alone is applied.
+    sts = kube.objects[("StatefulSet", NS, "tiny-llama")]
+    kube.edit("StatefulSet", NS, "tiny-llama", spec={**sts["spec"], "replicas": 5})
+    _, third = await operator_with_nodes(kube)
+    await kube.list_to(third)
+    for key in keys:
+        await reconcile(kube, third, key)
+    writes = [w for w in kube.take_writes() if w[0] not in ("status", "create")]
+    assert writes == [("apply", "StatefulSet", "tiny-llama")]
+    assert kube.objects[("StatefulSet", NS, "tiny-llama")]["spec"]["replicas"] == 1
 
 
 async def test_a_status_watched_while_the_apply_is_in_flight_is_not_lost() -> None:
