@@ -8,6 +8,7 @@ session's kubeconfig), so these tests work against the embedded cluster and agai
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -45,13 +46,13 @@ class OperatorProcess:
     def __init__(
         self, cluster: E2ECluster, log_path: Path, args: Sequence[str] = ("--all-namespaces",), **env: str
     ) -> None:
-        self.health, self.metrics = free_port(), free_port()
+        self.health, self.metrics_port = free_port(), free_port()
         self.log_path, self.argv = log_path, [sys.executable, "-m", "llm_operator.cli", "run", *args]
         self.env = {
             **os.environ,
             "KUBECONFIG": str(cluster.kubeconfig),
             "LLMOP_HEALTH_PORT": str(self.health),
-            "LLMOP_METRICS_PORT": str(self.metrics),
+            "LLMOP_METRICS_PORT": str(self.metrics_port),
             "LLMOP_LOG_LEVEL": "INFO",
             "LLMOP_CPU_RUNTIME_IMAGE": CPU_RUNTIME_IMAGE,
             **env,
@@ -87,6 +88,10 @@ class OperatorProcess:
             f.seek(start)
             return f.read().decode(errors="replace")
 
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait()
@@ -100,6 +105,16 @@ class OperatorProcess:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    """Sum of a metric's samples whose labels include `labels` (0 when there are none)."""
+    total = 0.0
+    for m in re.finditer(rf"^{name}(?:\{{([^}}]*)\}})? (\S+)$", text, re.M):
+        have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
+        if labels.items() <= have.items():
+            total += float(m.group(2))
+    return total
 
 
 # Module scope: the operator stops when the module's tests are done, so a test module that runs

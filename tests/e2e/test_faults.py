@@ -24,7 +24,7 @@ import yaml
 
 from e2e.cluster.testing import E2ECluster, Kubectl, is_true, wait_for
 from tests.e2e import manifests
-from tests.e2e.operator_fixtures import REPO, OperatorProcess
+from tests.e2e.operator_fixtures import REPO, OperatorProcess, sample
 
 pytestmark = pytest.mark.e2e
 
@@ -119,6 +119,18 @@ def test_operator_killed_twenty_times_while_deployments_change_converges_without
     print(f"operator SIGKILLed 20 times in {restarted - started:.0f} s (seed {seed}) while {len(specs)} "
           f"deployments were created and edited: converged {took:.1f} s after the last restart, "
           f"{count} children, 0 missing, extra, duplicate or orphaned")  # fmt: skip
+
+    # Once more over what has converged: the new process lists, reconciles each deployment and
+    # finds its predecessor's applies standing, so it writes nothing at all.
+    own_operator.kill()
+    own_operator.start()
+    own_operator.wait_healthy()
+    reconciles = "llm_operator_reconcile_duration_seconds_count"
+    wait_for(f"{len(specs)} reconciles by the new process", own_operator.metrics,
+             lambda t: sample(t, reconciles) >= len(specs), timeout=60)  # fmt: skip
+    time.sleep(2)  # any write would follow its reconcile at once
+    writes = sample(own_operator.metrics(), "llm_operator_api_writes_total")
+    assert writes == 0, own_operator.metrics()
 
 
 def test_deleted_while_the_operator_is_down_nothing_hangs_and_children_are_collected(

@@ -24,7 +24,7 @@ import pytest
 from e2e.cluster.testing import E2ECluster, Kubectl, pod_ready, wait_for
 from tests.e2e import manifests
 from tests.e2e import test_chart_install as chart
-from tests.e2e.operator_fixtures import OperatorProcess
+from tests.e2e.operator_fixtures import OperatorProcess, sample
 from tests.e2e.test_chart_install import TIMEOUT, Helm
 from tests.unit.test_chart import CHART
 
@@ -46,16 +46,6 @@ def pod_metrics(kubectl: Kubectl, namespace: str, pod: str) -> str:
         "get", "--raw", f"/api/v1/namespaces/{namespace}/pods/{pod}:8000/proxy/metrics", check=False
     )
     return result.stdout if result.returncode == 0 else ""
-
-
-def sample(text: str, name: str, **labels: str) -> float:
-    """Sum of a metric's samples whose labels include `labels` (0 when there are none)."""
-    total = 0.0
-    for m in re.finditer(rf"^{name}(?:\{{([^}}]*)\}})? (\S+)$", text, re.M):
-        have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
-        if labels.items() <= have.items():
-            total += float(m.group(2))
-    return total
 
 
 def operator_pid(pod: str) -> int:

@@ -24,6 +24,7 @@ from llm_operator.controller.status import REFUSED
 from llm_operator.render.rollout import SNAPSHOT_COMPONENT
 
 log = logging.getLogger(__name__)
+LIST_TIMEOUT_SECONDS = 60  # a watch that cannot list (RBAC, an API gone) must not stop all work
 
 
 class Runtime:
@@ -72,30 +73,41 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     log.info(
         "multi-node replicas as %s", "LeaderWorkerSets" if reconciler.leader_worker_set else "StatefulSets"
     )
-    Runtime.tasks = [
-        asyncio.create_task(kube.watch(Node, reconciler.node_event, namespace=None)),
+    listed: list[asyncio.Event] = []
+
+    def watch(res: Any, on_event: Any, namespace: str | None, **selectors: Any) -> asyncio.Task[None]:
+        done = asyncio.Event()
+        listed.append(done)
+        return asyncio.create_task(kube.watch(res, on_event, namespace=namespace, listed=done, **selectors))
+
+    watches = [
+        watch(Node, reconciler.node_event, None),
         *(
-            asyncio.create_task(
-                kube.watch(res, child_handler(kind), namespace=ns, labels=selectors.get(kind, managed))
-            )
+            watch(res, child_handler(kind), ns, labels=selectors.get(kind, managed))
             for kind, res in kinds.items()
             for ns in scopes
         ),
         # Our serving pods only (server-side selector): to recreate broken multi-node groups.
-        *(
-            asyncio.create_task(kube.watch(Pod, reconciler.pod_event, namespace=ns, labels=managed))
-            for ns in scopes
-        ),
+        *(watch(Pod, reconciler.pod_event, ns, labels=managed) for ns in scopes),
         # Pods the API server refused our StatefulSets and Jobs (Pod Security, quota): only an
         # Event says so. Filtered by the server, so other Events never reach the operator.
-        *(
-            asyncio.create_task(
-                kube.watch(Event, reconciler.create_failed, namespace=ns, fields={"reason": REFUSED})
-            )
-            for ns in scopes
-        ),
-        *(asyncio.create_task(reconciler.worker()) for _ in range(config.workers)),
+        *(watch(Event, reconciler.create_failed, ns, fields={"reason": REFUSED}) for ns in scopes),
     ]
+    Runtime.tasks = [
+        *watches,
+        *(asyncio.create_task(work_once_listed(reconciler, listed)) for _ in range(config.workers)),
+    ]
+
+
+async def work_once_listed(reconciler: Reconciler, listed: list[asyncio.Event]) -> None:
+    """Reconcile once every watch has listed what exists: before, the operator would apply again
+    what a predecessor left as it should be (restart, new leader), having not seen it yet."""
+    try:
+        async with asyncio.timeout(LIST_TIMEOUT_SECONDS):
+            await asyncio.gather(*(done.wait() for done in listed))
+    except TimeoutError:
+        log.warning("some watches have not listed within %d s: reconciling anyway", LIST_TIMEOUT_SECONDS)
+    await reconciler.worker()
 
 
 @kopf.on.cleanup()

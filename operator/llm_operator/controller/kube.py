@@ -278,14 +278,23 @@ class Kube:
         namespace: str | None,
         labels: dict[str, Any] | None = None,
         fields: dict[str, Any] | None = None,
+        listed: asyncio.Event | None = None,
     ) -> None:
-        """Stream events forever (initial state arrives as ADDED); lightkube resumes on errors."""
-        scope: dict[str, Any] = {}
+        """List (each object as ADDED; then `listed` is set), then stream events from the list's
+        resourceVersion, forever; lightkube resumes on errors, a failed stream lists again."""
+        scope: dict[str, Any] = {"labels": labels, "fields": fields}
         if issubclass(res, NamespacedResource):  # cluster-scoped kinds take no namespace at all
             scope["namespace"] = namespace or ALL_NS
         while True:
             try:
-                stream = self.client.watch(res, labels=labels, fields=fields, on_error=_resume, **scope)
+                items = self.client.list(res, **scope)
+                async for obj in items:
+                    await on_event("ADDED", _as_dict(obj))
+                if listed is not None:
+                    listed.set()
+                stream = self.client.watch(
+                    res, resource_version=items.resourceVersion, on_error=_resume, **scope
+                )
                 async for kind, obj in stream:
                     await on_event(kind, _as_dict(obj))
             except asyncio.CancelledError:
