@@ -149,11 +149,12 @@ def reduce(
         missing = [p for p in pod_problems if _MISSING_OBJECT.search(p)]
         refused = [p for p in pod_problems if f": {REFUSED}: " in p]
         if missing or refused:
-            reason, message = ("MissingObject", missing) if missing else (REFUSED, refused)
-            conds, phase = _stalled(reason, "; ".join(message), serving, g)
+            reason = "MissingObject" if missing else REFUSED
+            message = "; ".join(missing or refused)
+            conds, phase = _stalled(reason, message, serving, g)
             conds += [engine_cond, _cond("Available", serving or desired == 0, _available(serving), "", g)]
             conds += _autoscaling(obs)
-            status, events = _finish(obs, status, conds, phase, reason, "; ".join(message), old_status, now)
+            status, events = _finish(obs, status, conds, phase, reason, message, old_status, now)
             return status, placement_events + events
         if pod_problems:
             # Kubernetes keeps retrying (image pulls, restarts), so this is not Stalled, but the
