@@ -6,7 +6,9 @@ Floor: `kubectl apply --server-side` of the very children the operator would ren
 the cluster itself (API server, StatefulSet controller, scheduler, KWOK). The operator's time over
 the floor's, measured one after the other in one run on the same cluster, is its overhead. Then
 the operator is left idle and its API writes are counted from its own metrics; its peak RSS is
-read from /proc (a fresh operator process per size). At one size, P4: spec edit to child updated.
+read from /proc (a fresh operator process per size). Then it is killed and started again: how long
+the new process takes to reconcile every deployment once, and what it writes doing so (a restart
+or a new leader). At one size, P4: spec edit to child updated.
 """
 
 from __future__ import annotations
@@ -136,13 +138,18 @@ def _conditions(obj: dict[str, Any]) -> list[dict[str, Any]]:
     return list(obj.get("status", {}).get("conditions", []))
 
 
-def operator_writes(metrics_port: int) -> float:
+def _metric(metrics_port: int, prefix: str) -> float:
+    """Sum of the operator's samples whose line starts with `prefix`."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("llm_operator_api_writes_total{")
-    )
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+
+
+def operator_writes(metrics_port: int) -> float:
+    return _metric(metrics_port, "llm_operator_api_writes_total{")
+
+
+def reconciles(metrics_port: int) -> float:
+    return _metric(metrics_port, "llm_operator_reconcile_duration_seconds_count")
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -153,12 +160,19 @@ def peak_rss_mib(pid: int) -> float:
 
 
 @dataclass
+class Restart:
+    seconds: float  # from the new process's start until every deployment was reconciled once
+    writes: float
+
+
+@dataclass
 class Row:
     n: int
     floor_s: float
     operator_s: float
     idle_writes: float
     rss_mib: float
+    restart: Restart
     edit_p99_s: float | None = None
 
     @property
@@ -202,7 +216,8 @@ def run(
 
 
 _HEADER = (
-    f"{'N':>5}  {'floor s':>8}  {'operator s':>10}  {'ratio':>5}  {'idle writes':>11}  {'RSS MiB':>7}  P4 p99"
+    f"{'N':>5}  {'floor s':>8}  {'operator s':>10}  {'ratio':>5}  {'idle writes':>11}  {'RSS MiB':>7}  "
+    f"{'restart s':>9}  {'writes':>6}  P4 p99"
 )
 
 
@@ -210,7 +225,8 @@ def _line(row: Row) -> str:
     p4 = f"{row.edit_p99_s * 1000:.0f} ms" if row.edit_p99_s is not None else "-"
     return (
         f"{row.n:>5}  {row.floor_s:>8.1f}  {row.operator_s:>10.1f}  {row.ratio:>5.2f}  "
-        f"{row.idle_writes:>11.0f}  {row.rss_mib:>7.0f}  {p4}"
+        f"{row.idle_writes:>11.0f}  {row.rss_mib:>7.0f}  {row.restart.seconds:>9.1f}  "
+        f"{row.restart.writes:>6.0f}  {p4}"
     )
 
 
@@ -259,12 +275,12 @@ def measure(
         "LLMOP_LOG_LEVEL": "WARNING",
     }
     log = (cluster.state_dir / "logs" / f"operator-bench-{n}.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llm_operator.cli", "run", "--namespace", operator_ns],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+
+    def operator() -> subprocess.Popen[bytes]:
+        argv = [sys.executable, "-m", "llm_operator.cli", "run", "--namespace", operator_ns]
+        return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    proc = operator()
     try:
         wait("operator metrics", lambda: _up(metrics_port), 60)
         start = time.perf_counter()
@@ -275,6 +291,17 @@ def measure(
         before = operator_writes(metrics_port)
         time.sleep(idle)
         writes = operator_writes(metrics_port) - before
+        rss = peak_rss_mib(proc.pid)
+
+        # A restart (or a new leader) over N converged deployments: until each is reconciled once.
+        proc.kill()
+        proc.wait()
+        proc, restarted = operator(), time.perf_counter()
+        wait("the restarted operator's metrics", lambda: _up(metrics_port), 60)
+        wait("every deployment reconciled after the restart", lambda: reconciles(metrics_port) >= n, 600)
+        restart = Restart(time.perf_counter() - restarted, operator_writes(metrics_port))
+        print_fn(f"operator bench: restart over {n} converged deployments: all reconciled in "
+                 f"{restart.seconds:.1f} s with {restart.writes:.0f} API writes")  # fmt: skip
         p99 = None
         if edit_latency:
             latencies = edit_to_child_seconds(
@@ -285,7 +312,7 @@ def measure(
                 f"operator bench: P4 spec edit -> StatefulSet updated, {len(latencies)} edits at N={n}: "
                 f"p50 {percentile(latencies, 50) * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms"
             )
-        return Row(n, floor, elapsed, writes, peak_rss_mib(proc.pid), p99)
+        return Row(n, floor, elapsed, writes, rss, restart, p99)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
