@@ -120,17 +120,23 @@ def test_operator_killed_twenty_times_while_deployments_change_converges_without
           f"deployments were created and edited: converged {took:.1f} s after the last restart, "
           f"{count} children, 0 missing, extra, duplicate or orphaned")  # fmt: skip
 
-    # Once more over what has converged: the new process lists, reconciles each deployment and
-    # finds its predecessor's applies standing, so it writes nothing at all.
+    # Once more over what has converged, one StatefulSet scaled by hand meanwhile: the new process
+    # lists, reconciles each deployment, finds its predecessor's applies standing and applies
+    # only what someone else changed (its status may follow the pods the scaling made).
     own_operator.kill()
+    edited = sorted(specs)[0]
+    kubectl("scale", "statefulset", edited, "--replicas=5", namespace=namespace)
     own_operator.start()
     own_operator.wait_healthy()
     reconciles = "llm_operator_reconcile_duration_seconds_count"
     wait_for(f"{len(specs)} reconciles by the new process", own_operator.metrics,
              lambda t: sample(t, reconciles) >= len(specs), timeout=60)  # fmt: skip
     time.sleep(2)  # any write would follow its reconcile at once
-    writes = sample(own_operator.metrics(), "llm_operator_api_writes_total")
-    assert writes == 0, own_operator.metrics()
+    text = own_operator.metrics()
+    writes = "llm_operator_api_writes_total"
+    assert sample(text, writes, kind="StatefulSet", verb="apply") == 1 == sample(text, writes, verb="apply"), text
+    sts = kubectl.get("statefulset", edited, namespace)
+    assert sts is not None and sts["spec"]["replicas"] == specs[edited]["spec"]["replicas"], "restored"
 
 
 def test_deleted_while_the_operator_is_down_nothing_hangs_and_children_are_collected(

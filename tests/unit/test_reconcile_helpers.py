@@ -149,14 +149,21 @@ def test_a_long_termination_message_keeps_its_end_on_one_line() -> None:
     assert len(problem) == MAX_PROBLEM and "\n" not in problem
 
 
-def test_cached_objects_drop_managed_fields_and_keep_the_rest() -> None:
+def test_cached_objects_keep_who_wrote_them_but_not_the_fields_each_owns() -> None:
     from lightkube.resources.core_v1 import ConfigMap
     from llm_operator.controller.kube import _as_dict
 
-    meta = {"name": "a", "namespace": "n", "resourceVersion": "7", "managedFields": [{"manager": "x"}]}
+    managed = [
+        {"manager": "llm-operator", "operation": "Apply", "fieldsV1": {"f:data": {}}},
+        {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status",
+         "fieldsV1": {"f:status": {}}},
+    ]  # fmt: skip
+    meta = {"name": "a", "namespace": "n", "resourceVersion": "7", "managedFields": managed}
     for obj in ({"kind": "ConfigMap", "metadata": dict(meta)}, ConfigMap.from_dict({"metadata": meta})):
         cached = _as_dict(obj)
-        assert "managedFields" not in cached["metadata"]
+        assert cached["metadata"]["managedFields"] == [
+            {"manager": "llm-operator"}, {"manager": "kube-controller-manager", "subresource": "status"}
+        ]  # fmt: skip
         assert cached["metadata"]["resourceVersion"] == "7"
 
 

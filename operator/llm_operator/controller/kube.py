@@ -312,11 +312,15 @@ def _resume(exc: Exception, count: int) -> Any:
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:
-    """The object as a dict without metadata.managedFields: nothing here reads them, and they are
-    about half of a cached StatefulSet."""
+    """The object as a dict, metadata.managedFields cut to who wrote (manager, subresource): the
+    fields each owns are about half of a cached StatefulSet, and nothing here reads them."""
     result = obj if isinstance(obj, dict) else obj.to_dict()
     assert isinstance(result, dict)
-    result.get("metadata", {}).pop("managedFields", None)
+    meta = result.get("metadata", {})
+    if "managedFields" in meta:
+        meta["managedFields"] = [
+            {k: m[k] for k in ("manager", "subresource") if k in m} for m in meta["managedFields"]
+        ]
     return result
 
 
