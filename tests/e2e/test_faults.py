@@ -133,8 +133,8 @@ def test_operator_killed_twenty_times_while_deployments_change_converges_without
              lambda t: sample(t, reconciles) >= len(specs), timeout=60)  # fmt: skip
     time.sleep(2)  # any write would follow its reconcile at once
     text = own_operator.metrics()
-    writes = "llm_operator_api_writes_total"
-    assert sample(text, writes, kind="StatefulSet", verb="apply") == 1 == sample(text, writes, verb="apply"), text
+    applied = sample(text, "llm_operator_api_writes_total", verb="apply")
+    assert applied == 1 == sample(text, "llm_operator_api_writes_total", kind="StatefulSet"), text
     sts = kubectl.get("statefulset", edited, namespace)
     assert sts is not None and sts["spec"]["replicas"] == specs[edited]["spec"]["replicas"], "restored"
 
