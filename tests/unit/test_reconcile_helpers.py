@@ -223,3 +223,30 @@ def test_a_refused_pod_is_reported_until_its_controller_has_created_every_pod() 
     assert failures.of(children, ("ns", "x")) == ("x: FailedCreate: pods forbidden: violates PodSecurity",)
     children[("Job", "ns", "x")] = child("Job", "j1", {"active": 1})
     assert failures.of(children, ("ns", "x")) == ()
+
+
+def test_the_cache_keeps_what_the_reconcile_reads_and_still_sees_drift() -> None:
+    from llm_operator.controller.apply import cached
+
+    repo: dict[str, Any] = {
+        "kind": "ConfigMap",
+        "metadata": {"name": "m"},
+        "data": {"config.pbtxt": "x" * 17_000, "k": "v"},
+    }
+    kept = cached(repo)
+    assert kept["data"]["k"] == "v" and kept["data"]["config.pbtxt"].startswith("sha256:")
+    assert len(str(kept)) < 300 and repo["data"]["config.pbtxt"] == "x" * 17_000, "the input is untouched"
+    applied = Applied("d", None, cached(repo))
+    assert not drifted(kept, applied)
+    edited = {**repo, "data": {**repo["data"], "config.pbtxt": "y" * 17_000}}
+    assert drifted(cached(edited), applied), "someone else's edit is still seen"
+
+    template = {"metadata": {"labels": {"llmoperator.io/revision": "r1"}}, "spec": {"containers": [{}] * 9}}
+    sts = {
+        "kind": "StatefulSet",
+        "metadata": {},
+        "spec": {"replicas": 2, "selector": {"a": "b"}, "template": template},
+    }
+    slim = cached(sts)["spec"]
+    assert slim == {"replicas": 2, "selector": {"a": "b"},
+                    "template": {"metadata": {"labels": {"llmoperator.io/revision": "r1"}}}}  # fmt: skip

@@ -40,7 +40,7 @@ class Applier:
             self.children.pop(k, None)
             self.applied.pop(k, None)
         else:
-            self.children[k] = obj
+            obj = self.children[k] = cached(obj)
             applied = self.applied.get(k)
             if applied is not None and drifted(obj, applied):
                 log.info("%s %s/%s changed outside the operator: restoring it", *k)
@@ -64,7 +64,7 @@ class Applier:
             # An earlier operator process applied exactly this and nobody changed it since: a
             # restart or a new leader costs no write.
             generation = seen["metadata"].get("generation")
-            self.applied[k] = Applied(d, generation, obj if generation is None else None)
+            self.applied[k] = Applied(d, generation, cached(obj) if generation is None else None)
             return
         meta = obj["metadata"]
         obj = {**obj, "metadata": {**meta, "annotations": {**meta.get("annotations", {}), L.APPLIED: d}}}
@@ -76,12 +76,12 @@ class Applier:
             await self._replace(obj, seen)
             return
         generation = result.get("metadata", {}).get("generation")
-        self.applied[k] = Applied(d, generation, obj if generation is None else None)
+        self.applied[k] = Applied(d, generation, cached(obj) if generation is None else None)
         # The watch may have brought a newer state while the apply was in flight (a controller's
         # status: pods Ready at once): keep it, or the cache would hold the older response until
         # an event that may never come. The apply's own event follows in any case.
         if self.children.get(k) is seen:
-            self.children[k] = result
+            self.children[k] = cached(result)
 
     async def _replace(self, obj: dict[str, Any], seen: dict[str, Any]) -> None:
         """A StatefulSet whose selector (or another field fixed at creation) must change, as one
@@ -121,6 +121,31 @@ class Applier:
                 continue
             await self.kube.delete(kind, k[1], k[2])
             self.applied.pop(k, None)
+
+
+def cached(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the cache keeps of a child: what the reconcile reads. A ConfigMap's values become their
+    digests (drift is still seen; a model repository is ~17 KB), a workload's pod templates their
+    labels (the revision they run; the template is ~4/5 of a StatefulSet). With thousands of
+    deployments this is most of the operator's memory."""
+    kind = obj.get("kind")
+    if kind == "ConfigMap" and obj.get("data"):
+        return {**obj, "data": {k: _short(v) for k, v in obj["data"].items()}}
+    if kind == "StatefulSet" and "template" in obj.get("spec", {}):
+        return {**obj, "spec": {**obj["spec"], "template": _labels_only(obj["spec"]["template"])}}
+    if kind == "LeaderWorkerSet" and "leaderWorkerTemplate" in obj.get("spec", {}):
+        lwt = obj["spec"]["leaderWorkerTemplate"]
+        slim = {k: _labels_only(v) if k.endswith("Template") else v for k, v in lwt.items()}
+        return {**obj, "spec": {**obj["spec"], "leaderWorkerTemplate": slim}}
+    return obj
+
+
+def _short(value: str) -> str:
+    return value if len(value) <= 64 else "sha256:" + hashlib.sha256(value.encode()).hexdigest()
+
+
+def _labels_only(template: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"labels": (template.get("metadata") or {}).get("labels") or {}}}
 
 
 def _left_as_applied(seen: dict[str, Any], d: str) -> bool:
