@@ -56,6 +56,7 @@ CHILD_KINDS: dict[str, Any] = {
 RELABELED_KINDS: dict[str, Any] = {"Pod": Pod, "ControllerRevision": ControllerRevision}
 
 ObjKey = tuple[str, str, str]  # kind, namespace, name
+LIST_PAGE = 250
 
 
 class NotLeading(Exception):
@@ -287,7 +288,8 @@ class Kube:
             scope["namespace"] = namespace or ALL_NS
         while True:
             try:
-                items = self.client.list(res, **scope)
+                # In pages: a restart over thousands of deployments never holds one whole list.
+                items = self.client.list(res, chunk_size=LIST_PAGE, **scope)
                 async for obj in items:
                     await on_event("ADDED", _as_dict(obj))
                 if listed is not None:
