@@ -32,6 +32,7 @@ class Applier:
         self.kube = kube
         self.children: dict[ObjKey, dict[str, Any]] = {}  # watch cache of our children
         self.applied: dict[ObjKey, Applied] = {}
+        self._applying: set[ObjKey] = set()
 
     def observe(self, event: str, obj: dict[str, Any]) -> Key | None:
         """A child's watch event: update the cache, notice drift; returns the owning deployment."""
@@ -42,7 +43,8 @@ class Applier:
         else:
             obj = self.children[k] = cached(obj)
             applied = self.applied.get(k)
-            if applied is not None and drifted(obj, applied):
+            # Our own apply's event can come before its response: not someone else's change.
+            if applied is not None and k not in self._applying and drifted(obj, applied):
                 log.info("%s %s/%s changed outside the operator: restoring it", *k)
                 self.applied.pop(k, None)
         return owner_key(obj)
@@ -68,6 +70,7 @@ class Applier:
             return
         meta = obj["metadata"]
         obj = {**obj, "metadata": {**meta, "annotations": {**meta.get("annotations", {}), L.APPLIED: d}}}
+        self._applying.add(k)
         try:
             result = await self.kube.apply(obj)
         except ApiError as e:
@@ -75,6 +78,8 @@ class Applier:
                 raise
             await self._replace(obj, seen)
             return
+        finally:
+            self._applying.discard(k)
         generation = result.get("metadata", {}).get("generation")
         self.applied[k] = Applied(d, generation, cached(obj) if generation is None else None)
         # The watch may have brought a newer state while the apply was in flight (a controller's

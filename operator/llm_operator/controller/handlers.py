@@ -120,9 +120,12 @@ async def cleanup(**_: Any) -> None:
 
 
 @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)
-async def deployment_event(type: str, namespace: str | None, name: str, **_: Any) -> None:
+async def deployment_event(
+    type: str, namespace: str | None, name: str, event: kopf.RawEvent, **_: Any
+) -> None:
     if Runtime.reconciler is not None and namespace is not None:
-        Runtime.reconciler.deployment_event(type or "ADDED", namespace, name)
+        body = dict(event["object"])  # the raw object: the reconcile reads it instead of a GET
+        Runtime.reconciler.deployment_event(type or "ADDED", namespace, name, body)
 
 
 @kopf.on.probe(id="reconcilerQueue")

@@ -76,23 +76,30 @@ class Reconciler:
         self.rollouts = Rollouts(analysis.measure)
         self.statuses: dict[Key, dict[str, Any]] = {}  # last status written, for the gauge
         self.known: set[Key] = set()
+        self.bodies: dict[Key, dict[str, Any]] = {}  # each deployment as last watched or written
         self.leader_worker_set = False  # render multi-node replicas as LeaderWorkerSets
         self._failures: dict[Key, int] = {}  # consecutive failed reconciles
         self._claims: set[tuple[str, str]] = set()  # volume claims seen to exist
 
     # -- triggers: record what was seen, queue the owner ---------------------------------------
 
-    def deployment_event(self, event: str, namespace: str, name: str) -> None:
+    def deployment_event(
+        self, event: str, namespace: str, name: str, body: dict[str, Any] | None = None
+    ) -> None:
+        """`body`, as the watch brought it, spares the reconcile a GET (one per pass otherwise)."""
         key = (namespace, name)
         if event == "DELETED":
             self.forget(key)
         else:
             self.known.add(key)
+            if body is not None:
+                self.bodies[key] = body
             self.queue.add(key)
 
     def forget(self, key: Key) -> None:
         """Children go with the owner (garbage collector); drop what we remember of them."""
         self.known.discard(key)
+        self.bodies.pop(key, None)
         self._failures.pop(key, None)
         self.statuses.pop(key, None)
         self.pod_problems.forget(key)
@@ -171,7 +178,7 @@ class Reconciler:
         self.queue.add_after(key, delay)
 
     async def reconcile(self, namespace: str, name: str) -> None:
-        body = await self.kube.get_deployment(namespace, name)
+        body = self.bodies.get((namespace, name)) or await self.kube.get_deployment(namespace, name)
         if body is None or body["metadata"].get("deletionTimestamp"):
             self.forget((namespace, name))
             return
@@ -306,6 +313,8 @@ class Reconciler:
         key = (body["metadata"]["namespace"], body["metadata"]["name"])
         if _comparable(status) != _comparable(old):
             await self.kube.patch_status(key[0], key[1], merge_patch(old, status))
+            if key in self.bodies:  # as the server has it now, before the watch says so
+                self.bodies[key] = {**self.bodies[key], "status": status}
         stamp = now()
         for ev in events:
             await self.kube.event(body, ev.type, ev.reason, ev.message, stamp)
