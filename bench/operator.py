@@ -197,7 +197,9 @@ def run(
     cluster.up()
     if operator_release.uninstall(cluster):
         print_fn("operator bench: uninstalled the operator `make operator-up` installed")
-    kubectl = Kubectl(cluster.kubeconfig, cluster.state_dir / "bin" / "kubectl", timeout=600)
+    # One `kubectl apply` of the floor sends its objects one after the other: about 60 ms each here,
+    # so 10,000 children at N=2000 take longer than 10 minutes.
+    kubectl = Kubectl(cluster.kubeconfig, cluster.state_dir / "bin" / "kubectl", timeout=3600)
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     kubectl("wait", "--for=condition=Established", "crd/llmdeployments.llmoperator.io", "--timeout=30s")
     kubectl.apply(bench_nodes(max(sizes) // 4 + 3))  # floor and operator pods run side by side
