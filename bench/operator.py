@@ -2,7 +2,8 @@
 each size against its floor.
 
 Floor: `kubectl apply --server-side` of the very children the operator would render (from
-`llm-operator render`) in another namespace, timed until every StatefulSet is ready: the cost of
+`llm-operator render`) in another namespace, by as many kubectl processes at once as the operator
+has reconcile workers, timed until every StatefulSet is ready: the cost of
 the cluster itself (API server, StatefulSet controller, scheduler, KWOK). The operator's time over
 the floor's, measured one after the other in one run on the same cluster, is its overhead. Then
 the operator is left idle and its API writes are counted from its own metrics; its peak RSS is
@@ -22,6 +23,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import StatefulSet
 from lightkube.types import PatchType
 from llm_operator import labels as L
+from llm_operator.controller.config import OperatorConfig
 
 from e2e import operator_release
 from e2e.cluster.launcher import Cluster
@@ -42,6 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 LLMDeploymentResource = create_namespaced_resource(
     "llmoperator.io", "v1alpha1", "LLMDeployment", "llmdeployments"
 )
+FLOOR_CLIENTS = int(OperatorConfig.from_env().workers)  # the operator's reconcile workers
 PRODUCTS = ("NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-40GB", "NVIDIA-L40S")
 
 
@@ -247,7 +251,8 @@ def measure(
     docs = deployments(n)
     manifest = yaml.safe_dump_all(docs)
 
-    # Floor: the same children, rendered offline, applied in one go.
+    # Floor: the same children, rendered offline, applied by as many kubectl processes at once as
+    # the operator has workers (one kubectl sends its objects one after the other).
     rendered = subprocess.run(
         [sys.executable, "-m", "llm_operator.cli", "render", "-f", "-"],
         input=manifest,
@@ -259,11 +264,13 @@ def measure(
     for child in children:
         child["metadata"]["namespace"] = floor_ns
         child["metadata"].pop("ownerReferences", None)
+    slices = [children[i::FLOOR_CLIENTS] for i in range(FLOOR_CLIENTS)]
     start = time.perf_counter()
-    kubectl(
-        "apply", "--server-side", "-f", "-", namespace=floor_ns,
-        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": children}),
-    )  # fmt: skip
+    with ThreadPoolExecutor(FLOOR_CLIENTS) as pool:
+        list(pool.map(lambda part: kubectl(
+            "apply", "--server-side", "-f", "-", namespace=floor_ns,
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": part}),
+        ), slices))  # fmt: skip
     floor = time.perf_counter() - start
     floor += wait("floor StatefulSets ready", lambda: statefulsets_ready(kubectl, floor_ns, n), 3600)
     kubectl("delete", "namespace", floor_ns, "--wait=true")  # the operator's run gets the cluster alone
