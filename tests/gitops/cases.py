@@ -131,7 +131,7 @@ def cases() -> dict[str, Case]:
     build_failed = _engine(EngineState.FAILED, "job failed: the engine build ran out of GPU memory")
     no_gpus = PlanningError("InsufficientGPUs", "no node offers 2 allocatable NVIDIA-H100-80GB-HBM3 GPUs")
     missing = 'llama-0: FailedMount: persistentvolumeclaim "models" not found'
-    refused = 'llama: FailedCreate: create Pod llama-1 in StatefulSet llama failed error: pods forbidden'
+    refused = "llama: FailedCreate: create Pod llama-1 in StatefulSet llama failed error: pods forbidden"
     return {
         # Without a status kstatus reads "no conditions" as Current: the CRD defaults one.
         "no_status": Case(llmd(None), "Current", "Progressing"),
