@@ -30,6 +30,7 @@ class FakeKube:
         self._delivered: dict[ObjKey, str] = {}  # resourceVersion last handed to the reconciler
         self._versions = itertools.count(1)
         self.missing_kinds: set[str] = set()  # kinds whose API (CRD) is not installed
+        self.unwatched_kinds: set[str] = set()  # kinds the operator does not watch (CRD came later)
 
     # -- KubeApi ---------------------------------------------------------------------------------
 
@@ -165,7 +166,7 @@ class FakeKube:
         children = {
             k: v
             for k, v in self.objects.items()
-            if k[0] not in ("LLMDeployment", "Secret", "PersistentVolumeClaim", "Pod")
+            if k[0] not in ("LLMDeployment", "Secret", "PersistentVolumeClaim", "Pod", *self.unwatched_kinds)
         }
         for k, obj in children.items():
             version = obj["metadata"]["resourceVersion"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 from llm_operator import labels as L
 
 from tests.unit.fake_kube import FakeKube
@@ -25,8 +26,11 @@ def kedas_hpa(kube: FakeKube) -> None:
     })  # fmt: skip
 
 
-async def test_the_provider_picks_the_autoscaler_and_a_change_prunes_the_other() -> None:
+@pytest.mark.parametrize("watched", [True, False], ids=["keda-at-start", "keda-installed-later"])
+async def test_the_provider_picks_the_autoscaler_and_a_change_prunes_the_other(watched: bool) -> None:
     kube, reconciler = await operator_with_nodes()
+    if not watched:  # no watch event tells the operator its ScaledObject is gone
+        kube.unwatched_kinds.add("ScaledObject")
     body = example("cpu-reference-keda")
     key = kube.add_deployment(body)
     await reconcile(kube, reconciler, key)

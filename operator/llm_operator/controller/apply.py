@@ -126,6 +126,9 @@ class Applier:
                 continue
             await self.kube.delete(kind, k[1], k[2])
             self.applied.pop(k, None)
+            # Kinds watched only once installed (a ScaledObject applied after KEDA came) get no
+            # DELETED event: the cache must not keep what we deleted, or it would pass for applied.
+            self.children.pop(k, None)
 
 
 def cached(obj: dict[str, Any]) -> dict[str, Any]:
