@@ -160,12 +160,9 @@ def test_concurrent_http_requests_are_batched_and_metered(batch_server: TritonPr
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        with ThreadPoolExecutor(16) as pool:
-            results = list(
-                pool.map(
-                    lambda p: client.infer(MODEL, tensors(httpclient, text_input=p, max_tokens=48)), prompts
-                )
-            )
+        # The client's own concurrency (gevent greenlets): it may not be shared between threads.
+        sent = [client.async_infer(MODEL, tensors(httpclient, text_input=p, max_tokens=48)) for p in prompts]
+        results = [request.get_result() for request in sent]
     finally:
         stop.set()
         watcher.join()
