@@ -34,14 +34,27 @@ def warning_events(kubectl: Kubectl, namespace: str, name: str) -> list[dict[str
     ]  # fmt: skip
 
 
+def building(name: str, source: str, build: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    """A Llama-3.2-1B deployment whose engine is built (on an A10G) into the `engines` claim."""
+    engine = {
+        "precision": "bf16",
+        "maxBatchSize": 8,
+        "maxInputLen": 1024,
+        "maxSeqLen": 2048,
+        "maxNumTokens": 2048,
+        "build": build or {},
+        "cache": {"uri": "pvc://engines/cache"},
+    }
+    model = {"name": "meta-llama/Llama-3.2-1B-Instruct", "source": {"uri": source}}
+    return deployment(
+        name, engine=engine, model=model, resources={"gpu": {"products": ["NVIDIA-A10G"]}}, **spec
+    )
+
+
 def test_a_missing_model_claim_is_named_before_any_build_starts(
     operator: None, kubectl: Kubectl, namespace: str
 ) -> None:
-    body = deployment("claimless", engine={
-        "precision": "bf16", "maxBatchSize": 8, "maxInputLen": 1024, "maxSeqLen": 2048, "maxNumTokens": 2048,
-        "build": {}, "cache": {"uri": "pvc://engines/cache"},
-    }, model={"name": "meta-llama/Llama-3.2-1B-Instruct", "source": {"uri": "pvc://models/llama3.2-1b/"}},
-        resources={"gpu": {"products": ["NVIDIA-A10G"]}})  # fmt: skip
+    body = building("claimless", "pvc://models/llama3.2-1b/")
     kubectl.apply(body, namespace)
     found = stalled(kubectl, namespace, "claimless", "VolumeClaimNotFound")
     assert (
@@ -85,11 +98,7 @@ def test_a_failed_build_says_why_with_the_tail_of_its_log(
 ) -> None:
     engines_claim(kubectl, namespace)
     log_tail = "RuntimeError CUDA out of memory while building layer 31"
-    body = deployment("oom-build", engine={
-        "precision": "bf16", "maxBatchSize": 8, "maxInputLen": 1024, "maxSeqLen": 2048, "maxNumTokens": 2048,
-        "build": {"backoffLimit": 0}, "cache": {"uri": "pvc://engines/cache"},
-    }, model={"name": "meta-llama/Llama-3.2-1B-Instruct", "source": {"uri": "s3://models/llama3.2-1b/"}},
-        resources={"gpu": {"products": ["NVIDIA-A10G"]}},
+    body = building("oom-build", "s3://models/llama3.2-1b/", {"backoffLimit": 0},
         runtime={"podLabels": {KWOK_FAIL: "true"},
                  "podAnnotations": {f"{KWOK_FAIL}/exit-code": "1", f"{KWOK_FAIL}/reason": "Error",
                                     f"{KWOK_FAIL}/message": log_tail}})  # fmt: skip
@@ -142,12 +151,7 @@ def test_pods_the_api_server_refuses_are_told_in_its_words_and_every_pod_shape_i
     assert roles == {"leader", "worker"}, roles
 
     # An engine build's pod, in the same restricted namespace.
-    build = deployment("built", engine={
-        "precision": "bf16", "maxBatchSize": 8, "maxInputLen": 1024, "maxSeqLen": 2048, "maxNumTokens": 2048,
-        "build": {}, "cache": {"uri": "pvc://engines/cache"},
-    }, model={"name": "meta-llama/Llama-3.2-1B-Instruct", "source": {"uri": "s3://models/llama3.2-1b/"}},
-        resources={"gpu": {"products": ["NVIDIA-A10G"]}})  # fmt: skip
-    kubectl.apply(build, namespace)
+    kubectl.apply(building("built", "s3://models/llama3.2-1b/"), namespace)
     (job,) = wait_for("the build Job", lambda: kubectl.items("jobs", namespace), bool, timeout=60)
     job_pods = f"job-name={job['metadata']['name']}"
     wait_for("its pod, admitted", lambda: kubectl.items("pods", namespace, job_pods), bool, timeout=60)
