@@ -22,14 +22,17 @@ from llm_operator.controller.analysis import measure, measured_metrics
 from llm_operator.rollout import queries
 from llm_operator.rollout.types import Measurement
 
-from e2e.cluster.load import Load
+from e2e.cluster.load import Load, prometheus_query
 from e2e.cluster.processes import free_port
 from e2e.cluster.testing import E2ECluster, Kubectl, wait_for
 from tests.e2e.test_operator import example, wait_ready
 
 pytestmark = pytest.mark.e2e
 BUDGET_MS = 1000
-WINDOW_S = 20
+LOAD_S = 20
+# The window ends when it is measured: long enough to hold the whole load while the test waits for
+# the last scrape, so it never slides past the load's start.
+WINDOW_S = LOAD_S + 40
 FAULTS = [
     {"name": "LLMOP_FAULT_ERROR_PERCENT", "value": "20"},
     {"name": "LLMOP_FAULT_TTFT_MS", "value": "1500"},
@@ -42,10 +45,7 @@ def analysis(url: str) -> CanaryAnalysis:
         "maxP99LatencyMilliseconds": 5000, "maxTimeToFirstTokenMilliseconds": BUDGET_MS,
         "maxMeanQueueTimeMilliseconds": 5000,
     }  # fmt: skip
-    # intervalSeconds and maxMeanQueueTimeMilliseconds arrive with the canary API (issue 12);
-    # without the first, the window is measure()'s default minute, which holds the load too.
-    known = {field.alias or name for name, field in CanaryAnalysis.model_fields.items()}
-    return CanaryAnalysis.model_validate({k: v for k, v in doc.items() if k in known})
+    return CanaryAnalysis.model_validate(doc)
 
 
 def deployment(name: str, env: list[dict[str, str]]) -> dict[str, Any]:
@@ -83,15 +83,22 @@ def test_faulty_revision_fails_its_budgets_and_the_good_one_passes(
     for name in ("good", "faulty"):
         wait_ready(kubectl, namespace, name, timeout=240)
     revisions = {name: revision(kubectl, namespace, name) for name in ("good", "faulty")}
+    # increase() counts from a pod's first scrape: the load starts once both pods are scraped.
+    counters = [
+        "nv_inference_request_success" + queries.selector(queries.Target(namespace, name, rev, WINDOW_S))
+        for name, rev in revisions.items()
+    ]
+    scraped = lambda: all(prometheus_query(prometheus, c) for c in counters)  # noqa: E731
+    wait_for("both pods' first scrape", scraped, bool, timeout=60)
     loads = [
         Load(embedded.launcher.netns, cluster_ip(kubectl, namespace, name), 8000, concurrency=2,
-             max_requests=400, max_seconds=WINDOW_S, body={"text_input": "Once upon a time", "max_tokens": 8})
+             max_requests=400, max_seconds=LOAD_S, body={"text_input": "Once upon a time", "max_tokens": 8})
         for name in ("good", "faulty")
     ]  # fmt: skip
     for load in loads:
         load.__enter__()
     try:
-        time.sleep(WINDOW_S)
+        time.sleep(LOAD_S)
     finally:
         stats = [load.stop() for load in loads]
     assert stats[0].failed == 0 and stats[0].ok > 20, stats[0]

@@ -57,19 +57,23 @@ def test_stalled_then_fixed_reads_failed_then_in_progress_then_current(
     doc["spec"]["resources"]["gpu"]["products"] = ["NVIDIA-H100-80GB-HBM3"]
     kubectl.apply(doc, namespace=namespace)
     seen: list[tuple[str, str]] = []
+    said: list[str] = []  # Argo CD's message at each change of verdict, for the assertion
 
     def judged() -> tuple[str, str, dict[str, Any] | None]:
         obj = get_llmd(kubectl, namespace, "llama3-8b")
         assert obj is not None
-        verdict = (kstatus(obj)[0], argocd_health(obj)["status"])
+        health = argocd_health(obj)
+        verdict = (kstatus(obj)[0], health["status"])
         if not seen or seen[-1] != verdict:
             seen.append(verdict)
+            said.append(health["message"])
         return (*verdict, obj)
 
     _, _, ready = wait_for(
         "Current and Healthy", judged, lambda v: v[:2] == ("Current", "Healthy"), timeout=TIMEOUT
     )
-    assert set(seen) <= {("InProgress", "Progressing"), ("Current", "Healthy")}, seen
+    allowed = {("InProgress", "Progressing"), ("Current", "Healthy")}
+    assert set(seen) <= allowed, list(zip(seen, said, strict=True))
     assert ready is not None and ready["status"]["observedGeneration"] == ready["metadata"]["generation"]
     assert_kstatus(ready, "Current")
     ready_condition = condition(ready, "Ready")

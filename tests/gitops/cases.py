@@ -132,6 +132,7 @@ def cases() -> dict[str, Case]:
     no_gpus = PlanningError("InsufficientGPUs", "no node offers 2 allocatable NVIDIA-H100-80GB-HBM3 GPUs")
     missing = 'llama-0: FailedMount: persistentvolumeclaim "models" not found'
     refused = "llama: FailedCreate: create Pod llama-1 in StatefulSet llama failed error: pods forbidden"
+    no_room = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
     return {
         # Without a status kstatus reads "no conditions" as Current: the CRD defaults one.
         "no_status": Case(llmd(None), "Current", "Progressing"),
@@ -157,6 +158,12 @@ def cases() -> dict[str, Case]:
             ),
             "InProgress",
             "Degraded",
+        ),
+        # The scheduler cannot place a pod yet (capacity may free up or be added): progress.
+        "pod_waiting_for_capacity": Case(
+            llmd(_status(_obs(ready=2, unplaced=((f"llama-2: Unschedulable: {no_room}", T0),)))),
+            "InProgress",
+            "Progressing",
         ),
         "planning_error": Case(
             llmd(_status(Observation(GENERATION, no_gpus, selector="s"))), "Failed", "Degraded"

@@ -10,6 +10,7 @@ from llm_operator.controller.observe import (
     MAX_PROBLEM,
     Applied,
     CreateFailures,
+    PodProblems,
     drifted,
     pod_problem,
     rolled_out,
@@ -131,6 +132,26 @@ def test_pod_problem_gives_the_crash_and_the_schedulers_words() -> None:
     )
     long = {"type": "PodScheduled", "reason": "Unschedulable", "message": "x" * 5000}
     assert len(pod_problem({"status": {"phase": "Pending", "conditions": [long]}}) or "") <= MAX_PROBLEM
+
+
+def test_pods_the_scheduler_may_yet_place_are_kept_apart_with_the_time_it_first_could_not() -> None:
+    def pending(name: str, message: str) -> dict[str, Any]:
+        scheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                     "message": message, "lastTransitionTime": "2026-01-01T00:00:00Z"}  # fmt: skip
+        labels = {"llmoperator.io/deployment": "x"}
+        return {"metadata": {"name": name, "namespace": "ns", "labels": labels},
+                "status": {"phase": "Pending", "conditions": [scheduled]}}  # fmt: skip
+
+    problems = PodProblems()
+    full = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+    assert problems.update("ADDED", pending("x-0", full)) == ("ns", "x")
+    assert problems.update("MODIFIED", pending("x-0", full)) is None, "nothing new"
+    claimless = '0/4 nodes are available: persistentvolumeclaim "engines" not found.'
+    problems.update("ADDED", pending("x-1", claimless))
+    assert problems.unplaced(("ns", "x")) == ((f"x-0: Unschedulable: {full}", "2026-01-01T00:00:00Z"),)
+    assert problems.of(("ns", "x")) == (f"x-1: Unschedulable: {claimless}",), "a missing claim needs a person"
+    problems.update("DELETED", pending("x-0", full))
+    assert problems.unplaced(("ns", "x")) == ()
 
 
 def test_a_long_termination_message_keeps_its_end_on_one_line() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from llm_operator.controller.engines import ENGINE_INDEX
 from llm_operator.controller.kube import NotLeading
 from llm_operator.controller.queue import WorkQueue
 from llm_operator.controller.reconciler import REPORT_AFTER_FAILURES, Reconciler
+from llm_operator.controller.status import UNPLACED_GRACE_SECONDS
 
 from e2e.cluster.nodes import build_nodes, load_pools
 from tests.unit.fake_kube import FakeKube
@@ -171,6 +173,37 @@ async def test_a_pod_the_api_server_refuses_stalls_until_the_controller_creates_
     await reconciler.reconcile(*key)
     assert condition(kube, "tiny-llama", "Stalled")["status"] == "False"
     assert condition(kube, "tiny-llama", "Ready")["status"] == "True"
+
+
+async def test_a_pod_waiting_for_capacity_turns_degraded_only_when_its_grace_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kube, reconciler = await operator_with_nodes()
+    key = kube.add_deployment(example("cpu-reference"))
+    await reconcile(kube, reconciler, key)
+    since = datetime.now(UTC) - timedelta(seconds=UNPLACED_GRACE_SECONDS - 30)
+    words = "0/4 nodes are available: 4 Insufficient cpu."
+    scheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": words,
+                 "lastTransitionTime": since.strftime("%Y-%m-%dT%H:%M:%SZ")}  # fmt: skip
+    pod = {"metadata": {"name": "tiny-llama-0", "namespace": NS, "labels": {L.DEPLOYMENT: "tiny-llama"}},
+           "status": {"phase": "Pending", "conditions": [scheduled]}}  # fmt: skip
+    later: list[tuple[tuple[str, str], float]] = []
+    reconciler.queue.add_after = lambda k, delay: later.append((k, delay))  # type: ignore[method-assign,assignment]
+    await reconciler.pod_event("ADDED", pod)
+    await reconciler.reconcile(*key)
+    reconciling = condition(kube, "tiny-llama", "Reconciling")
+    assert reconciling["status"] == "True" and words in reconciling["message"]
+    assert condition(kube, "tiny-llama", "Degraded")["status"] == "False"
+    ((woken, delay),) = later
+    assert woken == key and 25 <= delay <= 31, "woken when the grace ends, with no event to wait for"
+
+    due = since + timedelta(seconds=UNPLACED_GRACE_SECONDS)
+    stamp = due.strftime("%Y-%m-%dT%H:%M:%SZ")
+    monkeypatch.setattr("llm_operator.controller.reconciler.now", lambda: stamp)
+    await reconciler.reconcile(*key)
+    degraded = condition(kube, "tiny-llama", "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "PodsFailing")
+    assert words in degraded["message"]
 
 
 async def test_engines_are_built_by_a_job_recorded_once_then_served() -> None:

@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from llm_operator.controller.status import Observation, PoolObserved, reduce
+from llm_operator.controller.status import (
+    UNPLACED_GRACE_SECONDS,
+    Observation,
+    PoolObserved,
+    reduce,
+    unplaced_recheck_seconds,
+)
 from llm_operator.engine.state import EngineState, PoolEngineStatus
 from llm_operator.plan.types import Plan, PlanningError, PoolPlan
 
@@ -145,6 +151,28 @@ def test_a_pod_naming_a_missing_object_stalls_and_a_crash_loop_degrades() -> Non
     c = conds(status)
     assert c["Stalled"][0] == "False" and c["Degraded"] == ("True", "PodsFailing")
     assert crash in status["message"]
+
+
+def test_a_pod_the_scheduler_cannot_place_is_progress_until_the_grace_ends_then_degraded() -> None:
+    # Capacity may free up or an autoscaler may add a node: Argo CD and kstatus read a Pending pod
+    # as progress, so a transient wait for GPUs must not flash Degraded.
+    words = "x-1: Unschedulable: 0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+    since = "2026-01-01T00:00:00Z"
+    waiting = replace(obs(ready=1, rolled=True), unplaced=((words, since),))
+    status, events = reduce(waiting, None, T1)
+    c = conds(status)
+    assert c["Reconciling"] == ("True", "WaitingForReplicas") and c["Degraded"][0] == "False"
+    assert status["message"] == f"1/2 replicas ready; {words}", "the scheduler's words, at once"
+    assert not [e for e in events if e.type == "Warning"]
+    assert unplaced_recheck_seconds(waiting, T1) == UNPLACED_GRACE_SECONDS - 60
+
+    due = f"2026-01-01T00:{UNPLACED_GRACE_SECONDS // 60:02d}:{UNPLACED_GRACE_SECONDS % 60:02d}Z"
+    status, events = reduce(waiting, status, due)
+    c = conds(status)
+    assert c["Degraded"] == ("True", "PodsFailing") and c["Stalled"][0] == "False"
+    assert words in status["message"]
+    assert ("Warning", "PodsFailing") in [(e.type, e.reason) for e in events]
+    assert unplaced_recheck_seconds(waiting, due) is None, "nothing left to wait for"
 
 
 def test_pods_the_api_server_refuses_stall_with_its_words_and_what_serves_keeps_serving() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.controller.kube import ObjKey, obj_key
-from llm_operator.controller.status import FAILED_POD, REFUSED, PoolObserved
+from llm_operator.controller.status import FAILED_POD, MISSING_OBJECT, REFUSED, PoolObserved
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
 from llm_operator.rollout.revision import Slot
@@ -170,11 +170,22 @@ def pod_problem(pod: dict[str, Any]) -> str | None:
     return None
 
 
+def unplaced_since(pod: dict[str, Any], problem: str) -> str | None:
+    """When the scheduler first failed to place a pod that names no missing object: capacity may
+    yet free up or be added, so this is a wait until status.UNPLACED_GRACE_SECONDS pass."""
+    if not problem.startswith("Unschedulable") or MISSING_OBJECT.search(problem):
+        return None
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled":
+            return cond.get("lastTransitionTime") or None
+    return None
+
+
 class PodProblems:
     """Per deployment, its serving pods that cannot run and why, kept from the pod watch."""
 
     def __init__(self) -> None:
-        self._by_owner: dict[Key, dict[str, str]] = {}
+        self._by_owner: dict[Key, dict[str, tuple[str, str | None]]] = {}
 
     def update(self, event: str, pod: dict[str, Any]) -> Key | None:
         """Record what the pod says; the owning deployment when that changed anything."""
@@ -183,17 +194,25 @@ class PodProblems:
             return None
         name = pod["metadata"]["name"]
         problem = None if event == "DELETED" else pod_problem(pod)
+        seen = None if problem is None else (problem, unplaced_since(pod, problem))
         problems = self._by_owner.setdefault(owner, {})
-        if problems.get(name) == problem:
+        if problems.get(name) == seen:
             return None
-        if problem is None:
+        if seen is None:
             problems.pop(name, None)
         else:
-            problems[name] = problem
+            problems[name] = seen
         return owner
 
     def of(self, key: Key) -> tuple[str, ...]:
-        return tuple(f"{pod}: {why}" for pod, why in sorted(self._by_owner.get(key, {}).items()))
+        """`pod: why` of the pods that need a person."""
+        found = sorted(self._by_owner.get(key, {}).items())
+        return tuple(f"{pod}: {why}" for pod, (why, since) in found if since is None)
+
+    def unplaced(self, key: Key) -> tuple[tuple[str, str], ...]:
+        """(`pod: Unschedulable: why`, since) of the pods the scheduler may yet place."""
+        found = sorted(self._by_owner.get(key, {}).items())
+        return tuple((f"{pod}: {why}", since) for pod, (why, since) in found if since is not None)
 
     def forget(self, key: Key) -> None:
         self._by_owner.pop(key, None)

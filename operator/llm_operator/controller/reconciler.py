@@ -37,7 +37,7 @@ from llm_operator.controller.observe import (
 from llm_operator.controller.queue import WorkQueue
 from llm_operator.controller.rollout import Rollout, Rollouts
 from llm_operator.controller.ssh import SshIdentities, needs_ssh
-from llm_operator.controller.status import Event, Observation, reduce
+from llm_operator.controller.status import Event, Observation, reduce, unplaced_recheck_seconds
 from llm_operator.desired import Desired, desired, plan_for
 from llm_operator.plan.inventory import Inventory
 from llm_operator.plan.types import PlanningError
@@ -225,8 +225,10 @@ class Reconciler:
             await self.ssh.ensure(ld)
         missing_apis = await self._apply(ld, wants, rollout.objects)
         events = [Event(*e) for e in rollout.decision.events]
-        await self._write_status(body, self._observe(ld, wants, rollout, missing_apis), events)
-        later = [t for t in (rollout.decision.requeue_after,) if t is not None]
+        observed = self._observe(ld, wants, rollout, missing_apis)
+        await self._write_status(body, observed, events)
+        unplaced = unplaced_recheck_seconds(observed, now())
+        later = [t for t in (rollout.decision.requeue_after, unplaced) if t is not None]
         if "ScaledObject" in missing_apis:
             later.append(KEDA_RECHECK_SECONDS)
         if later:
@@ -285,6 +287,7 @@ class Reconciler:
             endpoints=endpoints(ld.name, ld.namespace),
             pod_problems=self.pod_problems.of((ld.namespace, ld.name))
             + self.create_failures.of(children, (ld.namespace, ld.name)),
+            unplaced=self.pod_problems.unplaced((ld.namespace, ld.name)),
             autoscaler=None
             if scaling is None
             else autoscaling.observe(

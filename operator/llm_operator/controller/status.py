@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from llm_operator.api.v1alpha1 import Phase, RevisionsStatus, RolloutPhase
@@ -29,6 +30,12 @@ class PoolObserved:
 
 FAILED_POD = "Failed"  # pod problem prefix of a build attempt that exited with an error
 REFUSED = "FailedCreate"  # problem reason of a StatefulSet or Job the API server refused a pod
+# A pod the scheduler cannot place may be placed once capacity frees up or an autoscaler adds a
+# node (GPU nodes take minutes): until then it is progress, as Argo CD and kstatus read a Pending
+# pod, and the scheduler's words are in the message. Past this, someone must act: Degraded.
+UNPLACED_GRACE_SECONDS = 300
+# The scheduler's and kubelet's words for an object the pod names that does not exist.
+MISSING_OBJECT = re.compile(r'(persistentvolumeclaim|secret|configmap) "[^"]+" not found', re.I)
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,7 @@ class Observation:
     endpoints: dict[str, str] = field(default_factory=dict)
     invalid_spec: str | None = None  # the stored object does not validate (e.g. an old CRD)
     pod_problems: tuple[str, ...] = ()  # "pod: Reason: message" of serving pods that cannot run
+    unplaced: tuple[tuple[str, str], ...] = ()  # ("pod: Unschedulable: why", since) of pods pending
     autoscaler: autoscaling.AutoscalerObserved | None = None  # spec.autoscaling is set
     revisions: RevisionsStatus | None = None  # the rollout decided in this pass (None: none was)
     total: int | None = None  # replicas of both slots together (the scale subresource's count)
@@ -92,6 +100,8 @@ def reduce(
     engines = obs.engines
     placement_events = _placement_warnings(plan, old_status)
     engines, pod_problems = _with_build_attempts(engines, obs.pod_problems)
+    waiting = [p for p, since in obs.unplaced if _age(since, now) < UNPLACED_GRACE_SECONDS]
+    pod_problems += tuple(p for p, _ in obs.unplaced if p not in waiting)
     failed = [(n, e) for n, e in engines.items() if e.state == EngineState.FAILED]
     building = [(n, e) for n, e in engines.items() if e.state == EngineState.BUILDING]
     if engines:
@@ -143,10 +153,11 @@ def reduce(
         else:
             reason, message = "WaitingForReplicas", f"{ready_total}/{desired} replicas ready"
             phase = Phase.PROGRESSING if serving else Phase.DEPLOYING
+        message = "; ".join([message, *waiting])
         degraded = _cond("Degraded", False, "AsExpected", "", g)
         # A claim, Secret or ConfigMap the pods need does not exist, or the API server refuses
         # the pods (Pod Security, a quota): only the user can fix it.
-        missing = [p for p in pod_problems if _MISSING_OBJECT.search(p)]
+        missing = [p for p in pod_problems if MISSING_OBJECT.search(p)]
         refused = [p for p in pod_problems if f": {REFUSED}: " in p]
         if missing or refused:
             reason = "MissingObject" if missing else REFUSED
@@ -191,8 +202,15 @@ def _placement_warnings(plan: Plan, old_status: dict[str, Any] | None) -> list[E
     return [Event("Warning", "PlacementWarning", "; ".join(plan.warnings))]
 
 
-# The scheduler's and kubelet's words for an object the pod names that does not exist.
-_MISSING_OBJECT = re.compile(r'(persistentvolumeclaim|secret|configmap) "[^"]+" not found', re.I)
+def _age(since: str, now: str) -> float:
+    return (datetime.fromisoformat(now) - datetime.fromisoformat(since)).total_seconds()
+
+
+def unplaced_recheck_seconds(obs: Observation, now: str) -> float | None:
+    """When the first pod still within its grace turns from progress into Degraded."""
+    left = [UNPLACED_GRACE_SECONDS - _age(since, now) for _, since in obs.unplaced]
+    pending = [seconds for seconds in left if seconds > 0]
+    return max(1.0, min(pending)) if pending else None
 
 
 def _available(serving: bool) -> str:
