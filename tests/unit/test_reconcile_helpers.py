@@ -6,9 +6,11 @@ from typing import Any
 
 import pytest
 from llm_operator.controller.engines import job_state
+from llm_operator.controller.metrics import ConditionCounts
 from llm_operator.controller.observe import (
     MAX_PROBLEM,
     Applied,
+    ChildCache,
     CreateFailures,
     PodProblems,
     drifted,
@@ -17,6 +19,7 @@ from llm_operator.controller.observe import (
 )
 from llm_operator.engine.state import BuildFact, BuildObserved
 from llm_operator.storage import engine_location
+from prometheus_client import CollectorRegistry, Gauge
 
 
 def sts(
@@ -271,3 +274,41 @@ def test_the_cache_keeps_what_the_reconcile_reads_and_still_sees_drift() -> None
     slim = cached(sts)["spec"]
     assert slim == {"replicas": 2, "selector": {"a": "b"},
                     "template": {"metadata": {"labels": {"llmoperator.io/revision": "r1"}}}}  # fmt: skip
+
+
+def test_the_child_cache_finds_a_deployments_children_through_its_owner_index() -> None:
+    def child(kind: str, name: str, owner: str) -> dict[str, Any]:
+        return {"kind": kind, "metadata": {"name": name, "namespace": "ns",
+                                           "labels": {"llmoperator.io/deployment": owner}}}  # fmt: skip
+
+    cache = ChildCache({("Service", "ns", "a"): child("Service", "a", "a")})
+    cache[("StatefulSet", "ns", "a")] = child("StatefulSet", "a", "a")
+    cache[("StatefulSet", "ns", "b")] = child("StatefulSet", "b", "b")
+    assert [k for k, _ in cache.owned_by(("ns", "a"))] == [("Service", "ns", "a"), ("StatefulSet", "ns", "a")]
+    cache[("StatefulSet", "ns", "b")] = child("StatefulSet", "b", "a")  # relabelled: moves
+    assert [k for k, _ in cache.owned_by(("ns", "b"))] == []
+    assert len(cache.owned_by(("ns", "a"))) == 3
+    cache.pop(("Service", "ns", "a"))
+    del cache[("StatefulSet", "ns", "a")]
+    assert cache.owned_by(("ns", "a")) == [(("StatefulSet", "ns", "b"), cache[("StatefulSet", "ns", "b")])]
+    assert len(cache) == 1 and ("Service", "ns", "a") not in cache
+
+
+def test_the_deployments_gauge_moves_by_each_status_written() -> None:
+    gauge = Gauge("test_llmdeployments", "t", ["condition", "status"], registry=CollectorRegistry())
+    counts = ConditionCounts(gauge)
+
+    def status(ready: str) -> dict[str, Any]:
+        return {"conditions": [{"type": "Ready", "status": ready}, {"type": "Stalled", "status": "False"}]}
+
+    def value(ready: str) -> float | None:
+        samples = [s for m in gauge.collect() for s in m.samples]
+        return next((s.value for s in samples if s.labels == {"condition": "Ready", "status": ready}), None)
+
+    counts.replace(None, status("False"))
+    counts.replace(None, status("False"))
+    assert (value("False"), value("True")) == (2, None)
+    counts.replace(status("False"), status("True"))
+    assert (value("False"), value("True")) == (1, 1)
+    counts.replace(status("False"), None)  # deleted
+    assert (value("False"), value("True")) == (None, 1)

@@ -18,7 +18,7 @@ from llm_operator import labels as L
 from llm_operator.api import v1alpha1 as api
 from llm_operator.controller.kube import KubeApi, ObjKey, obj_key
 from llm_operator.controller.metrics import REPLACED
-from llm_operator.controller.observe import Applied, Key, drifted, owner_key
+from llm_operator.controller.observe import Applied, ChildCache, Key, drifted, owner_key
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ def digest(obj: Any) -> str:
 class Applier:
     def __init__(self, kube: KubeApi) -> None:
         self.kube = kube
-        self.children: dict[ObjKey, dict[str, Any]] = {}  # watch cache of our children
+        self.children = ChildCache()  # watch cache of our children
         self.applied: dict[ObjKey, Applied] = {}
         self._applying: set[ObjKey] = set()
 
@@ -50,7 +50,7 @@ class Applier:
         return owner_key(obj)
 
     def forget(self, key: Key) -> None:
-        for k in [k for k, obj in self.children.items() if owner_key(obj) == key]:
+        for k, _ in self.children.owned_by(key):
             self.applied.pop(k, None)
 
     async def apply(self, obj: dict[str, Any]) -> None:
@@ -117,9 +117,9 @@ class Applier:
         object of an operator before slots is slot a); objects that carry our labels but that the
         deployment does not control (KEDA copies a ScaledObject's labels onto its HPA) are not
         ours."""
-        for k, obj in list(self.children.items()):
+        for k, obj in self.children.owned_by(owner):
             kind = k[0]
-            if kind == "Job" or k in keep or owner_key(obj) != owner or not _controlled_by(obj, owner):
+            if kind == "Job" or k in keep or not _controlled_by(obj, owner):
                 continue
             labels = obj["metadata"].get("labels", {})
             if L.POOL in labels and (labels.get(L.SLOT, "a"), labels[L.POOL]) in held:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import collections
+import contextlib
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
 
 RECONCILE_SECONDS = Histogram(
@@ -27,3 +31,30 @@ LEADER = Gauge(
     "llm_operator_leader",
     "1 while this replica holds the leader Lease and reconciles (always 1 without leader election).",
 )
+
+
+class ConditionCounts:
+    """DEPLOYMENTS kept by difference: a status write moves only its own conditions' counts (a
+    recount over every deployment on each write grew with N squared)."""
+
+    def __init__(self, gauge: Gauge = DEPLOYMENTS) -> None:
+        self.gauge = gauge
+        self._counts: collections.Counter[tuple[str, str]] = collections.Counter()
+
+    def replace(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        before, after = _pairs(old), _pairs(new)
+        if before == after:
+            return
+        self._counts.subtract(before)
+        self._counts.update(after)
+        for pair in set(before) | set(after):
+            if self._counts[pair] > 0:
+                self.gauge.labels(*pair).set(self._counts[pair])
+            else:
+                del self._counts[pair]
+                with contextlib.suppress(KeyError):
+                    self.gauge.remove(*pair)
+
+
+def _pairs(status: dict[str, Any] | None) -> list[tuple[str, str]]:
+    return [(c["type"], c["status"]) for c in (status or {}).get("conditions", [])]

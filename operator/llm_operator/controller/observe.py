@@ -6,7 +6,7 @@ answers into conditions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,50 @@ def owner_key(obj: dict[str, Any]) -> Key | None:
     return (meta.get("namespace", ""), name) if name else None
 
 
+class ChildCache(MutableMapping[ObjKey, dict[str, Any]]):
+    """The watch cache of our children, indexed by owning deployment: a reconcile reads its own
+    children without scanning every deployment's (at 500 deployments those scans were a third
+    of the operator's CPU, and they grow with N squared)."""
+
+    def __init__(self, objs: Mapping[ObjKey, dict[str, Any]] | None = None) -> None:
+        self._objs: dict[ObjKey, dict[str, Any]] = {}
+        self._by_owner: dict[Key, set[ObjKey]] = {}
+        self.update(objs or {})
+
+    def __getitem__(self, k: ObjKey) -> dict[str, Any]:
+        return self._objs[k]
+
+    def __setitem__(self, k: ObjKey, obj: dict[str, Any]) -> None:
+        self._unindex(k)
+        self._objs[k] = obj
+        owner = owner_key(obj)
+        if owner is not None:
+            self._by_owner.setdefault(owner, set()).add(k)
+
+    def __delitem__(self, k: ObjKey) -> None:
+        self._unindex(k)
+        del self._objs[k]
+
+    def __iter__(self) -> Iterator[ObjKey]:
+        return iter(self._objs)
+
+    def __len__(self) -> int:
+        return len(self._objs)
+
+    def owned_by(self, owner: Key) -> list[tuple[ObjKey, dict[str, Any]]]:
+        """The children labelled as the deployment's, in key order."""
+        return [(k, self._objs[k]) for k in sorted(self._by_owner.get(owner, ()))]
+
+    def _unindex(self, k: ObjKey) -> None:
+        old = self._objs.get(k)
+        owner = None if old is None else owner_key(old)
+        keys = self._by_owner.get(owner) if owner is not None else None
+        if keys is not None:
+            keys.discard(k)
+            if not keys:
+                del self._by_owner[owner]  # type: ignore[arg-type]
+
+
 def drifted(observed: dict[str, Any], applied: Applied) -> bool:
     """Did someone other than us change what we own? Spec edits bump metadata.generation;
     ConfigMaps and Services have none, so their owned content is compared."""
@@ -60,11 +104,11 @@ def _subset(want: Any, have: Any) -> bool:
     return bool(want == have)
 
 
-def existing_pools(children: Children, namespace: str, name: str) -> dict[str, PoolObserved]:
+def existing_pools(children: ChildCache, namespace: str, name: str) -> dict[str, PoolObserved]:
     """What serves now, whatever the spec says: reported while the spec cannot be planned."""
     pools: dict[str, PoolObserved] = {}
-    for k, obj in children.items():
-        if k[0] == "StatefulSet" and owner_key(obj) == (namespace, name):
+    for k, obj in children.owned_by((namespace, name)):
+        if k[0] == "StatefulSet":
             labels = obj["metadata"].get("labels", {})
             if labels.get(L.ROLE) == "leader":
                 st = obj.get("status") or {}

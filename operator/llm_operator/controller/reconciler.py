@@ -26,7 +26,7 @@ from llm_operator.controller.apply import Applier
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.groups import GroupFailures, group_pods
 from llm_operator.controller.kube import KubeApi, MissingApi, NotLeading, obj_key
-from llm_operator.controller.metrics import DEPLOYMENTS, RECONCILE_ERRORS, RECONCILE_SECONDS
+from llm_operator.controller.metrics import RECONCILE_ERRORS, RECONCILE_SECONDS, ConditionCounts
 from llm_operator.controller.observe import (
     CreateFailures,
     Key,
@@ -75,6 +75,7 @@ class Reconciler:
         self.ssh = SshIdentities(kube)
         self.rollouts = Rollouts(analysis.measure)
         self.statuses: dict[Key, dict[str, Any]] = {}  # last status written, for the gauge
+        self.counts = ConditionCounts()
         self.known: set[Key] = set()
         self.bodies: dict[Key, dict[str, Any]] = {}  # each deployment as last watched or written
         self.leader_worker_set = False  # render multi-node replicas as LeaderWorkerSets
@@ -101,14 +102,13 @@ class Reconciler:
         self.known.discard(key)
         self.bodies.pop(key, None)
         self._failures.pop(key, None)
-        self.statuses.pop(key, None)
+        self.counts.replace(self.statuses.pop(key, None), None)
         self.pod_problems.forget(key)
         self.rollouts.ready.forget(key)
         self.group_failures.forget(key)
         self.ssh.forget(key)
         self.applier.forget(key)
         self.queue.forget(key)
-        self._update_gauge()
 
     async def child_event(self, event: str, obj: dict[str, Any]) -> None:
         self._wake(self.applier.observe(event, obj))
@@ -321,17 +321,8 @@ class Reconciler:
         stamp = now()
         for ev in events:
             await self.kube.event(body, ev.type, ev.reason, ev.message, stamp)
+        self.counts.replace(self.statuses.get(key), status)
         self.statuses[key] = status
-        self._update_gauge()
-
-    def _update_gauge(self) -> None:
-        counts: dict[tuple[str, str], int] = {}
-        for status in self.statuses.values():
-            for c in status.get("conditions", []):
-                counts[(c["type"], c["status"])] = counts.get((c["type"], c["status"]), 0) + 1
-        DEPLOYMENTS.clear()
-        for (ctype, cstatus), n in counts.items():
-            DEPLOYMENTS.labels(ctype, cstatus).set(n)
 
 
 def _condition(status: dict[str, Any], type_: str) -> str | None:

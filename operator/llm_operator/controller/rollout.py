@@ -26,7 +26,7 @@ from llm_operator.api.v1alpha1 import (
     TrafficRouting,
 )
 from llm_operator.controller.kube import ObjKey
-from llm_operator.controller.observe import Key, owner_key
+from llm_operator.controller.observe import ChildCache, Key, owner_key
 from llm_operator.images import Images
 from llm_operator.plan.types import PlanningError
 from llm_operator.render import names
@@ -109,16 +109,14 @@ class ReadyPods:
         self._by_owner.pop(key, None)
 
 
-def observe_slots(
-    children: Mapping[ObjKey, dict[str, Any]], ld: LLMDeployment, ready: ReadyPods
-) -> dict[Slot, SlotObserved]:
+def observe_slots(children: ChildCache, ld: LLMDeployment, ready: ReadyPods) -> dict[Slot, SlotObserved]:
     """Each slot's leader workloads: the revision their pod template runs, replicas, Ready pods."""
     found: dict[Slot, tuple[str | None, int]] = {}
-    for (kind, namespace, _), obj in children.items():
-        if kind not in ("StatefulSet", "LeaderWorkerSet") or owner_key(obj) != (ld.namespace, ld.name):
+    for (kind, _, _), obj in children.owned_by((ld.namespace, ld.name)):
+        if kind not in ("StatefulSet", "LeaderWorkerSet"):
             continue
         labels = obj["metadata"].get("labels") or {}
-        if namespace != ld.namespace or labels.get(L.ROLE, "leader") != "leader":
+        if labels.get(L.ROLE, "leader") != "leader":
             continue
         slot = Slot(labels.get(L.SLOT, Slot.A.value))
         template = (((obj.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels") or {}
@@ -140,15 +138,11 @@ def observe_slots(
     }
 
 
-def snapshots(children: Mapping[ObjKey, dict[str, Any]], ld: LLMDeployment) -> dict[str, dict[str, Any]]:
+def snapshots(children: ChildCache, ld: LLMDeployment) -> dict[str, dict[str, Any]]:
     """Revision -> the ControllerRevision that keeps its spec."""
     out = {}
-    for (kind, namespace, _), obj in children.items():
-        if (
-            kind == "ControllerRevision"
-            and namespace == ld.namespace
-            and owner_key(obj) == (ld.namespace, ld.name)
-        ):
+    for (kind, _, _), obj in children.owned_by((ld.namespace, ld.name)):
+        if kind == "ControllerRevision":
             labels = obj["metadata"].get("labels") or {}
             revision = labels.get(L.REVISION)
             # The StatefulSet controller's own ControllerRevisions carry our pod labels too.
@@ -210,9 +204,7 @@ class Rollouts:
         self.measure = measure
         self.ready = ReadyPods()
 
-    async def decide(
-        self, ld: LLMDeployment, images: Images, children: Mapping[ObjKey, dict[str, Any]]
-    ) -> Rollout:
+    async def decide(self, ld: LLMDeployment, images: Images, children: ChildCache) -> Rollout:
         """Raises PlanningError when a slot's spec cannot be rendered (its snapshot is gone)."""
         revision = revision_of(ld.spec, images)
         old = ld.status.revisions if ld.status is not None else None
