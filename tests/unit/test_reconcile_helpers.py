@@ -17,6 +17,7 @@ from llm_operator.controller.observe import (
     pod_problem,
     rolled_out,
 )
+from llm_operator.controller.reconciler import LAST_APPLIED, kept_of_deployment
 from llm_operator.engine.state import BuildFact, BuildObserved
 from llm_operator.storage import engine_location
 from prometheus_client import CollectorRegistry, Gauge
@@ -312,3 +313,17 @@ def test_the_deployments_gauge_moves_by_each_status_written() -> None:
     assert (value("False"), value("True")) == (1, 1)
     counts.replace(status("False"), None)  # deleted
     assert (value("False"), value("True")) == (None, 1)
+
+
+def test_a_watched_deployment_is_kept_without_field_owners_or_the_client_side_copy_of_its_spec() -> None:
+    action = {"llmoperator.io/rollout-action": "promote/1"}
+    body: dict[str, Any] = {
+        "metadata": {"name": "x", "generation": 2, "managedFields": [{"manager": "kubectl", "fieldsV1": {}}],
+                     "annotations": {**action, LAST_APPLIED: '{"spec": {}}'}},
+        "spec": {"replicas": 1},
+        "status": {"observedGeneration": 1},
+    }  # fmt: skip
+    kept = kept_of_deployment(body)
+    assert kept == {"metadata": {"name": "x", "generation": 2, "annotations": action},
+                    "spec": {"replicas": 1}, "status": {"observedGeneration": 1}}  # fmt: skip
+    assert "managedFields" in body["metadata"], "the event's object is left as it came"

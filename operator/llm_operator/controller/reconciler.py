@@ -62,6 +62,19 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# Written by kubectl's client-side apply: the whole spec again, as a string the operator never reads.
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def kept_of_deployment(body: dict[str, Any]) -> dict[str, Any]:
+    """What the reconcile reads of an LLMDeployment: not who wrote which field (managedFields, half
+    of a converged object) nor client-side apply's copy of the spec."""
+    meta = {k: v for k, v in body["metadata"].items() if k != "managedFields"}
+    if LAST_APPLIED in meta.get("annotations", {}):
+        meta["annotations"] = {k: v for k, v in meta["annotations"].items() if k != LAST_APPLIED}
+    return {**body, "metadata": meta}
+
+
 class Reconciler:
     def __init__(self, kube: KubeApi, config: OperatorConfig) -> None:
         self.kube = kube
@@ -94,7 +107,7 @@ class Reconciler:
         else:
             self.known.add(key)
             if body is not None:
-                self.bodies[key] = body
+                self.bodies[key] = kept_of_deployment(body)
             self.queue.add(key)
 
     def forget(self, key: Key) -> None:
