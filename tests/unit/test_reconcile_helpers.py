@@ -293,6 +293,9 @@ def test_the_child_cache_finds_a_deployments_children_through_its_owner_index() 
     del cache[("StatefulSet", "ns", "a")]
     assert cache.owned_by(("ns", "a")) == [(("StatefulSet", "ns", "b"), cache[("StatefulSet", "ns", "b")])]
     assert len(cache) == 1 and ("Service", "ns", "a") not in cache
+    read = cache[("StatefulSet", "ns", "b")]
+    read["metadata"]["name"] = "changed"
+    assert cache[("StatefulSet", "ns", "b")]["metadata"]["name"] == "b", "a read is a copy"
 
 
 def test_the_deployments_gauge_moves_by_each_status_written() -> None:

@@ -85,7 +85,7 @@ class Applier:
         # The watch may have brought a newer state while the apply was in flight (a controller's
         # status: pods Ready at once): keep it, or the cache would hold the older response until
         # an event that may never come. The apply's own event follows in any case.
-        if self.children.get(k) is seen:
+        if _version(self.children.get(k)) == _version(seen):
             self.children[k] = cached(result)
 
     async def _replace(self, obj: dict[str, Any], seen: dict[str, Any]) -> None:
@@ -129,6 +129,10 @@ class Applier:
             # Kinds watched only once installed (a ScaledObject applied after KEDA came) get no
             # DELETED event: the cache must not keep what we deleted, or it would pass for applied.
             self.children.pop(k, None)
+
+
+def _version(obj: dict[str, Any] | None) -> str | None:
+    return None if obj is None else obj["metadata"].get("resourceVersion")
 
 
 def cached(obj: dict[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from llm_operator.controller.groups import GroupFailures, group_pods
 from llm_operator.controller.kube import KubeApi, MissingApi, NotLeading, obj_key
 from llm_operator.controller.metrics import RECONCILE_ERRORS, RECONCILE_SECONDS, ConditionCounts
 from llm_operator.controller.observe import (
+    CompactDicts,
     CreateFailures,
     Key,
     PodProblems,
@@ -90,7 +91,7 @@ class Reconciler:
         self.statuses: dict[Key, dict[str, Any]] = {}  # last status written, for the gauge
         self.counts = ConditionCounts()
         self.known: set[Key] = set()
-        self.bodies: dict[Key, dict[str, Any]] = {}  # each deployment as last watched or written
+        self.bodies: CompactDicts[Key] = CompactDicts()  # each deployment as last watched or written
         self.leader_worker_set = False  # render multi-node replicas as LeaderWorkerSets
         self._failures: dict[Key, int] = {}  # consecutive failed reconciles
         self._claims: set[tuple[str, str]] = set()  # volume claims seen to exist
