@@ -31,6 +31,7 @@ class LoadStats:
     failed: int = 0
     injected: int = 0  # of the failed: by the fault knob (a canary made bad on purpose)
     errors: list[str] = field(default_factory=list)  # the first few failures, for the report
+    failed_at: list[float] = field(default_factory=list)  # when each failure came (time.monotonic)
 
     @property
     def not_injected(self) -> int:
@@ -107,6 +108,7 @@ class Load:
                 self.stats.ok += 1
             else:
                 self.stats.failed += 1
+                self.stats.failed_at.append(time.monotonic())
                 self.stats.injected += INJECTED in error
                 if len(self.stats.errors) < (50 if INJECTED not in error else 10):
                     self.stats.errors.append(error)

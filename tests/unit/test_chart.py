@@ -430,6 +430,7 @@ def test_rbac_covers_what_the_operator_does() -> None:
         assert {(res._api_info.resource.group, res._api_info.plural, v) for v in ("list", "patch")} <= main
     assert {("", "events", "create"), ("events.k8s.io", "events", "create")} <= main
     assert {("", "events", v) for v in ("list", "watch")} <= main, "FailedCreate Events are read"
+    assert {("discovery.k8s.io", "endpointslices", v) for v in ("list", "watch")} <= main, "gateway-api"
     assert {("", "nodes", v) for v in ("get", "list", "watch")} <= cluster
     assert {("", "namespaces", v) for v in ("list", "watch")} <= cluster
     assert {

@@ -835,6 +835,15 @@ class CanarySpec(Spec):
         "ready replicas is its weight. gateway-api: an HTTPRoute with weighted backends per revision.",
     )
     gateway: GatewayRouting | None = None
+    scale_down_delay_seconds: int = Field(
+        default=30,
+        ge=0,
+        le=3600,
+        description="gateway-api: how long the revision a promotion replaced keeps its pods (without "
+        "traffic), so a gateway that has not loaded the new route yet still reaches live pods (Argo "
+        "Rollouts' scaleDownDelaySeconds). replica-ratio removes it at once: its pods leave the client "
+        "Service as they stop.",
+    )
     abort_scale_down_delay_seconds: int = Field(
         default=30,
         ge=0,
@@ -1032,6 +1041,11 @@ class RevisionsStatus(Spec):
     paused_reason: PausedReason | None = None
     aborted_at: datetime | None = None
     abort_reason: str | None = None
+    scale_down_at: datetime | None = Field(
+        default=None,
+        description="gateway-api, after a promotion: when the previous stable revision's slot is "
+        "removed (rollout.canary.scaleDownDelaySeconds after the promotion).",
+    )
     last_action: str | None = Field(
         default=None, description="The last llmoperator.io/rollout-action value handled (once each)."
     )

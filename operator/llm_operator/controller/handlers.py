@@ -13,6 +13,7 @@ from typing import Any
 
 import kopf
 from lightkube.resources.core_v1 import Event, Node, Pod
+from lightkube.resources.discovery_v1 import EndpointSlice
 
 from llm_operator import labels as L
 from llm_operator.api import v1alpha1 as api
@@ -21,7 +22,7 @@ from llm_operator.controller.kube import CHILD_KINDS, HTTP_ROUTE_CRD, SCALED_OBJ
 from llm_operator.controller.leader import Term
 from llm_operator.controller.reconciler import Reconciler
 from llm_operator.controller.status import REFUSED
-from llm_operator.render.rollout import SNAPSHOT_COMPONENT
+from llm_operator.render.rollout import REVISION_SERVICE_COMPONENT, SNAPSHOT_COMPONENT
 
 log = logging.getLogger(__name__)
 LIST_TIMEOUT_SECONDS = 60  # a watch that cannot list (RBAC, an API gone) must not stop all work
@@ -51,6 +52,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     Runtime.reconciler = reconciler
     scopes: tuple[str | None, ...] = config.namespaces or (None,)
     managed = {L.MANAGED_BY: "llm-operator"}
+    routable = {**managed, L.COMPONENT: REVISION_SERVICE_COMPONENT}
 
     def child_handler(kind: str) -> Any:
         async def on_event(event: str, obj: dict[str, Any]) -> None:
@@ -89,6 +91,9 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         ),
         # Our serving pods only (server-side selector): to recreate broken multi-node groups.
         *(watch(Pod, reconciler.pod_event, ns, labels=managed) for ns in scopes),
+        # The revision Services' EndpointSlices (they carry the Services' labels): what a gateway
+        # routes to, so gateway-api weights follow routable addresses, not Ready pods.
+        *(watch(EndpointSlice, reconciler.endpoint_event, ns, labels=routable) for ns in scopes),
         # Pods the API server refused our StatefulSets and Jobs (Pod Security, quota): only an
         # Event says so. Filtered by the server, so other Events never reach the operator.
         *(watch(Event, reconciler.create_failed, ns, fields={"reason": REFUSED}) for ns in scopes),

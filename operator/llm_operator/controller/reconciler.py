@@ -118,7 +118,7 @@ class Reconciler:
         self._failures.pop(key, None)
         self.counts.replace(self.statuses.pop(key, None), None)
         self.pod_problems.forget(key)
-        self.rollouts.ready.forget(key)
+        self.rollouts.forget(key)
         self.group_failures.forget(key)
         self.ssh.forget(key)
         self.applier.forget(key)
@@ -143,6 +143,10 @@ class Reconciler:
         self._wake(self.pod_problems.update(event, pod))
         self._wake(self.rollouts.ready.update(event, pod))
         self._wake(self.group_failures.update(pod))
+
+    async def endpoint_event(self, event: str, endpoint_slice: dict[str, Any]) -> None:
+        """An EndpointSlice of a revision Service: what a gateway can route to changed."""
+        self._wake(self.rollouts.routable.update(event, endpoint_slice))
 
     async def create_failed(self, event: str, obj: dict[str, Any]) -> None:
         """A FailedCreate Event: the API server refused one of our controllers a pod."""

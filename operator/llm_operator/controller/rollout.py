@@ -2,7 +2,8 @@
 state machine (rollout/machine.py), with the canary's analysis measured on Prometheus when due.
 
 The reconcile asks `Rollouts.decide` once per pass. It reads the LLMDeployment's own status
-(every timer lives there), the slots' ready pods, the revision snapshots, the HTTPRoute's
+(every timer lives there), the slots' ready pods (with gateway-api: ready as the revision
+Services' EndpointSlices say, what the gateway routes to), the revision snapshots, the HTTPRoute's
 acceptance and the user's action annotation; it returns the decision and, per slot, the spec and
 images to render (the stable slot from its snapshot, the canary from the current spec).
 """
@@ -109,8 +110,52 @@ class ReadyPods:
         self._by_owner.pop(key, None)
 
 
-def observe_slots(children: ChildCache, ld: LLMDeployment, ready: ReadyPods) -> dict[Slot, SlotObserved]:
-    """Each slot's leader workloads: the revision their pod template runs, replicas, Ready pods."""
+class RoutableEndpoints:
+    """Per deployment, the ready addresses behind its revision Services, by revision, from their
+    EndpointSlices: what a gateway balances over. A Ready pod is not yet routable: the
+    EndpointSlice controller and then the gateway follow it, each with a lag, and a backend given
+    weight before its addresses reach the gateway answers 503."""
+
+    def __init__(self) -> None:
+        self._by_owner: dict[Key, dict[str, tuple[str, frozenset[str]]]] = {}
+
+    def update(self, event: str, endpoint_slice: dict[str, Any]) -> Key | None:
+        owner = owner_key(endpoint_slice)
+        if owner is None:
+            return None
+        meta = endpoint_slice["metadata"]
+        addresses: frozenset[str] = frozenset()
+        if event != "DELETED":
+            addresses = frozenset(
+                address
+                for endpoint in endpoint_slice.get("endpoints") or []
+                if (endpoint.get("conditions") or {}).get("ready") is True  # as gateways read it
+                for address in endpoint.get("addresses") or []
+            )
+        now = ((meta.get("labels") or {}).get(L.REVISION, ""), addresses) if addresses else None
+        slices = self._by_owner.setdefault(owner, {})
+        if slices.get(meta["name"]) == now:
+            return None
+        if now is None:
+            slices.pop(meta["name"], None)
+        else:
+            slices[meta["name"]] = now
+        return owner
+
+    def count(self, key: Key, revision: str | None) -> int:
+        """Distinct ready addresses of `revision` (both revision Services may select it)."""
+        slices = self._by_owner.get(key, {}).values()
+        return len(frozenset().union(*(addresses for r, addresses in slices if r == revision)))
+
+    def forget(self, key: Key) -> None:
+        self._by_owner.pop(key, None)
+
+
+def observe_slots(
+    children: ChildCache, ld: LLMDeployment, ready: ReadyPods, routable: RoutableEndpoints | None = None
+) -> dict[Slot, SlotObserved]:
+    """Each slot's leader workloads: the revision their pod template runs, replicas, Ready pods
+    (with `routable`: no more than the revision's Services have ready addresses)."""
     found: dict[Slot, tuple[str | None, int]] = {}
     for (kind, _, _), obj in children.owned_by((ld.namespace, ld.name)):
         if kind not in ("StatefulSet", "LeaderWorkerSet"):
@@ -132,8 +177,13 @@ def observe_slots(children: ChildCache, ld: LLMDeployment, ready: ReadyPods) -> 
         revision, replicas = found.get(slot, (None, 0))
         found[slot] = (template.get(L.REVISION) or revision, replicas + int(obj["spec"].get("replicas") or 0))
     key = (ld.namespace, ld.name)
+
+    def ready_count(slot: Slot, revision: str | None) -> int:
+        pods = ready.count(key, slot, revision)
+        return pods if routable is None else min(pods, routable.count(key, revision))
+
     return {
-        slot: SlotObserved(revision, replicas, ready.count(key, slot, revision), True)
+        slot: SlotObserved(revision, replicas, ready_count(slot, revision), True)
         for slot, (revision, replicas) in found.items()
     }
 
@@ -152,19 +202,23 @@ def snapshots(children: ChildCache, ld: LLMDeployment) -> dict[str, dict[str, An
 
 
 ROUTE_GRACE_SECONDS = 30  # a gateway controller answers within seconds; silence means no gateway
+# A gateway may look for a new Service's EndpointSlices before the EndpointSlice controller has
+# created them: for a moment that is a BackendNotFound, not a problem to report.
+SETTLING_REASONS = ("BackendNotFound",)
 
 
 def route_state(
     children: Mapping[ObjKey, dict[str, Any]], ld: LLMDeployment, now: datetime
 ) -> tuple[bool, str | None]:
     """(accepted, the gateway's words when it refuses) of the deployment's HTTPRoute: a backend
-    gets weight only through a route every parent accepted. A parent nobody answers for (no
-    Gateway of that name, or no controller running it) gets no status at all, by the Gateway
+    gets weight only through a route every parent accepted at its current generation (an answer
+    about an earlier one says nothing of the weights now asked for). A parent nobody answers for
+    (no Gateway of that name, or no controller running it) gets no status at all, by the Gateway
     API's rules: after ROUTE_GRACE_SECONDS that silence is the problem reported."""
     route = children.get(("HTTPRoute", ld.namespace, names.http_route(ld.name)))
     if route is None:
         return False, None
-    name = route["metadata"]["name"]
+    name, generation = route["metadata"]["name"], route["metadata"].get("generation")
     parents = (route.get("status") or {}).get("parents") or []
     accepted = 0
     for ref in (route.get("spec") or {}).get("parentRefs") or []:
@@ -179,17 +233,29 @@ def route_state(
                     f"{ROUTE_GRACE_SECONDS} s: check that the Gateway exists and that its controller runs"
                 )
             continue
-        for cond in answer.get("conditions") or []:
+        current = [
+            c for c in answer.get("conditions") or [] if c.get("observedGeneration") in (None, generation)
+        ]
+        settling = False
+        for cond in current:
             if cond.get("type") in ("Accepted", "ResolvedRefs") and cond.get("status") == "False":
+                if cond.get("reason") in SETTLING_REASONS and _age(cond, now) <= ROUTE_GRACE_SECONDS:
+                    settling = True
+                    continue
                 words = cond.get("message") or "no message"
                 return (
                     False,
                     f"HTTPRoute {name} on {where}: {cond.get('type')}=False, {cond.get('reason')}: {words}",
                 )
-        accepted += any(
-            c.get("type") == "Accepted" and c.get("status") == "True" for c in answer.get("conditions") or []
+        accepted += not settling and any(
+            c.get("type") == "Accepted" and c.get("status") == "True" for c in current
         )
     return accepted > 0 and accepted == len((route.get("spec") or {}).get("parentRefs") or []), None
+
+
+def _age(condition: dict[str, Any], now: datetime) -> float:
+    since = condition.get("lastTransitionTime")
+    return (now - datetime.fromisoformat(since)).total_seconds() if since else 0.0
 
 
 def _same_parent(seen: dict[str, Any], ref: dict[str, Any], namespace: str) -> bool:
@@ -203,18 +269,26 @@ class Rollouts:
     def __init__(self, measure: Measure) -> None:
         self.measure = measure
         self.ready = ReadyPods()
+        self.routable = RoutableEndpoints()
+
+    def forget(self, key: Key) -> None:
+        self.ready.forget(key)
+        self.routable.forget(key)
 
     async def decide(self, ld: LLMDeployment, images: Images, children: ChildCache) -> Rollout:
         """Raises PlanningError when a slot's spec cannot be rendered (its snapshot is gone)."""
         revision = revision_of(ld.spec, images)
         old = ld.status.revisions if ld.status is not None else None
-        slots = observe_slots(children, ld, self.ready)
+        canary = ld.spec.rollout.canary
+        gateway = ld.spec.rollout.strategy == RolloutStrategy.CANARY and (
+            canary is not None and canary.traffic_routing == TrafficRouting.GATEWAY_API
+        )
+        slots = observe_slots(children, ld, self.ready, self.routable if gateway else None)
         action = (ld.metadata.get("annotations") or {}).get(ACTION_ANNOTATION)
         now = datetime.now(UTC)
         route_ok, route_problem = route_state(children, ld, now)
         args = (ld.spec, revision, old, slots, ld.spec.replicas)
         decision = machine.decide(*args, None, action, now, route_ok)
-        canary = ld.spec.rollout.canary
         if decision.measure and canary is not None and canary.analysis is not None:
             target = decision.revisions.canary
             assert target is not None
@@ -273,7 +347,9 @@ class Rollouts:
                 number += 1
                 objs.append(controller_revision(ld, revision, number, images))
         if ld.spec.rollout.strategy == RolloutStrategy.CANARY:
-            objs += revision_services(ld, r.stable, r.canary)
+            # Until the replaced slot goes, `<name>-canary` keeps selecting the promoted revision:
+            # a gateway still on the previous route sends its share there.
+            objs += revision_services(ld, r.stable, r.canary or (r.stable if r.scale_down_at else None))
             canary = ld.spec.rollout.canary
             if canary is not None and canary.traffic_routing == TrafficRouting.GATEWAY_API:
                 objs.append(http_route(ld, decision.weights, r.stable, r.canary))

@@ -1,9 +1,11 @@
 """Objects of a canary rollout (pure): per-revision Services, the HTTPRoute, revision snapshots.
 
 `<name>-stable` and `<name>-canary` select the leaders of one revision, whichever slot runs it, so
-promotion only changes a selector. The HTTPRoute (traffic routing gateway-api) splits by weight
-between them. A ControllerRevision keeps the spec each live revision was started from: the stable
-slot is rendered from it while the current spec runs as the canary.
+promotion only changes a selector. They carry the revision as a label, which the EndpointSlice
+controller copies onto their slices: the operator reads there what a gateway can route to. The
+HTTPRoute (traffic routing gateway-api) splits by weight between them. A ControllerRevision keeps
+the spec each live revision was started from: the stable slot is rendered from it while the
+current spec runs as the canary.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from llm_operator.render.children import owned
 GATEWAY_API_VERSION = "gateway.networking.k8s.io/v1"
 STABLE, CANARY = "stable", "canary"
 SNAPSHOT_COMPONENT = "revision-snapshot"  # our ControllerRevisions only (StatefulSets make others)
+REVISION_SERVICE_COMPONENT = "revision-service"  # their EndpointSlices are the only ones watched
 
 
 def for_slot(ld: LLMDeployment, spec: LLMDeploymentSpec, replicas: int) -> LLMDeployment:
@@ -44,7 +47,7 @@ def _revision_service(ld: LLMDeployment, role: str, revision: str) -> dict[str, 
         "metadata": {
             "name": names.revision_service(ld.name, role),
             "namespace": ld.namespace,
-            "labels": L.common_labels(ld.name, "serving"),
+            "labels": {**L.common_labels(ld.name, REVISION_SERVICE_COMPONENT), L.REVISION: revision},
         },
         "spec": {
             "type": "ClusterIP",

@@ -8,7 +8,8 @@ restarted operator that calls decide() with the status it wrote resumes at the s
   slot at step 0. A step's timer starts once its weight is in effect; it advances after its pause
   and, with analysis, after a Successful window of every metric during the step. After the last
   step the canary is scaled to the full count, takes all traffic and becomes the stable revision
-  in its own slot (no pod restarts); the old slot is removed.
+  in its own slot (no pod restarts); the old slot is removed, with gateway-api only after
+  scaleDownDelaySeconds (a gateway may still route by the previous route for a moment).
 - Failed or Error analysis aborts (no canary traffic, stable back to full); Inconclusive pauses
   until a person promotes or aborts. A new spec mid-canary restarts at step 0 in the same slot; a
   spec equal to the stable revision removes the canary at once.
@@ -319,9 +320,17 @@ class _Machine:
             return
         s = self.s
         assert s.canary is not None and s.canary_slot is not None
-        self.event(False, "CanaryPromoted", words.promoted(s.canary, s.canary_slot, s.stable, s.stable_slot))
+        assert self.canary_spec is not None
+        delay = self.canary_spec.scale_down_delay_seconds if self.gateway() else 0
+        self.event(
+            False, "CanaryPromoted", words.promoted(s.canary, s.canary_slot, s.stable, s.stable_slot, delay)
+        )
         self.s = RevisionsStatus(
-            stable=s.canary, stable_slot=s.canary_slot, phase=RolloutPhase.STABLE, last_action=s.last_action
+            stable=s.canary,
+            stable_slot=s.canary_slot,
+            phase=RolloutPhase.STABLE,
+            last_action=s.last_action,
+            scale_down_at=self.now + timedelta(seconds=delay) if delay else None,
         )
 
     # -- what to render -----------------------------------------------------------------------
@@ -357,12 +366,15 @@ class _Machine:
         targets = {s.stable_slot: SlotTarget(s.stable, sp.stable)}
         if s.canary is not None and s.canary_slot is not None:
             targets[s.canary_slot] = SlotTarget(s.canary, sp.canary)
+        if s.scale_down_at is not None and (s.canary is not None or self.now >= s.scale_down_at):
+            self.set(scale_down_at=None)
         stable_ready = self.ready(s.stable_slot, s.stable)
         for slot, seen in self.observed.items():
             # A slot that left the rollout (rollback, swap, cancel) stays only while the stable
-            # has no ready replica and it does: it bridges, so something always serves.
+            # has no ready replica and it does: it bridges, so something always serves. The slot
+            # a gateway-api promotion replaced stays until its scale-down time.
             bridge = stable_ready == 0 and self.total > 0 and seen.ready > 0
-            if slot not in targets and seen.exists and seen.revision and bridge:
+            if slot not in targets and seen.exists and seen.revision and (bridge or self.s.scale_down_at):
                 targets[slot] = SlotTarget(seen.revision, seen.replicas)
         canary = s.canary is not None
         was_aborted = s.phase == self.old.phase == RolloutPhase.ABORTED
@@ -388,9 +400,9 @@ class _Machine:
 
     def requeue_after(self) -> float | None:
         s, spec = self.s, self.canary_spec
-        timers: list[datetime] = []
+        timers: list[datetime] = [s.scale_down_at] if s.scale_down_at is not None else []
         if spec is None or s.canary is None:
-            return None
+            return _seconds_to(timers, self.now)
         if s.phase == RolloutPhase.PROGRESSING and s.step_started_at is not None:
             pause = spec.steps[s.canary_step or 0].pause_seconds
             if pause is not None:
@@ -405,5 +417,10 @@ class _Machine:
             timers.append(s.analysis.next_measurement_at)
         if s.phase == RolloutPhase.ABORTED and s.aborted_at is not None and self.gateway():
             timers.append(s.aborted_at + timedelta(seconds=spec.abort_scale_down_delay_seconds))
-        future = [(t - self.now).total_seconds() for t in timers if t > self.now]
-        return min(future) if future else None
+        return _seconds_to(timers, self.now)
+
+
+def _seconds_to(timers: list[datetime], now: datetime) -> float | None:
+    """Seconds to the earliest timer still ahead, or None."""
+    future = [(t - now).total_seconds() for t in timers if t > now]
+    return min(future) if future else None

@@ -90,10 +90,11 @@ def promote_full(canary: str, total: int, value: str) -> str:
     )
 
 
-def promoted(canary: str, slot: Slot, stable: str | None, stable_slot: Slot | None) -> str:
+def promoted(canary: str, slot: Slot, stable: str | None, stable_slot: Slot | None, delay: int) -> str:
+    when = f"in {delay} s, once the gateway routes by the new route" if delay else "now"
     return (
         f"{canary} is the stable revision now, in slot {slot}, with no pod restarted; "
-        f"the previous stable {stable} (slot {stable_slot}) is removed"
+        f"the previous stable {stable} (slot {stable_slot}) is removed {when}"
     )
 
 
@@ -124,7 +125,10 @@ def _analysis_summary(s: RevisionsStatus) -> str:
 def message(s: RevisionsStatus, spec: CanarySpec | None, route_ready: bool = True) -> str:
     """status.revisions.message: where the rollout stands and what comes next."""
     if s.canary is None or spec is None:
-        return f"revision {s.stable} serves all traffic"
+        later = ""
+        if s.scale_down_at is not None:
+            later = f"; the previous revision's pods are removed at {s.scale_down_at.strftime('%H:%M:%SZ')}"
+        return f"revision {s.stable} serves all traffic{later}"
     steps = [step.weight for step in spec.steps]
     if s.phase == RolloutPhase.ABORTED:
         return (

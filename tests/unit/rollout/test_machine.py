@@ -311,7 +311,38 @@ def test_gateway_api_keeps_the_stable_full_and_swaps_after_the_route_carried_eve
     d = w.decide()
     assert d.weights == {"stable": 0, "canary": 100} and d.revisions.phase == RolloutPhase.PROMOTING
     d = w.decide()  # the route carried all traffic to the canary: roles swap
-    assert d.slots == {Slot.B: SlotTarget("r2", 4)} and d.weights == {"stable": 100, "canary": 0}
+    assert d.weights == {"stable": 100, "canary": 0}
+    assert (d.revisions.stable, d.revisions.stable_slot, d.revisions.canary) == ("r2", Slot.B, None)
+    # The replaced slot keeps its pods for scaleDownDelaySeconds (default 30): a gateway that has
+    # not loaded the new route yet still sends traffic there.
+    assert d.slots == {Slot.B: SlotTarget("r2", 4), Slot.A: SlotTarget("r1", 4)}
+    assert d.revisions.scale_down_at == w.now + timedelta(seconds=30) and d.requeue_after == 30
+    assert "removed in 30 s" in d.events[-1][2] and "removed at " in (d.revisions.message or "")
+    w.wait(29)
+    assert Slot.A in w.decide().slots
+    w.wait(1)
+    d = w.decide()
+    assert d.slots == {Slot.B: SlotTarget("r2", 4)} and d.revisions.scale_down_at is None
+    assert d.requeue_after is None and w.decide().revisions == d.revisions
+
+
+def test_a_new_canary_during_the_scale_down_delay_takes_the_replaced_slot() -> None:
+    w = canary_world(total=2, scaleDownDelaySeconds=60, **GW)
+    w.decide(action="promote-full")
+    w.settle()
+    assert w.status is not None and w.status.stable == "r2" and w.status.scale_down_at is not None
+    w.revision = "r3"
+    d = w.decide()
+    assert (d.revisions.canary, d.revisions.canary_slot, d.revisions.scale_down_at) == ("r3", Slot.A, None)
+    assert d.slots == {Slot.B: SlotTarget("r2", 2), Slot.A: SlotTarget("r3", 1)}
+
+
+def test_replica_ratio_removes_the_replaced_slot_at_promotion() -> None:
+    w = canary_world(total=2, scaleDownDelaySeconds=60)
+    w.decide(action="promote-full")
+    w.settle()
+    assert w.status is not None and w.status.stable == "r2" and w.status.scale_down_at is None
+    assert w.decide().slots == {Slot.B: SlotTarget("r2", 2)}
 
 
 def test_gateway_route_not_accepted_holds_the_step_timer() -> None:
