@@ -146,6 +146,17 @@ def test_keda_scaled_object_accepted_by_the_real_crd_and_pruned_on_provider_chan
         lambda c: c is not None and c["reason"] != "KedaNotInstalled",
         timeout=TIMEOUT,
     )
+    # KEDA was installed after the operator started: it watches ScaledObjects from then on, so
+    # one deleted by hand comes back without anything else happening to the deployment.
+    uid = scaled["metadata"]["uid"]
+    kubectl.delete("scaledobject", name, namespace, wait=True)
+    back = wait_for(
+        "the ScaledObject deleted by hand, recreated",
+        lambda: kubectl.get("scaledobject", name, namespace),
+        lambda o: o is not None and o["metadata"]["uid"] != uid,
+        timeout=TIMEOUT,
+    )
+    assert back is not None
 
     # hpa <-> keda: the other provider's object is pruned.
     doc["spec"]["autoscaling"]["provider"] = "hpa"

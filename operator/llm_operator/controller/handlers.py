@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import kopf
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.resources.discovery_v1 import EndpointSlice
 
@@ -25,6 +27,8 @@ from llm_operator.controller.status import REFUSED
 from llm_operator.render.rollout import REVISION_SERVICE_COMPONENT, SNAPSHOT_COMPONENT
 
 log = logging.getLogger(__name__)
+# Child kinds whose API may come and go while the operator runs (installed after it, or removed).
+OPTIONAL_APIS = {"ScaledObject": SCALED_OBJECT_CRD, "HTTPRoute": HTTP_ROUTE_CRD}
 LIST_TIMEOUT_SECONDS = 60  # a watch that cannot list (RBAC, an API gone) must not stop all work
 
 
@@ -60,14 +64,10 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
 
         return on_event
 
+    # LeaderWorkerSets change how multi-node replicas are rendered: that is decided at start.
     reconciler.leader_worker_set = await kube.has_leader_worker_set()
-    # Optional APIs are watched only when installed at start (ScaledObjects and HTTPRoutes applied
-    # later are still cached from their apply, so they can be pruned).
-    optional = {
-        "LeaderWorkerSet": reconciler.leader_worker_set,
-        "ScaledObject": await kube.has_crd(SCALED_OBJECT_CRD),
-        "HTTPRoute": await kube.has_crd(HTTP_ROUTE_CRD),
-    }
+    optional = {"LeaderWorkerSet": reconciler.leader_worker_set}
+    optional |= {kind: await kube.has_crd(crd) for kind, crd in OPTIONAL_APIS.items()}
     kinds = {k: r for k, r in CHILD_KINDS.items() if optional.get(k, True)}
     # The StatefulSet controller copies our pod labels onto its own ControllerRevisions: only the
     # operator's revision snapshots are watched.
@@ -82,12 +82,33 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         listed.append(done)
         return asyncio.create_task(kube.watch(res, on_event, namespace=namespace, listed=done, **selectors))
 
+    children = {
+        kind: [watch(res, child_handler(kind), ns, labels=selectors.get(kind, managed)) for ns in scopes]
+        for kind, res in kinds.items()
+    }
+
+    def watch_later(kind: str) -> Callable[[], list[asyncio.Task[None]]]:
+        def start() -> list[asyncio.Task[None]]:
+            tasks = [
+                asyncio.create_task(
+                    kube.watch(CHILD_KINDS[kind], child_handler(kind), namespace=ns, labels=managed)
+                )
+                for ns in scopes
+            ]
+            Runtime.tasks.extend(tasks)  # cancelled at cleanup with the rest
+            return tasks
+
+        return start
+
+    apis = {
+        crd: OptionalApi(watch_later(kind), children.get(kind, [])) for kind, crd in OPTIONAL_APIS.items()
+    }
     watches = [
         watch(Node, reconciler.node_event, None),
+        *(task for tasks in children.values() for task in tasks),
         *(
-            watch(res, child_handler(kind), ns, labels=selectors.get(kind, managed))
-            for kind, res in kinds.items()
-            for ns in scopes
+            watch(CustomResourceDefinition, api.crd_event, None, fields={"metadata.name": crd})
+            for crd, api in apis.items()
         ),
         # Our serving pods only (server-side selector): to recreate broken multi-node groups.
         *(watch(Pod, reconciler.pod_event, ns, labels=managed) for ns in scopes),
@@ -102,6 +123,32 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         *watches,
         *(asyncio.create_task(work_once_listed(reconciler, listed)) for _ in range(config.workers)),
     ]
+
+
+class OptionalApi:
+    """The watches of one optional child kind (KEDA's ScaledObjects, the Gateway API's HTTPRoutes),
+    running while its CRD is installed and Established: an API installed after the operator
+    started is watched from then on, without a restart (an HTTPRoute's acceptance, a ScaledObject
+    deleted by hand), and a removed one stops its watches instead of failing them every 2 s."""
+
+    def __init__(
+        self, start: Callable[[], list[asyncio.Task[None]]], running: list[asyncio.Task[None]]
+    ) -> None:
+        self._start, self._running = start, running
+
+    async def crd_event(self, event: str, crd: dict[str, Any]) -> None:
+        established = event != "DELETED" and any(
+            c.get("type") == "Established" and c.get("status") == "True"
+            for c in (crd.get("status") or {}).get("conditions") or []
+        )
+        if established and not self._running:
+            log.info("%s is installed: watching its objects", crd["metadata"]["name"])
+            self._running = self._start()
+        elif not established and self._running:
+            log.info("%s is gone: its objects are no longer watched", crd["metadata"]["name"])
+            for task in self._running:
+                task.cancel()
+            self._running = []
 
 
 async def work_once_listed(reconciler: Reconciler, listed: list[asyncio.Event]) -> None:
