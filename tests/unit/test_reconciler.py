@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
+from lightkube import ApiError
+from lightkube.models.meta_v1 import Status, StatusCause, StatusDetails
 from llm_operator import labels as L
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.engines import ENGINE_INDEX
@@ -435,3 +437,54 @@ async def test_a_replica_that_lost_the_lease_stops_instead_of_retrying() -> None
             await reconciler._run(key)
     assert kube.take_writes() == [] and not reconciler.queue._timers
     assert "status" not in kube.objects[("LLMDeployment", *key)]
+
+
+def terminating(namespace: str) -> ApiError:
+    """The API server's answer to a write into a namespace being deleted."""
+    cause = StatusCause(reason="NamespaceTerminating", message=f"namespace {namespace} is being terminated")
+    words = f"unable to create new content in namespace {namespace} because it is being terminated"
+    return ApiError(
+        status=Status(code=403, reason="Forbidden", details=StatusDetails(causes=[cause]), message=words)
+    )
+
+
+async def test_a_namespace_being_deleted_is_no_failure_to_retry_or_report(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kube, reconciler = await operator_with_nodes()
+    key = kube.add_deployment(example("cpu-reference"))
+    reconciler.deployment_event("ADDED", *key)
+
+    async def refused(obj: dict[str, Any]) -> dict[str, Any]:
+        raise terminating(key[0])
+
+    kube.apply = refused  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO):
+        for _ in range(REPORT_AFTER_FAILURES + 1):
+            await reconciler._run(key)
+    assert not reconciler.queue._timers, "no retry"
+    assert "status" not in kube.objects[("LLMDeployment", *key)]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+async def test_a_failure_of_a_deployment_deleted_meanwhile_is_not_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kube, reconciler = await operator_with_nodes()
+    key = kube.add_deployment(example("cpu-reference"))
+    reconciler.deployment_event("ADDED", *key)
+
+    async def refused(obj: dict[str, Any]) -> dict[str, Any]:
+        raise ApiError(status=Status(code=500, reason="InternalError", message="etcd timed out"))
+
+    async def gone(*args: Any, **kwargs: Any) -> None:
+        raise ApiError(
+            status=Status(code=404, reason="NotFound", message='llmdeployments "tiny-llama" not found')
+        )
+
+    kube.apply = refused  # type: ignore[method-assign]
+    kube.patch_status = gone  # type: ignore[method-assign]
+    for _ in range(REPORT_AFTER_FAILURES):
+        await reconciler._run(key)
+    assert "Traceback" not in caplog.text and "cannot report" not in caplog.text, caplog.text
+    assert key in reconciler.queue._timers, "still retried: the DELETED event is what forgets it"

@@ -169,6 +169,11 @@ class Reconciler:
         except NotLeading:
             raise  # not a failure to retry: this replica stops (controller/leader.py)
         except ApiError as e:
+            if namespace_terminating(e):
+                # The deployment goes with its namespace (its DELETED event forgets it): there is
+                # nothing to retry, and nowhere to write an Event or a status.
+                log.info("%s/%s: its namespace is being deleted; not reconciled", *key)
+                return
             RECONCILE_ERRORS.labels(f"Api{e.status.code}").inc()
             await self._failed(key, f"API error {e.status.code}: {e.status.message}")
         except Exception as e:
@@ -191,6 +196,10 @@ class Reconciler:
                 if body is not None and not body["metadata"].get("deletionTimestamp"):
                     failure = PlanningError("ReconcileFailed", f"{why} (attempt {attempt}, retrying)")
                     await self._write_status(body, self._stalled(body, failure))
+            except ApiError as e:
+                if e.status.code != 404:
+                    log.warning("cannot report the failure of %s/%s: %s", *key, e.status.message)
+                    # else: deleted meanwhile; its DELETED event forgets it
             except Exception:  # the API is what fails: the retry below is all that is left
                 log.exception("cannot report the failure of %s/%s", *key)
         self.queue.add_after(key, delay)
@@ -368,3 +377,12 @@ def _first_error(e: ValidationError) -> str:
     err = e.errors()[0]
     where = ".".join(str(p) for p in err["loc"])
     return f"{where}: {err['msg']}"
+
+
+def namespace_terminating(e: ApiError) -> bool:
+    """The API server refused a write because the namespace is being deleted (403, cause
+    NamespaceTerminating)."""
+    details = e.status.details
+    return e.status.code == 403 and any(
+        c.reason == "NamespaceTerminating" for c in (details.causes if details and details.causes else [])
+    )
