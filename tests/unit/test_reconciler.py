@@ -448,17 +448,23 @@ def terminating(namespace: str) -> ApiError:
     )
 
 
-async def test_a_namespace_being_deleted_is_no_failure_to_retry_or_report(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+async def applies_refused(error: ApiError) -> tuple[FakeKube, Reconciler, tuple[str, str]]:
+    """An operator with the cpu-reference deployment queued, every apply refused with `error`."""
     kube, reconciler = await operator_with_nodes()
     key = kube.add_deployment(example("cpu-reference"))
     reconciler.deployment_event("ADDED", *key)
 
     async def refused(obj: dict[str, Any]) -> dict[str, Any]:
-        raise terminating(key[0])
+        raise error
 
     kube.apply = refused  # type: ignore[method-assign]
+    return kube, reconciler, key
+
+
+async def test_a_namespace_being_deleted_is_no_failure_to_retry_or_report(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kube, reconciler, key = await applies_refused(terminating(NS))
     with caplog.at_level(logging.INFO):
         for _ in range(REPORT_AFTER_FAILURES + 1):
             await reconciler._run(key)
@@ -470,19 +476,15 @@ async def test_a_namespace_being_deleted_is_no_failure_to_retry_or_report(
 async def test_a_failure_of_a_deployment_deleted_meanwhile_is_not_reported(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    kube, reconciler = await operator_with_nodes()
-    key = kube.add_deployment(example("cpu-reference"))
-    reconciler.deployment_event("ADDED", *key)
-
-    async def refused(obj: dict[str, Any]) -> dict[str, Any]:
-        raise ApiError(status=Status(code=500, reason="InternalError", message="etcd timed out"))
+    kube, reconciler, key = await applies_refused(
+        ApiError(status=Status(code=500, reason="InternalError", message="etcd timed out"))
+    )
 
     async def gone(*args: Any, **kwargs: Any) -> None:
         raise ApiError(
             status=Status(code=404, reason="NotFound", message='llmdeployments "tiny-llama" not found')
         )
 
-    kube.apply = refused  # type: ignore[method-assign]
     kube.patch_status = gone  # type: ignore[method-assign]
     for _ in range(REPORT_AFTER_FAILURES):
         await reconciler._run(key)
