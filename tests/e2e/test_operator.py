@@ -98,8 +98,12 @@ def test_cpu_reference_serving_children_and_ready(operator: None, kubectl: Kubec
     assert status["phase"] == "Ready" and status["readyReplicas"] == 1 and status["replicas"] == 1
     assert status["selector"] == "llmoperator.io/deployment=tiny-llama,llmoperator.io/role=leader"
     assert status["endpoints"]["http"] == f"http://tiny-llama.{namespace}.svc:8000"
+    # The pods mount the model repository ConfigMap named by its content.
+    repos = kubectl.items("configmaps", namespace, "app.kubernetes.io/component=model-repository")
+    assert len(repos) == 1 and repos[0]["metadata"]["name"].startswith("tiny-llama-model-repo-")
+    assert repos[0]["immutable"] is True
     for kind, name in [
-        ("configmap", "tiny-llama-model-repo"),
+        ("configmap", repos[0]["metadata"]["name"]),
         ("statefulset", "tiny-llama"),
         ("service", "tiny-llama"),
         ("service", "tiny-llama-pods"),
@@ -114,9 +118,10 @@ def test_cpu_reference_serving_children_and_ready(operator: None, kubectl: Kubec
     assert len(pods) == 1 and pod_ready(pods[0])
     container = pods[0]["spec"]["containers"][0]
     assert "nvidia.com/gpu" not in json.dumps(container.get("resources", {}))
+    volumes = pods[0]["spec"]["volumes"]
+    assert repos[0]["metadata"]["name"] in [v["configMap"]["name"] for v in volumes if "configMap" in v]
     # The model repository ConfigMap holds the rendered Triton configs.
-    repo = kubectl.get("configmap", "tiny-llama-model-repo", namespace)
-    assert repo is not None and any(k.endswith("config.pbtxt") for k in repo["data"])
+    assert any(k.endswith("config.pbtxt") for k in repos[0]["data"])
 
 
 def test_gpu_deployment_lands_on_requested_product(operator: None, kubectl: Kubectl, namespace: str) -> None:

@@ -61,6 +61,12 @@ def condition(kube: FakeKube, name: str, type_: str) -> dict[str, Any]:
     return found
 
 
+def mounted_model_repo(kube: FakeKube, sts: str) -> str:
+    """The model-repository ConfigMap a StatefulSet's pods mount."""
+    volumes = kube.objects[("StatefulSet", NS, sts)]["spec"]["template"]["spec"]["volumes"]
+    return str(next(v["configMap"]["name"] for v in volumes if "configMap" in v))
+
+
 def rolled_out(kube: FakeKube, sts: str, ready: int) -> None:
     """What the StatefulSet controller reports once every pod runs the current template."""
     obj = kube.objects[("StatefulSet", NS, sts)]
@@ -76,7 +82,8 @@ async def test_a_cpu_deployment_converges_then_the_operator_writes_nothing() -> 
     await reconcile(kube, reconciler, key)
 
     applied = [(kind, name) for verb, kind, name in kube.take_writes() if verb == "apply"]
-    assert ("StatefulSet", "tiny-llama") in applied and ("ConfigMap", "tiny-llama-model-repo") in applied
+    repo = mounted_model_repo(kube, "tiny-llama")
+    assert ("StatefulSet", "tiny-llama") in applied and ("ConfigMap", repo) in applied
     assert condition(kube, "tiny-llama", "Reconciling")["status"] == "True"
     owner_uid = kube.objects[("LLMDeployment", *key)]["metadata"]["uid"]
     for obj in kube.objects.values():

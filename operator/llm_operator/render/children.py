@@ -51,15 +51,19 @@ def model_repo_configmap(
     engine_dir = engine.location.engine_dir if engine.location else ""
     tokenizer_dir = f"{engine_dir}/tokenizer" if engine_dir else ""
     files = render_repository(ld.spec, pool, engine_dir=engine_dir, tokenizer_dir=tokenizer_dir)
+    data = to_configmap_data(files)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": names.model_repo(ld.name, pool, slot),
+            "name": names.model_repo(ld.name, pool, template_hash(data), slot),
             "namespace": ld.namespace,
             "labels": L.slot_labels(ld.name, "model-repository", pool.name, slot),
         },
-        "data": to_configmap_data(files),
+        # Named by its content and never changed: it needs no ordering against the workloads that
+        # mount it (applied together), and kubelets need not watch it.
+        "immutable": True,
+        "data": data,
     }
 
 
@@ -83,7 +87,7 @@ def serving_pool(
         pool,
         images,
         engine.location,
-        template_hash(repo["data"]),
+        template_hash(repo["data"]),  # the ConfigMap's name, as the pods mount it
         uid=ld.metadata.get("uid", ""),
         slot=slot,
         revision=revision,

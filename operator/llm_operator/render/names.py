@@ -39,8 +39,10 @@ def group(deployment: str, pool: PoolPlan | str, index: int, slot: Slot = Slot.A
     return _fit(f"{group_prefix(deployment, pool, slot)}{index}")
 
 
-def model_repo(deployment: str, pool: PoolPlan, slot: Slot = Slot.A) -> str:
-    return _fit(f"{serving(deployment, pool, slot)}-model-repo")
+def model_repo(deployment: str, pool: PoolPlan, content_hash: str, slot: Slot = Slot.A) -> str:
+    """Named by its content: a changed model repository is a new, immutable ConfigMap, so a pod can
+    never mount an older one (its kubelet waits until the named one exists)."""
+    return _fit(f"{serving(deployment, pool, slot)}-model-repo-{content_hash}")
 
 
 def client_service(deployment: str) -> str:

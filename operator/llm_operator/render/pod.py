@@ -129,11 +129,13 @@ def _volumes(
     pool: PoolPlan,
     deployment: str,
     engine: EngineLocation | None,
+    repo_hash: str,
     ssh_secret: str,
     slot: Slot,
 ) -> list[dict[str, Any]]:
+    repo = names.model_repo(deployment, pool, repo_hash, slot)
     volumes: list[dict[str, Any]] = [
-        {"name": "model-repo-src", "configMap": {"name": names.model_repo(deployment, pool, slot)}},
+        {"name": "model-repo-src", "configMap": {"name": repo}},
         {"name": "model-repo", "emptyDir": {}},
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm_size}},
         {"name": "tmp", "emptyDir": {}},
@@ -181,7 +183,7 @@ def pod_template(
         # checks against runAsNonRoot; workers' sshd runs unprivileged (runtime/ssh.py).
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [_container(spec, pool, images, engine, leader=leader, extra_env=extra_env)],
-        "volumes": _volumes(spec, pool, deployment, engine, ssh_secret, slot),
+        "volumes": _volumes(spec, pool, deployment, engine, repo_hash, ssh_secret, slot),
         **spec.runtime.pod_identity(),
     }
     if spec.engine.backend != Backend.CPU_REFERENCE:
@@ -203,16 +205,12 @@ def pod_template(
         ):
             if value:
                 pod_spec[key] = value
-    # The user's labels and annotations first: the operator's own keys always win (admission
-    # refuses the reserved prefixes anyway).
+    # The user's labels first: the operator's own keys always win (admission refuses the reserved
+    # prefixes anyway). A changed model repository changes the ConfigMap's name in the volumes.
     labels = {**spec.runtime.pod_labels, **pod_labels}
-    template: dict[str, Any] = {
-        "metadata": {
-            "labels": labels,
-            "annotations": {**spec.runtime.pod_annotations, f"{L.DEPLOYMENT}-model-repo-hash": repo_hash},
-        },
-        "spec": pod_spec,
-    }
+    template: dict[str, Any] = {"metadata": {"labels": labels}, "spec": pod_spec}
+    if spec.runtime.pod_annotations:
+        template["metadata"]["annotations"] = dict(spec.runtime.pod_annotations)
     # The revision says what the pod serves (routing, analysis, metrics); the template hash, taken
     # before both labels are added, is what rolls the pods (it also covers the plan's placement).
     template["metadata"]["labels"] = {

@@ -1,0 +1,88 @@
+"""A reconcile applies what changed at once: a spec edit reaches the StatefulSet one API round trip
+after it, however many children changed (P4 in `make bench`). That is safe because the model
+repository a StatefulSet mounts is a new, immutable ConfigMap named by its content, never an
+older one rewritten in place. Children that report on others (autoscalers) come after them."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from llm_operator.controller.kube import obj_key
+
+from tests.unit.fake_kube import FakeKube
+from tests.unit.test_reconciler import NS, example, mounted_model_repo, operator_with_nodes, reconcile
+
+
+class SlowApplies(FakeKube):
+    """Each apply takes a moment, as on a real API server; records which ones overlapped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight: set[tuple[str, str]] = set()
+        self.overlapped: set[frozenset[tuple[str, str]]] = set()
+        self.finished: list[tuple[str, str]] = []
+        self.started_after: dict[tuple[str, str], list[tuple[str, str]]] = {}
+
+    async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        kind, _, name = obj_key(obj)
+        me = (kind, name)
+        self.started_after[me] = list(self.finished)
+        self.overlapped |= {frozenset({me, other}) for other in self.in_flight}
+        self.in_flight.add(me)
+        try:
+            await asyncio.sleep(0.01)
+            return await super().apply(obj)
+        finally:
+            self.in_flight.discard(me)
+            self.finished.append(me)
+
+
+def edit_profile(kube: FakeKube, key: tuple[str, str], profile: str) -> None:
+    body = kube.objects[("LLMDeployment", *key)]
+    runtime = {**body["spec"].get("runtime", {}), "profile": profile}
+    kube.edit("LLMDeployment", *key, spec={**body["spec"], "runtime": runtime})
+
+
+async def test_an_edit_that_changes_the_model_repository_applies_it_with_the_statefulset() -> None:
+    kube, reconciler = await operator_with_nodes(SlowApplies())
+    assert isinstance(kube, SlowApplies)
+    kube.add_claim("llm-engine-cache")
+    key = kube.add_deployment(example("cpu-reference"))
+    await reconcile(kube, reconciler, key)
+    old_repo = mounted_model_repo(kube, "tiny-llama")
+    configmap = kube.objects[("ConfigMap", NS, old_repo)]
+    assert configmap["immutable"] is True
+
+    edit_profile(kube, key, "throughput")
+    kube.take_writes()
+    await reconcile(kube, reconciler, key)
+
+    new_repo = mounted_model_repo(kube, "tiny-llama")
+    assert new_repo != old_repo, "a changed model repository is a new ConfigMap"
+    assert frozenset({("ConfigMap", new_repo), ("StatefulSet", "tiny-llama")}) in kube.overlapped
+    writes = kube.take_writes()
+    assert ("delete", "ConfigMap", old_repo) in writes, "the replaced ConfigMap is pruned"
+    assert ("ConfigMap", NS, old_repo) not in kube.objects
+    assert [w[2] for w in writes if w[:2] == ("apply", "ConfigMap")] == [new_repo]
+
+    # Unchanged content keeps its name: no new ConfigMap, no write.
+    await reconcile(kube, reconciler, key)
+    assert mounted_model_repo(kube, "tiny-llama") == new_repo
+    assert not [w for w in kube.take_writes() if w[0] != "status"]
+
+
+async def test_an_autoscaler_is_applied_once_the_workload_it_scales_is() -> None:
+    kube, reconciler = await operator_with_nodes(SlowApplies())
+    assert isinstance(kube, SlowApplies)
+    kube.add_claim("llm-engine-cache")
+    body = example("llama3-8b-h100")  # a prebuilt engine: served at once
+    body["spec"]["autoscaling"] = example("llama3-70b-fp8")["spec"]["autoscaling"]
+    key = kube.add_deployment(body)
+    await reconcile(kube, reconciler, key)
+
+    hpa = next(k for k in kube.started_after if k[0] == "HorizontalPodAutoscaler")
+    workloads = {k for k in kube.started_after if k[0] == "StatefulSet"}
+    assert workloads and workloads <= set(kube.started_after[hpa])
+    others = {k for k in kube.started_after if k != hpa}
+    assert any(len(pair) == 2 and pair <= others for pair in kube.overlapped), "the rest went together"
