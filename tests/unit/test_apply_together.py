@@ -1,13 +1,18 @@
 """A reconcile applies what changed at once: a spec edit reaches the StatefulSet one API round trip
 after it, however many children changed (P4 in `make bench`). That is safe because the model
 repository a StatefulSet mounts is a new, immutable ConfigMap named by its content, never an
-older one rewritten in place. Children that report on others (autoscalers) come after them."""
+older one rewritten in place. Children that report on others (autoscalers) come after them; one
+reconcile keeps a bounded number of requests in flight."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
+import pytest
+from lightkube import ApiError
+from lightkube.models.meta_v1 import Status
+from llm_operator.controller.apply import APPLIES_AT_ONCE, Applier
 from llm_operator.controller.kube import obj_key
 
 from tests.unit.fake_kube import FakeKube
@@ -23,6 +28,8 @@ class SlowApplies(FakeKube):
         self.overlapped: set[frozenset[tuple[str, str]]] = set()
         self.finished: list[tuple[str, str]] = []
         self.started_after: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        self.most_in_flight = 0
+        self.refuse: set[str] = set()  # names the API server answers 403
 
     async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         kind, _, name = obj_key(obj)
@@ -30,8 +37,11 @@ class SlowApplies(FakeKube):
         self.started_after[me] = list(self.finished)
         self.overlapped |= {frozenset({me, other}) for other in self.in_flight}
         self.in_flight.add(me)
+        self.most_in_flight = max(self.most_in_flight, len(self.in_flight))
         try:
             await asyncio.sleep(0.01)
+            if name in self.refuse:
+                raise ApiError(status=Status(code=403, reason="Forbidden", message=f"{name}: no"))
             return await super().apply(obj)
         finally:
             self.in_flight.discard(me)
@@ -86,3 +96,29 @@ async def test_an_autoscaler_is_applied_once_the_workload_it_scales_is() -> None
     assert workloads and workloads <= set(kube.started_after[hpa])
     others = {k for k in kube.started_after if k != hpa}
     assert any(len(pair) == 2 and pair <= others for pair in kube.overlapped), "the rest went together"
+
+
+def configmap(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}, "data": {}}
+
+
+async def test_a_large_deployment_keeps_a_bounded_number_of_requests_in_flight() -> None:
+    kube = SlowApplies()
+    objs = [configmap(f"c{i}") for i in range(3 * APPLIES_AT_ONCE)]
+    assert await Applier(kube).apply_all(objs, optional=()) == set()
+    assert kube.most_in_flight == APPLIES_AT_ONCE
+    assert {("ConfigMap", NS, f"c{i}") for i in range(len(objs))} <= set(kube.objects)
+
+
+async def test_a_refused_child_fails_the_pass_a_missing_optional_api_does_not() -> None:
+    kube = SlowApplies()
+    kube.missing_kinds.add("ScaledObject")
+    scaled = {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+              "metadata": {"name": "s", "namespace": NS}, "spec": {}}  # fmt: skip
+    applier = Applier(kube)
+    assert await applier.apply_all([configmap("a"), scaled], optional=("ScaledObject",)) == {"ScaledObject"}
+
+    kube.refuse.add("b")
+    with pytest.raises(ApiError, match="b: no"):
+        await applier.apply_all([configmap("b"), configmap("c"), configmap("d")], optional=())
+    assert ("ConfigMap", NS, "c") in kube.objects and ("ConfigMap", NS, "d") in kube.objects

@@ -7,20 +7,28 @@ writes from the operator.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
+from collections.abc import Collection
 from typing import Any
 
 from lightkube import ApiError
 
 from llm_operator import labels as L
 from llm_operator.api import v1alpha1 as api
-from llm_operator.controller.kube import KubeApi, ObjKey, obj_key
+from llm_operator.controller.kube import KubeApi, MissingApi, ObjKey, obj_key
 from llm_operator.controller.metrics import REPLACED
 from llm_operator.controller.observe import Applied, ChildCache, Key, drifted, owner_key
 
 log = logging.getLogger(__name__)
+
+# Children that name others and report on them: applied once the others are.
+REFERRING_KINDS = frozenset({"HorizontalPodAutoscaler", "ScaledObject", "HTTPRoute"})
+# Requests one reconcile keeps in flight: a one-pool edit fits; a large multi-node deployment (a
+# StatefulSet per group) must not take the client's whole connection pool.
+APPLIES_AT_ONCE = 8
 
 
 def digest(obj: Any) -> str:
@@ -87,6 +95,32 @@ class Applier:
         # an event that may never come. The apply's own event follows in any case.
         if _version(self.children.get(k)) == _version(seen):
             self.children[k] = cached(result)
+
+    async def apply_all(self, objs: list[dict[str, Any]], optional: Collection[str]) -> set[str]:
+        """Apply what changed, together rather than one after the other: a spec edit reaches its
+        StatefulSet one API round trip after the edit, not one per changed child before it. Only
+        what reports on the children it names (an autoscaler its workload's scale, a route its
+        backends) waits for the rest, or it would say its target is missing meanwhile. Returns
+        the kinds in `optional` whose API is missing; other errors are raised once every request
+        has finished (the cache then knows what each one did)."""
+        bound = asyncio.Semaphore(APPLIES_AT_ONCE)
+
+        async def apply(obj: dict[str, Any]) -> None:
+            async with bound:
+                await self.apply(obj)
+
+        missing: set[str] = set()
+        for wave in (
+            [o for o in objs if o["kind"] not in REFERRING_KINDS],
+            [o for o in objs if o["kind"] in REFERRING_KINDS],
+        ):
+            results = await asyncio.gather(*(apply(obj) for obj in wave), return_exceptions=True)
+            for obj, result in zip(wave, results, strict=True):
+                if isinstance(result, MissingApi) and obj["kind"] in optional:
+                    missing.add(obj["kind"])
+                elif isinstance(result, BaseException):
+                    raise result
+        return missing
 
     async def _replace(self, obj: dict[str, Any], seen: dict[str, Any]) -> None:
         """A StatefulSet whose selector (or another field fixed at creation) must change, as one

@@ -11,7 +11,6 @@ so a missed or duplicated event cannot leave things wrong.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -26,7 +25,7 @@ from llm_operator.controller import analysis, autoscaling, engines
 from llm_operator.controller.apply import Applier
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.groups import GroupFailures, group_pods
-from llm_operator.controller.kube import KubeApi, MissingApi, NotLeading, obj_key
+from llm_operator.controller.kube import KubeApi, NotLeading, obj_key
 from llm_operator.controller.metrics import RECONCILE_ERRORS, RECONCILE_SECONDS, ConditionCounts
 from llm_operator.controller.observe import (
     CompactDicts,
@@ -54,8 +53,6 @@ MAX_BACKOFF_SECONDS = 60.0
 CLAIM_RECHECK_SECONDS = 15.0  # claims are not watched: look again for one that was missing
 KEDA_RECHECK_SECONDS = 30.0  # a ScaledObject refused for want of KEDA's CRDs: try again
 OPTIONAL_KINDS = ("ScaledObject", "HTTPRoute")  # CRDs a cluster may lack (KEDA, the Gateway API)
-# Children that point at other children and report on them: applied once the others are.
-REFERRING_KINDS = frozenset({"HorizontalPodAutoscaler", "ScaledObject", "HTTPRoute"})
 GATEWAY_API_MISSING = (
     "the Gateway API is not installed (no HTTPRoute kind in this cluster): install its standard "
     "CRDs and a Gateway, or use rollout.canary.trafficRouting replica-ratio"
@@ -275,30 +272,9 @@ class Reconciler:
             if obj_key(job) not in self.applier.children:
                 await self.kube.create(job)
         objs = wants[0].shared + [o for want in wants for o in want.children] + extra
-        missing: set[str] = set()
-        # Children are applied together, not one after the other: a spec edit reaches its
-        # StatefulSet one API round trip after the edit, not one per changed child before it.
-        # Only what names another child by its status (an autoscaler its workload's scale, a
-        # route its backends) waits for the rest, or it would report a missing target meanwhile.
-        for wave in (
-            [o for o in objs if o["kind"] not in REFERRING_KINDS],
-            [o for o in objs if o["kind"] in REFERRING_KINDS],
-        ):
-            missing |= await self._apply_together(wave)
+        missing = await self.applier.apply_all(objs, OPTIONAL_KINDS)
         keep = {obj_key(o) for o in objs}
         await self.applier.prune((ld.namespace, ld.name), keep, frozenset().union(*(w.held for w in wants)))
-        return missing
-
-    async def _apply_together(self, objs: list[dict[str, Any]]) -> set[str]:
-        """Apply at once; every request finishes before the first error, if any, is raised (the
-        cache then knows what each one did). Returns the optional kinds whose API is missing."""
-        results = await asyncio.gather(*(self.applier.apply(obj) for obj in objs), return_exceptions=True)
-        missing: set[str] = set()
-        for obj, result in zip(objs, results, strict=True):
-            if isinstance(result, MissingApi) and obj["kind"] in OPTIONAL_KINDS:
-                missing.add(obj["kind"])
-            elif isinstance(result, BaseException):
-                raise result
         return missing
 
     async def _recreate_broken_groups(self, namespace: str, name: str) -> None:
