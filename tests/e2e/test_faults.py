@@ -48,6 +48,19 @@ def children(kubectl: Kubectl, namespace: str) -> list[dict[str, Any]]:
     return kubectl.items(CHILD_KINDS, namespace, MANAGED)
 
 
+def in_place(objs: list[dict[str, Any]]) -> tuple[dict[tuple[str, str], str], set[str]]:
+    """The uid of each child a new revision changes in place, and apart from them the names of its
+    model repositories: a changed one is a new ConfigMap, named by its content."""
+    kept, repos = {}, set()
+    for obj in objs:
+        meta = obj["metadata"]
+        if meta["labels"].get("app.kubernetes.io/component") == "model-repository":
+            repos.add(meta["name"])
+        else:
+            kept[(obj["kind"], meta["name"])] = meta["uid"]
+    return kept, repos
+
+
 def desired_children(kubectl: Kubectl, deployments: list[dict[str, Any]], tmp: Path) -> set[tuple[str, str]]:
     """(kind, name) of what the operator should have applied for these stored LLMDeployments, from
     `llm-operator render` (the same desired() the reconciler calls) against the cluster's nodes."""
@@ -196,7 +209,7 @@ def test_apiserver_and_etcd_restarted_during_a_rollout(
     spec = manifests.deployment("roll", resources=GPU, replicas=2)
     kubectl.apply(spec, namespace=namespace)
     wait_for("roll Ready", lambda: converged(kubectl, namespace), timeout=120)
-    before = {(c["kind"], c["metadata"]["name"]): c["metadata"]["uid"] for c in children(kubectl, namespace)}
+    before, repos_before = in_place(children(kubectl, namespace))
     watch = ServingWatch(kubectl, namespace, "roll")
     generation = (kubectl.get("statefulset", "roll", namespace) or {})["metadata"]["generation"]
     spec["spec"]["engine"]["maxBatchSize"] = 16  # a new revision: every serving pod is replaced
@@ -226,8 +239,9 @@ def test_apiserver_and_etcd_restarted_during_a_rollout(
     wait_for("the rollout converged", rolled_out, timeout=180)
     took = time.monotonic() - restarted
     samples = watch.stop()
-    after = {(c["kind"], c["metadata"]["name"]): c["metadata"]["uid"] for c in children(kubectl, namespace)}
+    after, repos = in_place(children(kubectl, namespace))
     assert after == before, "no child recreated, none added or lost: the rollout changes them in place"
+    assert len(repos) == 1 and repos != repos_before, "the new model repository replaced the old one"
     assert own_operator.proc.poll() is None, "the operator rode out both restarts"
     assert samples and min(samples) >= 1, f"the Service lost every ready pod: {samples}"
     print(f"rollout ({updated} of 2 pods updated) across a kube-apiserver restart ({apiserver:.1f} s until "
