@@ -3,7 +3,8 @@ each size against its floor.
 
 Floor: `kubectl apply --server-side` of the very children the operator would render (from
 `llm-operator render`) in another namespace, by as many kubectl processes at once as the operator
-has reconcile workers, timed until every StatefulSet is ready: the cost of
+keeps requests in flight (reconcile workers x applies per reconcile), timed until every
+StatefulSet is ready: the cost of
 the cluster itself (API server, StatefulSet controller, scheduler, KWOK). The operator's time over
 the floor's, measured one after the other in one run on the same cluster, is its overhead. Then
 the operator is left idle and its API writes are counted from its own metrics; its peak RSS is
@@ -34,6 +35,7 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import StatefulSet
 from lightkube.types import PatchType
 from llm_operator import labels as L
+from llm_operator.controller.apply import APPLIES_AT_ONCE
 from llm_operator.controller.config import OperatorConfig
 
 from e2e import operator_release
@@ -45,7 +47,9 @@ REPO = Path(__file__).resolve().parents[1]
 LLMDeploymentResource = create_namespaced_resource(
     "llmoperator.io", "v1alpha1", "LLMDeployment", "llmdeployments"
 )
-FLOOR_CLIENTS = int(OperatorConfig.from_env().workers)  # the operator's reconcile workers
+# The operator's requests in flight at most: each reconcile worker applies a deployment's children
+# together. The floor gets as many clients, so the operator's concurrency is no advantage over it.
+FLOOR_CLIENTS = int(OperatorConfig.from_env().workers) * APPLIES_AT_ONCE
 PRODUCTS = ("NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-40GB", "NVIDIA-L40S")
 
 
@@ -252,7 +256,7 @@ def measure(
     manifest = yaml.safe_dump_all(docs)
 
     # Floor: the same children, rendered offline, applied by as many kubectl processes at once as
-    # the operator has workers (one kubectl sends its objects one after the other).
+    # the operator has requests in flight (one kubectl sends its objects one after the other).
     rendered = subprocess.run(
         [sys.executable, "-m", "llm_operator.cli", "render", "-f", "-"],
         input=manifest,
@@ -325,10 +329,10 @@ def measure(
 
 
 def apply_in_parallel(kubectl: Kubectl, objs: list[dict[str, Any]], namespace: str) -> None:
-    """Both sides submit alike: as many kubectl processes at once as the operator has workers (one
-    kubectl sends its objects one after the other, about 60 ms each here; alone, it would hold
-    back whichever side it fed)."""
-    slices = [objs[i::FLOOR_CLIENTS] for i in range(FLOOR_CLIENTS)]
+    """Both sides submit alike: FLOOR_CLIENTS kubectl processes at once (one kubectl sends its
+    objects one after the other, about 60 ms each here; alone, it would hold back whichever side
+    it fed)."""
+    slices = [part for part in (objs[i::FLOOR_CLIENTS] for i in range(FLOOR_CLIENTS)) if part]
     with ThreadPoolExecutor(FLOOR_CLIENTS) as pool:
         list(pool.map(lambda part: kubectl(
             "apply", "--server-side", "-f", "-", namespace=namespace,
