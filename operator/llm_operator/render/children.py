@@ -47,16 +47,18 @@ def owner_reference(ld: LLMDeployment) -> dict[str, Any]:
 
 def model_repo_configmap(
     ld: LLMDeployment, pool: PoolPlan, engine: PoolEngine, slot: Slot = Slot.A
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], str]:
+    """The ConfigMap and the hash of its content, which names it (the pods mount it by that name)."""
     engine_dir = engine.location.engine_dir if engine.location else ""
     tokenizer_dir = f"{engine_dir}/tokenizer" if engine_dir else ""
     files = render_repository(ld.spec, pool, engine_dir=engine_dir, tokenizer_dir=tokenizer_dir)
     data = to_configmap_data(files)
-    return {
+    content_hash = template_hash(data)
+    configmap = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": names.model_repo(ld.name, pool, template_hash(data), slot),
+            "name": names.model_repo(ld.name, pool, content_hash, slot),
             "namespace": ld.namespace,
             "labels": L.slot_labels(ld.name, "model-repository", pool.name, slot),
         },
@@ -65,6 +67,7 @@ def model_repo_configmap(
         "immutable": True,
         "data": data,
     }
+    return configmap, content_hash
 
 
 def serving_pool(
@@ -78,7 +81,7 @@ def serving_pool(
     leader_worker_set: bool,
 ) -> list[dict[str, Any]]:
     """ConfigMap, workload(s) and PDB of one pool in one slot."""
-    repo = model_repo_configmap(ld, pool, engine, slot)
+    repo, repo_hash = model_repo_configmap(ld, pool, engine, slot)
     objs = [repo]
     objs += workloads(
         ld.name,
@@ -87,7 +90,7 @@ def serving_pool(
         pool,
         images,
         engine.location,
-        template_hash(repo["data"]),  # the ConfigMap's name, as the pods mount it
+        repo_hash,
         uid=ld.metadata.get("uid", ""),
         slot=slot,
         revision=revision,
