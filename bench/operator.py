@@ -3,8 +3,7 @@ each size against its floor.
 
 Floor: `kubectl apply --server-side` of the very children the operator would render (from
 `llm-operator render`) in another namespace, by as many kubectl processes at once as the operator
-keeps requests in flight (reconcile workers x applies per reconcile), timed until every
-StatefulSet is ready: the cost of
+keeps applies in flight, timed until every StatefulSet is ready: the cost of
 the cluster itself (API server, StatefulSet controller, scheduler, KWOK). The operator's time over
 the floor's, measured one after the other in one run on the same cluster, is its overhead. Then
 the operator is left idle and its API writes are counted from its own metrics; its peak RSS is
@@ -35,8 +34,7 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import StatefulSet
 from lightkube.types import PatchType
 from llm_operator import labels as L
-from llm_operator.controller.apply import APPLIES_AT_ONCE
-from llm_operator.controller.config import OperatorConfig
+from llm_operator.controller.apply import APPLIES_IN_FLIGHT
 
 from e2e import operator_release
 from e2e.cluster.launcher import Cluster
@@ -47,9 +45,9 @@ REPO = Path(__file__).resolve().parents[1]
 LLMDeploymentResource = create_namespaced_resource(
     "llmoperator.io", "v1alpha1", "LLMDeployment", "llmdeployments"
 )
-# The operator's requests in flight at most: each reconcile worker applies a deployment's children
-# together. The floor gets as many clients, so the operator's concurrency is no advantage over it.
-FLOOR_CLIENTS = int(OperatorConfig.from_env().workers) * APPLIES_AT_ONCE
+# The operator keeps at most this many applies in flight, across its reconcile workers. The floor
+# gets as many kubectl clients, so the operator's concurrency is no advantage over it.
+FLOOR_CLIENTS = APPLIES_IN_FLIGHT
 PRODUCTS = ("NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-40GB", "NVIDIA-L40S")
 
 

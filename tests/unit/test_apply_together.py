@@ -1,26 +1,36 @@
 """A reconcile applies what changed at once: a spec edit reaches the StatefulSet one API round trip
 after it, however many children changed (P4 in `make bench`). That is safe because the model
 repository a StatefulSet mounts is a new, immutable ConfigMap named by its content, never an
-older one rewritten in place. Children that report on others (autoscalers) come after them; one
-reconcile keeps a bounded number of requests in flight."""
+older one rewritten in place. Children that report on others (autoscalers) come after them; the
+reconcile workers together keep a bounded number of requests in flight."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from lightkube import ApiError
 from lightkube.models.meta_v1 import Status
-from llm_operator.controller.apply import APPLIES_AT_ONCE, Applier
+from llm_operator.controller.apply import APPLIES_IN_FLIGHT, Applier
 from llm_operator.controller.kube import obj_key
 
 from tests.unit.fake_kube import FakeKube
-from tests.unit.test_reconciler import NS, example, mounted_model_repo, operator_with_nodes, reconcile
+from tests.unit.test_reconciler import (
+    NS,
+    condition,
+    example,
+    mounted_model_repo,
+    operator_with_nodes,
+    reconcile,
+    rolled_out,
+)
 
 
 class SlowApplies(FakeKube):
-    """Each apply takes a moment, as on a real API server; records which ones overlapped."""
+    """Each write takes a moment, as on a real API server; records which ones overlapped."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -29,20 +39,32 @@ class SlowApplies(FakeKube):
         self.finished: list[tuple[str, str]] = []
         self.started_after: dict[tuple[str, str], list[tuple[str, str]]] = {}
         self.most_in_flight = 0
-        self.refuse: set[str] = set()  # names the API server answers 403
+        self.refuse: set[tuple[str, str]] = set()  # (kind or "status", name): answered 403
 
     async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         kind, _, name = obj_key(obj)
-        me = (kind, name)
+        async with self._sent((kind, name)):
+            return await super().apply(obj)
+
+    async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        async with self._sent(("status", name)):
+            await super().patch_status(namespace, name, status)
+
+    async def event(self, involved: dict[str, Any], type_: str, reason: str, message: str, now: str) -> None:
+        async with self._sent(("Event", reason)):
+            await super().event(involved, type_, reason, message, now)
+
+    @contextlib.asynccontextmanager
+    async def _sent(self, me: tuple[str, str]) -> AsyncIterator[None]:
         self.started_after[me] = list(self.finished)
         self.overlapped |= {frozenset({me, other}) for other in self.in_flight}
         self.in_flight.add(me)
         self.most_in_flight = max(self.most_in_flight, len(self.in_flight))
         try:
             await asyncio.sleep(0.01)
-            if name in self.refuse:
-                raise ApiError(status=Status(code=403, reason="Forbidden", message=f"{name}: no"))
-            return await super().apply(obj)
+            if me in self.refuse:
+                raise ApiError(status=Status(code=403, reason="Forbidden", message=f"{me[1]}: no"))
+            yield
         finally:
             self.in_flight.discard(me)
             self.finished.append(me)
@@ -98,16 +120,39 @@ async def test_an_autoscaler_is_applied_once_the_workload_it_scales_is() -> None
     assert any(len(pair) == 2 and pair <= others for pair in kube.overlapped), "the rest went together"
 
 
+async def test_a_deployment_turning_ready_sends_its_status_and_event_together() -> None:
+    kube, reconciler = await operator_with_nodes(SlowApplies())
+    assert isinstance(kube, SlowApplies)
+    kube.add_claim("llm-engine-cache")
+    key = kube.add_deployment(example("cpu-reference"))
+    await reconcile(kube, reconciler, key)
+    rolled_out(kube, "tiny-llama", 1)
+    kube.events.clear()
+
+    await reconcile(kube, reconciler, key)
+    assert condition(kube, "tiny-llama", "Ready")["status"] == "True"
+    [(_, reason, _)] = kube.events
+    assert frozenset({("status", "tiny-llama"), ("Event", reason)}) in kube.overlapped
+
+    # A refused status patch fails the pass (retried with backoff) and records no status as written.
+    kube.edit("LLMDeployment", *key, spec={**kube.objects[("LLMDeployment", *key)]["spec"], "replicas": 2})
+    kube.refuse.add(("status", "tiny-llama"))
+    with pytest.raises(ApiError, match="tiny-llama: no"):
+        await reconcile(kube, reconciler, key)
+    assert reconciler.statuses[key]["observedGeneration"] == 1
+
+
 def configmap(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}, "data": {}}
 
 
-async def test_a_large_deployment_keeps_a_bounded_number_of_requests_in_flight() -> None:
+async def test_requests_in_flight_are_bounded_across_reconciles() -> None:
     kube = SlowApplies()
-    objs = [configmap(f"c{i}") for i in range(3 * APPLIES_AT_ONCE)]
-    assert await Applier(kube).apply_all(objs, optional=()) == set()
-    assert kube.most_in_flight == APPLIES_AT_ONCE
-    assert {("ConfigMap", NS, f"c{i}") for i in range(len(objs))} <= set(kube.objects)
+    applier = Applier(kube)  # one per operator: its reconcile workers share it
+    batches = [[configmap(f"c{r}-{i}") for i in range(APPLIES_IN_FLIGHT)] for r in range(3)]
+    assert await asyncio.gather(*(applier.apply_all(objs, optional=()) for objs in batches)) == [set()] * 3
+    assert kube.most_in_flight == APPLIES_IN_FLIGHT
+    assert {obj_key(o) for objs in batches for o in objs} <= set(kube.objects)
 
 
 async def test_a_refused_child_fails_the_pass_a_missing_optional_api_does_not() -> None:
@@ -118,7 +163,7 @@ async def test_a_refused_child_fails_the_pass_a_missing_optional_api_does_not() 
     applier = Applier(kube)
     assert await applier.apply_all([configmap("a"), scaled], optional=("ScaledObject",)) == {"ScaledObject"}
 
-    kube.refuse.add("b")
+    kube.refuse.add(("ConfigMap", "b"))
     with pytest.raises(ApiError, match="b: no"):
         await applier.apply_all([configmap("b"), configmap("c"), configmap("d")], optional=())
     assert ("ConfigMap", NS, "c") in kube.objects and ("ConfigMap", NS, "d") in kube.objects

@@ -26,9 +26,10 @@ log = logging.getLogger(__name__)
 
 # Children that name others and report on them: applied once the others are.
 REFERRING_KINDS = frozenset({"HorizontalPodAutoscaler", "ScaledObject", "HTTPRoute"})
-# Requests one reconcile keeps in flight: a one-pool edit fits; a large multi-node deployment (a
-# StatefulSet per group) must not take the client's whole connection pool.
-APPLIES_AT_ONCE = 8
+# Applies in flight at once, across every reconcile: the reconcile workers' edits go together, and
+# a large multi-node deployment (a StatefulSet per group) cannot take the client's whole
+# connection pool (100, some held by watches).
+APPLIES_IN_FLIGHT = 32
 
 
 def digest(obj: Any) -> str:
@@ -41,6 +42,7 @@ class Applier:
         self.children = ChildCache()  # watch cache of our children
         self.applied: dict[ObjKey, Applied] = {}
         self._applying: set[ObjKey] = set()
+        self._in_flight = asyncio.Semaphore(APPLIES_IN_FLIGHT)
 
     def observe(self, event: str, obj: dict[str, Any]) -> Key | None:
         """A child's watch event: update the cache, notice drift; returns the owning deployment."""
@@ -103,10 +105,9 @@ class Applier:
         backends) waits for the rest, or it would say its target is missing meanwhile. Returns
         the kinds in `optional` whose API is missing; other errors are raised once every request
         has finished (the cache then knows what each one did)."""
-        bound = asyncio.Semaphore(APPLIES_AT_ONCE)
 
         async def apply(obj: dict[str, Any]) -> None:
-            async with bound:
+            async with self._in_flight:
                 await self.apply(obj)
 
         missing: set[str] = set()

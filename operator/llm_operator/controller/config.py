@@ -36,7 +36,7 @@ class OperatorConfig:
                 engine_builder=env("LLMOP_ENGINE_BUILDER_IMAGE", "ghcr.io/llm-operator/engine-builder:0.1.0"),
                 trtllm_version=env("LLMOP_TRTLLM_VERSION", DEFAULT_TRTLLM_VERSION),
             ),
-            workers=int(env("LLMOP_WORKERS", "4")),
+            workers=int(env("LLMOP_WORKERS", "16")),
             metrics_port=int(env("LLMOP_METRICS_PORT", "8000")),
             health_port=int(env("LLMOP_HEALTH_PORT", "8080")),
             namespaces=namespaces,

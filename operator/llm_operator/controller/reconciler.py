@@ -11,6 +11,7 @@ so a missed or duplicated event cannot leave things wrong.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -334,13 +335,23 @@ class Reconciler:
         status, events = reduce(obs, old, now())
         events = (decided or []) + events
         key = (body["metadata"]["namespace"], body["metadata"]["name"])
-        if _comparable(status) != _comparable(old):
-            await self.kube.patch_status(key[0], key[1], merge_patch(old, status))
-            if key in self.bodies:  # as the server has it now, before the watch says so
-                self.bodies[key] = {**self.bodies[key], "status": status}
+        changed = _comparable(status) != _comparable(old)
         stamp = now()
-        for ev in events:
-            await self.kube.event(body, ev.type, ev.reason, ev.message, stamp)
+
+        async def tell() -> None:  # in order: `kubectl get events` lists them as they were decided
+            for ev in events:
+                await self.kube.event(body, ev.type, ev.reason, ev.message, stamp)
+
+        # The Events tell what the status says: sent with it, not a round trip after it (a worker
+        # waits for both). A failed patch may leave its Events sent; the retry sends them again.
+        writes = [tell()]
+        if changed:
+            writes.insert(0, self.kube.patch_status(key[0], key[1], merge_patch(old, status)))
+        for result in await asyncio.gather(*writes, return_exceptions=True):
+            if isinstance(result, BaseException):
+                raise result
+        if changed and key in self.bodies:  # as the server has it now, before the watch says so
+            self.bodies[key] = {**self.bodies[key], "status": status}
         self.counts.replace(self.statuses.get(key), status)
         self.statuses[key] = status
 
