@@ -254,7 +254,7 @@ def measure(
     manifest = yaml.safe_dump_all(docs)
 
     # Floor: the same children, rendered offline, applied by as many kubectl processes at once as
-    # the operator has requests in flight (one kubectl sends its objects one after the other).
+    # the operator keeps applies in flight (one kubectl sends its objects one after the other).
     rendered = subprocess.run(
         [sys.executable, "-m", "llm_operator.cli", "render", "-f", "-"],
         input=manifest,

@@ -16,6 +16,7 @@ from lightkube import ApiError
 from lightkube.models.meta_v1 import Status
 from llm_operator.controller.apply import APPLIES_IN_FLIGHT, Applier
 from llm_operator.controller.kube import obj_key
+from llm_operator.controller.reconciler import Reconciler
 
 from tests.unit.fake_kube import FakeKube
 from tests.unit.test_reconciler import (
@@ -70,6 +71,13 @@ class SlowApplies(FakeKube):
             self.finished.append(me)
 
 
+async def slow_operator() -> tuple[SlowApplies, Reconciler]:
+    kube, reconciler = await operator_with_nodes(SlowApplies())
+    assert isinstance(kube, SlowApplies)
+    kube.add_claim("llm-engine-cache")  # the examples' engine cache
+    return kube, reconciler
+
+
 def edit_profile(kube: FakeKube, key: tuple[str, str], profile: str) -> None:
     body = kube.objects[("LLMDeployment", *key)]
     runtime = {**body["spec"].get("runtime", {}), "profile": profile}
@@ -77,9 +85,7 @@ def edit_profile(kube: FakeKube, key: tuple[str, str], profile: str) -> None:
 
 
 async def test_an_edit_that_changes_the_model_repository_applies_it_with_the_statefulset() -> None:
-    kube, reconciler = await operator_with_nodes(SlowApplies())
-    assert isinstance(kube, SlowApplies)
-    kube.add_claim("llm-engine-cache")
+    kube, reconciler = await slow_operator()
     key = kube.add_deployment(example("cpu-reference"))
     await reconcile(kube, reconciler, key)
     old_repo = mounted_model_repo(kube, "tiny-llama")
@@ -105,9 +111,7 @@ async def test_an_edit_that_changes_the_model_repository_applies_it_with_the_sta
 
 
 async def test_an_autoscaler_is_applied_once_the_workload_it_scales_is() -> None:
-    kube, reconciler = await operator_with_nodes(SlowApplies())
-    assert isinstance(kube, SlowApplies)
-    kube.add_claim("llm-engine-cache")
+    kube, reconciler = await slow_operator()
     body = example("llama3-8b-h100")  # a prebuilt engine: served at once
     body["spec"]["autoscaling"] = example("llama3-70b-fp8")["spec"]["autoscaling"]
     key = kube.add_deployment(body)
@@ -121,9 +125,7 @@ async def test_an_autoscaler_is_applied_once_the_workload_it_scales_is() -> None
 
 
 async def test_a_deployment_turning_ready_sends_its_status_and_event_together() -> None:
-    kube, reconciler = await operator_with_nodes(SlowApplies())
-    assert isinstance(kube, SlowApplies)
-    kube.add_claim("llm-engine-cache")
+    kube, reconciler = await slow_operator()
     key = kube.add_deployment(example("cpu-reference"))
     await reconcile(kube, reconciler, key)
     rolled_out(kube, "tiny-llama", 1)

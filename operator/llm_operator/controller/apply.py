@@ -26,9 +26,9 @@ log = logging.getLogger(__name__)
 
 # Children that name others and report on them: applied once the others are.
 REFERRING_KINDS = frozenset({"HorizontalPodAutoscaler", "ScaledObject", "HTTPRoute"})
-# Applies in flight at once, across every reconcile: the reconcile workers' edits go together, and
-# a large multi-node deployment (a StatefulSet per group) cannot take the client's whole
-# connection pool (100, some held by watches).
+# Applies in flight at once, across all reconcile workers: neither many reconciles nor a large
+# multi-node deployment (a StatefulSet per group) can take the client's whole connection pool
+# (100, some held by watches).
 APPLIES_IN_FLIGHT = 32
 
 
