@@ -22,6 +22,7 @@ import http.client
 import subprocess
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,7 +156,10 @@ def assert_streamed(chunks: list[Chunk], tokens: int) -> None:
     assert all(len(c.text) == 1 for c in chunks)
     spread = chunks[-1].at - chunks[0].at
     assert spread > 0.3 and chunks[0].at < spread, [round(c.at, 3) for c in chunks]
-    assert len({round(c.at, 2) for c in chunks}) > tokens // 4, "arrived in a few bursts"
+    # A buffering hop hands over many events at one instant. A few tokens together are normal: the
+    # CPU quota (CPU_LIMIT) runs the runtime in slices of a 100 ms period.
+    per_instant = Counter(round(c.at, 2) for c in chunks)
+    assert max(per_instant.values()) <= tokens // 4, f"arrived in a few bursts: {per_instant}"
 
 
 def test_tokens_stream_through_the_cluster_ip_and_port_forward(
