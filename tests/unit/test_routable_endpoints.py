@@ -39,12 +39,13 @@ def leader(name: str, slot: str, revision: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def statefulset(slot: str, revision: str, replicas: int) -> dict[str, Any]:
+def statefulset(slot: str, revision: str, replicas: int, ready: int | None = None) -> dict[str, Any]:
     return {
         "kind": "StatefulSet",
         "metadata": {"name": f"tiny-{slot}", "namespace": "ns",
                      "labels": {L.DEPLOYMENT: "tiny", L.ROLE: "leader", L.SLOT: slot}},
         "spec": {"replicas": replicas, "template": {"metadata": {"labels": {L.REVISION: revision}}}},
+        "status": {"readyReplicas": replicas if ready is None else ready},
     }  # fmt: skip
 
 
@@ -81,3 +82,18 @@ def test_a_ready_pod_counts_for_a_gateway_only_once_its_address_is_routable() ->
     assert gateway == {Slot.A: SlotObserved("r1", 2, 2, True), Slot.B: SlotObserved("r2", 1, 0, True)}
     routable.update("MODIFIED", endpoint_slice("tiny-canary-x", "r2", True))
     assert observe_slots(children, LD, pods, routable)[Slot.B].ready == 1
+
+
+def test_a_ready_pod_counts_once_its_statefulset_reports_it() -> None:
+    """The pod's event comes before the StatefulSet controller's status: counted early, the
+    revision's ready replicas and Ready would change in two status writes instead of one."""
+    children = ChildCache()
+    children[("StatefulSet", "ns", "tiny-a")] = statefulset("a", "r1", 2, ready=1)
+    pods = ReadyPods()
+    for name in ("tiny-0", "tiny-1"):
+        pods.update("MODIFIED", leader(name, "a", "r1"))
+    assert observe_slots(children, LD, pods)[Slot.A].ready == 1
+    children[("StatefulSet", "ns", "tiny-a")] = statefulset("a", "r1", 2, ready=2)
+    assert observe_slots(children, LD, pods)[Slot.A].ready == 2
+    pods.update("DELETED", leader("tiny-1", "a", "r1"))
+    assert observe_slots(children, LD, pods)[Slot.A].ready == 1, "nor further than the pods"

@@ -45,18 +45,27 @@ class Applier:
         self._in_flight = asyncio.Semaphore(APPLIES_IN_FLIGHT)
 
     def observe(self, event: str, obj: dict[str, Any]) -> Key | None:
-        """A child's watch event: update the cache, notice drift; returns the owning deployment."""
+        """A child's watch event: update the cache, notice drift; returns the owning deployment
+        when a reconcile has something new to read. Not for the echo of our own apply (the pass
+        that applies reads the cache after its applies), nor for a change the reconcile does not
+        read (a PodDisruptionBudget's status at every pod event): each pass renders the deployment
+        again, and at thousands of deployments those passes were most of the operator's CPU."""
         k = obj_key(obj)
         if event == "DELETED":
             self.children.pop(k, None)
             self.applied.pop(k, None)
-        else:
-            obj = self.children[k] = cached(obj)
-            applied = self.applied.get(k)
-            # Our own apply's event can come before its response: not someone else's change.
-            if applied is not None and k not in self._applying and drifted(obj, applied):
-                log.info("%s %s/%s changed outside the operator: restoring it", *k)
-                self.applied.pop(k, None)
+            return owner_key(obj)
+        before = self.children.get(k)
+        obj = self.children[k] = cached(obj)
+        applied = self.applied.get(k)
+        # Our own apply's event can come before its response: not someone else's change.
+        if k in self._applying:
+            return None
+        if applied is not None and drifted(obj, applied):
+            log.info("%s %s/%s changed outside the operator: restoring it", *k)
+            self.applied.pop(k, None)
+        elif before is not None and _as_read(before) == _as_read(obj):
+            return None
         return owner_key(obj)
 
     def forget(self, key: Key) -> None:
@@ -164,6 +173,19 @@ class Applier:
             # Kinds watched only once installed (a ScaledObject applied after KEDA came) get no
             # DELETED event: the cache must not keep what we deleted, or it would pass for applied.
             self.children.pop(k, None)
+
+
+# Kinds whose status no reconcile reads: the controllers that write it (the disruption
+# controller at every pod event) change nothing the operator decides on.
+STATUS_UNREAD = frozenset({"PodDisruptionBudget", "Service"})
+UNREAD_METADATA = ("resourceVersion", "managedFields")  # change at every write, whoever wrote
+
+
+def _as_read(obj: dict[str, Any]) -> dict[str, Any]:
+    """A cached child as far as a reconcile reads it."""
+    meta = {k: v for k, v in obj["metadata"].items() if k not in UNREAD_METADATA}
+    kept = {k: v for k, v in obj.items() if not (k == "status" and obj.get("kind") in STATUS_UNREAD)}
+    return {**kept, "metadata": meta}
 
 
 def _version(obj: dict[str, Any] | None) -> str | None:

@@ -155,8 +155,11 @@ def observe_slots(
     children: ChildCache, ld: LLMDeployment, ready: ReadyPods, routable: RoutableEndpoints | None = None
 ) -> dict[Slot, SlotObserved]:
     """Each slot's leader workloads: the revision their pod template runs, replicas, Ready pods
-    (with `routable`: no more than the revision's Services have ready addresses)."""
+    (with `routable`: no more than the revision's Services have ready addresses). Ready pods count
+    no further than the workloads' own status: the pod's event comes first, and a count ahead of
+    the readyReplicas that Ready is judged by would cost a status write of its own."""
     found: dict[Slot, tuple[str | None, int]] = {}
+    reported: dict[Slot, int] = {}
     for (kind, _, _), obj in children.owned_by((ld.namespace, ld.name)):
         if kind not in ("StatefulSet", "LeaderWorkerSet"):
             continue
@@ -176,10 +179,11 @@ def observe_slots(
             ).get("labels") or {}
         revision, replicas = found.get(slot, (None, 0))
         found[slot] = (template.get(L.REVISION) or revision, replicas + int(obj["spec"].get("replicas") or 0))
+        reported[slot] = reported.get(slot, 0) + int((obj.get("status") or {}).get("readyReplicas") or 0)
     key = (ld.namespace, ld.name)
 
     def ready_count(slot: Slot, revision: str | None) -> int:
-        pods = ready.count(key, slot, revision)
+        pods = min(ready.count(key, slot, revision), reported[slot])
         return pods if routable is None else min(pods, routable.count(key, revision))
 
     return {

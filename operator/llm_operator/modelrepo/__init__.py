@@ -34,10 +34,13 @@ TTFT_DEFAULT_BUCKETS_MS = (100, 500, 2000, 5000)
 T = TypeVar("T")
 
 
+CHECKOUT_TEMPLATES = Path(__file__).resolve().parents[3] / "model_repo_templates"
+
+
 def templates_dir() -> Path:
     """$LLMOP_MODEL_REPO_TEMPLATES (the operator image), else model_repo_templates/ of this checkout."""
     env = os.environ.get(TEMPLATES_ENV)
-    return Path(env) if env else Path(__file__).resolve().parents[3] / "model_repo_templates"
+    return Path(env) if env else CHECKOUT_TEMPLATES
 
 
 def _pbtxt_string(value: object) -> str:
