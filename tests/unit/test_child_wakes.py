@@ -24,11 +24,15 @@ class EchoingKube(FakeKube):
         super().__init__()
         self.applier: Applier | None = None
         self.echoes: list[object] = []
+        self.answer: dict[str, Any] | None = None  # a controller's status, written before the response
 
     async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         result = await super().apply(obj)
         assert self.applier is not None
-        self.echoes.append(self.applier.observe("ADDED", copy.deepcopy(result)))
+        self.echoes.append(self.applier.observe("MODIFIED", copy.deepcopy(result)))
+        if self.answer is not None:
+            answered = self.edit(obj["kind"], NS, obj["metadata"]["name"], status=self.answer)
+            self.echoes.append(self.applier.observe("MODIFIED", copy.deepcopy(answered)))
         return result
 
 
@@ -37,7 +41,11 @@ def statefulset() -> dict[str, Any]:
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
         "metadata": {"name": "tiny", "namespace": NS, "labels": {"llmoperator.io/deployment": "tiny"}},
-        "spec": {"replicas": 1, "template": {"metadata": {"labels": {"app": "tiny"}}}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "tiny"}},
+            "template": {"metadata": {"labels": {"app": "tiny"}}},
+        },
     }
 
 
@@ -54,6 +62,19 @@ async def test_the_echo_of_an_apply_wakes_nothing_and_the_controllers_status_doe
     edited = kube.edit("StatefulSet", NS, "tiny", spec={**edited["spec"], "replicas": 3})
     assert applier.observe("MODIFIED", copy.deepcopy(edited)) == (NS, "tiny"), "drift: restored"
     assert applier.observe("DELETED", copy.deepcopy(edited)) == (NS, "tiny")
+
+
+async def test_a_controllers_answer_before_the_apply_returns_wakes_the_owner() -> None:
+    """The pass that applied decided before the answer (a gateway accepting the route at its new
+    generation, which a gateway-api promotion waits for): the next pass must read it."""
+    kube = EchoingKube()
+    applier = kube.applier = Applier(kube)
+    await applier.apply(statefulset())
+    kube.echoes.clear()
+    kube.answer = {"replicas": 3, "observedGeneration": 2}
+    await applier.apply({**statefulset(), "spec": {**statefulset()["spec"], "replicas": 3}})
+    assert kube.echoes == [None, (NS, "tiny")], "our apply's echo, then the controller's answer"
+    assert applier.children[obj_key(statefulset())]["status"] == kube.answer, "the newer state is kept"
 
 
 async def test_a_status_no_reconcile_reads_wakes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -46,10 +46,10 @@ class Applier:
 
     def observe(self, event: str, obj: dict[str, Any]) -> Key | None:
         """A child's watch event: update the cache, notice drift; returns the owning deployment
-        when a reconcile has something new to read. Not for the echo of our own apply (the pass
-        that applies reads the cache after its applies), nor for a change the reconcile does not
-        read (a PodDisruptionBudget's status at every pod event): each pass renders the deployment
-        again, and at thousands of deployments those passes were most of the operator's CPU."""
+        when a reconcile has something new to read. Not for the echo of our own apply, nor for a
+        change the reconcile does not read (a PodDisruptionBudget's status at every pod event):
+        each pass renders the deployment again, and at thousands of deployments those passes were
+        most of the operator's CPU."""
         k = obj_key(obj)
         if event == "DELETED":
             self.children.pop(k, None)
@@ -58,9 +58,12 @@ class Applier:
         before = self.children.get(k)
         obj = self.children[k] = cached(obj)
         applied = self.applied.get(k)
-        # Our own apply's event can come before its response: not someone else's change.
+        # Our own apply's event can come before its response: not someone else's change. A status
+        # that changed meanwhile is a controller's answer to it (a gateway accepting the route at
+        # its new generation), after the applying pass decided: the next pass must read it.
         if k in self._applying:
-            return None
+            answered = before is not None and _status_read(before) != _status_read(obj)
+            return owner_key(obj) if answered else None
         if applied is not None and drifted(obj, applied):
             log.info("%s %s/%s changed outside the operator: restoring it", *k)
             self.applied.pop(k, None)
@@ -184,8 +187,12 @@ UNREAD_METADATA = ("resourceVersion", "managedFields")  # change at every write,
 def _as_read(obj: dict[str, Any]) -> dict[str, Any]:
     """A cached child as far as a reconcile reads it."""
     meta = {k: v for k, v in obj["metadata"].items() if k not in UNREAD_METADATA}
-    kept = {k: v for k, v in obj.items() if not (k == "status" and obj.get("kind") in STATUS_UNREAD)}
-    return {**kept, "metadata": meta}
+    kept = {k: v for k, v in obj.items() if k != "status"}
+    return {**kept, "metadata": meta, "status": _status_read(obj)}
+
+
+def _status_read(obj: dict[str, Any]) -> Any:
+    return None if obj.get("kind") in STATUS_UNREAD else obj.get("status")
 
 
 def _version(obj: dict[str, Any] | None) -> str | None:

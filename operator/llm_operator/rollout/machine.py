@@ -312,11 +312,10 @@ class _Machine:
     def progress_promotion(self) -> None:
         if not self.split().reached:
             return
-        # gateway-api: the route must have carried all traffic to the canary before the swap, so
-        # the previous decision must have asked for 100 while promoting.
-        if self.gateway() and not (
-            self.old.phase == RolloutPhase.PROMOTING and self.old.canary_weight == 100
-        ):
+        # gateway-api: the route must have carried all traffic to the canary before the swap: the
+        # previous decision applied it at 100 (the last step's weight, or promoting), and the
+        # gateway has accepted that route (split().reached).
+        if self.gateway() and (self.old.canary != self.s.canary or self.old.canary_weight != 100):
             return
         s = self.s
         assert s.canary is not None and s.canary_slot is not None

@@ -430,3 +430,18 @@ def test_the_analysis_is_successful_once_the_last_step_passed() -> None:
     assert d.revisions.analysis is not None and d.revisions.analysis.phase == AnalysisPhase.SUCCESSFUL
     w.wait(600)
     assert not w.decide().measure  # promoting measures no more
+
+
+def test_gateway_a_last_step_of_100_promotes_in_the_pass_that_ends_it() -> None:
+    """The route carried all traffic to the canary through the step: the pass that ends it swaps
+    the roles. The route does not change, so no gateway answer would wake another pass."""
+    w = canary_world(total=2, steps=[{"weight": 100, "pauseSeconds": 60}], **GW)
+    w.decide()
+    w.ready()
+    d = w.decide()
+    assert d.weights == {"stable": 0, "canary": 100} and d.revisions.step_started_at == w.now
+    w.wait(60)
+    d = w.decide()
+    assert (d.revisions.phase, d.revisions.stable, d.revisions.canary) == (RolloutPhase.STABLE, "r2", None)
+    reasons = [reason for _, reason, _ in d.events]
+    assert reasons == ["CanaryStepCompleted", "CanaryPromoting", "CanaryPromoted"]
