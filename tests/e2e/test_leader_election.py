@@ -102,28 +102,33 @@ def test_chart_replicas_elect_one_leader_and_fail_over(
             os.kill(operator_pid(leader), signal.SIGSTOP)
         grace = [] if how == "graceful delete" else ["--grace-period=0", "--force"]
         kubectl("delete", "pod", leader, "--wait=false", *grace, namespace=namespace)
+
+        def moved(holder: str | None, old: str = leader) -> bool:
+            return holder not in (None, "", old)
+
+        successor = str(
+            wait_for(f"another replica to hold the Lease after a {how}",
+                     lambda: lease_holder(kubectl, namespace, lease), moved, timeout=60, interval=0.2)
+        )  # fmt: skip
+        # Edited only now: until it has released the Lease, the old leader still leads and rightly
+        # applies an edit itself (a slow SIGTERM), and its successor then has nothing to write.
         replicas += 1
         kubectl("patch", "llmdeployment", "ha", "--type=merge", "-p", f'{{"spec":{{"replicas":{replicas}}}}}',
                 namespace=namespace)  # fmt: skip
-        taken: list[float] = []
 
-        def took_over(
-            leader: str = leader, replicas: int = replicas, taken: list[float] = taken
-        ) -> str | None:
-            holder = lease_holder(kubectl, namespace, lease)
-            if holder in (None, "", leader):
-                return None
-            assert holder is not None
-            taken[:] = taken or [time.monotonic()]
-            text = pod_metrics(kubectl, namespace, holder)
+        def reconciled(successor: str = successor) -> dict[str, Any]:
+            text = pod_metrics(kubectl, namespace, successor)
             sts = kubectl.get("statefulset", "ha", namespace)
-            applied = sample(text, "llm_operator_api_writes_total", kind="StatefulSet", verb="apply") >= 1
-            edited = sts is not None and sts["spec"]["replicas"] == replicas
-            return holder if sample(text, "llm_operator_leader") == 1 and applied and edited else None
+            applies = sample(text, "llm_operator_api_writes_total", kind="StatefulSet", verb="apply")
+            replicas = sts["spec"]["replicas"] if sts is not None else None
+            return {"leader": sample(text, "llm_operator_leader"), "applies": applies, "replicas": replicas}
 
-        successor = wait_for(f"failover after a {how}", took_over, timeout=60, interval=0.2)
+        def applied_by_it(seen: dict[str, Any], edited: int = replicas) -> bool:
+            return bool(seen["leader"] == 1 and seen["applies"] >= 1 and seen["replicas"] == edited)
+
+        wait_for(f"{successor} to apply the edit after a {how}", reconciled, applied_by_it,
+                 timeout=60, interval=0.2)  # fmt: skip
         applied = time.monotonic() - started
-        assert successor != leader
         acquired = kubectl.json("get", "lease", lease, namespace=namespace)["spec"]["acquireTime"]
         figures[how] = ((datetime.fromisoformat(acquired) - wall).total_seconds(), applied)
         # The Deployment replaces the deleted pod: a standby again before the next round.
