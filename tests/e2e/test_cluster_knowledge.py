@@ -155,3 +155,47 @@ def test_pods_the_api_server_refuses_are_told_in_its_words_and_every_pod_shape_i
     (job,) = wait_for("the build Job", lambda: kubectl.items("jobs", namespace), bool, timeout=60)
     job_pods = f"job-name={job['metadata']['name']}"
     wait_for("its pod, admitted", lambda: kubectl.items("pods", namespace, job_pods), bool, timeout=60)
+
+
+def test_a_canary_that_never_gets_ready_is_aborted_at_its_deadline_in_the_schedulers_words(
+    operator: None, kubectl: Kubectl, namespace: str
+) -> None:
+    """The canary asks for more CPU than any node has: its pod stays Pending. At the progress
+    deadline the rollout aborts, names the pod and the scheduler's reason, and the stable never
+    stopped serving; setting the spec back rolls the canary away."""
+    engines_claim(kubectl, namespace)
+    gpu = {"products": ["NVIDIA-H100-80GB-HBM3"]}
+    canary = {"steps": [{"weight": 50, "pauseSeconds": 5}], "progressDeadlineSeconds": 15}
+    body = deployment("dl", replicas=2, resources={"gpu": gpu},
+                      rollout={"strategy": "canary", "canary": canary})  # fmt: skip
+    kubectl.apply(body, namespace)
+    wait_for("dl Ready", lambda: kubectl.get("llmdeployment", "dl", namespace),
+             lambda o: is_true(o, "Ready"), timeout=TIMEOUT)  # fmt: skip
+    body["spec"]["resources"]["cpu"] = "100000"  # a new revision no node can hold
+    kubectl.apply(body, namespace)
+
+    found = stalled(kubectl, namespace, "dl", "RolloutAborted")
+    ld = kubectl.get("llmdeployment", "dl", namespace)
+    assert ld is not None
+    revisions = ld["status"]["revisions"]
+    assert revisions["phase"] == "Aborted", revisions
+    reason = revisions["abortReason"]
+    assert reason.startswith("step 1 of 1 (50%): 0 of 1 canary replicas ready after 15 s"), reason
+    assert "dl-b-0: Unschedulable:" in reason and "Insufficient cpu" in reason, "the scheduler's words"
+    assert reason in found["message"]
+    aborted = [
+        e["message"] for e in warning_events(kubectl, namespace, "dl") if e["reason"] == "RolloutAborted"
+    ]
+    assert aborted and reason in aborted[0], aborted
+    stable = kubectl.get("statefulset", "dl", namespace)
+    assert stable is not None and stable["spec"]["replicas"] == 2
+    assert (stable.get("status") or {}).get("readyReplicas") == 2, "the stable served throughout"
+    wait_for("the canary's pod removed", lambda: kubectl.items("pods", namespace, "llmoperator.io/slot=b"),
+             lambda pods: pods == [], timeout=TIMEOUT)  # fmt: skip
+
+    del body["spec"]["resources"]["cpu"]  # what the user does: the stable revision again
+    kubectl.apply(body, namespace)
+    ready = wait_for("dl Ready on its stable revision", lambda: kubectl.get("llmdeployment", "dl", namespace),
+                     lambda o: is_true(o, "Ready"), timeout=TIMEOUT)  # fmt: skip
+    assert ready is not None and not is_true(ready, "Stalled")
+    assert "canary" not in ready["status"]["revisions"]

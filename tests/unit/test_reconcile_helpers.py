@@ -19,6 +19,7 @@ from llm_operator.controller.observe import (
 )
 from llm_operator.controller.reconciler import LAST_APPLIED, kept_of_deployment
 from llm_operator.engine.state import BuildFact, BuildObserved
+from llm_operator.rollout.revision import Slot
 from llm_operator.storage import engine_location
 from prometheus_client import CollectorRegistry, Gauge
 
@@ -156,6 +157,29 @@ def test_pods_the_scheduler_may_yet_place_are_kept_apart_with_the_time_it_first_
     assert problems.of(("ns", "x")) == (f"x-1: Unschedulable: {claimless}",), "a missing claim needs a person"
     problems.update("DELETED", pending("x-0", full))
     assert problems.unplaced(("ns", "x")) == ()
+
+
+def test_pod_problems_per_slot_pending_ones_too_for_the_progress_deadline() -> None:
+    """What an aborted canary's reason names: only its own slot's pods, waiting or failing."""
+
+    def pod(name: str, slot: str | None, status: dict[str, Any]) -> dict[str, Any]:
+        labels = {"llmoperator.io/deployment": "x", **({"llmoperator.io/slot": slot} if slot else {})}
+        return {"metadata": {"name": name, "namespace": "ns", "labels": labels}, "status": status}
+
+    pulling = {"containerStatuses": [{"state": {"waiting": {"reason": "ImagePullBackOff", "message": "no"}}}]}
+    pending = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+               "reason": "Unschedulable", "message": "0/4 nodes are available",
+               "lastTransitionTime": "2026-01-01T00:00:00Z"}]}  # fmt: skip
+    problems = PodProblems()
+    problems.update("ADDED", pod("x-0", None, pulling))  # made before slots: slot a
+    problems.update("ADDED", pod("x-b-0", "b", pending))
+    problems.update("ADDED", pod("x-b-1", "b", pulling))
+    assert problems.by_slot(("ns", "x")) == {
+        Slot.A: ("x-0: ImagePullBackOff: no",),
+        Slot.B: ("x-b-0: Unschedulable: 0/4 nodes are available", "x-b-1: ImagePullBackOff: no"),
+    }
+    problems.update("DELETED", pod("x-0", None, pulling))
+    assert Slot.A not in problems.by_slot(("ns", "x"))
 
 
 def test_a_long_termination_message_keeps_its_end_on_one_line() -> None:

@@ -852,6 +852,16 @@ class CanarySpec(Spec):
         "it is scaled to 0. replica-ratio takes an aborted canary's traffic away by scaling it to 0 "
         "at once.",
     )
+    progress_deadline_seconds: int = Field(
+        default=1800,
+        ge=10,
+        le=86400,
+        description="How long a step, or the promotion, may wait for its weight once the canary's "
+        "workloads exist: canary replicas not ready by then (a crash loop, an image that cannot be "
+        "pulled, no room for their pods) abort the rollout as failed analysis does, and the stable "
+        "serves all traffic. An engine build for the canary does not count. The default allows for "
+        "loading a large engine.",
+    )
     analysis: CanaryAnalysis | None = Field(
         default=None,
         description="Without analysis, steps advance on their pauses alone.",
@@ -1037,6 +1047,11 @@ class RevisionsStatus(Spec):
     message: str | None = None
     step_started_at: datetime | None = Field(
         default=None, description="When the current step's weight took effect (its pause timer)."
+    )
+    waiting_since: datetime | None = Field(
+        default=None,
+        description="When the current step (or the promotion) began waiting for its weight with the "
+        "canary's workloads in place: rollout.canary.progressDeadlineSeconds counts from here.",
     )
     paused_reason: PausedReason | None = None
     aborted_at: datetime | None = None

@@ -252,7 +252,8 @@ class PodProblems:
     """Per deployment, its serving pods that cannot run and why, kept from the pod watch."""
 
     def __init__(self) -> None:
-        self._by_owner: dict[Key, dict[str, tuple[str, str | None]]] = {}
+        # pod -> (why, pending since: None once a person must act, its slot)
+        self._by_owner: dict[Key, dict[str, tuple[str, str | None, Slot]]] = {}
 
     def update(self, event: str, pod: dict[str, Any]) -> Key | None:
         """Record what the pod says; the owning deployment when that changed anything."""
@@ -261,7 +262,8 @@ class PodProblems:
             return None
         name = pod["metadata"]["name"]
         problem = None if event == "DELETED" else pod_problem(pod)
-        seen = None if problem is None else (problem, unplaced_since(pod, problem))
+        slot = Slot((pod["metadata"].get("labels") or {}).get(L.SLOT, Slot.A.value))
+        seen = None if problem is None else (problem, unplaced_since(pod, problem), slot)
         problems = self._by_owner.setdefault(owner, {})
         if problems.get(name) == seen:
             return None
@@ -274,12 +276,19 @@ class PodProblems:
     def of(self, key: Key) -> tuple[str, ...]:
         """`pod: why` of the pods that need a person."""
         found = sorted(self._by_owner.get(key, {}).items())
-        return tuple(f"{pod}: {why}" for pod, (why, since) in found if since is None)
+        return tuple(f"{pod}: {why}" for pod, (why, since, _) in found if since is None)
 
     def unplaced(self, key: Key) -> tuple[tuple[str, str], ...]:
         """(`pod: Unschedulable: why`, since) of the pods the scheduler may yet place."""
         found = sorted(self._by_owner.get(key, {}).items())
-        return tuple((f"{pod}: {why}", since) for pod, (why, since) in found if since is not None)
+        return tuple((f"{pod}: {why}", since) for pod, (why, since, _) in found if since is not None)
+
+    def by_slot(self, key: Key) -> dict[Slot, tuple[str, ...]]:
+        """`pod: why` of every pod that cannot run, pending ones too, per slot."""
+        out: dict[Slot, tuple[str, ...]] = {}
+        for pod, (why, _, slot) in sorted(self._by_owner.get(key, {}).items()):
+            out[slot] = (*out.get(slot, ()), f"{pod}: {why}")
+        return out
 
     def forget(self, key: Key) -> None:
         self._by_owner.pop(key, None)

@@ -230,7 +230,8 @@ class Reconciler:
             return
         builds = lambda ns, key, job: engines.build_observed(self.applier.children, ns, key, job)  # noqa: E731
         try:
-            rollout = await self.rollouts.decide(ld, self.config.images, self.applier.children)
+            problems = self.pod_problems.by_slot((ld.namespace, ld.name))
+            rollout = await self.rollouts.decide(ld, self.config.images, self.applier.children, problems)
             wants = [
                 desired(
                     s.ld,

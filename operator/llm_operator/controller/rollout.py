@@ -279,8 +279,15 @@ class Rollouts:
         self.ready.forget(key)
         self.routable.forget(key)
 
-    async def decide(self, ld: LLMDeployment, images: Images, children: ChildCache) -> Rollout:
-        """Raises PlanningError when a slot's spec cannot be rendered (its snapshot is gone)."""
+    async def decide(
+        self,
+        ld: LLMDeployment,
+        images: Images,
+        children: ChildCache,
+        problems: dict[Slot, tuple[str, ...]] | None = None,
+    ) -> Rollout:
+        """Raises PlanningError when a slot's spec cannot be rendered (its snapshot is gone).
+        `problems`: per slot, its pods that cannot run (PodProblems.by_slot)."""
         revision = revision_of(ld.spec, images)
         old = ld.status.revisions if ld.status is not None else None
         canary = ld.spec.rollout.canary
@@ -292,14 +299,14 @@ class Rollouts:
         now = datetime.now(UTC)
         route_ok, route_problem = route_state(children, ld, now)
         args = (ld.spec, revision, old, slots, ld.spec.replicas)
-        decision = machine.decide(*args, None, action, now, route_ok)
+        decision = machine.decide(*args, None, action, now, route_ok, problems)
         if decision.measure and canary is not None and canary.analysis is not None:
             target = decision.revisions.canary
             assert target is not None
             measured = await self.measure(
                 canary.analysis.prometheus.url, canary.analysis, ld.namespace, ld.name, target
             )
-            decision = machine.decide(*args, measured, action, now, route_ok)
+            decision = machine.decide(*args, measured, action, now, route_ok, problems)
         snaps = snapshots(children, ld)
         specs = [self._slot(ld, images, revision, snaps, slot, target.revision, target.replicas)
                  for slot, target in decision.slots.items()]  # fmt: skip

@@ -32,11 +32,10 @@ from llm_operator.api.v1alpha1 import (
     TrafficRouting,
 )
 from llm_operator.rollout import analysis as an
-from llm_operator.rollout import split, words
+from llm_operator.rollout import split, timers, words
 from llm_operator.rollout.actions import Action, Request, pending
+from llm_operator.rollout.timers import ACTIVE
 from llm_operator.rollout.types import Decision, Event, Measurement, Slot, SlotObserved, SlotTarget
-
-ACTIVE = (RolloutPhase.PROGRESSING, RolloutPhase.PAUSED)
 
 
 def other(slot: Slot) -> Slot:
@@ -53,13 +52,16 @@ def decide(
     action: str | None,
     now: datetime,
     route_ready: bool = True,
+    problems: dict[Slot, tuple[str, ...]] | None = None,
 ) -> Decision:
     """`revision`: the current spec's; `total`: the replicas to serve (spec or autoscaler);
     `measurements`: the windows taken because the last Decision asked (measure=True);
     `action`: the rollout-action annotation's value; `route_ready` (gateway-api): the HTTPRoute as
-    last applied is accepted by its parents, so its weights are in effect."""
+    last applied is accepted by its parents, so its weights are in effect; `problems`: per slot,
+    "pod: why" of its pods that cannot run (an abort for the progress deadline names them)."""
     now = (now if now.tzinfo is not None else now.replace(tzinfo=UTC)).replace(microsecond=0)
-    return _Machine(spec, revision, old, slots, total, now, route_ready).run(measurements, action)
+    machine = _Machine(spec, revision, old, slots, total, now, route_ready, problems or {})
+    return machine.run(measurements, action)
 
 
 class _Machine:
@@ -72,13 +74,14 @@ class _Machine:
         total: int,
         now: datetime,
         route_ready: bool,
+        problems: dict[Slot, tuple[str, ...]],
     ) -> None:
         rollout = spec.rollout
         self.canary_spec: CanarySpec | None = (
             rollout.canary if rollout.strategy == RolloutStrategy.CANARY else None
         )
         self.revision, self.observed, self.total = revision, slots, max(total, 0)
-        self.now, self.route_ready = now, route_ready
+        self.now, self.route_ready, self.problems = now, route_ready, problems
         self.old = old or RevisionsStatus()
         self.events: list[Event] = []
         self.measure = False
@@ -248,6 +251,7 @@ class _Machine:
             aborted_at=self.now,
             abort_reason=reason,
             step_started_at=None,
+            waiting_since=None,
         )
         delay = self.canary_spec.abort_scale_down_delay_seconds if self.gateway() else 0
         self.event(True, "RolloutAborted", words.aborted(reason, self.s, delay))
@@ -274,8 +278,9 @@ class _Machine:
         started = self.s.step_started_at
         if started is None:
             if not self.split().reached:
+                self.wait_for_weight()
                 return
-            self.set(step_started_at=self.now)
+            self.set(step_started_at=self.now, waiting_since=None)
             status = self.s.analysis
             if status is not None and status.phase == AnalysisPhase.PENDING:
                 self.start_analysis(self.now)
@@ -303,14 +308,21 @@ class _Machine:
             assert self.s.canary is not None
             self.promoting(words.promoting(self.s.canary, self.total))
             return
-        self.set(canary_step=index, step_started_at=None, phase=RolloutPhase.PROGRESSING, paused_reason=None)
+        self.set(
+            canary_step=index,
+            step_started_at=None,
+            waiting_since=None,
+            phase=RolloutPhase.PROGRESSING,
+            paused_reason=None,
+        )
 
     def promoting(self, message: str) -> None:
-        self.set(phase=RolloutPhase.PROMOTING, paused_reason=None, step_started_at=None)
+        self.set(phase=RolloutPhase.PROMOTING, paused_reason=None, step_started_at=None, waiting_since=None)
         self.event(False, "CanaryPromoting", message)
 
     def progress_promotion(self) -> None:
         if not self.split().reached:
+            self.wait_for_weight()
             return
         # gateway-api: the route must have carried all traffic to the canary before the swap: the
         # previous decision applied it at 100 (the last step's weight, or promoting), and the
@@ -331,6 +343,26 @@ class _Machine:
             last_action=s.last_action,
             scale_down_at=self.now + timedelta(seconds=delay) if delay else None,
         )
+
+    def wait_for_weight(self) -> None:
+        """The weight of the step (or the promotion) is not in effect yet. The progress deadline
+        runs from the first pass that sees the canary's workloads on its revision: an engine still
+        building for it does not count."""
+        assert self.canary_spec is not None
+        s = self.s
+        seen = self.observed.get(s.canary_slot) if s.canary_slot is not None else None
+        if seen is None or not seen.exists or seen.revision != s.canary:
+            return
+        if s.waiting_since is None:
+            self.set(waiting_since=self.now)
+        deadline = timers.progress_deadline(self.s, self.canary_spec)
+        if deadline is not None and self.now >= deadline:
+            assert s.canary_slot is not None
+            ready, wanted = self.ready(s.canary_slot, s.canary), self.split().canary
+            where = words.step(s, self.steps()) if s.phase == RolloutPhase.PROGRESSING else "the promotion"
+            seconds = self.canary_spec.progress_deadline_seconds
+            problems = self.problems.get(s.canary_slot, ())
+            self.abort(words.deadline_passed(where, ready, wanted, seconds, problems))
 
     # -- what to render -----------------------------------------------------------------------
 
@@ -393,33 +425,6 @@ class _Machine:
             slots=targets,
             weights=dict(sp.route),
             events=self.events,
-            requeue_after=self.requeue_after(),
+            requeue_after=timers.requeue_after(self.s, self.canary_spec, self.gateway(), self.now),
             measure=self.measure,
         )
-
-    def requeue_after(self) -> float | None:
-        s, spec = self.s, self.canary_spec
-        timers: list[datetime] = [s.scale_down_at] if s.scale_down_at is not None else []
-        if spec is None or s.canary is None:
-            return _seconds_to(timers, self.now)
-        if s.phase == RolloutPhase.PROGRESSING and s.step_started_at is not None:
-            pause = spec.steps[s.canary_step or 0].pause_seconds
-            if pause is not None:
-                timers.append(s.step_started_at + timedelta(seconds=pause))
-        if (
-            s.analysis is not None
-            and s.analysis.phase == AnalysisPhase.RUNNING
-            and s.analysis.next_measurement_at is not None
-            and s.phase in ACTIVE
-            and s.paused_reason != PausedReason.INCONCLUSIVE
-        ):
-            timers.append(s.analysis.next_measurement_at)
-        if s.phase == RolloutPhase.ABORTED and s.aborted_at is not None and self.gateway():
-            timers.append(s.aborted_at + timedelta(seconds=spec.abort_scale_down_delay_seconds))
-        return _seconds_to(timers, self.now)
-
-
-def _seconds_to(timers: list[datetime], now: datetime) -> float | None:
-    """Seconds to the earliest timer still ahead, or None."""
-    future = [(t - now).total_seconds() for t in timers if t > now]
-    return min(future) if future else None

@@ -12,6 +12,7 @@ from llm_operator.api.v1alpha1 import (
     RolloutPhase,
     Slot,
 )
+from llm_operator.rollout import timers
 from llm_operator.rollout.actions import Action, one_liner
 
 # Which phase an Event about a round of measurements takes its reason from (the worst).
@@ -25,7 +26,7 @@ SEVERITY = {
 }
 
 
-def _step(s: RevisionsStatus, steps: list[int]) -> str:
+def step(s: RevisionsStatus, steps: list[int]) -> str:
     index = s.canary_step or 0
     return f"step {index + 1} of {len(steps)} ({steps[index]}%)"
 
@@ -71,12 +72,12 @@ def ignored(value: str, phase: RolloutPhase | None) -> str:
 
 def step_started(s: RevisionsStatus, steps: list[int], pause: int | None) -> str:
     hold = f"for {pause} s" if pause is not None else f"paused until promoted ({one_liner(Action.PROMOTE)})"
-    return f"{_step(s, steps)}: canary {s.canary} takes {steps[s.canary_step or 0]}% of traffic, {hold}"
+    return f"{step(s, steps)}: canary {s.canary} takes {steps[s.canary_step or 0]}% of traffic, {hold}"
 
 
 def step_done(s: RevisionsStatus, steps: list[int], by: str | None) -> str:
     how = f"promoted by the user ({by})" if by else "passed"
-    return f"{_step(s, steps)} {how}{_analysis_summary(s)}"
+    return f"{step(s, steps)} {how}{_analysis_summary(s)}"
 
 
 def promoting(canary: str, total: int) -> str:
@@ -100,7 +101,7 @@ def promoted(canary: str, slot: Slot, stable: str | None, stable_slot: Slot | No
 
 def inconclusive(why: str, s: RevisionsStatus, steps: list[int]) -> str:
     return (
-        f"{why}: paused at {_step(s, steps)}; promote ({one_liner(Action.PROMOTE)}) "
+        f"{why}: paused at {step(s, steps)}; promote ({one_liner(Action.PROMOTE)}) "
         f"or abort ({one_liner(Action.ABORT)})"
     )
 
@@ -108,6 +109,14 @@ def inconclusive(why: str, s: RevisionsStatus, steps: list[int]) -> str:
 def aborted(reason: str, s: RevisionsStatus, delay: int) -> str:
     later = f"; its pods are removed in {delay} s" if delay else ""
     return f"{reason}: canary {s.canary} gets no traffic, stable {s.stable} serves all of it{later}"
+
+
+def deadline_passed(where: str, ready: int, wanted: int, seconds: int, problems: tuple[str, ...]) -> str:
+    pods = f": {'; '.join(problems[:2])}" + (f" (and {len(problems) - 2} more)" if len(problems) > 2 else "")
+    return (
+        f"{where}: {ready} of {wanted} canary replicas ready after {seconds} s "
+        f"(rollout.canary.progressDeadlineSeconds){pods if problems else ''}"
+    )
 
 
 def _analysis_summary(s: RevisionsStatus) -> str:
@@ -135,9 +144,14 @@ def message(s: RevisionsStatus, spec: CanarySpec | None, route_ready: bool = Tru
             f"aborted: {s.abort_reason}; stable {s.stable} serves all traffic; retry "
             f"({one_liner(Action.RETRY)}) or change the spec"
         )
+    deadline = timers.progress_deadline(s, spec)
+    unless = f"; aborted at {deadline.strftime('%H:%M:%SZ')} unless ready" if deadline is not None else ""
     if s.phase == RolloutPhase.PROMOTING:
-        return f"promoting {s.canary}: {s.canary_ready_replicas} of {s.canary_replicas} canary replicas ready"
-    where = f"{_step(s, steps)}, canary weight {s.canary_weight}%"
+        return (
+            f"promoting {s.canary}: {s.canary_ready_replicas} of {s.canary_replicas} canary replicas "
+            f"ready{unless}"
+        )
+    where = f"{step(s, steps)}, canary weight {s.canary_weight}%"
     if s.phase == RolloutPhase.PAUSED and s.paused_reason == PausedReason.INCONCLUSIVE:
         return f"{where}: paused, analysis inconclusive; promote or abort"
     if s.phase == RolloutPhase.PAUSED:
@@ -147,7 +161,7 @@ def message(s: RevisionsStatus, spec: CanarySpec | None, route_ready: bool = Tru
     if s.step_started_at is None:
         return (
             f"{where}: waiting for the weight to take effect "
-            f"({s.canary_ready_replicas} of {s.canary_replicas} canary replicas ready)"
+            f"({s.canary_ready_replicas} of {s.canary_replicas} canary replicas ready{unless})"
         )
     # The end time, not a countdown: the message changes only when the rollout does, so writing
     # status does not wake the operator again every second.

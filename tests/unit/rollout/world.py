@@ -45,6 +45,7 @@ class World:
     status: RevisionsStatus | None = None
     slots: dict[Slot, SlotObserved] = field(default_factory=dict)
     route_ready: bool = True
+    problems: dict[Slot, tuple[str, ...]] = field(default_factory=dict)  # "pod: why" per slot
     events: list[tuple[str, str, str]] = field(default_factory=list)
     last: Decision | None = None
 
@@ -59,6 +60,7 @@ class World:
             action,
             self.now,
             self.route_ready,
+            self.problems,
         )
         # Through JSON as the API server stores it: every call is what a restarted operator sees.
         self.status = RevisionsStatus.model_validate(
