@@ -183,6 +183,7 @@ def test_a_canary_that_never_gets_ready_is_aborted_at_its_deadline_in_the_schedu
     assert reason.startswith("step 1 of 1 (50%): 0 of 1 canary replicas ready after 15 s"), reason
     assert "dl-b-0: Unschedulable:" in reason and "Insufficient cpu" in reason, "the scheduler's words"
     assert reason in found["message"]
+    print(f"aborted: {reason}")
     aborted = [
         e["message"] for e in warning_events(kubectl, namespace, "dl") if e["reason"] == "RolloutAborted"
     ]
