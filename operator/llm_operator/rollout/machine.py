@@ -367,28 +367,12 @@ class _Machine:
     # -- what to render -----------------------------------------------------------------------
 
     def ready(self, slot: Slot | None, revision: str | None) -> int:
-        seen = self.observed.get(slot) if slot is not None else None
-        return seen.ready if seen is not None and seen.exists and seen.revision == revision else 0
+        return split.ready_of(self.observed, slot, revision)
 
     def split(self) -> split.Split:
-        s, total = self.s, self.total
-        canary_ready = self.ready(s.canary_slot, s.canary)
-        stable_ready = self.ready(s.stable_slot, s.stable)
-        if s.canary is None:
-            return split.Split(total, 0, 0, True, {"stable": 100, "canary": 0})
-        if s.phase == RolloutPhase.ABORTED:
-            assert self.canary_spec is not None and s.aborted_at is not None
-            delay = timedelta(seconds=self.canary_spec.abort_scale_down_delay_seconds)
-            seen = self.observed.get(s.canary_slot) if s.canary_slot else None
-            replicas = seen.replicas if seen is not None and seen.exists else 0
-            return split.withdrawn(
-                total, self.gateway(), replicas, canary_ready, stable_ready, self.now >= s.aborted_at + delay
-            )
-        index = s.canary_step or 0
-        weight = 100 if s.phase == RolloutPhase.PROMOTING else self.steps()[index]
-        if self.gateway():
-            return split.gateway_api(total, weight, self.steps()[: index + 1], canary_ready, self.route_ready)
-        return split.replica_ratio(total, weight, canary_ready, stable_ready)
+        return split.of_rollout(
+            self.s, self.canary_spec, self.observed, self.total, self.now, self.route_ready
+        )
 
     def finish(self) -> Decision:
         s = self.s

@@ -13,7 +13,12 @@ route weight only once enough of its replicas are ready for that weight.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from llm_operator.api.v1alpha1 import CanarySpec, RevisionsStatus, RolloutPhase, TrafficRouting
+from llm_operator.rollout.types import Slot, SlotObserved
 
 
 @dataclass(frozen=True)
@@ -90,3 +95,37 @@ def withdrawn(
     canary = canary_replicas if keep else 0
     effective = ready_share(min(canary_ready, canary), stable_ready)
     return Split(total, canary, effective, canary == 0, _route(0))
+
+
+def ready_of(observed: Mapping[Slot, SlotObserved], slot: Slot | None, revision: str | None) -> int:
+    """Ready replicas of `slot` that run `revision` (0 when it runs another or is not there)."""
+    seen = observed.get(slot) if slot is not None else None
+    return seen.ready if seen is not None and seen.exists and seen.revision == revision else 0
+
+
+def of_rollout(
+    s: RevisionsStatus,
+    spec: CanarySpec | None,
+    observed: Mapping[Slot, SlotObserved],
+    total: int,
+    now: datetime,
+    route_ready: bool,
+) -> Split:
+    """The split the rollout's state asks for, given the slots as observed."""
+    if s.canary is None or spec is None:
+        return Split(total, 0, 0, True, _route(0))
+    canary_ready = ready_of(observed, s.canary_slot, s.canary)
+    stable_ready = ready_of(observed, s.stable_slot, s.stable)
+    gateway = spec.traffic_routing == TrafficRouting.GATEWAY_API
+    if s.phase == RolloutPhase.ABORTED:
+        assert s.aborted_at is not None
+        seen = observed.get(s.canary_slot) if s.canary_slot is not None else None
+        replicas = seen.replicas if seen is not None and seen.exists else 0
+        over = now >= s.aborted_at + timedelta(seconds=spec.abort_scale_down_delay_seconds)
+        return withdrawn(total, gateway, replicas, canary_ready, stable_ready, over)
+    steps = [step.weight for step in spec.steps]
+    index = s.canary_step or 0
+    weight = 100 if s.phase == RolloutPhase.PROMOTING else steps[index]
+    if gateway:
+        return gateway_api(total, weight, steps[: index + 1], canary_ready, route_ready)
+    return replica_ratio(total, weight, canary_ready, stable_ready)
