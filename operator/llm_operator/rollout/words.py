@@ -112,11 +112,11 @@ def aborted(reason: str, s: RevisionsStatus, delay: int) -> str:
 
 
 def deadline_passed(where: str, ready: int, wanted: int, seconds: int, problems: tuple[str, ...]) -> str:
-    pods = f": {'; '.join(problems[:2])}" + (f" (and {len(problems) - 2} more)" if len(problems) > 2 else "")
-    return (
-        f"{where}: {ready} of {wanted} canary replicas ready after {seconds} s "
-        f"(rollout.canary.progressDeadlineSeconds){pods if problems else ''}"
-    )
+    """The abort's reason: what waited, and why the canary's pods do not run (two of them)."""
+    more = f" (and {len(problems) - 2} more)" if len(problems) > 2 else ""
+    pods = f": {'; '.join(problems[:2])}{more}" if problems else ""
+    waited = f"{ready} of {wanted} canary replicas ready after {seconds} s"
+    return f"{where}: {waited} (rollout.canary.progressDeadlineSeconds){pods}"
 
 
 def _analysis_summary(s: RevisionsStatus) -> str:

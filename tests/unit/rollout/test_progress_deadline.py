@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from llm_operator.api.v1alpha1 import RolloutPhase
+from llm_operator.rollout import words
 from llm_operator.rollout.types import Slot, SlotTarget
 
 from tests.unit.rollout.world import World, spec
@@ -96,3 +97,12 @@ def test_the_deadline_survives_a_restart_and_a_new_spec_restarts_it() -> None:
     w.decide()
     d = w.decide()
     assert d.revisions.canary == "r3" and d.revisions.waiting_since == w.now
+
+
+def test_the_reason_names_two_pods_and_counts_the_rest() -> None:
+    pods = tuple(f"tiny-b-{i}: ImagePullBackOff: not found" for i in range(4))
+    reason = words.deadline_passed("the promotion", 0, 4, 900, pods)
+    assert reason == (
+        "the promotion: 0 of 4 canary replicas ready after 900 s (rollout.canary.progressDeadlineSeconds): "
+        "tiny-b-0: ImagePullBackOff: not found; tiny-b-1: ImagePullBackOff: not found (and 2 more)"
+    )
