@@ -106,7 +106,10 @@ def test_helm_install_restricted_operator_and_uninstall(
     for verb, resource in [("get", "secrets"), ("list", "secrets"), ("delete", "secrets"),
                            ("update", "llmdeployments.llmoperator.io"),
                            ("delete", "nodes"), ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
-                           ("create", "deployments.apps")]:  # fmt: skip
+                           ("create", "deployments.apps"), ("update", "statefulsets.apps"),
+                           ("update", "llmdeployments.llmoperator.io/status"),
+                           ("create", "events.events.k8s.io"), ("list", "namespaces"),
+                           ("get", "pods")]:  # fmt: skip
         assert not can_i(kubectl, sa, verb, resource), (verb, resource)
     # Leader election: its own Lease, in its own namespace only.
     lease = f"leases.coordination.k8s.io/{name}-llm-operator"
