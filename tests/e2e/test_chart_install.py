@@ -111,6 +111,11 @@ def test_helm_install_restricted_operator_and_uninstall(
                            ("create", "events.events.k8s.io"), ("list", "namespaces"),
                            ("get", "pods")]:  # fmt: skip
         assert not can_i(kubectl, sa, verb, resource), (verb, resource)
+    # The roles for people: Kubernetes aggregates them into its built-in view, edit and admin.
+    for role, verb in [("view", "watch"), ("edit", "create"), ("admin", "deletecollection")]:
+        wait_for(f"llmdeployments {verb} aggregated into ClusterRole {role}",
+                 functools.partial(kubectl.get, "clusterrole", role),
+                 functools.partial(grants_llmdeployments, verb), timeout=30)  # fmt: skip
     # Leader election: its own Lease, in its own namespace only.
     lease = f"leases.coordination.k8s.io/{name}-llm-operator"
     assert can_i(kubectl, sa, "update", lease, namespace)
@@ -125,6 +130,7 @@ def test_helm_install_restricted_operator_and_uninstall(
 
     helm("uninstall", name, "--namespace", namespace, "--wait", f"--timeout={TIMEOUT}s")
     gone = [("clusterrole", "-llm-operator"), ("clusterrole", "-llm-operator-cluster"),
+            ("clusterrole", "-llm-operator-view"), ("clusterrole", "-llm-operator-edit"),
             ("clusterrolebinding", "-llm-operator"), ("serviceaccount", "-llm-operator"),
             ("role", "-llm-operator-leader-election"),
             ("rolebinding", "-llm-operator-leader-election")]  # fmt: skip
@@ -134,6 +140,11 @@ def test_helm_install_restricted_operator_and_uninstall(
         assert obj is None, (kind, name + suffix)
     assert kubectl.get("crd", "llmdeployments.llmoperator.io") is not None, "Helm never deletes crds/"
     print(f"helm install --wait of {name}: {took:.1f} s")
+
+
+def grants_llmdeployments(verb: str, role: dict[str, Any] | None) -> bool:
+    rules = (role or {}).get("rules") or []
+    return any("llmdeployments" in r.get("resources", []) and verb in r["verbs"] for r in rules)
 
 
 def statefulset_applies(kubectl: Kubectl, namespace: str, pod: str) -> float:
