@@ -98,6 +98,10 @@ def test_the_policy_refuses_what_the_lists_do_not_allow(
     assert tuple(int(p) for p in version.split(".")[:2]) >= (1, 30), f"kube-apiserver {version}: needs 1.30+"
     served = kubectl("api-resources", "--api-group=admissionregistration.k8s.io", "-o", "name").stdout.split()
     assert "validatingadmissionpolicies.admissionregistration.k8s.io" in served, served
+    # The CRD's own rule, policy or not: credentials only for a checkpoint that is downloaded.
+    pvc = {"model": {"source": {"uri": "pvc://models/llama", "credentialsSecretRef": {"name": "hf-token"}}}}
+    refused = dry_run_create(kubectl, deployment("pvc", pvc), namespace)
+    assert refused.returncode != 0 and "credentialsSecretRef is for s3://" in refused.stderr, refused.stderr
     # Admitted before the policy exists, with an image the policy will not allow.
     kubectl.apply(deployment("before", {"runtime": {"image": "evil.example/triton:1"}}), namespace=namespace)
 

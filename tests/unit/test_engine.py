@@ -133,6 +133,8 @@ def test_the_credentials_secret_is_mounted_only_where_the_spec_names_it() -> Non
     assert secrets(spec()) == []
     named = spec({"source": {"uri": "s3://m", "credentialsSecretRef": {"name": "s3-reader"}}})
     assert secrets(named) == ["s3-reader"]
+    with pytest.raises(ValueError, match="credentialsSecretRef is for s3://"):  # nothing downloads it
+        spec({"source": {"uri": "pvc://models/llama", "credentialsSecretRef": {"name": "s3-reader"}}})
 
 
 def test_build_job_pins_the_serving_products_gpus_and_cache() -> None:

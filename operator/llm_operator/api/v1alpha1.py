@@ -13,7 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from llm_operator.runtime.cpu_reference import BUILTIN_MODELS
@@ -180,6 +180,12 @@ class ModelSource(Spec):
         "runtime.serviceAccountName, or a public checkpoint). Only the name is read, never the "
         "Secret.",
     )
+
+    @model_validator(mode="after")
+    def _credentials_where_downloaded(self) -> ModelSource:  # the CEL rule's twin
+        if self.credentials_secret_ref is not None and not self.uri.startswith(("s3://", "gs://", "hf://")):
+            raise ValueError("credentialsSecretRef is for s3://, gs:// and hf:// checkpoints: remove it")
+        return self
 
 
 class ModelSpec(Spec):
