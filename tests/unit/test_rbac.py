@@ -137,6 +137,8 @@ async def drive_startup_watches(
     images = Images(runtime="r", cpu_runtime="c", engine_builder="b", trtllm_version="0.20.0")
     config = OperatorConfig(images, 1, 0, 0, namespaces, None)
     monkeypatch.setattr(handlers.Runtime, "config", config)
+    monkeypatch.setattr(handlers.Runtime, "reconciler", None)  # startup sets these: restored after
+    monkeypatch.setattr(handlers.Runtime, "tasks", [])
     startup: Any = handlers.startup  # kopf's decorator types it as an activity
     cleanup: Any = handlers.cleanup
     await startup(settings=kopf.OperatorSettings())
