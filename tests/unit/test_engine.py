@@ -90,8 +90,11 @@ def test_engine_uri_is_one_directory_per_key_or_the_prebuilt_one() -> None:
 # --- build Job --------------------------------------------------------------------------------
 
 JOBS = {
-    # Single node, checkpoint in S3, engine cache on a PVC.
-    "fp8-tp4-pvc-cache": (spec(), H100),
+    # Single node, checkpoint in S3 (credentials from the Secret the spec names), engine cache on a PVC.
+    "fp8-tp4-pvc-cache": (
+        spec({"source": {"uri": "s3://m", "credentialsSecretRef": {"name": "s3-reader"}}}),
+        H100,
+    ),
     # Two 8-GPU pods per replica, checkpoint on a PVC, engine cache in S3, user placement.
     "fp16-tp8pp2-s3-cache": (
         LLMDeploymentSpec.model_validate({
@@ -119,6 +122,19 @@ def test_build_job_matches_golden_and_validates(name: str) -> None:
         golden.parent.mkdir(parents=True, exist_ok=True)
         golden.write_text(text)
     assert text == golden.read_text(), f"build Job {name} changed: review, then UPDATE_GOLDEN=1"
+
+
+def test_the_credentials_secret_is_mounted_only_where_the_spec_names_it() -> None:
+    def secrets(s: LLMDeploymentSpec) -> list[str]:
+        job = build_job("llama", "team-a", s, H100, "k", image="b", owner=OWNER)
+        container = job["spec"]["template"]["spec"]["containers"][0]
+        return [e["secretRef"]["name"] for e in container.get("envFrom", []) if "secretRef" in e]
+
+    assert secrets(spec()) == []
+    named = spec({"source": {"uri": "s3://m", "credentialsSecretRef": {"name": "s3-reader"}}})
+    assert secrets(named) == ["s3-reader"]
+    with pytest.raises(ValueError, match="credentialsSecretRef is for s3://"):  # nothing downloads it
+        spec({"source": {"uri": "pvc://models/llama", "credentialsSecretRef": {"name": "s3-reader"}}})
 
 
 def test_build_job_pins_the_serving_products_gpus_and_cache() -> None:

@@ -13,7 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from llm_operator.runtime.cpu_reference import BUILTIN_MODELS
@@ -144,7 +144,21 @@ class ModelArchitecture(Spec):
         return self.hidden_size // self.num_attention_heads
 
 
+class LocalObjectReference(Spec):
+    name: str = Field(min_length=1, max_length=253)
+
+
 class ModelSource(Spec):
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "!has(self.credentialsSecretRef) || self.uri.matches('^(s3|gs|hf)://')",
+                "model.source.credentialsSecretRef is for s3://, gs:// and hf:// checkpoints (nothing "
+                "downloads pvc:// or builtin:// ones): remove it",
+            )
+        )
+    )
+
     uri: str = Field(
         max_length=1024,
         description="Where the checkpoint and tokenizer live: s3://, gs://, pvc://CLAIM/PATH, "
@@ -156,6 +170,22 @@ class ModelSource(Spec):
             )
         ),
     )
+    credentials_secret_ref: LocalObjectReference | None = Field(
+        default=None,
+        description="Secret in the LLMDeployment's namespace whose keys become the environment of "
+        "the pods that download the checkpoint (today the engine build): AWS_* for s3:// "
+        "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, ...), "
+        "GOOGLE_APPLICATION_CREDENTIALS and other variables gsutil/gcloud read for gs://, HF_TOKEN "
+        "for hf://. Unset: no Secret is mounted (workload identity through "
+        "runtime.serviceAccountName, or a public checkpoint). Only the name is read, never the "
+        "Secret.",
+    )
+
+    @model_validator(mode="after")
+    def _credentials_where_downloaded(self) -> ModelSource:  # the CEL rule's twin
+        if self.credentials_secret_ref is not None and not self.uri.startswith(("s3://", "gs://", "hf://")):
+            raise ValueError("credentialsSecretRef is for s3://, gs:// and hf:// checkpoints: remove it")
+        return self
 
 
 class ModelSpec(Spec):
@@ -418,10 +448,6 @@ class EnvFromSource(Spec):
     prefix: str | None = Field(default=None, max_length=128, pattern=ENV_NAME)
     secret_ref: NameReference | None = None
     config_map_ref: NameReference | None = None
-
-
-class LocalObjectReference(Spec):
-    name: str = Field(min_length=1, max_length=253)
 
 
 def _not_reserved(what: str) -> Rule:

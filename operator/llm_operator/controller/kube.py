@@ -20,7 +20,7 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import ControllerRevision, StatefulSet
 from lightkube.resources.autoscaling_v2 import HorizontalPodAutoscaler
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import ConfigMap, Node, PersistentVolumeClaim, Pod, Service
+from lightkube.resources.core_v1 import ConfigMap, Node, PersistentVolumeClaim, Pod, Secret, Service
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.types import CascadeType, PatchType
 
@@ -54,6 +54,10 @@ CHILD_KINDS: dict[str, Any] = {
 }
 # Kinds whose existing objects the operator relabels (adoption by a replaced StatefulSet).
 RELABELED_KINDS: dict[str, Any] = {"Pod": Pod, "ControllerRevision": ControllerRevision}
+# Kinds created once and never overwritten (a multi-node group's SSH key pair).
+CREATED_KINDS: dict[str, Any] = {"Secret": Secret}
+# The chart's RBAC grants exactly what these tables and the methods below call (and kopf's needs,
+# controller/rbac.py): tests/unit/test_rbac.py drives every method and compares.
 
 ObjKey = tuple[str, str, str]  # kind, namespace, name
 LIST_PAGE = 250
@@ -133,7 +137,7 @@ class Kube:
         one that exists already is left as it is."""
         self._write(obj["kind"], "create")
         try:
-            await self.client.create(codecs.from_dict(obj))
+            await self.client.create(CREATED_KINDS[obj["kind"]].from_dict(obj))
         except ApiError as e:
             if e.status.code != 409:
                 raise

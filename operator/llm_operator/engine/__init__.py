@@ -23,8 +23,6 @@ from llm_operator.storage import engine_location
 MODEL_MOUNT = "/model-source"
 WORK_MOUNT = "/work"  # scratch: HOME, caches, and the engine before it is uploaded to an object store
 BUILDER_UID = 1000
-# An optional Secret per namespace whose keys become the builder's environment: AWS_*, HF_TOKEN, ...
-CREDENTIALS_SECRET = "llm-model-credentials"
 EXIT_CONFIG = 78  # build.py: wrong image or GPU for this key; retrying cannot help
 
 
@@ -161,6 +159,7 @@ def build_job(
     if trtllm_version:
         args += ["--trtllm-version", trtllm_version]
     user_env, user_env_from = spec.runtime.container_env()
+    env_from = [*_credentials(spec), *user_env_from]
     container: dict[str, Any] = {
         "name": "build",
         "image": image,
@@ -173,7 +172,7 @@ def build_job(
             {"name": "HF_HOME", "value": f"{WORK_MOUNT}/.cache/huggingface"},
             *user_env,  # the same credentials as serving: the build reads the same checkpoint
         ],
-        "envFrom": [{"secretRef": {"name": CREDENTIALS_SECRET, "optional": True}}, *user_env_from],
+        **({"envFrom": env_from} if env_from else {}),
         "resources": {"limits": {L.GPU_RESOURCE: str(gpus)}, "requests": {L.GPU_RESOURCE: str(gpus)}},
         "volumeMounts": mounts,
         # A failed build's log tail lands in its pod status; the operator quotes it in status.
@@ -227,3 +226,9 @@ def build_job(
             },
         },
     }
+
+
+def _credentials(spec: LLMDeploymentSpec) -> list[dict[str, Any]]:
+    """The model-store credentials Secret, only where the spec names it (AWS_*, HF_TOKEN, ...)."""
+    ref = spec.model.source.credentials_secret_ref
+    return [{"secretRef": {"name": ref.name}}] if ref else []
