@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import yaml
@@ -186,15 +186,18 @@ def _kind_of(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Obj:
-    """One Kubernetes object of a file: document `index`, or item `item` of a List there."""
+    """One Kubernetes object of a file: document `index`, or item `item` of a List there; `name`
+    once it is known to be one."""
 
     index: int
     item: int | None
     body: dict[str, Any]
+    name: str | None = None
 
     @property
     def where(self) -> str:
-        return f"document {self.index}" + (f", items[{self.item}]" if self.item is not None else "")
+        item = f", items[{self.item}]" if self.item is not None else ""
+        return f"document {self.index}{item}" + (f" ({self.name})" if self.name else "")
 
     def at(self, path: str) -> str:
         return f"{self.where}, {path}" if path else self.where
@@ -275,7 +278,7 @@ def field_errors(source: str, obj: Obj, doc: dict[str, Any], error: ValidationEr
     found: dict[str, list[str]] = {}
     for e in error.errors(include_url=False):
         path = _path(doc, e["loc"], e["type"] == "missing")
-        message = mask(e["msg"].removeprefix("Value error, "), e.get("input"))
+        message = mask(e["msg"].removeprefix("Value error, "), [e.get("input"), env_values(doc)])
         if message not in found.setdefault(path, []):
             found[path].append(message)
     (path, messages), *others = found.items()
@@ -289,12 +292,15 @@ def field_errors(source: str, obj: Obj, doc: dict[str, Any], error: ValidationEr
 @dataclass(frozen=True)
 class Deployment:
     obj: Obj
-    name: str
     ld: LLMDeployment
 
     @property
+    def name(self) -> str:
+        return self.ld.name
+
+    @property
     def where(self) -> str:
-        return f"{self.obj.where} ({self.name})"
+        return self.obj.where
 
 
 def _deployment(source: str, obj: Obj) -> Deployment:
@@ -315,6 +321,7 @@ def _deployment(source: str, obj: Obj) -> Deployment:
         raise InputError(
             source, obj.at("metadata.namespace"), "must be a DNS label: a-z, 0-9 and '-', at most 63"
         )
+    obj = replace(obj, name=name)
     uid = meta.get("uid") if isinstance(meta.get("uid"), str) else ""
     # Render reads only these of metadata (owner references; the cluster sets the uid).
     doc = {
@@ -322,7 +329,7 @@ def _deployment(source: str, obj: Obj) -> Deployment:
         "metadata": {"name": name, "namespace": namespace, "uid": uid},
     }
     try:
-        return Deployment(obj, name, LLMDeployment.model_validate(doc))
+        return Deployment(obj, LLMDeployment.model_validate(doc))
     except ValidationError as e:
         raise field_errors(source, obj, doc, e) from None
 

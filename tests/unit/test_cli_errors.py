@@ -71,6 +71,7 @@ def doc_case(id: str, edit: Callable[[dict[str, Any]], object], where: str, what
 
 
 GOOD = yaml.safe_dump(CPU)
+TINY = r"document 1 \(tiny-llama\), "  # where, once metadata.name is valid
 UNPLACEABLE = edited(GPU, lambda d: d["spec"].update(parallelism={"tensor": 64}))
 NODE_LIST = {
     "apiVersion": "v1",
@@ -124,31 +125,31 @@ CASES = [
              "DNS subdomain"),
     doc_case("namespace not DNS", lambda d: d["metadata"].update(namespace="a.b"),
              "document 1, metadata.namespace", "DNS label"),
-    doc_case("spec missing", lambda d: d.pop("spec"), "document 1, spec", "Field required"),
-    doc_case("spec a list", lambda d: d.update(spec=[1]), "document 1, spec", "valid dictionary"),
-    doc_case("unknown field", lambda d: d["spec"].update(engin={}), "document 1, spec.engin", "Extra inputs"),
+    doc_case("spec missing", lambda d: d.pop("spec"), TINY + "spec", "Field required"),
+    doc_case("spec a list", lambda d: d.update(spec=[1]), TINY + "spec", "valid dictionary"),
+    doc_case("unknown field", lambda d: d["spec"].update(engin={}), TINY + "spec.engin", "Extra inputs"),
     doc_case("enum", lambda d: d["spec"]["engine"].update(precision="fp7"),
-             "document 1, spec.engine.precision", "Input should be 'fp16'"),
+             TINY + "spec.engine.precision", "Input should be 'fp16'"),
     doc_case("wrong type", lambda d: d["spec"]["engine"].update(maxBatchSize="many"),
-             "document 1, spec.engine.maxBatchSize", "valid integer"),
-    doc_case("out of range", lambda d: d["spec"].update(replicas=-1), "document 1, spec.replicas",
+             TINY + "spec.engine.maxBatchSize", "valid integer"),
+    doc_case("out of range", lambda d: d["spec"].update(replicas=-1), TINY + "spec.replicas",
              "greater than"),
     doc_case("int or auto", lambda d: d["spec"].update(parallelism={"tensor": "three"}),
-             "document 1, spec.parallelism.tensor", "valid integer.* or Input should be 'auto'"),
-    doc_case("several errors", lambda d: d["spec"].update(replicas=-1, engin={}), "document 1, spec.replicas",
+             TINY + "spec.parallelism.tensor", "valid integer.* or Input should be 'auto'"),
+    doc_case("several errors", lambda d: d["spec"].update(replicas=-1, engin={}), TINY + "spec.replicas",
              "also wrong: spec.engin"),
     # env entries carrying a token: never echoed
     doc_case("secret, reserved name", with_env({"name": "LLMOP_TOKEN", "value": SECRET}),
-             r"document 1, spec.runtime.env\[0\].name", "pod contract"),
+             TINY + r"spec.runtime.env\[0\].name", "pod contract"),
     doc_case("secret, unknown key", with_env({"name": "HF_TOKEN", "value": SECRET, "valu": SECRET}),
-             r"document 1, spec.runtime.env\[0\].valu", "Extra inputs"),
+             TINY + r"spec.runtime.env\[0\].valu", "Extra inputs"),
     doc_case("secret, value a mapping", with_env({"name": "HF_TOKEN", "value": {"token": SECRET}}),
-             r"document 1, spec.runtime.env\[0\].value", "valid string"),
+             TINY + r"spec.runtime.env\[0\].value", "valid string"),
     doc_case("secret, bad name", with_env({"name": f"{SECRET}=x", "value": SECRET}),
-             r"document 1, spec.runtime.env\[0\].name", "String should match pattern"),
+             TINY + r"spec.runtime.env\[0\].name", "String should match pattern"),
     Case("secret in a List", yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [
         yaml.safe_load(edited(CPU, with_env({"name": "HF_TOKEN", "value": 5, "x": SECRET})))]}),
-        r"document 1, items\[0\], spec.runtime.env\[0\].value", "valid string"),
+        r"document 1, items\[0\] \(tiny-llama\), spec.runtime.env\[0\].value", "valid string"),
     Case("List items not a list", "apiVersion: v1\nkind: List\nitems: {a: 1}\n", "document 1, items", "list"),
     # specs that validate but cannot be placed
     doc_case("not a builtin model", lambda d: d["spec"]["model"]["source"].update(
