@@ -22,10 +22,11 @@ from llm_operator.api.v1alpha1 import API_VERSION, GROUP, KIND, LLMDeployment
 MiB = 1024 * 1024
 # Far above any LLMDeployment manifest: the API server stores at most ~1.5 MiB per object.
 MAX_MANIFEST_BYTES = 1 * MiB
-MAX_MANIFEST_DOCUMENTS = 100
+# Documents, and objects (a List's items count one each): every LLMDeployment is planned and rendered.
+MAX_MANIFEST_OBJECTS = 100
 # `kubectl get nodes -o yaml` of a large cluster is tens of kilobytes per node.
 MAX_NODES_BYTES = 32 * MiB
-MAX_NODES_DOCUMENTS = 10_000
+MAX_NODES_OBJECTS = 10_000
 # Kubernetes objects nest a dozen levels; PyYAML composes recursively, so depth needs its bound.
 MAX_NESTING = 64
 # An input value this long or longer is masked wherever a message would repeat it.
@@ -49,16 +50,6 @@ class InputError(Exception):
 
     def __init__(self, source: str, where: str, what: str) -> None:
         super().__init__(f"{one_line(source)}: {one_line(where)}: {one_line(what)}")
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_bytes: int
-    max_documents: int
-
-
-MANIFEST_LIMITS = Limits(MAX_MANIFEST_BYTES, MAX_MANIFEST_DOCUMENTS)
-NODES_LIMITS = Limits(MAX_NODES_BYTES, MAX_NODES_DOCUMENTS)
 
 
 def display_name(path: str) -> str:
@@ -203,15 +194,21 @@ class Obj:
         return f"{self.where}, {path}" if path else self.where
 
 
-def objects(source: str, docs: list[tuple[int, Any]]) -> Iterator[Obj]:
-    """Every object of the documents, List kinds (`kubectl get -o yaml`) expanded."""
-    for index, doc in docs:
+def load_objects(path: str, max_bytes: int, max_objects: int, stdin: Any = None) -> Iterator[Obj]:
+    """Every object of the file (or stdin), List kinds (`kubectl get -o yaml`) expanded, at most
+    max_objects of them; raises InputError."""
+    source = display_name(path)
+    count = 0
+    for index, doc in load_documents(source, read_text(path, max_bytes, stdin), max_objects):
         listed = isinstance(doc, dict) and str(doc.get("kind", "")).endswith("List") and "items" in doc
         items = doc["items"] if listed else [doc]
         if not isinstance(items, list):
             raise InputError(source, f"document {index}, items", "must be a list of objects")
         for item, body in enumerate(items):
             obj = Obj(index, item if listed else None, body)
+            count += 1
+            if count > max_objects:
+                raise InputError(source, obj.where, f"more than {max_objects} objects: split the file")
             if not isinstance(body, dict):
                 raise InputError(
                     source, obj.where, f"is {_kind_of(body)}, not a Kubernetes object (a mapping with kind)"
@@ -338,9 +335,8 @@ def load_deployments(path: str, stdin: Any = None) -> tuple[list[Deployment], in
     """The LLMDeployments of a manifest file, and how many other objects it holds (skipped: a
     GitOps directory mixes kinds). Raises InputError."""
     source = display_name(path)
-    text = read_text(path, MANIFEST_LIMITS.max_bytes, stdin)
     found, skipped = [], 0
-    for obj in objects(source, load_documents(source, text, MANIFEST_LIMITS.max_documents)):
+    for obj in load_objects(path, MAX_MANIFEST_BYTES, MAX_MANIFEST_OBJECTS, stdin):
         if obj.body["kind"] == KIND:
             found.append(_deployment(source, obj))
         elif obj.body["apiVersion"].partition("/")[0] == GROUP:
@@ -391,9 +387,8 @@ class _Node(_Checked):
 def load_nodes(path: str) -> list[dict[str, Any]]:
     """The Node objects of a `kubectl get nodes -o yaml` file, their planning fields checked."""
     source = display_name(path)
-    text = read_text(path, NODES_LIMITS.max_bytes)
     nodes = []
-    for obj in objects(source, load_documents(source, text, NODES_LIMITS.max_documents)):
+    for obj in load_objects(path, MAX_NODES_BYTES, MAX_NODES_OBJECTS):
         if obj.body["kind"] != "Node":
             raise InputError(source, obj.at("kind"), "must be Node: give `kubectl get nodes -o yaml` output")
         try:

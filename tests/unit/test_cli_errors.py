@@ -95,6 +95,8 @@ CASES = [
     Case("latin-1", "metadata: {name: caf\xe9}".encode("latin-1"), "byte 20", "not UTF-8"),
     Case("control character", "a: b\x07c\n", "line 1", "not allowed in YAML"),
     Case("too many documents", "---\nkind: ConfigMap\n" * 101, "document 101", "more than 100 documents"),
+    Case("too many objects", yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [
+        copy.deepcopy(CPU) for _ in range(101)]}), r"document 1, items\[100\]", "more than 100 objects"),
     # the YAML
     Case("unclosed bracket", "spec: {model: [a, b\n", "line 2, column 1", "expected"),
     Case("tab indentation", "spec:\n\tmodel: x\n", "line 2, column 1", "cannot start any token"),
