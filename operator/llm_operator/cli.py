@@ -14,17 +14,11 @@ from typing import Any
 
 import yaml
 
+from llm_operator.bounded_yaml import InputError, display_name
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.desired import desired, plan_for
 from llm_operator.engine.state import BuildFact, BuildObserved
-from llm_operator.manifests import (
-    InputError,
-    display_name,
-    env_values,
-    load_deployments,
-    load_nodes,
-    mask,
-)
+from llm_operator.manifests import env_values, load_deployments, load_nodes, mask
 from llm_operator.plan.inventory import Inventory
 from llm_operator.plan.types import PlanningError
 

@@ -286,3 +286,25 @@ def test_nested_aliases_through_the_real_program_are_cheap(tmp_path: Path) -> No
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr == "bomb.yaml: line 5, column 8: YAML aliases (*name, also in << merges) are not " \
                           "accepted: write the value out\n"  # fmt: skip
+
+
+def test_without_libyaml_the_same_refusals(tmp_path: Path) -> None:
+    """PyYAML built without libyaml: the pure-Python parser under the same checks."""
+    cases = [
+        c for c in CASES if c.id in ("nested aliases", "deep nesting", "impossible date", "control character")
+    ]
+    for case in cases:
+        (tmp_path / f"{case.id}.yaml").write_text(str(case.content))
+    probe = (
+        "import sys; sys.modules['yaml.cyaml'] = None\n"  # what `import yaml` finds without libyaml
+        "from llm_operator import bounded_yaml; assert bounded_yaml._Parser is bounded_yaml._PyParser\n"
+        "from llm_operator.cli import main\n"
+        "sys.exit(max(main(['render', '-f', name]) for name in sys.argv[1:]))"
+    )
+    names = [f"{case.id}.yaml" for case in cases]
+    done = subprocess.run([sys.executable, "-c", probe, *names], capture_output=True, text=True, cwd=tmp_path)
+    lines = done.stderr.splitlines()
+    assert done.returncode == 1 and len(lines) == len(cases), done.stderr
+    for case, line in zip(cases, lines, strict=True):
+        parsed = LINE.match(line)
+        assert parsed and re.fullmatch(case.where, parsed["where"]) and case.what in parsed["what"], line
