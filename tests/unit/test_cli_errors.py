@@ -73,6 +73,8 @@ def doc_case(id: str, edit: Callable[[dict[str, Any]], object], where: str, what
 GOOD = yaml.safe_dump(CPU)
 TINY = r"document 1 \(tiny-llama\), "  # where, once metadata.name is valid
 UNPLACEABLE = edited(GPU, lambda d: d["spec"].update(parallelism={"tensor": 64}))
+MASKED_URI = r"cannot be rendered: engine storage '\*\*\*': serving pods mount pvc:// URIs only"
+NOT_PVC = edited(GPU, lambda d: d["spec"]["engine"]["prebuilt"].update(uri=f"s3://{SECRET}/engines"))
 NODE_LIST = {
     "apiVersion": "v1",
     "kind": "List",
@@ -159,6 +161,9 @@ CASES = [
              "cannot be placed (UnknownBuiltinModel)"),
     Case("unplaceable", UNPLACEABLE, r"document 1 \(llama3-8b\)", "cannot be placed (InvalidParallelism)"),
     Case("unplaceable, model-repo", UNPLACEABLE, r"document 1 \(llama3-8b\)", "cannot be placed",
+         command="model-repo"),
+    Case("engine not on a claim", NOT_PVC, r"document 1 \(llama3-8b\)", MASKED_URI),
+    Case("engine not on a claim, model-repo", NOT_PVC, r"document 1 \(llama3-8b\)", MASKED_URI,
          command="model-repo"),
     # --nodes
     Case("nodes: node pools, not Nodes", GOOD, "document 1, apiVersion", "is missing",
