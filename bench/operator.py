@@ -35,6 +35,7 @@ from lightkube.resources.apps_v1 import StatefulSet
 from lightkube.types import PatchType
 from llm_operator import labels as L
 from llm_operator.controller.apply import APPLIES_IN_FLIGHT
+from llm_operator.manifests import MAX_MANIFEST_OBJECTS
 
 from e2e import operator_release
 from e2e.cluster.launcher import Cluster
@@ -251,18 +252,21 @@ def measure(
     for ns in (floor_ns, operator_ns):
         _fresh_namespace(kubectl, ns)
     docs = deployments(n)
-    manifest = yaml.safe_dump_all(docs)
 
     # Floor: the same children, rendered offline, applied by as many kubectl processes at once as
     # the operator keeps applies in flight (one kubectl sends its objects one after the other).
-    rendered = subprocess.run(
-        [sys.executable, "-m", "llm_operator.cli", "render", "-f", "-"],
-        input=manifest,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    children = [d for d in yaml.safe_load_all(rendered) if d]
+    # `render` takes at most MAX_MANIFEST_OBJECTS per file.
+    rendered = [
+        subprocess.run(
+            [sys.executable, "-m", "llm_operator.cli", "render", "-f", "-"],
+            input=yaml.safe_dump_all(docs[i : i + MAX_MANIFEST_OBJECTS]),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for i in range(0, len(docs), MAX_MANIFEST_OBJECTS)
+    ]
+    children = [d for text in rendered for d in yaml.safe_load_all(text) if d]
     for child in children:
         child["metadata"]["namespace"] = floor_ns
         child["metadata"].pop("ownerReferences", None)

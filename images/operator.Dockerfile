@@ -1,12 +1,10 @@
 # The operator: `llm-operator run`. Non-root; nothing is written outside /tmp.
 # Base pinned by tag (no registry access where this was written); pin by digest in your mirror.
 FROM python:3.11.11-slim-bookworm
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
-    LLMOP_MODEL_REPO_TEMPLATES=/opt/llm-operator/model_repo_templates
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
-COPY model_repo_templates/ /opt/llm-operator/model_repo_templates/
 RUN pip install --no-cache-dir . && rm -rf /src
 WORKDIR /
 USER 65532:65532

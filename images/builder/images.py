@@ -134,7 +134,7 @@ def _operator_inputs() -> Inputs:
     OPERATOR_BASE.ensure()
     return [
         ("debian", OPERATOR_BASE.packages_txt()),
-        *_files("images/operator.Dockerfile", "requirements/dev.lock", "model_repo_templates", *PROJECT),
+        *_files("images/operator.Dockerfile", "requirements/dev.lock", *PROJECT),
     ]
 
 
@@ -144,9 +144,6 @@ def _operator_assemble(rootfs: Path, work: Path) -> ImageConfig:
     debian.download([wheel], constraints=lock)  # the runtime dependencies at their locked versions
     debian.pip_install(rootfs, [wheel], constraints=lock)
     config = runtime_config(REPO / "images/operator.Dockerfile")
-    shutil.copytree(
-        REPO / "model_repo_templates", rootfs / config.env["LLMOP_MODEL_REPO_TEMPLATES"].lstrip("/")
-    )
     debian.add_nonroot_user(rootfs)
     debian.trim(rootfs)
     return config

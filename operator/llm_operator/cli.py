@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
 
-from llm_operator.api.v1alpha1 import LLMDeployment
+from llm_operator.bounded_yaml import InputError, display_name
+from llm_operator.controller.config import OperatorConfig
+from llm_operator.desired import desired, plan_for
+from llm_operator.engine.state import BuildFact, BuildObserved
+from llm_operator.manifests import env_values, load_deployments, load_nodes, mask
+from llm_operator.plan.inventory import Inventory
 from llm_operator.plan.types import PlanningError
 
 
@@ -24,54 +30,54 @@ class _PlainDumper(yaml.SafeDumper):
         return True
 
 
-def load_manifests(path: str) -> list[LLMDeployment]:
-    text = sys.stdin.read() if path == "-" else Path(path).read_text()
-    docs = [d for d in yaml.safe_load_all(text) if d and d.get("kind") == "LLMDeployment"]
-    if not docs:
-        raise SystemExit(f"{path}: no LLMDeployment found")
-    result = []
-    for doc in docs:
-        doc.setdefault("metadata", {}).setdefault("namespace", "default")
-        doc["metadata"].setdefault("uid", "")
-        try:
-            result.append(LLMDeployment.model_validate(doc))
-        except ValidationError as e:
-            name = doc["metadata"].get("name", "?")
-            raise SystemExit(f"{path}: LLMDeployment {name} is invalid:\n{e}") from None
-    return result
-
-
-def load_inventory(path: str | None) -> Any:
+def load_inventory(path: str | None) -> Inventory | None:
     if path is None:
         return None
-    from llm_operator.plan.inventory import Inventory
-
-    data = yaml.safe_load(Path(path).read_text())
-    nodes = data.get("items", [data]) if isinstance(data, dict) else data
-    if not isinstance(nodes, list) or not all(isinstance(n, dict) and n.get("kind") == "Node" for n in nodes):
-        raise SystemExit(f"{path}: not a list of Node objects (expected `kubectl get nodes -o yaml`)")
     inventory = Inventory()
-    for node in nodes:
+    for node in load_nodes(path):
         inventory.upsert(node)
     return inventory
 
 
+def _config() -> OperatorConfig:
+    try:
+        return OperatorConfig.from_env()
+    except ValueError as e:
+        raise InputError("environment", "LLMOP_* settings", str(e)) from None
+
+
+@contextlib.contextmanager
+def _refusals(source: str, where: str, document: Any) -> Iterator[None]:
+    """A document the planner or builders refuse, as one line; anything else they raise too (its
+    message masked), rather than a traceback in a CI log."""
+    try:
+        yield
+    except InputError:
+        raise
+    except PlanningError as e:
+        what = mask(e.message, env_values(document))
+        raise InputError(source, where, f"cannot be placed ({e.reason}): {what}") from None
+    except Exception as e:
+        what = mask(str(e), document) or type(e).__name__
+        raise InputError(source, where, f"cannot be rendered: {what}") from None
+
+
 def render(args: argparse.Namespace) -> int:
     """What the operator applies, from the same `desired` it calls: first the build Jobs it starts
-    while engines are missing, then everything it applies once they exist."""
-    from llm_operator.controller.config import OperatorConfig
-    from llm_operator.desired import desired, plan_for
-    from llm_operator.engine.state import BuildFact, BuildObserved
-
-    config = OperatorConfig.from_env()
+    while engines are missing, then everything it applies once they exist. Nothing is printed
+    until every document has rendered."""
+    config = _config()
     inventory = load_inventory(args.nodes)
+    deployments, skipped = load_deployments(args.file, sys.stdin)
+    source = display_name(args.file)
     out: list[dict[str, Any]] = []
-    for ld in load_manifests(args.file):
-        try:
-            plan = plan_for(ld, inventory)
+    notes = [f"# {source}: no LLMDeployment ({skipped} other objects)"] if not deployments else []
+    for d in deployments:
+        with _refusals(source, d.where, d.obj.body):
+            plan = plan_for(d.ld, inventory)
             for fact in (BuildFact.ABSENT, BuildFact.RECORDED):
                 want = desired(
-                    ld,
+                    d.ld,
                     plan,
                     config.images,
                     lambda *_, fact=fact: BuildObserved(fact),
@@ -79,36 +85,43 @@ def render(args: argparse.Namespace) -> int:
                     prometheus_url=config.prometheus_url,
                 )
                 out += want.jobs if fact == BuildFact.ABSENT else want.shared + want.children
-        except PlanningError as e:
-            print(f"# {ld.name}: cannot be placed ({e.reason}): {e.message}", file=sys.stderr)
-            return 1
-        print(f"# {ld.name}: {plan.reason}", file=sys.stderr)
-        for warning in plan.warnings:
-            print(f"# {ld.name}: warning: {warning}", file=sys.stderr)
-    sys.stdout.write(yaml.dump_all(out, Dumper=_PlainDumper, sort_keys=False))
+        notes.append(f"# {d.name}: {plan.reason}")
+        notes += [f"# {d.name}: warning: {warning}" for warning in plan.warnings]
+    print("\n".join(notes), file=sys.stderr)
+    sys.stdout.write(yaml.dump_all(out, Dumper=_PlainDumper, sort_keys=False) if out else "")
     return 0
 
 
 def model_repo(args: argparse.Namespace) -> int:
-    from llm_operator.desired import plan_for
+    """Every file is rendered before the first is written."""
     from llm_operator.modelrepo import render_repository
     from llm_operator.runtime.repository import write_repository
     from llm_operator.storage import engine_location
 
     inventory = load_inventory(args.nodes)
-    for ld in load_manifests(args.file):
-        plan = plan_for(ld, inventory)
-        for pool in plan.pools:
+    deployments, _ = load_deployments(args.file, sys.stdin)
+    source = display_name(args.file)
+    repositories = []
+    for d in deployments:
+        with _refusals(source, d.where, d.obj.body):
+            plan = plan_for(d.ld, inventory)
             engine_dir = args.engine_dir
-            if engine_dir is None and ld.spec.engine.prebuilt is not None:
-                engine_dir = engine_location(ld.spec.engine.prebuilt.uri, None).engine_dir
+            if engine_dir is None and d.ld.spec.engine.prebuilt is not None:
+                engine_dir = engine_location(d.ld.spec.engine.prebuilt.uri, None).engine_dir
             engine_dir = engine_dir or "/engine-cache/engine"
-            files = render_repository(
-                ld.spec, pool, engine_dir=engine_dir, tokenizer_dir=f"{engine_dir}/tokenizer"
-            )
-            dest = Path(args.output) / (pool.name if len(plan.pools) > 1 else "")
+            for pool in plan.pools:
+                files = render_repository(
+                    d.ld.spec, pool, engine_dir=engine_dir, tokenizer_dir=f"{engine_dir}/tokenizer"
+                )
+                dest = Path(args.output) / (pool.name if len(plan.pools) > 1 else "")
+                repositories.append((d.name, pool.name, files, dest))
+    for name, pool_name, files, dest in repositories:
+        try:
             write_repository(files, dest)
-            print(f"wrote {len(files)} files for {ld.name} pool {pool.name} to {dest}", file=sys.stderr)
+        except OSError as e:
+            what = f"cannot be written ({e.strerror or type(e).__name__})"
+            raise InputError(args.output, "output directory", what) from None
+        print(f"wrote {len(files)} files for {name} pool {pool_name} to {dest}", file=sys.stderr)
     return 0
 
 
@@ -117,14 +130,16 @@ def run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
     from llm_operator.controller import handlers, leader
-    from llm_operator.controller.config import OperatorConfig
 
     level = logging.getLevelName(os.environ.get("LLMOP_LOG_LEVEL", "INFO"))
     logging.basicConfig(level=level)
     # One line per API request only when debugging.
     logging.getLogger("httpx2").setLevel(level if level <= logging.DEBUG else logging.WARNING)
     namespaces = tuple(dict.fromkeys(args.namespace or ()))
-    config = handlers.Runtime.config = OperatorConfig.from_env(namespaces)
+    try:
+        config = handlers.Runtime.config = OperatorConfig.from_env(namespaces)
+    except ValueError as e:
+        raise InputError("environment", "LLMOP_* settings", str(e)) from None
     start_http_server(config.metrics_port)  # a standby's too: it reports llm_operator_leader 0
 
     async def operator(term: leader.Term) -> None:
@@ -166,7 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engine-dir", help="engine directory the repository points at")
     p.set_defaults(func=model_repo)
     args = parser.parse_args(argv)
-    result: int = args.func(args)
+    try:
+        result: int = args.func(args)
+    except InputError as e:  # every command's one way out for bad input: one line, exit 1
+        print(e, file=sys.stderr)
+        return 1
     return result
 
 

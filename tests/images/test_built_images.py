@@ -64,7 +64,7 @@ def test_operator_runs_its_cli_with_the_templates(image: Callable[[str], Rootfs]
     helped = operator.run(operator.command("run", "--help"))
     assert helped.returncode == 0, helped.stdout
     assert "--all-namespaces" in helped.stdout
-    # The templates ship at LLMOP_MODEL_REPO_TEMPLATES: rendering a model repository works in-image.
+    # The templates ship inside the package: rendering a model repository works in-image.
     shutil.copy(REPO / "examples/cpu-reference.yaml", operator.path / "tmp/app.yaml")
     rendered = operator.run(operator.command("model-repo", "-f", "/tmp/app.yaml", "-o", "/tmp/repo"))
     assert rendered.returncode == 0, rendered.stdout

@@ -18,14 +18,13 @@ import pytest
 from llm_operator import cli, contract
 from llm_operator.api.v1alpha1 import Backend
 from llm_operator.controller.config import DEFAULT_TRTLLM_VERSION
-from llm_operator.modelrepo import TEMPLATES_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILES = sorted((REPO / "images").glob("*.Dockerfile"))
 IDS = [d.stem for d in DOCKERFILES]
 SCRIPTS = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-# Every LLMOP_* variable some image may set: the launcher's contract, the templates, the builder's.
-KNOWN_ENV = {*contract.ENV, TEMPLATES_ENV, "LLMOP_TRTLLM_EXAMPLES"}
+# Every LLMOP_* variable some image may set: the launcher's contract, the builder's.
+KNOWN_ENV = {*contract.ENV, "LLMOP_TRTLLM_EXAMPLES"}
 # What the serving and builder images install besides our package (--no-deps), by entry module.
 SERVING_PACKAGES = {"llm_operator", "prometheus_client"}
 BUILDER_PACKAGES = {"llm_operator", "pydantic", "pydantic_core", "jinja2", "markupsafe",
@@ -84,9 +83,6 @@ def test_image_environment_is_part_of_the_contract(dockerfile: Path) -> None:
     assert {k for k in env if k.startswith("LLMOP_")} <= KNOWN_ENV
     if "LLMOP_BACKEND" in env:
         assert env["LLMOP_BACKEND"] in {b.value for b in Backend}
-    if "LLMOP_MODEL_REPO_TEMPLATES" in env:  # the operator renders model repositories from there
-        copied = [rest.split()[-1].rstrip("/") for op, rest in instructions(dockerfile) if op == "COPY"]
-        assert env["LLMOP_MODEL_REPO_TEMPLATES"] in copied
 
 
 def test_trtllm_images_match_the_operators_tensorrt_llm_version() -> None:

@@ -41,10 +41,13 @@ def test_render_reports_an_impossible_spec(tmp_path: Path, capsys: pytest.Captur
     assert "cannot be placed" in capsys.readouterr().err
 
 
-def test_render_refuses_a_nodes_file_that_is_not_nodes(tmp_path: Path) -> None:
+def test_render_refuses_a_nodes_file_that_is_not_nodes(capsys: pytest.CaptureFixture[str]) -> None:
     pools = REPO / "e2e" / "cluster" / "gpu-node-pools.yaml"  # node pools, not Node objects
-    with pytest.raises(SystemExit, match="not a list of Node objects"):
-        main(["render", "-f", str(REPO / "examples" / "llama3-8b-h100.yaml"), "--nodes", str(pools)])
+    assert main(["render", "-f", str(REPO / "examples" / "llama3-8b-h100.yaml"), "--nodes", str(pools)]) == 1
+    assert (
+        capsys.readouterr().err
+        == f"{pools}: document 1, apiVersion: is missing: every Kubernetes object has one\n"
+    )
 
 
 def test_render_can_target_a_cluster_with_leader_worker_set(

@@ -1,6 +1,6 @@
-"""The Triton model repository: rendered from model_repo_templates/ with Jinja2, carried to the
-pods in a ConfigMap (keys encoded by runtime/repository.py), materialized by the launcher into the
-directory tritonserver loads.
+"""The Triton model repository: rendered from the Jinja2 templates in templates/ (package data,
+read with importlib.resources), carried to the pods in a ConfigMap (keys encoded by
+runtime/repository.py), materialized by the launcher into the directory tritonserver loads.
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
+from importlib import resources
 from typing import TypeVar
 
 import jinja2
@@ -20,27 +20,27 @@ from llm_operator.profiles import GPT_MODEL_TYPE, PROFILES, SCHEDULER_POLICY, Pr
 from llm_operator.runtime.cpu_reference import BUILTIN_MODELS
 from llm_operator.runtime.repository import configmap_key
 
-TEMPLATES_ENV = "LLMOP_MODEL_REPO_TEMPLATES"
 TRTLLM_MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble")
 # trtllm-build's default logits dtype; the engine builder does not change it.
 LOGITS_DATATYPE = "TYPE_FP32"
 # Where the CPU runtime image (images/cpu-runtime.Dockerfile) installs torch, numpy and llm_operator.
 CPU_RUNTIME_PYTHON_PATH = ("/usr/local/lib/python3.11/site-packages",)
 # Shipped in the repository itself, so a materialized ConfigMap is a complete, loadable repository.
-CPU_MODEL_PY = Path(__file__).resolve().parents[1] / "runtime" / "cpu_reference" / "model.py"
+CPU_MODEL_PY = resources.files("llm_operator.runtime.cpu_reference") / "model.py"
 # nv_inference_first_response_histogram_ms's buckets in Triton's core (metric_model_reporter.h).
 TTFT_DEFAULT_BUCKETS_MS = (100, 500, 2000, 5000)
 
 T = TypeVar("T")
 
 
-CHECKOUT_TEMPLATES = Path(__file__).resolve().parents[3] / "model_repo_templates"
+# Inside the package, not beside it: one location for a checkout, the wheel and every image, with
+# no path to configure (templates looked up outside the package were missing after `pip install`).
+TEMPLATES = resources.files(__name__) / "templates"
 
 
-def templates_dir() -> Path:
-    """$LLMOP_MODEL_REPO_TEMPLATES (the operator image), else model_repo_templates/ of this checkout."""
-    env = os.environ.get(TEMPLATES_ENV)
-    return Path(env) if env else CHECKOUT_TEMPLATES
+def _template_source(name: str) -> tuple[str, None, Callable[[], bool]]:
+    # Package data does not change under a running process: compiled once, never reloaded.
+    return (TEMPLATES / name).read_text(encoding="utf-8"), None, lambda: True
 
 
 def _pbtxt_string(value: object) -> str:
@@ -49,16 +49,12 @@ def _pbtxt_string(value: object) -> str:
     return f'"{text}"'
 
 
-def _environment() -> jinja2.Environment:
-    return _environment_for(str(templates_dir()))
-
-
 @functools.cache
-def _environment_for(directory: str) -> jinja2.Environment:
-    """One environment per template directory: Jinja caches compiled templates per environment,
-    and compiling them again on every reconcile cost ~28 ms of the operator's CPU each time."""
+def _environment() -> jinja2.Environment:
+    """One environment per process: Jinja caches compiled templates per environment, and compiling
+    them again on every reconcile cost ~28 ms of the operator's CPU each time."""
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(directory),
+        loader=jinja2.FunctionLoader(_template_source),
         undefined=jinja2.StrictUndefined,  # a missing value fails rendering, never renders empty
         keep_trailing_newline=True,
         autoescape=False,
@@ -187,7 +183,7 @@ def render_repository(
         values = cpu_values(spec, python_path)
         return {
             "ensemble/config.pbtxt": env.get_template("cpu_reference/ensemble.pbtxt.j2").render(values),
-            "ensemble/1/model.py": CPU_MODEL_PY.read_text(),
+            "ensemble/1/model.py": CPU_MODEL_PY.read_text(encoding="utf-8"),
         }
     values = trtllm_values(spec, pool, engine_dir, tokenizer_dir)
     return {
