@@ -8,6 +8,7 @@ ENV LLMOP_BACKEND=cpu-reference PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
+COPY model_repo_templates/ model_repo_templates/
 # torch from PyTorch's CPU index: the PyPI wheel bundles CUDA. Same version as the tests use.
 # Our package without the operator's dependencies: the launcher and the model need only these.
 RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu \

@@ -5,6 +5,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
+COPY model_repo_templates/ model_repo_templates/
 RUN pip install --no-cache-dir . && rm -rf /src
 WORKDIR /
 USER 65532:65532

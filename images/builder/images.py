@@ -24,7 +24,9 @@ from images.builder.oci import ImageConfig, Layer, write_archive, write_layer
 
 REPO = Path(__file__).resolve().parents[2]
 REGISTRY = "localhost/llm-operator"
-PROJECT = ("pyproject.toml", "README.md", "operator")  # what `pip install .` reads
+# What `pip install .` reads; the model repository templates are package data through the symlink
+# operator/llm_operator/modelrepo/templates.
+PROJECT = ("pyproject.toml", "README.md", "operator", "model_repo_templates")
 INPUTS_LABEL = "io.llmoperator.image-inputs"
 # Base image install paths (python:3.11-slim) -> Debian's python3 with pip's default scheme.
 SITE_PACKAGES = {"/usr/local/lib/python3.11/site-packages": "/usr/local/lib/python3.11/dist-packages"}

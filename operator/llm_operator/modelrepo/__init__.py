@@ -1,4 +1,4 @@
-"""The Triton model repository: rendered from the Jinja2 templates in templates/ (package data,
+"""The Triton model repository: rendered from the Jinja2 templates in model_repo_templates/ (package data,
 read with importlib.resources), carried to the pods in a ConfigMap (keys encoded by
 runtime/repository.py), materialized by the launcher into the directory tritonserver loads.
 """
@@ -33,8 +33,9 @@ TTFT_DEFAULT_BUCKETS_MS = (100, 500, 2000, 5000)
 T = TypeVar("T")
 
 
-# Inside the package, not beside it: one location for a checkout, the wheel and every image, with
-# no path to configure (templates looked up outside the package were missing after `pip install`).
+# Read as package data: one location for a checkout, the wheel and every image, with no path to
+# configure. `templates` is a symlink to the top-level model_repo_templates/, which the wheel build
+# copies in (templates looked up beside the package were missing after `pip install`).
 TEMPLATES = resources.files(__name__) / "templates"
 
 
