@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import kubernetes_validate
 import pytest
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import LLMDeployment
@@ -149,6 +150,7 @@ def test_client_namespaces_narrow_the_client_ports_and_peers_come_from_the_confi
     ld = deployment("cpu-reference", networkPolicy={"clientNamespaceSelector": selector})
     policies, pods = render(ld, metrics_peers=("192.0.2.7/32", "observability"))
     (pod,) = pods
+    kubernetes_validate.validate(policies[0], "1.34.0", strict=True)
     assert admitted(policies, pod, Source("apps", namespace_labels={"team": "ml"}), 8000)
     assert not admitted(policies, pod, CLIENT, 8000)
     assert not admitted(policies, pod, Source(None, ip="192.0.2.9"), 8001), "processes outside pods too"
