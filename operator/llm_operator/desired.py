@@ -8,7 +8,7 @@ step performs them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ from llm_operator.render.children import (
     shared_children,
     slot_children,
 )
+from llm_operator.render.network import DEFAULT_METRICS_PEERS
 from llm_operator.rollout.revision import Slot, revision_of
 from llm_operator.storage import engine_location
 
@@ -93,6 +94,7 @@ def desired(  # raises PlanningError for a spec the images cannot serve
     revision: str | None = None,
     leader_worker_set: bool = False,
     prometheus_url: str = DEFAULT_PROMETHEUS_URL,
+    metrics_peers: Sequence[str] = DEFAULT_METRICS_PEERS,
 ) -> Desired:
     """`ld` rendered into `slot` at the plan's replica counts. `revision` labels its pods; None:
     `revision_of(ld.spec, images)`. A stable slot rendered from its snapshot passes the revision
@@ -120,7 +122,7 @@ def desired(  # raises PlanningError for a spec the images cannot serve
     children = slot_children(
         ld, plan, images, engines, slot=slot, revision=revision, leader_worker_set=leader_worker_set
     )
-    shared = shared_children(ld, prometheus_url=prometheus_url)
+    shared = shared_children(ld, prometheus_url=prometheus_url, metrics_peers=metrics_peers)
     return Desired(plan, jobs, children, shared, statuses, tuple(dict.fromkeys(record)), slot, revision)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from e2e.cluster.netns import NODE_IP
 from e2e.cluster.processes import free_port
 from e2e.cluster.testing import E2ECluster, Kubectl, is_true, wait_for
 
@@ -26,6 +27,9 @@ REPO = Path(__file__).resolve().parents[2]
 # cpu-reference serving pods run this image on the embedded cluster's real node, which has it
 # imported at `up` (images.builder); a `:dev` tag means imagePullPolicy IfNotPresent.
 CPU_RUNTIME_IMAGE = "localhost/llm-operator/cpu-runtime:dev"
+# The test world's Prometheus is a process on the node address, not a pod in `monitoring`: the
+# serving pods' NetworkPolicies admit their metrics port from there (e2e/cluster/monitoring.py).
+METRICS_PEERS = f"{NODE_IP}/32"
 
 
 @pytest.fixture(scope="session")
@@ -55,6 +59,7 @@ class OperatorProcess:
             "LLMOP_METRICS_PORT": str(self.metrics_port),
             "LLMOP_LOG_LEVEL": "INFO",
             "LLMOP_CPU_RUNTIME_IMAGE": CPU_RUNTIME_IMAGE,
+            "LLMOP_METRICS_PEERS": METRICS_PEERS,
             **env,
         }
         self.start()

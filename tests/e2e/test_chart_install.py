@@ -95,6 +95,9 @@ def test_helm_install_restricted_operator_and_uninstall(
         assert node is not None and not node["spec"].get("taints"), "the operator needs no GPU node"
     deployment = kubectl.get("deployment", f"{name}-llm-operator", namespace)
     assert deployment is not None and deployment["status"]["availableReplicas"] == 2
+    policy = kubectl.get("networkpolicy", f"{name}-llm-operator", namespace)
+    assert policy is not None, "the API server takes the operator pods' NetworkPolicy"
+    assert policy["spec"]["ingress"][0]["ports"] == [{"port": "metrics", "protocol": "TCP"}]
 
     # RBAC as the API server sees it: what the operator needs, cluster-wide; nothing it does not.
     sa = f"system:serviceaccount:{namespace}:{name}-llm-operator"
@@ -133,9 +136,9 @@ def test_helm_install_restricted_operator_and_uninstall(
             ("clusterrole", "-llm-operator-view"), ("clusterrole", "-llm-operator-edit"),
             ("clusterrolebinding", "-llm-operator"), ("serviceaccount", "-llm-operator"),
             ("role", "-llm-operator-leader-election"),
-            ("rolebinding", "-llm-operator-leader-election")]  # fmt: skip
+            ("rolebinding", "-llm-operator-leader-election"), ("networkpolicy", "-llm-operator")]  # fmt: skip
     for kind, suffix in gone:
-        namespaced = kind in ("serviceaccount", "role", "rolebinding")
+        namespaced = kind in ("serviceaccount", "role", "rolebinding", "networkpolicy")
         obj = kubectl.get(kind, name + suffix, namespace if namespaced else None)
         assert obj is None, (kind, name + suffix)
     assert kubectl.get("crd", "llmdeployments.llmoperator.io") is not None, "Helm never deletes crds/"

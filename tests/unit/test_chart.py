@@ -98,6 +98,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "validationActions": ["Warn", "Audit"],
             "namespaceSelector": {"matchLabels": {"llm.example/tenant": "true"}},
         },
+        "networkPolicy": {"metricsPeers": ["monitoring", "192.0.2.7/32"]},
     },
     "customized": {
         "fullnameOverride": "llmop",
@@ -121,6 +122,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             }
         },
         "priorityClassName": "system-cluster-critical",
+        "networkPolicy": {"enabled": False, "metricsPeers": []},
     },
 }
 
@@ -341,6 +343,7 @@ def test_environment_is_what_the_operator_reads(name: str, monkeypatch: pytest.M
     assert config.images.trtllm_version == op["trtllmVersion"]
     assert config.workers == op["workers"]
     assert config.prometheus_url == op["prometheusUrl"]
+    assert config.metrics_peers == tuple(values["networkPolicy"]["metricsPeers"])
     assert isinstance(logging.getLevelName(os.environ["LLMOP_LOG_LEVEL"]), int)  # cli.run's basicConfig
     assert os.environ["LLMOP_LOG_LEVEL"] == op["logLevel"]
     assert config.metrics_port == values["metrics"]["port"]
@@ -368,6 +371,37 @@ def test_environment_is_what_the_operator_reads(name: str, monkeypatch: pytest.M
     assert service["spec"]["ports"] == [
         {"name": "metrics", "port": config.metrics_port, "targetPort": "metrics", "protocol": "TCP"}
     ]
+
+
+@SETS
+def test_operator_pods_admit_only_the_metrics_port_from_the_monitoring_peers(name: str) -> None:
+    from llm_operator.render.network import peer
+
+    docs = render(name)
+    values = VALUE_SETS[name].get("networkPolicy", {})
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    if values.get("enabled") is False:
+        assert policies == []
+        return
+    (policy,) = policies
+    pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    peers = values.get("metricsPeers", ["monitoring"])
+    assert policy["spec"]["ingress"] == [
+        {"from": [peer(p) for p in peers], "ports": [{"port": "metrics", "protocol": "TCP"}]}
+    ], "the same peers, written the same way, as the serving pods' policies (LLMOP_METRICS_PEERS)"
+
+
+def test_operator_pods_without_metrics_peers_admit_nothing() -> None:
+    docs = yaml.safe_load_all(
+        helm(
+            "template", "rel", str(CHART), "--namespace", "ops", "--set", "networkPolicy.metricsPeers=null"
+        ).stdout
+    )
+    (policy,) = [d for d in docs if d and d["kind"] == "NetworkPolicy"]
+    assert policy["spec"]["ingress"] == []
 
 
 def test_service_monitor_is_optional() -> None:
@@ -559,11 +593,12 @@ def test_every_value_is_documented_and_in_the_schema() -> None:
         (["--set", "admissionPolicy.validationActions={Deny,Warn}"], "/admissionPolicy/validationActions"),
         (["--set", "admissionPolicy.allowedSecretNames={Bad_Name}"], "/admissionPolicy/allowedSecretNames/0"),
         (["--set", "admissionPolicy.allowedImagePrefixs={x}"], "allowedImagePrefixs"),
+        (["--set", "networkPolicy.metricsPeers={10.0.0.0/40}"], "/networkPolicy/metricsPeers/0"),
     ],
     ids=["unknown-top", "unknown-nested", "wrong-type-int", "wrong-type-bool", "enum", "repeated-namespace",
          "bad-namespace", "shadowed-env", "duration", "typo-resources", "no-replicas", "election-bool",
          "shadowed-election", "prometheus-url", "rate-window", "deny-and-warn", "bad-secret-name",
-         "unknown-policy-key"],
+         "unknown-policy-key", "metrics-peer"],
 )  # fmt: skip
 def test_values_schema_rejects_bad_values(args: list[str], message: str) -> None:
     result = helm("template", "rel", str(CHART), *args, check=False)

@@ -909,6 +909,56 @@ class RolloutSpec(Spec):
 
 
 # ---------------------------------------------------------------------------------------------
+# spec.networkPolicy
+
+
+class SelectorOperator(StrEnum):
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+
+
+class LabelSelectorRequirement(Spec):
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "(self.operator in ['In', 'NotIn']) == (has(self.values) && size(self.values) > 0)",
+                "a matchExpressions entry takes values with In and NotIn, and none with Exists and "
+                "DoesNotExist",
+            ),
+        )
+    )
+
+    key: str = Field(min_length=1, max_length=317)
+    operator: SelectorOperator
+    values: list[Annotated[str, Field(max_length=63)]] | None = Field(default=None, max_length=64)
+
+
+class LabelSelector(Spec):
+    """metav1.LabelSelector; every condition must hold."""
+
+    match_labels: dict[str, Annotated[str, Field(max_length=63)]] | None = Field(default=None, max_length=32)
+    match_expressions: list[LabelSelectorRequirement] | None = Field(default=None, max_length=32)
+
+
+class NetworkPolicySpec(Spec):
+    enabled: bool = Field(
+        default=True,
+        description="A NetworkPolicy admits to the serving pods only Triton's client ports (HTTP "
+        "8000, gRPC 8001), its metrics port (8002) from the monitoring peers the operator is "
+        "configured with, and any port between the deployment's multi-node pods (sshd on 2222, "
+        "MPI, NCCL). false: no NetworkPolicy, every port is open to whatever can reach the pods. "
+        "Enforced only where the cluster's network plugin implements NetworkPolicy.",
+    )
+    client_namespace_selector: LabelSelector | None = Field(
+        default=None,
+        description="Namespaces whose pods may reach the client ports; absent: any source. {} selects "
+        "every namespace (pods only: a gateway or ingress running outside pods is cut off).",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # spec
 
 
@@ -974,6 +1024,7 @@ class LLMDeploymentSpec(Spec):
     replicas: int = Field(default=1, ge=0, le=1000)
     autoscaling: AutoscalingSpec | None = None
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    network_policy: NetworkPolicySpec = Field(default_factory=NetworkPolicySpec)
 
 
 # ---------------------------------------------------------------------------------------------

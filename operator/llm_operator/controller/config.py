@@ -10,6 +10,7 @@ from pathlib import Path
 from llm_operator.controller.lease import ElectionConfig
 from llm_operator.images import Images
 from llm_operator.render.autoscaling import DEFAULT_PROMETHEUS_URL
+from llm_operator.render.network import DEFAULT_METRICS_PEERS, parse_peers
 
 DEFAULT_TRTLLM_VERSION = "0.20.0"
 # In a pod: the namespace of its ServiceAccount, i.e. the operator's own.
@@ -25,6 +26,8 @@ class OperatorConfig:
     namespaces: tuple[str, ...]  # empty: all namespaces
     leader_election: ElectionConfig | None  # None: this process reconciles alone
     prometheus_url: str = DEFAULT_PROMETHEUS_URL  # what KEDA ScaledObjects' triggers query
+    # Who may scrape serving pods' metrics port: namespace names and CIDRs (render/network.py).
+    metrics_peers: tuple[str, ...] = DEFAULT_METRICS_PEERS
 
     @classmethod
     def from_env(cls, namespaces: tuple[str, ...] = ()) -> OperatorConfig:
@@ -42,6 +45,7 @@ class OperatorConfig:
             namespaces=namespaces,
             leader_election=election_from_env(),
             prometheus_url=env("LLMOP_PROMETHEUS_URL", DEFAULT_PROMETHEUS_URL),
+            metrics_peers=parse_peers(env("LLMOP_METRICS_PEERS", ",".join(DEFAULT_METRICS_PEERS))),
         )
 
 

@@ -21,6 +21,7 @@ from lightkube.resources.apps_v1 import ControllerRevision, StatefulSet
 from lightkube.resources.autoscaling_v2 import HorizontalPodAutoscaler
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import ConfigMap, Node, PersistentVolumeClaim, Pod, Secret, Service
+from lightkube.resources.networking_v1 import NetworkPolicy
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.types import CascadeType, PatchType
 
@@ -51,6 +52,7 @@ CHILD_KINDS: dict[str, Any] = {
     "ScaledObject": ScaledObject,  # KEDA's; watched only when its CRD is installed
     "ControllerRevision": ControllerRevision,  # revision snapshots (canary rollouts)
     "HTTPRoute": HTTPRoute,  # Gateway API's; watched only when its CRD is installed
+    "NetworkPolicy": NetworkPolicy,
 }
 # Kinds whose existing objects the operator relabels (adoption by a replaced StatefulSet).
 RELABELED_KINDS: dict[str, Any] = {"Pod": Pod, "ControllerRevision": ControllerRevision}

@@ -242,6 +242,7 @@ class Reconciler:
                     revision=s.revision,
                     leader_worker_set=self.leader_worker_set,
                     prometheus_url=self.config.prometheus_url,
+                    metrics_peers=self.config.metrics_peers,
                 )
                 for s in rollout.slots
             ]

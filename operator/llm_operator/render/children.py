@@ -10,6 +10,7 @@ operator applies. The owner reference is added here too, so a rendered object is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ from llm_operator.api.v1alpha1 import API_VERSION, KIND, Backend, LLMDeployment
 from llm_operator.images import Images
 from llm_operator.modelrepo import render_repository, to_configmap_data
 from llm_operator.plan.types import Plan, PoolPlan
-from llm_operator.render import autoscaling, names, policy, services
+from llm_operator.render import autoscaling, names, network, policy, services
 from llm_operator.render.pod import template_hash
 from llm_operator.render.serving import workloads
 from llm_operator.rollout.revision import Slot
@@ -101,16 +102,22 @@ def serving_pool(
 
 
 def shared_children(
-    ld: LLMDeployment, *, prometheus_url: str = autoscaling.DEFAULT_PROMETHEUS_URL
+    ld: LLMDeployment,
+    *,
+    prometheus_url: str = autoscaling.DEFAULT_PROMETHEUS_URL,
+    metrics_peers: Sequence[str] = network.DEFAULT_METRICS_PEERS,
 ) -> list[dict[str, Any]]:
     """Once per deployment, whatever its slots: the client Service (leaders of both slots, so the
-    replica ratio is the traffic split), the headless Service, the autoscaler (of the total)."""
+    replica ratio is the traffic split), the headless Service, the autoscaler (of the total), the
+    NetworkPolicy (of every serving pod)."""
     objs: list[dict[str, Any]] = [
         services.client_service(ld.name, ld.namespace),
         services.headless_service(ld.name, ld.namespace),
     ]
     if ld.spec.autoscaling is not None:
         objs.append(autoscaling.autoscaler(ld.name, ld.namespace, ld.spec.autoscaling, prometheus_url))
+    if ld.spec.network_policy.enabled:
+        objs.append(network.network_policy(ld.name, ld.namespace, ld.spec.network_policy, metrics_peers))
     return owned(ld, objs)
 
 

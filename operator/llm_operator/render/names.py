@@ -57,6 +57,10 @@ def disruption_budget(deployment: str, pool: PoolPlan, slot: Slot = Slot.A) -> s
     return serving(deployment, pool, slot)
 
 
+def network_policy(deployment: str) -> str:
+    return _fit(deployment)
+
+
 def revision_service(deployment: str, role: str) -> str:
     """`<name>-stable` / `<name>-canary`: the leaders of one revision (routing and analysis)."""
     return _fit(f"{deployment}-{role}")

@@ -15,8 +15,9 @@ from llm_operator.api.v1alpha1 import LLMDeploymentSpec, Slot
 from llm_operator.images import Images
 from llm_operator.modelrepo import ttft_budget_ms
 
-# Fields that say how much or how to roll out, not what serves: editing them is no new revision.
-NOT_SERVING = frozenset({"replicas", "autoscaling", "rollout"})
+# Fields that say how much, how to roll out or who may connect, not what serves: editing them is no
+# new revision.
+NOT_SERVING = frozenset({"replicas", "autoscaling", "rollout", "network_policy"})
 __all__ = ["NOT_SERVING", "Slot", "revision_of"]
 
 

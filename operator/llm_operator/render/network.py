@@ -1,0 +1,84 @@
+"""The NetworkPolicy of a deployment: who may connect to its serving pods.
+
+One policy selects every serving pod (all pools, both slots of a rollout, leaders and workers),
+so a canary's pods are covered from their first start. It admits Triton's client ports from any
+source (or the namespaces the spec selects), its metrics port from the monitoring peers the
+operator is configured with, and every port between the pods of the deployment's multi-node
+groups: sshd (2222) for the leader's mpirun, and the ports MPI and NCCL pick at run time. Nothing
+else. Those pods share one SSH key per deployment, so narrowing the last rule to one group would
+guard nothing the key does not. Traffic from the pod's own node (kubelet probes) is always
+allowed by NetworkPolicy's definition.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from llm_operator import labels as L
+from llm_operator.api.v1alpha1 import DNS_LABEL, NetworkPolicySpec
+from llm_operator.contract import GRPC_PORT, HTTP_PORT, METRICS_PORT
+from llm_operator.render import names
+
+NAMESPACE_NAME = "kubernetes.io/metadata.name"  # set by the API server on every namespace
+# Where Prometheus runs unless the operator is told otherwise (LLMOP_METRICS_PEERS).
+DEFAULT_METRICS_PEERS = ("monitoring",)
+
+
+def parse_peers(text: str, what: str = "LLMOP_METRICS_PEERS") -> tuple[str, ...]:
+    """A comma-separated list of namespace names and CIDRs (192.0.2.7/32). Raises ValueError
+    naming the bad entry (the operator's own configuration, not a user's input)."""
+    peers = tuple(p.strip() for p in text.split(",") if p.strip())
+    for entry in peers:
+        if "/" in entry:
+            try:
+                ipaddress.ip_network(entry)
+            except ValueError as e:
+                raise ValueError(f"{what}: {entry} is not a CIDR such as 192.0.2.0/24 ({e})") from None
+        elif len(entry) > 63 or not re.fullmatch(DNS_LABEL, entry):
+            raise ValueError(f"{what}: {entry} is neither a namespace name nor a CIDR such as 192.0.2.0/24")
+    return peers
+
+
+def peer(entry: str) -> dict[str, Any]:
+    """A NetworkPolicyPeer: a CIDR is an ipBlock (a Prometheus that runs outside pods), a name
+    every pod of that namespace."""
+    if "/" in entry:
+        return {"ipBlock": {"cidr": str(ipaddress.ip_network(entry))}}
+    return {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME: entry}}}
+
+
+def _tcp(*ports: int) -> list[dict[str, Any]]:
+    return [{"protocol": "TCP", "port": p} for p in ports]
+
+
+def network_policy(
+    deployment: str, namespace: str, spec: NetworkPolicySpec, metrics_peers: Sequence[str]
+) -> dict[str, Any]:
+    clients: dict[str, Any] = {"ports": _tcp(HTTP_PORT, GRPC_PORT)}  # no `from`: any source
+    if spec.client_namespace_selector is not None:
+        selector = spec.client_namespace_selector.model_dump(mode="json", by_alias=True, exclude_none=True)
+        clients = {"from": [{"namespaceSelector": selector}], **clients}
+    group_members = {
+        "matchLabels": L.selector_labels(deployment),
+        "matchExpressions": [{"key": L.GROUP_SIZE, "operator": "Exists"}],  # multi-node pods only
+    }
+    ingress = [clients, {"from": [{"podSelector": group_members}]}]
+    if metrics_peers:  # none: nobody scrapes (a rule without `from` would admit everyone)
+        ingress.insert(1, {"from": [peer(p) for p in metrics_peers], "ports": _tcp(METRICS_PORT)})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": names.network_policy(deployment),
+            "namespace": namespace,
+            "labels": L.common_labels(deployment, "serving"),
+        },
+        "spec": {
+            "podSelector": {"matchLabels": L.selector_labels(deployment)},
+            "policyTypes": ["Ingress"],
+            "ingress": ingress,
+        },
+    }
