@@ -83,6 +83,7 @@ def render(args: argparse.Namespace) -> int:
                     lambda *_, fact=fact: BuildObserved(fact),
                     leader_worker_set=args.leader_worker_set,
                     prometheus_url=config.prometheus_url,
+                    metrics_peers=config.metrics_peers,
                 )
                 out += want.jobs if fact == BuildFact.ABSENT else want.shared + want.children
         notes.append(f"# {d.name}: {plan.reason}")
