@@ -328,7 +328,6 @@ def start(
     wait_ready("containerd", containerd_up, "containerd")
     spawn("kubelet", args["kubelet"])
     spawn("kube-proxy", args["kube-proxy"])
-    spawn("kube-router", enforcer.prepare(state, pki))
     spawn("coredns", args["coredns"])
 
     wait_ready(
@@ -350,11 +349,13 @@ def start(
         lambda: nodes_ready(api, [], [pki_mod.NODE_NAME]),
         "kubelet",
     )
+    # kube-router identifies its node by the Node object, which the kubelet has registered by now.
+    spawn("kube-router", enforcer.prepare(state, pki))
     wait_ready("kube-proxy /healthz", inside("http://127.0.0.1:10256/healthz"), "kube-proxy")
+    wait_ready("CoreDNS /ready", inside(f"http://127.0.0.1:{node_mod.COREDNS_READY_PORT}/ready"), "coredns")
     wait_ready(
         "kube-router /healthz", inside(f"http://127.0.0.1:{enforcer.HEALTH_PORT}/healthz"), "kube-router"
     )
-    wait_ready("CoreDNS /ready", inside(f"http://127.0.0.1:{node_mod.COREDNS_READY_PORT}/ready"), "coredns")
     try:  # Prometheus and the adapter started early; the custom metrics API once the adapter answers
         monitoring.finish(api.request, pki, inside, wait_ready)
     except RuntimeError as e:
