@@ -15,10 +15,12 @@ monitoring path, not that the ipBlock rule is what admits it.
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -105,8 +107,10 @@ def scraped_since(world: World, ip: str, since: float) -> bool:
         targets = json.loads(r.read())["data"]["activeTargets"]
     for t in targets:
         if t["labels"].get("instance") == f"{ip}:8002":
-            last = t["lastScrape"]  # RFC 3339 with nanoseconds and a zone offset
-            stamp = time.mktime(time.strptime(last[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+            # RFC 3339 with nanoseconds, which fromisoformat does not take: whole seconds are enough.
+            m = re.fullmatch(r"(.{19})(?:\.\d+)?(.*)", t["lastScrape"])
+            assert m is not None, t["lastScrape"]
+            stamp = datetime.fromisoformat(m[1] + m[2].replace("Z", "+00:00")).timestamp()
             return bool(t["health"] == "up" and stamp > since)
     return False
 
