@@ -160,3 +160,14 @@ def test_health_says_whether_this_replica_leads() -> None:
 def test_the_server_thread_is_one_whatever_the_load(metrics: Threaded) -> None:
     names = [t.name for t in threading.enumerate()]
     assert names.count("metrics-http") == 1
+
+
+def test_a_large_answer_arrives_whole_before_the_connection_closes() -> None:
+    body = b"x" * 3_000_000  # far beyond a socket's buffers: the close must wait for the flush
+    server = BoundedServer({"/big": lambda _: (200, "text/plain", body)}, timeout=TIMEOUT * 4)
+    served = serve_metrics(0, "127.0.0.1", server)
+    try:
+        status, text = get(served.port, "/big")
+        assert status == 200 and len(text) == len(body)
+    finally:
+        served.stop()

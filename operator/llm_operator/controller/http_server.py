@@ -56,12 +56,13 @@ class BoundedServer:
             async with asyncio.timeout(self.timeout):
                 head = await reader.readuntil(b"\r\n\r\n")
                 writer.write(self._answer(head))
-                await writer.drain()
+                writer.close()  # once the answer is flushed, within the same time
+                await writer.wait_closed()
         except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass  # a client that hung up, stalled or sent too much gets nothing more
         finally:
             self.open -= 1
-            writer.transport.abort()  # no lingering: the answer, if any, is flushed by drain()
+            writer.transport.abort()  # a no-op once closed; else nothing lingers
 
     def _answer(self, head: bytes) -> bytes:
         lines = head.decode("latin-1").split("\r\n")
