@@ -350,7 +350,7 @@ def test_environment_is_what_the_operator_reads(name: str, monkeypatch: pytest.M
         assert config.leader_election is None
     for extra in op["extraEnv"]:
         assert extra in container["env"]
-    # Probe and ports point where the operator listens: kopf's http://:<health>/healthz, :<metrics>/metrics.
+    # Probe and ports point where the operator listens: http://:<health>/healthz, :<metrics>/metrics.
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": config.metrics_port, "health": config.health_port}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
