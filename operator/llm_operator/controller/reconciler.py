@@ -88,7 +88,7 @@ class Reconciler:
         self.create_failures = CreateFailures()
         self.group_failures = GroupFailures()
         self.ssh = SshIdentities(kube)
-        self.rollouts = Rollouts(analysis.measure)
+        self.rollouts = Rollouts(analysis.measure, config.analysis_prometheus_urls)
         self.statuses: dict[Key, dict[str, Any]] = {}  # last status written, for the gauge
         self.counts = ConditionCounts()
         self.known: set[Key] = set()
