@@ -334,7 +334,8 @@ async def test_multi_node_groups_get_one_ssh_identity_made_once(caplog: pytest.L
     (secret,) = kube.of_kind("Secret").values()
     owner = kube.objects[("LLMDeployment", *key)]
     assert secret["metadata"]["ownerReferences"][0]["uid"] == owner["metadata"]["uid"]
-    assert set(secret["stringData"]) == {"id_ed25519", "authorized_keys", "ssh_host_ed25519_key", "known_hosts"}
+    keys = {"id_ed25519", "authorized_keys", "ssh_host_ed25519_key", "known_hosts"}
+    assert set(secret["stringData"]) == keys
     assert secret["stringData"]["id_ed25519"].startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
     assert [w for w in kube.writes if w[1] == "Secret"] == [("create", "Secret", secret["metadata"]["name"])]
     assert "PRIVATE KEY" not in caplog.text
@@ -355,7 +356,8 @@ async def test_a_secret_under_the_operators_name_that_it_did_not_create_is_never
     uid = kube.objects[("LLMDeployment", *key)]["metadata"]["uid"]
     name = f"llama31-405b-sshkeys-{uid}"
     # Created first by someone who may create Secrets here and read the deployment's UID.
-    kube.objects[("Secret", key[0], name)] = {"kind": "Secret", "metadata": {"name": name, "namespace": key[0]}}
+    foreign = {"kind": "Secret", "metadata": {"name": name, "namespace": key[0]}}
+    kube.objects[("Secret", key[0], name)] = foreign
     await reconcile(kube, reconciler, key)
 
     status = kube.objects[("LLMDeployment", *key)]["status"]
