@@ -242,8 +242,8 @@ def pod_template(
         **spec.runtime.pod_identity(),
     }
     if pool.pods_per_replica > 1:
-        # OnRootMismatch: the kubelet walks a volume only when its root's group differs (the
-        # engine cache is mounted read-only; the Secret and emptyDirs are small).
+        # OnRootMismatch: a volume whose root already has the group is not walked again (the
+        # engine cache is large, and mounted read-only).
         pod_spec["securityContext"].update(fsGroup=SSH_FS_GROUP, fsGroupChangePolicy="OnRootMismatch")
     if spec.engine.backend != Backend.CPU_REFERENCE:
         pod_spec.update(
