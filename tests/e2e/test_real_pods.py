@@ -170,10 +170,10 @@ def test_serving_pods_serve_from_a_read_only_root(served: Served, kubectl: Kubec
     assert pod["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
     ns = kubectl.get("namespace", served.namespace) or {}
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
-    shell = ["exec", pod["metadata"]["name"], "--", "sh", "-c"]
-    root = kubectl(*shell, "touch /probe", namespace=served.namespace, check=False)
+    shell = ["exec", "-n", served.namespace, pod["metadata"]["name"], "--", "sh", "-c"]
+    root = kubectl(*shell, "touch /probe", check=False)
     assert root.returncode != 0 and "Read-only file system" in root.stderr, root
-    assert kubectl(*shell, 'touch "$HOME/probe" /tmp/probe', namespace=served.namespace).returncode == 0
+    assert kubectl(*shell, 'touch "$HOME/probe" /tmp/probe').returncode == 0
 
 
 def test_tokens_stream_through_the_cluster_ip_and_port_forward(

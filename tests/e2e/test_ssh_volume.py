@@ -62,7 +62,8 @@ def probe_pod(name: str, template: dict[str, Any]) -> dict[str, Any]:
     for key in ("startupProbe", "readinessProbe", "livenessProbe", "lifecycle", "resources"):
         container.pop(key, None)
     # The group index comes from a StatefulSet's pod label, which a bare pod lacks.
-    env = [e for e in container["env"] if "value" in e] + [{"name": "LLMOP_GROUP_INDEX", "value": "0"}]
+    env = [e for e in container["env"] if "value" in e and e["name"] != "LLMOP_GROUP_INDEX"]
+    env.append({"name": "LLMOP_GROUP_INDEX", "value": "0"})
     container.update(image=CPU_RUNTIME_IMAGE, imagePullPolicy="IfNotPresent",
                      command=["python3", "-c", PROBE], env=env)  # fmt: skip
     for key in ("affinity", "tolerations", "topologySpreadConstraints", "nodeSelector"):
