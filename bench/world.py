@@ -51,6 +51,8 @@ def operator_in(
         "LLMOP_HEALTH_PORT": str(health),
         "LLMOP_LOG_LEVEL": "WARNING",
         "LLMOP_CPU_RUNTIME_IMAGE": CPU_RUNTIME_IMAGE,
+        # bench/canary.py's analysis queries the test world's Prometheus through its forwarder.
+        "LLMOP_ANALYSIS_PROMETHEUS_URLS": cluster.prometheus_url,
     }
     log = (cluster.state_dir / "logs" / f"operator-{namespace}.log").open("w")
     proc = subprocess.Popen(

@@ -141,7 +141,7 @@ def _ready(pod: dict[str, Any]) -> bool:
 
 
 def _healthy(tools: Tools, pod: dict[str, Any]) -> bool:
-    """Ready (the chart has no readiness probe: the container runs) and kopf's /healthz answers,
+    """Ready (the chart has no readiness probe: the container runs) and the operator's /healthz answers,
     asked through the API server's pod proxy (inside the cluster's network)."""
     if not _ready(pod):
         return False

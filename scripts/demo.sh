@@ -25,6 +25,10 @@ $py -m e2e.operator_release up | sed 's/^/  /'
 
 step "samples in namespace $ns: a CPU model, Llama 3 8B on H100 (prebuilt), Llama 3 70B fp8 tp4 (engine build)"
 k create namespace "$ns" --dry-run=client -o yaml | k apply -f - >/dev/null
+# Every pod the operator renders meets restricted Pod Security: the namespace enforces it.
+for mode in enforce warn audit; do
+  k label --overwrite namespace "$ns" "pod-security.kubernetes.io/$mode=restricted" >/dev/null
+done
 # The demo turns on autoscaling and a canary for tiny-llama below: a second run starts it afresh.
 k -n "$ns" delete llmd tiny-llama --ignore-not-found --wait=true >/dev/null
 # The engine cache's volume outlives a deleted demo namespace (Retain): let the new claim bind it.

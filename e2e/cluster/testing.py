@@ -183,18 +183,17 @@ class Kubectl:
         items: list[dict[str, Any]] = self.json("get", "events", *selector, namespace=namespace)["items"]
         return items
 
-    def create_namespace(self, hint: str = "test") -> str:
+    def create_namespace(self, hint: str = "test", pod_security: str = "restricted") -> str:
         """A new uniquely named namespace (labelled llm-operator.dev/e2e=true), returned once its
-        `default` ServiceAccount exists: pods are rejected until then."""
+        `default` ServiceAccount exists: pods are rejected until then. Pod Security admission
+        enforces `pod_security` there (restricted unless a test's own pods need less), so a pod
+        the operator renders that falls short of it is refused and its test fails."""
         base = re.sub(r"[^a-z0-9-]+", "-", hint.lower()).strip("-")[:40].rstrip("-") or "test"
         name = f"e2e-{base}-{secrets.token_hex(3)}"
-        self.apply(
-            {
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": {"name": name, "labels": {NAMESPACE_LABEL: "true"}},
-            }
-        )
+        labels = {NAMESPACE_LABEL: "true"}
+        for mode in ("enforce", "warn", "audit"):
+            labels[f"pod-security.kubernetes.io/{mode}"] = pod_security
+        self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
         wait_for(
             f"ServiceAccount default in namespace {name}",
             lambda: self.get("serviceaccount", "default", name),

@@ -128,9 +128,9 @@ def model_repo(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     import kopf
-    from prometheus_client import start_http_server
 
     from llm_operator.controller import handlers, leader
+    from llm_operator.controller.http_server import serve_metrics
 
     level = logging.getLevelName(os.environ.get("LLMOP_LOG_LEVEL", "INFO"))
     logging.basicConfig(level=level)
@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         config = handlers.Runtime.config = OperatorConfig.from_env(namespaces)
     except ValueError as e:
         raise InputError("environment", "LLMOP_* settings", str(e)) from None
-    start_http_server(config.metrics_port)  # a standby's too: it reports llm_operator_leader 0
+    serve_metrics(config.metrics_port)  # a standby's too: it reports llm_operator_leader 0
 
     async def operator(term: leader.Term) -> None:
         handlers.Runtime.term = term
@@ -149,7 +149,6 @@ def run(args: argparse.Namespace) -> int:
             standalone=True,  # no kopf peering: the Lease decides which replica runs at all
             clusterwide=not namespaces,
             namespaces=namespaces,
-            liveness_endpoint=f"http://0.0.0.0:{config.health_port}/healthz",
             stop_flag=term.stop,
         )
 

@@ -17,16 +17,25 @@ HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 MODEL_REPO_SRC = "/etc/llm-operator/model-repo"  # the ConfigMap, read-only
 MODEL_REPO = "/var/run/llm-operator/model-repo"  # materialized by the launcher at start
 ENGINE_CACHE_MOUNT = "/engine-cache"  # the engine cache claim (read-only in serving pods)
-SSH_DIR = "/etc/llm-operator/ssh"  # multi-node pods: the deployment's SSH Secret, read-only
-RUNTIME_DIR = "/tmp/llm-operator"  # private copies of keys, sshd config and host key
-TMP_DIR = "/tmp"  # an emptyDir: RUNTIME_DIR lives in it
+SSH_DIR = "/etc/llm-operator/ssh"  # multi-node pods: their role's keys from the SSH Secret, read-only
+RUNTIME_DIR = "/tmp/llm-operator"  # 0700: private copies of keys, sshd config, the workers' environment
+TMP_DIR = "/tmp"  # an emptyDir (the root filesystem is read-only): RUNTIME_DIR lives in it
+HOME_DIR = "/var/run/llm-operator/home"  # an emptyDir: HOME of mpirun, ssh and Triton's backends
 # Kubernetes' default terminationMessagePath: why the launcher failed, read into the container's
 # lastState.terminated.message (the operator reports it on a crash loop).
 TERMINATION_LOG = "/dev/termination-log"
 
-# Keys of the SSH Secret: leaders use the private key, workers authorize the public one.
+# Keys of the SSH Secret. A leader mounts only the client key and the workers' host key as known
+# hosts; a worker only its host key and the client's public key as authorized_keys.
 SSH_PRIVATE_KEY = "id_ed25519"
-SSH_PUBLIC_KEY = f"{SSH_PRIVATE_KEY}.pub"
+SSH_KNOWN_HOSTS = "known_hosts"
+SSH_HOST_KEY = "ssh_host_ed25519_key"
+SSH_AUTHORIZED_KEYS = "authorized_keys"
+LEADER_SSH_KEYS = (SSH_PRIVATE_KEY, SSH_KNOWN_HOSTS)
+WORKER_SSH_KEYS = (SSH_HOST_KEY, SSH_AUTHORIZED_KEYS)
+# The name under which known_hosts pins the workers' host key (ssh -o HostKeyAlias): one key for
+# every worker of the deployment, whatever DNS name the leader reaches it by.
+SSH_HOST_ALIAS = "llm-operator-worker"
 SSH_VOLUME = "ssh"
 
 EXIT_TIMEOUT_SECONDS = 30  # Triton's --exit-timeout-secs unless the spec says otherwise

@@ -11,8 +11,9 @@ Fixtures:
 - kubeconfig (session) -> Path of the admin kubeconfig
 - kubectl (session) -> Kubectl: kubectl(*args), .json(), .get(), .items(), .apply(), .delete(),
   .events(), .create_namespace()
-- namespace (function) -> str: a fresh namespace (default ServiceAccount ready), deleted after
-  the test without waiting
+- namespace (function) -> str: a fresh namespace (default ServiceAccount ready, Pod Security
+  restricted enforced unless the test is marked pod_security(LEVEL)), deleted after the test
+  without waiting
 Waiting: `from e2e.cluster.testing import wait_for, pod_ready, condition, is_true`.
 """
 
@@ -49,7 +50,10 @@ def kubectl(cluster: E2ECluster) -> Kubectl:
 
 @pytest.fixture
 def namespace(kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]:
-    name = kubectl.create_namespace(request.node.name)
+    """Pod Security `restricted` is enforced there; a test whose own pods need less says so with
+    @pytest.mark.pod_security("baseline" or "privileged") and why."""
+    marker = request.node.get_closest_marker("pod_security")
+    name = kubectl.create_namespace(request.node.name, *(marker.args if marker else ()))
     yield name
     kubectl.delete("namespace", name)
 

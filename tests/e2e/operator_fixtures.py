@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from llm_operator.render.autoscaling import DEFAULT_PROMETHEUS_URL
 
 from e2e.cluster.netns import NODE_IP
 from e2e.cluster.processes import free_port
@@ -44,6 +45,15 @@ def crd(kubectl: Kubectl) -> None:
     )
 
 
+def analysis_endpoints(cluster: E2ECluster) -> list[str]:
+    """The Prometheus endpoints canary analysis may query: the in-cluster one the chart allows by
+    default and, on the embedded cluster, its forwarder on 127.0.0.1 (how this host reaches it)."""
+    urls = [DEFAULT_PROMETHEUS_URL]
+    if cluster.launcher is not None:
+        urls.append(cluster.launcher.prometheus_url)
+    return urls
+
+
 class OperatorProcess:
     """`llm-operator run ARGS` as a local process, its output appended to `log_path`; started at once."""
 
@@ -60,6 +70,7 @@ class OperatorProcess:
             "LLMOP_LOG_LEVEL": "INFO",
             "LLMOP_CPU_RUNTIME_IMAGE": CPU_RUNTIME_IMAGE,
             "LLMOP_METRICS_PEERS": METRICS_PEERS,
+            "LLMOP_ANALYSIS_PROMETHEUS_URLS": " ".join(analysis_endpoints(cluster)),
             **env,
         }
         self.start()

@@ -157,8 +157,10 @@ def not_prometheus() -> Iterator[str]:
 
 def test_unreachable_or_wrong_prometheus_is_an_error_never_a_value(not_prometheus: str) -> None:
     closed = f"http://127.0.0.1:{free_port()}"
-    for url, says in ((closed, "cannot query Prometheus at"), (not_prometheus, "answered HTTP 200: <html>")):
+    not_json = "Prometheus answered HTTP 200 with a body that is not JSON"
+    for url, says in ((closed, f"cannot query Prometheus at {closed}: "), (not_prometheus, not_json)):
         found = asyncio.run(measure(url, analysis(url), "ns", "d", "r"))
         assert [m.metric for m in found] == measured_metrics(analysis(url))
         for m in found:
             assert m.value is None and m.requests == 0 and m.error is not None and says in m.error, m
+            assert "login" not in m.error, "an answer's body is never repeated"

@@ -188,6 +188,8 @@ def test_real_component_failure_stops_everything(tmp_path: Path, component: str,
     assert _leftovers(state) == NOTHING_LEFT
 
 
+# Its own test pods (not the operator's) run as the image's root user: baseline, not restricted.
+@pytest.mark.pod_security("baseline")
 @pytest.mark.e2e
 def test_gpu_statefulset_lands_on_h100_becomes_ready_and_survives_pod_deletion(
     cluster: E2ECluster, kubectl: Kubectl, namespace: str
@@ -249,6 +251,8 @@ def test_gpu_statefulset_lands_on_h100_becomes_ready_and_survives_pod_deletion(
     )
 
 
+# Its own test pods (not the operator's) run as the image's root user: baseline, not restricted.
+@pytest.mark.pod_security("baseline")
 @pytest.mark.e2e
 def test_pod_wanting_more_gpus_than_any_node_stays_pending(
     cluster: E2ECluster, kubectl: Kubectl, namespace: str
@@ -294,6 +298,8 @@ def test_deleting_owner_garbage_collects_owned_configmap(kubectl: Kubectl, names
     )
 
 
+# Its own test pods (not the operator's) run as the image's root user: baseline, not restricted.
+@pytest.mark.pod_security("baseline")
 @pytest.mark.e2e
 def test_hpa_status_is_written_by_the_hpa_controller(kubectl: Kubectl, namespace: str) -> None:
     labels = {"app": "web"}
@@ -461,6 +467,8 @@ def test_real_node_is_ready_beside_the_kwok_pools(cluster: E2ECluster, kubectl: 
     assert all(is_true(n, "Ready") for n in kwok)
 
 
+# Its own test pods (not the operator's) run as the image's root user: baseline, not restricted.
+@pytest.mark.pod_security("baseline")
 @pytest.mark.e2e
 def test_pod_on_the_real_node_is_served_probed_resolved_and_reachable(
     cluster: E2ECluster, kubectl: Kubectl, namespace: str, tmp_path: Path

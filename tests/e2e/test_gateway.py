@@ -140,7 +140,7 @@ def world(cluster: E2ECluster, kubectl: Kubectl, tmp_path_factory: pytest.TempPa
         pytest.skip("needs the embedded cluster: its Gateway, real node and network namespace")
     archive = busybox_image.write(tmp_path_factory.mktemp("img") / "web.oci.tar", IMAGE, ["/bin/sh"])
     cluster.launcher.import_image(archive)
-    ns = kubectl.create_namespace("gateway")
+    ns = kubectl.create_namespace("gateway", pod_security="baseline")  # busybox web pods run as root
     try:
         kubectl.apply([obj for name in BACKENDS for obj in backend(name)], namespace=ns)
         for name in BACKENDS:

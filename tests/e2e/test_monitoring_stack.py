@@ -70,6 +70,8 @@ def _serving_pod(name: str, node: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# Its own test pods (not the operator's) run as the image's root user: baseline, not restricted.
+@pytest.mark.pod_security("baseline")
 def test_only_serving_pods_on_the_real_node_are_scraped(
     embedded: Cluster, cluster: E2ECluster, kubectl: Kubectl, namespace: str
 ) -> None:
@@ -107,6 +109,8 @@ def test_only_serving_pods_on_the_real_node_are_scraped(
         assert target["labels"]["instance"].startswith(REAL_POD_PREFIX), target
 
 
+# Its own test pods (not the operator's) run as the image's root user: baseline, not restricted.
+@pytest.mark.pod_security("baseline")
 def test_pods_reach_prometheus_by_its_service_name(
     embedded: Cluster, kubectl: Kubectl, namespace: str, tmp_path: Path
 ) -> None:

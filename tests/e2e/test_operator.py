@@ -189,6 +189,9 @@ def gpu_blocker(product: str) -> dict[str, Any]:
     }
 
 
+# Its GPU blocker pod (another team's workload) runs as root: baseline; the operator's pods
+# are restricted all the same.
+@pytest.mark.pod_security("baseline")
 def test_a_failed_build_leaves_the_previous_revision_serving(
     operator: None, kubectl: Kubectl, namespace: str
 ) -> None:

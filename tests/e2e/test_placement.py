@@ -217,7 +217,13 @@ def test_a_failed_member_recreates_its_whole_group_and_no_other(
     secret = kubectl.get("secret", secret_name, namespace)
     assert secret is not None, f"pods mount {secret_name}, which does not exist"
     assert [r["uid"] for r in secret["metadata"]["ownerReferences"]] == [owner["metadata"]["uid"]]
-    assert set(secret["data"]) == {"id_ed25519", "id_ed25519.pub"}
+    assert set(secret["data"]) == {"id_ed25519", "authorized_keys", "ssh_host_ed25519_key", "known_hosts"}
+    assert owner["status"]["sshSecret"] == secret_name, "what tells the operator the Secret is its own"
+    # Each role mounts its half only: a worker never the client key, a leader never the host key.
+    mine = {"leader": ["id_ed25519", "known_hosts"], "worker": ["ssh_host_ed25519_key", "authorized_keys"]}
+    for p in pods:
+        (ssh,) = [v["secret"] for v in p["spec"]["volumes"] if "secret" in v]
+        assert [i["key"] for i in ssh["items"]] == mine[p["metadata"]["labels"]["llmoperator.io/role"]]
     worker = next(
         p["metadata"]["name"]
         for p in pods

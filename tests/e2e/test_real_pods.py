@@ -136,7 +136,8 @@ def test_a_pod_is_ready_only_once_triton_has_loaded_the_model(served: Served, ku
                 "port": "http",
                 "scheme": "HTTP",
             }
-        assert container["resources"]["limits"] == {"cpu": CPU_LIMIT}, "the LimitRange slows the load"
+        # The LimitRange's CPU slows the load; memory is the spec's 2Gi plus its 256Mi of /dev/shm.
+        assert container["resources"]["limits"] == {"cpu": CPU_LIMIT, "memory": "2304Mi"}
         samples = served.timeline[pod["metadata"]["name"]]
         running = first(samples, "running", lambda s: s.running)
         loaded = first(samples, "model ready in Triton", lambda s: s.triton == 200)
@@ -160,6 +161,19 @@ def assert_streamed(chunks: list[Chunk], tokens: int) -> None:
     # CPU quota (CPU_LIMIT) runs the runtime in slices of a 100 ms period.
     per_instant = Counter(round(c.at, 2) for c in chunks)
     assert max(per_instant.values()) <= tokens // 4, f"arrived in a few bursts: {per_instant}"
+
+
+def test_serving_pods_serve_from_a_read_only_root(served: Served, kubectl: Kubectl) -> None:
+    """Ready above with readOnlyRootFilesystem, in a namespace enforcing restricted Pod Security:
+    Triton, its python backend and the launcher write only to their emptyDirs."""
+    pod = kubectl.items("pods", served.namespace, SELECTOR)[0]
+    assert pod["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+    ns = kubectl.get("namespace", served.namespace) or {}
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    shell = ["exec", "-n", served.namespace, pod["metadata"]["name"], "--", "sh", "-c"]
+    root = kubectl(*shell, "touch /probe", check=False)
+    assert root.returncode != 0 and "Read-only file system" in root.stderr, root
+    assert kubectl(*shell, 'touch "$HOME/probe" /tmp/probe').returncode == 0
 
 
 def test_tokens_stream_through_the_cluster_ip_and_port_forward(

@@ -194,6 +194,52 @@ def test_http_request_options_and_refusals(batch_server: TritonProcess) -> None:
         client.close()
 
 
+BAD_SAMPLING = [
+    ({"temperature": float("nan"), "top_k": 5}, "temperature"),
+    ({"temperature": float("inf"), "top_k": 5}, "temperature"),
+    ({"temperature": -0.5, "top_p": 0.9}, "temperature"),
+    ({"top_p": 1.5}, "top_p"),
+    ({"top_p": float("nan"), "top_k": 3}, "top_p"),
+    ({"top_k": -1}, "top_k"),
+    ({"max_tokens": 0}, "max_tokens"),
+    ({"max_tokens": 10_000}, "max_tokens"),
+]
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"), BAD_SAMPLING, ids=[f"{f}-{i}" for i, (_, f) in enumerate(BAD_SAMPLING)]
+)
+def test_a_bad_request_gets_a_400_and_its_batch_mates_their_answers(
+    batch_server: TritonProcess, bad: dict[str, Any], field: str
+) -> None:
+    """A NaN temperature with top_k > 1 used to fail every request batched with it ("probability
+    tensor contains nan"): now that one request is refused, as the client's error."""
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{batch_server.http_port}", concurrency=8)
+    prompts = [f"mate {i}" for i in range(6)]
+    before = batch_server.metrics(MODEL)
+    try:
+        # Sent together, inside the 20 ms batching window: Triton batches them (checked below).
+        good = [client.async_infer(MODEL, tensors(httpclient, text_input=p, max_tokens=24, top_k=4, seed=3))
+                for p in prompts[:3]]  # fmt: skip
+        refused = client.async_infer(
+            MODEL, tensors(httpclient, **{"text_input": "bad", "max_tokens": 8, **bad})
+        )
+        good += [client.async_infer(MODEL, tensors(httpclient, text_input=p, max_tokens=24, top_k=4, seed=3))
+                 for p in prompts[3:]]  # fmt: skip
+        with pytest.raises(InferenceServerException) as error:
+            refused.get_result()
+        results = [r.get_result() for r in good]
+    finally:
+        client.close()
+    assert error.value.status() == "400" and field in str(error.value)
+    for prompt, result in zip(prompts, results, strict=True):
+        text = result.as_numpy("text_output").reshape(-1)[0].decode()
+        assert text == expected(prompt, 24, Sampler(top_k=4, seed=3))
+    moved = {k: v - before.get(k, 0.0) for k, v in batch_server.metrics(MODEL).items()}
+    assert moved["nv_inference_exec_count"] < len(prompts) + 1, "the bad request was batched with others"
+    assert moved["nv_inference_request_failure"] == 0, "no batch failed"
+
+
 def test_pending_metric_has_the_labels_the_adapter_rules_select(batch_server: TritonProcess) -> None:
     with urllib.request.urlopen(f"http://127.0.0.1:{batch_server.metrics_port}/metrics", timeout=5) as r:
         assert 'nv_inference_pending_request_count{model="ensemble",version="1"}' in r.read().decode()

@@ -61,13 +61,15 @@ class FakeKube:
         self._store(k, new)
         return copy.deepcopy(new)
 
-    async def create(self, obj: dict[str, Any]) -> None:
+    async def create(self, obj: dict[str, Any]) -> bool:
         k = obj_key(obj)
         self.writes.append(("create", k[0], k[2]))
-        if k not in self.objects:
-            stored = copy.deepcopy(obj)
-            stored["metadata"]["uid"] = f"uid-{next(self._uids)}"
-            self._store(k, stored)
+        if k in self.objects:
+            return False
+        stored = copy.deepcopy(obj)
+        stored["metadata"]["uid"] = f"uid-{next(self._uids)}"
+        self._store(k, stored)
+        return True
 
     async def delete(self, kind: str, namespace: str, name: str, *, orphan: bool = False) -> None:
         """Gone at once; the garbage collector is not modelled, so dependents stay either way."""

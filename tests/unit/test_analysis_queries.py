@@ -148,12 +148,12 @@ def test_an_answer_is_one_number_no_data_or_an_error() -> None:
     for bad, says in (
         (
             {"status": "error", "errorType": "bad_data", "error": "parse error"},
-            "refused the query: parse error",
+            "Prometheus refused the query (errorType bad_data)",
         ),
         (answer("1", "2"), "expected one sample, Prometheus answered 2"),
-        (answer("1", result_type="matrix"), "unexpected answer"),
-        (answer("many"), "unexpected sample"),
-        ("<html>", "refused the query: '<html>'"),
+        (answer("1", result_type="matrix"), "Prometheus answered a result that is not an instant vector"),
+        (answer("many"), "Prometheus answered a sample that is not a number"),
+        ("<html>", "Prometheus answered JSON that is not a query result"),
     ):
         with pytest.raises(QueryError, match=re.escape(says)):
             _value(bad)

@@ -65,6 +65,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "workers": 9,
             "logLevel": "DEBUG",
             "prometheusUrl": "https://prometheus.example:9443",
+            "analysisPrometheusUrls": ["https://prometheus.example:9443", "http://thanos.example/prom/"],
             "extraEnv": [
                 {"name": "HTTPS_PROXY", "value": "http://proxy:3128"},
                 {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
@@ -325,6 +326,7 @@ def test_entry_point_args_parse_with_the_operators_cli(name: str, monkeypatch: p
 def test_environment_is_what_the_operator_reads(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every LLMOP_* value the chart sets changes the operator's config the way values.yaml says."""
     from llm_operator.controller.config import OperatorConfig
+    from llm_operator.controller.prometheus_urls import parse_list
 
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     for key, val in VALUE_SETS[name].items():  # two-level merge is enough for these value sets
@@ -344,6 +346,7 @@ def test_environment_is_what_the_operator_reads(name: str, monkeypatch: pytest.M
     assert config.workers == op["workers"]
     assert config.prometheus_url == op["prometheusUrl"]
     assert config.metrics_peers == tuple(values["networkPolicy"]["metricsPeers"])
+    assert config.analysis_prometheus_urls == parse_list(",".join(op["analysisPrometheusUrls"]), "values")
     assert isinstance(logging.getLevelName(os.environ["LLMOP_LOG_LEVEL"]), int)  # cli.run's basicConfig
     assert os.environ["LLMOP_LOG_LEVEL"] == op["logLevel"]
     assert config.metrics_port == values["metrics"]["port"]
@@ -361,7 +364,7 @@ def test_environment_is_what_the_operator_reads(name: str, monkeypatch: pytest.M
         assert config.leader_election is None
     for extra in op["extraEnv"]:
         assert extra in container["env"]
-    # Probe and ports point where the operator listens: kopf's http://:<health>/healthz, :<metrics>/metrics.
+    # Probe and ports point where the operator listens: http://:<health>/healthz, :<metrics>/metrics.
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": config.metrics_port, "health": config.health_port}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
@@ -589,6 +592,9 @@ def test_every_value_is_documented_and_in_the_schema() -> None:
         (["--set", "leaderElection.enabled=yes"], "/leaderElection/enabled"),
         (["--set", "operator.extraEnv[0].name=LLMOP_LEADER_ELECTION"], "/operator/extraEnv/0/name"),
         (["--set", "operator.prometheusUrl=prometheus:9090"], "/operator/prometheusUrl"),
+        (["--set", "operator.analysisPrometheusUrls={http://p?x=}"], "/operator/analysisPrometheusUrls/0"),
+        (["--set", "operator.analysisPrometheusUrls={http://u@p}"], "/operator/analysisPrometheusUrls/0"),
+        (["--set", "operator.analysisPrometheusUrls={http://p,http://p}"], "analysisPrometheusUrls"),
         (["--set", "monitoring.recordingRules.rateWindow=1 minute"], "/monitoring/recordingRules/rateWindow"),
         (["--set", "admissionPolicy.validationActions={Deny,Warn}"], "/admissionPolicy/validationActions"),
         (["--set", "admissionPolicy.allowedSecretNames={Bad_Name}"], "/admissionPolicy/allowedSecretNames/0"),
@@ -597,8 +603,8 @@ def test_every_value_is_documented_and_in_the_schema() -> None:
     ],
     ids=["unknown-top", "unknown-nested", "wrong-type-int", "wrong-type-bool", "enum", "repeated-namespace",
          "bad-namespace", "shadowed-env", "duration", "typo-resources", "no-replicas", "election-bool",
-         "shadowed-election", "prometheus-url", "rate-window", "deny-and-warn", "bad-secret-name",
-         "unknown-policy-key", "metrics-peer"],
+         "shadowed-election", "prometheus-url", "analysis-query", "analysis-userinfo", "analysis-repeated",
+         "rate-window", "deny-and-warn", "bad-secret-name", "unknown-policy-key", "metrics-peer"],
 )  # fmt: skip
 def test_values_schema_rejects_bad_values(args: list[str], message: str) -> None:
     result = helm("template", "rel", str(CHART), *args, check=False)

@@ -16,6 +16,7 @@ from llm_operator.images import Images
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
 from llm_operator.render.children import PoolEngine, serving_pool
+from llm_operator.render.pod import SSH_FS_GROUP, memory_bytes
 from llm_operator.render.serving import LWS_GROUP_INDEX, POD_INDEX, workloads
 from llm_operator.rollout.revision import Slot
 from llm_operator.runtime.config import PodConfig
@@ -83,7 +84,8 @@ def test_the_launcher_reads_what_the_builder_renders(
     (container,) = pod["containers"]
     env = environment(container)
     rendered = {e["name"] for e in container["env"]}
-    assert rendered - {contract.POD_NAME_ENV} <= set(contract.ENV), "a variable the launcher ignores"
+    # HOME is for the processes the launcher starts (the root filesystem is read-only).
+    assert rendered - {contract.POD_NAME_ENV, "HOME"} <= set(contract.ENV), "a variable the launcher ignores"
 
     c = PodConfig.from_env(env)
     assert (c.tp, c.pp, c.gpus_per_pod, c.pods_per_replica) == (
@@ -114,8 +116,49 @@ def test_the_launcher_reads_what_the_builder_renders(
         "mountPath": c.ssh_dir,
         "readOnly": True,
     }
-    assert volumes[contract.SSH_VOLUME]["secret"]["secretName"] == names.ssh_secret("llama", UID)
+    secret = volumes[contract.SSH_VOLUME]["secret"]
+    assert secret["secretName"] == names.ssh_secret("llama", UID)
     assert c.group == GROUP
+    # Each role gets only its half of the identity, readable by owner (root) and the pod's fsGroup.
+    want = contract.LEADER_SSH_KEYS if role == "leader" else contract.WORKER_SSH_KEYS
+    assert [i["key"] for i in secret["items"]] == [i["path"] for i in secret["items"]] == list(want)
+    assert secret["defaultMode"] == 0o440 and all("mode" not in i for i in secret["items"])
+    assert pod["securityContext"]["fsGroup"] == SSH_FS_GROUP
+
+
+@pytest.mark.parametrize(("shape", "pool", "role", "pod"), SHAPES, ids=[f"{s[0]}-{s[2]}" for s in SHAPES])
+def test_serving_pods_write_only_to_their_volumes(
+    shape: str, pool: PoolPlan, role: str, pod: dict[str, Any]
+) -> None:
+    (container,) = pod["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    writable = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
+    assert all("emptyDir" in volumes[m["name"]] for m in container["volumeMounts"] if not m.get("readOnly"))
+    c = PodConfig.from_env(environment(container))
+    home = environment(container)["HOME"]
+    for path in (c.model_repo, c.runtime_dir, home, "/tmp", "/dev/shm"):
+        assert any(path == w or path.startswith(w + "/") for w in writable), path
+
+
+def test_the_memory_limit_leaves_room_for_a_full_shm() -> None:
+    spec = SPEC.model_copy(update={"resources": SPEC.resources.model_copy(update={"memory": "64Gi"})})
+    (sts,) = workloads("llama", "ns", spec, SINGLE, IMAGES, ENGINE, "h", uid=UID, revision="r1")
+    (container,) = pod_specs(sts)["leader"]["containers"]
+    # /dev/shm (16Gi by default) is charged to the pod's memory on top of what the processes use.
+    assert container["resources"]["requests"]["memory"] == "64Gi"
+    assert container["resources"]["limits"]["memory"] == "80Gi"
+    (no_request,) = workloads("llama", "ns", SPEC, SINGLE, IMAGES, ENGINE, "h", uid=UID, revision="r1")
+    assert "memory" not in pod_specs(no_request)["leader"]["containers"][0]["resources"]["limits"]
+
+
+@pytest.mark.parametrize(
+    ("quantity", "expected"),
+    [("2Gi", 2 * 2**30), ("256Mi", 256 * 2**20), ("1G", 10**9), ("1.5Gi", 3 * 2**29), ("1e3", 1000),
+     ("100", 100), ("1500m", 2)],
+)  # fmt: skip
+def test_memory_quantities(quantity: str, expected: int) -> None:
+    assert memory_bytes(quantity) == expected
 
 
 @pytest.mark.parametrize("lws", [False, True], ids=["statefulset", "leader-worker-set"])

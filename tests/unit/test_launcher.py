@@ -1,6 +1,6 @@
 """The serving-pod launcher: command construction for each parallel shape (pure), and supervision
-of real processes: fake tritonservers under a fake mpirun, real Open MPI and sshd where installed,
-and the real Triton CPU runtime (triton marker)."""
+of real processes: fake tritonservers under a fake mpirun, real Open MPI where installed, and the
+real Triton CPU runtime (triton marker). The SSH side of multi-node pods is in test_multi_node_ssh.py."""
 
 from __future__ import annotations
 
@@ -22,14 +22,12 @@ from llm_operator.controller.ssh import key_pair
 from llm_operator.runtime import launcher, supervisor
 from llm_operator.runtime.commands import (
     engine_problems,
-    rsh_args,
     serve_command,
-    worker_command,
     worker_hosts,
 )
 from llm_operator.runtime.config import ConfigError, PodConfig
 from llm_operator.runtime.drain import drain, inflight
-from llm_operator.runtime.ssh import prepare_client_key, prepare_sshd, sshd_config
+from llm_operator.runtime.ssh import ENVIRONMENT_FILE
 from llm_operator.runtime.supervisor import EXIT_SERVER_GONE
 
 from e2e.cluster.processes import free_port
@@ -112,26 +110,17 @@ def test_multi_node_leader_runs_sixteen_ranks_eight_per_pod_over_ssh() -> None:
     leader = config(LLMOP_ROLE="leader", **MULTI)
     assert worker_hosts(leader) == ["m-g3-1.m-pods.ns.svc"]
     assert list(leader.local_ranks) == list(range(8))
-    cmd = serve_command(leader, ssh_key="/tmp/llm-operator/id_ed25519")
+    cmd = serve_command(leader)
     assert option(cmd, "--host") == "localhost:8,m-g3-1.m-pods.ns.svc:8"
     assert option(cmd, "--prefix") == "/opt/hpcx/ompi"
-    rsh = cmd[cmd.index("plm_rsh_args") + 1]
-    assert "-p 2222" in rsh and "-i /tmp/llm-operator/id_ed25519" in rsh and "BatchMode=yes" in rsh
+    rsh = cmd[cmd.index("plm_rsh_args") + 1].split()
+    assert rsh[:4] == ["-p", "2222", "-i", "/tmp/llm-operator/id_ed25519"] and "BatchMode=yes" in rsh
+    # Workers are known by the host key pinned in the Secret, never trusted on first sight.
+    assert "StrictHostKeyChecking=yes" in rsh and "UserKnownHostsFile=/tmp/llm-operator/known_hosts" in rsh
     assert cmd[cmd.index("plm_rsh_no_tree_spawn") + 1] == "1"
     per_rank = ranks(cmd)
     assert len(per_rank) == 16
     assert sum("--http-port=8000" in r for r in per_rank) == 1
-
-
-def test_multi_node_worker_hosts_sshd_with_the_pods_environment() -> None:
-    worker = config(LLMOP_ROLE="worker", **MULTI)
-    assert worker_command(worker, "/run/sshd_config") == ["/usr/sbin/sshd", "-D", "-e", "-f",
-                                                                   "/run/sshd_config"]  # fmt: skip
-    text = sshd_config(worker, host_key="/run/hk", authorized_keys="/run/ak",
-                       environ={"LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "HOME": "/root", "NCCL_X": "a b",
-                                "BAD": 'has "quote"'})  # fmt: skip
-    assert "Port 2222\n" in text and "HostKey /run/hk\n" in text and "AuthorizedKeysFile /run/ak\n" in text
-    assert 'SetEnv LD_LIBRARY_PATH="/usr/local/cuda/lib64" NCCL_X="a b"\n' in text
 
 
 @pytest.mark.parametrize(
@@ -177,15 +166,6 @@ nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="active",version="1
 """
     assert inflight(metrics) == 3
     assert inflight(metrics.replace("} 3", "} 0")) == 0
-
-
-def test_ssh_key_pair_is_an_openssh_pair() -> None:
-    from cryptography.hazmat.primitives import serialization
-
-    data = key_pair()
-    private = serialization.load_ssh_private_key(data["id_ed25519"].encode(), password=None)
-    public = serialization.load_ssh_public_key(data["id_ed25519.pub"].encode())
-    assert private.public_key() == public
 
 
 def test_ranks_are_found_by_their_own_id_not_by_mpiruns_command_line() -> None:
@@ -270,6 +250,7 @@ def test_launcher_refuses_to_start_with_a_meaningful_status(
     keys = tmp_path / "ssh"
     keys.mkdir()
     (keys / "id_ed25519").write_text("key")
+    (keys / "known_hosts").write_text("llm-operator-worker ssh-ed25519 AAAA")
     (tmp_path / "cm").mkdir()
     paths = {"LLMOP_MODEL_REPO_SRC": str(tmp_path / "cm"), "LLMOP_SSH_DIR": str(keys),
              "LLMOP_MODEL_REPO": str(tmp_path / "r"), "LLMOP_RUNTIME_DIR": str(tmp_path / "run")}  # fmt: skip
@@ -447,7 +428,7 @@ def test_a_worker_leaves_its_ranks_to_the_leader_on_sigterm(pod: Callable[..., P
             LLMOP_PODS_PER_REPLICA="2", LLMOP_SSH_DIR=str(keys), LLMOP_EXIT_TIMEOUT_SECONDS="10",
             LLMOP_SSHD=script(tmp_path / "sshd", FAKE_SSHD))  # fmt: skip
     p.wait_started("rank2", "rank3")
-    assert "SetEnv" in (tmp_path / "run" / "sshd_config").read_text()
+    assert (tmp_path / "run" / ENVIRONMENT_FILE).stat().st_mode & 0o777 == 0o400
     p.proc.send_signal(signal.SIGTERM)
     time.sleep(1)
     assert p.proc.poll() is None and not (p.dir / "rank2.term").exists(), "the leader stops worker ranks"
@@ -483,38 +464,10 @@ def test_real_mpirun_accepts_the_multi_node_options(tmp_path: Path) -> None:
         "FAKE_EXIT_AFTER_rank0": "0",
         "FAKE_EXIT_AFTER_rank1": "0",
     }
-    result = subprocess.run(serve_command(leader, ssh_key="/nonexistent"), env=env, timeout=60,
+    result = subprocess.run(serve_command(leader), env=env, timeout=60,
                             capture_output=True, text=True)  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "rank1.env").read_text() == "1"
-
-
-@pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="OpenSSH server is not installed")
-@pytest.mark.skipif(os.geteuid() == 0 and not Path("/run/sshd").is_dir(), reason="root sshd needs /run/sshd")
-def test_worker_sshd_accepts_the_leaders_key_and_passes_its_environment(tmp_path: Path) -> None:
-    keys = tmp_path / "ssh"
-    keys.mkdir()
-    for name, text in key_pair().items():
-        (keys / name).write_text(text)
-        (keys / name).chmod(0o644)  # as a Secret volume may present it
-    ssh = {
-        "LLMOP_SSH_DIR": str(keys),
-        "LLMOP_SSH_PORT": str(free_port()),
-        "LLMOP_RUNTIME_DIR": str(tmp_path / "run"),
-    }
-    c = config(**{**MULTI, **ssh, "LLMOP_ROLE": "worker"})
-    cfg = prepare_sshd(c, {"PATH": os.environ["PATH"], "LLMOP_PROBE": "from the worker pod"})
-    sshd = subprocess.Popen(worker_command(c, cfg), stderr=subprocess.PIPE)
-    try:
-        pending = launcher.wait_for_workers(["127.0.0.1"], c.ssh_port, 10, supervisor.Stop())
-        assert pending == [], sshd.stderr.read().decode() if sshd.poll() is not None and sshd.stderr else ""
-        leader = dataclasses.replace(c, role="leader")
-        login = ["ssh", *rsh_args(leader, prepare_client_key(leader)).split(), "127.0.0.1"]
-        out = subprocess.run([*login, "echo $LLMOP_PROBE"], capture_output=True, text=True, timeout=30)
-        assert out.stdout.strip() == "from the worker pod", out.stderr
-    finally:
-        sshd.terminate()
-        sshd.wait(timeout=10)
 
 
 # --- the real Triton CPU runtime ------------------------------------------------------------

@@ -120,7 +120,7 @@ async def test_a_restarted_operator_writes_nothing_where_nothing_changed_and_res
         await reconcile(kube, second, key)
     # The SSH Secret is created again (AlreadyExists): the operator may not read Secrets to know.
     writes = [w for w in kube.take_writes() if w[0] != "status"]
-    assert writes == [("create", "Secret", "llama31-405b-ssh-uid-2")]
+    assert writes == [("create", "Secret", "llama31-405b-sshkeys-uid-2")]
 
     # Edited while no operator ran: the edit is someone else's, so that object alone is applied.
     sts = kube.objects[("StatefulSet", NS, "tiny-llama")]
@@ -334,7 +334,8 @@ async def test_multi_node_groups_get_one_ssh_identity_made_once(caplog: pytest.L
     (secret,) = kube.of_kind("Secret").values()
     owner = kube.objects[("LLMDeployment", *key)]
     assert secret["metadata"]["ownerReferences"][0]["uid"] == owner["metadata"]["uid"]
-    assert set(secret["stringData"]) == {"id_ed25519", "id_ed25519.pub"}
+    keys = {"id_ed25519", "authorized_keys", "ssh_host_ed25519_key", "known_hosts"}
+    assert set(secret["stringData"]) == keys
     assert secret["stringData"]["id_ed25519"].startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
     assert [w for w in kube.writes if w[1] == "Secret"] == [("create", "Secret", secret["metadata"]["name"])]
     assert "PRIVATE KEY" not in caplog.text
@@ -346,6 +347,39 @@ async def test_multi_node_groups_get_one_ssh_identity_made_once(caplog: pytest.L
     await reconcile(kube, restarted, key)
     assert ("create", "Secret", secret["metadata"]["name"]) in kube.take_writes()
     assert kube.of_kind("Secret") == {secret["metadata"]["name"]: secret}, "the key is never replaced"
+    assert owner["status"]["sshSecret"] == secret["metadata"]["name"], "how a restarted operator knows it"
+
+
+async def test_a_secret_under_the_operators_name_that_it_did_not_create_is_never_mounted() -> None:
+    kube, reconciler = await operator_with_nodes()
+    key = kube.add_deployment(multi_node())
+    uid = kube.objects[("LLMDeployment", *key)]["metadata"]["uid"]
+    name = f"llama31-405b-sshkeys-{uid}"
+    # Created first by someone who may create Secrets here and read the deployment's UID.
+    foreign = {"kind": "Secret", "metadata": {"name": name, "namespace": key[0]}}
+    kube.objects[("Secret", key[0], name)] = foreign
+    await reconcile(kube, reconciler, key)
+
+    status = kube.objects[("LLMDeployment", *key)]["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "SshSecretNotOwned")
+    assert f'Secret "{name}" exists but this LLMDeployment did not create it' in status["message"]
+    assert "delete that Secret" in status["message"]
+    assert "sshSecret" not in status
+    assert not kube.of_kind("StatefulSet") and not kube.of_kind("LeaderWorkerSet"), "no pod mounts it"
+
+    # Still refused on the next pass, and by a restarted operator.
+    await reconcile(kube, reconciler, key)
+    _, restarted = await operator_with_nodes(kube)
+    await reconcile(kube, restarted, key)
+    assert kube.objects[("LLMDeployment", *key)]["status"]["reason"] == "SshSecretNotOwned"
+    assert not kube.of_kind("StatefulSet")
+
+    # Deleted: the operator makes its own and the groups start.
+    del kube.objects[("Secret", key[0], name)]
+    await reconcile(kube, restarted, key)
+    assert kube.objects[("Secret", key[0], name)]["metadata"]["ownerReferences"][0]["uid"] == uid
+    assert kube.objects[("LLMDeployment", *key)]["status"]["sshSecret"] == name
+    assert kube.of_kind("StatefulSet")
 
 
 async def test_a_broken_group_is_recreated_by_the_reconcile_and_no_other_group() -> None:

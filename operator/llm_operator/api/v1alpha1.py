@@ -1203,6 +1203,11 @@ class LLMDeploymentStatus(Spec):
     placement: PlacementStatus | None = None
     engine: EngineStatus | None = None
     endpoints: EndpointsStatus | None = None
+    ssh_secret: str | None = Field(
+        default=None,
+        description="The SSH Secret the operator created for this deployment's multi-node groups: "
+        "a Secret under that name that it did not create is never mounted.",
+    )
 
 
 class LLMDeployment(BaseModel):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llm_operator.controller.lease import ElectionConfig
+from llm_operator.controller.prometheus_urls import Endpoint, parse_list
 from llm_operator.images import Images
 from llm_operator.render.autoscaling import DEFAULT_PROMETHEUS_URL
 from llm_operator.render.network import DEFAULT_METRICS_PEERS, parse_peers
@@ -28,10 +29,13 @@ class OperatorConfig:
     prometheus_url: str = DEFAULT_PROMETHEUS_URL  # what KEDA ScaledObjects' triggers query
     # Who may scrape serving pods' metrics port: namespace names and CIDRs (render/network.py).
     metrics_peers: tuple[str, ...] = DEFAULT_METRICS_PEERS
+    # What canary analysis may query (controller/prometheus_urls.py); empty: no analysis runs.
+    analysis_prometheus_urls: tuple[Endpoint, ...] = parse_list(DEFAULT_PROMETHEUS_URL, "default")
 
     @classmethod
     def from_env(cls, namespaces: tuple[str, ...] = ()) -> OperatorConfig:
         env = os.environ.get
+        prometheus_url = env("LLMOP_PROMETHEUS_URL", DEFAULT_PROMETHEUS_URL)
         return cls(
             images=Images(
                 runtime=env("LLMOP_RUNTIME_IMAGE", "ghcr.io/llm-operator/triton-trtllm-runtime:0.1.0"),
@@ -44,8 +48,11 @@ class OperatorConfig:
             health_port=int(env("LLMOP_HEALTH_PORT", "8080")),
             namespaces=namespaces,
             leader_election=election_from_env(),
-            prometheus_url=env("LLMOP_PROMETHEUS_URL", DEFAULT_PROMETHEUS_URL),
+            prometheus_url=prometheus_url,
             metrics_peers=parse_peers(env("LLMOP_METRICS_PEERS", ",".join(DEFAULT_METRICS_PEERS))),
+            analysis_prometheus_urls=parse_list(
+                env("LLMOP_ANALYSIS_PROMETHEUS_URLS", prometheus_url), "LLMOP_ANALYSIS_PROMETHEUS_URLS"
+            ),
         )
 
 

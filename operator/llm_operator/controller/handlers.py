@@ -191,9 +191,3 @@ async def deployment_event(
     if Runtime.reconciler is not None and namespace is not None:
         body = dict(event["object"])  # the raw object: the reconcile reads it instead of a GET
         Runtime.reconciler.deployment_event(type or "ADDED", namespace, name, body)
-
-
-@kopf.on.probe(id="reconcilerQueue")
-def queue_probe(**_: Any) -> int:
-    """Liveness detail: the work queue exists (kopf answers /healthz only while the loop runs)."""
-    return len(Runtime.tasks)

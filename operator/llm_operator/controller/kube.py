@@ -83,7 +83,7 @@ class KubeApi(Protocol):
     """The requests the reconcile makes (watches are wired separately, in handlers.py)."""
 
     async def apply(self, obj: dict[str, Any]) -> dict[str, Any]: ...
-    async def create(self, obj: dict[str, Any]) -> None: ...
+    async def create(self, obj: dict[str, Any]) -> bool: ...
     async def delete(self, kind: str, namespace: str, name: str, *, orphan: bool = False) -> None: ...
     async def add_labels(
         self, kind: str, namespace: str, selector: dict[str, str], owner_uid: str, labels: dict[str, str]
@@ -134,15 +134,17 @@ class Kube:
             raise
         return _as_dict(result)
 
-    async def create(self, obj: dict[str, Any]) -> None:
+    async def create(self, obj: dict[str, Any]) -> bool:
         """Create an object that must never be overwritten (a Secret holding a generated key);
-        one that exists already is left as it is."""
+        one that exists already is left as it is. False: it existed."""
         self._write(obj["kind"], "create")
         try:
             await self.client.create(CREATED_KINDS[obj["kind"]].from_dict(obj))
         except ApiError as e:
             if e.status.code != 409:
                 raise
+            return False
+        return True
 
     async def claim_exists(self, namespace: str, name: str) -> bool:
         try:

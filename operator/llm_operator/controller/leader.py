@@ -3,7 +3,11 @@
 kopf starts only once this replica holds the Lease (controller/lease.py), so a standby has no
 watch, no queue and no state to go stale: taking over is a fresh start, the path every restart
 takes. Until then it is hot: imports done, configuration read, the API client connected, the
-Lease polled every retry period, and its health endpoint answering on the port kopf's takes over.
+Lease polled every retry period, and its health endpoint answering.
+
+/healthz is served here, standing by and leading alike, by the bounded server of
+controller/http_server.py (kopf's own liveness endpoint bounds neither the connections it holds
+nor how long an idle one stays): 200 while the event loop runs, which is all kopf's said.
 
 A leader whose renewals fail past the renew deadline, or that finds another holder, has its
 writes refused at once (`Kube`'s fence) and stops kopf; the process exits 1, and the kubelet
@@ -16,11 +20,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from lightkube import AsyncClient
 
+from llm_operator.controller.http_server import BoundedServer
 from llm_operator.controller.lease import ElectionConfig, LeaseElector
 from llm_operator.controller.metrics import LEADER
 
@@ -40,17 +45,25 @@ async def run(
     election: ElectionConfig | None, health_port: int, operator: Callable[[Term], Awaitable[None]]
 ) -> int:
     """Run `operator` while this replica leads; returns the process's exit code."""
+    health = Health(election)
+    server = await BoundedServer({"/healthz": health.route}).start("0.0.0.0", health_port)
+    try:
+        return await _run(election, operator, health)
+    finally:
+        server.close()
+
+
+async def _run(
+    election: ElectionConfig | None, operator: Callable[[Term], Awaitable[None]], health: Health
+) -> int:
     if election is None:
         LEADER.set(1)
+        health.leading = True
         await operator(Term(asyncio.Event()))
         return 0
     elector = LeaseElector(election, AsyncClient())
-    standby = await _serve_standby_health(health_port, election)
-    try:
-        await elector.acquire()
-    finally:
-        standby.close()
-        await standby.wait_closed()
+    await elector.acquire()
+    health.leading = True
     stop = asyncio.Event()
     holding = asyncio.create_task(elector.hold())
     holding.add_done_callback(lambda _: stop.set())
@@ -72,25 +85,16 @@ async def run(
     return 1 if lost else 0
 
 
-async def _serve_standby_health(port: int, election: ElectionConfig) -> asyncio.Server:
-    """200 on any path while standing by: the process is up and ready to take over (liveness and
-    readiness). kopf serves the same port once this replica leads."""
-    lease = f"{election.namespace}/{election.lease}"
-    body = json.dumps({"leaderElection": {"lease": lease, "leading": False}})
-    response = (
-        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}"
-    ).encode()
+class Health:
+    """200 while the process runs: standing by (ready to take over) or leading. Liveness and
+    readiness alike: Ready means "running, able to take over", not "leading" (the Lease's holder)."""
 
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            async with asyncio.timeout(5):
-                await reader.readuntil(b"\r\n\r\n")
-                writer.write(response)
-                await writer.drain()
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-            pass  # a probe that hung up or sent garbage gets nothing
-        finally:
-            writer.close()
+    def __init__(self, election: ElectionConfig | None) -> None:
+        self.lease = None if election is None else f"{election.namespace}/{election.lease}"
+        self.leading = False
 
-    return await asyncio.start_server(answer, "0.0.0.0", port, reuse_address=True)
+    def route(self, headers: Mapping[str, str]) -> tuple[int, str, bytes]:
+        body = (
+            {} if self.lease is None else {"leaderElection": {"lease": self.lease, "leading": self.leading}}
+        )
+        return 200, "application/json", json.dumps(body).encode()

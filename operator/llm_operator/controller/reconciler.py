@@ -88,7 +88,7 @@ class Reconciler:
         self.create_failures = CreateFailures()
         self.group_failures = GroupFailures()
         self.ssh = SshIdentities(kube)
-        self.rollouts = Rollouts(analysis.measure)
+        self.rollouts = Rollouts(analysis.measure, config.analysis_prometheus_urls)
         self.statuses: dict[Key, dict[str, Any]] = {}  # last status written, for the gauge
         self.counts = ConditionCounts()
         self.known: set[Key] = set()
@@ -259,7 +259,12 @@ class Reconciler:
             self.queue.add_after((namespace, name), CLAIM_RECHECK_SECONDS)
             return
         if any(needs_ssh(want.plan) for want in wants):
-            await self.ssh.ensure(ld)
+            try:
+                await self.ssh.ensure(ld)
+            except PlanningError as e:  # someone else's Secret under the operator's name
+                await self._write_status(body, self._stalled(body, e))
+                self.queue.add_after((namespace, name), CLAIM_RECHECK_SECONDS)  # Secrets are not watched
+                return
         missing_apis = await self._apply(ld, wants, rollout.objects)
         events = [Event(*e) for e in rollout.decision.events]
         observed = self._observe(ld, wants, rollout, missing_apis)

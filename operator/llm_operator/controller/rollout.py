@@ -28,6 +28,7 @@ from llm_operator.api.v1alpha1 import (
 )
 from llm_operator.controller.kube import ObjKey
 from llm_operator.controller.observe import ChildCache, Key, owner_key
+from llm_operator.controller.prometheus_urls import Endpoint, analysis_endpoint
 from llm_operator.images import Images
 from llm_operator.plan.types import PlanningError
 from llm_operator.render import names
@@ -270,8 +271,9 @@ def _same_parent(seen: dict[str, Any], ref: dict[str, Any], namespace: str) -> b
 
 
 class Rollouts:
-    def __init__(self, measure: Measure) -> None:
+    def __init__(self, measure: Measure, allowlist: tuple[Endpoint, ...]) -> None:
         self.measure = measure
+        self.allowlist = allowlist
         self.ready = ReadyPods()
         self.routable = RoutableEndpoints()
 
@@ -291,6 +293,11 @@ class Rollouts:
         revision = revision_of(ld.spec, images)
         old = ld.status.revisions if ld.status is not None else None
         canary = ld.spec.rollout.canary
+        url = (
+            None
+            if canary is None or canary.analysis is None
+            else analysis_endpoint(canary.analysis, self.allowlist)
+        )
         gateway = ld.spec.rollout.strategy == RolloutStrategy.CANARY and (
             canary is not None and canary.traffic_routing == TrafficRouting.GATEWAY_API
         )
@@ -302,10 +309,8 @@ class Rollouts:
         decision = machine.decide(*args, None, action, now, route_ok, problems)
         if decision.measure and canary is not None and canary.analysis is not None:
             target = decision.revisions.canary
-            assert target is not None
-            measured = await self.measure(
-                canary.analysis.prometheus.url, canary.analysis, ld.namespace, ld.name, target
-            )
+            assert target is not None and url is not None
+            measured = await self.measure(url, canary.analysis, ld.namespace, ld.name, target)
             decision = machine.decide(*args, measured, action, now, route_ok, problems)
         snaps = snapshots(children, ld)
         specs = [self._slot(ld, images, revision, snaps, slot, target.revision, target.replicas)

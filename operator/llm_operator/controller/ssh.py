@@ -1,6 +1,7 @@
 """The SSH identity of a deployment's multi-node groups: one Secret per LLMDeployment.
 
-The leader's mpirun logs in to its workers' sshd with this key pair (docs/launcher-and-engines.md).
+The leader's mpirun logs in to its workers' sshd with the client key pair, and knows them by their
+host key pair (docs/launcher-and-engines.md); pods mount only their role's half (render/pod.py).
 The key is made once, owned by the LLMDeployment (the garbage collector removes it with it) and
 never read back, logged or rendered: `llm-operator render` shows only the volume that mounts it.
 Its name carries the deployment's UID, so a deployment deleted and created again under the same
@@ -16,9 +17,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import LLMDeployment
-from llm_operator.contract import SSH_PRIVATE_KEY, SSH_PUBLIC_KEY
+from llm_operator.contract import (
+    SSH_AUTHORIZED_KEYS,
+    SSH_HOST_ALIAS,
+    SSH_HOST_KEY,
+    SSH_KNOWN_HOSTS,
+    SSH_PRIVATE_KEY,
+)
 from llm_operator.controller.kube import KubeApi
-from llm_operator.plan.types import Plan
+from llm_operator.plan.types import Plan, PlanningError
 from llm_operator.render import names
 from llm_operator.render.children import owner_reference
 
@@ -27,14 +34,29 @@ def needs_ssh(plan: Plan) -> bool:
     return any(p.pods_per_replica > 1 for p in plan.pools)
 
 
-def key_pair() -> dict[str, str]:
-    """A fresh ed25519 key pair as Secret stringData: the private key and its authorized_keys line."""
+def _ed25519() -> tuple[str, str]:
+    """A fresh ed25519 key pair: the OpenSSH private key and the public key's `ssh-ed25519 ...`."""
     key = Ed25519PrivateKey.generate()
     private = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
     )
     public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-    return {SSH_PRIVATE_KEY: private.decode(), SSH_PUBLIC_KEY: public.decode() + " llm-operator\n"}
+    return private.decode(), public.decode()
+
+
+def key_pair() -> dict[str, str]:
+    """The Secret's stringData: the client key with its authorized_keys line, and the workers' host
+    key with its known_hosts line. `restrict` turns off every forwarding, the agent, X11, a pty and
+    ~/.ssh/rc for this key whatever sshd allows; the host key is pinned under one alias, as the
+    leader reaches workers by names the operator does not know when it makes the key."""
+    client, client_public = _ed25519()
+    host, host_public = _ed25519()
+    return {
+        SSH_PRIVATE_KEY: client,
+        SSH_AUTHORIZED_KEYS: f"restrict {client_public} llm-operator\n",
+        SSH_HOST_KEY: host,
+        SSH_KNOWN_HOSTS: f"{SSH_HOST_ALIAS} {host_public}\n",
+    }
 
 
 def ssh_secret(ld: LLMDeployment) -> dict[str, Any]:
@@ -54,21 +76,43 @@ def ssh_secret(ld: LLMDeployment) -> dict[str, Any]:
 
 class SshIdentities:
     """Creates each deployment's Secret once. The operator may create Secrets but never read one
-    (docs/helm.md), so existence is learnt from the create itself: AlreadyExists means an earlier
-    run made it (the name carries the deployment's UID). Remembered, so a steady reconcile sends
-    nothing; after a restart, one create per multi-node deployment."""
+    (docs/helm.md), so whose a Secret is is learnt from the create itself: when it succeeds, the
+    operator records the name in status.sshSecret (a place only it writes). AlreadyExists for a
+    name recorded there means an earlier run made it; for any other, someone else did, and the
+    deployment is refused rather than given keys it cannot vouch for. Remembered, so a steady
+    reconcile sends nothing; after a restart, one create per multi-node deployment."""
 
     def __init__(self, kube: KubeApi) -> None:
         self.kube = kube
         self._ensured: set[tuple[str, str]] = set()
+        self._owned: set[tuple[str, str]] = set()  # (namespace, Secret name) made or vouched for
 
     async def ensure(self, ld: LLMDeployment) -> None:
+        """Raises PlanningError (SshSecretNotOwned) for a Secret under the name that the
+        operator did not create: nothing may mount it."""
         key = (ld.namespace, ld.name)
-        if key not in self._ensured:
-            await self.kube.create(ssh_secret(ld))
-            self._ensured.add(key)
+        if key in self._ensured:
+            return
+        secret = ssh_secret(ld)
+        name = secret["metadata"]["name"]
+        recorded = ld.status is not None and ld.status.ssh_secret == name
+        if recorded:
+            self._owned.add((ld.namespace, name))
+        if await self.kube.create(secret):
+            await self.kube.patch_status(ld.namespace, ld.name, {"sshSecret": name})
+            self._owned.add((ld.namespace, name))
+        elif (ld.namespace, name) not in self._owned:
+            raise PlanningError("SshSecretNotOwned", foreign_secret_message(name))
+        self._ensured.add(key)
 
     def forget(self, key: tuple[str, str]) -> None:
         """Create again on the next reconcile (the deployment is gone, or a group was recreated:
         a deleted Secret is one reason groups fail)."""
         self._ensured.discard(key)
+
+
+def foreign_secret_message(name: str) -> str:
+    return (
+        f'Secret "{name}" exists but this LLMDeployment did not create it, so its multi-node pods '
+        "are not started with it: delete that Secret and the operator creates its own key pairs."
+    )

@@ -79,6 +79,10 @@ def reduce(
     g = obs.generation
     conds: list[dict[str, Any]]
     status: dict[str, Any] = {"observedGeneration": g, "selector": obs.selector}
+    if (old_status or {}).get("sshSecret"):
+        # Written once, when the operator creates the Secret (controller/ssh.py): its proof of
+        # whose the Secret is, as it never reads one.
+        status["sshSecret"] = (old_status or {})["sshSecret"]
     ready_total = sum(p.ready for p in obs.pools.values())
     serving = ready_total > 0
     status["readyReplicas"] = ready_total

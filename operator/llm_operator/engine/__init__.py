@@ -124,10 +124,12 @@ def build_job(
     mounts: list[dict[str, Any]] = [
         {"name": "work", "mountPath": WORK_MOUNT},
         {"name": "shm", "mountPath": "/dev/shm"},
+        {"name": "tmp", "mountPath": "/tmp"},
     ]
     volumes: list[dict[str, Any]] = [
         {"name": "work", "emptyDir": {}},
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm_size}},
+        {"name": "tmp", "emptyDir": {}},  # the root filesystem is read-only; tools write temp files
     ]
     if model_uri.startswith("pvc://"):
         claim, _, path = model_uri.removeprefix("pvc://").partition("/")
@@ -177,7 +179,11 @@ def build_job(
         "volumeMounts": mounts,
         # A failed build's log tail lands in its pod status; the operator quotes it in status.
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+        },
     }
     return {
         "apiVersion": "batch/v1",

@@ -80,10 +80,11 @@ def autoscaler(deployment: str) -> str:
 
 
 def ssh_secret(deployment: str, uid: str) -> str:
-    """The key pair of a deployment's multi-node groups (leaders log in to their workers); one
+    """The key pairs of a deployment's multi-node groups (leaders log in to their workers); one
     per incarnation of the deployment (its UID), as the operator can create Secrets but not read
-    one to check whose it is."""
-    return _fit(f"{deployment}-ssh-{uid[:8]}" if uid else f"{deployment}-ssh")
+    one to check whose it is. `sshkeys`, not the `ssh` of earlier operators: their Secrets
+    hold no host key, and a Secret is never updated, so this layout needs new ones."""
+    return _fit(f"{deployment}-sshkeys-{uid[:8]}" if uid else f"{deployment}-sshkeys")
 
 
 def engine_job(deployment: str, pool: PoolPlan, cache_key: str) -> str:

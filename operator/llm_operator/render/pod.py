@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from llm_operator import contract
@@ -25,6 +27,34 @@ def template_hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:10]
 
 
+# Kubernetes quantity suffixes of memory sizes.
+_SUFFIX = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}  # fmt: skip
+# Mode of the SSH key files: owner and the pod's fsGroup (the kubelet adds group read anyway when
+# it applies an fsGroup to a Secret volume), nobody else.
+SSH_KEY_MODE = 0o440
+# The group that may read the SSH keys: Secret volume files belong to root, so a non-root
+# container user reads them through this supplementary group only.
+SSH_FS_GROUP = 1000
+
+
+def memory_bytes(quantity: str) -> int:
+    """Bytes of a memory quantity ("2Gi", "256M", "1e9"); admission has checked isQuantity."""
+    m = re.fullmatch(r"([0-9.]+(?:[eE][-+]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?", quantity)
+    if m is None:
+        raise ValueError(f"not a memory quantity: {quantity}")
+    number, suffix = Decimal(m.group(1)), m.group(2) or ""
+    value = number / 1000 if suffix == "m" else number * _SUFFIX[suffix]
+    return int(value.to_integral_value(rounding=ROUND_CEILING))
+
+
+def _size(n: int) -> str:
+    for suffix in ("Gi", "Mi", "Ki"):
+        if n % _SUFFIX[suffix] == 0:
+            return f"{n // _SUFFIX[suffix]}{suffix}"
+    return str(n)
+
+
 def _env(spec: LLMDeploymentSpec, pool: PoolPlan, engine: EngineLocation | None) -> list[dict[str, Any]]:
     """What every serving container gets (contract.ENV); multi-node pods add their role and group
     addressing (workloads)."""
@@ -41,6 +71,8 @@ def _env(spec: LLMDeploymentSpec, pool: PoolPlan, engine: EngineLocation | None)
         {"name": "LLMOP_GRPC_PORT", "value": str(contract.GRPC_PORT)},
         {"name": "LLMOP_METRICS_PORT", "value": str(contract.METRICS_PORT)},
         {"name": "LLMOP_EXIT_TIMEOUT_SECONDS", "value": str(spec.runtime.exit_timeout_seconds)},
+        # The root filesystem is read-only: mpirun, ssh and Python's caches write under HOME.
+        {"name": "HOME", "value": contract.HOME_DIR},
     ]
     if engine is not None:
         env.append({"name": "LLMOP_ENGINE_DIR", "value": engine.engine_dir})
@@ -64,6 +96,11 @@ def _container(
     if spec.resources.memory:
         requests["memory"] = spec.resources.memory
     limits: dict[str, str] = {}
+    if spec.resources.memory:
+        # /dev/shm is a memory-backed emptyDir: what Triton's python backend and NCCL write there
+        # is charged to the pod's memory. The limit leaves room for a full shm on top of what the
+        # processes are sized for, so a limit cannot kill a pod that stays within both.
+        limits["memory"] = _size(memory_bytes(spec.resources.memory) + memory_bytes(spec.resources.shm_size))
     if not cpu:
         # Extended resources need limits == requests.
         limits[L.GPU_RESOURCE] = requests[L.GPU_RESOURCE] = str(pool.gpus_per_pod)
@@ -76,6 +113,7 @@ def _container(
         {"name": "model-repo", "mountPath": contract.MODEL_REPO},
         {"name": "shm", "mountPath": "/dev/shm"},
         {"name": "tmp", "mountPath": contract.TMP_DIR},
+        {"name": "home", "mountPath": contract.HOME_DIR},
     ]
     if engine is not None:
         mounts.append({"name": "engine-cache", "mountPath": contract.ENGINE_CACHE_MOUNT, "readOnly": True})
@@ -96,9 +134,12 @@ def _container(
         # A runtime that dies before writing a termination message leaves the tail of its log
         # there instead: the operator quotes it in status (kubectl logs is not needed to see why).
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        # Everything written goes to an emptyDir: the model repository, /tmp (the launcher's
+        # runtime dir, Triton's python backend, Open MPI's session dir), /dev/shm and HOME.
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
         },
     }
     if user_env_from:
@@ -132,6 +173,8 @@ def _volumes(
     repo_hash: str,
     ssh_secret: str,
     slot: Slot,
+    *,
+    leader: bool,
 ) -> list[dict[str, Any]]:
     repo = names.model_repo(deployment, pool, repo_hash, slot)
     volumes: list[dict[str, Any]] = [
@@ -139,6 +182,7 @@ def _volumes(
         {"name": "model-repo", "emptyDir": {}},
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm_size}},
         {"name": "tmp", "emptyDir": {}},
+        {"name": "home", "emptyDir": {}},
     ]
     if engine is not None:
         volumes.append(
@@ -148,9 +192,20 @@ def _volumes(
             }
         )
     if pool.pods_per_replica > 1:
-        # The deployment's SSH identity (the controller creates the Secret): the leader's mpirun
-        # logs in to its workers' sshd with it.
-        volumes.append({"name": contract.SSH_VOLUME, "secret": {"secretName": ssh_secret}})
+        # The deployment's SSH identity (the controller creates the Secret), each role only its
+        # half: the leader's mpirun logs in to its workers' sshd with the client key and checks
+        # their host key; a worker never holds the client key, a leader never the host key.
+        keys = contract.LEADER_SSH_KEYS if leader else contract.WORKER_SSH_KEYS
+        volumes.append(
+            {
+                "name": contract.SSH_VOLUME,
+                "secret": {
+                    "secretName": ssh_secret,
+                    "defaultMode": SSH_KEY_MODE,
+                    "items": [{"key": k, "path": k} for k in keys],
+                },
+            }
+        )
     return volumes
 
 
@@ -183,9 +238,13 @@ def pod_template(
         # checks against runAsNonRoot; workers' sshd runs unprivileged (runtime/ssh.py).
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [_container(spec, pool, images, engine, leader=leader, extra_env=extra_env)],
-        "volumes": _volumes(spec, pool, deployment, engine, repo_hash, ssh_secret, slot),
+        "volumes": _volumes(spec, pool, deployment, engine, repo_hash, ssh_secret, slot, leader=leader),
         **spec.runtime.pod_identity(),
     }
+    if pool.pods_per_replica > 1:
+        # OnRootMismatch: a volume whose root already has the group is not walked again (the
+        # engine cache is large, and mounted read-only).
+        pod_spec["securityContext"].update(fsGroup=SSH_FS_GROUP, fsGroupChangePolicy="OnRootMismatch")
     if spec.engine.backend != Backend.CPU_REFERENCE:
         pod_spec.update(
             pod_scheduling(

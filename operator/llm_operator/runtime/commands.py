@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from llm_operator.contract import SSH_HOST_ALIAS, SSH_KNOWN_HOSTS, SSH_PRIVATE_KEY
 from llm_operator.runtime.config import PodConfig
 
 TRTLLM_PYTHON_MODELS = ("preprocessing", "postprocessing")
@@ -51,14 +52,18 @@ def worker_hosts(c: PodConfig) -> list[str]:
     return [c.worker_host_pattern.format(group=c.group, worker=w) for w in range(1, c.pods_per_replica)]
 
 
-def rsh_args(c: PodConfig, key: str) -> str:
-    """How the leader's mpirun reaches the workers' sshd. Pods are recreated with new host keys,
-    so host keys are not pinned: the Secret's client key is what authenticates the group."""
-    return (f"-p {c.ssh_port} -i {key} -o BatchMode=yes -o StrictHostKeyChecking=no "
-            "-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR")  # fmt: skip
+def rsh_args(c: PodConfig) -> str:
+    """How the leader's mpirun reaches the workers' sshd (keys copied by runtime/ssh.py): with the
+    Secret's client key, and only to a host that proves it holds the workers' host key from the
+    same Secret, pinned under one alias whatever name the worker is reached by."""
+    run = Path(c.runtime_dir)
+    return (f"-p {c.ssh_port} -i {run / SSH_PRIVATE_KEY} -o IdentitiesOnly=yes -o BatchMode=yes "
+            f"-o StrictHostKeyChecking=yes -o HostKeyAlias={SSH_HOST_ALIAS} "
+            f"-o UserKnownHostsFile={run / SSH_KNOWN_HOSTS} -o GlobalKnownHostsFile=/dev/null "
+            "-o LogLevel=ERROR")  # fmt: skip
 
 
-def serve_command(c: PodConfig, *, ssh_key: str = "") -> list[str]:
+def serve_command(c: PodConfig) -> list[str]:
     """What a leader (or single) pod runs: one tritonserver for a world of one, else ONE mpirun
     launching every rank MPMD-style, so all of them form a single MPI world of tp*pp."""
     if c.world_size == 1:
@@ -71,7 +76,7 @@ def serve_command(c: PodConfig, *, ssh_key: str = "") -> list[str]:
         mpirun += [
             # orted is not on sshd's default PATH; Open MPI prepends PREFIX/bin and PREFIX/lib.
             "--prefix", str(Path(c.mpirun).parent.parent),
-            "--mca", "plm_rsh_args", rsh_args(c, ssh_key),
+            "--mca", "plm_rsh_args", rsh_args(c),
             # Only the leader holds the client key: no orted-to-orted tree spawn.
             "--mca", "plm_rsh_no_tree_spawn", "1",
             # Pod names resolve only as FQDNs through the headless Service.

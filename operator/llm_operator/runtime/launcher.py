@@ -34,7 +34,7 @@ from llm_operator.runtime.commands import (
 from llm_operator.runtime.config import ConfigError, PodConfig
 from llm_operator.runtime.drain import drain
 from llm_operator.runtime.repository import materialize
-from llm_operator.runtime.ssh import prepare_client_key, prepare_sshd
+from llm_operator.runtime.ssh import prepare_client, prepare_sshd
 from llm_operator.runtime.supervisor import (
     Policy,
     Stop,
@@ -91,16 +91,15 @@ def launch(c: PodConfig, stop: Stop, environ: Mapping[str, str]) -> int:
         argv = worker_command(c, prepare_sshd(c, environ))
         log(f"worker of group {c.group}: sshd on port {c.ssh_port} for the leader's mpirun")
         return Supervisor(argv, Policy.FOLLOW_LEADER, c.exit_timeout, stop, ids).run()
-    key = ""
     if c.multi_node:
-        key = prepare_client_key(c)
+        prepare_client(c)
         missing = wait_for_workers(worker_hosts(c), c.ssh_port, c.worker_wait, stop)
         if stop.signum is not None:
             return 0
         if missing:
             log(f"workers unreachable after {c.worker_wait:g}s on port {c.ssh_port}: {', '.join(missing)}")
             return EXIT_WORKERS_UNREACHABLE
-    argv = serve_command(c, ssh_key=key)
+    argv = serve_command(c)
     log(shlex.join(argv))
     if c.world_size == 1:
         return Supervisor(argv, Policy.SERVER, c.exit_timeout, stop).run()

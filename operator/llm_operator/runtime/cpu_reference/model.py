@@ -71,8 +71,17 @@ def _text(text: str) -> Any:
     )
 
 
-def _error(message: str) -> Any:
-    return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
+def _error(message: str, code: Any = None) -> Any:
+    """An error response for one request (its batch-mates are answered as usual). A refusal of
+    the request's inputs (the default) is INVALID_ARG: HTTP 400, gRPC INVALID_ARGUMENT; the
+    fault knob's failures stand for the server's own (INTERNAL)."""
+    if code is None:
+        code = (
+            pb_utils.TritonError.INTERNAL
+            if message.startswith(INJECTED)
+            else pb_utils.TritonError.INVALID_ARG
+        )
+    return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message, code))
 
 
 @dataclass
@@ -256,6 +265,11 @@ class TritonPythonModel:
             return f"max_tokens must be 1..{self.max_seq_len - tokens} for this prompt (max_seq_len)"
         if stream and not self.decoupled:
             return "stream=true needs a decoupled model (runtime.streaming: true)"
+        temperature = float(_first(request, "temperature", 1.0))
+        top_k, top_p = int(_first(request, "top_k", 0)), float(_first(request, "top_p", 0.0))
+        problem = Sampler.problem(temperature, top_k, top_p)
+        if problem is not None:
+            return problem
         return Job(
             request=request,
             prompt=prompt,
@@ -264,10 +278,7 @@ class TritonPythonModel:
             exclude_input=bool(_first(request, "exclude_input_in_output", self.exclude_input)),
             stop_words=[w.decode("utf-8", "replace") for w in words if w] if words is not None else [],
             sampler=Sampler(
-                temperature=float(_first(request, "temperature", 1.0)),
-                top_k=int(_first(request, "top_k", 0)),
-                top_p=float(_first(request, "top_p", 0.0)),
-                seed=int(_first(request, "seed", 0)),
+                temperature=temperature, top_k=top_k, top_p=top_p, seed=int(_first(request, "seed", 0))
             ),
         )
 
@@ -335,7 +346,9 @@ class TritonPythonModel:
         def emit(job: Job, piece: str) -> None:
             if job.request.is_cancelled():  # the client left: free its slot in the batch
                 job.done = True
-                senders[id(job)].send(_error("request cancelled"), flags=final)
+                senders[id(job)].send(
+                    _error("request cancelled", pb_utils.TritonError.CANCELLED), flags=final
+                )
             elif job.done and self.faults.latency_ms:
                 held.append((job, _text(piece) if job.stream else self._result(job)))
             elif job.stream:

@@ -46,6 +46,19 @@ class Sampler:
     def __post_init__(self) -> None:
         self.generator = torch.Generator().manual_seed(self.seed)
 
+    @staticmethod
+    def problem(temperature: float, top_k: int, top_p: float) -> str | None:
+        """Why these sampling inputs cannot be used (None: they can), checked per request before
+        any of them decodes: a NaN temperature with top_k > 1 would make torch fail the whole
+        batch ("probability tensor contains nan"). The bounds are TensorRT-LLM's."""
+        if not math.isfinite(temperature) or temperature < 0.0:
+            return "temperature must be a finite number >= 0"
+        if top_k < 0:
+            return "top_k must be >= 0 (0: off)"
+        if not 0.0 <= top_p <= 1.0:  # NaN fails both comparisons
+            return "top_p must be in [0, 1] (0: off)"
+        return None
+
     def pick(self, logits: torch.Tensor) -> int:
         logits = logits[PRINTABLE_FIRST : PRINTABLE_LAST + 1]
         if self.top_k == 1 or (self.top_k <= 0 and self.top_p <= 0.0):
