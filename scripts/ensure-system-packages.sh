@@ -8,13 +8,15 @@
 #   containerd, runc, containernetworking-plugins, nftables, iptables
 #                    the embedded cluster's real node (e2e/cluster/node.py): container runtime, CNI
 #                    bridge/host-local/portmap, kube-proxy's nftables mode (portmap uses iptables)
+#   ipset            kube-router's network policy controller, the test world's NetworkPolicy
+#                    enforcer (its iptables rules match ipsets it fills with `ipset restore`)
 #   busybox-static   the node's stand-in sandbox image and the tests' tiny web server
 #   debootstrap      the Debian rootfs of the locally built images (python -m images.builder)
 #   gcc, libc6-dev   the static pause (sandbox) binary of those images (libc6-dev ships libc.a)
 # Needs root or passwordless sudo once; later runs only ask dpkg (milliseconds).
 set -euo pipefail
 packages=(libpython3.11 python3-torch openmpi-bin openssh-server openssh-client
-  containerd runc containernetworking-plugins nftables iptables busybox-static debootstrap gcc libc6-dev)
+  containerd runc containernetworking-plugins nftables iptables ipset busybox-static debootstrap gcc libc6-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

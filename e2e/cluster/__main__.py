@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from e2e.cluster import gateway
+from e2e.cluster import enforcer, gateway
 from e2e.cluster.components import CONTROL_PLANE, ClusterError
 from e2e.cluster.launcher import Cluster, UpReport
 from e2e.cluster.monitoring import COMPONENTS as MONITORING
@@ -31,6 +31,7 @@ def _print_up(cluster: Cluster, report: UpReport) -> None:
     for what, names in (
         ("control plane", CONTROL_PLANE),
         ("real node", NODE_COMPONENTS),
+        ("policy enforcer", enforcer.COMPONENTS),
         ("monitoring", MONITORING),
         ("gateway", gateway.COMPONENTS),
     ):

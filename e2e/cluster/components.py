@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import flags, gateway, kubeconfig, monitoring, netns
+from e2e.cluster import enforcer, flags, gateway, kubeconfig, monitoring, netns
 from e2e.cluster import node as node_mod
 from e2e.cluster import pki as pki_mod
 from e2e.cluster.processes import Children, free_ports, last_line
@@ -31,14 +31,18 @@ from e2e.cluster.state import StateDir, shown
 
 # In start order.
 CONTROL_PLANE = ("etcd", "kube-apiserver", "forwarder", "kube-controller-manager", "kube-scheduler", "kwok")
-COMPONENTS = (*CONTROL_PLANE, *node_mod.NODE_COMPONENTS, *monitoring.COMPONENTS, *gateway.COMPONENTS)
+COMPONENTS = (
+    *CONTROL_PLANE, *node_mod.NODE_COMPONENTS, *enforcer.COMPONENTS, *monitoring.COMPONENTS,
+    *gateway.COMPONENTS,
+)  # fmt: skip
 # What build-tools.sh must provide; kubectl and helm are only linked into <state>/bin for people and tests.
 BINARIES = (
     "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-    "kubelet", "kube-proxy", "coredns", "kubectl", "helm", *monitoring.BINARIES, *gateway.BINARIES,
+    "kubelet", "kube-proxy", "coredns", "kubectl", "helm", *enforcer.BINARIES, *monitoring.BINARIES,
+    *gateway.BINARIES,
 )  # fmt: skip
-# From Debian (scripts/ensure-system-packages.sh): containerd, runc, CNI plugins, nft, iptables.
-SYSTEM_BINARIES = ("containerd", "runc", "ctr", "nft", "nsenter", "ip")
+# From Debian (scripts/ensure-system-packages.sh): containerd, runc, CNI plugins, nft, iptables, ipset.
+SYSTEM_BINARIES = ("containerd", "runc", "ctr", "nft", "nsenter", "ip", "iptables", "ipset")
 BUILD_TOOLS = Path(__file__).with_name("build-tools.sh")
 FORWARDER = Path(__file__).with_name("forwarder.py")
 CONTROLLER_MANAGER_PORT, SCHEDULER_PORT = 10257, 10259
@@ -295,7 +299,7 @@ def start(
     kubeconfigs = {c: state.component_kubeconfig(c) for c in IN_NAMESPACE_CLIENTS}
     node_mod.write_configs(layout, pki, sandbox_image, kubeconfigs, kubeconfig.CLUSTER_NAME)
     node_mod.create_cgroups(layout.cgroup)
-    for obj in node_mod.COREDNS_RBAC:
+    for obj in (*node_mod.COREDNS_RBAC, *enforcer.RBAC):
         kind = "clusterroles" if obj["kind"] == "ClusterRole" else "clusterrolebindings"
         code, body = api.request("POST", f"/apis/rbac.authorization.k8s.io/v1/{kind}", obj)
         if code not in (201, 409):
@@ -345,8 +349,13 @@ def start(
         lambda: nodes_ready(api, [], [pki_mod.NODE_NAME]),
         "kubelet",
     )
+    # kube-router identifies its node by the Node object, which the kubelet has registered by now.
+    spawn("kube-router", enforcer.prepare(state, pki))
     wait_ready("kube-proxy /healthz", inside("http://127.0.0.1:10256/healthz"), "kube-proxy")
     wait_ready("CoreDNS /ready", inside(f"http://127.0.0.1:{node_mod.COREDNS_READY_PORT}/ready"), "coredns")
+    wait_ready(
+        "kube-router /healthz", inside(f"http://127.0.0.1:{enforcer.HEALTH_PORT}/healthz"), "kube-router"
+    )
     try:  # Prometheus and the adapter started early; the custom metrics API once the adapter answers
         monitoring.finish(api.request, pki, inside, wait_ready)
     except RuntimeError as e:

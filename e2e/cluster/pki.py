@@ -76,6 +76,8 @@ CLIENTS: dict[str, tuple[str, str | None]] = {
     "prometheus-adapter": ("e2e:prometheus-adapter", None),
     # The Gateway API implementation (gateway.py binds its role).
     "gateway": ("e2e:traefik", None),
+    # The NetworkPolicy enforcer (enforcer.py binds its read-only role).
+    "kube-router": ("e2e:kube-router", None),
 }
 
 

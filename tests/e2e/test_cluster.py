@@ -172,13 +172,17 @@ def up_with_a_bad_flag(tmp_path: Path, component: str) -> tuple[Path, str]:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("component", ["kube-apiserver", "kube-controller-manager", "kubelet"])
-def test_real_component_failure_stops_everything(tmp_path: Path, component: str) -> None:
+@pytest.mark.parametrize(
+    ("component", "code"),
+    [("kube-apiserver", 1), ("kube-controller-manager", 1), ("kubelet", 1), ("kube-router", 2)],
+)
+def test_real_component_failure_stops_everything(tmp_path: Path, component: str, code: int) -> None:
     """An unknown flag: the apiserver exits at once (etcd must be stopped), the controller manager
-    after the apiserver is up, the kubelet after containerd is up: everything started before it,
-    the namespace, mounts and cgroups included, must be gone."""
+    after the apiserver is up, the kubelet after containerd is up, kube-router (the last node
+    component) once the real node is Ready: everything started before it, the namespace, mounts
+    and cgroups included, must be gone."""
     state, message = up_with_a_bad_flag(tmp_path, component)
-    assert message.startswith(f"{component} exited with code 1 during startup")
+    assert message.startswith(f"{component} exited with code {code} during startup")
     assert "unknown flag: --no-such-flag" in message
     assert f"(log: {state / 'logs' / component}.log)" in message
     assert _leftovers(state) == NOTHING_LEFT

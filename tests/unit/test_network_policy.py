@@ -1,8 +1,8 @@
 """The deployment's NetworkPolicy (render/network.py): what it admits, read the way NetworkPolicy
 is defined (a connection is allowed when one ingress rule of a policy selecting the pod matches
 both its source and its port), over the pods the operator actually renders, canary slots and
-multi-node groups included. The real node proves enforcement where an enforcer can run (see
-docs/development.md); these tests pin the policy's meaning."""
+multi-node groups included. tests/e2e/test_network_policy.py proves a single pod's policy enforced
+on the real node (kube-router, docs/development.md); these tests pin its meaning for every shape."""
 
 from __future__ import annotations
 
