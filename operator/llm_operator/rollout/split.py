@@ -86,12 +86,12 @@ def withdrawn(
 
     gateway-api takes the route weight away at once and keeps the canary's pods until the scale
     down delay is over. replica-ratio can only take traffic away by removing canary pods, so it
-    does that at once, as Argo Rollouts does without a router; but never before a stable replica
-    is ready, or nothing would serve."""
-    if gateway:
-        canary = 0 if scale_down else canary_replicas
-        return Split(total, canary, 0, True, _route(0))
+    does that at once, as Argo Rollouts does without a router. Either way never before a stable
+    replica is ready, or nothing would serve (a stable that lost its pods meanwhile)."""
     keep = total > 0 and stable_ready == 0
+    if gateway:
+        canary = canary_replicas if keep or not scale_down else 0
+        return Split(total, canary, 0, True, _route(0))
     canary = canary_replicas if keep else 0
     effective = ready_share(min(canary_ready, canary), stable_ready)
     return Split(total, canary, effective, canary == 0, _route(0))

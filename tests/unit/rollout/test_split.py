@@ -101,3 +101,15 @@ def test_withdrawn_gateway_keeps_canary_pods_until_the_delay_without_traffic(
 ) -> None:
     s = split.withdrawn(4, True, canary_replicas=3, canary_ready=3, stable_ready=4, scale_down=scale_down)
     assert (s.stable, s.canary, s.weight, s.route) == (4, canary, 0, {"stable": 100, "canary": 0})
+
+
+@pytest.mark.parametrize(("stable_ready", "canary"), [(0, 3), (1, 0)])
+def test_withdrawn_gateway_keeps_canary_pods_past_the_delay_while_the_stable_has_none_ready(
+    stable_ready: int, canary: int
+) -> None:
+    # The stable lost its pods after the abort (hypothesis found it): removing the canary's
+    # would leave nothing running; it goes once a stable replica is ready.
+    s = split.withdrawn(
+        4, True, canary_replicas=3, canary_ready=3, stable_ready=stable_ready, scale_down=True
+    )
+    assert (s.stable, s.canary, s.weight) == (4, canary, 0)
