@@ -29,7 +29,10 @@ from tests.e2e.operator_fixtures import REPO, OperatorProcess, sample
 pytestmark = pytest.mark.e2e
 
 GPU = {"gpu": {"products": ["NVIDIA-H100-80GB-HBM3"]}}
-CHILD_KINDS = "configmaps,services,statefulsets,poddisruptionbudgets,horizontalpodautoscalers,jobs"
+CHILD_KINDS = ",".join(
+    ["configmaps", "services", "statefulsets", "poddisruptionbudgets", "horizontalpodautoscalers", "jobs",
+     "networkpolicies"]
+)  # fmt: skip
 MANAGED = "app.kubernetes.io/managed-by=llm-operator"
 
 
