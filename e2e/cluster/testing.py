@@ -11,14 +11,17 @@ The pytest fixtures in tests/e2e/conftest.py are thin wrappers around these:
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import os
 import re
 import secrets
 import shutil
 import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -81,6 +84,19 @@ def wait_for(
                 f"timed out after {timeout:g} s waiting for {what}; last observed: {_shorten(last)}"
             )
         time.sleep(interval)
+
+
+@contextlib.contextmanager
+def local_http_server(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 (a free port) answering with `handler`: its base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        thread.join()
 
 
 def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:

@@ -8,14 +8,13 @@ created and the listener never asked. Needs a cluster (the embedded one or KUBEC
 from __future__ import annotations
 
 import http.server
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from e2e.cluster import canary
-from e2e.cluster.testing import Kubectl, condition, wait_for
+from e2e.cluster.testing import Kubectl, condition, local_http_server, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -39,12 +38,8 @@ class Recorder(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def listener() -> Iterator[str]:
     Recorder.seen = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    thread.join()
+    with local_http_server(Recorder) as url:
+        yield url
 
 
 def test_an_analysis_url_outside_the_allowed_endpoints_is_refused_and_never_queried(

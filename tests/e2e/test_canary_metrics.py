@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import http.server
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -24,7 +23,7 @@ from llm_operator.rollout.types import Measurement
 
 from e2e.cluster.load import Load, prometheus_query
 from e2e.cluster.processes import free_port
-from e2e.cluster.testing import E2ECluster, Kubectl, wait_for
+from e2e.cluster.testing import E2ECluster, Kubectl, local_http_server, wait_for
 from tests.e2e.test_operator import example, wait_ready
 
 pytestmark = pytest.mark.e2e
@@ -147,12 +146,8 @@ class NotPrometheus(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def not_prometheus() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), NotPrometheus)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    thread.join()
+    with local_http_server(NotPrometheus) as url:
+        yield url
 
 
 def test_unreachable_or_wrong_prometheus_is_an_error_never_a_value(not_prometheus: str) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import http.server
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +16,7 @@ from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.prometheus_urls import Endpoint, allowed, analysis_endpoint, parse, parse_list
 from llm_operator.plan.types import PlanningError
 
+from e2e.cluster.testing import local_http_server
 from tests.unit.fake_kube import FakeKube
 from tests.unit.test_reconciler import condition, example, operator_with_nodes, reconcile, rolled_out
 
@@ -122,12 +122,8 @@ class Recorder(http.server.BaseHTTPRequestHandler):
 def listener() -> Iterator[str]:
     """A real endpoint on 127.0.0.1 that records every request it gets."""
     Recorder.seen = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    thread.join()
+    with local_http_server(Recorder) as url:
+        yield url
 
 
 def with_analysis(body: dict[str, Any], url: str) -> dict[str, Any]:
