@@ -97,7 +97,7 @@ def model_repo(args: argparse.Namespace) -> int:
     """Every file is rendered before the first is written."""
     from llm_operator.modelrepo import render_repository
     from llm_operator.runtime.repository import write_repository
-    from llm_operator.storage import engine_location
+    from llm_operator.storage import engine_location, tokenizer_location
 
     inventory = load_inventory(args.nodes)
     deployments, _ = load_deployments(args.file, sys.stdin)
@@ -110,10 +110,10 @@ def model_repo(args: argparse.Namespace) -> int:
             if engine_dir is None and d.ld.spec.engine.prebuilt is not None:
                 engine_dir = engine_location(d.ld.spec.engine.prebuilt.uri, None).engine_dir
             engine_dir = engine_dir or "/engine-cache/engine"
+            tokenizer = tokenizer_location(d.ld.spec.runtime.tokenizer_uri)
+            tokenizer_dir = tokenizer.tokenizer_dir if tokenizer else f"{engine_dir}/tokenizer"
             for pool in plan.pools:
-                files = render_repository(
-                    d.ld.spec, pool, engine_dir=engine_dir, tokenizer_dir=f"{engine_dir}/tokenizer"
-                )
+                files = render_repository(d.ld.spec, pool, engine_dir=engine_dir, tokenizer_dir=tokenizer_dir)
                 dest = Path(args.output) / (pool.name if len(plan.pools) > 1 else "")
                 repositories.append((d.name, pool.name, files, dest))
     for name, pool_name, files, dest in repositories:

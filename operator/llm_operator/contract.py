@@ -17,6 +17,7 @@ HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 MODEL_REPO_SRC = "/etc/llm-operator/model-repo"  # the ConfigMap, read-only
 MODEL_REPO = "/var/run/llm-operator/model-repo"  # materialized by the launcher at start
 ENGINE_CACHE_MOUNT = "/engine-cache"  # the engine cache claim (read-only in serving pods)
+TOKENIZER_MOUNT = "/tokenizer-source"  # runtime.tokenizerUri's claim, read-only
 SSH_DIR = "/etc/llm-operator/ssh"  # multi-node pods: their role's keys from the SSH Secret, read-only
 RUNTIME_DIR = "/tmp/llm-operator"  # 0700: private copies of keys, sshd config, the workers' environment
 TMP_DIR = "/tmp"  # an emptyDir (the root filesystem is read-only): RUNTIME_DIR lives in it
@@ -60,6 +61,7 @@ ENV: dict[str, str] = {
     "LLMOP_MODEL_REPO_SRC": MODEL_REPO_SRC,
     "LLMOP_MODEL_REPO": MODEL_REPO,
     "LLMOP_ENGINE_DIR": "",
+    "LLMOP_TOKENIZER_DIR": "",
     "LLMOP_HTTP_PORT": str(HTTP_PORT),
     "LLMOP_GRPC_PORT": str(GRPC_PORT),
     "LLMOP_METRICS_PORT": str(METRICS_PORT),

@@ -117,14 +117,12 @@ def test_pod_problem_gives_the_crash_and_the_schedulers_words() -> None:
         "status": {
             "containerStatuses": [{
                 "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting"}},
-                "lastState": {"terminated": {"exitCode": 78, "reason": "Error",
+                "lastState": {"terminated": {"exitCode": 1, "reason": "Error",
                                              "message": "config.pbtxt: unknown field max_batch"}},
             }]
         }
     }  # fmt: skip
-    assert (
-        pod_problem(crashed) == "CrashLoopBackOff: exited 78 (Error): config.pbtxt: unknown field max_batch"
-    )
+    assert pod_problem(crashed) == "CrashLoopBackOff: exited 1 (Error): config.pbtxt: unknown field max_batch"
     unschedulable = {
         "status": {
             "phase": "Pending",
@@ -137,6 +135,30 @@ def test_pod_problem_gives_the_crash_and_the_schedulers_words() -> None:
     )
     long = {"type": "PodScheduled", "reason": "Unschedulable", "message": "x" * 5000}
     assert len(pod_problem({"status": {"phase": "Pending", "conditions": [long]}}) or "") <= MAX_PROBLEM
+
+
+def test_a_launcher_that_refused_to_start_is_told_in_its_own_words_as_soon_as_it_exits() -> None:
+    line = "/tokenizer-source/llama/tokenizer.json not found (nor tokenizer.model, vocab.json, vocab.txt)"
+
+    def pod(
+        state: dict[str, Any], last: dict[str, Any] | None = None, phase: str = "Running"
+    ) -> dict[str, Any]:
+        c: dict[str, Any] = {"state": state, **({"lastState": last} if last else {})}
+        return {"status": {"phase": phase, "containerStatuses": [c]}}
+
+    refused = {"terminated": {"exitCode": 78, "reason": "Error", "message": line + "\n"}}
+    back_off = {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting"}}
+    # Its first exit (before any back-off), then every crash loop after it.
+    assert pod_problem(pod(refused)) == f"LauncherRefused: {line}"
+    assert pod_problem(pod(back_off, refused)) == f"LauncherRefused: {line}"
+    assert pod_problem(pod({"running": {}}, refused)) == f"LauncherRefused: {line}", "restarted, same files"
+    # Bounded however long the message; a build attempt's exit 78 is its Job's to report.
+    said = pod_problem(pod(back_off, {"terminated": {"exitCode": 78, "message": "x" * 5000}}))
+    assert said is not None and said.startswith("LauncherRefused: x") and len(said) <= MAX_PROBLEM
+    assert pod_problem(pod(refused, phase="Failed")) == "Failed: exited 78 (Error): " + line
+    assert pod_problem(pod(back_off, {"terminated": {"exitCode": 1, "message": "m"}})) == (
+        "CrashLoopBackOff: exited 1 (): m"
+    )
 
 
 def test_pods_the_scheduler_may_yet_place_are_kept_apart_with_the_time_it_first_could_not() -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from llm_operator.controller.status import (
     UNPLACED_GRACE_SECONDS,
+    Event,
     Observation,
     PoolObserved,
     reduce,
@@ -146,11 +147,31 @@ def test_a_pod_naming_a_missing_object_stalls_and_a_crash_loop_degrades() -> Non
     assert ("Warning", "MissingObject") in [(e.type, e.reason) for e in events]
     assert {"EngineReady", "Available"} <= set(c)
 
-    crash = "x-1: CrashLoopBackOff: exited 78 (Error): bad config"
+    crash = "x-1: CrashLoopBackOff: exited 1 (Error): bad config"
     status, _ = reduce(replace(obs(ready=1, rolled=False), pod_problems=(crash,)), None, T0)
     c = conds(status)
     assert c["Stalled"][0] == "False" and c["Degraded"] == ("True", "PodsFailing")
     assert crash in status["message"]
+
+
+def test_a_launcher_that_refuses_to_start_stalls_in_its_words_and_what_serves_keeps_serving() -> None:
+    line = "/engine-cache/e/rank1.engine not found: tp*pp = 2 ranks, one engine each"
+    refused = f"x-1: LauncherRefused: {line}"
+    status, events = reduce(replace(obs(ready=1, rolled=False), pod_problems=(refused,)), None, T0)
+    c = conds(status)
+    assert c["Stalled"] == ("True", "LauncherRefused") and c["Ready"] == ("False", "LauncherRefused")
+    assert c["Reconciling"][0] == "False" and c["Available"][0] == "True"
+    assert c["Degraded"] == ("True", "StalledWhileServing"), "the old replica keeps serving"
+    assert status["reason"] == "LauncherRefused" and status["message"] == refused
+    assert Event("Warning", "LauncherRefused", refused) in events
+    # Nothing serves: Failed, and the Event is posted once, not on every pass.
+    status, events = reduce(replace(obs(ready=0, rolled=False), pod_problems=(refused,)), None, T0)
+    assert conds(status)["Stalled"] == ("True", "LauncherRefused") and status["phase"] == "Failed"
+    again, events = reduce(replace(obs(ready=0, rolled=False), pod_problems=(refused,)), status, T1)
+    assert not [e for e in events if e.reason == "LauncherRefused"]
+    # Fixed (the files are there, the pods become ready): the stall clears.
+    ready, _ = reduce(obs(ready=2), again, T1)
+    assert conds(ready)["Stalled"][0] == "False" and ready["phase"] == "Ready"
 
 
 def test_a_pod_the_scheduler_cannot_place_is_progress_until_the_grace_ends_then_degraded() -> None:

@@ -9,6 +9,7 @@ in spec (fractions are integer percents), lists of named objects rather than map
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -241,8 +242,9 @@ class KvCacheDtype(StrEnum):
 
 # Serving pods and build Jobs mount engines from a ReadWriteMany claim; object-store caches would
 # need a sync step that does not exist yet, so they are refused here rather than failing in pods.
+PVC_URI = r"^pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?(/[^ ]*)?$"
 STORAGE_URI_RULE = cel(
-    "self.matches('^pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?(/[^ ]*)?$')",
+    f"self.matches('{PVC_URI}')",
     "must be pvc://CLAIM/PATH (a ReadWriteMany PersistentVolumeClaim); object-store engine caches "
     "are not supported yet",
 )
@@ -458,6 +460,15 @@ def _not_reserved(what: str) -> Rule:
     )
 
 
+# Serving pods mount the tokenizer like the engines: read-only from a claim. Nothing in a serving
+# pod downloads, so an object-store or hub tokenizer would never be there.
+TOKENIZER_URI_RULE = cel(
+    f"self.matches('{PVC_URI}')",
+    "runtime.tokenizerUri must be pvc://CLAIM/PATH: serving pods mount the tokenizer read-only "
+    "from a claim and download nothing; copy it to a claim or leave it unset to use <engine>/tokenizer",
+)
+
+
 class RuntimeSpec(Spec):
     image: str | None = Field(
         default=None,
@@ -474,7 +485,11 @@ class RuntimeSpec(Spec):
     tokenizer_uri: str | None = Field(
         default=None,
         max_length=1024,
-        description="Tokenizer location when it is not next to the checkpoint.",
+        description="pvc://CLAIM/PATH of a Hugging Face tokenizer directory (tokenizer.json or "
+        "tokenizer.model, with tokenizer_config.json) for pre/postprocessing, mounted read-only. "
+        "Unset: <engine>/tokenizer, where engine builds copy the checkpoint's tokenizer; a prebuilt "
+        "engine needs one of the two. The launcher refuses to start without a tokenizer there.",
+        json_schema_extra=rules(TOKENIZER_URI_RULE),
     )
     exit_timeout_seconds: int = Field(
         default=30, ge=1, le=3600, description="How long Triton drains in-flight requests on stop."
@@ -524,6 +539,13 @@ class RuntimeSpec(Spec):
         if taken:
             raise ValueError(f"{', '.join(taken)}: set by the operator; use another prefix")
         return keys
+
+    @field_validator("tokenizer_uri")
+    @classmethod
+    def _tokenizer_on_a_claim(cls, uri: str | None) -> str | None:  # the CEL rule's twin
+        if uri is not None and not re.fullmatch(PVC_URI, uri):
+            raise ValueError(TOKENIZER_URI_RULE["message"])
+        return uri
 
     def container_env(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """env and envFrom as a container takes them."""

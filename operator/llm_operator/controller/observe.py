@@ -14,7 +14,13 @@ from typing import Any, TypeVar
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.controller.kube import ObjKey, obj_key
-from llm_operator.controller.status import FAILED_POD, MISSING_OBJECT, REFUSED, PoolObserved
+from llm_operator.controller.status import (
+    FAILED_POD,
+    LAUNCHER_REFUSED,
+    MISSING_OBJECT,
+    REFUSED,
+    PoolObserved,
+)
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
 from llm_operator.rollout.revision import Slot
@@ -191,6 +197,11 @@ def rolled_out(sts: dict[str, Any], applied: Applied | None) -> bool:
 
 
 MAX_PROBLEM = 500  # characters per pod: status and Events stay readable and bounded
+LAUNCHER_EXIT_CONFIG = 78  # runtime/launcher.py EXIT_CONFIG (the operator does not import the runtime)
+
+
+def _one_line(terminated: dict[str, Any]) -> str:
+    return "; ".join(line.strip() for line in (terminated.get("message") or "").splitlines() if line.strip())
 
 
 def _exited(terminated: dict[str, Any], prefix: int) -> str:
@@ -198,7 +209,7 @@ def _exited(terminated: dict[str, Any], prefix: int) -> str:
     (the launcher's last words, or the log's tail with FallbackToLogsOnError) ends with what
     happened last: its end is kept."""
     head = f"exited {terminated.get('exitCode')} ({terminated.get('reason', '')})"
-    said = "; ".join(line.strip() for line in (terminated.get("message") or "").splitlines() if line.strip())
+    said = _one_line(terminated)
     room = MAX_PROBLEM - prefix - len(head) - 4
     if not said:
         return head
@@ -211,10 +222,28 @@ FAILING_WAIT_REASONS = {
 }  # fmt: skip
 
 
+def launcher_refusal(status: dict[str, Any]) -> str | None:
+    """`LauncherRefused: <the launcher's line>` when a restarting container's launcher exited
+    EXIT_CONFIG: a file is missing or the environment is wrong, and no restart will change that.
+    Its message is the line our launcher wrote from paths and variable names (runtime/preflight.py),
+    never the user's values; it is still bounded."""
+    if status.get("phase") in ("Failed", "Succeeded"):  # build attempts: their Job reports them
+        return None
+    for c in status.get("containerStatuses") or []:
+        for state in (c.get("state"), c.get("lastState")):
+            ended = (state or {}).get("terminated") or {}
+            if ended.get("exitCode") == LAUNCHER_EXIT_CONFIG:
+                return f"{LAUNCHER_REFUSED}: {_one_line(ended) or 'exited 78'}"[:MAX_PROBLEM]
+    return None
+
+
 def pod_problem(pod: dict[str, Any]) -> str | None:
     """Why a serving or build pod cannot run, in the cluster's words (a waiting reason that needs a
     person, the crashed container's last message, the scheduler's), or None."""
     status = pod.get("status") or {}
+    refused = launcher_refusal(status)
+    if refused is not None:
+        return refused
     for c in status.get("containerStatuses") or []:
         waiting = (c.get("state") or {}).get("waiting") or {}
         reason = waiting.get("reason")

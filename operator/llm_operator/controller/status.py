@@ -30,6 +30,7 @@ class PoolObserved:
 
 FAILED_POD = "Failed"  # pod problem prefix of a build attempt that exited with an error
 REFUSED = "FailedCreate"  # problem reason of a StatefulSet or Job the API server refused a pod
+LAUNCHER_REFUSED = "LauncherRefused"  # a serving pod's launcher exited 78: no restart will help
 # A pod the scheduler cannot place may be placed once capacity frees up or an autoscaler adds a
 # node (GPU nodes take minutes): until then it is progress, as Argo CD and kstatus read a Pending
 # pod, and the scheduler's words are in the message. Past this, someone must act: Degraded.
@@ -159,13 +160,15 @@ def reduce(
             phase = Phase.PROGRESSING if serving else Phase.DEPLOYING
         message = "; ".join([message, *waiting])
         degraded = _cond("Degraded", False, "AsExpected", "", g)
-        # A claim, Secret or ConfigMap the pods need does not exist, or the API server refuses
-        # the pods (Pod Security, a quota): only the user can fix it.
+        # A claim, Secret or ConfigMap the pods need does not exist, the API server refuses the
+        # pods (Pod Security, a quota) or their launcher refuses to start (a missing tokenizer,
+        # engine rank file or model.py: its line names the path): only the user can fix it.
         missing = [p for p in pod_problems if MISSING_OBJECT.search(p)]
         refused = [p for p in pod_problems if f": {REFUSED}: " in p]
-        if missing or refused:
-            reason = "MissingObject" if missing else REFUSED
-            message = "; ".join(missing or refused)
+        launcher = [p for p in pod_problems if f": {LAUNCHER_REFUSED}: " in p]
+        if missing or refused or launcher:
+            reason = "MissingObject" if missing else REFUSED if refused else LAUNCHER_REFUSED
+            message = "; ".join(missing or refused or launcher)
             conds, phase = _stalled(reason, message, serving, g)
             conds += [engine_cond, _cond("Available", serving or desired == 0, _available(serving), "", g)]
             conds += _autoscaling(obs)

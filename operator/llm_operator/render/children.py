@@ -23,7 +23,7 @@ from llm_operator.render import autoscaling, names, network, policy, services
 from llm_operator.render.pod import template_hash
 from llm_operator.render.serving import workloads
 from llm_operator.rollout.revision import Slot
-from llm_operator.storage import EngineLocation
+from llm_operator.storage import EngineLocation, tokenizer_dir, tokenizer_location
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,8 @@ def model_repo_configmap(
 ) -> tuple[dict[str, Any], str]:
     """The ConfigMap and the hash of its content, which names it (the pods mount it by that name)."""
     engine_dir = engine.location.engine_dir if engine.location else ""
-    tokenizer_dir = f"{engine_dir}/tokenizer" if engine_dir else ""
-    files = render_repository(ld.spec, pool, engine_dir=engine_dir, tokenizer_dir=tokenizer_dir)
+    tokenizer = tokenizer_dir(tokenizer_location(ld.spec.runtime.tokenizer_uri), engine.location)
+    files = render_repository(ld.spec, pool, engine_dir=engine_dir, tokenizer_dir=tokenizer)
     data = to_configmap_data(files)
     content_hash = template_hash(data)
     configmap = {

@@ -19,7 +19,7 @@ from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
 from llm_operator.render.placement import pod_scheduling
 from llm_operator.rollout.revision import Slot
-from llm_operator.storage import EngineLocation
+from llm_operator.storage import EngineLocation, tokenizer_dir, tokenizer_location
 
 
 def template_hash(obj: Any) -> str:
@@ -76,6 +76,9 @@ def _env(spec: LLMDeploymentSpec, pool: PoolPlan, engine: EngineLocation | None)
     ]
     if engine is not None:
         env.append({"name": "LLMOP_ENGINE_DIR", "value": engine.engine_dir})
+    tokenizer = tokenizer_dir(tokenizer_location(spec.runtime.tokenizer_uri), engine)
+    if tokenizer:  # the launcher refuses to start without a tokenizer there
+        env.append({"name": "LLMOP_TOKENIZER_DIR", "value": tokenizer})
     return env
 
 
@@ -117,6 +120,8 @@ def _container(
     ]
     if engine is not None:
         mounts.append({"name": "engine-cache", "mountPath": contract.ENGINE_CACHE_MOUNT, "readOnly": True})
+    if spec.runtime.tokenizer_uri is not None:
+        mounts.append({"name": "tokenizer", "mountPath": contract.TOKENIZER_MOUNT, "readOnly": True})
     if pool.pods_per_replica > 1:
         mounts.append({"name": contract.SSH_VOLUME, "mountPath": contract.SSH_DIR, "readOnly": True})
     user_env, user_env_from = spec.runtime.container_env()
@@ -131,8 +136,10 @@ def _container(
             {"name": "metrics", "containerPort": contract.METRICS_PORT},
         ],
         "volumeMounts": mounts,
-        # A runtime that dies before writing a termination message leaves the tail of its log
-        # there instead: the operator quotes it in status (kubectl logs is not needed to see why).
+        # Where the launcher writes why it stopped (e.g. the missing file, exit 78); a runtime that
+        # dies before writing one leaves the tail of its log there instead: the operator quotes it
+        # in status (kubectl logs is not needed to see why).
+        "terminationMessagePath": contract.TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
         # Everything written goes to an emptyDir: the model repository, /tmp (the launcher's
         # runtime dir, Triton's python backend, Open MPI's session dir), /dev/shm and HOME.
@@ -190,6 +197,11 @@ def _volumes(
                 "name": "engine-cache",
                 "persistentVolumeClaim": {"claimName": engine.claim, "readOnly": True},
             }
+        )
+    tokenizer = tokenizer_location(spec.runtime.tokenizer_uri)
+    if tokenizer is not None:
+        volumes.append(
+            {"name": "tokenizer", "persistentVolumeClaim": {"claimName": tokenizer.claim, "readOnly": True}}
         )
     if pool.pods_per_replica > 1:
         # The deployment's SSH identity (the controller creates the Secret), each role only its

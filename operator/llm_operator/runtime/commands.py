@@ -12,8 +12,6 @@ from pathlib import Path
 from llm_operator.contract import SSH_HOST_ALIAS, SSH_KNOWN_HOSTS, SSH_PRIVATE_KEY
 from llm_operator.runtime.config import PodConfig
 
-TRTLLM_PYTHON_MODELS = ("preprocessing", "postprocessing")
-
 # Latency quantiles (nv_inference_*_summary_us) and, from Triton 24.11, the time-to-first-response
 # histogram (nv_inference_first_response_histogram_ms: TTFT of streaming requests). Older servers
 # (the CPU runtime's 2.51) ignore the setting they do not know. docs/autoscaling.md.
@@ -93,35 +91,17 @@ def worker_command(c: PodConfig, config_file: str) -> list[str]:
     return [c.sshd, "-D", "-e", "-f", config_file]
 
 
-def python_models(c: PodConfig) -> dict[str, Path]:
-    """model.py of TensorRT-LLM's pre/postprocessing models, which ship in the runtime image (the
-    CPU reference model travels in the ConfigMap itself)."""
-    if c.backend == "cpu-reference":
-        return {}
-    base = Path(c.trtllm_models_dir)
-    return {
-        m: base / m / "1" / "model.py" for m in TRTLLM_PYTHON_MODELS if (base / m / "1" / "model.py").exists()
-    }
-
-
 def engine_problems(c: PodConfig) -> list[str]:
-    """What is wrong with the engine directory for this pod's ranks, before Triton fails on it
-    with a less helpful message (worldConfig rejects an MPI size that is not the engine's tp*pp)."""
-    engine = Path(c.engine_dir)
-    if not (engine / "config.json").is_file():
-        return [f"{engine}/config.json not found: is the engine cache mounted and the engine built?"]
-    problems = [
-        f"{engine}/rank{r}.engine not found"
-        for r in range(c.world_size)
-        if not (engine / f"rank{r}.engine").is_file()
-    ]
+    """An engine built for another world than this pod's, before Triton fails on it with a less
+    helpful message (worldConfig rejects an MPI size that is not the engine's tp*pp). Missing
+    files are preflight.py's."""
+    config = Path(c.engine_dir) / "config.json"
     try:
-        mapping = (
-            json.loads((engine / "config.json").read_text()).get("pretrained_config", {}).get("mapping", {})
-        )
+        mapping = json.loads(config.read_text()).get("pretrained_config", {}).get("mapping", {})
     except (OSError, ValueError, AttributeError) as e:
-        return [*problems, f"{engine}/config.json is unreadable: {e}"]
-    for key, want in (("tp_size", c.tp), ("pp_size", c.pp)):
-        if key in mapping and mapping[key] != want:
-            problems.append(f"the engine was built with {key}={mapping[key]}, this pod runs {want}")
-    return problems
+        return [f"{config} is unreadable: {e}"]
+    return [
+        f"the engine was built with {key}={mapping[key]}, this pod runs {want}"
+        for key, want in (("tp_size", c.tp), ("pp_size", c.pp))
+        if key in mapping and mapping[key] != want
+    ]

@@ -29,6 +29,7 @@ class PodConfig:
     model_repo_src: str
     model_repo: str
     engine_dir: str
+    tokenizer_dir: str  # pre/postprocessing's tokenizer_dir ("" when the backend has none)
     http_port: int
     grpc_port: int
     metrics_port: int
@@ -70,6 +71,7 @@ class PodConfig:
             model_repo_src=get("LLMOP_MODEL_REPO_SRC"),
             model_repo=get("LLMOP_MODEL_REPO"),
             engine_dir=get("LLMOP_ENGINE_DIR"),
+            tokenizer_dir=get("LLMOP_TOKENIZER_DIR"),
             http_port=num("LLMOP_HTTP_PORT"),
             grpc_port=num("LLMOP_GRPC_PORT"),
             metrics_port=num("LLMOP_METRICS_PORT"),

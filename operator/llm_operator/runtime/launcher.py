@@ -25,7 +25,6 @@ from pathlib import Path
 from llm_operator.contract import ENV, LAUNCHER
 from llm_operator.runtime.commands import (
     engine_problems,
-    python_models,
     rank_id,
     serve_command,
     worker_command,
@@ -33,6 +32,7 @@ from llm_operator.runtime.commands import (
 )
 from llm_operator.runtime.config import ConfigError, PodConfig
 from llm_operator.runtime.drain import drain
+from llm_operator.runtime.preflight import first_missing, python_models
 from llm_operator.runtime.repository import materialize
 from llm_operator.runtime.ssh import prepare_client, prepare_sshd
 from llm_operator.runtime.supervisor import (
@@ -47,7 +47,9 @@ from llm_operator.runtime.supervisor import (
 # Exit statuses of a launcher that could not start its servers (supervisor.py has the others).
 EXIT_USAGE = 64
 EXIT_WORKERS_UNREACHABLE = 69  # multi-node leader: workers' sshd never answered
-EXIT_CONFIG = 78  # the environment or the engine directory is wrong: restarting will not help
+# The environment is inconsistent or a file the repository loads is missing (preflight.py):
+# restarting will not help. The operator reports it as Stalled (LauncherRefused).
+EXIT_CONFIG = 78
 
 
 def wait_for_workers(hosts: list[str], port: int, timeout: float, stop: Stop) -> list[str]:
@@ -78,6 +80,10 @@ def _resolve(c: PodConfig) -> PodConfig:
 
 
 def launch(c: PodConfig, stop: Stop, environ: Mapping[str, str]) -> int:
+    absent = first_missing(c)
+    if absent is not None:
+        log(absent)
+        return EXIT_CONFIG
     materialize(c.model_repo_src, c.model_repo, python_models(c))
     if c.backend == "tensorrt-engine" and c.engine_dir:
         problems = engine_problems(c)

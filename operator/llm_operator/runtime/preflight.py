@@ -1,0 +1,58 @@
+"""What the launcher checks before Triton starts: every file this pod's model repository loads
+exists. Without it Triton (or a pre/postprocessing model) fails halfway through loading, with a
+message that rarely names the file, and the pod crash-loops; here the first missing path is one
+line, the container's termination message, and exit 78 (launcher.EXIT_CONFIG), which the operator
+reports as Stalled (LauncherRefused). Stdlib only, like the rest of the runtime.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llm_operator.runtime.config import PodConfig
+from llm_operator.runtime.repository import SEPARATOR
+
+# TensorRT-LLM's python models whose model.py ships in the serving image, under
+# LLMOP_TRTLLM_MODELS_DIR (tensorrtllm_backend all_models/inflight_batcher_llm/<model>/1/model.py).
+TRTLLM_PYTHON_MODELS = ("preprocessing", "postprocessing")
+# What transformers' AutoTokenizer.from_pretrained loads a tokenizer from, one of: a fast tokenizer
+# (tokenizer.json), a SentencePiece or tiktoken model (tokenizer.model), byte-level BPE
+# (vocab.json with merges.txt) or WordPiece (vocab.txt) vocabularies. Pre/postprocessing load
+# tokenizer_dir with AutoTokenizer (tensorrtllm_backend preprocessing/1/model.py).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
+
+
+def python_models(c: PodConfig) -> dict[str, Path]:
+    """model.py of each TensorRT-LLM python model the repository (the mounted ConfigMap) holds:
+    their code is in the serving image, not in the ConfigMap (the cpu-reference model's is)."""
+    if c.backend == "cpu-reference":
+        return {}
+    src = Path(c.model_repo_src)
+    base = Path(c.trtllm_models_dir)
+    return {
+        m: base / m / "1" / "model.py"
+        for m in TRTLLM_PYTHON_MODELS
+        if (src / f"{m}{SEPARATOR}config.pbtxt").exists()
+    }
+
+
+def first_missing(c: PodConfig) -> str | None:
+    """One line naming the first file this pod needs that is not there, or None."""
+    for model, path in python_models(c).items():
+        if not path.is_file():
+            return f"{path} not found: the serving image has no TensorRT-LLM {model} model there"
+    if c.backend == "tensorrt-engine" and c.engine_dir:
+        engine = Path(c.engine_dir)
+        if not (engine / "config.json").is_file():
+            return f"{engine}/config.json not found: is the engine cache mounted and the engine built?"
+        for rank in range(c.world_size):
+            if not (engine / f"rank{rank}.engine").is_file():
+                return f"{engine}/rank{rank}.engine not found: tp*pp = {c.world_size} ranks, one engine each"
+    if c.tokenizer_dir:
+        tokenizer = Path(c.tokenizer_dir)
+        if not any((tokenizer / name).is_file() for name in TOKENIZER_FILES):
+            return (
+                f"{tokenizer}/{TOKENIZER_FILES[0]} not found (nor {', '.join(TOKENIZER_FILES[1:])}): "
+                "put the model's tokenizer there or point runtime.tokenizerUri at one"
+            )
+    return None
