@@ -234,6 +234,11 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "must be pvc://CLAIM/PATH (a ReadWriteMany PersistentVolumeClaim)",
     ),
     (
+        "tokenizer-uri-scheme",
+        {"runtime.tokenizerUri": "s3://models/llama3-8b/tokenizer"},
+        "runtime.tokenizerUri must be pvc://CLAIM/PATH: serving pods mount the tokenizer read-only",
+    ),
+    (
         "builtin-needs-cpu",
         {"model.source.uri": "builtin://tiny-llama"},
         "builtin:// models exist only in the cpu-reference backend",

@@ -205,3 +205,51 @@ def test_the_container_command_is_the_launchers_entry_point() -> None:
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts[contract.LAUNCHER] == "llm_operator.runtime.launcher:main"
     assert contract.PRESTOP_COMMAND[0] == contract.LAUNCHER
+
+
+def tokenizer_dirs(ld: LLMDeployment, engine: PoolEngine) -> tuple[PodConfig, dict[str, Any], set[str]]:
+    """The leader's launcher config, pod spec, and the tokenizer_dir pre/postprocessing load."""
+    objs = serving_pool(ld, SINGLE, IMAGES, engine, slot=Slot.A, revision="r1", leader_worker_set=False)
+    configmap = next(o for o in objs if o["kind"] == "ConfigMap")
+    pod = next(pod_specs(o)["leader"] for o in objs if o["kind"] == "StatefulSet")
+    loaded = {
+        text.split('key: "tokenizer_dir" value: { string_value: "', 1)[1].split('"', 1)[0]
+        for key, text in configmap["data"].items()
+        if key in ("preprocessing__config.pbtxt", "postprocessing__config.pbtxt")
+    }
+    return PodConfig.from_env(environment(pod["containers"][0])), pod, loaded
+
+
+def test_the_launcher_checks_the_tokenizer_pre_and_postprocessing_load() -> None:
+    spec = SPEC.model_dump(by_alias=True)
+    spec["runtime"]["tokenizerUri"] = "pvc://models/llama3-70b/tokenizer/"
+    ld = LLMDeployment.model_validate(
+        {"metadata": {"name": "llama", "namespace": "ns", "uid": UID}, "spec": spec}
+    )
+    c, pod, loaded = tokenizer_dirs(ld, PoolEngine(ENGINE, "k", True))
+    assert (
+        loaded == {c.tokenizer_dir} and c.tokenizer_dir == f"{contract.TOKENIZER_MOUNT}/llama3-70b/tokenizer"
+    )
+    # The claim is mounted whole and read-only: a path missing inside it reaches the launcher's
+    # preflight, which names it, instead of failing the kubelet's subPath mount.
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "tokenizer"]
+    assert mount == {"name": "tokenizer", "mountPath": contract.TOKENIZER_MOUNT, "readOnly": True}
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "tokenizer"]
+    assert volume["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
+    assert pod["containers"][0]["terminationMessagePath"] == c.termination_log == contract.TERMINATION_LOG
+
+    # Unset: the tokenizer an engine build copies into <engine>/tokenizer (engine/build.py).
+    plain = LLMDeployment.model_validate(
+        {"metadata": {"name": "llama", "namespace": "ns", "uid": UID}, "spec": SPEC.model_dump(by_alias=True)}
+    )
+    c, pod, loaded = tokenizer_dirs(plain, PoolEngine(ENGINE, "k", True))
+    assert loaded == {c.tokenizer_dir} == {f"{ENGINE.engine_dir}/tokenizer"}
+    assert "tokenizer" not in {v["name"] for v in pod["volumes"]}
+
+
+@pytest.mark.parametrize("uri", ["s3://m/tokenizer", "hf://meta-llama/Llama-3", "/models/tok", "pvc://"])
+def test_a_tokenizer_serving_pods_cannot_mount_is_refused(uri: str) -> None:
+    spec = SPEC.model_dump(by_alias=True)
+    spec["runtime"]["tokenizerUri"] = uri
+    with pytest.raises(ValueError, match=r"runtime\.tokenizerUri must be pvc://CLAIM/PATH"):
+        LLMDeploymentSpec.model_validate(spec)
