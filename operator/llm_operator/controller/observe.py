@@ -230,6 +230,8 @@ def launcher_refusal(status: dict[str, Any]) -> str | None:
     if status.get("phase") in ("Failed", "Succeeded"):  # build attempts: their Job reports them
         return None
     for c in status.get("containerStatuses") or []:
+        if "running" in (c.get("state") or {}):
+            continue  # started again, past the checks (the files are there now) or about to fail anew
         for state in (c.get("state"), c.get("lastState")):
             ended = (state or {}).get("terminated") or {}
             if ended.get("exitCode") == LAUNCHER_EXIT_CONFIG:
