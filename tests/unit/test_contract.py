@@ -12,6 +12,7 @@ import pytest
 from llm_operator import contract
 from llm_operator.api.v1alpha1 import LLMDeployment, LLMDeploymentSpec
 from llm_operator.controller.ssh import ssh_secret
+from llm_operator.engine import build, build_job, cache_key
 from llm_operator.images import Images
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
@@ -253,3 +254,17 @@ def test_a_tokenizer_serving_pods_cannot_mount_is_refused(uri: str) -> None:
     spec["runtime"]["tokenizerUri"] = uri
     with pytest.raises(ValueError, match=r"runtime\.tokenizerUri must be pvc://CLAIM/PATH"):
         LLMDeploymentSpec.model_validate(spec)
+
+
+def test_serving_reads_the_tokenizer_where_the_build_copies_it() -> None:
+    """engine/build.py copies the tokenizer to <--output>/tokenizer (copy_tokenizer, then the
+    rename into place); serving pods of that key load and check that same directory."""
+    key = cache_key(SPEC, SINGLE, "1.1.0")
+    job = build_job("llama", "ns", SPEC, SINGLE, key, image="b", owner={})
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    built = build.parse(args[args.index("--key") :])
+    ld = LLMDeployment.model_validate(
+        {"metadata": {"name": "llama", "namespace": "ns", "uid": UID}, "spec": SPEC.model_dump(by_alias=True)}
+    )
+    c, _, loaded = tokenizer_dirs(ld, PoolEngine(engine_location(SPEC.engine.cache.uri, key), key, True))
+    assert loaded == {c.tokenizer_dir} == {f"{built.output}/tokenizer"}
