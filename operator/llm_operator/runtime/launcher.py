@@ -1,6 +1,7 @@
 """`llm-operator-launch`: the process Kubernetes watches in every serving pod.
 
-It materializes the model repository from the ConfigMap, checks the engine, starts this pod's
+It checks that every file the repository loads is there (preflight.py), materializes the model
+repository from the ConfigMap, checks the engine's tp/pp, starts this pod's
 Triton ranks (a worker: sshd for its leader's mpirun) and supervises them (supervisor.py);
 `llm-operator-launch drain` is the preStop hook (drain.py). The environment it reads is
 contract.ENV, parsed by config.py. docs/launcher-and-engines.md documents all of it.
