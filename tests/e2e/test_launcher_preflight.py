@@ -1,7 +1,8 @@
 """A serving pod whose launcher finds a file missing, on the embedded cluster's real node with the
 cpu-runtime image: the launcher exits 78 with one line naming the path, and the LLMDeployment is
 Stalled (LauncherRefused) in those words with a Warning Event, while a healthy deployment next to it
-keeps serving.
+keeps serving; a rolling update of that healthy deployment into the same mistake stops at its first
+new pod, and the old one goes on serving.
 
 The trigger is runtime.tokenizerUri on a claim whose directory holds no tokenizer: the pod mounts
 the claim read-only and the launcher's preflight (runtime/preflight.py) checks the directory
@@ -27,9 +28,10 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 STALL_WITHIN = 180  # seconds from apply: an image already on the node, one start of the launcher
 
 
-def tiny_llama(name: str, **runtime: Any) -> dict[str, Any]:
+def tiny_llama(name: str, replicas: int = 1, **runtime: Any) -> dict[str, Any]:
     doc: dict[str, Any] = yaml.safe_load((EXAMPLES / "cpu-reference.yaml").read_text())
     doc["metadata"]["name"] = name
+    doc["spec"]["replicas"] = replicas
     doc["spec"]["resources"].update(cpu="250m", memory="1Gi")
     doc["spec"]["runtime"].update(runtime)
     return doc
@@ -62,9 +64,9 @@ def test_a_missing_tokenizer_stalls_in_the_launchers_words_and_the_neighbour_kee
 ) -> None:
     if cluster.launcher is None:
         pytest.skip("needs the embedded cluster's real node and cpu-runtime image")
-    kubectl.apply(tiny_llama("steady"), namespace=namespace)
+    kubectl.apply(tiny_llama("steady", replicas=2), namespace=namespace)
     wait_for("steady Ready", lambda: is_true(kubectl.get("llmdeployment", "steady", namespace), "Ready"),
-             timeout=240)  # fmt: skip
+             timeout=300)  # fmt: skip
     started = time.monotonic()
     kubectl.apply(tiny_llama("refused", tokenizerUri=f"pvc://{empty_claim}/tiny-llama"), namespace=namespace)
     line = (
@@ -98,8 +100,28 @@ def test_a_missing_tokenizer_stalls_in_the_launchers_words_and_the_neighbour_kee
     # The neighbour is untouched: still Ready, and it answers.
     steady = kubectl.get("llmdeployment", "steady", namespace)
     assert is_true(steady, "Ready") and not is_true(steady, "Stalled"), steady
+    answers(cluster, kubectl, namespace)
+    print(f"Stalled (LauncherRefused) {took:.0f} s after apply: {stall['message']}")
+
+    # The same mistake as a rolling update: the StatefulSet replaces one pod, whose launcher
+    # refuses, and waits for it; the other, of the old template, keeps serving.
+    kubectl.apply(tiny_llama("steady", replicas=2, tokenizerUri=f"pvc://{empty_claim}/tiny-llama"),
+                  namespace=namespace)  # fmt: skip
+
+    def steady_stalled() -> dict[str, Any] | None:
+        ld = kubectl.get("llmdeployment", "steady", namespace)
+        return ld if is_true(ld, "Stalled") else None
+
+    ld = wait_for("steady Stalled by its rolling update", steady_stalled, timeout=STALL_WITHIN)
+    assert ld is not None and (condition(ld, "Stalled") or {})["reason"] == "LauncherRefused", ld
+    assert (condition(ld, "Degraded") or {})["reason"] == "StalledWhileServing", ld["status"]
+    assert ld["status"]["phase"] == "Degraded" and ld["status"]["readyReplicas"] >= 1, ld["status"]
+    answers(cluster, kubectl, namespace)
+
+
+def answers(cluster: E2ECluster, kubectl: Kubectl, namespace: str) -> None:
+    """steady streams tokens through its Service."""
     service = kubectl.get("service", "steady", namespace)
     assert service is not None and cluster.launcher is not None
     chunks = list(stream(connection(service["spec"]["clusterIP"], inside=cluster.launcher.netns), "Once", 8))
     assert sum(len(c.text) for c in chunks) > 0, chunks
-    print(f"Stalled (LauncherRefused) {took:.0f} s after apply: {stall['message']}")
