@@ -13,12 +13,15 @@ from llm_operator.runtime.config import PodConfig
 from llm_operator.runtime.repository import SEPARATOR
 
 # TensorRT-LLM's python models whose model.py ships in the serving image, under
-# LLMOP_TRTLLM_MODELS_DIR (tensorrtllm_backend all_models/inflight_batcher_llm/<model>/1/model.py).
+# LLMOP_TRTLLM_MODELS_DIR (NVIDIA/TensorRT-LLM triton_backend/all_models/inflight_batcher_llm/
+# <model>/1/model.py since 1.0; tensorrtllm_backend all_models/... before).
 TRTLLM_PYTHON_MODELS = ("preprocessing", "postprocessing")
 # What transformers' AutoTokenizer.from_pretrained loads a tokenizer from, one of: a fast tokenizer
 # (tokenizer.json), a SentencePiece or tiktoken model (tokenizer.model), byte-level BPE
 # (vocab.json with merges.txt) or WordPiece (vocab.txt) vocabularies. Pre/postprocessing load
-# tokenizer_dir with AutoTokenizer (tensorrtllm_backend preprocessing/1/model.py).
+# tokenizer_dir with AutoTokenizer.from_pretrained(tokenizer_dir, legacy=False,
+# padding_side='left', trust_remote_code=True) (NVIDIA/TensorRT-LLM
+# triton_backend/all_models/inflight_batcher_llm/preprocessing/1/model.py, initialize()).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
 
 
