@@ -39,8 +39,10 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", env], check=True)
     python = env / "bin/python"
+    # Without PYTHONPATH: a checkout on it (with its editable install's egg-info) would make pip
+    # find llm_operator already installed and skip the wheel.
     subprocess.run([*pip, "--python", python, "install", "--no-deps", "--no-index", wheel],
-                   check=True, capture_output=True)  # fmt: skip
+                   check=True, capture_output=True, env=clean_env())  # fmt: skip
     site = subprocess.check_output(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
     )
@@ -48,9 +50,14 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return env
 
 
+def clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+
+
 def installed(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    return subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=env, timeout=120, check=False)
+    return subprocess.run(
+        argv, capture_output=True, text=True, cwd=cwd, env=clean_env(), timeout=120, check=False
+    )
 
 
 def test_the_package_comes_from_the_wheel(venv: Path, tmp_path: Path) -> None:
