@@ -5,6 +5,7 @@ real Triton CPU runtime (triton marker). The SSH side of multi-node pods is in t
 from __future__ import annotations
 
 import dataclasses
+import http.client as http_client
 import os
 import shutil
 import signal
@@ -569,7 +570,7 @@ def test_launcher_serves_the_cpu_repository_drains_and_stops_cleanly(tmp_path: P
            "LLMOP_MODEL_REPO": str(tmp_path / "repo"), "LLMOP_HTTP_PORT": str(http),
            "LLMOP_GRPC_PORT": str(grpc), "LLMOP_METRICS_PORT": str(metrics),
            "LLMOP_TRITONSERVER": str(triton / "bin" / "tritonserver"), "LLMOP_BACKEND_DIR": str(backends),
-           "LLMOP_EXIT_TIMEOUT_SECONDS": "5", "LLMOP_DRAIN_SETTLE_SECONDS": "0",
+           "LLMOP_EXIT_TIMEOUT_SECONDS": "5", "LLMOP_DRAIN_SETTLE_SECONDS": "0", ADMIN_KEY_ENV: KEY,
            "LD_LIBRARY_PATH": str(triton.parents[1] / "nvidia_pytriton.libs")}  # fmt: skip
     log = (tmp_path / "launcher.log").open("w")
     proc = subprocess.Popen([PYTHON, "-m", "llm_operator.runtime.launcher"], env=env, stdout=log, stderr=log)
@@ -584,6 +585,9 @@ def test_launcher_serves_the_cpu_repository_drains_and_stops_cleanly(tmp_path: P
                         break
             except OSError:
                 time.sleep(0.3)
+        admin_apis_answer_only_with_the_key(http, grpc)
+        logged = (tmp_path / "launcher.log").read_text()
+        assert "--http-restricted-api=" in logged and KEY not in logged
         start = time.monotonic()
         drained = subprocess.run(
             [PYTHON, "-m", "llm_operator.runtime.launcher", "drain"], env=env, timeout=30
@@ -602,3 +606,37 @@ def test_launcher_serves_the_cpu_repository_drains_and_stops_cleanly(tmp_path: P
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def admin_apis_answer_only_with_the_key(http: int, grpc: int) -> None:
+    """This Triton (the CPU runtime's) takes the restriction flags and enforces them on both
+    protocols; the inference, metadata and model-config APIs stay open."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    from e2e.generate import ADMIN_REQUESTS, OPEN_REQUESTS, answers, connection
+
+    def connect() -> http_client.HTTPConnection:
+        return connection("127.0.0.1", http)
+
+    assert answers(connect, ADMIN_REQUESTS) == dict.fromkeys(ADMIN_REQUESTS, 403)
+    with_key = answers(connect, ADMIN_REQUESTS, {ADMIN_KEY_HEADER: KEY})
+    assert with_key == {**dict.fromkeys(ADMIN_REQUESTS, 200), "model-repository (GET)": 405}, "POST only"
+    assert answers(connect, ADMIN_REQUESTS, {ADMIN_KEY_HEADER: KEY[::-1]}) == dict.fromkeys(
+        ADMIN_REQUESTS, 403
+    )
+    assert answers(connect, OPEN_REQUESTS) == dict.fromkeys(OPEN_REQUESTS, 200)
+
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc}")
+    try:
+        with pytest.raises(InferenceServerException, match="restricted"):
+            client.get_model_repository_index()
+        with pytest.raises(InferenceServerException, match="restricted"):
+            client.get_log_settings()
+        metadata = {f"triton-grpc-protocol-{ADMIN_KEY_HEADER}": KEY}
+        index = client.get_model_repository_index(headers=metadata, as_json=True)
+        assert [m["name"] for m in index["models"]] == ["ensemble"]
+        assert client.get_log_settings(headers=metadata, as_json=True)["settings"]
+        assert client.is_server_ready() and client.get_model_metadata("ensemble").name == "ensemble"
+    finally:
+        client.close()
