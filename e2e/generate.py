@@ -18,7 +18,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +77,43 @@ def stream(conn: http.client.HTTPConnection, prompt: str, max_tokens: int, **par
         if "error" in event:
             raise GenerateError(str(event["error"]))
         yield Chunk(str(event["text_output"]), time.monotonic() - start)
+
+
+# What each of Triton's admin APIs answers to one request (method, path, JSON body or None), and
+# the open request that must keep working beside them (runtime/commands.py RESTRICTED_APIS).
+ADMIN_REQUESTS = {
+    "model-repository": ("POST", "/v2/repository/index", "{}"),
+    "model-repository (GET)": ("GET", "/v2/repository/index", None),
+    "logging": ("GET", "/v2/logging", None),
+    "shared-memory": ("GET", "/v2/systemsharedmemory/status", None),
+}
+OPEN_REQUESTS = {
+    "generate": (
+        "POST",
+        f"/v2/models/{MODEL}/generate",
+        json.dumps({"text_input": "Hello", "max_tokens": 4}),
+    ),
+    "model-config": ("GET", f"/v2/models/{MODEL}/config", None),
+}
+
+
+def answers(
+    connect: Callable[[], http.client.HTTPConnection],
+    requests: dict[str, tuple[str, str, str | None]],
+    headers: dict[str, str] | None = None,
+) -> dict[str, int]:
+    """The HTTP status of each request, each on a fresh connection from `connect`."""
+    out = {}
+    for name, (method, path, body) in requests.items():
+        conn = connect()
+        try:
+            conn.request(method, path, body, {"Content-Type": "application/json", **(headers or {})})
+            response = conn.getresponse()
+            response.read()
+            out[name] = response.status
+        finally:
+            conn.close()
+    return out
 
 
 def service_ip(cluster: Cluster, namespace: str, service: str) -> str:

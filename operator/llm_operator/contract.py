@@ -39,6 +39,13 @@ WORKER_SSH_KEYS = (SSH_HOST_KEY, SSH_AUTHORIZED_KEYS)
 SSH_HOST_ALIAS = "llm-operator-worker"
 SSH_VOLUME = "ssh"
 
+# Triton's admin APIs (runtime/commands.py restricted_api_args) answer only requests that carry
+# this header (gRPC: `triton-grpc-protocol-<header>` metadata) with the key from the deployment's
+# admin-key Secret (controller/admin_key.py), which reaches the leader as ADMIN_KEY_ENV.
+ADMIN_KEY_ENV = "LLMOP_ADMIN_KEY"
+ADMIN_KEY_HEADER = "llm-operator-admin-key"
+ADMIN_KEY_SECRET_KEY = "admin-key"  # the key of the Secret's data
+
 EXIT_TIMEOUT_SECONDS = 30  # Triton's --exit-timeout-secs unless the spec says otherwise
 DRAIN_TIMEOUT_SECONDS = 20  # longest preStop drain, settle time included
 DRAIN_SETTLE_SECONDS = 5  # preStop: wait for endpoint removal to reach proxies
@@ -82,6 +89,7 @@ ENV: dict[str, str] = {
     "LLMOP_BACKEND_DIR": "",
     "LLMOP_TRTLLM_MODELS_DIR": "/app/all_models/inflight_batcher_llm",
     "LLMOP_TERMINATION_LOG": TERMINATION_LOG,
+    ADMIN_KEY_ENV: "",  # unset: the launcher restricts with a key of its own that nobody holds
 }
 # Set by the builders for logs only (the downward API), not read by the launcher.
 POD_NAME_ENV = "POD_NAME"

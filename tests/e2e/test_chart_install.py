@@ -260,7 +260,9 @@ def serve_two_namespaces(
             assert refused is None, f"the operator was refused: {refused.group(0)[:1500]}"
             return kubectl.get("llmdeployment", "tiny-llama", ns)
 
-        if cluster.gpu_nodes():  # a multi-node group: its SSH Secret is made with secrets/create alone
+        # Every deployment's admin-key Secret, and a multi-node group's SSH Secret, are made with
+        # secrets/create alone.
+        if cluster.gpu_nodes():
             manifests.engines_claim(kubectl, second)
             group = manifests.deployment("group", parallelism={"tensor": 4, "pipeline": 2},
                                          resources={"gpu": {"products": ["NVIDIA-GB200"]}})  # fmt: skip
@@ -274,7 +276,11 @@ def serve_two_namespaces(
                              lambda o: is_true(o, "Ready"), timeout=TIMEOUT)  # fmt: skip
             assert ready is not None
             made = kubectl.items("secrets", second, "app.kubernetes.io/instance=group")
-            assert [s["metadata"]["ownerReferences"][0]["uid"] for s in made] == [ready["metadata"]["uid"]]
+            assert sorted(s["metadata"]["labels"]["app.kubernetes.io/component"] for s in made) == [
+                "admin-key",
+                "ssh-identity",
+            ]
+            assert {s["metadata"]["ownerReferences"][0]["uid"] for s in made} == {ready["metadata"]["uid"]}
         text = wait_for(
             "the operator's own StatefulSet apply in its metrics",
             lambda: scrape(metrics),

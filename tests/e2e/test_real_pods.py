@@ -7,6 +7,8 @@ a KWOK shell could never show.
 - `kubectl delete pod` in the middle of long streams: they complete (preStop settle, then Triton
   waits for open connections on SIGTERM), the pod is replaced, and requests through the Service
   meanwhile all succeed with two replicas.
+- Triton's admin APIs (model repository, logging, shared memory) answer 403 without the key from
+  the deployment's admin-key Secret and 200 with it; generate needs no key.
 - A runtime that cannot start (too little shared memory for Triton's python backend: a user's
   `resources.shmSize`) crash-loops, and the LLMDeployment says so in Triton's words; an image that
   cannot be pulled is reported in the kubelet's words, with a Warning Event.
@@ -18,6 +20,7 @@ still in progress rather than after it. Real pods are few and small: the node ha
 
 from __future__ import annotations
 
+import base64
 import http.client
 import subprocess
 import threading
@@ -30,10 +33,11 @@ from typing import Any
 
 import pytest
 import yaml
+from llm_operator.contract import ADMIN_KEY_ENV, ADMIN_KEY_HEADER, ADMIN_KEY_SECRET_KEY
 
 from e2e.cluster.processes import free_port
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, pod_ready, wait_for
-from e2e.generate import Chunk, GenerateError, connection, stream
+from e2e.generate import ADMIN_REQUESTS, OPEN_REQUESTS, Chunk, GenerateError, answers, connection, stream
 
 pytestmark = pytest.mark.e2e
 
@@ -174,6 +178,33 @@ def test_serving_pods_serve_from_a_read_only_root(served: Served, kubectl: Kubec
     root = kubectl(*shell, "touch /probe", check=False)
     assert root.returncode != 0 and "Read-only file system" in root.stderr, root
     assert kubectl(*shell, 'touch "$HOME/probe" /tmp/probe').returncode == 0
+
+
+def test_tritons_admin_apis_answer_only_with_the_deployments_key(served: Served, kubectl: Kubectl) -> None:
+    """From inside the cluster's network, a pod's model-repository, logging and shared-memory APIs
+    answer 403 without the key from the operator's Secret and 200 with it; generate needs none.
+    The key is read as an admin would (docs/runtime.md), and is in no log of the pod."""
+    ld = kubectl.get("llmdeployment", "tiny-llama", served.namespace) or {}
+    name = ld["status"]["adminKeySecret"]
+    secret = kubectl.get("secret", name, served.namespace) or {}
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == ld["metadata"]["uid"]
+    key = base64.b64decode(secret["data"][ADMIN_KEY_SECRET_KEY]).decode()
+    pod = kubectl.items("pods", served.namespace, SELECTOR)[0]
+    (container,) = pod["spec"]["containers"]
+    (env,) = (e for e in container["env"] if e["name"] == ADMIN_KEY_ENV)
+    assert env["valueFrom"]["secretKeyRef"] == {"name": name, "key": ADMIN_KEY_SECRET_KEY}
+
+    ip = pod["status"]["podIP"]
+
+    def connect() -> http.client.HTTPConnection:
+        return connection(ip, inside=served.netns, timeout=30)
+
+    assert answers(connect, ADMIN_REQUESTS) == dict.fromkeys(ADMIN_REQUESTS, 403)
+    with_key = answers(connect, ADMIN_REQUESTS, {ADMIN_KEY_HEADER: key})
+    assert with_key == {**dict.fromkeys(ADMIN_REQUESTS, 200), "model-repository (GET)": 405}, "POST only"
+    assert answers(connect, OPEN_REQUESTS) == dict.fromkeys(OPEN_REQUESTS, 200)
+    log = kubectl("logs", pod["metadata"]["name"], namespace=served.namespace).stdout
+    assert "--http-restricted-api=" in log and key not in log
 
 
 def test_tokens_stream_through_the_cluster_ip_and_port_forward(

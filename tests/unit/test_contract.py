@@ -44,13 +44,21 @@ def pod_specs(workload: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {workload["metadata"]["labels"]["llmoperator.io/role"]: workload["spec"]["template"]["spec"]}
 
 
+ADMIN_KEY = "ab" * 32  # what the kubelet reads from the admin-key Secret
+
+
 def environment(container: dict[str, Any]) -> dict[str, str]:
     """The container's environment as the kubelet would set it, for a pod of group GROUP."""
     labels = {POD_INDEX: str(GROUP), LWS_GROUP_INDEX: str(GROUP)}
+    secrets = {(names.admin_key_secret("llama", UID), contract.ADMIN_KEY_SECRET_KEY): ADMIN_KEY}
     env: dict[str, str] = {}
     for entry in container["env"]:
         if "value" in entry:
             env[entry["name"]] = entry["value"]
+            continue
+        if "secretKeyRef" in entry["valueFrom"]:
+            ref = entry["valueFrom"]["secretKeyRef"]
+            env[entry["name"]] = secrets[(ref["name"], ref["key"])]
             continue
         path = entry["valueFrom"]["fieldRef"]["fieldPath"]
         if path == "metadata.name":
@@ -93,6 +101,8 @@ def test_the_launcher_reads_what_the_builder_renders(
         pool.tensor, pool.pipeline, pool.gpus_per_pod, pool.pods_per_replica,
     )  # fmt: skip
     assert c.role == role and c.exit_timeout == SPEC.runtime.exit_timeout_seconds
+    # Only a leader serves HTTP and gRPC: only it gets the key of the admin APIs.
+    assert c.admin_key == (ADMIN_KEY if role == "leader" else "")
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert (c.http_port, c.grpc_port, c.metrics_port) == (ports["http"], ports["grpc"], ports["metrics"])
     mounts = {m["name"]: m for m in container["volumeMounts"]}

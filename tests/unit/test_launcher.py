@@ -5,6 +5,7 @@ real Triton CPU runtime (triton marker). The SSH side of multi-node pods is in t
 from __future__ import annotations
 
 import dataclasses
+import http.client as http_client
 import os
 import shutil
 import signal
@@ -17,11 +18,12 @@ from pathlib import Path
 
 import pytest
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
-from llm_operator.contract import KILL_GRACE_SECONDS
+from llm_operator.contract import ADMIN_KEY_ENV, ADMIN_KEY_HEADER, KILL_GRACE_SECONDS
 from llm_operator.controller.ssh import key_pair
 from llm_operator.runtime import launcher, supervisor
 from llm_operator.runtime.commands import (
     engine_problems,
+    redacted,
     serve_command,
     worker_hosts,
 )
@@ -121,6 +123,69 @@ def test_multi_node_leader_runs_sixteen_ranks_eight_per_pod_over_ssh() -> None:
     per_rank = ranks(cmd)
     assert len(per_rank) == 16
     assert sum("--http-port=8000" in r for r in per_rank) == 1
+
+
+KEY = "0123abcd" * 8
+
+
+def restricted(rank: list[str]) -> dict[str, str]:
+    """The restriction flags of one rank: flag -> its APIS:HEADER=KEY setting."""
+    flags = ("--http-restricted-api", "--grpc-restricted-protocol")
+    return {a.split("=", 1)[0]: a.split("=", 1)[1] for a in rank if a.split("=", 1)[0] in flags}
+
+
+@pytest.mark.parametrize("env", [{}, {"LLMOP_BACKEND": "cpu-reference"}, {**MULTI, "LLMOP_ROLE": "leader"},
+                                 {"LLMOP_TP": "2", "LLMOP_PP": "2", "LLMOP_GPUS_PER_POD": "4"}],
+                         ids=["tp1", "cpu", "multi-node", "tp2pp2"])  # fmt: skip
+def test_rank0_alone_restricts_the_admin_apis_on_http_and_grpc(env: dict[str, str]) -> None:
+    cmd = serve_command(config(LLMOP_ADMIN_KEY=KEY, **env))
+    per_rank = ranks(cmd) if cmd[0] != "tritonserver" else [cmd]
+    # Not inference (infer, generate), health (probes), metadata, model-config, statistics.
+    setting = f"model-repository,shared-memory,logging,trace:{ADMIN_KEY_HEADER}={KEY}"
+    assert restricted(per_rank[0]) == {
+        "--http-restricted-api": setting,
+        "--grpc-restricted-protocol": setting,
+    }
+    assert all(restricted(r) == {} for r in per_rank[1:]), "ranks > 0 serve no HTTP or gRPC"
+
+
+def test_the_admin_key_is_never_printed_and_a_malformed_one_is_refused_unechoed() -> None:
+    assert KEY not in repr(config(LLMOP_ADMIN_KEY=KEY))
+    argv = serve_command(config(LLMOP_ADMIN_KEY=KEY))
+    assert KEY not in " ".join(redacted(argv, KEY)) and len(redacted(argv, KEY)) == len(argv)
+    with pytest.raises(ConfigError, match=ADMIN_KEY_ENV) as refused:
+        config(LLMOP_ADMIN_KEY="s3cret:x=y")
+    assert "s3cret" not in str(refused.value)
+
+
+@pytest.mark.parametrize("key", [KEY, ""], ids=["from-secret", "unset"])
+def test_the_launcher_hands_triton_the_key_in_argv_only_and_logs_it_redacted(
+    tmp_path: Path, key: str
+) -> None:
+    (tmp_path / "cm").mkdir()
+    env = {**os.environ, "FAKE_DIR": str(tmp_path), "LLMOP_BACKEND": "cpu-reference",
+           "LLMOP_TRITONSERVER": script(tmp_path / "tritonserver", FAKE_TRITON),
+           "LLMOP_MODEL_REPO_SRC": str(tmp_path / "cm"), "LLMOP_MODEL_REPO": str(tmp_path / "repo"),
+           "LLMOP_EXIT_TIMEOUT_SECONDS": "1", ADMIN_KEY_ENV: key}  # fmt: skip
+    log = tmp_path / "launcher.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [PYTHON, "-m", "llm_operator.runtime.launcher"], env=env, stdout=out, stderr=out
+        )
+    try:
+        Pod(tmp_path, proc).wait_started("rank0")
+        server = Pod(tmp_path, proc).pid("rank0")
+        argv = Path(f"/proc/{server}/cmdline").read_bytes().decode().split("\0")
+        environ = Path(f"/proc/{server}/environ").read_bytes().decode()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+    (setting,) = {v for v in restricted(argv).values()}
+    given = setting.rsplit("=", 1)[1]
+    assert given == key if key else len(given) == 64, "unset: a random key nobody holds"
+    assert ADMIN_KEY_ENV not in environ, "Triton and its backends do not inherit it"
+    text = log.read_text()
+    assert "--http-restricted-api=" in text and given not in text, text
 
 
 @pytest.mark.parametrize(
@@ -502,7 +567,7 @@ def test_launcher_serves_the_cpu_repository_drains_and_stops_cleanly(tmp_path: P
            "LLMOP_MODEL_REPO": str(tmp_path / "repo"), "LLMOP_HTTP_PORT": str(http),
            "LLMOP_GRPC_PORT": str(grpc), "LLMOP_METRICS_PORT": str(metrics),
            "LLMOP_TRITONSERVER": str(triton / "bin" / "tritonserver"), "LLMOP_BACKEND_DIR": str(backends),
-           "LLMOP_EXIT_TIMEOUT_SECONDS": "5", "LLMOP_DRAIN_SETTLE_SECONDS": "0",
+           "LLMOP_EXIT_TIMEOUT_SECONDS": "5", "LLMOP_DRAIN_SETTLE_SECONDS": "0", ADMIN_KEY_ENV: KEY,
            "LD_LIBRARY_PATH": str(triton.parents[1] / "nvidia_pytriton.libs")}  # fmt: skip
     log = (tmp_path / "launcher.log").open("w")
     proc = subprocess.Popen([PYTHON, "-m", "llm_operator.runtime.launcher"], env=env, stdout=log, stderr=log)
@@ -517,6 +582,9 @@ def test_launcher_serves_the_cpu_repository_drains_and_stops_cleanly(tmp_path: P
                         break
             except OSError:
                 time.sleep(0.3)
+        admin_apis_answer_only_with_the_key(http, grpc)
+        logged = (tmp_path / "launcher.log").read_text()
+        assert "--http-restricted-api=" in logged and KEY not in logged
         start = time.monotonic()
         drained = subprocess.run(
             [PYTHON, "-m", "llm_operator.runtime.launcher", "drain"], env=env, timeout=30
@@ -535,3 +603,37 @@ def test_launcher_serves_the_cpu_repository_drains_and_stops_cleanly(tmp_path: P
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def admin_apis_answer_only_with_the_key(http: int, grpc: int) -> None:
+    """This Triton (the CPU runtime's) takes the restriction flags and enforces them on both
+    protocols; the inference, metadata and model-config APIs stay open."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    from e2e.generate import ADMIN_REQUESTS, OPEN_REQUESTS, answers, connection
+
+    def connect() -> http_client.HTTPConnection:
+        return connection("127.0.0.1", http)
+
+    assert answers(connect, ADMIN_REQUESTS) == dict.fromkeys(ADMIN_REQUESTS, 403)
+    with_key = answers(connect, ADMIN_REQUESTS, {ADMIN_KEY_HEADER: KEY})
+    assert with_key == {**dict.fromkeys(ADMIN_REQUESTS, 200), "model-repository (GET)": 405}, "POST only"
+    assert answers(connect, ADMIN_REQUESTS, {ADMIN_KEY_HEADER: KEY[::-1]}) == dict.fromkeys(
+        ADMIN_REQUESTS, 403
+    )
+    assert answers(connect, OPEN_REQUESTS) == dict.fromkeys(OPEN_REQUESTS, 200)
+
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc}")
+    try:
+        with pytest.raises(InferenceServerException, match="restricted"):
+            client.get_model_repository_index()
+        with pytest.raises(InferenceServerException, match="restricted"):
+            client.get_log_settings()
+        metadata = {f"triton-grpc-protocol-{ADMIN_KEY_HEADER}": KEY}
+        index = client.get_model_repository_index(headers=metadata, as_json=True)
+        assert [m["name"] for m in index["models"]] == ["ensemble"]
+        assert client.get_log_settings(headers=metadata, as_json=True)["settings"]
+        assert client.is_server_ready() and client.get_model_metadata("ensemble").name == "ensemble"
+    finally:
+        client.close()

@@ -98,7 +98,8 @@ async def test_a_cpu_deployment_converges_then_the_operator_writes_nothing() -> 
     await reconcile(kube, reconciler, key)
     await reconcile(kube, reconciler, key)
     assert kube.take_writes() == [], "an idle deployment costs no API writes"
-    assert not any(k[0] == "Secret" for k in kube.objects), "single-pod replicas need no SSH identity"
+    secrets = [k[2] for k in kube.objects if k[0] == "Secret"]
+    assert secrets == [f"tiny-llama-adminkey-{owner_uid[:8]}"], "single-pod replicas need no SSH identity"
 
 
 async def test_a_restarted_operator_writes_nothing_where_nothing_changed_and_restores_what_did() -> None:
@@ -118,9 +119,13 @@ async def test_a_restarted_operator_writes_nothing_where_nothing_changed_and_res
     await kube.list_to(second)
     for key in keys:
         await reconcile(kube, second, key)
-    # The SSH Secret is created again (AlreadyExists): the operator may not read Secrets to know.
+    # The Secrets are created again (AlreadyExists): the operator may not read Secrets to know.
     writes = [w for w in kube.take_writes() if w[0] != "status"]
-    assert writes == [("create", "Secret", "llama31-405b-sshkeys-uid-2")]
+    assert writes == [
+        ("create", "Secret", "tiny-llama-adminkey-uid-1"),
+        ("create", "Secret", "llama31-405b-adminkey-uid-2"),
+        ("create", "Secret", "llama31-405b-sshkeys-uid-2"),
+    ]
 
     # Edited while no operator ran: the edit is someone else's, so that object alone is applied.
     sts = kube.objects[("StatefulSet", NS, "tiny-llama")]
@@ -331,13 +336,14 @@ async def test_multi_node_groups_get_one_ssh_identity_made_once(caplog: pytest.L
     await reconcile(kube, reconciler, key)
     await reconcile(kube, reconciler, key)
 
-    (secret,) = kube.of_kind("Secret").values()
+    (secret,) = (s for name, s in kube.of_kind("Secret").items() if "-sshkeys-" in name)
     owner = kube.objects[("LLMDeployment", *key)]
     assert secret["metadata"]["ownerReferences"][0]["uid"] == owner["metadata"]["uid"]
     keys = {"id_ed25519", "authorized_keys", "ssh_host_ed25519_key", "known_hosts"}
     assert set(secret["stringData"]) == keys
     assert secret["stringData"]["id_ed25519"].startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
-    assert [w for w in kube.writes if w[1] == "Secret"] == [("create", "Secret", secret["metadata"]["name"])]
+    ssh_writes = [w for w in kube.writes if w[1] == "Secret" and "-sshkeys-" in w[2]]
+    assert ssh_writes == [("create", "Secret", secret["metadata"]["name"])]
     assert "PRIVATE KEY" not in caplog.text
 
     restarted = Reconciler(kube, OperatorConfig.from_env())  # an operator restart: memory is gone
@@ -346,7 +352,7 @@ async def test_multi_node_groups_get_one_ssh_identity_made_once(caplog: pytest.L
     kube.take_writes()
     await reconcile(kube, restarted, key)
     assert ("create", "Secret", secret["metadata"]["name"]) in kube.take_writes()
-    assert kube.of_kind("Secret") == {secret["metadata"]["name"]: secret}, "the key is never replaced"
+    assert kube.of_kind("Secret")[secret["metadata"]["name"]] == secret, "the key is never replaced"
     assert owner["status"]["sshSecret"] == secret["metadata"]["name"], "how a restarted operator knows it"
 
 
@@ -379,6 +385,74 @@ async def test_a_secret_under_the_operators_name_that_it_did_not_create_is_never
     await reconcile(kube, restarted, key)
     assert kube.objects[("Secret", key[0], name)]["metadata"]["ownerReferences"][0]["uid"] == uid
     assert kube.objects[("LLMDeployment", *key)]["status"]["sshSecret"] == name
+    assert kube.of_kind("StatefulSet")
+
+
+async def test_every_deployment_gets_its_admin_key_made_once_before_its_pods(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    kube, reconciler = await operator_with_nodes()
+    key = kube.add_deployment(example("cpu-reference"))
+    await reconcile(kube, reconciler, key)
+    writes = kube.take_writes()
+    owner = kube.objects[("LLMDeployment", *key)]
+    name = f"tiny-llama-adminkey-{owner['metadata']['uid'][:8]}"
+    creates = [w for w in writes if w[0] == "create"]
+    assert creates == [("create", "Secret", name)]
+    assert writes.index(creates[0]) < writes.index(("apply", "StatefulSet", "tiny-llama")), "before its pods"
+
+    secret = kube.objects[("Secret", NS, name)]
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == owner["metadata"]["uid"]
+    (value,) = secret["stringData"].values()
+    assert len(value) == 64 and int(value, 16) >= 0, "256 bits, hex"
+    assert owner["status"]["adminKeySecret"] == name, "how a restarted operator knows it is its own"
+    assert value not in caplog.text and value not in yaml.safe_dump(
+        list(kube.of_kind("StatefulSet").values())
+    )
+    (leader,) = kube.of_kind("StatefulSet").values()
+    (env,) = (
+        e
+        for e in leader["spec"]["template"]["spec"]["containers"][0]["env"]
+        if e["name"] == "LLMOP_ADMIN_KEY"
+    )
+    assert env["valueFrom"]["secretKeyRef"] == {"name": name, "key": "admin-key"}
+
+    await reconcile(kube, reconciler, key)
+    assert not [w for w in kube.take_writes() if w[1] == "Secret"], "made once"
+    _, restarted = await operator_with_nodes(kube)
+    await reconcile(kube, restarted, key)
+    assert kube.objects[("Secret", NS, name)] == secret, "never replaced"
+    assert condition(kube, "tiny-llama", "Stalled")["status"] == "False"
+
+
+async def test_an_admin_key_secret_the_operator_did_not_create_is_never_used() -> None:
+    kube, reconciler = await operator_with_nodes()
+    key = kube.add_deployment(example("cpu-reference"))
+    uid = kube.objects[("LLMDeployment", *key)]["metadata"]["uid"]
+    name = f"tiny-llama-adminkey-{uid}"
+    kube.objects[("Secret", key[0], name)] = {
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": key[0]},
+    }
+    await reconcile(kube, reconciler, key)
+
+    status = kube.objects[("LLMDeployment", *key)]["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "AdminKeySecretNotOwned")
+    assert f'Secret "{name}" exists but this LLMDeployment did not create it' in status["message"]
+    assert "delete that Secret" in status["message"]
+    assert "adminKeySecret" not in status
+    assert not kube.of_kind("StatefulSet"), "no pod is started with its key"
+    assert kube.events[-1][:2] == ("Warning", "AdminKeySecretNotOwned")
+
+    _, restarted = await operator_with_nodes(kube)
+    await reconcile(kube, restarted, key)
+    assert kube.objects[("LLMDeployment", *key)]["status"]["reason"] == "AdminKeySecretNotOwned"
+
+    del kube.objects[("Secret", key[0], name)]
+    await reconcile(kube, restarted, key)
+    assert kube.objects[("Secret", key[0], name)]["metadata"]["ownerReferences"][0]["uid"] == uid
+    assert kube.objects[("LLMDeployment", *key)]["status"]["adminKeySecret"] == name
     assert kube.of_kind("StatefulSet")
 
 
@@ -469,10 +543,10 @@ async def test_a_replica_that_lost_the_lease_stops_instead_of_retrying() -> None
     key = kube.add_deployment(example("cpu-reference"))
     reconciler.deployment_event("ADDED", *key)
 
-    async def refused(obj: dict[str, Any]) -> dict[str, Any]:
+    async def refused(obj: dict[str, Any]) -> Any:
         raise NotLeading("not the holder")
 
-    kube.apply = refused  # type: ignore[method-assign]
+    kube.apply = kube.create = refused  # type: ignore[method-assign]
     for _ in range(REPORT_AFTER_FAILURES + 1):
         with pytest.raises(NotLeading):
             await reconciler._run(key)
@@ -490,15 +564,16 @@ def terminating(namespace: str) -> ApiError:
 
 
 async def applies_refused(error: ApiError) -> tuple[FakeKube, Reconciler, tuple[str, str]]:
-    """An operator with the cpu-reference deployment queued, every apply refused with `error`."""
+    """An operator with the cpu-reference deployment queued, every apply and create (its admin-key
+    Secret) refused with `error`."""
     kube, reconciler = await operator_with_nodes()
     key = kube.add_deployment(example("cpu-reference"))
     reconciler.deployment_event("ADDED", *key)
 
-    async def refused(obj: dict[str, Any]) -> dict[str, Any]:
+    async def refused(obj: dict[str, Any]) -> Any:
         raise error
 
-    kube.apply = refused  # type: ignore[method-assign]
+    kube.apply = kube.create = refused  # type: ignore[method-assign]
     return kube, reconciler, key
 
 

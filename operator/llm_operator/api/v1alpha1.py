@@ -1230,6 +1230,12 @@ class LLMDeploymentStatus(Spec):
         description="The SSH Secret the operator created for this deployment's multi-node groups: "
         "a Secret under that name that it did not create is never mounted.",
     )
+    admin_key_secret: str | None = Field(
+        default=None,
+        description="The Secret the operator created with the key of Triton's admin APIs (model "
+        "repository, shared memory, logging, trace) in this deployment's pods: a Secret under that "
+        "name that it did not create is never used.",
+    )
 
 
 class LLMDeployment(BaseModel):

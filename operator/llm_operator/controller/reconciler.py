@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.controller import analysis, autoscaling, engines
+from llm_operator.controller.admin_key import AdminKeys
 from llm_operator.controller.apply import Applier
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.groups import GroupFailures, group_pods
@@ -88,6 +89,7 @@ class Reconciler:
         self.create_failures = CreateFailures()
         self.group_failures = GroupFailures()
         self.ssh = SshIdentities(kube)
+        self.admin_keys = AdminKeys(kube)
         self.rollouts = Rollouts(analysis.measure, config.analysis_prometheus_urls)
         self.statuses: dict[Key, dict[str, Any]] = {}  # last status written, for the gauge
         self.counts = ConditionCounts()
@@ -129,6 +131,7 @@ class Reconciler:
         self.rollouts.forget(key)
         self.group_failures.forget(key)
         self.ssh.forget(key)
+        self.admin_keys.forget(key)
         self.applier.forget(key)
         self.queue.forget(key)
 
@@ -258,13 +261,17 @@ class Reconciler:
             await self._write_status(body, self._stalled(body, PlanningError("VolumeClaimNotFound", message)))
             self.queue.add_after((namespace, name), CLAIM_RECHECK_SECONDS)
             return
-        if any(needs_ssh(want.plan) for want in wants):
-            try:
-                await self.ssh.ensure(ld)
-            except PlanningError as e:  # someone else's Secret under the operator's name
-                await self._write_status(body, self._stalled(body, e))
-                self.queue.add_after((namespace, name), CLAIM_RECHECK_SECONDS)  # Secrets are not watched
-                return
+        if self.pod_problems.of((namespace, name)):
+            self.admin_keys.forget((namespace, name))  # a deleted Secret is one reason pods fail
+        owned = [self.admin_keys, *([self.ssh] if any(needs_ssh(want.plan) for want in wants) else [])]
+        try:
+            for secret in owned:
+                if written := await secret.ensure(ld):
+                    body = self._status_written(body, written)
+        except PlanningError as e:  # someone else's Secret under the operator's name
+            await self._write_status(body, self._stalled(body, e))
+            self.queue.add_after((namespace, name), CLAIM_RECHECK_SECONDS)  # Secrets are not watched
+            return
         missing_apis = await self._apply(ld, wants, rollout.objects)
         events = [Event(*e) for e in rollout.decision.events]
         observed = self._observe(ld, wants, rollout, missing_apis)
@@ -341,6 +348,15 @@ class Reconciler:
             pools=existing_pools(self.applier.children, namespace, name),
             selector=serving_selector(name),
         )
+
+    def _status_written(self, body: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+        """The body with status fields just patched, here and as the next pass reads it: the
+        watch's echo of the patch is then no change, and the status written next keeps them."""
+        body = {**body, "status": {**(body.get("status") or {}), **fields}}
+        key = (body["metadata"]["namespace"], body["metadata"]["name"])
+        if key in self.bodies:
+            self.bodies[key] = body
+        return body
 
     async def _write_status(
         self, body: dict[str, Any], obs: Observation, decided: list[Event] | None = None

@@ -25,6 +25,7 @@ from llm_operator.contract import (
     SSH_PRIVATE_KEY,
 )
 from llm_operator.controller.kube import KubeApi
+from llm_operator.controller.owned_secret import OwnedSecret
 from llm_operator.plan.types import Plan, PlanningError
 from llm_operator.render import names
 from llm_operator.render.children import owner_reference
@@ -74,41 +75,17 @@ def ssh_secret(ld: LLMDeployment) -> dict[str, Any]:
     }
 
 
-class SshIdentities:
-    """Creates each deployment's Secret once. The operator may create Secrets but never read one
-    (docs/helm.md), so whose a Secret is is learnt from the create itself: when it succeeds, the
-    operator records the name in status.sshSecret (a place only it writes). AlreadyExists for a
-    name recorded there means an earlier run made it; for any other, someone else did, and the
-    deployment is refused rather than given keys it cannot vouch for. Remembered, so a steady
-    reconcile sends nothing; after a restart, one create per multi-node deployment."""
+class SshIdentities(OwnedSecret):
+    """Each multi-node deployment's Secret, made once (controller/owned_secret.py); a Secret under
+    its name that the operator did not create is refused with SshSecretNotOwned."""
 
     def __init__(self, kube: KubeApi) -> None:
-        self.kube = kube
-        self._ensured: set[tuple[str, str]] = set()
-        self._owned: set[tuple[str, str]] = set()  # (namespace, Secret name) made or vouched for
-
-    async def ensure(self, ld: LLMDeployment) -> None:
-        """Raises PlanningError (SshSecretNotOwned) for a Secret under the name that the
-        operator did not create: nothing may mount it."""
-        key = (ld.namespace, ld.name)
-        if key in self._ensured:
-            return
-        secret = ssh_secret(ld)
-        name = secret["metadata"]["name"]
-        recorded = ld.status is not None and ld.status.ssh_secret == name
-        if recorded:
-            self._owned.add((ld.namespace, name))
-        if await self.kube.create(secret):
-            await self.kube.patch_status(ld.namespace, ld.name, {"sshSecret": name})
-            self._owned.add((ld.namespace, name))
-        elif (ld.namespace, name) not in self._owned:
-            raise PlanningError("SshSecretNotOwned", foreign_secret_message(name))
-        self._ensured.add(key)
-
-    def forget(self, key: tuple[str, str]) -> None:
-        """Create again on the next reconcile (the deployment is gone, or a group was recreated:
-        a deleted Secret is one reason groups fail)."""
-        self._ensured.discard(key)
+        super().__init__(
+            kube,
+            ssh_secret,
+            "sshSecret",
+            lambda name: PlanningError("SshSecretNotOwned", foreign_secret_message(name)),
+        )
 
 
 def foreign_secret_message(name: str) -> str:

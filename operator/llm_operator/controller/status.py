@@ -80,10 +80,11 @@ def reduce(
     g = obs.generation
     conds: list[dict[str, Any]]
     status: dict[str, Any] = {"observedGeneration": g, "selector": obs.selector}
-    if (old_status or {}).get("sshSecret"):
-        # Written once, when the operator creates the Secret (controller/ssh.py): its proof of
-        # whose the Secret is, as it never reads one.
-        status["sshSecret"] = (old_status or {})["sshSecret"]
+    for owned in ("sshSecret", "adminKeySecret"):
+        if (old_status or {}).get(owned):
+            # Written once, when the operator creates the Secret (controller/owned_secret.py): its
+            # proof of whose the Secret is, as it never reads one.
+            status[owned] = (old_status or {})[owned]
     ready_total = sum(p.ready for p in obs.pools.values())
     serving = ready_total > 0
     status["readyReplicas"] = ready_total

@@ -87,6 +87,12 @@ def ssh_secret(deployment: str, uid: str) -> str:
     return _fit(f"{deployment}-sshkeys-{uid[:8]}" if uid else f"{deployment}-sshkeys")
 
 
+def admin_key_secret(deployment: str, uid: str) -> str:
+    """The key of Triton's admin APIs in a deployment's pods (controller/admin_key.py); one per
+    incarnation, like ssh_secret."""
+    return _fit(f"{deployment}-adminkey-{uid[:8]}" if uid else f"{deployment}-adminkey")
+
+
 def engine_job(deployment: str, pool: PoolPlan, cache_key: str) -> str:
     """Per deployment, not per slot: a build is keyed by its engine, whichever slot waits for it."""
     return _fit(f"{serving(deployment, pool)}-engine-{cache_key[-10:]}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from llm_operator import contract
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
 from llm_operator.images import Images
@@ -26,6 +27,14 @@ LWS_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"  # on every pod of one g
 
 def _label_env(name: str, label: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{label}']"}}}
+
+
+def _admin_key_env(deployment: str, uid: str) -> dict[str, Any]:
+    """The leader's key of Triton's admin APIs (controller/admin_key.py makes the Secret); workers
+    serve no HTTP or gRPC."""
+    secret = names.admin_key_secret(deployment, uid)
+    ref = {"name": secret, "key": contract.ADMIN_KEY_SECRET_KEY}
+    return {"name": contract.ADMIN_KEY_ENV, "valueFrom": {"secretKeyRef": ref}}
 
 
 def workloads(
@@ -49,26 +58,29 @@ def workloads(
     leader StatefulSet whose pod i is rank 0 of group i (probes, Services, metrics) and one worker
     StatefulSet per group, its ordinals starting at 1 like LWS worker indexes, kept next to the
     leader by pod affinity. The launcher reads the same environment in both shapes. `uid`, the
-    LLMDeployment's, names the SSH Secret multi-node pods mount (controller/ssh.py creates it).
+    LLMDeployment's, names the SSH Secret multi-node pods mount (controller/ssh.py creates it) and
+    the admin-key Secret of every leader (controller/admin_key.py).
     Every object and selector carries the slot, so the two slots of a canary never share pods;
     `revision` (the deployment's) is a label of the objects and their pods, in no selector.
     """
     ssh_secret = names.ssh_secret(deployment, uid)
+    admin_key = _admin_key_env(deployment, uid)
     if pool.pods_per_replica > 1 and leader_worker_set:
         return [
             _leader_worker_set(
-                deployment, namespace, spec, pool, images, engine, repo_hash, ssh_secret, slot, revision
+                deployment, namespace, spec, pool, images, engine, repo_hash, ssh_secret, admin_key, slot,
+                revision,
             )
-        ]
+        ]  # fmt: skip
     base = L.slot_labels(deployment, "serving", pool.name, slot)
     headless = names.headless_service(deployment)
     leader_name = names.serving(deployment, pool, slot)
     multi = pool.pods_per_replica > 1
-    leader_env: list[dict[str, Any]] = []
+    leader_env: list[dict[str, Any]] = [admin_key]
     if multi:
         prefix = names.group_prefix(deployment, pool, slot)
         pattern = f"{prefix}{{group}}-{{worker}}.{headless}.{namespace}.svc"
-        leader_env = [
+        leader_env += [
             {"name": "LLMOP_ROLE", "value": "leader"},
             _label_env("LLMOP_GROUP_INDEX", POD_INDEX),
             {"name": "LLMOP_WORKER_HOST_PATTERN", "value": pattern},
@@ -121,6 +133,7 @@ def _leader_worker_set(
     engine: EngineLocation | None,
     repo_hash: str,
     ssh_secret: str,
+    admin_key: dict[str, Any],
     slot: Slot,
     revision: str,
 ) -> dict[str, Any]:
@@ -136,6 +149,7 @@ def _leader_worker_set(
         pod_labels=_group_labels({**base, L.ROLE: "leader"}, pool), leader=True,
         group_selector=group, group_label_keys=(LWS_GROUP_KEY,),
         extra_env=[
+            admin_key,
             {"name": "LLMOP_ROLE", "value": "leader"},
             _label_env("LLMOP_GROUP_INDEX", LWS_GROUP_INDEX),
             {"name": "LLMOP_WORKER_HOST_PATTERN", "value": pattern},

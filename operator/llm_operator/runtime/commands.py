@@ -9,13 +9,43 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from llm_operator.contract import SSH_HOST_ALIAS, SSH_KNOWN_HOSTS, SSH_PRIVATE_KEY
+from llm_operator.contract import ADMIN_KEY_HEADER, SSH_HOST_ALIAS, SSH_KNOWN_HOSTS, SSH_PRIVATE_KEY
 from llm_operator.runtime.config import PodConfig
 
 # Latency quantiles (nv_inference_*_summary_us) and, from Triton 24.11, the time-to-first-response
 # histogram (nv_inference_first_response_histogram_ms: TTFT of streaming requests). Older servers
 # (the CPU runtime's 2.51) ignore the setting they do not know. docs/autoscaling.md.
 METRICS_CONFIG = ("--metrics-config=summary_latencies=true", "--metrics-config=histogram_latencies=true")
+
+
+# Triton's admin APIs, answered only with the admin key (docs/runtime.md "Triton's admin APIs").
+# The names are the API groups of `--http-restricted-api` / `--grpc-restricted-protocol` in
+# triton-inference-server/server docs/customization_guide/inference_protocols.md ("Limit Endpoint
+# Access") and src/restricted_features.h at r25.12 (Triton 2.64.0, the default release); the CPU
+# runtime's 2.51 and every release in releases.py know the same nine. Restricted: what changes the
+# server or reads beyond the models it serves: model-repository (index, load, unload),
+# shared-memory (registering regions: Triton's August 2025 security bulletin), logging and trace
+# (settings, trace files). Open: inference (infer and generate: src/http_server.cc HandleGenerate
+# checks the inference group), health (the kubelet's probes), metadata (what clients ask before
+# a request), and two read-only ones that only repeat what is readable anyway: model-config (the
+# config.pbtxt of the model repository ConfigMap; perf_analyzer and genai-perf read it before they
+# send) and statistics (the counters of the metrics port, which Prometheus scrapes unrestricted).
+RESTRICTED_APIS = ("model-repository", "shared-memory", "logging", "trace")
+REDACTED = "<admin key>"
+
+
+def restricted_api_args(key: str) -> list[str]:
+    """The flags that restrict RESTRICTED_APIS on HTTP (header ADMIN_KEY_HEADER) and gRPC (metadata
+    `triton-grpc-protocol-<ADMIN_KEY_HEADER>`) to requests carrying `key`. Triton reads the key
+    from its command line only (src/command_line_parser.cc at r25.12 has no file or environment
+    form), so it is in the process's argv, which /proc shows only inside the container: the launcher
+    logs the command with the key replaced (`redacted`)."""
+    setting = f"{','.join(RESTRICTED_APIS)}:{ADMIN_KEY_HEADER}={key}"
+    return [f"--http-restricted-api={setting}", f"--grpc-restricted-protocol={setting}"]
+
+
+def redacted(argv: list[str], key: str) -> list[str]:
+    return [a.replace(key, REDACTED) for a in argv] if key else list(argv)
 
 
 def rank_id(rank: int) -> str:
@@ -25,7 +55,7 @@ def rank_id(rank: int) -> str:
 
 def rank_args(c: PodConfig, rank: int) -> list[str]:
     """tritonserver for one rank. Leader mode: rank 0 serves HTTP, gRPC and metrics; the others
-    only load tensorrt_llm and join rank 0's MPI world."""
+    only load tensorrt_llm and join rank 0's MPI world, so only rank 0 restricts the admin APIs."""
     args = [
         c.tritonserver,
         f"--id={rank_id(rank)}",
@@ -40,7 +70,7 @@ def rank_args(c: PodConfig, rank: int) -> list[str]:
     if rank == 0:
         return [*args, f"--http-port={c.http_port}", f"--grpc-port={c.grpc_port}",
                 f"--metrics-port={c.metrics_port}", "--allow-metrics=true", "--metrics-interval-ms=1000",
-                *METRICS_CONFIG,
+                *METRICS_CONFIG, *restricted_api_args(c.admin_key),
                 f"--allow-gpu-metrics={str(c.backend != 'cpu-reference').lower()}"]  # fmt: skip
     return [*args, "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false",
             "--model-control-mode=explicit", "--load-model=tensorrt_llm"]  # fmt: skip

@@ -6,10 +6,11 @@ Triton could fail on it less helpfully.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from llm_operator.contract import ENV
+from llm_operator.contract import ADMIN_KEY_ENV, ENV
 
 BACKENDS = ("tensorrt-engine", "cpu-reference")
 ROLES = ("leader", "worker")
@@ -50,6 +51,8 @@ class PodConfig:
     backend_dir: str
     trtllm_models_dir: str
     termination_log: str
+    # The key of Triton's restricted admin APIs; never printed (repr) nor logged.
+    admin_key: str = field(default="", repr=False)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> PodConfig:
@@ -93,6 +96,7 @@ class PodConfig:
             backend_dir=get("LLMOP_BACKEND_DIR"),
             trtllm_models_dir=get("LLMOP_TRTLLM_MODELS_DIR"),
             termination_log=get("LLMOP_TERMINATION_LOG"),
+            admin_key=get(ADMIN_KEY_ENV),
         )
         c.validate()
         return c
@@ -107,6 +111,10 @@ class PodConfig:
             raise ConfigError(
                 f"LLMOP_GPUS_PER_POD={self.gpus_per_pod}: the {self.backend} backend needs >= 1"
             )
+        # Triton splits `--http-restricted-api=APIS:HEADER=KEY` at the first `:` and `=` and echoes
+        # the whole flag when it cannot: the operator's keys are hex (controller/admin_key.py).
+        if self.admin_key and not re.fullmatch(r"[A-Za-z0-9_-]+", self.admin_key):
+            raise ConfigError(f"{ADMIN_KEY_ENV} may hold only letters, digits, '-' and '_'")
         if self.role not in ROLES:
             raise ConfigError(f"LLMOP_ROLE={self.role!r}: expected leader or worker")
         if self.backend == "cpu-reference":

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shlex
 import shutil
 import socket
@@ -23,10 +24,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from llm_operator.contract import ENV, LAUNCHER
+from llm_operator.contract import ADMIN_KEY_ENV, ENV, LAUNCHER
 from llm_operator.runtime.commands import (
     engine_problems,
     rank_id,
+    redacted,
     serve_command,
     worker_command,
     worker_hosts,
@@ -106,8 +108,13 @@ def launch(c: PodConfig, stop: Stop, environ: Mapping[str, str]) -> int:
         if missing:
             log(f"workers unreachable after {c.worker_wait:g}s on port {c.ssh_port}: {', '.join(missing)}")
             return EXIT_WORKERS_UNREACHABLE
+    if not c.admin_key:
+        # No Secret's key (a pod not rendered by the operator): the admin APIs stay restricted,
+        # to a key nobody holds.
+        c = replace(c, admin_key=secrets.token_hex(32))
+        log(f"{ADMIN_KEY_ENV} is not set: Triton's admin APIs are closed to every request")
     argv = serve_command(c)
-    log(shlex.join(argv))
+    log(shlex.join(redacted(argv, c.admin_key)))
     if c.world_size == 1:
         return Supervisor(argv, Policy.SERVER, c.exit_timeout, stop).run()
     return Supervisor(argv, Policy.RANK0_FIRST, c.exit_timeout, stop, ids).run()
@@ -126,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     if args == ["drain"]:
         return drain(c)
+    # Triton, its backends and the workers' environment file (runtime/ssh.py) do not inherit it.
+    os.environ.pop(ADMIN_KEY_ENV, None)
     stop = Stop()
     stop.install()
     become_subreaper()

@@ -1,0 +1,61 @@
+"""A Secret the operator makes once per LLMDeployment and never reads: the multi-node SSH identity
+(controller/ssh.py) and the key of Triton's admin APIs (controller/admin_key.py).
+
+The operator may create Secrets but never read one (docs/helm.md), so whose a Secret is is learnt
+from the create itself: when it succeeds, the operator records the name in a status field only it
+writes. AlreadyExists for a name recorded there means an earlier run made it; for any other,
+someone else did, and the deployment is refused (Stalled) rather than given a key it cannot vouch
+for. Remembered, so a steady reconcile sends nothing; after a restart, one create per deployment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from llm_operator.api.v1alpha1 import LLMDeployment
+from llm_operator.controller.kube import KubeApi
+from llm_operator.plan.types import PlanningError
+
+
+class OwnedSecret:
+    def __init__(
+        self,
+        kube: KubeApi,
+        build: Callable[[LLMDeployment], dict[str, Any]],
+        status_field: str,
+        refusal: Callable[[str], PlanningError],
+    ) -> None:
+        self.kube = kube
+        self.build = build
+        self.status_field = status_field  # camelCase, in the LLMDeployment's status
+        self.refusal = refusal  # the Secret's name -> why the deployment is Stalled
+        self._ensured: set[tuple[str, str]] = set()
+        self._owned: set[tuple[str, str]] = set()  # (namespace, Secret name) made or vouched for
+
+    async def ensure(self, ld: LLMDeployment) -> dict[str, str]:
+        """The status it wrote ({} if none), so the reconcile's body stays as the server has it.
+        Raises the refusal's PlanningError for a Secret under the name that the operator did not
+        create: nothing may use it."""
+        key = (ld.namespace, ld.name)
+        if key in self._ensured:
+            return {}
+        written: dict[str, str] = {}
+        secret = self.build(ld)
+        name = secret["metadata"]["name"]
+        status = ld.status.model_dump(by_alias=True) if ld.status is not None else {}
+        if status.get(self.status_field) == name:
+            self._owned.add((ld.namespace, name))
+        if await self.kube.create(secret):
+            written = {self.status_field: name}
+            await self.kube.patch_status(ld.namespace, ld.name, written)
+            self._owned.add((ld.namespace, name))
+        elif (ld.namespace, name) not in self._owned:
+            raise self.refusal(name)
+        self._ensured.add(key)
+        return written
+
+    def forget(self, key: tuple[str, str]) -> None:
+        """Create again on the next reconcile (the deployment is gone, or its pods failed: a
+        deleted Secret is one reason they do)."""
+        self._ensured.discard(key)
