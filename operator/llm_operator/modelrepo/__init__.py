@@ -13,14 +13,19 @@ from importlib import resources
 from typing import TypeVar
 
 import jinja2
+import yaml
 
-from llm_operator.api.v1alpha1 import Backend, LLMDeploymentSpec
+from llm_operator.api.v1alpha1 import Backend, LLMDeploymentSpec, Precision
+from llm_operator.contract import CHECKPOINT_MOUNT
 from llm_operator.plan.types import PoolPlan
 from llm_operator.profiles import GPT_MODEL_TYPE, PROFILES, SCHEDULER_POLICY, ProfileDefaults
 from llm_operator.runtime.cpu_reference import BUILTIN_MODELS
 from llm_operator.runtime.repository import configmap_key
 
 TRTLLM_MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble")
+# The LLM API's dtype names (tensorrt_llm.llmapi.LlmArgs.dtype) of the precisions the pytorch
+# backend serves (admission refuses the others).
+LLMAPI_DTYPE = {Precision.FP16: "float16", Precision.BF16: "bfloat16"}
 # trtllm-build's default logits dtype; the engine builder does not change it.
 LOGITS_DATATYPE = "TYPE_FP32"
 # Where the CPU runtime image (images/cpu-runtime.Dockerfile) installs torch, numpy and llm_operator.
@@ -167,6 +172,58 @@ def cpu_values(spec: LLMDeploymentSpec, python_path: Sequence[str]) -> dict[str,
     }
 
 
+def client_model(spec: LLMDeploymentSpec) -> str:
+    """The model clients call, whose requests canary analysis counts: the llmapi model has no
+    ensemble in front of it (upstream's llmapi repository is the one model `tensorrt_llm`)."""
+    return "tensorrt_llm" if spec.engine.backend == Backend.PYTORCH else "ensemble"
+
+
+def checkpoint(spec: LLMDeploymentSpec) -> str:
+    """What the LLM API loads: the mounted pvc:// directory, or the hf:// repository id (the LLM
+    API downloads it into HOME's Hugging Face cache). Admission allows only these two schemes."""
+    scheme, _, rest = spec.model.source.uri.partition("://")
+    if scheme == "hf":
+        return rest.strip("/")
+    _, _, path = rest.partition("/")
+    return f"{CHECKPOINT_MOUNT}/{path.strip('/')}".rstrip("/")
+
+
+def llmapi_model_yaml(spec: LLMDeploymentSpec, pool: PoolPlan) -> str:
+    """model.yaml of Triton's llmapi model: the arguments of tensorrt_llm.LLM, plus triton_config
+    (read by model.py). Keys: NVIDIA/TensorRT-LLM triton_backend/all_models/llmapi/tensorrt_llm/1/
+    model.yaml and tensorrt_llm/llmapi/llm_args.py at the release's tag (tests/upstream_names.py)."""
+    runtime, engine = spec.runtime, spec.engine
+    profile = PROFILES[runtime.profile]
+    kv = runtime.kv_cache
+    percent = _pick(kv.free_gpu_memory_percent, profile.kv_cache_free_gpu_memory_percent)
+    kv_config: dict[str, object] = {
+        "free_gpu_memory_fraction": percent / 100,
+        "enable_block_reuse": _pick(kv.block_reuse, profile.kv_cache_reuse),
+    }
+    if kv.max_tokens is not None:
+        kv_config["max_tokens"] = kv.max_tokens
+    config: dict[str, object] = {
+        "model": checkpoint(spec),
+        **({"revision": spec.model.revision} if spec.model.source.uri.startswith("hf://") else {}),
+        "backend": "pytorch",
+        "dtype": LLMAPI_DTYPE[engine.precision],
+        "tensor_parallel_size": pool.tensor,
+        "pipeline_parallel_size": pool.pipeline,
+        "max_batch_size": engine.max_batch_size,
+        "max_seq_len": engine.max_seq_len,
+        "max_num_tokens": engine.max_num_tokens,
+        "enable_chunked_prefill": _pick(runtime.chunked_context, profile.chunked_context),
+        "kv_cache_config": kv_config,
+        "triton_config": {
+            # Triton-level batching stays off: the LLM API batches in flight itself (upstream's
+            # model.yaml: "The current implementation does not support batching").
+            "max_batch_size": 0,
+            "decoupled": spec.runtime.streaming,
+        },
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
 def render_repository(
     spec: LLMDeploymentSpec,
     pool: PoolPlan,
@@ -185,6 +242,14 @@ def render_repository(
         return {
             "ensemble/config.pbtxt": env.get_template("cpu_reference/ensemble.pbtxt.j2").render(values),
             "ensemble/1/model.py": CPU_MODEL_PY.read_text(encoding="utf-8"),
+        }
+    if spec.engine.backend == Backend.PYTORCH:
+        # model.py and helpers.py ship in the serving image: the launcher adds them.
+        return {
+            "tensorrt_llm/config.pbtxt": env.get_template("llmapi/tensorrt_llm.pbtxt.j2").render(
+                _common(spec, PROFILES[spec.runtime.profile])
+            ),
+            "tensorrt_llm/1/model.yaml": llmapi_model_yaml(spec, pool),
         }
     values = trtllm_values(spec, pool, engine_dir, tokenizer_dir)
     return {

@@ -13,6 +13,10 @@ from llm_operator.contract import SSH_HOST_ALIAS, SSH_KNOWN_HOSTS, SSH_PRIVATE_K
 from llm_operator.runtime.config import PodConfig
 
 TRTLLM_PYTHON_MODELS = ("preprocessing", "postprocessing")
+# The llmapi model's code in the serving image (NVIDIA/TensorRT-LLM triton_backend/all_models/
+# llmapi/tensorrt_llm/1/, copied to /app/all_models/llmapi by NVIDIA's image): model.py imports
+# helpers.py from its own directory.
+LLMAPI_FILES = ("tensorrt_llm/1/model.py", "tensorrt_llm/1/helpers.py")
 
 # Latency quantiles (nv_inference_*_summary_us) and, from Triton 24.11, the time-to-first-response
 # histogram (nv_inference_first_response_histogram_ms: TTFT of streaming requests). Older servers
@@ -32,7 +36,10 @@ def rank_args(c: PodConfig, rank: int) -> list[str]:
         c.tritonserver,
         f"--id={rank_id(rank)}",
         f"--model-repository={c.model_repo}",
-        "--disable-auto-complete-config",
+        # The llmapi model sets max_batch_size and decoupled from model.yaml's triton_config in its
+        # auto_complete_config (upstream's config.pbtxt leaves both out); the other backends'
+        # configs are complete as rendered.
+        *([] if c.backend == "pytorch" else ["--disable-auto-complete-config"]),
         f"--exit-timeout-secs={c.exit_timeout}",
         # Python-backend stubs of co-located ranks must not share shared-memory regions.
         f"--backend-config=python,shm-region-prefix-name={rank_id(rank)}_",
@@ -66,9 +73,14 @@ def rsh_args(c: PodConfig) -> str:
 def serve_command(c: PodConfig) -> list[str]:
     """What a leader (or single) pod runs: one tritonserver for a world of one, else ONE mpirun
     launching every rank MPMD-style, so all of them form a single MPI world of tp*pp."""
+    mpirun = [c.mpirun, "--allow-run-as-root", "--bind-to", "none", "--map-by", "slot"]
+    if c.backend == "pytorch":
+        # One tritonserver, as upstream's launch_triton_server.py starts the llmapi model (mpirun
+        # -n 1, TensorRT-LLM v1.1.0 triton_backend/scripts): the LLM API spawns its tp*pp workers
+        # through MPI itself. Not bound: Open MPI would pin a world of one to a single core.
+        return [*mpirun, "-n", "1", *rank_args(c, 0)]
     if c.world_size == 1:
         return rank_args(c, 0)
-    mpirun = [c.mpirun, "--allow-run-as-root", "--bind-to", "none", "--map-by", "slot"]
     # Slots fill in host order: localhost takes ranks 0..g-1, worker k ranks k*g..(k+1)*g-1.
     hosts = [f"localhost:{c.gpus_per_pod if c.multi_node else c.world_size}"]
     if c.multi_node:
@@ -93,14 +105,20 @@ def worker_command(c: PodConfig, config_file: str) -> list[str]:
     return [c.sshd, "-D", "-e", "-f", config_file]
 
 
-def python_models(c: PodConfig) -> dict[str, Path]:
-    """model.py of TensorRT-LLM's pre/postprocessing models, which ship in the runtime image (the
-    CPU reference model travels in the ConfigMap itself)."""
+def image_files(c: PodConfig) -> dict[str, Path]:
+    """Repository path -> file of the model code that ships in the serving image: TensorRT-LLM's
+    pre/postprocessing model.py, or the llmapi model's model.py and helpers.py (the CPU reference
+    model travels in the ConfigMap itself)."""
     if c.backend == "cpu-reference":
         return {}
+    if c.backend == "pytorch":
+        base = Path(c.llmapi_models_dir)
+        return {path: base / path for path in LLMAPI_FILES if (base / path).exists()}
     base = Path(c.trtllm_models_dir)
     return {
-        m: base / m / "1" / "model.py" for m in TRTLLM_PYTHON_MODELS if (base / m / "1" / "model.py").exists()
+        f"{m}/1/model.py": base / m / "1" / "model.py"
+        for m in TRTLLM_PYTHON_MODELS
+        if (base / m / "1" / "model.py").exists()
     }
 
 

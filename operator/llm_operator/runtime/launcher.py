@@ -25,7 +25,7 @@ from pathlib import Path
 from llm_operator.contract import ENV, LAUNCHER
 from llm_operator.runtime.commands import (
     engine_problems,
-    python_models,
+    image_files,
     rank_id,
     serve_command,
     worker_command,
@@ -78,7 +78,7 @@ def _resolve(c: PodConfig) -> PodConfig:
 
 
 def launch(c: PodConfig, stop: Stop, environ: Mapping[str, str]) -> int:
-    materialize(c.model_repo_src, c.model_repo, python_models(c))
+    materialize(c.model_repo_src, c.model_repo, image_files(c))
     if c.backend == "tensorrt-engine" and c.engine_dir:
         problems = engine_problems(c)
         for problem in problems:
@@ -101,7 +101,7 @@ def launch(c: PodConfig, stop: Stop, environ: Mapping[str, str]) -> int:
             return EXIT_WORKERS_UNREACHABLE
     argv = serve_command(c)
     log(shlex.join(argv))
-    if c.world_size == 1:
+    if c.world_size == 1 and c.backend != "pytorch":  # pytorch: tritonserver under mpirun
         return Supervisor(argv, Policy.SERVER, c.exit_timeout, stop).run()
     return Supervisor(argv, Policy.RANK0_FIRST, c.exit_timeout, stop, ids).run()
 
