@@ -13,7 +13,6 @@ from importlib import resources
 from typing import TypeVar
 
 import jinja2
-import yaml
 
 from llm_operator.api.v1alpha1 import Backend, LLMDeploymentSpec, Precision
 from llm_operator.contract import CHECKPOINT_MOUNT
@@ -188,40 +187,28 @@ def checkpoint(spec: LLMDeploymentSpec) -> str:
     return f"{CHECKPOINT_MOUNT}/{path.strip('/')}".rstrip("/")
 
 
-def llmapi_model_yaml(spec: LLMDeploymentSpec, pool: PoolPlan) -> str:
-    """model.yaml of Triton's llmapi model: the arguments of tensorrt_llm.LLM, plus triton_config
-    (read by model.py). Keys: NVIDIA/TensorRT-LLM triton_backend/all_models/llmapi/tensorrt_llm/1/
-    model.yaml and tensorrt_llm/llmapi/llm_args.py at the release's tag (tests/upstream_names.py)."""
+def llmapi_values(spec: LLMDeploymentSpec, pool: PoolPlan) -> dict[str, object]:
+    """What the llmapi model.yaml template renders: the spec's value, else the profile's."""
     runtime, engine = spec.runtime, spec.engine
     profile = PROFILES[runtime.profile]
     kv = runtime.kv_cache
     percent = _pick(kv.free_gpu_memory_percent, profile.kv_cache_free_gpu_memory_percent)
-    kv_config: dict[str, object] = {
-        "free_gpu_memory_fraction": percent / 100,
-        "enable_block_reuse": _pick(kv.block_reuse, profile.kv_cache_reuse),
-    }
-    if kv.max_tokens is not None:
-        kv_config["max_tokens"] = kv.max_tokens
-    config: dict[str, object] = {
+    return {
         "model": checkpoint(spec),
-        **({"revision": spec.model.revision} if spec.model.source.uri.startswith("hf://") else {}),
-        "backend": "pytorch",
+        # The LLM API downloads this revision of an hf:// checkpoint; a pvc:// one is as mounted.
+        "revision": spec.model.revision if spec.model.source.uri.startswith("hf://") else None,
         "dtype": LLMAPI_DTYPE[engine.precision],
         "tensor_parallel_size": pool.tensor,
         "pipeline_parallel_size": pool.pipeline,
         "max_batch_size": engine.max_batch_size,
         "max_seq_len": engine.max_seq_len,
         "max_num_tokens": engine.max_num_tokens,
-        "enable_chunked_prefill": _pick(runtime.chunked_context, profile.chunked_context),
-        "kv_cache_config": kv_config,
-        "triton_config": {
-            # Triton-level batching stays off: the LLM API batches in flight itself (upstream's
-            # model.yaml: "The current implementation does not support batching").
-            "max_batch_size": 0,
-            "decoupled": spec.runtime.streaming,
-        },
+        "enable_chunked_prefill": _flag(_pick(runtime.chunked_context, profile.chunked_context)),
+        "free_gpu_memory_fraction": f"{percent / 100:g}",
+        "enable_block_reuse": _flag(_pick(kv.block_reuse, profile.kv_cache_reuse)),
+        "kv_max_tokens": kv.max_tokens,
+        "decoupled": _flag(runtime.streaming),
     }
-    return yaml.safe_dump(config, sort_keys=False)
 
 
 def render_repository(
@@ -249,7 +236,9 @@ def render_repository(
             "tensorrt_llm/config.pbtxt": env.get_template("llmapi/tensorrt_llm.pbtxt.j2").render(
                 _common(spec, PROFILES[spec.runtime.profile])
             ),
-            "tensorrt_llm/1/model.yaml": llmapi_model_yaml(spec, pool),
+            "tensorrt_llm/1/model.yaml": env.get_template("llmapi/model.yaml.j2").render(
+                llmapi_values(spec, pool)
+            ),
         }
     values = trtllm_values(spec, pool, engine_dir, tokenizer_dir)
     return {
