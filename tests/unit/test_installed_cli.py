@@ -12,6 +12,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from llm_operator import releases
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -50,6 +51,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def installed(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["LLMOP_TRTLLM_VERSION"] = releases.DEFAULT.trtllm  # as the golden files (test_render_golden)
     return subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=env, timeout=120, check=False)
 
 
