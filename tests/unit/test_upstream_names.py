@@ -109,3 +109,18 @@ def test_llmapi_uses_only_upstream_names_and_all_it_requires(uri: str) -> None:
     assert set(model_yaml) - {"triton_config"} <= up.LLM_ARGS
     assert set(model_yaml["kv_cache_config"]) <= up.KV_CACHE_CONFIG
     assert up.TRITON_CONFIG_REQUIRED <= set(model_yaml["triton_config"]) <= up.TRITON_CONFIG_KEYS
+
+
+def test_the_cpu_reference_ensemble_is_a_subset_of_upstreams() -> None:
+    """The CPU runtime serves the ensemble's contract: clients written against it work on GPUs."""
+    cpu = LLMDeploymentSpec.model_validate(
+        {
+            "model": {"name": "m", "source": {"uri": "builtin://tiny-llama"}},
+            "engine": {"backend": "cpu-reference"},
+        }
+    )
+    ensemble = configs(render_repository(cpu, POOL, engine_dir="", tokenizer_dir=""))["ensemble"]
+    # Its parameters configure the CPU model itself; its tensors are upstream's.
+    own = frozenset(ensemble.parameters)
+    assert held_against(ensemble, up.ENSEMBLE_INPUTS, up.ENSEMBLE_OUTPUTS, own) == []
+    assert missing(ensemble, up.ENSEMBLE_INPUTS, frozenset()) == []
