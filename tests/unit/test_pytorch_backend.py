@@ -21,6 +21,7 @@ from llm_operator.runtime.config import ConfigError, PodConfig
 from llm_operator.runtime.launcher import launch
 from llm_operator.runtime.repository import configmap_path
 
+from tests.unit.test_reconciler import condition, example, operator_with_nodes, reconcile
 from tests.unit.test_render_rollout import IMAGES, deployment
 
 V1 = dataclasses.replace(IMAGES, trtllm_version="1.1.0")
@@ -160,3 +161,23 @@ def test_the_llmapi_code_is_taken_from_the_image_into_the_repository(tmp_path: P
     repo = tmp_path / "repo" / "tensorrt_llm"
     assert sorted(p.name for p in (repo / "1").iterdir()) == ["helpers.py", "model.py", "model.yaml"]
     assert (repo / "1" / "helpers.py").read_text() == "# upstream helpers.py\n"
+
+
+async def test_the_reconciler_serves_it_without_a_build_or_stalls_on_an_old_release(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kube, reconciler = await operator_with_nodes()  # the operator's images run 0.20.0
+    key = kube.add_deployment(example("llama31-8b-pytorch"))
+    await reconcile(kube, reconciler, key)
+    stalled = condition(kube, "llama31-8b", "Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "BackendNotInRelease"
+    assert not {k[0] for k in kube.objects} & {"Job", "StatefulSet"}
+
+    monkeypatch.setenv("LLMOP_TRTLLM_VERSION", "1.1.0")
+    kube, reconciler = await operator_with_nodes()
+    key = kube.add_deployment(example("llama31-8b-pytorch"))
+    await reconcile(kube, reconciler, key)
+    assert not kube.of_kind("Job") and ("apply", "StatefulSet", "llama31-8b") in kube.take_writes()
+    engine_ready = condition(kube, "llama31-8b", "EngineReady")
+    assert (engine_ready["status"], engine_ready["reason"]) == ("True", "EngineNotNeeded")
+    assert "engine" not in kube.objects[("LLMDeployment", *key)]["status"]
