@@ -65,9 +65,10 @@ def plan_for(ld: LLMDeployment, inventory: Inventory | None) -> Plan:
     plan = plan_deployment(ld.spec, inventory, ld.spec.replicas)
     split = [p for p in plan.pools if p.pods_per_replica > 1]
     if ld.spec.engine.backend == Backend.PYTORCH and split:
-        # The llmapi model (TensorRT-LLM v1.1.0, triton_backend/all_models/llmapi/tensorrt_llm/1/
-        # model.py) creates its LLM in the one Triton process, which spawns the tp*pp workers on
-        # its own node; upstream's launcher starts no cross-node world for it.
+        # Upstream serves the llmapi model from one tritonserver (triton_backend/llmapi docs and
+        # scripts/launch_triton_server.py, world size 1, tp and pp in model.yaml), whose LLM spawns
+        # the tp*pp workers on its own node. model.py copies later than v1.1.0 also join a
+        # multi-rank MPI world (MpiCommSession); not verified at the release's tag, so refused.
         raise PlanningError(
             "PyTorchBackendSingleNode",
             f"engine.backend pytorch runs all {split[0].world_size} GPUs of a replica on one node, "
