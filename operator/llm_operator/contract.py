@@ -18,6 +18,7 @@ MODEL_REPO_SRC = "/etc/llm-operator/model-repo"  # the ConfigMap, read-only
 MODEL_REPO = "/var/run/llm-operator/model-repo"  # materialized by the launcher at start
 ENGINE_CACHE_MOUNT = "/engine-cache"  # the engine cache claim (read-only in serving pods)
 TOKENIZER_MOUNT = "/tokenizer-source"  # runtime.tokenizerUri's claim, read-only
+CHECKPOINT_MOUNT = "/checkpoint"  # the pytorch backend's pvc:// checkpoint claim, read-only
 SSH_DIR = "/etc/llm-operator/ssh"  # multi-node pods: their role's keys from the SSH Secret, read-only
 RUNTIME_DIR = "/tmp/llm-operator"  # 0700: private copies of keys, sshd config, the workers' environment
 TMP_DIR = "/tmp"  # an emptyDir (the root filesystem is read-only): RUNTIME_DIR lives in it
@@ -88,6 +89,9 @@ ENV: dict[str, str] = {
     "LLMOP_SSHD": "/usr/sbin/sshd",
     "LLMOP_BACKEND_DIR": "",
     "LLMOP_TRTLLM_MODELS_DIR": "/app/all_models/inflight_batcher_llm",
+    # Where NVIDIA's tritonserver trtllm image keeps the llmapi model (TensorRT-LLM's
+    # triton_backend docs: `cp -R /app/all_models/llmapi/ llmapi_repo/`).
+    "LLMOP_LLMAPI_MODELS_DIR": "/app/all_models/llmapi",
     "LLMOP_TERMINATION_LOG": TERMINATION_LOG,
     ADMIN_KEY_ENV: "",  # unset: the launcher restricts with a key of its own that nobody holds
 }

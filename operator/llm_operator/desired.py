@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llm_operator.api.v1alpha1 import LLMDeployment
+from llm_operator import releases
+from llm_operator.api.v1alpha1 import Backend, LLMDeployment
 from llm_operator.engine import build_job, cache_key
 from llm_operator.engine.state import BuildFact, BuildObserved, EngineState, PoolEngineStatus
 from llm_operator.images import Images
@@ -59,9 +60,36 @@ class Desired:
 
 def plan_for(ld: LLMDeployment, inventory: Inventory | None) -> Plan:
     """Raises PlanningError when the spec cannot be placed."""
-    if not needs_engine(ld):
+    if ld.spec.engine.backend == Backend.CPU_REFERENCE:
         return cpu_plan(ld.spec)
-    return plan_deployment(ld.spec, inventory, ld.spec.replicas)
+    plan = plan_deployment(ld.spec, inventory, ld.spec.replicas)
+    split = [p for p in plan.pools if p.pods_per_replica > 1]
+    if ld.spec.engine.backend == Backend.PYTORCH and split:
+        # Upstream serves the llmapi model from one tritonserver (triton_backend/llmapi docs and
+        # scripts/launch_triton_server.py, world size 1, tp and pp in model.yaml), whose LLM spawns
+        # the tp*pp workers on its own node. model.py copies later than v1.1.0 also join a
+        # multi-rank MPI world (MpiCommSession); not verified at the release's tag, so refused.
+        raise PlanningError(
+            "PyTorchBackendSingleNode",
+            f"engine.backend pytorch runs all {split[0].world_size} GPUs of a replica on one node, "
+            "and no node of the allowed products has that many: lower "
+            "parallelism.tensor x parallelism.pipeline, or use engine.backend tensorrt-engine",
+        )
+    return plan
+
+
+def check_release(ld: LLMDeployment, images: Images) -> None:
+    """Raises PlanningError when the serving image's release cannot serve the spec's backend."""
+    if ld.spec.engine.backend != Backend.PYTORCH:
+        return
+    release = releases.for_trtllm(images.trtllm_version)
+    if release is None or not release.has_pytorch_backend:
+        raise PlanningError(
+            "BackendNotInRelease",
+            f"engine.backend pytorch needs TensorRT-LLM 1.0 or later (Triton's llmapi model), and "
+            f"the operator's serving image runs TensorRT-LLM {images.trtllm_version}: use engine."
+            "backend tensorrt-engine, or install the operator with a release of 1.0 or later",
+        )
 
 
 def trtllm_version(ld: LLMDeployment, images: Images) -> str:
@@ -99,6 +127,7 @@ def desired(  # raises PlanningError for a spec the images cannot serve
     """`ld` rendered into `slot` at the plan's replica counts. `revision` labels its pods; None:
     `revision_of(ld.spec, images)`. A stable slot rendered from its snapshot passes the revision
     it was started under (the operator's images may have changed since)."""
+    check_release(ld, images)
     revision = revision or revision_of(ld.spec, images)
     jobs: list[dict[str, Any]] = []
     engines: dict[str, PoolEngine] = {}

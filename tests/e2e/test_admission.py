@@ -259,6 +259,34 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "the cpu-reference backend runs on CPU",
     ),
     (
+        "pytorch-object-store",
+        {"engine.backend": "pytorch"},  # BASE's checkpoint is on s3://
+        "s3:// and gs:// need the model cache, which does not exist yet",
+    ),
+    (
+        "pytorch-no-engines",
+        {
+            "engine.backend": "pytorch",
+            "model.source.uri": "hf://meta-llama/Meta-Llama-3-8B-Instruct",
+            "engine.prebuilt": {"uri": "pvc://cache/x"},
+        },
+        "the pytorch backend loads the checkpoint itself and builds no engine",
+    ),
+    (
+        "pytorch-quantized",
+        {"engine.backend": "pytorch", "model.source.uri": "pvc://models/llama", "engine.precision": "fp8"},
+        "the pytorch backend serves the checkpoint as stored",
+    ),
+    (
+        "pytorch-kv-metric",
+        {
+            "engine.backend": "pytorch",
+            "model.source.uri": "pvc://models/llama",
+            "autoscaling": {"maxReplicas": 2, "metric": "kv-cache-utilization"},
+        },
+        "kv-cache-utilization comes from the tensorrt-engine backend's metrics",
+    ),
+    (
         "products-and-pools",
         {"resources.gpu.pools": [{"name": "a", "products": ["NVIDIA-L40S"]}]},
         "set resources.gpu.products (one pool) or resources.gpu.pools, not both",
@@ -310,6 +338,20 @@ def _update(kubectl: Kubectl, namespace: str, doc: dict[str, Any]) -> None:
 
 def test_base_manifest_is_valid(crd: None, kubectl: Kubectl, namespace: str) -> None:
     _create(kubectl, namespace, _manifest({}))
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        {"uri": "pvc://models/llama3-8b"},
+        {"uri": "hf://meta-llama/Meta-Llama-3-8B-Instruct", "credentialsSecretRef": {"name": "hf-token"}},
+    ],
+    ids=["pvc", "hf"],
+)
+def test_pytorch_backend_is_accepted(
+    crd: None, kubectl: Kubectl, namespace: str, source: dict[str, Any]
+) -> None:
+    _create(kubectl, namespace, _manifest({"engine.backend": "pytorch", "model.source": source}))
 
 
 @pytest.mark.parametrize(

@@ -194,6 +194,20 @@ def test_http_request_options_and_refusals(batch_server: TritonProcess) -> None:
         client.close()
 
 
+@pytest.mark.parametrize("name", ["random_seed", "min_length"])
+def test_spellings_the_ensemble_does_not_declare_are_refused_by_name(
+    batch_server: TritonProcess, name: str
+) -> None:
+    """docs/api.md: the ensemble takes the release's `seed` (and `min_tokens` on GPUs); the older
+    `random_seed` / `min_length` are refused by Triton, naming the input."""
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{batch_server.http_port}")
+    try:
+        with pytest.raises(InferenceServerException, match=f"unexpected inference input '{name}'"):
+            client.infer(MODEL, tensors(httpclient, text_input="Hi", max_tokens=5, **{name: 7}))
+    finally:
+        client.close()
+
+
 BAD_SAMPLING = [
     ({"temperature": float("nan"), "top_k": 5}, "temperature"),
     ({"temperature": float("inf"), "top_k": 5}, "temperature"),

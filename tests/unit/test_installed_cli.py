@@ -12,6 +12,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from llm_operator import releases
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -55,9 +56,9 @@ def clean_env() -> dict[str, str]:
 
 
 def installed(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        argv, capture_output=True, text=True, cwd=cwd, env=clean_env(), timeout=120, check=False
-    )
+    env = clean_env()
+    env["LLMOP_TRTLLM_VERSION"] = releases.DEFAULT.trtllm  # as the golden files (test_render_golden)
+    return subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=env, timeout=120, check=False)
 
 
 def test_the_package_comes_from_the_wheel(venv: Path, tmp_path: Path) -> None:

@@ -95,7 +95,7 @@ def test_configmap_round_trip_builds_a_loadable_layout(tmp_path: Path) -> None:
         (src / key).write_text(text)
     model_py = tmp_path / "model.py"
     model_py.write_text("# python model\n")
-    materialize(src, tmp_path / "repo", {"preprocessing": model_py})
+    materialize(src, tmp_path / "repo", {"preprocessing/1/model.py": model_py})
     for path, text in files.items():
         assert (tmp_path / "repo" / path).read_text() == text
         assert (tmp_path / "repo" / path).parent.joinpath("1").is_dir()

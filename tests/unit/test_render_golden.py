@@ -2,6 +2,9 @@
 
 The render is what the operator applies (same builders), so any change to a child object shows up
 here as a reviewable diff. Regenerate after an intended change: UPDATE_GOLDEN=1 make test-unit.
+
+Each example renders against the version table's default release; RELEASE_GOLDENS adds renders
+against other releases (`<example>@<TensorRT-LLM version>.yaml`).
 """
 
 from __future__ import annotations
@@ -13,25 +16,55 @@ from pathlib import Path
 
 import pytest
 import yaml
+from llm_operator import releases
 from llm_operator.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p for p in (REPO / "examples").glob("*.yaml") if p.name != "engine-cache.yaml")
 GOLDEN = REPO / "tests" / "golden" / "render"
+# (example, TensorRT-LLM version of the serving image) rendered besides the default release: the
+# older layout (tensorrtllm_backend, 25.08) for the engine backend.
+RELEASE_GOLDENS = [("llama3-70b-fp8", "0.21.0"), ("llama31-8b-pytorch", "1.0.0")]
+
+
+@pytest.fixture(autouse=True)
+def default_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator's images run the version table's default release (the chart's setting)."""
+    monkeypatch.setenv("LLMOP_TRTLLM_VERSION", releases.DEFAULT.trtllm)
+
+
+def _render(example: Path) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["render", "-f", str(example)]) == 0
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("example", "version"), RELEASE_GOLDENS, ids=[f"{e}@{v}" for e, v in RELEASE_GOLDENS]
+)
+def test_render_for_another_release_matches_golden(
+    example: str, version: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert releases.for_trtllm(version) is not None and version != releases.DEFAULT.trtllm
+    monkeypatch.setenv("LLMOP_TRTLLM_VERSION", version)
+    rendered = _render(REPO / "examples" / f"{example}.yaml")
+    golden = GOLDEN / f"{example}@{version}.yaml"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(rendered)
+    assert rendered == golden.read_text(), (
+        f"render of {example} for {version} changed: review, then UPDATE_GOLDEN=1"
+    )
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_render_matches_golden(example: Path) -> None:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        assert main(["render", "-f", str(example)]) == 0
+    rendered = _render(example)
     golden = GOLDEN / f"{example.stem}.yaml"
     if os.environ.get("UPDATE_GOLDEN"):
-        golden.write_text(out.getvalue())
+        golden.write_text(rendered)
     assert golden.exists(), f"no golden file for {example.name}: run with UPDATE_GOLDEN=1"
-    assert out.getvalue() == golden.read_text(), (
-        f"render of {example.name} changed: review, then UPDATE_GOLDEN=1"
-    )
+    assert rendered == golden.read_text(), f"render of {example.name} changed: review, then UPDATE_GOLDEN=1"
 
 
 def test_render_reports_an_impossible_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -66,6 +66,15 @@ def test_rollout_in_progress_is_reconciling() -> None:
     assert status["phase"] == "Progressing"
 
 
+def test_a_backend_without_engines_says_so_and_is_ready_as_any_other() -> None:
+    """pytorch and cpu-reference: EngineReady True with its own reason, no status.engine."""
+    status, _ = reduce(obs(ready=2, engine=EngineState.NOT_NEEDED), None, T0)
+    c = conds(status)
+    assert c["EngineReady"] == ("True", "EngineNotNeeded") and "engine" not in status
+    assert c["Ready"] == ("True", "AllReplicasReady") and status["phase"] == "Ready"
+    assert conds(reduce(obs(ready=2), None, T0)[0])["EngineReady"] == ("True", "EngineAvailable")
+
+
 def test_engine_building_then_failed_while_serving_is_degraded_not_torn_down() -> None:
     building, _ = reduce(obs(ready=0, rolled=False, engine=EngineState.BUILDING), None, T0)
     assert status_phase(building) == "BuildingEngine"

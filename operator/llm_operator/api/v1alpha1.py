@@ -219,7 +219,12 @@ class ModelSpec(Spec):
 
 
 class Backend(StrEnum):
+    """tensorrt-engine: TensorRT engines (built by a Job, or prebuilt) behind Triton's
+    inflight_batcher_llm models. pytorch: the checkpoint itself, loaded by TensorRT-LLM's LLM API on
+    its PyTorch backend behind Triton's llmapi model (no engine build; TensorRT-LLM 1.0 on)."""
+
     TENSORRT_ENGINE = "tensorrt-engine"
+    PYTORCH = "pytorch"
     CPU_REFERENCE = "cpu-reference"
 
 
@@ -294,6 +299,26 @@ class EngineSpec(Spec):
             cel(
                 "self.backend != 'cpu-reference' || self.precision in ['fp16', 'bf16']",
                 "the cpu-reference backend runs fp16/bf16 checkpoints only",
+            ),
+            cel(
+                "self.backend != 'pytorch' || (!has(self.prebuilt) && !has(self.build))",
+                "the pytorch backend loads the checkpoint itself and builds no engine: remove "
+                "engine.prebuilt and engine.build",
+            ),
+            cel(
+                "self.backend != 'pytorch' || self.precision in ['fp16', 'bf16']",
+                "the pytorch backend serves the checkpoint as stored (a pre-quantized checkpoint "
+                "carries its own quantization): set engine.precision to fp16 or bf16",
+            ),
+            cel(
+                "self.backend != 'pytorch' || self.kvCacheDtype == 'auto'",
+                "the pytorch backend takes the KV-cache dtype from the checkpoint: set "
+                "engine.kvCacheDtype to auto",
+            ),
+            cel(
+                "self.backend != 'pytorch' || self.maxBeamWidth == 1",
+                "the pytorch backend serves sampling only (Triton's llmapi model has no beam "
+                "outputs): set engine.maxBeamWidth to 1",
             ),
         )
     )
@@ -1027,6 +1052,18 @@ class LLMDeploymentSpec(Spec):
                 "self.engine.backend == 'cpu-reference' || !self.model.source.uri.startsWith('builtin://')",
                 "builtin:// models exist only in the cpu-reference backend; point model.source.uri "
                 "at s3://, gs://, pvc:// or hf://",
+            ),
+            cel(
+                "self.engine.backend != 'pytorch' || self.model.source.uri.matches('^(pvc|hf)://')",
+                "the pytorch backend reads pvc:// checkpoints in place and downloads hf:// ones "
+                "itself; s3:// and gs:// need the model cache, which does not exist yet: copy the "
+                "checkpoint to a claim (pvc://) or use hf://",
+            ),
+            cel(
+                "self.engine.backend != 'pytorch' || !has(self.autoscaling) "
+                "|| self.autoscaling.metric != 'kv-cache-utilization'",
+                "kv-cache-utilization comes from the tensorrt-engine backend's metrics, which the "
+                "pytorch backend does not export: choose another autoscaling.metric",
             ),
             cel(
                 "(has(self.runtime) && has(self.runtime.chunkedContext) && self.runtime.chunkedContext) "

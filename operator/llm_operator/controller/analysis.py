@@ -116,14 +116,20 @@ async def query(session: aiohttp.ClientSession, url: str, promql: str, at: float
 
 
 async def measure(
-    url: str, analysis: CanaryAnalysis, namespace: str, deployment: str, revision: str
+    url: str,
+    analysis: CanaryAnalysis,
+    namespace: str,
+    deployment: str,
+    revision: str,
+    model: str = queries.TOP_LEVEL_MODEL,
 ) -> list[Measurement]:
-    """One Measurement per metric with a bound, over the window that ends now."""
+    """One Measurement per metric with a bound, over the window that ends now; requests are those
+    of `model`, the one clients call."""
     metrics = measured_metrics(analysis)
     if not metrics:
         return []
     window = int(getattr(analysis, "interval_seconds", None) or DEFAULT_INTERVAL_SECONDS)
-    target = queries.Target(namespace, deployment, revision, window)
+    target = queries.Target(namespace, deployment, revision, window, model)
     promql = queries.queries(target)
     at = time.time()  # one instant for every query: they measure the same window
     timeout = aiohttp.ClientTimeout(total=TIMEOUT_SECONDS)

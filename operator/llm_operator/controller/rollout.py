@@ -30,6 +30,7 @@ from llm_operator.controller.kube import ObjKey
 from llm_operator.controller.observe import ChildCache, Key, owner_key
 from llm_operator.controller.prometheus_urls import Endpoint, analysis_endpoint
 from llm_operator.images import Images
+from llm_operator.modelrepo import client_model
 from llm_operator.plan.types import PlanningError
 from llm_operator.render import names
 from llm_operator.render.rollout import (
@@ -50,7 +51,8 @@ log = logging.getLogger(__name__)
 ACTION_ANNOTATION = f"{GROUP}/rollout-action"
 
 # (url, analysis, namespace, deployment, revision) -> one window of every bounded metric
-Measure = Callable[[str, CanaryAnalysis, str, str, str], Awaitable[list[Measurement]]]
+# (Prometheus URL, analysis, namespace, deployment, revision, the model clients call)
+Measure = Callable[[str, CanaryAnalysis, str, str, str, str], Awaitable[list[Measurement]]]
 
 
 @dataclass(frozen=True)
@@ -310,7 +312,9 @@ class Rollouts:
         if decision.measure and canary is not None and canary.analysis is not None:
             target = decision.revisions.canary
             assert target is not None and url is not None
-            measured = await self.measure(url, canary.analysis, ld.namespace, ld.name, target)
+            measured = await self.measure(
+                url, canary.analysis, ld.namespace, ld.name, target, client_model(ld.spec)
+            )
             decision = machine.decide(*args, measured, action, now, route_ok, problems)
         snaps = snapshots(children, ld)
         specs = [self._slot(ld, images, revision, snaps, slot, target.revision, target.replicas)

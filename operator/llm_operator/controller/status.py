@@ -127,6 +127,8 @@ def reduce(
         engine_cond = _cond("EngineReady", False, "EngineBuildFailed", _join(failed), g)
     elif building:
         engine_cond = _cond("EngineReady", False, "EngineBuilding", _join(building), g)
+    elif engines and all(e.state == EngineState.NOT_NEEDED for e in engines.values()):
+        engine_cond = _cond("EngineReady", True, "EngineNotNeeded", "this backend builds no engine", g)
     else:
         engine_cond = _cond("EngineReady", True, "EngineAvailable", "", g)
 

@@ -14,13 +14,17 @@ from typing import TypeVar
 
 import jinja2
 
-from llm_operator.api.v1alpha1 import Backend, LLMDeploymentSpec
+from llm_operator.api.v1alpha1 import Backend, LLMDeploymentSpec, Precision
+from llm_operator.contract import CHECKPOINT_MOUNT
 from llm_operator.plan.types import PoolPlan
 from llm_operator.profiles import GPT_MODEL_TYPE, PROFILES, SCHEDULER_POLICY, ProfileDefaults
 from llm_operator.runtime.cpu_reference import BUILTIN_MODELS
 from llm_operator.runtime.repository import configmap_key
 
 TRTLLM_MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble")
+# The LLM API's dtype names (tensorrt_llm.llmapi.LlmArgs.dtype) of the precisions the pytorch
+# backend serves (admission refuses the others).
+LLMAPI_DTYPE = {Precision.FP16: "float16", Precision.BF16: "bfloat16"}
 # trtllm-build's default logits dtype; the engine builder does not change it.
 LOGITS_DATATYPE = "TYPE_FP32"
 # Where the CPU runtime image (images/cpu-runtime.Dockerfile) installs torch, numpy and llm_operator.
@@ -167,6 +171,46 @@ def cpu_values(spec: LLMDeploymentSpec, python_path: Sequence[str]) -> dict[str,
     }
 
 
+def client_model(spec: LLMDeploymentSpec) -> str:
+    """The model clients call, whose requests canary analysis counts: the llmapi model has no
+    ensemble in front of it (upstream's llmapi repository is the one model `tensorrt_llm`)."""
+    return "tensorrt_llm" if spec.engine.backend == Backend.PYTORCH else "ensemble"
+
+
+def checkpoint(spec: LLMDeploymentSpec) -> str:
+    """What the LLM API loads: the mounted pvc:// directory, or the hf:// repository id (the LLM
+    API downloads it into HOME's Hugging Face cache). Admission allows only these two schemes."""
+    scheme, _, rest = spec.model.source.uri.partition("://")
+    if scheme == "hf":
+        return rest.strip("/")
+    _, _, path = rest.partition("/")
+    return f"{CHECKPOINT_MOUNT}/{path.strip('/')}".rstrip("/")
+
+
+def llmapi_values(spec: LLMDeploymentSpec, pool: PoolPlan) -> dict[str, object]:
+    """What the llmapi model.yaml template renders: the spec's value, else the profile's."""
+    runtime, engine = spec.runtime, spec.engine
+    profile = PROFILES[runtime.profile]
+    kv = runtime.kv_cache
+    percent = _pick(kv.free_gpu_memory_percent, profile.kv_cache_free_gpu_memory_percent)
+    return {
+        "model": checkpoint(spec),
+        # The LLM API downloads this revision of an hf:// checkpoint; a pvc:// one is as mounted.
+        "revision": spec.model.revision if spec.model.source.uri.startswith("hf://") else None,
+        "dtype": LLMAPI_DTYPE[engine.precision],
+        "tensor_parallel_size": pool.tensor,
+        "pipeline_parallel_size": pool.pipeline,
+        "max_batch_size": engine.max_batch_size,
+        "max_seq_len": engine.max_seq_len,
+        "max_num_tokens": engine.max_num_tokens,
+        "enable_chunked_prefill": _flag(_pick(runtime.chunked_context, profile.chunked_context)),
+        "free_gpu_memory_fraction": f"{percent / 100:g}",
+        "enable_block_reuse": _flag(_pick(kv.block_reuse, profile.kv_cache_reuse)),
+        "kv_max_tokens": kv.max_tokens,
+        "decoupled": _flag(runtime.streaming),
+    }
+
+
 def render_repository(
     spec: LLMDeploymentSpec,
     pool: PoolPlan,
@@ -185,6 +229,16 @@ def render_repository(
         return {
             "ensemble/config.pbtxt": env.get_template("cpu_reference/ensemble.pbtxt.j2").render(values),
             "ensemble/1/model.py": CPU_MODEL_PY.read_text(encoding="utf-8"),
+        }
+    if spec.engine.backend == Backend.PYTORCH:
+        # model.py and helpers.py ship in the serving image: the launcher adds them.
+        return {
+            "tensorrt_llm/config.pbtxt": env.get_template("llmapi/tensorrt_llm.pbtxt.j2").render(
+                _common(spec, PROFILES[spec.runtime.profile])
+            ),
+            "tensorrt_llm/1/model.yaml": env.get_template("llmapi/model.yaml.j2").render(
+                llmapi_values(spec, pool)
+            ),
         }
     values = trtllm_values(spec, pool, engine_dir, tokenizer_dir)
     return {

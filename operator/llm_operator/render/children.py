@@ -30,7 +30,7 @@ from llm_operator.storage import EngineLocation, tokenizer_dir, tokenizer_locati
 class PoolEngine:
     """The engine a pool serves: where it is, and whether it exists yet."""
 
-    location: EngineLocation | None  # None: the backend needs no engine files (cpu-reference)
+    location: EngineLocation | None  # None: the backend needs no engine files (pytorch, cpu-reference)
     cache_key: str | None
     ready: bool
 
@@ -153,7 +153,8 @@ def owned(ld: LLMDeployment, objs: list[dict[str, Any]]) -> list[dict[str, Any]]
 
 
 def needs_engine(ld: LLMDeployment) -> bool:
-    return ld.spec.engine.backend != Backend.CPU_REFERENCE
+    """Only the tensorrt-engine backend serves engines (built by a Job, or prebuilt)."""
+    return ld.spec.engine.backend == Backend.TENSORRT_ENGINE
 
 
 def serving_selector(deployment: str) -> str:

@@ -82,6 +82,14 @@ def _env(spec: LLMDeploymentSpec, pool: PoolPlan, engine: EngineLocation | None)
     return env
 
 
+def _checkpoint_claim(spec: LLMDeploymentSpec) -> str | None:
+    """The claim of a pvc:// checkpoint the pytorch backend reads in place (modelrepo.checkpoint)."""
+    uri = spec.model.source.uri
+    if spec.engine.backend != Backend.PYTORCH or not uri.startswith("pvc://"):
+        return None
+    return uri.removeprefix("pvc://").partition("/")[0]
+
+
 def _container(
     spec: LLMDeploymentSpec,
     pool: PoolPlan,
@@ -122,6 +130,8 @@ def _container(
         mounts.append({"name": "engine-cache", "mountPath": contract.ENGINE_CACHE_MOUNT, "readOnly": True})
     if spec.runtime.tokenizer_uri is not None:
         mounts.append({"name": "tokenizer", "mountPath": contract.TOKENIZER_MOUNT, "readOnly": True})
+    if _checkpoint_claim(spec):
+        mounts.append({"name": "checkpoint", "mountPath": contract.CHECKPOINT_MOUNT, "readOnly": True})
     if pool.pods_per_replica > 1:
         mounts.append({"name": contract.SSH_VOLUME, "mountPath": contract.SSH_DIR, "readOnly": True})
     user_env, user_env_from = spec.runtime.container_env()
@@ -149,6 +159,11 @@ def _container(
             "readOnlyRootFilesystem": True,
         },
     }
+    credentials = spec.model.source.credentials_secret_ref
+    if spec.engine.backend == Backend.PYTORCH and credentials is not None:
+        # The LLM API downloads hf:// checkpoints itself (HF_TOKEN from the Secret the spec names;
+        # docs/architecture.md, "Credentials").
+        user_env_from = [{"secretRef": {"name": credentials.name}}, *user_env_from]
     if user_env_from:
         container["envFrom"] = user_env_from
     if resources:
@@ -202,6 +217,11 @@ def _volumes(
     if tokenizer is not None:
         volumes.append(
             {"name": "tokenizer", "persistentVolumeClaim": {"claimName": tokenizer.claim, "readOnly": True}}
+        )
+    claim = _checkpoint_claim(spec)
+    if claim:
+        volumes.append(
+            {"name": "checkpoint", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
         )
     if pool.pods_per_replica > 1:
         # The deployment's SSH identity (the controller creates the Secret), each role only its

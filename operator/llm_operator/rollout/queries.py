@@ -3,8 +3,9 @@
 Series carry the scrape labels of the chart's PodMonitor and the test world's Prometheus (e2e/
 cluster/monitoring.py): `namespace`, `pod`, and the pod labels `llmoperator_io_deployment`,
 `llmoperator_io_revision`, `llmoperator_io_role`. Only leaders serve metrics. Requests are counted
-on the model clients call, `ensemble` (the TensorRT-LLM ensemble, or the CPU runtime's model of the
-same name). Every query answers one sample without labels, or nothing (no series: no data).
+on the model clients call (Target.model): `ensemble` (the TensorRT-LLM ensemble, or the CPU
+runtime's model of the same name), or `tensorrt_llm` (the pytorch backend's llmapi model). Every
+query answers one sample without labels, or nothing (no series: no data).
 
 What each value means (controller/analysis.py puts it in Measurement.value; the analysis fails a
 window when value > the spec's bound):
@@ -53,6 +54,7 @@ class Target:
     deployment: str
     revision: str
     window_seconds: int
+    model: str = TOP_LEVEL_MODEL  # the model clients call (modelrepo.client_model)
 
 
 def _quote(value: str) -> str:
@@ -61,13 +63,13 @@ def _quote(value: str) -> str:
 
 
 def selector(t: Target, *extra: str, top_level: bool = True) -> str:
-    """The label matchers of the revision's serving series (of `ensemble` when top_level)."""
+    """The label matchers of the revision's serving series (of the client's model when top_level)."""
     matchers = [
         f"namespace={_quote(t.namespace)}",
         f"llmoperator_io_deployment={_quote(t.deployment)}",
         f"llmoperator_io_revision={_quote(t.revision)}",
         f"llmoperator_io_role={_quote(LEADER)}",
-        *([f"model={_quote(TOP_LEVEL_MODEL)}"] if top_level else []),
+        *([f"model={_quote(t.model)}"] if top_level else []),
         *extra,
     ]
     return "{" + ",".join(matchers) + "}"

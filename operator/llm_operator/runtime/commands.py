@@ -60,7 +60,10 @@ def rank_args(c: PodConfig, rank: int) -> list[str]:
         c.tritonserver,
         f"--id={rank_id(rank)}",
         f"--model-repository={c.model_repo}",
-        "--disable-auto-complete-config",
+        # The llmapi model sets max_batch_size and decoupled from model.yaml's triton_config in its
+        # auto_complete_config (upstream's config.pbtxt leaves both out); the other backends'
+        # configs are complete as rendered.
+        *([] if c.backend == "pytorch" else ["--disable-auto-complete-config"]),
         f"--exit-timeout-secs={c.exit_timeout}",
         # Python-backend stubs of co-located ranks must not share shared-memory regions.
         f"--backend-config=python,shm-region-prefix-name={rank_id(rank)}_",
@@ -94,9 +97,14 @@ def rsh_args(c: PodConfig) -> str:
 def serve_command(c: PodConfig) -> list[str]:
     """What a leader (or single) pod runs: one tritonserver for a world of one, else ONE mpirun
     launching every rank MPMD-style, so all of them form a single MPI world of tp*pp."""
+    mpirun = [c.mpirun, "--allow-run-as-root", "--bind-to", "none", "--map-by", "slot"]
+    if c.backend == "pytorch":
+        # One tritonserver, as upstream's launch_triton_server.py starts the llmapi model (mpirun
+        # -n 1, TensorRT-LLM v1.1.0 triton_backend/scripts): the LLM API spawns its tp*pp workers
+        # through MPI itself. Not bound: Open MPI would pin a world of one to a single core.
+        return [*mpirun, "-n", "1", *rank_args(c, 0)]
     if c.world_size == 1:
         return rank_args(c, 0)
-    mpirun = [c.mpirun, "--allow-run-as-root", "--bind-to", "none", "--map-by", "slot"]
     # Slots fill in host order: localhost takes ranks 0..g-1, worker k ranks k*g..(k+1)*g-1.
     hosts = [f"localhost:{c.gpus_per_pod if c.multi_node else c.world_size}"]
     if c.multi_node:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from llm_operator.contract import ADMIN_KEY_ENV, ENV
 
-BACKENDS = ("tensorrt-engine", "cpu-reference")
+BACKENDS = ("tensorrt-engine", "pytorch", "cpu-reference")
 ROLES = ("leader", "worker")
 
 
@@ -50,6 +50,7 @@ class PodConfig:
     sshd: str
     backend_dir: str
     trtllm_models_dir: str
+    llmapi_models_dir: str
     termination_log: str
     # The key of Triton's restricted admin APIs; never printed (repr) nor logged.
     admin_key: str = field(default="", repr=False)
@@ -95,6 +96,7 @@ class PodConfig:
             sshd=get("LLMOP_SSHD"),
             backend_dir=get("LLMOP_BACKEND_DIR"),
             trtllm_models_dir=get("LLMOP_TRTLLM_MODELS_DIR"),
+            llmapi_models_dir=get("LLMOP_LLMAPI_MODELS_DIR"),
             termination_log=get("LLMOP_TERMINATION_LOG"),
             admin_key=get(ADMIN_KEY_ENV),
         )
@@ -120,6 +122,8 @@ class PodConfig:
         if self.backend == "cpu-reference":
             if self.world_size != 1 or self.multi_node:
                 raise ConfigError("the cpu-reference backend runs one process: tp = pp = 1, one pod")
+        elif self.backend == "pytorch" and self.multi_node:
+            raise ConfigError("the pytorch backend runs a replica in one pod: LLMOP_PODS_PER_REPLICA = 1")
         elif self.multi_node:
             # Pod k of a group hosts ranks k*gpus_per_pod .. (k+1)*gpus_per_pod-1.
             if self.world_size != self.gpus_per_pod * self.pods_per_replica:
@@ -151,6 +155,8 @@ class PodConfig:
         """Ranks this pod runs. Workers need not know their position: the leader's mpirun places
         ranks k*gpus_per_pod .. (k+1)*gpus_per_pod-1 on worker k by host order, so a worker
         watches for any rank of the world."""
+        if self.backend == "pytorch":
+            return range(1)  # one tritonserver; the LLM API's workers are not Triton ranks
         if not self.multi_node:
             return range(self.world_size)
         return range(self.gpus_per_pod) if self.role == "leader" else range(self.world_size)

@@ -35,7 +35,7 @@ from llm_operator.runtime.commands import (
 )
 from llm_operator.runtime.config import ConfigError, PodConfig
 from llm_operator.runtime.drain import drain
-from llm_operator.runtime.preflight import first_missing, python_models
+from llm_operator.runtime.preflight import first_missing, image_files
 from llm_operator.runtime.repository import materialize
 from llm_operator.runtime.ssh import prepare_client, prepare_sshd
 from llm_operator.runtime.supervisor import (
@@ -87,7 +87,7 @@ def launch(c: PodConfig, stop: Stop, environ: Mapping[str, str]) -> int:
     if absent is not None:
         log(absent)
         return EXIT_CONFIG
-    materialize(c.model_repo_src, c.model_repo, python_models(c))
+    materialize(c.model_repo_src, c.model_repo, image_files(c))
     if c.backend == "tensorrt-engine" and c.engine_dir:
         problems = engine_problems(c)
         for problem in problems:
@@ -115,7 +115,7 @@ def launch(c: PodConfig, stop: Stop, environ: Mapping[str, str]) -> int:
         log(f"{ADMIN_KEY_ENV} is not set: Triton's admin APIs are closed to every request")
     argv = serve_command(c)
     log(shlex.join(redacted(argv, c.admin_key)))
-    if c.world_size == 1:
+    if c.world_size == 1 and c.backend != "pytorch":  # pytorch: tritonserver under mpirun
         return Supervisor(argv, Policy.SERVER, c.exit_timeout, stop).run()
     return Supervisor(argv, Policy.RANK0_FIRST, c.exit_timeout, stop, ids).run()
 

@@ -16,6 +16,10 @@ from llm_operator.runtime.repository import SEPARATOR
 # LLMOP_TRTLLM_MODELS_DIR (NVIDIA/TensorRT-LLM triton_backend/all_models/inflight_batcher_llm/
 # <model>/1/model.py since 1.0; tensorrtllm_backend all_models/... before).
 TRTLLM_PYTHON_MODELS = ("preprocessing", "postprocessing")
+# The llmapi model's code in the serving image (NVIDIA/TensorRT-LLM triton_backend/all_models/
+# llmapi/tensorrt_llm/1/, copied to /app/all_models/llmapi by NVIDIA's image): model.py imports
+# helpers.py from its own directory.
+LLMAPI_FILES = ("tensorrt_llm/1/model.py", "tensorrt_llm/1/helpers.py")
 # What transformers' AutoTokenizer.from_pretrained loads a tokenizer from, one of: a fast tokenizer
 # (tokenizer.json), a SentencePiece or tiktoken model (tokenizer.model), byte-level BPE
 # (vocab.json with merges.txt) or WordPiece (vocab.txt) vocabularies. Pre/postprocessing load
@@ -25,15 +29,19 @@ TRTLLM_PYTHON_MODELS = ("preprocessing", "postprocessing")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
 
 
-def python_models(c: PodConfig) -> dict[str, Path]:
-    """model.py of each TensorRT-LLM python model the repository (the mounted ConfigMap) holds:
-    their code is in the serving image, not in the ConfigMap (the cpu-reference model's is)."""
+def image_files(c: PodConfig) -> dict[str, Path]:
+    """Repository path -> file of the model code that ships in the serving image, not in the
+    ConfigMap (the cpu-reference model's does): TensorRT-LLM's pre/postprocessing model.py for each
+    of them the repository holds, or the llmapi model's model.py and helpers.py."""
     if c.backend == "cpu-reference":
         return {}
+    if c.backend == "pytorch":
+        base = Path(c.llmapi_models_dir)
+        return {path: base / path for path in LLMAPI_FILES}
     src = Path(c.model_repo_src)
     base = Path(c.trtllm_models_dir)
     return {
-        m: base / m / "1" / "model.py"
+        f"{m}/1/model.py": base / m / "1" / "model.py"
         for m in TRTLLM_PYTHON_MODELS
         if (src / f"{m}{SEPARATOR}config.pbtxt").exists()
     }
@@ -41,8 +49,9 @@ def python_models(c: PodConfig) -> dict[str, Path]:
 
 def first_missing(c: PodConfig) -> str | None:
     """One line naming the first file this pod needs that is not there, or None."""
-    for model, path in python_models(c).items():
+    for repository_path, path in image_files(c).items():
         if not path.is_file():
+            model = repository_path.split("/", 1)[0]
             return f"{path} not found: the serving image has no TensorRT-LLM {model} model there"
     if c.backend == "tensorrt-engine" and c.engine_dir:
         engine = Path(c.engine_dir)

@@ -47,13 +47,13 @@ def write_repository(files: Mapping[str, str], out_dir: str | Path) -> None:
 
 
 def materialize(
-    configmap_dir: str | Path, dest_dir: str | Path, python_models: Mapping[str, Path] | None = None
+    configmap_dir: str | Path, dest_dir: str | Path, image_files: Mapping[str, Path] | None = None
 ) -> None:
     """Inside the pod: the mounted ConfigMap -> the repository tritonserver loads.
 
-    `dest_dir` is emptied first (a restarted container must not load stale models). `python_models`
-    (model name -> model.py) adds code that ships in the serving image rather than in the ConfigMap:
-    the TensorRT-LLM pre/postprocessing models.
+    `dest_dir` is emptied first (a restarted container must not load stale models). `image_files`
+    (repository path -> file) adds code that ships in the serving image rather than in the
+    ConfigMap: the TensorRT-LLM pre/postprocessing models, the llmapi model's model.py and helpers.
     """
     dest = Path(dest_dir)
     dest.mkdir(parents=True, exist_ok=True)
@@ -68,5 +68,6 @@ def materialize(
         if not entry.name.startswith(".")  # kubelet's own entries: ..data, ..2025_11_22_...
     }
     write_repository(files, dest)
-    for model, source in (python_models or {}).items():
-        shutil.copyfile(source, dest / model / "1" / "model.py")
+    for path, source in (image_files or {}).items():
+        (dest / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, dest / path)

@@ -1,0 +1,184 @@
+"""engine.backend pytorch end to end through the pure layers: spec -> plan -> desired objects ->
+the launcher's command. No build Job, the checkpoint where the LLM API reads it, the spec's
+limits in model.yaml, one node per replica, a release that ships the llmapi model."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from llm_operator.api.v1alpha1 import LLMDeployment
+from llm_operator.desired import desired, plan_for
+from llm_operator.engine.state import BuildObserved, EngineState
+from llm_operator.modelrepo import client_model
+from llm_operator.plan.types import PlanningError
+from llm_operator.rollout import queries
+from llm_operator.runtime.commands import serve_command
+from llm_operator.runtime.config import ConfigError, PodConfig
+from llm_operator.runtime.launcher import launch
+from llm_operator.runtime.preflight import image_files
+from llm_operator.runtime.repository import configmap_path
+
+from tests.unit.test_reconciler import condition, example, operator_with_nodes, reconcile
+from tests.unit.test_render_rollout import IMAGES, deployment
+
+V1 = dataclasses.replace(IMAGES, trtllm_version="1.1.0")
+
+
+def never_built(namespace: str, key: str, job: str) -> BuildObserved:
+    raise AssertionError("the pytorch backend looks up no engine build")
+
+
+def pytorch(**spec: Any) -> LLMDeployment:
+    return deployment("llama31-8b-pytorch", **spec)
+
+
+def render(ld: LLMDeployment) -> dict[str, dict[str, Any]]:
+    out = desired(ld, plan_for(ld, None), V1, never_built)
+    assert out.jobs == [] and {e.state for e in out.engines.values()} == {EngineState.NOT_NEEDED}
+    return {f"{o['kind']}/{o['metadata']['name']}": o for o in out.children}
+
+
+def repository(objs: dict[str, dict[str, Any]]) -> dict[str, str]:
+    (cm,) = (o for o in objs.values() if o["kind"] == "ConfigMap")
+    return {configmap_path(k): v for k, v in cm["data"].items()}
+
+
+def pod_spec(objs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    (sts,) = (o for o in objs.values() if o["kind"] == "StatefulSet")
+    spec: dict[str, Any] = sts["spec"]["template"]["spec"]
+    return spec
+
+
+def test_a_pvc_checkpoint_is_mounted_read_only_and_named_in_model_yaml() -> None:
+    objs = render(pytorch())
+    model = yaml.safe_load(repository(objs)["tensorrt_llm/1/model.yaml"])
+    assert model["model"] == "/checkpoint/meta-llama/Llama-3.1-8B-Instruct" and "revision" not in model
+    assert (model["backend"], model["dtype"]) == ("pytorch", "bfloat16")
+    assert (model["tensor_parallel_size"], model["pipeline_parallel_size"]) == (2, 1)
+    assert (model["max_batch_size"], model["max_seq_len"], model["max_num_tokens"]) == (64, 8192, 8192)
+    assert model["triton_config"] == {"max_batch_size": 0, "decoupled": True}
+    pod = pod_spec(objs)
+    (container,) = pod["containers"]
+    assert {"name": "checkpoint", "mountPath": "/checkpoint", "readOnly": True} in container["volumeMounts"]
+    claim = {"name": "checkpoint", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}}
+    assert claim in pod["volumes"]
+    assert not any(v["name"] == "engine-cache" for v in pod["volumes"])
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"  # tp*pp
+    assert {"name": "LLMOP_BACKEND", "value": "pytorch"} in container["env"]
+    assert "envFrom" not in container
+
+
+def test_an_hf_checkpoint_is_downloaded_with_the_named_secret_only() -> None:
+    source = {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct", "credentialsSecretRef": {"name": "hf-token"}}
+    ld = pytorch(model={"name": "meta-llama/Llama-3.1-8B-Instruct", "source": source, "revision": "0e9e39f"})
+    objs = render(ld)
+    model = yaml.safe_load(repository(objs)["tensorrt_llm/1/model.yaml"])
+    assert (model["model"], model["revision"]) == ("meta-llama/Llama-3.1-8B-Instruct", "0e9e39f")
+    pod = pod_spec(objs)
+    assert pod["containers"][0]["envFrom"] == [{"secretRef": {"name": "hf-token"}}]
+    assert not any(v["name"] == "checkpoint" for v in pod["volumes"])
+    public = {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct"}
+    objs = render(pytorch(model={"name": "meta-llama/Llama-3.1-8B-Instruct", "source": public}))
+    assert "envFrom" not in pod_spec(objs)["containers"][0]
+
+
+def test_the_spec_kv_and_streaming_settings_reach_model_yaml() -> None:
+    runtime = {"streaming": False, "chunkedContext": False,
+               "kvCache": {"freeGpuMemoryPercent": 70, "blockReuse": False, "maxTokens": 100000}}  # fmt: skip
+    model = yaml.safe_load(repository(render(pytorch(runtime=runtime)))["tensorrt_llm/1/model.yaml"])
+    assert model["kv_cache_config"] == {"free_gpu_memory_fraction": 0.7, "enable_block_reuse": False,
+                                        "max_tokens": 100000}  # fmt: skip
+    assert model["enable_chunked_prefill"] is False
+    assert model["triton_config"]["decoupled"] is False
+
+
+def test_a_release_without_the_llmapi_model_is_refused_naming_backend_and_version() -> None:
+    ld = pytorch()
+    for version in ("0.21.0", "0.20.0"):
+        with pytest.raises(PlanningError) as err:
+            desired(ld, plan_for(ld, None), dataclasses.replace(IMAGES, trtllm_version=version), never_built)
+        assert err.value.reason == "BackendNotInRelease"
+        assert "engine.backend pytorch" in err.value.message and version in err.value.message
+    desired(ld, plan_for(ld, None), dataclasses.replace(IMAGES, trtllm_version="1.0.0"), never_built)
+
+
+def test_a_replica_larger_than_a_node_is_refused_at_planning() -> None:
+    ld = pytorch(parallelism={"tensor": 8, "pipeline": 2})
+    with pytest.raises(PlanningError) as err:
+        plan_for(ld, None)
+    assert err.value.reason == "PyTorchBackendSingleNode" and "16 GPUs" in err.value.message
+    engine = {**ld.spec.engine.model_dump(by_alias=True, exclude_none=True), "backend": "tensorrt-engine"}
+    tensorrt = pytorch(parallelism={"tensor": 8, "pipeline": 2}, engine=engine)
+    assert plan_for(tensorrt, None).pools[0].pods_per_replica == 2  # the same shape, two nodes
+
+
+def test_canary_analysis_counts_requests_of_the_model_clients_call() -> None:
+    assert client_model(pytorch().spec) == "tensorrt_llm"
+    assert client_model(deployment("llama3-8b-h100").spec) == "ensemble"
+    target = queries.Target("ns", "d", "r", 60, client_model(pytorch().spec))
+    assert 'model="tensorrt_llm"' in queries.requests(target)
+
+
+def config(**env: str) -> PodConfig:
+    return PodConfig.from_env({"LLMOP_BACKEND": "pytorch", "LLMOP_MODEL_REPO": "/repo", **env})
+
+
+def test_the_launcher_starts_one_tritonserver_under_mpirun_with_auto_complete() -> None:
+    c = config(LLMOP_TP="4", LLMOP_GPUS_PER_POD="4")
+    cmd = serve_command(c)
+    assert cmd[:2] == ["mpirun", "--allow-run-as-root"] and cmd.count("tritonserver") == 1
+    assert cmd[cmd.index("-n") + 1] == "1" and ":" not in cmd
+    assert "--disable-auto-complete-config" not in cmd  # model.py applies triton_config
+    assert "--http-port=8000" in cmd and "--id=rank0" in cmd
+    assert list(c.local_ranks) == [0]
+    with pytest.raises(ConfigError, match="one pod"):
+        config(LLMOP_TP="16", LLMOP_GPUS_PER_POD="8", LLMOP_PODS_PER_REPLICA="2",
+               LLMOP_WORKER_HOST_PATTERN="w{worker}")  # fmt: skip
+
+
+def test_the_llmapi_code_is_taken_from_the_image_into_the_repository(tmp_path: Path) -> None:
+    image = tmp_path / "app" / "all_models" / "llmapi" / "tensorrt_llm" / "1"
+    image.mkdir(parents=True)
+    (image / "model.py").write_text("# upstream model.py\n")
+    (image / "helpers.py").write_text("# upstream helpers.py\n")
+    c = config(LLMOP_LLMAPI_MODELS_DIR=str(tmp_path / "app" / "all_models" / "llmapi"))
+    assert set(image_files(c)) == {"tensorrt_llm/1/model.py", "tensorrt_llm/1/helpers.py"}
+    src = tmp_path / "cm"
+    src.mkdir()
+    for path, text in repository(render(pytorch())).items():
+        (src / path.replace("/", "__")).write_text(text)
+    c = dataclasses.replace(
+        c, model_repo_src=str(src), model_repo=str(tmp_path / "repo"), tritonserver="/no/tritonserver"
+    )
+
+    class Stop:
+        signum = 15  # stop at once: only the materialized repository is of interest
+
+    launch(c, Stop(), {})  # type: ignore[arg-type]
+    repo = tmp_path / "repo" / "tensorrt_llm"
+    assert sorted(p.name for p in (repo / "1").iterdir()) == ["helpers.py", "model.py", "model.yaml"]
+    assert (repo / "1" / "helpers.py").read_text() == "# upstream helpers.py\n"
+
+
+async def test_the_reconciler_serves_it_without_a_build_or_stalls_on_an_old_release(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kube, reconciler = await operator_with_nodes()  # the operator's images run 0.20.0
+    key = kube.add_deployment(example("llama31-8b-pytorch"))
+    await reconcile(kube, reconciler, key)
+    stalled = condition(kube, "llama31-8b", "Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "BackendNotInRelease"
+    assert not {k[0] for k in kube.objects} & {"Job", "StatefulSet"}
+
+    monkeypatch.setenv("LLMOP_TRTLLM_VERSION", "1.1.0")
+    kube, reconciler = await operator_with_nodes()
+    key = kube.add_deployment(example("llama31-8b-pytorch"))
+    await reconcile(kube, reconciler, key)
+    assert not kube.of_kind("Job") and ("apply", "StatefulSet", "llama31-8b") in kube.take_writes()
+    engine_ready = condition(kube, "llama31-8b", "EngineReady")
+    assert (engine_ready["status"], engine_ready["reason"]) == ("True", "EngineNotNeeded")
+    assert "engine" not in kube.objects[("LLMDeployment", *key)]["status"]

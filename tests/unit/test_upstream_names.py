@@ -1,0 +1,126 @@
+"""The rendered repository of each backend against upstream's own names (tests/upstream_names.py,
+pinned from the files of the default release): every tensor and parameter the operator emits
+exists upstream with the same data type, and everything upstream requires is emitted. A template
+that drifts from the release, or a release that renames what the templates use, fails here."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from google.protobuf import text_format
+from llm_operator.api.v1alpha1 import LLMDeploymentSpec
+from llm_operator.modelrepo import render_repository
+from llm_operator.plan.types import PoolPlan
+from tritonclient.grpc import model_config_pb2
+
+from tests import upstream_names as up
+
+POOL = PoolPlan("main", "NVIDIA-H100-80GB-HBM3", ("NVIDIA-H100-80GB-HBM3",), (9, 0), 81559, 2, 1, 2, 1, 1)
+TYPE = model_config_pb2.DataType.Name
+
+
+def spec(backend: str, uri: str) -> LLMDeploymentSpec:
+    return LLMDeploymentSpec.model_validate(
+        {"model": {"name": "m", "source": {"uri": uri}}, "engine": {"backend": backend, "precision": "bf16"}}
+    )
+
+
+def configs(files: dict[str, str]) -> dict[str, model_config_pb2.ModelConfig]:
+    return {
+        path.split("/")[0]: text_format.Parse(text, model_config_pb2.ModelConfig())
+        for path, text in files.items()
+        if path.endswith("/config.pbtxt")
+    }
+
+
+def held_against(
+    cfg: model_config_pb2.ModelConfig, inputs: up.Inputs, outputs: up.Outputs, parameters: frozenset[str]
+) -> list[str]:
+    """What `cfg` declares that upstream does not, or declares with another data type."""
+    wrong = []
+    for tensor in cfg.input:
+        if tensor.name not in inputs:
+            wrong.append(f"input {tensor.name} is not upstream's")
+        elif inputs[tensor.name][0] not in (None, TYPE(tensor.data_type)):
+            wrong.append(
+                f"input {tensor.name} is {TYPE(tensor.data_type)}, upstream {inputs[tensor.name][0]}"
+            )
+        elif tensor.optional != inputs[tensor.name][1]:
+            wrong.append(
+                f"input {tensor.name}: optional is {tensor.optional}, upstream {inputs[tensor.name][1]}"
+            )
+    for tensor in cfg.output:
+        if tensor.name not in outputs:
+            wrong.append(f"output {tensor.name} is not upstream's")
+        elif outputs[tensor.name] not in (None, TYPE(tensor.data_type)):
+            wrong.append(f"output {tensor.name} is {TYPE(tensor.data_type)}, upstream {outputs[tensor.name]}")
+    wrong += [f"parameter {key} is not upstream's" for key in cfg.parameters if key not in parameters]
+    return wrong
+
+
+def missing(cfg: model_config_pb2.ModelConfig, inputs: up.Inputs, required: frozenset[str]) -> list[str]:
+    """What upstream requires that `cfg` leaves out: non-optional inputs, required parameters."""
+    declared = {t.name for t in cfg.input}
+    return [f"input {n}" for n, (_, optional) in inputs.items() if not optional and n not in declared] + [
+        f"parameter {key}" for key in sorted(required) if key not in cfg.parameters
+    ]
+
+
+def test_inflight_batcher_llm_uses_only_upstream_names_and_all_it_requires() -> None:
+    files = render_repository(spec("tensorrt-engine", "s3://m"), POOL, engine_dir="/e", tokenizer_dir="/e/t")
+    rendered = configs(files)
+    assert set(rendered) == set(up.INFLIGHT_BATCHER_LLM)
+    for model, (inputs, outputs, parameters) in up.INFLIGHT_BATCHER_LLM.items():
+        cfg = rendered[model]
+        assert held_against(cfg, inputs, outputs, parameters) == [], model
+        assert missing(cfg, inputs, up.REQUIRED_PARAMETERS.get(model, frozenset())) == [], model
+
+
+def test_the_ensemble_maps_only_tensors_its_steps_declare() -> None:
+    """Every input_map/output_map key of an ensemble step is a tensor of that model upstream."""
+    files = render_repository(spec("tensorrt-engine", "s3://m"), POOL, engine_dir="/e", tokenizer_dir="/e/t")
+    ensemble = configs(files)["ensemble"]
+    for step in ensemble.ensemble_scheduling.step:
+        inputs, outputs, _ = up.INFLIGHT_BATCHER_LLM[step.model_name]
+        assert set(step.input_map) <= set(inputs), step.model_name
+        assert set(step.output_map) <= set(outputs), step.model_name
+
+
+def test_the_ensemble_accepts_the_spellings_upstream_accepts_at_the_tag() -> None:
+    """seed and min_tokens; v1.1.0's ensemble has no random_seed or min_length (docs/api.md)."""
+    files = render_repository(spec("tensorrt-engine", "s3://m"), POOL, engine_dir="/e", tokenizer_dir="/e/t")
+    names = {t.name for t in configs(files)["ensemble"].input}
+    assert {"seed", "min_tokens"} <= names
+    assert not {"random_seed", "min_length"} & (names | set(up.ENSEMBLE_INPUTS))
+
+
+@pytest.mark.parametrize("uri", ["pvc://models/llama", "hf://meta-llama/Llama-3.1-8B-Instruct"])
+def test_llmapi_uses_only_upstream_names_and_all_it_requires(uri: str) -> None:
+    files = render_repository(spec("pytorch", uri), POOL, engine_dir="", tokenizer_dir="")
+    assert set(files) == {"tensorrt_llm/config.pbtxt", "tensorrt_llm/1/model.yaml"}
+    cfg = configs(files)["tensorrt_llm"]
+    assert held_against(cfg, up.LLMAPI_INPUTS, up.LLMAPI_OUTPUTS, up.LLMAPI_PARAMETERS) == []
+    assert missing(cfg, up.LLMAPI_INPUTS, frozenset()) == []
+    # Upstream declares its whole list because model.py reads and writes them by name.
+    assert {t.name for t in cfg.input} == set(up.LLMAPI_INPUTS)
+    assert {t.name for t in cfg.output} == set(up.LLMAPI_OUTPUTS)
+    model_yaml = yaml.safe_load(files["tensorrt_llm/1/model.yaml"])
+    assert set(model_yaml) >= up.MODEL_YAML_KEYS
+    assert set(model_yaml) - {"triton_config"} <= up.LLM_ARGS
+    assert set(model_yaml["kv_cache_config"]) <= up.KV_CACHE_CONFIG
+    assert up.TRITON_CONFIG_REQUIRED <= set(model_yaml["triton_config"]) <= up.TRITON_CONFIG_KEYS
+
+
+def test_the_cpu_reference_ensemble_is_a_subset_of_upstreams() -> None:
+    """The CPU runtime serves the ensemble's contract: clients written against it work on GPUs."""
+    cpu = LLMDeploymentSpec.model_validate(
+        {
+            "model": {"name": "m", "source": {"uri": "builtin://tiny-llama"}},
+            "engine": {"backend": "cpu-reference"},
+        }
+    )
+    ensemble = configs(render_repository(cpu, POOL, engine_dir="", tokenizer_dir=""))["ensemble"]
+    # Its parameters configure the CPU model itself; its tensors are upstream's.
+    own = frozenset(ensemble.parameters)
+    assert held_against(ensemble, up.ENSEMBLE_INPUTS, up.ENSEMBLE_OUTPUTS, own) == []
+    assert missing(ensemble, up.ENSEMBLE_INPUTS, frozenset()) == []

@@ -1,0 +1,313 @@
+"""Upstream's names, pinned: what Triton's TensorRT-LLM model files of the default release declare,
+for tests/unit/test_upstream_names.py to hold the rendered repositories against.
+
+Source: NVIDIA/TensorRT-LLM at tag v1.1.0 (releases.DEFAULT: NGC 25.12, Triton 2.64.0):
+- triton_backend/all_models/inflight_batcher_llm/{ensemble,preprocessing,tensorrt_llm,
+  postprocessing}/config.pbtxt
+- triton_backend/all_models/llmapi/tensorrt_llm/config.pbtxt and 1/model.yaml
+- tensorrt_llm/llmapi/llm_args.py (the keyword arguments of tensorrt_llm.LLM that model.yaml holds)
+Read from the stored copies of those files (commits 2a9abd95 ensemble, 08dc37e3 preprocessing,
+0c8de69a tensorrt_llm, 89fd9b74 postprocessing, 0a710573 llmapi config.pbtxt, 0ebb1536 model.yaml;
+the copies available here, not resolved to the tag's own commit: re-check with
+`git show v1.1.0:<path>` when the tag's tree is at hand). Names only: tensor names with their data
+types (`None`: the type is a template variable upstream), the `parameters` keys, model.yaml keys.
+"""
+
+from __future__ import annotations
+
+# input name -> (data type, optional)
+Inputs = dict[str, tuple[str | None, bool]]
+Outputs = dict[str, str | None]
+
+ENSEMBLE_INPUTS: Inputs = {
+    "text_input": ("TYPE_STRING", False),
+    "decoder_text_input": ("TYPE_STRING", True),
+    "max_tokens": ("TYPE_INT32", False),
+    "num_return_sequences": ("TYPE_INT32", True),
+    "bad_words": ("TYPE_STRING", True),
+    "stop_words": ("TYPE_STRING", True),
+    "exclude_input_in_output": ("TYPE_BOOL", True),
+    "end_id": ("TYPE_INT32", True),
+    "pad_id": ("TYPE_INT32", True),
+    "top_k": ("TYPE_INT32", True),
+    "top_p": ("TYPE_FP32", True),
+    "temperature": ("TYPE_FP32", True),
+    "length_penalty": ("TYPE_FP32", True),
+    "repetition_penalty": ("TYPE_FP32", True),
+    "min_tokens": ("TYPE_INT32", True),
+    "presence_penalty": ("TYPE_FP32", True),
+    "frequency_penalty": ("TYPE_FP32", True),
+    "seed": ("TYPE_UINT64", True),
+    "return_log_probs": ("TYPE_BOOL", True),
+    "return_context_logits": ("TYPE_BOOL", True),
+    "return_generation_logits": ("TYPE_BOOL", True),
+    "return_perf_metrics": ("TYPE_BOOL", True),
+    "return_num_input_tokens": ("TYPE_BOOL", True),
+    "return_num_output_tokens": ("TYPE_BOOL", True),
+    "beam_width": ("TYPE_INT32", True),
+    "stream": ("TYPE_BOOL", True),
+    "prompt_embedding_table": ("TYPE_FP16", True),
+    "prompt_table_extra_id": ("TYPE_UINT64", True),
+    "prompt_vocab_size": ("TYPE_INT32", True),
+    "embedding_bias_words": ("TYPE_STRING", True),
+    "embedding_bias_weights": ("TYPE_FP32", True),
+    "lora_task_id": ("TYPE_UINT64", True),
+    "lora_weights": ("TYPE_FP16", True),
+    "lora_config": ("TYPE_INT32", True),
+    "guided_decoding_guide_type": ("TYPE_STRING", True),
+    "guided_decoding_guide": ("TYPE_STRING", True),
+}
+ENSEMBLE_OUTPUTS: Outputs = {
+    "text_output": "TYPE_STRING",
+    "cum_log_probs": "TYPE_FP32",
+    "output_log_probs": "TYPE_FP32",
+    "context_logits": None,
+    "generation_logits": None,
+    "batch_index": "TYPE_INT32",
+    "sequence_index": "TYPE_INT32",
+    "kv_cache_alloc_new_blocks": "TYPE_INT32",
+    "kv_cache_reused_blocks": "TYPE_INT32",
+    "kv_cache_alloc_total_blocks": "TYPE_INT32",
+    "arrival_time_ns": "TYPE_INT64",
+    "first_scheduled_time_ns": "TYPE_INT64",
+    "first_token_time_ns": "TYPE_INT64",
+    "last_token_time_ns": "TYPE_INT64",
+    "acceptance_rate": "TYPE_FP32",
+    "total_accepted_draft_tokens": "TYPE_INT32",
+    "total_draft_tokens": "TYPE_INT32",
+    "num_input_tokens": "TYPE_INT32",
+    "num_output_tokens": "TYPE_INT32",
+}
+
+PREPROCESSING_INPUTS: Inputs = {
+    "QUERY": ("TYPE_STRING", False),
+    "DECODER_QUERY": ("TYPE_STRING", True),
+    "IMAGE_BYTES": ("TYPE_UINT8", True),
+    "IMAGE_URL": ("TYPE_STRING", True),
+    "IMAGES": ("TYPE_STRING", True),
+    "VIDEO_BYTES": ("TYPE_UINT8", True),
+    "REQUEST_OUTPUT_LEN": ("TYPE_INT32", False),
+    "BAD_WORDS_DICT": ("TYPE_STRING", True),
+    "STOP_WORDS_DICT": ("TYPE_STRING", True),
+    "EMBEDDING_BIAS_WORDS": ("TYPE_STRING", True),
+    "EMBEDDING_BIAS_WEIGHTS": ("TYPE_FP32", True),
+    "END_ID": ("TYPE_INT32", True),
+    "PAD_ID": ("TYPE_INT32", True),
+    "PROMPT_TABLE_EXTRA_ID": ("TYPE_UINT64", True),
+}
+PREPROCESSING_OUTPUTS: Outputs = {
+    "INPUT_ID": "TYPE_INT32",
+    "REQUEST_INPUT_LEN": "TYPE_INT32",
+    "DECODER_INPUT_ID": "TYPE_INT32",
+    "REQUEST_DECODER_INPUT_LEN": "TYPE_INT32",
+    "BAD_WORDS_IDS": "TYPE_INT32",
+    "STOP_WORDS_IDS": "TYPE_INT32",
+    "EMBEDDING_BIAS": "TYPE_FP32",
+    "REQUEST_OUTPUT_LEN": "TYPE_INT32",
+    "OUT_END_ID": "TYPE_INT32",
+    "OUT_PAD_ID": "TYPE_INT32",
+    "OUT_PROMPT_TABLE_EXTRA_IDS": "TYPE_UINT64",
+    "PIXEL_VALUES": "TYPE_FP16",
+    "ASPECT_RATIO_IDS": "TYPE_INT64",
+    "ASPECT_RATIO_MASK": "TYPE_INT64",
+    "CROSS_ATTENTION_MASK": "TYPE_INT64",
+    "IMAGE_SIZES": "TYPE_INT64",
+    "IS_VIDEO_INPUT": "TYPE_BOOL",
+    "ATTENTION_MASK": "TYPE_INT64",
+    "IMAGE_GRID_THW": "TYPE_INT64",
+    "VISION_INPUT_ID": "TYPE_INT32",
+}
+PREPROCESSING_PARAMETERS = frozenset(
+    {"tokenizer_dir", "add_special_tokens", "multimodal_model_path", "gpt_model_path", "max_num_images",
+     "hf_model_path"}
+)  # fmt: skip
+
+TENSORRT_LLM_INPUTS: Inputs = {
+    "input_ids": ("TYPE_INT32", True),
+    "encoder_input_features": (None, True),
+    "encoder_output_lengths": ("TYPE_INT32", True),
+    "input_lengths": ("TYPE_INT32", False),
+    "request_output_len": ("TYPE_INT32", False),
+    "num_return_sequences": ("TYPE_INT32", True),
+    "draft_input_ids": ("TYPE_INT32", True),
+    "decoder_input_ids": ("TYPE_INT32", True),
+    "decoder_input_lengths": ("TYPE_INT32", True),
+    "draft_logits": (None, True),
+    "draft_acceptance_threshold": ("TYPE_FP32", True),
+    "end_id": ("TYPE_INT32", True),
+    "pad_id": ("TYPE_INT32", True),
+    "stop_words_list": ("TYPE_INT32", True),
+    "bad_words_list": ("TYPE_INT32", True),
+    "embedding_bias": ("TYPE_FP32", True),
+    "beam_width": ("TYPE_INT32", True),
+    "temperature": ("TYPE_FP32", True),
+    "runtime_top_k": ("TYPE_INT32", True),
+    "runtime_top_p": ("TYPE_FP32", True),
+    "runtime_top_p_min": ("TYPE_FP32", True),
+    "runtime_top_p_decay": ("TYPE_FP32", True),
+    "runtime_top_p_reset_ids": ("TYPE_INT32", True),
+    "len_penalty": ("TYPE_FP32", True),
+    "early_stopping": ("TYPE_BOOL", True),
+    "repetition_penalty": ("TYPE_FP32", True),
+    "min_tokens": ("TYPE_INT32", True),
+    "beam_search_diversity_rate": ("TYPE_FP32", True),
+    "presence_penalty": ("TYPE_FP32", True),
+    "frequency_penalty": ("TYPE_FP32", True),
+    "seed": ("TYPE_UINT64", True),
+    "return_log_probs": ("TYPE_BOOL", True),
+    "return_context_logits": ("TYPE_BOOL", True),
+    "return_generation_logits": ("TYPE_BOOL", True),
+    "return_perf_metrics": ("TYPE_BOOL", True),
+    "return_num_input_tokens": ("TYPE_BOOL", True),
+    "return_num_output_tokens": ("TYPE_BOOL", True),
+    "exclude_input_in_output": ("TYPE_BOOL", True),
+    "stop": ("TYPE_BOOL", True),
+    "streaming": ("TYPE_BOOL", True),
+    "prompt_embedding_table": (None, True),
+    "prompt_table_extra_ids": ("TYPE_UINT64", True),
+    "prompt_vocab_size": ("TYPE_INT32", True),
+    "cross_attention_mask": ("TYPE_BOOL", True),
+    "mrope_rotary_cos_sin": ("TYPE_FP32", True),
+    "mrope_position_deltas": ("TYPE_INT64", True),
+    "lora_task_id": ("TYPE_UINT64", True),
+    "lora_weights": ("TYPE_FP16", True),
+    "lora_config": ("TYPE_INT32", True),
+    "context_phase_params": ("TYPE_UINT8", True),
+    "skip_cross_attn_blocks": ("TYPE_BOOL", True),
+    "retention_token_range_starts": ("TYPE_INT32", True),
+    "retention_token_range_ends": ("TYPE_INT32", True),
+    "retention_token_range_priorities": ("TYPE_INT32", True),
+    "retention_token_range_durations_ms": ("TYPE_INT32", True),
+    "retention_decode_priority": ("TYPE_INT32", True),
+    "retention_decode_duration_ms": ("TYPE_INT32", True),
+    "guided_decoding_guide_type": ("TYPE_STRING", True),
+    "guided_decoding_guide": ("TYPE_STRING", True),
+    "lookahead_window_size": ("TYPE_INT32", True),
+    "lookahead_ngram_size": ("TYPE_INT32", True),
+    "lookahead_verification_set_size": ("TYPE_INT32", True),
+}
+TENSORRT_LLM_OUTPUTS: Outputs = {
+    "output_ids": "TYPE_INT32",
+    "sequence_length": "TYPE_INT32",
+    "cum_log_probs": "TYPE_FP32",
+    "output_log_probs": "TYPE_FP32",
+    "context_logits": None,
+    "generation_logits": None,
+    "batch_index": "TYPE_INT32",
+    "sequence_index": "TYPE_INT32",
+    "context_phase_params": "TYPE_UINT8",
+    "kv_cache_alloc_new_blocks": "TYPE_INT32",
+    "kv_cache_reused_blocks": "TYPE_INT32",
+    "kv_cache_alloc_total_blocks": "TYPE_INT32",
+    "arrival_time_ns": "TYPE_INT64",
+    "first_scheduled_time_ns": "TYPE_INT64",
+    "first_token_time_ns": "TYPE_INT64",
+    "last_token_time_ns": "TYPE_INT64",
+    "acceptance_rate": "TYPE_FP32",
+    "total_accepted_draft_tokens": "TYPE_INT32",
+    "total_draft_tokens": "TYPE_INT32",
+    "num_input_tokens": "TYPE_INT32",
+    "num_output_tokens": "TYPE_INT32",
+}
+TENSORRT_LLM_PARAMETERS = frozenset(
+    {"max_beam_width", "FORCE_CPU_ONLY_INPUT_TENSORS", "gpt_model_type", "gpt_model_path",
+     "encoder_model_path", "max_tokens_in_paged_kv_cache", "max_attention_window_size",
+     "sink_token_length", "batch_scheduler_policy", "kv_cache_free_gpu_mem_fraction",
+     "cross_kv_cache_fraction", "kv_cache_host_memory_bytes", "kv_cache_onboard_blocks",
+     "enable_trt_overlap", "exclude_input_in_output", "cancellation_check_period_ms",
+     "stats_check_period_ms", "iter_stats_max_iterations", "request_stats_max_iterations",
+     "enable_kv_cache_reuse", "normalize_log_probs", "enable_chunked_context", "gpu_device_ids",
+     "participant_ids", "num_nodes", "lora_cache_optimal_adapter_size", "lora_cache_max_adapter_size",
+     "lora_cache_gpu_memory_fraction", "lora_cache_host_memory_bytes", "lora_prefetch_dir",
+     "decoding_mode", "executor_worker_path", "lookahead_window_size", "lookahead_ngram_size",
+     "lookahead_verification_set_size", "medusa_choices", "eagle_choices", "gpu_weights_percent",
+     "enable_context_fmha_fp32_acc", "multi_block_mode", "cuda_graph_mode", "cuda_graph_cache_size",
+     "speculative_decoding_fast_logits", "tokenizer_dir", "guided_decoding_backend",
+     "xgrammar_tokenizer_info_path"}
+)  # fmt: skip
+# What the C++ backend cannot start without (its model_instance_state reads them unconditionally).
+TENSORRT_LLM_REQUIRED_PARAMETERS = frozenset({"gpt_model_type", "gpt_model_path"})
+
+POSTPROCESSING_INPUTS: Inputs = {
+    "TOKENS_BATCH": ("TYPE_INT32", False),
+    "SEQUENCE_LENGTH": ("TYPE_INT32", False),
+}
+POSTPROCESSING_OUTPUTS: Outputs = {"OUTPUT": "TYPE_STRING"}
+POSTPROCESSING_PARAMETERS = frozenset({"tokenizer_dir", "skip_special_tokens"})
+
+INFLIGHT_BATCHER_LLM: dict[str, tuple[Inputs, Outputs, frozenset[str]]] = {
+    "ensemble": (ENSEMBLE_INPUTS, ENSEMBLE_OUTPUTS, frozenset()),
+    "preprocessing": (PREPROCESSING_INPUTS, PREPROCESSING_OUTPUTS, PREPROCESSING_PARAMETERS),
+    "tensorrt_llm": (TENSORRT_LLM_INPUTS, TENSORRT_LLM_OUTPUTS, TENSORRT_LLM_PARAMETERS),
+    "postprocessing": (POSTPROCESSING_INPUTS, POSTPROCESSING_OUTPUTS, POSTPROCESSING_PARAMETERS),
+}
+# Pre/postprocessing model.py read these without a default.
+REQUIRED_PARAMETERS: dict[str, frozenset[str]] = {
+    "preprocessing": frozenset({"tokenizer_dir"}),
+    "tensorrt_llm": TENSORRT_LLM_REQUIRED_PARAMETERS,
+    "postprocessing": frozenset({"tokenizer_dir"}),
+}
+
+LLMAPI_INPUTS: Inputs = {
+    "text_input": ("TYPE_STRING", False),
+    "image_url": ("TYPE_STRING", True),
+    "streaming": ("TYPE_BOOL", True),
+    "sampling_param_best_of": ("TYPE_INT32", True),
+    "sampling_param_temperature": ("TYPE_FP32", True),
+    "sampling_param_top_k": ("TYPE_INT32", True),
+    "sampling_param_top_p": ("TYPE_FP32", True),
+    "sampling_param_frequency_penalty": ("TYPE_FP32", True),
+    "sampling_param_presence_penalty": ("TYPE_FP32", True),
+    "sampling_param_max_tokens": ("TYPE_INT32", True),
+    "sampling_param_stop": ("TYPE_STRING", True),
+    "sampling_param_seed": ("TYPE_UINT64", True),
+    "sampling_param_exclude_input_from_output": ("TYPE_BOOL", True),
+    "sampling_param_return_perf_metrics": ("TYPE_BOOL", True),
+    "return_finish_reason": ("TYPE_BOOL", True),
+    "return_stop_reason": ("TYPE_BOOL", True),
+    "return_cumulative_logprob": ("TYPE_BOOL", True),
+    "stop": ("TYPE_BOOL", True),
+    "lora_id": ("TYPE_UINT64", True),
+    "lora_name": ("TYPE_STRING", True),
+    "lora_path": ("TYPE_STRING", True),
+    "lora_ckpt_source": ("TYPE_STRING", True),
+}
+LLMAPI_OUTPUTS: Outputs = {
+    "text_output": "TYPE_STRING",
+    "finish_reason": "TYPE_STRING",
+    "stop_reason": "TYPE_STRING",
+    "cumulative_logprob": "TYPE_FP32",
+    "kv_cache_reused_block": "TYPE_INT32",
+    "kv_cache_missed_block": "TYPE_INT32",
+    "kv_cache_alloc_new_blocks": "TYPE_INT32",
+    "kv_cache_alloc_total_blocks": "TYPE_INT32",
+    "kv_cache_hit_rate": "TYPE_FP32",
+    "arrival_time_ns": "TYPE_INT64",
+    "first_scheduled_time_ns": "TYPE_INT64",
+    "first_token_time_ns": "TYPE_INT64",
+    "last_token_time_ns": "TYPE_INT64",
+    "acceptance_rate": "TYPE_FP32",
+    "total_accepted_draft_tokens": "TYPE_INT32",
+    "total_draft_tokens": "TYPE_INT32",
+}
+# model.py's own parameters (read with a default): gpu_device_ids (multi-instance only).
+LLMAPI_PARAMETERS = frozenset({"gpu_device_ids"})
+
+# llmapi/tensorrt_llm/1/model.yaml: every top-level key upstream writes, and triton_config's keys
+# (model.py indexes max_batch_size and decoupled without a default; cancellation_check_period_ms is
+# read when present).
+MODEL_YAML_KEYS = frozenset(
+    {"model", "backend", "tensor_parallel_size", "pipeline_parallel_size", "triton_config"}
+)
+TRITON_CONFIG_REQUIRED = frozenset({"max_batch_size", "decoupled"})
+TRITON_CONFIG_KEYS = TRITON_CONFIG_REQUIRED | {"cancellation_check_period_ms"}
+# tensorrt_llm/llmapi/llm_args.py: the LLM arguments model.yaml may add (the ones the operator sets),
+# and KvCacheConfig's fields it sets.
+LLM_ARGS = frozenset(
+    {"model", "tokenizer", "revision", "backend", "dtype", "tensor_parallel_size",
+     "pipeline_parallel_size", "max_batch_size", "max_seq_len", "max_num_tokens", "max_input_len",
+     "max_beam_width", "enable_chunked_prefill", "kv_cache_config", "trust_remote_code"}
+)  # fmt: skip
+KV_CACHE_CONFIG = frozenset(
+    {"free_gpu_memory_fraction", "enable_block_reuse", "max_tokens", "host_cache_size", "dtype"}
+)
