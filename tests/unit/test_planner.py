@@ -35,7 +35,7 @@ def spec(model: str = LLAMA3_70B, /, **overrides: Any) -> LLMDeploymentSpec:
     doc: dict[str, Any] = {
         "model": {"name": model, "source": {"uri": "s3://m/x"}},
         "engine": {"precision": "fp16", "maxBatchSize": 32, "maxInputLen": 2048, "maxSeqLen": 8192,
-                   "maxNumTokens": 8192},
+                   "maxNumTokens": 8192, "build": {"calibration": {"datasetUri": "pvc://calibration/text"}}},
         "parallelism": {"tensor": "auto", "pipeline": "auto"},
     }  # fmt: skip
     for path, value in overrides.items():
@@ -343,6 +343,14 @@ def test_architecture_errors_and_warnings() -> None:
     e = error(spec(**unknown), None)
     assert e.reason == "UnknownArchitecture" and "set spec.model.architecture" in e.message
     explicit = spec(**unknown, **{"parallelism.tensor": 2, "parallelism.pipeline": 1})
+    e = error(explicit, None)
+    assert (e.reason, e.message) == (
+        "UnknownModelFamily",
+        "the engine build picks TensorRT-LLM's checkpoint converter by model family and "
+        "acme/secret-model names none it knows: set spec.model.family to one of llama, mistral, "
+        "mixtral, qwen, gemma, falcon",
+    )
+    explicit = spec(**unknown, **{"parallelism.tensor": 2, "parallelism.pipeline": 1, "model.family": "qwen"})
     plan = plan_deployment(explicit, Inventory([node("h", H100, 8)]), 1)
     assert plan.primary.tensor == 2 and "memory not checked" in plan.reason
     assert plan.warnings == (
