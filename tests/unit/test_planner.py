@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from llm_operator.api.v1alpha1 import LLMDeploymentSpec, PoolPolicy
+from llm_operator.api.v1alpha1 import LLMDeploymentSpec, ModelFamily, PoolPolicy
 from llm_operator.plan import memory
 from llm_operator.plan.catalogue import by_name, lookup
 from llm_operator.plan.inventory import Inventory
@@ -361,6 +361,23 @@ def test_architecture_errors_and_warnings() -> None:
     assert (e.reason, e.message) == (
         "InvalidParallelism",
         "meta-llama/Llama-2-13b-chat-hf: tensor parallelism 16 does not divide its 40 attention heads",
+    )
+
+
+def test_gemma_is_planned_tensor_parallel_only() -> None:
+    """Gemma's converter shards tensor-parallel only: no pipeline stages across nodes for it."""
+    shape = {"numLayers": 46, "hiddenSize": 4608, "numAttentionHeads": 32, "numKeyValueHeads": 16,
+             "vocabSize": 256000, "parameterCount": 27_200_000_000}  # gemma-2-27b  # fmt: skip
+    one_gpu_nodes = [node(f"l{i}", L40S, 1, **{AWS_BLOCK: "b1"}) for i in range(3)]
+    s = spec("google/gemma-2-27b-it", **{"model.architecture": shape, "engine.precision": "bf16",
+                                         "engine.maxBatchSize": 1, "engine.maxSeqLen": 4096})  # fmt: skip
+    as_llama = s.model_copy(update={"model": s.model.model_copy(update={"family": ModelFamily.LLAMA})})
+    assert plan_of(as_llama, *one_gpu_nodes).pipeline == 2, "54 GB of weights over two 46 GB GPUs"
+    assert error(s, Inventory(one_gpu_nodes)).reason in ("InsufficientGPUs", "ModelDoesNotFit")
+    e = error(spec("google/gemma-2-27b-it", **{"model.architecture": shape, "parallelism.pipeline": 2}), None)
+    assert (e.reason, e.message) == (
+        "InvalidParallelism",
+        "TensorRT-LLM's gemma converter shards tensor-parallel only: set parallelism.pipeline to 1 (or auto)",
     )
 
 
