@@ -32,9 +32,10 @@ EXAMPLES = os.environ.get("LLMOP_TRTLLM_EXAMPLES", "/app/tensorrt_llm/examples")
 QFORMAT = {"fp8": "fp8", "int8-sq": "int8_sq", "int4-awq": "int4_awq", "w4a8-awq": "w4a8_awq"}
 QUANTIZED_KV = ("fp8", "int8")
 # Model family (spec.model.family) -> (examples/models/<tier>, directory) of its convert_checkpoint.py
-# in NVIDIA/TensorRT-LLM at v1.1.0 (tests/unit/upstream/converters-v1.1.0.txt pins their options):
-# - llama: examples/models/core/llama/convert_checkpoint.py; upstream's Mistral and Mixtral READMEs
-#   (examples/models/core/mistral, examples/models/core/mixtral) convert with this same script.
+# in NVIDIA/TensorRT-LLM at v1.1.0 (tests/unit/upstream/trtllm-v1.1.0-converters.yaml pins their options):
+# - llama: examples/models/core/llama/convert_checkpoint.py; Mistral (that directory's README,
+#   "Mistral v0.1", "Mistral Nemo") and Mixtral (examples/models/core/mixtral/README.md:
+#   "../llama/convert_checkpoint.py") convert with this same script.
 # - qwen: examples/models/core/qwen/convert_checkpoint.py (Qwen, Qwen2, Qwen2.5).
 # - gemma: examples/models/core/gemma/convert_checkpoint.py: --ckpt-type, --model-dir,
 #   --output-model-dir, --world-size (tensor parallelism only: no --tp_size/--pp_size).
