@@ -77,7 +77,7 @@ def upstream_violations(cmd: list[str]) -> list[str]:
 
 COMMANDS = [
     *[(f, p, kv, False) for f in b.CONVERTERS for p in PRECISIONS for kv in ("auto", "fp8", "int8")],
-    *[(f, "fp8", kv, True) for f in b.CONVERTERS if f in conversion.FP8_ROWWISE for kv in ("auto", "fp8")],
+    *[(f, "fp8", "auto", True) for f in b.CONVERTERS if f in conversion.FP8_ROWWISE],
 ]
 
 
@@ -274,27 +274,35 @@ def test_the_route_follows_model_size_against_the_builds_gpu_memory() -> None:
     assert not conversion.fp8_rowwise(spec("Qwen/Qwen2.5-72B-Instruct"), one_gpu), (
         "the llama converter's only"
     )
+    blackwell = dataclasses.replace(H100_X8, compute_capability=(10, 0), gpu_memory_mib=81559)
+    assert not conversion.fp8_rowwise(spec(LLAMA_405B), blackwell), "upstream: only SM90"
 
 
 def test_a_405b_fp8_build_converts_shard_by_shard_without_calibration() -> None:
-    s = spec(LLAMA_405B, build={})  # no dataset needed on this route
+    s = spec(LLAMA_405B, build={}, kvCacheDtype="auto")  # no dataset needed on this route
     plan_deployment(parallel(s, 8, 2), None, 1)
     job = build_job("m", "ns", s, H100_X8, "k", image="i", owner=OWNER)
     (c,) = job["spec"]["template"]["spec"]["containers"]
     assert "--fp8-rowwise" in c["args"] and "--calib-dataset" not in c["args"]
-    cmd = convert(argv("llama", "fp8", "fp8", 8, 2, "--fp8-rowwise"))
+    cmd = convert(argv("llama", "fp8", "auto", 8, 2, "--fp8-rowwise"))
     assert cmd[1].endswith("models/core/llama/convert_checkpoint.py")
-    for flag in ("--use_fp8_rowwise", "--load_by_shard", "--fp8_kv_cache"):
-        assert flag in cmd
+    assert "--use_fp8_rowwise" in cmd and "--load_by_shard" in cmd
     assert cmd[cmd.index("--workers") + 1] == "8" and "--calib_dataset" not in cmd
     assert cache_key(s, H100_X8, "1.1.0") != cache_key(
         s, dataclasses.replace(H100_X8, gpu_memory_mib=143771), "1.1.0"
     )
 
 
-def test_the_route_has_no_int8_kv_cache() -> None:
-    s = parallel(spec(LLAMA_405B, build={}, kvCacheDtype="int8"), 8, 2)
-    with pytest.raises(PlanningError, match=r"set engine\.kvCacheDtype to fp8 or auto"):
-        plan_deployment(s, None, 1)
+@pytest.mark.parametrize("kv", ["fp8", "int8"])
+def test_the_route_has_no_quantized_kv_cache(kv: str) -> None:
+    """Upstream's 405B route passes no KV cache option: a quantized one is refused, not guessed."""
+    with pytest.raises(PlanningError) as e:
+        plan_deployment(parallel(spec(LLAMA_405B, build={}, kvCacheDtype=kv), 8, 2), None, 1)
+    assert e.value.reason == "KvCacheDtypeUnsupported"
+    assert e.value.message == (
+        "meta-llama/Llama-3.1-405B-Instruct in fp8 is too large to calibrate on 8 NVIDIA-H100-80GB-HBM3, so "
+        "it is converted shard by shard (fp8 rowwise), which leaves the KV cache unquantized: set "
+        "engine.kvCacheDtype to auto"
+    )
     with pytest.raises(b.BuildError, match="large-model fp8 route"):
-        convert(argv("llama", "fp8", "int8", 8, 2, "--fp8-rowwise"))
+        convert(argv("llama", "fp8", kv, 8, 2, "--fp8-rowwise"))

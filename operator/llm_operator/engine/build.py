@@ -91,20 +91,20 @@ def convert_command(a: argparse.Namespace, model_dir: str, checkpoint: str, scri
     """Checkpoint -> TensorRT-LLM checkpoint sharded tp x pp, with the family's converter flags.
     Quantized formats and quantized KV caches need calibration, which ModelOpt's quantize.py does
     for every family, except on the large-model FP8 route (--fp8-rowwise), where the converter
-    quantizes shard by shard with no calibration (fp8 rowwise scales come from the weights)."""
+    quantizes shard by shard with no calibration (fp8 rowwise scales come from the weights, per
+    token at run time) and the KV cache stays unquantized."""
     qformat = QFORMAT.get(a.precision)
     quant_kv = a.kv_cache_dtype in QUANTIZED_KV
     if a.fp8_rowwise:
         # NVIDIA/TensorRT-LLM v1.1.0 examples/models/core/llama/README.md, Llama 3.1 405B "Run BF16
         # model by FP8": convert_checkpoint.py --use_fp8_rowwise --load_by_shard --workers N.
-        if a.family not in FP8_ROWWISE or a.precision != "fp8" or a.kv_cache_dtype == "int8":
+        if a.family not in FP8_ROWWISE or a.precision != "fp8" or quant_kv:
             raise BuildError(f"the large-model fp8 route is for fp8 weights of the {', '.join(FP8_ROWWISE)} "
-                             "families with an fp8 or unquantized KV cache")  # fmt: skip
-        cmd = ["python", str(script), "--model_dir", model_dir, "--output_dir", checkpoint,
-               "--dtype", dtype(a.precision), "--tp_size", str(a.tp), "--pp_size", str(a.pp),
-               "--use_fp8_rowwise", "--load_by_shard",
-               "--workers", str(min(a.tp * a.pp, a.gpus))]  # fmt: skip
-        return cmd + (["--fp8_kv_cache"] if a.kv_cache_dtype == "fp8" else [])
+                             "families with an unquantized KV cache")  # fmt: skip
+        return ["python", str(script), "--model_dir", model_dir, "--output_dir", checkpoint,
+                "--dtype", dtype(a.precision), "--tp_size", str(a.tp), "--pp_size", str(a.pp),
+                "--use_fp8_rowwise", "--load_by_shard",
+                "--workers", str(min(a.tp * a.pp, a.gpus))]  # fmt: skip
     if qformat is None and not quant_kv:
         if a.family in TENSOR_PARALLEL_ONLY:
             if a.pp != 1:

@@ -96,10 +96,13 @@ def pipeline_choices(spec: LLMDeploymentSpec) -> tuple[int, ...] | None:
 
 def fp8_rowwise(spec: LLMDeploymentSpec, pool: PoolPlan) -> bool:
     """Upstream's route for fp8 models too large to quantize on their own GPUs (NVIDIA/TensorRT-LLM
-    v1.1.0 examples/models/core/llama/README.md, Llama 3.1 405B: convert_checkpoint.py
-    --use_fp8_rowwise --load_by_shard): when the 16-bit weights exceed QUANTIZE_MEMORY_PERCENT of
-    the build Job's GPUs (one per rank, up to one pod's), e.g. 405B (812 GB) on 8 x 80 GB."""
+    v1.1.0 examples/models/core/llama/README.md, "Run LLaMA-3.1 405B Model": convert_checkpoint.py
+    --use_fp8_rowwise --load_by_shard, per-channel per-token fp8 on the MLP layers, "only supports
+    SM90"): on Hopper, when the 16-bit weights exceed QUANTIZE_MEMORY_PERCENT of the build Job's
+    GPUs (one per rank, up to one pod's), e.g. 405B (812 GB) on 8 x 80 GB."""
     if spec.engine.precision != Precision.FP8 or family(spec.model) not in FP8_ROWWISE:
+        return False
+    if pool.compute_capability != (9, 0):
         return False
     arch = catalogue.lookup(spec.model)
     if arch is None:
@@ -111,7 +114,8 @@ def fp8_rowwise(spec: LLMDeploymentSpec, pool: PoolPlan) -> bool:
 
 def check_pool(spec: LLMDeploymentSpec, pool: PoolPlan) -> None:
     """A quantized build calibrates on a dataset, except on the large-model route, which converts
-    without calibration and so has no int8 KV cache."""
+    without calibration and leaves the KV cache unquantized (upstream documents no KV option
+    for it)."""
     if not builds_engine(spec) or not needs_calibration(spec):
         return
     rowwise = fp8_rowwise(spec, pool)
@@ -119,11 +123,11 @@ def check_pool(spec: LLMDeploymentSpec, pool: PoolPlan) -> None:
     if not rowwise and (build is None or build.calibration is None):
         raise PlanningError("CalibrationDatasetMissing", f"a quantized engine build calibrates on a dataset: "
                             f"{CALIBRATION_HINT}")  # fmt: skip
-    if rowwise and spec.engine.kv_cache_dtype.value == "int8":
+    if rowwise and spec.engine.kv_cache_dtype.value in QUANTIZED_KV_CACHES:
         gpus = min(pool.world_size, pool.gpus_per_pod)
         raise PlanningError(
-            "ModelDoesNotFit",
-            f"{spec.model.name} in fp8 is too large to calibrate on {gpus} {pool.gpu_product}: it is "
-            f"converted shard by shard without calibration, which has no int8 "
-            f"KV cache; set engine.kvCacheDtype to fp8 or auto",
+            "KvCacheDtypeUnsupported",
+            f"{spec.model.name} in fp8 is too large to calibrate on {gpus} {pool.gpu_product}, so it is "
+            f"converted shard by shard (fp8 rowwise), which leaves the KV cache unquantized: set "
+            f"engine.kvCacheDtype to auto",
         )
