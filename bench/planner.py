@@ -80,6 +80,7 @@ def random_spec(rng: random.Random, products: list[str] | None = None) -> LLMDep
             "maxInputLen": 2048,
             "maxSeqLen": rng.choice([2048, 8192, 32768]),
             "maxNumTokens": 8192,
+            "build": {"calibration": {"datasetUri": "pvc://calibration/text"}},
         },
         "parallelism": {"tensor": "auto", "pipeline": "auto"},
         "placement": {

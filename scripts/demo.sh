@@ -31,10 +31,13 @@ for mode in enforce warn audit; do
 done
 # The demo turns on autoscaling and a canary for tiny-llama below: a second run starts it afresh.
 k -n "$ns" delete llmd tiny-llama --ignore-not-found --wait=true >/dev/null
-# The engine cache's volume outlives a deleted demo namespace (Retain): let the new claim bind it.
-if [ "$(k get pv llm-engine-cache -o jsonpath='{.status.phase}' 2>/dev/null)" = Released ]; then
-  k patch pv llm-engine-cache --type=json -p '[{"op": "remove", "path": "/spec/claimRef"}]' >/dev/null
-fi
+# The engine cache's and calibration data's volumes outlive a deleted demo namespace (Retain): let
+# the new claims bind them.
+for pv in llm-engine-cache llm-calibration; do
+  if [ "$(k get pv "$pv" -o jsonpath='{.status.phase}' 2>/dev/null)" = Released ]; then
+    k patch pv "$pv" --type=json -p '[{"op": "remove", "path": "/spec/claimRef"}]' >/dev/null
+  fi
+done
 k -n "$ns" apply -f examples/engine-cache.yaml >/dev/null
 applied=$EPOCHREALTIME
 for f in cpu-reference llama3-8b-h100 llama3-70b-fp8; do k -n "$ns" apply --server-side -f "examples/$f.yaml"; done

@@ -63,6 +63,11 @@ def engines(draw: st.DrawFn, cpu: bool) -> dict[str, Any]:
         engine["prebuilt"] = {"uri": draw(mostly(["pvc://engines/prebuilt"], ["s3://engines/x"]))}
     else:
         engine["build"] = {"backoffLimit": draw(mostly([0, 1, 3], [11]))}
+        dataset = draw(
+            sometimes(mostly(["pvc://engines/calibration", "hf://abisee/cnn_dailymail"], ["s3://d/x"]))
+        )
+        if dataset:
+            engine["build"]["calibration"] = {"datasetUri": dataset}
         engine["cache"] = {"uri": draw(mostly(["pvc://engines/cache"], ["s3://cache/"]))}
     return engine
 

@@ -224,6 +224,12 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("prebuilt-and-build", {"engine.prebuilt": {"uri": "pvc://cache/x"}, "engine.build": {}}, "not both"),
     (
+        "calibration-from-s3",
+        {"engine.build": {"calibration": {"datasetUri": "s3://datasets/cnn"}}},
+        "engine.build.calibration.datasetUri must be pvc://CLAIM/PATH",
+    ),
+    ("unknown-family", {"model.family": "mamba"}, "Unsupported value"),
+    (
         "model-uri-scheme",
         {"model.source.uri": "http://example.com/model"},
         "model.source.uri must start with s3://, gs://, pvc://, hf:// or builtin://",
@@ -389,6 +395,16 @@ def test_canary_rollout_is_accepted(
     crd: None, kubectl: Kubectl, namespace: str, rollout: dict[str, Any]
 ) -> None:
     _create(kubectl, namespace, _manifest({"rollout": rollout}))
+
+
+@pytest.mark.parametrize("dataset", ["pvc://llm-calibration/cnn_dailymail", "hf://abisee/cnn_dailymail"])
+def test_calibration_datasets_and_families_are_accepted(
+    crd: None, kubectl: Kubectl, namespace: str, dataset: str
+) -> None:
+    calibration = {"engine.build": {"calibration": {"datasetUri": dataset, "size": 256}}}
+    _create(
+        kubectl, namespace, _manifest({**calibration, "engine.precision": "fp8", "model.family": "llama"})
+    )
 
 
 @pytest.mark.parametrize(("changes", "message"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])

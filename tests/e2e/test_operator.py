@@ -59,12 +59,13 @@ def example(name: str) -> dict[str, Any]:
 
 
 def engine_cache(kubectl: Kubectl, namespace: str) -> None:
-    """A statically bound claim named like the examples expect (the PV is cluster-scoped)."""
-    pv_name = f"engine-cache-{secrets.token_hex(3)}"
-    pv, pvc = yaml.safe_load_all((EXAMPLES / "engine-cache.yaml").read_text())
-    pv["metadata"]["name"] = pv_name
-    pvc["spec"]["volumeName"] = pv_name
-    kubectl.apply([pv, pvc], namespace=namespace)
+    """The statically bound claims the examples expect (engine cache, calibration data), each PV
+    under a name of its own (PVs are cluster-scoped)."""
+    docs = list(yaml.safe_load_all((EXAMPLES / "engine-cache.yaml").read_text()))
+    for pv, pvc in zip(docs[::2], docs[1::2], strict=True):
+        unique = f"{pvc['metadata']['name']}-{secrets.token_hex(3)}"
+        pv["metadata"]["name"] = pvc["spec"]["volumeName"] = unique
+    kubectl.apply(docs, namespace=namespace)
 
 
 def get_llmd(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any] | None:

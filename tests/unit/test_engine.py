@@ -31,7 +31,8 @@ def spec(model: dict[str, Any] | None = None, **engine: Any) -> LLMDeploymentSpe
     return LLMDeploymentSpec.model_validate({
         "model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "s3://m"},
                   "revision": "abc", **(model or {})},
-        "engine": {"precision": "fp8", "kvCacheDtype": "fp8", "build": {}, **engine},
+        "engine": {"precision": "fp8", "kvCacheDtype": "fp8",
+                   "build": {"calibration": {"datasetUri": "pvc://calibration/cnn_dailymail"}}, **engine},
     })  # fmt: skip
 
 
@@ -179,11 +180,12 @@ def args(precision: str, sm: str = "sm90", kv: str = "auto", *extra: str) -> lis
             "--kv-cache-dtype", kv, "--sm", sm, "--output", "/out/k", "--work-dir", "/w", "--tp", "2",
             "--pp", "1", "--gpus", "2", "--gpus-per-node", "2", "--max-batch-size", "8",
             "--max-input-len", "1024", "--max-seq-len", "2048", "--max-num-tokens", "2048",
-            "--max-beam-width", "1", *extra]  # fmt: skip
+            "--max-beam-width", "1", "--family", "llama", "--calib-dataset", "/calibration/text",
+            *extra]  # fmt: skip
 
 
 def conversion(argv: list[str]) -> tuple[list[str], list[str]]:
-    convert, build = b.conversion(b.parse(argv), "/w/model", "/w", "LlamaForCausalLM")
+    convert, build = b.conversion(b.parse(argv), "/w/model", "/w")
     return convert, build
 
 
@@ -231,15 +233,13 @@ def test_a_world_spanning_pods_maps_ranks_to_each_pods_gpus() -> None:
 
 
 def test_convert_script_follows_the_model_family(tmp_path: Path) -> None:
-    assert (
-        b.convert_script(tmp_path, "MistralForCausalLM")
-        == tmp_path / "models/core/llama/convert_checkpoint.py"
-    )
+    assert b.convert_script(tmp_path, "mistral") == tmp_path / "models/core/llama/convert_checkpoint.py"
+    assert b.convert_script(tmp_path, "falcon") == tmp_path / "models/contrib/falcon/convert_checkpoint.py"
     (tmp_path / "qwen").mkdir()
     (tmp_path / "qwen" / "convert_checkpoint.py").write_text("")  # the layout before 0.18
-    assert b.convert_script(tmp_path, "Qwen2ForCausalLM") == tmp_path / "qwen/convert_checkpoint.py"
-    with pytest.raises(b.BuildError, match="no TensorRT-LLM checkpoint converter"):
-        b.convert_script(tmp_path, "MambaForCausalLM")
+    assert b.convert_script(tmp_path, "qwen") == tmp_path / "qwen/convert_checkpoint.py"
+    with pytest.raises(b.BuildError, match="known are llama, mistral"):
+        b.convert_script(tmp_path, "mamba")
 
 
 def test_checkpoint_fetch_and_engine_upload_per_store() -> None:
@@ -259,9 +259,10 @@ def test_checkpoint_fetch_and_engine_upload_per_store() -> None:
 
 def test_dry_run_prints_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert b.main([*args("int4-awq", "sm90", "auto", "--upload", "s3://e/k"), "--dry-run"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[1] for line in lines] == ["aws", "python", "trtllm-build", "aws", "aws"]
-    assert "--qformat int4_awq" in lines[1]
+    lines = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert [line[1] for line in lines] == ["aws", "HF_HUB_OFFLINE=1", "trtllm-build", "aws", "aws"]
+    assert lines[1][1:4] == ["HF_HUB_OFFLINE=1", "HF_DATASETS_OFFLINE=1", "python"], "a local dataset"
+    assert "--qformat int4_awq" in " ".join(lines[1])
 
 
 def test_a_cached_engine_is_not_rebuilt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -41,6 +41,7 @@ async def operator_with_nodes(kube: FakeKube | None = None) -> tuple[FakeKube, R
     if kube is None:
         kube = FakeKube()
         kube.add_claim("llm-engine-cache")  # the examples' engine cache
+        kube.add_claim("llm-calibration")  # and calibration dataset
     reconciler = Reconciler(kube, OperatorConfig.from_env())
     for node in build_nodes(load_pools()):
         await reconciler.node_event("ADDED", node)
@@ -281,7 +282,7 @@ async def test_engines_are_built_and_served_by_one_tensorrt_llm_version() -> Non
 
     body = example("llama3-70b-fp8")
     body["metadata"]["name"] = "other-version"
-    body["spec"]["engine"]["build"] = {"tensorrtLlmVersion": "0.19.0"}
+    body["spec"]["engine"]["build"]["tensorrtLlmVersion"] = "0.19.0"
     other = kube.add_deployment(body)
     await reconcile(kube, reconciler, other)
     stalled = condition(kube, "other-version", "Stalled")

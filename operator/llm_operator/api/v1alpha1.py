@@ -189,6 +189,17 @@ class ModelSource(Spec):
         return self
 
 
+class ModelFamily(StrEnum):
+    """Which TensorRT-LLM checkpoint converter an engine build runs (engine/build.py CONVERTERS)."""
+
+    LLAMA = "llama"
+    MISTRAL = "mistral"
+    MIXTRAL = "mixtral"
+    QWEN = "qwen"
+    GEMMA = "gemma"
+    FALCON = "falcon"
+
+
 class ModelSpec(Spec):
     name: str = Field(
         min_length=1,
@@ -211,6 +222,12 @@ class ModelSpec(Spec):
     architecture: ModelArchitecture | None = Field(
         default=None,
         description="Optional when the model is in the operator's catalogue of known architectures.",
+    )
+    family: ModelFamily | None = Field(
+        default=None,
+        description="The model family, which picks the checkpoint converter of an engine build. "
+        "Unset: told from model.name (Llama, Mistral, Mixtral, Qwen, Gemma and Falcon names); a "
+        "build of a model whose family cannot be told is refused at planning.",
     )
 
 
@@ -263,6 +280,34 @@ class PrebuiltEngine(Spec):
     )
 
 
+QUANTIZED_PRECISIONS = ["fp8", "int8-sq", "int4-awq", "w4a8-awq"]
+QUANTIZED_KV_CACHES = ["fp8", "int8"]
+CALIBRATION_HINT = (
+    "set engine.build.calibration.datasetUri to pvc://CLAIM/PATH (a dataset directory on a "
+    "claim: its train split, text column) or hf://ORG/cnn_dailymail (downloaded from the Hub)"
+)
+
+
+class Calibration(Spec):
+    dataset_uri: str = Field(
+        max_length=1024,
+        description="The calibration dataset of quantized builds (ModelOpt quantize.py "
+        "--calib_dataset): pvc://CLAIM/PATH, a dataset directory mounted read-only in the build "
+        "Job (its train split and text column are read; a path naming cnn_dailymail is read as a "
+        "copy of that Hub dataset, config 3.0.0), or hf://ORG/cnn_dailymail, the one Hub dataset "
+        "upstream's loader reads by name; only then does the build reach the Hub for it.",
+        json_schema_extra=rules(
+            cel(
+                "self.matches('^pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[^ ]+$') "
+                "|| self.matches('^hf://[^ /]+/cnn_dailymail$')",
+                "engine.build.calibration.datasetUri must be pvc://CLAIM/PATH (a dataset directory "
+                "on a claim) or hf://ORG/cnn_dailymail",
+            )
+        ),
+    )
+    size: int = Field(default=512, ge=1, le=65536, description="Calibration samples (--calib_size).")
+
+
 class EngineBuild(Spec):
     image: str | None = Field(
         default=None, max_length=512, description="Engine-builder image (default from the operator)."
@@ -274,6 +319,12 @@ class EngineBuild(Spec):
     )
     active_deadline_seconds: int = Field(default=14400, ge=60, le=7 * 86400)
     backoff_limit: int = Field(default=1, ge=0, le=10)
+    calibration: Calibration | None = Field(
+        default=None,
+        description="Required to build quantized precisions and quantized KV caches (checked at "
+        "planning: fp8 models too large to quantize on the build's GPUs convert without it); no Hub "
+        "access unless it names a Hub dataset.",
+    )
 
 
 class EngineCache(Spec):

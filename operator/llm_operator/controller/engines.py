@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from llm_operator.api.v1alpha1 import LLMDeploymentSpec
 from llm_operator.controller.kube import KubeApi
 from llm_operator.controller.observe import Children
 from llm_operator.engine.state import BuildFact, BuildObserved
@@ -60,12 +61,19 @@ async def missing_claims(kube: KubeApi, jobs: list[dict[str, Any]], known: set[t
     return missing
 
 
+def claim_uris(spec: LLMDeploymentSpec) -> list[str]:
+    """The spec's URIs that can name a claim the build Job mounts."""
+    calibration = spec.engine.build.calibration if spec.engine.build else None
+    return [spec.model.source.uri, spec.engine.cache.uri, *([calibration.dataset_uri] if calibration else [])]
+
+
 def missing_claims_message(namespace: str, missing: list[str], uris: list[str]) -> str:
     """The sentence for status: the claims, the namespace, the fields that name them."""
     named = [u for u in uris if any(u.startswith(f"pvc://{c}/") or u == f"pvc://{c}" for c in missing)]
     claims_text = ", ".join(f'persistentvolumeclaim "{c}"' for c in missing)
     return (
-        f"{claims_text} not found in namespace {namespace}; the engine build mounts it for "
+        f"{claims_text} not found in namespace {namespace}; the engine build mounts "
+        f"{'them' if len(missing) > 1 else 'it'} for "
         f"{' and '.join(named)}: create the claim or change the URI (the build starts once it exists)"
     )
 

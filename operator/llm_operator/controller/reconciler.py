@@ -256,8 +256,7 @@ class Reconciler:
         jobs = [job for want in wants for job in want.jobs]
         missing = await engines.missing_claims(self.kube, jobs, self._claims)
         if missing:
-            uris = [ld.spec.model.source.uri, ld.spec.engine.cache.uri]
-            message = engines.missing_claims_message(ld.namespace, missing, uris)
+            message = engines.missing_claims_message(ld.namespace, missing, engines.claim_uris(ld.spec))
             await self._write_status(body, self._stalled(body, PlanningError("VolumeClaimNotFound", message)))
             self.queue.add_after((namespace, name), CLAIM_RECHECK_SECONDS)
             return

@@ -16,6 +16,7 @@ from typing import Any
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import EngineBuild, LLMDeploymentSpec
 from llm_operator.contract import ENGINE_CACHE_MOUNT
+from llm_operator.engine import inputs
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
 from llm_operator.storage import engine_location
@@ -46,7 +47,7 @@ def key_parts(spec: LLMDeploymentSpec, pool: PoolPlan, trtllm_version: str) -> d
     if pool.world_size > pool.gpus_per_pod:
         # A world spanning pods bakes the GPUs per node into each rank's device (build.py).
         parts["gpusPerNode"] = pool.gpus_per_pod
-    return parts
+    return {**parts, **inputs.key_parts(spec, pool)}
 
 
 def cache_key(spec: LLMDeploymentSpec, pool: PoolPlan, trtllm_version: str) -> str:
@@ -136,6 +137,9 @@ def build_job(
         model_uri = f"{MODEL_MOUNT}/{path.strip('/')}".rstrip("/")
         mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True})
         volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
+    if (calibration := inputs.calibration_volume(spec, pool)) is not None:
+        mounts.append(calibration[0])
+        volumes.append(calibration[1])
     cache = spec.engine.cache.uri
     if cache.startswith("pvc://"):
         location = engine_location(cache, key)
@@ -155,6 +159,7 @@ def build_job(
         "--max-batch-size", str(e.max_batch_size), "--max-input-len", str(e.max_input_len),
         "--max-seq-len", str(e.max_seq_len), "--max-num-tokens", str(e.max_num_tokens),
         "--max-beam-width", str(e.max_beam_width), "--output", output, "--work-dir", scratch,
+        *inputs.args(spec, pool),
     ]  # fmt: skip
     if upload:
         args += ["--upload", upload]

@@ -2,11 +2,13 @@
 
 A cache hit (the output holds a completion marker naming this key) ends it at once. Otherwise it
 checks that the image's TensorRT-LLM version and the GPUs' architecture are the ones in the key
-(exit 78 otherwise: the Job fails without retrying), fetches the checkpoint, converts or
-quantizes it and runs trtllm-build with flags chosen per precision as TensorRT-LLM documents them,
-copies the tokenizer next to the engine and writes the marker last. Engines are built beside
-their final directory and renamed into place, so readers (and a second Job building the same key)
-never see a half-written one; object-store caches get the files first and the marker last.
+(exit 78 otherwise: the Job fails without retrying), fetches the checkpoint, converts it with
+its family's converter or quantizes it with ModelOpt (calibrating on the dataset the spec names,
+offline unless that is a Hub dataset) and runs trtllm-build with flags chosen per precision as
+TensorRT-LLM documents them, copies the tokenizer next to the engine and writes the marker last.
+Engines are built beside their final directory and renamed into place, so readers (and a second
+Job building the same key) never see a half-written one; object-store caches get the files first
+and the marker last.
 `--dry-run` prints the commands instead of running them.
 """
 
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import json
 import os
 import shlex
 import shutil
@@ -27,19 +28,32 @@ MARKER = "llm-operator-engine.complete"
 EXIT_CONFIG = 78
 EXAMPLES = os.environ.get("LLMOP_TRTLLM_EXAMPLES", "/app/tensorrt_llm/examples")
 
-# precision -> ModelOpt quantize.py --qformat; fp16/bf16 go through the model's convert_checkpoint.py
+# precision -> ModelOpt quantize.py --qformat; fp16/bf16 go through the family's convert_checkpoint.py
 QFORMAT = {"fp8": "fp8", "int8-sq": "int8_sq", "int4-awq": "int4_awq", "w4a8-awq": "w4a8_awq"}
-# Hugging Face architecture -> TensorRT-LLM example directory holding its convert_checkpoint.py
-FAMILY = {
-    "LlamaForCausalLM": "llama",
-    "MistralForCausalLM": "llama",
-    "MixtralForCausalLM": "llama",
-    "Qwen2ForCausalLM": "qwen",
-    "GemmaForCausalLM": "gemma",
-    "Gemma2ForCausalLM": "gemma",
-    "Phi3ForCausalLM": "phi",
-    "FalconForCausalLM": "falcon",
+QUANTIZED_KV = ("fp8", "int8")
+# Model family (spec.model.family) -> (examples/models/<tier>, directory) of its convert_checkpoint.py
+# in NVIDIA/TensorRT-LLM at v1.1.0 (tests/unit/upstream/trtllm-v1.1.0-converters.yaml pins their options):
+# - llama: examples/models/core/llama/convert_checkpoint.py; Mistral (that directory's README,
+#   "Mistral v0.1", "Mistral Nemo") and Mixtral (examples/models/core/mixtral/README.md:
+#   "../llama/convert_checkpoint.py") convert with this same script.
+# - qwen: examples/models/core/qwen/convert_checkpoint.py (Qwen, Qwen2, Qwen2.5).
+# - gemma: examples/models/core/gemma/convert_checkpoint.py: --ckpt-type, --model-dir,
+#   --output-model-dir, --world-size (tensor parallelism only: no --tp_size/--pp_size).
+# - falcon: examples/models/contrib/falcon/convert_checkpoint.py.
+CONVERTERS: dict[str, tuple[str, str]] = {
+    "llama": ("core", "llama"),
+    "mistral": ("core", "llama"),
+    "mixtral": ("core", "llama"),
+    "qwen": ("core", "qwen"),
+    "gemma": ("core", "gemma"),
+    "falcon": ("contrib", "falcon"),
 }
+# Families whose converter shards tensor-parallel only (the planner keeps their pp at 1).
+TENSOR_PARALLEL_ONLY = ("gemma",)
+# Families whose converter has upstream's large-model FP8 route (--use_fp8_rowwise --load_by_shard).
+FP8_ROWWISE = ("llama", "mistral", "mixtral")
+# The environment of the conversion step without a named hub dataset: nothing reaches the Hub.
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 TOKENIZER_FILES = ("tokenizer*", "special_tokens_map.json", "generation_config.json", "config.json",
                    "vocab.*", "merges.txt")  # fmt: skip
 
@@ -52,32 +66,69 @@ def dtype(precision: str) -> str:
     return "bfloat16" if precision == "bf16" else "float16"
 
 
-def convert_script(examples: str | Path, architecture: str) -> Path:
-    """convert_checkpoint.py of the model's family (examples/models/core/ since TensorRT-LLM 0.18)."""
-    family = FAMILY.get(architecture)
-    if family is None:
-        raise BuildError(f"no TensorRT-LLM checkpoint converter known for {architecture}: "
-                         f"supported are {', '.join(sorted(FAMILY))}")  # fmt: skip
-    candidates = [Path(examples, "models", "core", family, "convert_checkpoint.py"),
-                  Path(examples, family, "convert_checkpoint.py")]  # fmt: skip
+def convert_script(examples: str | Path, family: str) -> Path:
+    """convert_checkpoint.py of the family: examples/models/{core,contrib}/<dir>/ since TensorRT-LLM
+    0.18, examples/<dir>/ before; the first that exists in this image."""
+    if family not in CONVERTERS:
+        raise BuildError(f"no TensorRT-LLM checkpoint converter known for family {family}: "
+                         f"known are {', '.join(CONVERTERS)}")  # fmt: skip
+    tier, name = CONVERTERS[family]
+    candidates = [Path(examples, "models", t, name) for t in (tier, "core", "contrib")]
+    candidates = [c / "convert_checkpoint.py" for c in (*candidates, Path(examples, name))]
     return next((c for c in candidates if c.exists()), candidates[0])
 
 
+def calib_dataset(uri: str | None) -> str:
+    """quantize.py --calib_dataset: a local dataset directory (the mounted claim) or, only where the
+    spec names one, a Hub dataset (hf://ORG/NAME -> ORG/NAME)."""
+    if not uri:
+        raise BuildError("quantized formats and quantized KV caches calibrate on a dataset: set "
+                         "engine.build.calibration.datasetUri (pvc://CLAIM/PATH)")  # fmt: skip
+    return uri.removeprefix("hf://")
+
+
 def convert_command(a: argparse.Namespace, model_dir: str, checkpoint: str, script: str | Path) -> list[str]:
-    """Checkpoint -> TensorRT-LLM checkpoint sharded tp x pp. Quantized formats and quantized KV
-    caches need calibration, which ModelOpt's quantize.py does for every supported model."""
-    parallel = ["--tp_size", str(a.tp), "--pp_size", str(a.pp)]
+    """Checkpoint -> TensorRT-LLM checkpoint sharded tp x pp, with the family's converter flags.
+    Quantized formats and quantized KV caches need calibration, which ModelOpt's quantize.py does
+    for every family, except on the large-model FP8 route (--fp8-rowwise), where the converter
+    quantizes shard by shard with no calibration (fp8 rowwise scales come from the weights, per
+    token at run time) and the KV cache stays unquantized."""
     qformat = QFORMAT.get(a.precision)
-    quant_kv = a.kv_cache_dtype in ("fp8", "int8")
-    if qformat is None and not quant_kv:
+    quant_kv = a.kv_cache_dtype in QUANTIZED_KV
+    if a.fp8_rowwise:
+        # NVIDIA/TensorRT-LLM v1.1.0 examples/models/core/llama/README.md, Llama 3.1 405B "Run BF16
+        # model by FP8": convert_checkpoint.py --use_fp8_rowwise --load_by_shard --workers N.
+        if a.family not in FP8_ROWWISE or a.precision != "fp8" or quant_kv:
+            raise BuildError(f"the large-model fp8 route is for fp8 weights of the {', '.join(FP8_ROWWISE)} "
+                             "families with an unquantized KV cache")  # fmt: skip
         return ["python", str(script), "--model_dir", model_dir, "--output_dir", checkpoint,
-                "--dtype", dtype(a.precision), *parallel]  # fmt: skip
+                "--dtype", dtype(a.precision), "--tp_size", str(a.tp), "--pp_size", str(a.pp),
+                "--use_fp8_rowwise", "--load_by_shard",
+                "--workers", str(min(a.tp * a.pp, a.gpus))]  # fmt: skip
+    if qformat is None and not quant_kv:
+        if a.family in TENSOR_PARALLEL_ONLY:
+            if a.pp != 1:
+                raise BuildError(f"the {a.family} converter shards tensor-parallel only: use pipeline 1")
+            return ["python", str(script), "--ckpt-type", "hf", "--model-dir", model_dir,
+                    "--output-model-dir", checkpoint, "--dtype", dtype(a.precision),
+                    "--world-size", str(a.tp)]  # fmt: skip
+        return ["python", str(script), "--model_dir", model_dir, "--output_dir", checkpoint,
+                "--dtype", dtype(a.precision), "--tp_size", str(a.tp), "--pp_size", str(a.pp)]  # fmt: skip
+    # NVIDIA/TensorRT-LLM v1.1.0 examples/quantization/quantize.py: --calib_dataset takes a Hub name
+    # or a local directory, read by tensorrt_llm/quantization/quantize_by_modelopt.py
+    # get_calib_dataloader (a directory: its train split, text column).
     cmd = ["python", f"{EXAMPLES}/quantization/quantize.py", "--model_dir", model_dir,
            "--output_dir", checkpoint, "--dtype", dtype(a.precision), "--qformat", qformat or "full_prec",
-           "--calib_size", "512", *parallel]  # fmt: skip
+           "--calib_dataset", calib_dataset(a.calib_dataset), "--calib_size", str(a.calib_size),
+           "--tp_size", str(a.tp), "--pp_size", str(a.pp)]  # fmt: skip
     if quant_kv:
         cmd += ["--kv_cache_dtype", a.kv_cache_dtype]
     return cmd
+
+
+def conversion_env(a: argparse.Namespace) -> dict[str, str]:
+    """Offline unless the spec names a Hub calibration dataset: the checkpoint is local by now."""
+    return {} if (a.calib_dataset or "").startswith("hf://") else dict(OFFLINE)
 
 
 def build_command(a: argparse.Namespace, checkpoint: str, engine: str) -> list[str]:
@@ -150,10 +201,10 @@ def staging(a: argparse.Namespace) -> str:
     return a.output if a.upload else f"{a.output}.partial-{socket.gethostname()}"
 
 
-def conversion(a: argparse.Namespace, model_dir: str, work: str, architecture: str) -> list[list[str]]:
+def conversion(a: argparse.Namespace, model_dir: str, work: str) -> list[list[str]]:
     """Convert or quantize, then build into the staging directory."""
     checkpoint = f"{work}/checkpoint"
-    script = convert_script(EXAMPLES, architecture)
+    script = convert_script(EXAMPLES, a.family)
     return [convert_command(a, model_dir, checkpoint, script), build_command(a, checkpoint, staging(a))]
 
 
@@ -212,15 +263,10 @@ def publish(staged: Path, output: Path) -> None:
         shutil.rmtree(staged)
 
 
-def run(cmd: list[str], dry_run: bool) -> None:
-    print("+", shlex.join(cmd), flush=True)
+def run(cmd: list[str], dry_run: bool, env: dict[str, str] | None = None) -> None:
+    print("+", shlex.join([*(f"{k}={v}" for k, v in (env or {}).items()), *cmd]), flush=True)
     if not dry_run:
-        subprocess.run(cmd, check=True)
-
-
-def architecture_of(model_dir: str | Path) -> str:
-    config = json.loads((Path(model_dir) / "config.json").read_text())
-    return str((config.get("architectures") or ["?"])[0])
+        subprocess.run(cmd, check=True, env={**os.environ, **env} if env else None)
 
 
 def build(a: argparse.Namespace) -> None:
@@ -228,9 +274,11 @@ def build(a: argparse.Namespace) -> None:
     fetch = fetch_command(a.model, a.revision, str(work / "model"))
     model_dir = work / "model" if fetch else Path(a.model)
     uploads = upload_commands(staging(a), a.upload) if a.upload else []
-    if a.dry_run:  # before the download there is no config.json to name the architecture
-        arch = architecture_of(model_dir) if (model_dir / "config.json").is_file() else "LlamaForCausalLM"
-        for cmd in [*([fetch] if fetch else []), *conversion(a, str(model_dir), str(work), arch), *uploads]:
+    convert, trtllm_build = conversion(a, str(model_dir), str(work))
+    if a.dry_run:
+        for cmd in [*([fetch] if fetch else []), convert]:
+            run(cmd, dry_run=True, env=conversion_env(a) if cmd is convert else None)
+        for cmd in [trtllm_build, *uploads]:
             run(cmd, dry_run=True)
         return
     check_environment(a)
@@ -241,8 +289,8 @@ def build(a: argparse.Namespace) -> None:
     try:
         if fetch:
             run(fetch, dry_run=False)
-        for cmd in conversion(a, str(model_dir), str(work), architecture_of(model_dir)):
-            run(cmd, dry_run=False)
+        run(convert, dry_run=False, env=conversion_env(a))
+        run(trtllm_build, dry_run=False)
         copy_tokenizer(model_dir, staged)
         (staged / MARKER).write_text(a.key + "\n")
         for cmd in uploads:
@@ -262,6 +310,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     for name in ("tp", "pp", "gpus", "gpus-per-node", "max-batch-size", "max-input-len", "max-seq-len",
                  "max-num-tokens", "max-beam-width"):  # fmt: skip
         p.add_argument(f"--{name}", type=int, required=True)
+    p.add_argument("--family", required=True, choices=list(CONVERTERS), help="which converter")
+    p.add_argument("--calib-dataset", help="dataset directory (a mounted claim) or hf://ORG/NAME")
+    p.add_argument("--calib-size", type=int, default=512, help="calibration samples")
+    p.add_argument("--fp8-rowwise", action="store_true", help="large-model fp8: convert shard by shard")
     p.add_argument("--upload", help="s3:// or gs:// directory of this key (object-store caches)")
     p.add_argument("--trtllm-version", help="refuse to build with any other TensorRT-LLM version")
     p.add_argument("--dry-run", action="store_true")

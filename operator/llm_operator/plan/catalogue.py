@@ -39,7 +39,7 @@ def _arch(
 _LLAMA_31_8B = _arch(32, 4096, 32, 8, 128256, 8.03e9, 14336, 131072)
 _LLAMA_31_70B = _arch(80, 8192, 64, 8, 128256, 70.6e9, 28672, 131072)
 
-# Keyed by the normalized name (see _normalize).
+# Keyed by the normalized name (see normalize).
 ARCHITECTURES: dict[str, ModelArchitecture] = {
     "llama-2-7b": _arch(32, 4096, 32, 32, 32000, 6.74e9, 11008, 4096),
     "llama-2-13b": _arch(40, 5120, 40, 40, 32000, 13.0e9, 13824, 4096),
@@ -68,7 +68,7 @@ _SUFFIX = re.compile(
 )
 
 
-def _normalize(name: str) -> str:
+def normalize(name: str) -> str:
     key = name.strip().rstrip("/").rsplit("/", 1)[-1].lower().removeprefix("meta-")
     while (stripped := _SUFFIX.sub("", key)) != key:
         key = stripped
@@ -76,7 +76,7 @@ def _normalize(name: str) -> str:
 
 
 def by_name(name: str) -> ModelArchitecture | None:
-    return ARCHITECTURES.get(_normalize(name))
+    return ARCHITECTURES.get(normalize(name))
 
 
 def lookup(model: ModelSpec) -> ModelArchitecture | None:

@@ -32,7 +32,7 @@ from llm_operator.api.v1alpha1 import (
     PoolPolicy,
     Precision,
 )
-from llm_operator.plan import catalogue, gpus, memory
+from llm_operator.plan import catalogue, conversion, gpus, memory
 from llm_operator.plan.inventory import UNBOUNDED, Inventory, LabelKeys, ProductSummary
 from llm_operator.plan.layout import Layout, layout
 from llm_operator.plan.types import Plan, PlanningError, PoolPlan
@@ -82,7 +82,7 @@ def _shapes(spec: LLMDeploymentSpec, arch: ModelArchitecture | None) -> list[tup
     pps = (
         [int(par.pipeline)]
         if par.pipeline != "auto"
-        else [p for p in POWERS_OF_TWO if arch.num_layers % p == 0]
+        else [p for p in conversion.pipeline_choices(spec) or POWERS_OF_TWO if arch.num_layers % p == 0]
     )
     return [(t, p) for t in tps for p in pps if t * p <= MAX_WORLD_SIZE]
 
@@ -360,12 +360,14 @@ def plan_deployment(spec: LLMDeploymentSpec, inventory: Inventory | None, replic
     (CamelCase reason, a sentence saying what is missing) when any pool cannot be placed: a
     partial plan would delete the pools that fail, so nothing is changed instead."""
     planner = _PoolPlanner(spec, inventory)
+    conversion.check(spec)
     requests = _requests(spec)
     planned: list[tuple[PoolPlan, str, int]] = []
     warnings: list[str] = []
     for request in requests:
         try:
             pool, reason, capacity, pool_warnings = planner.plan(request)
+            conversion.check_pool(spec, pool)
         except PlanningError as e:
             if len(requests) == 1:
                 raise
