@@ -116,6 +116,8 @@ def test_each_role_reads_only_its_half_of_the_identity_through_the_fs_group(
         # The launcher's copies: 0400 files of the user's in a 0700 directory.
         assert out["run_mode"] == 0o700
         copies = {k: v for k, v in out["run"].items() if k in keys}
-        assert copies == {k: [0o400, NVIDIA_UID, v[2]] for k, v in copies.items()} and set(copies) == set(keys)
+        assert copies == {k: [0o400, NVIDIA_UID, v[2]] for k, v in copies.items()} and set(copies) == set(
+            keys
+        )
     assert contract.SSH_PRIVATE_KEY not in seen["worker"]["run"]
     assert contract.SSH_HOST_KEY not in seen["leader"]["run"]
