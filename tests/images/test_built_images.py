@@ -43,6 +43,18 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Rootfs]:
     return get
 
 
+def inside(root: Path, path: str) -> Path:
+    """`path` in the rootfs with its symlinks resolved there, not on this host (Debian's /var/run
+    is a link to /run)."""
+    here = root
+    for part in Path(path).relative_to("/").parts:
+        here = here / part
+        if here.is_symlink():
+            target = os.readlink(here)
+            here = root / target.lstrip("/") if target.startswith("/") else here.parent / target
+    return here
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -117,7 +129,7 @@ def test_cpu_runtime_launcher_serves_the_cpu_reference_model(
 ) -> None:
     runtime = image("cpu-runtime")
     # What the pod's init container does: the launcher into the emptyDir on PYTHONPATH.
-    inject.copy(runtime.path / INJECT_PATH.lstrip("/"))
+    inject.copy(inside(runtime.path, INJECT_PATH))
     http, grpc, metrics = free_port(), free_port(), free_port()
     env = {
         "PYTHONPATH": INJECT_PATH,
