@@ -37,9 +37,10 @@ SSH_KEY_MODE = 0o440
 # The group that may read the SSH keys: Secret volume files belong to root, so a non-root
 # container user reads them through this supplementary group only.
 SSH_FS_GROUP = 1000
-# NVIDIA's images run as root unless told otherwise: their pods run as uid 1000, which the Ubuntu
-# 24.04 base has (ssh and sshd need a passwd entry for the user they run as: multi-node workers).
-# The cpu-runtime image names its own non-root USER.
+# NVIDIA's images run as root unless told otherwise: their pods run as uid 1000, Triton's own
+# non-root user `triton-server` (triton-inference-server/server build.py creates it with uid and gid
+# 1000, removing Ubuntu's `ubuntu`); ssh and sshd need that passwd entry (multi-node workers). The
+# cpu-runtime image names its own non-root USER.
 NVIDIA_UID = 1000
 
 
