@@ -1,25 +1,25 @@
 # CPU reference runtime: a real tritonserver (from the nvidia-pytriton wheel) serving the tiny
 # deterministic model behind the TensorRT-LLM ensemble's API. For development, e2e and laptops.
+# Like NVIDIA's images in GPU pods, it carries no launcher: the pod's init container copies it in
+# from the operator image (render/inject.py) and runs it with this image's python3, so every e2e
+# test runs the injection path. The image has what the cpu_reference model imports, nothing more.
 # Pinned by tag; pin by digest in your mirror.
 FROM python:3.11.11-slim-bookworm
 # The python image's shared libpython3.11 is what Triton's python-backend stub embeds; the model
-# finds torch and llm_operator in this site-packages (modelrepo.CPU_RUNTIME_PYTHON_PATH).
+# finds torch in this site-packages and its own package under /opt/llm-operator/cpu-reference
+# (modelrepo.CPU_RUNTIME_PYTHON_PATH).
 ENV LLMOP_BACKEND=cpu-reference PYTHONDONTWRITEBYTECODE=1
-WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY operator/ operator/
-COPY model_repo_templates/ model_repo_templates/
 # torch from PyTorch's CPU index: the PyPI wheel bundles CUDA. Same version as the tests use.
-# Our package without the operator's dependencies: the launcher and the model need only these.
 RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu \
-        "torch==1.13.1+cpu" "numpy==1.26.4" "nvidia-pytriton==0.7.0" "prometheus-client>=0.21,<1" \
-    && pip install --no-cache-dir --no-deps . \
-    && rm -rf /src \
+        "torch==1.13.1+cpu" "numpy==1.26.4" "nvidia-pytriton==0.7.0" \
     && SP=/usr/local/lib/python3.11/site-packages/pytriton/tritonserver \
     && cp "$SP/python_backend_stubs/3.11/triton_python_backend_stub" "$SP/backends/python/"
+# The model's package (runtime/cpu_reference/), whole packages above it so that it is found first
+# whatever else is on the path.
+COPY operator/llm_operator/__init__.py /opt/llm-operator/cpu-reference/llm_operator/
+COPY operator/llm_operator/runtime/__init__.py /opt/llm-operator/cpu-reference/llm_operator/runtime/
+COPY operator/llm_operator/runtime/cpu_reference/*.py /opt/llm-operator/cpu-reference/llm_operator/runtime/cpu_reference/
 ENV LLMOP_TRITONSERVER=/usr/local/lib/python3.11/site-packages/pytriton/tritonserver/bin/tritonserver \
     LLMOP_BACKEND_DIR=/usr/local/lib/python3.11/site-packages/pytriton/tritonserver/backends \
     LD_LIBRARY_PATH=/usr/local/lib/python3.11/site-packages/nvidia_pytriton.libs
-WORKDIR /
 USER 65532:65532
-ENTRYPOINT ["llm-operator-launch"]

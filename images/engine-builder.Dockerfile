@@ -1,8 +1,8 @@
 # Engine builder: the TensorRT-LLM release whose version is in the engine cache key (the same as
 # the serving image's), the checkpoint/engine store tools, and our build entry point.
 # Pinned by tag; pin by digest in your mirror.
-FROM nvcr.io/nvidia/tensorrt-llm/release:0.20.0
-LABEL io.llmoperator.tensorrt-llm-version="0.20.0"
+FROM nvcr.io/nvidia/tensorrt-llm/release:1.1.0
+LABEL io.llmoperator.tensorrt-llm-version="1.1.0"
 ENV LLMOP_TRTLLM_EXAMPLES=/app/tensorrt_llm/examples
 # Store tools in their own environment, so they cannot move TensorRT-LLM's dependencies.
 RUN python -m venv /opt/tools \

@@ -31,7 +31,13 @@ INPUTS_LABEL = "io.llmoperator.image-inputs"
 # Base image install paths (python:3.11-slim) -> Debian's python3 with pip's default scheme.
 SITE_PACKAGES = {"/usr/local/lib/python3.11/site-packages": "/usr/local/lib/python3.11/dist-packages"}
 # Runtime wheels of the CPU image, at the versions requirements/dev.lock pins.
-CPU_RUNTIME_WHEELS = ("nvidia-pytriton==0.7.0", "prometheus-client==0.26.0")
+CPU_RUNTIME_WHEELS = ("nvidia-pytriton==0.7.0",)
+# What of our package the CPU image carries: the cpu_reference model's package and the packages
+# above it (the launcher arrives through the pod's init container, render/inject.py). As the
+# Dockerfile COPYs them, under CPU_REFERENCE_ROOT.
+CPU_REFERENCE_FILES = ("operator/llm_operator/__init__.py", "operator/llm_operator/runtime/__init__.py",
+                       "operator/llm_operator/runtime/cpu_reference")  # fmt: skip
+CPU_REFERENCE_ROOT = "opt/llm-operator/cpu-reference"
 # Debian packages: the CPU runtime's torch/numpy (PyPI's torch bundles CUDA) and libpython3.11 for
 # Triton's python-backend stub. `ldd` in this rootfs finds everything else tritonserver, its python
 # backend and the stub load: the wheel bundles its libraries (nvidia_pytriton.libs), and libz,
@@ -108,7 +114,7 @@ def _cpu_runtime_base_inputs() -> Inputs:
 
 
 def _cpu_runtime_inputs() -> Inputs:
-    return [*_cpu_runtime_base_inputs(), *_files("images/cpu-runtime.Dockerfile", *PROJECT)]
+    return [*_cpu_runtime_base_inputs(), *_files("images/cpu-runtime.Dockerfile", *CPU_REFERENCE_FILES)]
 
 
 def _cpu_runtime_base(rootfs: Path) -> None:
@@ -124,8 +130,12 @@ def _cpu_runtime_base(rootfs: Path) -> None:
 
 
 def _cpu_runtime_assemble(rootfs: Path, work: Path) -> ImageConfig:
-    debian.pip_install(rootfs, [_project_wheel(work)], deps=False)
-    debian.trim(rootfs)
+    package = REPO / "operator"
+    for path in files_under(REPO, *CPU_REFERENCE_FILES):
+        if path.suffix == ".py":
+            target = rootfs / CPU_REFERENCE_ROOT / path.relative_to(package)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
     return runtime_config(REPO / "images/cpu-runtime.Dockerfile", SITE_PACKAGES)
 
 

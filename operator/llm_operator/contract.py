@@ -1,15 +1,17 @@
 """The serving-pod contract: what the workload builders (render/serving.py) put into a serving pod
 and what the launcher (runtime/) reads from it. One place, so the two cannot drift.
 
-Stdlib only, and nothing from this package: the serving images install the launcher without the
-operator's dependencies. docs/launcher-and-engines.md explains every value.
+Stdlib only, and nothing from this package: it is copied into NVIDIA's images beside the launcher
+(llm_operator/inject.py). docs/launcher-and-engines.md explains every value.
 """
 
 from __future__ import annotations
 
-LAUNCHER = "llm-operator-launch"
-CONTAINER_COMMAND = (LAUNCHER,)
-PRESTOP_COMMAND = (LAUNCHER, "drain")
+LAUNCHER = "llm-operator-launch"  # its name in logs (and the console script of a dev install)
+# Run with the serving image's own python3 from the injected copy (render/inject.py), so NVIDIA's
+# image runs unchanged.
+CONTAINER_COMMAND = ("python3", "-m", "llm_operator.runtime.launcher")
+PRESTOP_COMMAND = (*CONTAINER_COMMAND, "drain")
 
 # Rank 0's endpoints (workers have no HTTP server).
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002

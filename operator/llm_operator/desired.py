@@ -101,6 +101,14 @@ def trtllm_version(ld: LLMDeployment, images: Images) -> str:
     wanted = build.tensorrt_llm_version
     defaults = [what for what, custom in (("runtime", ld.spec.runtime.image), ("builder", build.image))
                 if not custom]  # fmt: skip
+    if defaults and releases.for_trtllm(wanted) is None:
+        known = ", ".join(r.trtllm for r in releases.RELEASES)
+        raise PlanningError(
+            "TensorRtLlmVersionUnknown",
+            f"engine.build.tensorrtLlmVersion is not a TensorRT-LLM version of a release the "
+            f"operator knows ({known}): use one of those, or set runtime.image and "
+            f"engine.build.image to images of your version",
+        )
     if wanted != images.trtllm_version and defaults:
         raise PlanningError(
             "TensorRtLlmVersionMismatch",
@@ -128,6 +136,7 @@ def desired(  # raises PlanningError for a spec the images cannot serve
     `revision_of(ld.spec, images)`. A stable slot rendered from its snapshot passes the revision
     it was started under (the operator's images may have changed since)."""
     check_release(ld, images)
+    _check_multi_node_image(ld, plan, images)
     revision = revision or revision_of(ld.spec, images)
     jobs: list[dict[str, Any]] = []
     engines: dict[str, PoolEngine] = {}
@@ -153,6 +162,20 @@ def desired(  # raises PlanningError for a spec the images cannot serve
     )
     shared = shared_children(ld, prometheus_url=prometheus_url, metrics_peers=metrics_peers)
     return Desired(plan, jobs, children, shared, statuses, tuple(dict.fromkeys(record)), slot, revision)
+
+
+def _check_multi_node_image(ld: LLMDeployment, plan: Plan, images: Images) -> None:
+    """A layout spanning pods starts its workers' ranks through sshd, which NVIDIA's image lacks:
+    refuse before any pod starts rather than let the workers crash-loop."""
+    spans_pods = any(p.pods_per_replica > 1 for p in plan.pools)
+    custom = ld.spec.runtime.image or images.multi_node_runtime
+    if spans_pods and not custom and ld.spec.engine.backend != Backend.CPU_REFERENCE:
+        raise PlanningError(
+            "MultiNodeImageMissing",
+            "this layout spans pods, whose ranks start through sshd, which NVIDIA's image lacks: "
+            "set runtime.image to an image built from images/triton-trtllm-sshd.Dockerfile, or "
+            "the operator's multiNodeRuntimeImage (chart value operator.multiNodeRuntimeImage)",
+        )
 
 
 @dataclass(frozen=True)

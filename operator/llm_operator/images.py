@@ -1,9 +1,13 @@
 """The images the operator runs its children with (the Helm chart sets them; controller/config.py
-reads them)."""
+reads them). Serving pods and build Jobs run NVIDIA's images as published (releases.py); the
+operator's own image only copies the launcher into them (render/inject.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+# The chart sets LLMOP_OPERATOR_IMAGE to the image it runs the operator with.
+DEFAULT_OPERATOR_IMAGE = "ghcr.io/llm-operator/operator:0.1.0"
 
 
 @dataclass(frozen=True)
@@ -12,3 +16,9 @@ class Images:
     cpu_runtime: str
     engine_builder: str
     trtllm_version: str
+    # The init container of every serving pod: copies the launcher into NVIDIA's image.
+    operator: str = DEFAULT_OPERATOR_IMAGE
+    # NVIDIA's image plus OpenSSH (images/triton-trtllm-sshd.Dockerfile), which it lacks and
+    # multi-node layouts need; used for them only. "": none configured (desired.py refuses a
+    # multi-node layout on the default image).
+    multi_node_runtime: str = ""

@@ -28,6 +28,12 @@ REPO = Path(__file__).resolve().parents[2]
 # cpu-reference serving pods run this image on the embedded cluster's real node, which has it
 # imported at `up` (images.builder); a `:dev` tag means imagePullPolicy IfNotPresent.
 CPU_RUNTIME_IMAGE = "localhost/llm-operator/cpu-runtime:dev"
+# The init container of every serving pod copies the launcher from the operator image (imported
+# on the node at `up` too), as the chart's own image does in a cluster (render/inject.py).
+OPERATOR_IMAGE = "localhost/llm-operator/operator:dev"
+# Multi-node groups need an image with sshd (images/triton-trtllm-sshd.Dockerfile) or are refused;
+# their pods land on the simulated GPU nodes, which pull nothing, so a name is all they need here.
+MULTI_NODE_RUNTIME_IMAGE = "localhost/llm-operator/triton-trtllm-sshd:dev"
 # The test world's Prometheus is a process on the node address, not a pod in `monitoring`: the
 # serving pods' NetworkPolicies admit their metrics port from there (e2e/cluster/monitoring.py).
 METRICS_PEERS = f"{NODE_IP}/32"
@@ -69,6 +75,8 @@ class OperatorProcess:
             "LLMOP_METRICS_PORT": str(self.metrics_port),
             "LLMOP_LOG_LEVEL": "INFO",
             "LLMOP_CPU_RUNTIME_IMAGE": CPU_RUNTIME_IMAGE,
+            "LLMOP_OPERATOR_IMAGE": OPERATOR_IMAGE,
+            "LLMOP_MULTI_NODE_RUNTIME_IMAGE": MULTI_NODE_RUNTIME_IMAGE,
             "LLMOP_METRICS_PEERS": METRICS_PEERS,
             "LLMOP_ANALYSIS_PROMETHEUS_URLS": " ".join(analysis_endpoints(cluster)),
             **env,

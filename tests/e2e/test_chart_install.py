@@ -29,7 +29,7 @@ import yaml
 from e2e.cluster.processes import free_port
 from e2e.cluster.testing import E2ECluster, Kubectl, is_true, pod_ready, wait_for
 from tests.e2e import manifests
-from tests.e2e.operator_fixtures import CPU_RUNTIME_IMAGE
+from tests.e2e.operator_fixtures import CPU_RUNTIME_IMAGE, MULTI_NODE_RUNTIME_IMAGE
 from tests.unit.test_chart import CHART, HELM
 
 pytestmark = pytest.mark.e2e
@@ -39,7 +39,8 @@ TIMEOUT = 120
 # Built by images.builder and imported into the embedded cluster's real node at `up` (`:dev`:
 # imagePullPolicy IfNotPresent finds them there, nothing is pulled).
 LOCAL_IMAGES = ["--set", "image.repository=localhost/llm-operator/operator", "--set", "image.tag=dev",
-                "--set", f"operator.cpuRuntimeImage={CPU_RUNTIME_IMAGE}"]  # fmt: skip
+                "--set", f"operator.cpuRuntimeImage={CPU_RUNTIME_IMAGE}",
+                "--set", f"operator.multiNodeRuntimeImage={MULTI_NODE_RUNTIME_IMAGE}"]  # fmt: skip
 
 
 class Helm:
@@ -168,6 +169,10 @@ def serve_from_the_pod(kubectl: Kubectl, namespace: str, operator_namespace: str
     wait_for("LLMDeployment tiny-llama Ready", lambda: kubectl.get("llmdeployment", "tiny-llama", namespace),
              lambda o: is_true(o, "Ready"), timeout=TIMEOUT)  # fmt: skip
     assert statefulset_applies(kubectl, operator_namespace, pod) > before, "the leader pod applied it"
+    # Its serving pods copied the launcher from the chart's own operator image (LLMOP_OPERATOR_IMAGE).
+    operator_image = kubectl.get("pod", pod, operator_namespace)["spec"]["containers"][0]["image"]  # type: ignore[index]
+    serving = kubectl.items("pods", namespace, "llmoperator.io/deployment=tiny-llama")
+    assert serving and all(p["spec"]["initContainers"][0]["image"] == operator_image for p in serving)
     log = kubectl("logs", pod, namespace=operator_namespace).stdout
     # RBAC's refusal (not a namespace of another test refusing writes while it terminates).
     refused = re.search(r'.*forbidden: User "system:serviceaccount:.*', log)

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from e2e.cluster.testing import E2ECluster, Kubectl, KubectlError, is_true, wait_for
+from tests.e2e.operator_fixtures import MULTI_NODE_RUNTIME_IMAGE
 
 pytestmark = pytest.mark.e2e
 
@@ -66,6 +67,7 @@ def rendered_leader_worker_sets(
     planned against this cluster's nodes."""
     doc = yaml.safe_load((REPO / "examples" / "llama3-70b-fp8.yaml").read_text())
     doc["spec"]["parallelism"] = {"tensor": 8, "pipeline": 2}
+    doc["spec"]["runtime"]["image"] = MULTI_NODE_RUNTIME_IMAGE  # a layout spanning pods needs sshd
     (tmp_path / "app.yaml").write_text(yaml.safe_dump(doc))
     (tmp_path / "nodes.yaml").write_text(kubectl("get", "nodes", "-o", "yaml").stdout)
     out = subprocess.run(

@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 import yaml
 from llm_operator.contract import ADMIN_KEY_ENV, ADMIN_KEY_HEADER, ADMIN_KEY_SECRET_KEY
+from llm_operator.render.inject import INJECT_PATH, INJECT_VOLUME
 
 from e2e.cluster.processes import free_port
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, pod_ready, wait_for
@@ -205,6 +206,23 @@ def test_tritons_admin_apis_answer_only_with_the_deployments_key(served: Served,
     assert answers(connect, OPEN_REQUESTS) == dict.fromkeys(OPEN_REQUESTS, 200)
     log = kubectl("logs", pod["metadata"]["name"], namespace=served.namespace).stdout
     assert "--http-restricted-api=" in log and key not in log
+
+
+def test_the_launcher_runs_from_the_copy_the_init_container_made(served: Served, kubectl: Kubectl) -> None:
+    """The cpu-runtime image carries no launcher, like NVIDIA's images: the operator image's init
+    container copied it into the emptyDir, and the image's python3 runs it from there."""
+    pod = kubectl.items("pods", served.namespace, SELECTOR)[0]
+    (init,) = pod["status"]["initContainerStatuses"]
+    assert init["name"] == INJECT_VOLUME and init["state"]["terminated"]["exitCode"] == 0, init
+    exec_ = ["exec", "-n", served.namespace, pod["metadata"]["name"], "-c", "triton", "--", "python3"]
+    where = kubectl(*exec_, "-c", "import llm_operator.runtime.launcher as m; print(m.__file__)")
+    assert where.stdout.strip() == f"{INJECT_PATH}/llm_operator/runtime/launcher.py", where
+    # -I: without PYTHONPATH the image has none of its own.
+    own = kubectl(*exec_, "-I", "-c", "import llm_operator.runtime.launcher", check=False)
+    assert own.returncode != 0 and "No module named 'llm_operator'" in own.stderr, own
+    # The main container's view of the copy is read-only.
+    write = kubectl(*exec_, "-c", f"open('{INJECT_PATH}/llm_operator/x.py', 'w')", check=False)
+    assert write.returncode != 0 and "Read-only file system" in write.stderr, write
 
 
 def test_tokens_stream_through_the_cluster_ip_and_port_forward(

@@ -4,8 +4,9 @@ restricted Pod Security, read by the launcher's own preparation as the image's n
 a read-only root filesystem.
 
 Multi-node serving needs GPUs, so the pods here are the rendered templates with their GPU parts
-taken out and the launcher's SSH preparation as their command, on the cpu-runtime image; the real
-sshd and ssh with the same file layout run in tests/unit/test_multi_node_ssh.py.
+taken out and the launcher's SSH preparation as their command, on the cpu-runtime image, running
+as NVIDIA's images are run (uid 1000) from the copy their init container makes; the real sshd and
+ssh with the same file layout run in tests/unit/test_multi_node_ssh.py.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from llm_operator.api.v1alpha1 import LLMDeployment, LLMDeploymentSpec
 from llm_operator.controller.ssh import ssh_secret
 from llm_operator.images import Images
 from llm_operator.plan.types import PoolPlan
-from llm_operator.render.pod import SSH_FS_GROUP
+from llm_operator.render.inject import INJECT_VOLUME
+from llm_operator.render.pod import NVIDIA_UID, SSH_FS_GROUP
 from llm_operator.render.serving import workloads
 from llm_operator.storage import engine_location
 
 from e2e.cluster.pki import NODE_NAME
 from e2e.cluster.testing import E2ECluster, Kubectl, wait_for
-from tests.e2e.operator_fixtures import CPU_RUNTIME_IMAGE
+from tests.e2e.operator_fixtures import CPU_RUNTIME_IMAGE, OPERATOR_IMAGE
 
 pytestmark = pytest.mark.e2e
 
@@ -56,7 +58,7 @@ def probe_pod(name: str, template: dict[str, Any]) -> dict[str, Any]:
     """The rendered pod, its SSH volume, emptyDirs and security settings kept, GPU parts out."""
     spec = copy.deepcopy(template["spec"])
     (container,) = spec["containers"]
-    keep = {contract.SSH_VOLUME, "tmp", "home"}
+    keep = {contract.SSH_VOLUME, "tmp", "home", INJECT_VOLUME}
     spec["volumes"] = [v for v in spec["volumes"] if v["name"] in keep]
     container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] in keep]
     for key in ("startupProbe", "readinessProbe", "livenessProbe", "lifecycle", "resources"):
@@ -84,7 +86,7 @@ def test_each_role_reads_only_its_half_of_the_identity_through_the_fs_group(
     )
     secret = ssh_secret(ld)
     del secret["metadata"]["ownerReferences"]  # no such LLMDeployment: the collector would delete it
-    images = Images("runtime", "cpu-runtime", "builder", "0.20.0")
+    images = Images("runtime", "cpu-runtime", "builder", "1.1.0", OPERATOR_IMAGE, "runtime-sshd")
     engine = engine_location("pvc://llm-engine-cache/engines", "llama-fp8-tp8pp2-sm90-abc")
     leader_sts, worker_sts = workloads(
         "llama", namespace, SPEC, MULTI, images, engine, "h", uid=UID, revision="r1"
@@ -108,12 +110,14 @@ def test_each_role_reads_only_its_half_of_the_identity_through_the_fs_group(
 
     for role, keys in (("leader", contract.LEADER_SSH_KEYS), ("worker", contract.WORKER_SSH_KEYS)):
         out = seen[role]
-        assert out["uid"] == 65532 and SSH_FS_GROUP in out["groups"], "the image's user, with the fsGroup"
+        assert out["uid"] == NVIDIA_UID and SSH_FS_GROUP in out["groups"], "the pod's user, with the fsGroup"
         # The kubelet's layout: root's files, readable by the fsGroup only, this role's keys only.
         assert out["secret"] == {k: [0o440, 0, SSH_FS_GROUP] for k in keys}
         # The launcher's copies: 0400 files of the user's in a 0700 directory.
         assert out["run_mode"] == 0o700
         copies = {k: v for k, v in out["run"].items() if k in keys}
-        assert copies == {k: [0o400, 65532, v[2]] for k, v in copies.items()} and set(copies) == set(keys)
+        assert copies == {k: [0o400, NVIDIA_UID, v[2]] for k, v in copies.items()} and set(copies) == set(
+            keys
+        )
     assert contract.SSH_PRIVATE_KEY not in seen["worker"]["run"]
     assert contract.SSH_HOST_KEY not in seen["leader"]["run"]

@@ -17,14 +17,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from llm_operator import contract, inject
+from llm_operator.modelrepo import CPU_RUNTIME_PYTHON_PATH
+from llm_operator.render.inject import INJECT_PATH
 
 from images.builder.images import build
 from tests.images.rootfs import Rootfs, can_build, pid_one
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.images, pytest.mark.skipif(can_build() is not None, reason=str(can_build()))]
-# The operator's runtime dependencies: the serving image must not carry them (--no-deps).
-OPERATOR_ONLY = ("pydantic", "jinja2", "lightkube", "kopf")
+# The operator's runtime dependencies and its launcher: the serving image carries none of them (the
+# pod's init container copies the launcher in, render/inject.py).
+OPERATOR_ONLY = ("pydantic", "jinja2", "lightkube", "kopf", "prometheus_client", "llm_operator")
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +41,18 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Rootfs]:
         return unpacked[name]
 
     return get
+
+
+def inside(root: Path, path: str) -> Path:
+    """`path` in the rootfs with its symlinks resolved there, not on this host (Debian's /var/run
+    is a link to /run)."""
+    here = root
+    for part in Path(path).relative_to("/").parts:
+        here = here / part
+        if here.is_symlink():
+            target = os.readlink(here)
+            here = root / target.lstrip("/") if target.startswith("/") else here.parent / target
+    return here
 
 
 def free_port() -> int:
@@ -71,12 +87,14 @@ def test_operator_runs_its_cli_with_the_templates(image: Callable[[str], Rootfs]
     assert (operator.path / "tmp/repo/ensemble/config.pbtxt").is_file()
 
 
-def test_cpu_runtime_has_the_launcher_without_the_operators_dependencies(
-    image: Callable[[str], Rootfs],
-) -> None:
+def test_cpu_runtime_has_the_model_but_not_the_launcher(image: Callable[[str], Rootfs]) -> None:
     runtime = image("cpu-runtime")
     probe = (
-        "import importlib.util, json, llm_operator.runtime.launcher, torch, numpy, prometheus_client\n"
+        "import importlib.util, json, sys, torch, numpy\n"
+        # The model's own package, from where its python_path parameter points.
+        f"sys.path.insert(0, {CPU_RUNTIME_PYTHON_PATH[0]!r})\n"
+        "import llm_operator.runtime.cpu_reference.tiny_lm\n"
+        "sys.path.pop(0); [sys.modules.pop(m) for m in list(sys.modules) if m.startswith('llm_operator')]\n"
         f"print(json.dumps([m for m in {list(OPERATOR_ONLY)!r} if importlib.util.find_spec(m)]))"
     )
     imported = runtime.run(["python3", "-c", probe])
@@ -110,8 +128,11 @@ def test_cpu_runtime_launcher_serves_the_cpu_reference_model(
     image: Callable[[str], Rootfs], model_repo_src: str
 ) -> None:
     runtime = image("cpu-runtime")
+    # What the pod's init container does: the launcher into the emptyDir on PYTHONPATH.
+    inject.copy(inside(runtime.path, INJECT_PATH))
     http, grpc, metrics = free_port(), free_port(), free_port()
     env = {
+        "PYTHONPATH": INJECT_PATH,
         "LLMOP_MODEL_REPO_SRC": model_repo_src,
         "LLMOP_MODEL_REPO": "/tmp/model-repo",  # an emptyDir in the pod
         "LLMOP_HTTP_PORT": str(http),
@@ -121,7 +142,7 @@ def test_cpu_runtime_launcher_serves_the_cpu_reference_model(
     log = Path(runtime.path / "tmp/launcher.log")
     with (
         log.open("w") as out,
-        runtime.popen(runtime.command(), env, stdout=out, stderr=subprocess.STDOUT) as process,
+        runtime.popen(list(contract.CONTAINER_COMMAND), env, stdout=out, stderr=subprocess.STDOUT) as process,
     ):
         try:
             deadline = time.monotonic() + 180

@@ -17,6 +17,7 @@ from llm_operator.images import Images
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
 from llm_operator.render.children import PoolEngine, serving_pool
+from llm_operator.render.inject import INJECT_VOLUME
 from llm_operator.render.pod import SSH_FS_GROUP, memory_bytes
 from llm_operator.render.serving import LWS_GROUP_INDEX, POD_INDEX, workloads
 from llm_operator.rollout.revision import Slot
@@ -93,8 +94,11 @@ def test_the_launcher_reads_what_the_builder_renders(
     (container,) = pod["containers"]
     env = environment(container)
     rendered = {e["name"] for e in container["env"]}
-    # HOME is for the processes the launcher starts (the root filesystem is read-only).
-    assert rendered - {contract.POD_NAME_ENV, "HOME"} <= set(contract.ENV), "a variable the launcher ignores"
+    # HOME is for the processes the launcher starts (the root filesystem is read-only); PYTHONPATH
+    # is where python3 finds the launcher itself.
+    assert rendered - {contract.POD_NAME_ENV, "HOME", "PYTHONPATH"} <= set(contract.ENV), (
+        "a variable the launcher ignores"
+    )
 
     c = PodConfig.from_env(env)
     assert (c.tp, c.pp, c.gpus_per_pod, c.pods_per_replica) == (
@@ -112,8 +116,13 @@ def test_the_launcher_reads_what_the_builder_renders(
     writable = [m["mountPath"] for m in mounts.values() if not m.get("readOnly")]
     assert c.model_repo in writable and any(c.runtime_dir.startswith(w + "/") for w in writable)
 
-    assert container["command"] == [contract.LAUNCHER]
-    assert container["lifecycle"]["preStop"]["exec"]["command"] == [contract.LAUNCHER, "drain"]
+    # The image's python3 runs the launcher from the copy the init container made (render/inject.py).
+    assert container["command"] == ["python3", "-m", "llm_operator.runtime.launcher"]
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == [*container["command"], "drain"]
+    assert env["PYTHONPATH"] == mounts[INJECT_VOLUME]["mountPath"] and mounts[INJECT_VOLUME]["readOnly"]
+    (init,) = pod["initContainers"]
+    assert init["image"] == IMAGES.operator and init["command"][-1] == env["PYTHONPATH"]
+    assert {m["name"]: m["mountPath"] for m in init["volumeMounts"]} == {INJECT_VOLUME: env["PYTHONPATH"]}
     assert (
         pod["terminationGracePeriodSeconds"] >= c.drain_timeout + c.exit_timeout + contract.KILL_GRACE_SECONDS
     )
@@ -215,7 +224,9 @@ def test_multi_node_pods_mount_the_secret_the_controller_creates(lws: bool) -> N
 def test_the_container_command_is_the_launchers_entry_point() -> None:
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts[contract.LAUNCHER] == "llm_operator.runtime.launcher:main"
-    assert contract.PRESTOP_COMMAND[0] == contract.LAUNCHER
+    # `python3 -m` runs the module's main, the one the console script of a dev install runs.
+    assert ("python3", "-m", scripts[contract.LAUNCHER].split(":")[0]) == contract.CONTAINER_COMMAND
+    assert (*contract.CONTAINER_COMMAND, "drain") == contract.PRESTOP_COMMAND
 
 
 def tokenizer_dirs(ld: LLMDeployment, engine: PoolEngine) -> tuple[PodConfig, dict[str, Any], set[str]]:

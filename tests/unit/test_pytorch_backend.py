@@ -167,14 +167,15 @@ def test_the_llmapi_code_is_taken_from_the_image_into_the_repository(tmp_path: P
 async def test_the_reconciler_serves_it_without_a_build_or_stalls_on_an_old_release(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    kube, reconciler = await operator_with_nodes()  # the operator's images run 0.20.0
+    monkeypatch.setenv("LLMOP_TRTLLM_VERSION", "0.21.0")  # a release without the llmapi model
+    kube, reconciler = await operator_with_nodes()
     key = kube.add_deployment(example("llama31-8b-pytorch"))
     await reconcile(kube, reconciler, key)
     stalled = condition(kube, "llama31-8b", "Stalled")
     assert stalled["status"] == "True" and stalled["reason"] == "BackendNotInRelease"
     assert not {k[0] for k in kube.objects} & {"Job", "StatefulSet"}
 
-    monkeypatch.setenv("LLMOP_TRTLLM_VERSION", "1.1.0")
+    monkeypatch.delenv("LLMOP_TRTLLM_VERSION")  # the default release has it
     kube, reconciler = await operator_with_nodes()
     key = kube.add_deployment(example("llama31-8b-pytorch"))
     await reconcile(kube, reconciler, key)

@@ -17,6 +17,7 @@ import yaml
 from lightkube import ApiError
 from lightkube.models.meta_v1 import Status, StatusCause, StatusDetails
 from llm_operator import labels as L
+from llm_operator import releases
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.engines import ENGINE_INDEX
 from llm_operator.controller.kube import NotLeading
@@ -282,12 +283,23 @@ async def test_engines_are_built_and_served_by_one_tensorrt_llm_version() -> Non
 
     body = example("llama3-70b-fp8")
     body["metadata"]["name"] = "other-version"
-    body["spec"]["engine"]["build"]["tensorrtLlmVersion"] = "0.19.0"
+    other_release = next(r.trtllm for r in releases.RELEASES if r.trtllm != version)
+    body["spec"]["engine"]["build"]["tensorrtLlmVersion"] = other_release
     other = kube.add_deployment(body)
     await reconcile(kube, reconciler, other)
     stalled = condition(kube, "other-version", "Stalled")
     assert stalled["status"] == "True" and stalled["reason"] == "TensorRtLlmVersionMismatch"
     assert "default runtime and builder images run TensorRT-LLM" in stalled["message"]
+    assert not [j for j in kube.of_kind("Job") if j.startswith("other-version")], "nothing is built"
+
+    # A version of no release in the table: the default images cannot have it.
+    body["spec"]["engine"]["build"]["tensorrtLlmVersion"] = "0.19.0"
+    kube.edit("LLMDeployment", *other, spec=body["spec"])
+    await reconcile(kube, reconciler, other)
+    stalled = condition(kube, "other-version", "Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "TensorRtLlmVersionUnknown"
+    known = ", ".join(r.trtllm for r in releases.RELEASES)
+    assert "engine.build.tensorrtLlmVersion" in stalled["message"] and f"({known})" in stalled["message"]
     assert not [j for j in kube.of_kind("Job") if j.startswith("other-version")], "nothing is built"
 
     body["spec"]["runtime"]["image"] = "registry.example/triton-trtllm:0.19.0"

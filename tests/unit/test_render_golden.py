@@ -13,6 +13,7 @@ import contextlib
 import io
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -29,8 +30,9 @@ RELEASE_GOLDENS = [("llama3-70b-fp8", "0.21.0"), ("llama31-8b-pytorch", "1.0.0")
 
 @pytest.fixture(autouse=True)
 def default_release(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The operator's images run the version table's default release (the chart's setting)."""
-    monkeypatch.setenv("LLMOP_TRTLLM_VERSION", releases.DEFAULT.trtllm)
+    """The operator's images run the version table's default release, whatever the caller's
+    environment says."""
+    monkeypatch.delenv("LLMOP_TRTLLM_VERSION", raising=False)
 
 
 def _render(example: Path) -> str:
@@ -88,6 +90,7 @@ def test_render_can_target_a_cluster_with_leader_worker_set(
 ) -> None:
     doc = yaml.safe_load((REPO / "examples" / "llama3-70b-fp8.yaml").read_text())
     doc["spec"]["parallelism"] = {"tensor": 8, "pipeline": 2}  # two 8-GPU nodes per replica
+    doc["spec"]["runtime"]["image"] = "registry.example/triton-trtllm-sshd:25.12"  # has sshd
     manifest = tmp_path / "multi-node.yaml"
     manifest.write_text(yaml.safe_dump(doc))
     example = str(manifest)
@@ -120,8 +123,11 @@ def test_every_rendered_pod_meets_restricted_pod_security(example: Path) -> None
         assert pod["securityContext"] == pod["securityContext"] | {  # type: ignore[operator]
             "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}
         }, pod["securityContext"]  # fmt: skip
-        for c in pod["containers"]:  # type: ignore[attr-defined]
+        # The init container that copies the launcher in too (render/inject.py).
+        containers: list[dict[str, Any]] = [*pod["containers"], *pod.get("initContainers", [])]  # type: ignore[misc]
+        for c in containers:
             assert c["securityContext"]["allowPrivilegeEscalation"] is False
             assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+            assert c["securityContext"]["readOnlyRootFilesystem"] is True
         assert not {"hostNetwork", "hostPID", "hostIPC"} & set(pod)
         assert all("hostPath" not in v for v in pod.get("volumes", [])), "no hostPath"  # type: ignore[attr-defined]

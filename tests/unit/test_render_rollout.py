@@ -3,6 +3,7 @@ the revision snapshots. The whole canary render is pinned by a golden file (UPDA
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from llm_operator.cli import _PlainDumper
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.desired import desired, plan_for
 from llm_operator.engine.state import BuildFact, BuildObserved
+from llm_operator.images import Images
 from llm_operator.plan.inventory import Inventory
 from llm_operator.render import rollout
 from llm_operator.rollout.revision import Slot, revision_of
@@ -177,6 +179,14 @@ def test_a_snapshot_gives_back_the_spec_and_images_of_its_revision() -> None:
     assert revision_of(rollout.spec_from_snapshot(snapshot), IMAGES) == revision
     assert rollout.images_from_snapshot(snapshot) == IMAGES
     assert rollout.images_from_snapshot(rollout.controller_revision(ld, revision, 3)) is None
+    # A snapshot of an operator without the images added since: their defaults stand in.
+    older = copy.deepcopy(snapshot)
+    del older["data"]["images"]["operator"], older["data"]["images"]["multiNodeRuntime"]
+    assert rollout.images_from_snapshot(older) == Images(
+        IMAGES.runtime, IMAGES.cpu_runtime, IMAGES.engine_builder, IMAGES.trtllm_version
+    )
+    del older["data"]["images"]["runtime"]
+    assert rollout.images_from_snapshot(older) is None, "one it always had is missing: unreadable"
 
 
 def test_for_slot_changes_the_replicas_not_the_revision() -> None:

@@ -27,8 +27,10 @@ TRTLLM_MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble")
 LLMAPI_DTYPE = {Precision.FP16: "float16", Precision.BF16: "bfloat16"}
 # trtllm-build's default logits dtype; the engine builder does not change it.
 LOGITS_DATATYPE = "TYPE_FP32"
-# Where the CPU runtime image (images/cpu-runtime.Dockerfile) installs torch, numpy and llm_operator.
-CPU_RUNTIME_PYTHON_PATH = ("/usr/local/lib/python3.11/site-packages",)
+# Where the CPU runtime image (images/cpu-runtime.Dockerfile) has the model's own package (first:
+# the launcher's injected copy of llm_operator, on PYTHONPATH, has no cpu_reference/) and torch
+# and numpy.
+CPU_RUNTIME_PYTHON_PATH = ("/opt/llm-operator/cpu-reference", "/usr/local/lib/python3.11/site-packages")
 # Shipped in the repository itself, so a materialized ConfigMap is a complete, loadable repository.
 CPU_MODEL_PY = resources.files("llm_operator.runtime.cpu_reference") / "model.py"
 # nv_inference_first_response_histogram_ms's buckets in Triton's core (metric_model_reporter.h).

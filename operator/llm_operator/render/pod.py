@@ -17,6 +17,7 @@ from llm_operator.api.v1alpha1 import Backend, LLMDeploymentSpec
 from llm_operator.images import Images
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
+from llm_operator.render.inject import inject_init_container, inject_mount, inject_volume, python_path_env
 from llm_operator.render.placement import pod_scheduling
 from llm_operator.rollout.revision import Slot
 from llm_operator.storage import EngineLocation, tokenizer_dir, tokenizer_location
@@ -36,6 +37,21 @@ SSH_KEY_MODE = 0o440
 # The group that may read the SSH keys: Secret volume files belong to root, so a non-root
 # container user reads them through this supplementary group only.
 SSH_FS_GROUP = 1000
+# NVIDIA's images run as root unless told otherwise: their pods run as uid 1000, Triton's own
+# non-root user `triton-server` (triton-inference-server/server build.py creates it with uid and gid
+# 1000, removing Ubuntu's `ubuntu`); ssh and sshd need that passwd entry (multi-node workers). The
+# cpu-runtime image names its own non-root USER.
+NVIDIA_UID = 1000
+
+
+def serving_image(spec: LLMDeploymentSpec, pool: PoolPlan, images: Images) -> str:
+    """spec.runtime.image, else the operator's: NVIDIA's image of the default release, the same
+    plus sshd for a multi-node layout (NVIDIA's image has none), or the cpu-runtime image."""
+    if spec.runtime.image:
+        return spec.runtime.image
+    if spec.engine.backend == Backend.CPU_REFERENCE:
+        return images.cpu_runtime
+    return images.multi_node_runtime if pool.pods_per_replica > 1 else images.runtime
 
 
 def memory_bytes(quantity: str) -> int:
@@ -73,6 +89,7 @@ def _env(spec: LLMDeploymentSpec, pool: PoolPlan, engine: EngineLocation | None)
         {"name": "LLMOP_EXIT_TIMEOUT_SECONDS", "value": str(spec.runtime.exit_timeout_seconds)},
         # The root filesystem is read-only: mpirun, ssh and Python's caches write under HOME.
         {"name": "HOME", "value": contract.HOME_DIR},
+        python_path_env(),  # the launcher, copied in by the init container
     ]
     if engine is not None:
         env.append({"name": "LLMOP_ENGINE_DIR", "value": engine.engine_dir})
@@ -125,6 +142,7 @@ def _container(
         {"name": "shm", "mountPath": "/dev/shm"},
         {"name": "tmp", "mountPath": contract.TMP_DIR},
         {"name": "home", "mountPath": contract.HOME_DIR},
+        inject_mount(),
     ]
     if engine is not None:
         mounts.append({"name": "engine-cache", "mountPath": contract.ENGINE_CACHE_MOUNT, "readOnly": True})
@@ -137,7 +155,7 @@ def _container(
     user_env, user_env_from = spec.runtime.container_env()
     container: dict[str, Any] = {
         "name": "triton",
-        "image": spec.runtime.image or (images.cpu_runtime if cpu else images.runtime),
+        "image": serving_image(spec, pool, images),
         "command": list(contract.CONTAINER_COMMAND),
         "env": _env(spec, pool, engine) + extra_env + user_env,
         "ports": [
@@ -205,6 +223,7 @@ def _volumes(
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm_size}},
         {"name": "tmp", "emptyDir": {}},
         {"name": "home", "emptyDir": {}},
+        inject_volume(),
     ]
     if engine is not None:
         volumes.append(
@@ -266,13 +285,17 @@ def pod_template(
         "terminationGracePeriodSeconds": contract.termination_grace_seconds(
             spec.runtime.exit_timeout_seconds
         ),
-        # Restricted Pod Security: the images name a numeric non-root USER, which the kubelet
-        # checks against runAsNonRoot; workers' sshd runs unprivileged (runtime/ssh.py).
+        # Restricted Pod Security: the kubelet checks runAsNonRoot against the numeric user (the
+        # cpu-runtime and operator images name one, NVIDIA's are given NVIDIA_UID); workers' sshd
+        # runs unprivileged (runtime/ssh.py).
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "initContainers": [inject_init_container(images.operator)],
         "containers": [_container(spec, pool, images, engine, leader=leader, extra_env=extra_env)],
         "volumes": _volumes(spec, pool, deployment, engine, repo_hash, ssh_secret, slot, leader=leader),
         **spec.runtime.pod_identity(),
     }
+    if spec.engine.backend != Backend.CPU_REFERENCE:
+        pod_spec["securityContext"].update(runAsUser=NVIDIA_UID, runAsGroup=NVIDIA_UID)
     if pool.pods_per_replica > 1:
         # OnRootMismatch: a volume whose root already has the group is not walked again (the
         # engine cache is large, and mounted read-only).

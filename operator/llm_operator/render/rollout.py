@@ -129,9 +129,16 @@ def spec_from_snapshot(obj: dict[str, Any]) -> LLMDeploymentSpec:
 
 
 def images_from_snapshot(obj: dict[str, Any]) -> Images | None:
-    """The images a ControllerRevision was started with, when it says."""
+    """The images a ControllerRevision was started with, when it says. A field added to Images
+    since (it has a default) may be missing from an older snapshot: the default stands in."""
     images = (obj.get("data") or {}).get("images")
-    fields = {f.name: to_camel(f.name) for f in dataclasses.fields(Images)}
-    if not isinstance(images, dict) or not all(isinstance(images.get(k), str) for k in fields.values()):
+    if not isinstance(images, dict):
         return None
-    return Images(**{f: images[k] for f, k in fields.items()})
+    found: dict[str, str] = {}
+    for f in dataclasses.fields(Images):
+        value = images.get(to_camel(f.name))
+        if isinstance(value, str):
+            found[f.name] = value
+        elif f.default is dataclasses.MISSING:
+            return None
+    return Images(**found)

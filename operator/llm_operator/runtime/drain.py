@@ -1,14 +1,14 @@
-"""`llm-operator-launch drain`, the preStop hook: Triton has no drain API, and a terminating pod
-leaves the Service endpoints at once while proxies learn it with a delay. So wait for that, then
-until rank 0 has nothing in flight, bounded; SIGTERM and Triton's exit timeout cover the rest.
+"""`python3 -m llm_operator.runtime.launcher drain`, the preStop hook: Triton has no drain API, and
+a terminating pod leaves the Service endpoints at once while proxies learn it with a delay. So wait
+for that, then until rank 0 has nothing in flight, bounded; SIGTERM and Triton's exit timeout
+cover the rest.
 """
 
 from __future__ import annotations
 
+import re
 import time
 import urllib.request
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from llm_operator.runtime.config import PodConfig
 from llm_operator.runtime.supervisor import log
@@ -18,16 +18,49 @@ TRTLLM_REQUESTS = "nv_trt_llm_request_metrics"
 TRTLLM_INFLIGHT_TYPES = ("active", "waiting")
 
 
+# One sample line of Prometheus' text format: name, optional {labels}, value, optional timestamp.
+_SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+-?[0-9]+)?")
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+
+
+def samples(metrics: str) -> list[tuple[str, dict[str, str], float]]:
+    """(name, labels, value) of each sample in Prometheus' text exposition format. Our own parser,
+    not prometheus_client's: this runs in NVIDIA's image, which has only the standard library of
+    ours (render/inject.py), and needs only the samples of two gauges. ValueError on a line that
+    is not a sample."""
+    found = []
+    for line in metrics.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.fullmatch(line)
+        if m is None:
+            raise ValueError(f"not a Prometheus sample: {line[:80]}")
+        name, label_text, value = m.groups()
+        label_text = (label_text or "").strip()
+        labels: dict[str, str] = {}
+        pos = 0
+        while pos < len(label_text):
+            lm = _LABEL.match(label_text, pos)
+            if lm is None:
+                raise ValueError(f"bad labels: {line[:80]}")
+            labels[lm.group(1)] = re.sub(
+                r"\\(.)", lambda e: "\n" if e.group(1) == "n" else e.group(1), lm.group(2)
+            )
+            pos = lm.end()
+        found.append((name, labels, float(value)))
+    return found
+
+
 def inflight(metrics: str) -> float:
     """Requests queued in Triton or active in TensorRT-LLM's batcher (a python/ensemble request
-    leaves Triton's queue when it reaches the backend, so the queue alone under-counts)."""
-    # By family name: the parser renames the samples of a counter (<name>_total).
+    leaves Triton's queue when it reaches the backend, so the queue alone under-counts). Both are
+    gauges, so their samples carry the family's name."""
     return sum(
-        sample.value
-        for family in text_string_to_metric_families(metrics)
-        for sample in family.samples
-        if family.name == PENDING
-        or (family.name == TRTLLM_REQUESTS and sample.labels.get("request_type") in TRTLLM_INFLIGHT_TYPES)
+        value
+        for name, labels, value in samples(metrics)
+        if name == PENDING
+        or (name == TRTLLM_REQUESTS and labels.get("request_type") in TRTLLM_INFLIGHT_TYPES)
     )
 
 

@@ -1,0 +1,81 @@
+"""What the init container copies into NVIDIA's images (llm_operator/inject.py) runs there on the
+standard library alone: the copy is imported by a python that sees nothing else (no site-packages,
+no PYTHONPATH, no checkout), as the image's python3 sees it through PYTHONPATH."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from llm_operator import inject
+from llm_operator.contract import LAUNCHER
+from llm_operator.render.inject import INJECT_PATH, inject_init_container
+from llm_operator.runtime.launcher import EXIT_USAGE
+
+# -I: no PYTHONPATH, user site or script directory; -S: no site-packages. What is left on sys.path
+# is the standard library, and the copy we put first.
+ISOLATED = [sys.executable, "-I", "-S"]
+
+
+def isolated(copy: Path, code: str) -> subprocess.CompletedProcess[str]:
+    prelude = f"import sys; sys.path.insert(0, {str(copy)!r})\n"
+    return subprocess.run([*ISOLATED, "-c", prelude + code], capture_output=True, text=True, timeout=60)
+
+
+def test_the_init_containers_command_copies_the_package(tmp_path: Path) -> None:
+    init = inject_init_container("operator:1")
+    assert init["command"] == ["python3", "-m", "llm_operator.inject", INJECT_PATH]
+    done = subprocess.run([sys.executable, "-m", "llm_operator.inject", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    copied = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert copied == sorted(f"llm_operator/{rel}" for rel in inject.files())
+    assert "llm_operator/runtime/launcher.py" in copied and "llm_operator/engine/build.py" in copied
+    assert not [p for p in copied if "cpu_reference" in p], "the model needs torch: it stays in its image"
+    assert "llm_operator/engine/__init__.py" not in copied, "it renders build Jobs with pydantic"
+
+
+def test_the_copy_imports_with_the_standard_library_alone(tmp_path: Path) -> None:
+    inject.copy(tmp_path)
+    modules = sorted(
+        ".".join(p.relative_to(tmp_path).with_suffix("").parts).removesuffix(".__init__")
+        for p in tmp_path.rglob("*.py")
+    )
+    code = (
+        "import importlib, json\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "files = sorted({getattr(m, '__file__', None) or '' for m in sys.modules.values()})\n"
+        "print(json.dumps({'files': files, 'top': sorted({m.split('.')[0] for m in sys.modules})}))"
+    )
+    done = isolated(tmp_path, code)
+    assert done.returncode == 0, done.stderr  # a ModuleNotFoundError names the package it needs
+    seen = json.loads(done.stdout)
+    third_party = {m for m in seen["top"] if m not in sys.stdlib_module_names and not m.startswith("_")}
+    assert third_party == {"llm_operator"}, third_party
+    ours = [f for f in seen["files"] if "llm_operator" in f]
+    assert ours and all(f.startswith(str(tmp_path)) for f in ours), "every module came from the copy"
+
+
+def test_both_entry_points_run_from_the_copy(tmp_path: Path) -> None:
+    inject.copy(tmp_path)
+    run = (
+        "import runpy; sys.argv = {argv!r}; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+    )
+    # As `python3 -m MODULE ARGS` in the pod: the launcher's main answers an unknown argument...
+    launcher = isolated(
+        tmp_path, run.format(argv=["launcher", "--bogus"], module="llm_operator.runtime.launcher")
+    )
+    assert (launcher.returncode, launcher.stderr) == (EXIT_USAGE, f"usage: {LAUNCHER} [drain]\n")
+    # ...and the build entry point its help.
+    build = isolated(tmp_path, run.format(argv=["build", "--help"], module="llm_operator.engine.build"))
+    assert build.returncode == 0 and "--trtllm-version" in build.stdout, build.stderr
+
+
+def test_a_module_that_needs_a_package_fails_the_check(tmp_path: Path) -> None:
+    """The check above can fail: a copied module importing a third-party package does not import."""
+    inject.copy(tmp_path)
+    (tmp_path / "llm_operator/runtime/drain.py").write_text("import prometheus_client\n")
+    done = isolated(tmp_path, "import llm_operator.runtime.launcher")
+    assert done.returncode != 0 and "No module named 'prometheus_client'" in done.stderr
