@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from llm_operator import releases
 from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.engine import build_job, cache_key
 from llm_operator.engine.state import BuildFact, BuildObserved, EngineState, PoolEngineStatus
@@ -82,6 +83,23 @@ def trtllm_version(ld: LLMDeployment, images: Images) -> str:
             f"{wanted}, or remove tensorrtLlmVersion",
         )
     return wanted
+
+
+def builder_image(ld: LLMDeployment, images: Images, version: str) -> str:
+    """engine.build.image, else the operator's configured builder (a mirror), else NVIDIA's
+    tritonserver trtllm image of the release that carries TensorRT-LLM `version`, unchanged."""
+    custom = (ld.spec.engine.build and ld.spec.engine.build.image) or images.engine_builder
+    if custom:
+        return custom
+    release = releases.for_trtllm(version)
+    if release is None:
+        known = ", ".join(r.trtllm for r in releases.RELEASES)
+        raise PlanningError(
+            "BuilderImageUnknown",
+            f"no NVIDIA image of TensorRT-LLM {version} is known to the operator (it knows {known}): "
+            "set engine.build.image to an image of that version",
+        )
+    return release.image
 
 
 def desired(  # raises PlanningError for a spec the images cannot serve
@@ -157,7 +175,8 @@ def _built_engine(ld: LLMDeployment, pool: PoolPlan, images: Images, builds: Bui
         spec,
         pool,
         key,
-        image=(spec.engine.build and spec.engine.build.image) or images.engine_builder,
+        image=builder_image(ld, images, version),
+        images=images,
         owner=owner_reference(ld),
         trtllm_version=version,  # the builder refuses an image of another version (exit 78)
     )

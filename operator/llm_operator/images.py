@@ -1,14 +1,24 @@
 """The images the operator runs its children with (the Helm chart sets them; controller/config.py
-reads them)."""
+reads them). Build Jobs run NVIDIA's image of the release as published (releases.py); the
+operator's own image copies the build entry point into it (render/inject.py) and the fetch image
+(images/fetch.Dockerfile) moves checkpoints and engines to and from the stores."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+# The chart sets LLMOP_OPERATOR_IMAGE to the image it runs the operator with.
+DEFAULT_OPERATOR_IMAGE = "ghcr.io/llm-operator/operator:0.1.0"
+DEFAULT_FETCH_IMAGE = "ghcr.io/llm-operator/fetch:0.1.0"
 
 
 @dataclass(frozen=True)
 class Images:
     runtime: str
     cpu_runtime: str
-    engine_builder: str
+    engine_builder: str  # "": the NVIDIA image of the engine's TensorRT-LLM release (releases.py)
     trtllm_version: str
+    # The init container of every serving pod: copies the launcher into NVIDIA's image.
+    operator: str = DEFAULT_OPERATOR_IMAGE
+    # Build Jobs' checkpoint download and engine upload (aws, gsutil, hf; TensorRT-LLM's examples).
+    fetch: str = DEFAULT_FETCH_IMAGE
