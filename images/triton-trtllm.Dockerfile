@@ -2,8 +2,8 @@
 # The TensorRT-LLM version must be the operator's LLMOP_TRTLLM_VERSION (engine cache keys contain
 # it) and the engine builder's: 25.06 ships TensorRT-LLM 0.20.0. Pinned by tag; pin by digest in
 # your mirror.
-FROM nvcr.io/nvidia/tritonserver:25.06-trtllm-python-py3
-LABEL io.llmoperator.tensorrt-llm-version="0.20.0"
+FROM nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3
+LABEL io.llmoperator.tensorrt-llm-version="1.1.0"
 ENV LLMOP_TRTLLM_MODELS_DIR=/app/all_models/inflight_batcher_llm
 # OpenSSH: multi-node leaders start worker ranks through the workers' sshd (mpirun's launch
 # agent); both run unprivileged as the image user, so no privilege-separation directory.

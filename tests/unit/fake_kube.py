@@ -119,8 +119,8 @@ class FakeKube:
         cm["data"] = {**cm.get("data", {}), **data}
         self._store(k, cm)
 
-    async def claim_exists(self, namespace: str, name: str) -> bool:
-        return ("PersistentVolumeClaim", namespace, name) in self.objects
+    async def read_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.objects.get(("PersistentVolumeClaim", namespace, name))
 
     async def event(self, involved: dict[str, Any], type_: str, reason: str, message: str, now: str) -> None:
         self.events.append((type_, reason, message))

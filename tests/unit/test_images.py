@@ -15,7 +15,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from llm_operator import cli, contract
+from llm_operator import cli, contract, releases
 from llm_operator.api.v1alpha1 import Backend
 from llm_operator.controller.config import DEFAULT_TRTLLM_VERSION
 
@@ -64,7 +64,7 @@ def test_entrypoint_and_cmd_exist(dockerfile: Path) -> None:
     exec_form = {op: json.loads(rest) for op, rest in instructions(dockerfile) if op in ("ENTRYPOINT", "CMD")}
     assert "ENTRYPOINT" in exec_form, "every image declares its entry point in exec form"
     entry = exec_form["ENTRYPOINT"]
-    if entry[0] == "python":
+    if entry[0] in ("python", "python3"):
         assert entry[1] == "-m"
         importlib.import_module(entry[2])
         return
@@ -86,12 +86,19 @@ def test_image_environment_is_part_of_the_contract(dockerfile: Path) -> None:
 
 
 def test_trtllm_images_match_the_operators_tensorrt_llm_version() -> None:
-    """Engine cache keys contain the version: the builder and the runtime must both be it."""
-    for name in ("triton-trtllm", "engine-builder"):
-        text = (REPO / "images" / f"{name}.Dockerfile").read_text()
-        assert f'io.llmoperator.tensorrt-llm-version="{DEFAULT_TRTLLM_VERSION}"' in text, name
-    builder = dict(instructions(REPO / "images" / "engine-builder.Dockerfile"))["FROM"]
-    assert builder.endswith(f"tensorrt-llm/release:{DEFAULT_TRTLLM_VERSION}")
+    """Engine cache keys contain the version: the runtime must be it (builds run NVIDIA's image of
+    the release, releases.py)."""
+    text = (REPO / "images" / "triton-trtllm.Dockerfile").read_text()
+    assert f'io.llmoperator.tensorrt-llm-version="{DEFAULT_TRTLLM_VERSION}"' in text
+
+
+def test_fetch_image_carries_the_examples_of_every_release() -> None:
+    """Build Jobs convert with TensorRT-LLM's examples of the engine's version, which NVIDIA's
+    tritonserver image lacks: the fetch image must have those of every release in the table."""
+    (arg,) = [rest for op, rest in instructions(REPO / "images" / "fetch.Dockerfile") if op == "ARG"]
+    name, _, value = arg.partition("=")
+    assert name == "TRTLLM_VERSIONS"
+    assert value.strip('"').split() == [r.trtllm for r in releases.RELEASES]
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=IDS)
@@ -99,7 +106,7 @@ def test_build_context_sends_what_the_dockerfile_copies(dockerfile: Path) -> Non
     ignore = Path(f"{dockerfile}.dockerignore").read_text().splitlines()
     allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
     for op, rest in instructions(dockerfile):
-        if op == "COPY":
+        if op == "COPY" and not rest.startswith("--from="):  # another stage's files
             for source in rest.split()[:-1]:
                 assert source.rstrip("/") in allowed, source
 

@@ -95,7 +95,8 @@ class Reconciler:
         self.bodies: CompactDicts[Key] = CompactDicts()  # each deployment as last watched or written
         self.leader_worker_set = False  # render multi-node replicas as LeaderWorkerSets
         self._failures: dict[Key, int] = {}  # consecutive failed reconciles
-        self._claims: set[tuple[str, str]] = set()  # volume claims seen to exist
+        # Volume claims seen to exist, with their capacity in bytes (None: not stated).
+        self._claims: dict[tuple[str, str], int | None] = {}
 
     # -- triggers: record what was seen, queue the owner ---------------------------------------
 
@@ -256,6 +257,14 @@ class Reconciler:
             uris = [ld.spec.model.source.uri, ld.spec.engine.cache.uri]
             message = engines.missing_claims_message(ld.namespace, missing, uris)
             await self._write_status(body, self._stalled(body, PlanningError("VolumeClaimNotFound", message)))
+            self.queue.add_after((namespace, name), CLAIM_RECHECK_SECONDS)
+            return
+        # Only builds not started yet: a Job that exists runs with the claim it has.
+        needs = [n for want in wants for n in want.claim_needs
+                 if ("Job", ld.namespace, n.job) not in self.applier.children]  # fmt: skip
+        small = engines.too_small(ld.namespace, needs, self._claims)
+        if small is not None:
+            await self._write_status(body, self._stalled(body, small))
             self.queue.add_after((namespace, name), CLAIM_RECHECK_SECONDS)
             return
         if any(needs_ssh(want.plan) for want in wants):

@@ -68,3 +68,15 @@ def build_size(spec: LLMDeploymentSpec, pool: PoolPlan, gpus: int) -> BuildSize 
         scratch=math.ceil(scratch * MARGIN),
         fetched=fetched,
     )
+
+
+@dataclass(frozen=True)
+class ClaimNeed:
+    """What a build about to start needs on a claim it writes (the pvc:// engine cache): checked
+    against the claim's capacity before the Job is created (controller/engines.py)."""
+
+    claim: str
+    bytes: int
+    key: str  # the engine's cache key
+    job: str  # the build Job's name
+    uri: str  # the spec's URI that names the claim (engine.cache.uri)
