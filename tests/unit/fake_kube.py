@@ -138,9 +138,15 @@ class FakeKube:
         self._store(("LLMDeployment", namespace, meta["name"]), body)
         return namespace, meta["name"]
 
-    def add_claim(self, name: str, namespace: str = "default") -> None:
-        self._store(("PersistentVolumeClaim", namespace, name), {"kind": "PersistentVolumeClaim",
-                    "metadata": {"name": name, "namespace": namespace}})  # fmt: skip
+    def add_claim(self, name: str, namespace: str = "default", storage: str | None = None) -> None:
+        """A claim; with `storage`, of that requested size (and no status yet: unbound)."""
+        claim: dict[str, Any] = {
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if storage is not None:
+            claim["spec"] = {"resources": {"requests": {"storage": storage}}}
+        self._store(("PersistentVolumeClaim", namespace, name), claim)
 
     def edit(self, kind: str, namespace: str, name: str, **fields: Any) -> dict[str, Any]:
         """Someone else changes an object (a controller's status, a user's kubectl edit)."""
