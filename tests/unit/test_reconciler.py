@@ -323,7 +323,7 @@ async def test_a_build_its_cache_claim_cannot_hold_waits_and_says_both_sizes() -
     await reconcile(kube, reconciler, key)
     stalled = condition(kube, "llama3-70b", "Stalled")
     assert stalled["status"] == "True" and stalled["reason"] == "CacheTooSmall"
-    # 70.6e9 parameters: 141 GB download + FP8 checkpoint and engine at tp 4, + 10% (docs/engines.md)
+    # 70.6e9 parameters: 141 GB download + FP8 checkpoint and engine at tp 4, + 10%
     assert (
         'persistentvolumeclaim "llm-engine-cache" (pvc://llm-engine-cache/engines) holds 100Gi'
         in stalled["message"]

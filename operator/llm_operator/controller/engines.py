@@ -93,9 +93,9 @@ def too_small(
         return PlanningError(
             "CacheTooSmall",
             f'persistentvolumeclaim "{need.claim}" ({need.uri}) holds {gib_quantity(capacity)} and building '
-            f"engine {need.key} needs {gib_quantity(need.bytes)} on it (checkpoint, converted checkpoint "
-            "and engine; docs/engines.md): expand the claim or point engine.cache.uri at a larger one "
-            "(the build starts once it fits)",
+            f"engine {need.key} needs {gib_quantity(need.bytes)} on it (checkpoint, converted "
+            "checkpoint and engine; docs/launcher-and-engines.md): expand the claim or point "
+            "engine.cache.uri at a larger one (the build starts once it fits)",
         )
     return None
 

@@ -1,5 +1,5 @@
 """How much host memory and disk an engine build needs, from the model's size and the precision
-(pure; the rule is also in docs/engines.md).
+(pure; the rule is also in docs/launcher-and-engines.md).
 
 With P parameters the Hugging Face checkpoint is P x 2 bytes (the models the catalogue knows are
 published in bf16/fp16). Our rule, an assumption stated as such, not a measurement:
