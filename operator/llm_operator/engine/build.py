@@ -31,10 +31,13 @@ MARKER = "llm-operator-engine.complete"
 EXIT_CONFIG = 78
 CACHED = ".llm-operator-cached"  # written by engine/fetch.py: the key is in the cache already
 # TensorRT-LLM's examples (convert_checkpoint.py, quantization/quantize.py): NVIDIA's tritonserver
-# trtllm image does not carry them, so the fetch init container copies those of the key's version
-# into the work directory (LLMOP_TRTLLM_EXAMPLES); TensorRT-LLM's own release image keeps them in
-# /app/tensorrt_llm/examples (NVIDIA/TensorRT-LLM docker/Dockerfile.multi, `COPY examples examples`
-# in the release stage, tag v1.1.0), the fallback for an engine.build.image of that kind.
+# trtllm image does not carry them (triton-inference-server/server build.py at v2.64.0 = 25.12
+# adds the backend and pip packages, no examples; NVIDIA's Triton guides run them from a clone),
+# so the fetch init container copies those of the key's version into the work directory
+# (LLMOP_TRTLLM_EXAMPLES). TensorRT-LLM's own release image keeps them in
+# /app/tensorrt_llm/examples (NVIDIA/TensorRT-LLM docker/Dockerfile.multi, release stage: WORKDIR
+# /app/tensorrt_llm, `COPY examples examples`; read on a 2025 main snapshot, not at a tag), the
+# fallback for an engine.build.image of that kind.
 IMAGE_EXAMPLES = "/app/tensorrt_llm/examples"
 EXAMPLES = next(
     (p for p in (os.environ.get("LLMOP_TRTLLM_EXAMPLES"), IMAGE_EXAMPLES) if p and Path(p).is_dir()),

@@ -46,7 +46,7 @@ def fetch_command(uri: str, revision: str, model_dir: str) -> list[str] | None:
         return ["aws", "s3", "sync", "--only-show-errors", uri, model_dir]
     if scheme == "gs":
         return ["gsutil", "-m", "rsync", "-r", uri, model_dir]
-    if scheme == "hf":
+    if scheme == "hf":  # huggingface_hub 1.0 replaced huggingface-cli with hf
         return ["hf", "download", path.strip("/"), "--revision", revision, "--local-dir", model_dir]
     raise FetchError(f"the engine build cannot fetch {scheme}:// sources: use s3://, gs://, hf:// or pvc://")
 
