@@ -11,6 +11,7 @@ from typing import Any
 
 from lightkube.utils.quantity import parse_quantity
 
+from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.controller.kube import KubeApi
 from llm_operator.controller.observe import Children
 from llm_operator.engine.sizing import ClaimNeed, gib_quantity
@@ -65,6 +66,24 @@ async def missing_claims(
         else:
             known[(namespace, claim)] = claim_capacity(found)
     return missing
+
+
+async def claims_problem(
+    kube: KubeApi,
+    ld: LLMDeployment,
+    jobs: list[dict[str, Any]],
+    needs: list[ClaimNeed],
+    known: dict[tuple[str, str], int | None],
+    children: Children,
+) -> PlanningError | None:
+    """Why the builds cannot start on their claims (VolumeClaimNotFound, CacheTooSmall), or None.
+    Sizes are checked for builds not started yet only: a Job that exists runs with the claim it has."""
+    missing = await missing_claims(kube, jobs, known)
+    if missing:
+        uris = [ld.spec.model.source.uri, ld.spec.engine.cache.uri]
+        return PlanningError("VolumeClaimNotFound", missing_claims_message(ld.namespace, missing, uris))
+    waiting = [n for n in needs if ("Job", ld.namespace, n.job) not in children]
+    return too_small(ld.namespace, waiting, known)
 
 
 def claim_capacity(claim: dict[str, Any]) -> int | None:

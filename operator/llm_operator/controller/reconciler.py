@@ -252,19 +252,12 @@ class Reconciler:
             await self._write_status(body, self._stalled(body, e))
             return
         jobs = [job for want in wants for job in want.jobs]
-        missing = await engines.missing_claims(self.kube, jobs, self._claims)
-        if missing:
-            uris = [ld.spec.model.source.uri, ld.spec.engine.cache.uri]
-            message = engines.missing_claims_message(ld.namespace, missing, uris)
-            await self._write_status(body, self._stalled(body, PlanningError("VolumeClaimNotFound", message)))
-            self.queue.add_after((namespace, name), CLAIM_RECHECK_SECONDS)
-            return
-        # Only builds not started yet: a Job that exists runs with the claim it has.
-        needs = [n for want in wants for n in want.claim_needs
-                 if ("Job", ld.namespace, n.job) not in self.applier.children]  # fmt: skip
-        small = engines.too_small(ld.namespace, needs, self._claims)
-        if small is not None:
-            await self._write_status(body, self._stalled(body, small))
+        needs = [n for want in wants for n in want.claim_needs]
+        unusable = await engines.claims_problem(
+            self.kube, ld, jobs, needs, self._claims, self.applier.children
+        )
+        if unusable is not None:
+            await self._write_status(body, self._stalled(body, unusable))
             self.queue.add_after((namespace, name), CLAIM_RECHECK_SECONDS)
             return
         if any(needs_ssh(want.plan) for want in wants):

@@ -1,4 +1,4 @@
-"""Engines: the cache key, where an engine lives, and the build Job (build.py is what it runs).
+"""Engines: the cache key, where an engine lives, and the build Job (build.py and fetch.py run in it).
 
 An engine is valid only for one model revision, quantization, tp, pp, set of max_* limits, GPU
 architecture (compute capability) and TensorRT-LLM version (NVIDIA/TensorRT-LLM#222), so all of
