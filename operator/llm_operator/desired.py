@@ -15,6 +15,7 @@ from typing import Any
 from llm_operator import releases
 from llm_operator.api.v1alpha1 import Backend, LLMDeployment
 from llm_operator.engine import build_job, cache_key
+from llm_operator.engine.sizing import ClaimNeed, build_size
 from llm_operator.engine.state import BuildFact, BuildObserved, EngineState, PoolEngineStatus
 from llm_operator.images import Images
 from llm_operator.plan.cpu import cpu_plan
@@ -50,6 +51,7 @@ class Desired:
     record: tuple[str, ...]  # cache keys whose build succeeded: add them to the engine index
     slot: Slot
     revision: str  # the pod templates' revision label
+    claim_needs: tuple[ClaimNeed, ...] = ()  # what the builds to start need on the claims they write
 
     @property
     def held(self) -> frozenset[tuple[str, str]]:
@@ -120,6 +122,23 @@ def trtllm_version(ld: LLMDeployment, images: Images) -> str:
     return wanted
 
 
+def builder_image(ld: LLMDeployment, images: Images, version: str) -> str:
+    """engine.build.image, else the operator's configured builder (a mirror), else NVIDIA's
+    tritonserver trtllm image of the release that carries TensorRT-LLM `version`, unchanged."""
+    custom = (ld.spec.engine.build and ld.spec.engine.build.image) or images.engine_builder
+    if custom:
+        return custom
+    release = releases.for_trtllm(version)
+    if release is None:
+        known = ", ".join(r.trtllm for r in releases.RELEASES)
+        raise PlanningError(
+            "BuilderImageUnknown",
+            f"no NVIDIA image of TensorRT-LLM {version} is known to the operator (it knows {known}): "
+            "set engine.build.image to an image of that version",
+        )
+    return release.image
+
+
 def desired(  # raises PlanningError for a spec the images cannot serve
     ld: LLMDeployment,
     plan: Plan,
@@ -142,6 +161,7 @@ def desired(  # raises PlanningError for a spec the images cannot serve
     engines: dict[str, PoolEngine] = {}
     statuses: dict[str, PoolEngineStatus] = {}
     record: list[str] = []
+    needs: list[ClaimNeed] = []
     for pool in plan.pools:
         if not needs_engine(ld):
             engines[pool.name] = PoolEngine(None, None, True)
@@ -155,13 +175,17 @@ def desired(  # raises PlanningError for a spec the images cannot serve
             engines[pool.name], statuses[pool.name] = built.engine, built.status
             if built.job is not None:
                 jobs.append(built.job)
+            if built.need is not None:
+                needs.append(built.need)
             if built.newly_built and built.engine.cache_key:
                 record.append(built.engine.cache_key)
     children = slot_children(
         ld, plan, images, engines, slot=slot, revision=revision, leader_worker_set=leader_worker_set
     )
     shared = shared_children(ld, prometheus_url=prometheus_url, metrics_peers=metrics_peers)
-    return Desired(plan, jobs, children, shared, statuses, tuple(dict.fromkeys(record)), slot, revision)
+    return Desired(
+        plan, jobs, children, shared, statuses, tuple(dict.fromkeys(record)), slot, revision, tuple(needs)
+    )
 
 
 def _check_multi_node_image(ld: LLMDeployment, plan: Plan, images: Images) -> None:
@@ -184,6 +208,7 @@ class _PoolBuild:
     status: PoolEngineStatus
     job: dict[str, Any] | None = None  # the build Job, while the engine does not exist yet
     newly_built: bool = False  # its Job succeeded and the index does not say so yet
+    need: ClaimNeed | None = None  # the Job's space on the pvc:// engine cache
 
 
 def _built_engine(ld: LLMDeployment, pool: PoolPlan, images: Images, builds: BuildLookup) -> _PoolBuild:
@@ -209,9 +234,16 @@ def _built_engine(ld: LLMDeployment, pool: PoolPlan, images: Images, builds: Bui
         spec,
         pool,
         key,
-        image=(spec.engine.build and spec.engine.build.image) or images.engine_builder,
+        image=builder_image(ld, images, version),
+        images=images,
         owner=owner_reference(ld),
         trtllm_version=version,  # the builder refuses an image of another version (exit 78)
     )
     message = f"building engine {key} (Job {job_name})"
-    return _PoolBuild(missing, PoolEngineStatus(EngineState.BUILDING, key, uri, job_name, message), job)
+    size = build_size(spec, pool, min(pool.world_size, pool.gpus_per_pod))
+    need = None
+    if location.claim is not None and size is not None:
+        need = ClaimNeed(location.claim, size.scratch, key, job_name, spec.engine.cache.uri)
+    return _PoolBuild(
+        missing, PoolEngineStatus(EngineState.BUILDING, key, uri, job_name, message), job, need=need
+    )

@@ -1,6 +1,8 @@
 """The images the operator runs its children with (the Helm chart sets them; controller/config.py
 reads them). Serving pods and build Jobs run NVIDIA's images as published (releases.py); the
-operator's own image only copies the launcher into them (render/inject.py)."""
+operator's own image copies the launcher and the build entry point into them (render/inject.py),
+and the fetch image (images/fetch.Dockerfile) moves checkpoints and engines to and from the
+stores."""
 
 from __future__ import annotations
 
@@ -8,13 +10,14 @@ from dataclasses import dataclass
 
 # The chart sets LLMOP_OPERATOR_IMAGE to the image it runs the operator with.
 DEFAULT_OPERATOR_IMAGE = "ghcr.io/llm-operator/operator:0.1.0"
+DEFAULT_FETCH_IMAGE = "ghcr.io/llm-operator/fetch:0.1.0"
 
 
 @dataclass(frozen=True)
 class Images:
     runtime: str
     cpu_runtime: str
-    engine_builder: str
+    engine_builder: str  # "": the NVIDIA image of the engine's TensorRT-LLM release (releases.py)
     trtllm_version: str
     # The init container of every serving pod: copies the launcher into NVIDIA's image.
     operator: str = DEFAULT_OPERATOR_IMAGE
@@ -22,3 +25,5 @@ class Images:
     # multi-node layouts need; used for them only. "": none configured (desired.py refuses a
     # multi-node layout on the default image).
     multi_node_runtime: str = ""
+    # Build Jobs' checkpoint download and engine upload (aws, gsutil, hf; TensorRT-LLM's examples).
+    fetch: str = DEFAULT_FETCH_IMAGE

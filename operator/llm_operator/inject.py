@@ -20,10 +20,12 @@ PACKAGE = Path(__file__).resolve().parent
 def files() -> list[Path]:
     """Paths relative to the package: its root `__init__.py`, the serving contract, the launcher
     (runtime/ without cpu_reference/, which needs torch and stays in the cpu-runtime image) and the
-    build entry point. engine/__init__.py is left out: it renders the build Job (pydantic), and
+    build Job's entry points (engine/build.py in NVIDIA's image, engine/fetch.py in the fetch
+    image). engine/__init__.py is left out: it renders the build Job (pydantic), and
     without it engine/ is a namespace package, which is all `-m llm_operator.engine.build` needs."""
     runtime = sorted(p.relative_to(PACKAGE) for p in (PACKAGE / "runtime").glob("*.py"))
-    return [Path("__init__.py"), Path("contract.py"), *runtime, Path("engine/build.py")]
+    engine = [Path("engine/build.py"), Path("engine/fetch.py")]
+    return [Path("__init__.py"), Path("contract.py"), *runtime, *engine]
 
 
 def copy(dest: Path) -> list[Path]:

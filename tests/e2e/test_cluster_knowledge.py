@@ -51,7 +51,7 @@ def building(name: str, source: str, build: dict[str, Any] | None = None, **spec
     )
 
 
-def test_a_missing_model_claim_is_named_before_any_build_starts(
+def test_missing_and_too_small_claims_are_named_before_any_build_starts(
     operator: None, kubectl: Kubectl, namespace: str
 ) -> None:
     body = building("claimless", "pvc://models/llama3.2-1b/")
@@ -64,13 +64,28 @@ def test_a_missing_model_claim_is_named_before_any_build_starts(
     assert kubectl.items("jobs", namespace) == [], "no build Job without its claims"
     assert any(e["reason"] == "VolumeClaimNotFound" for e in warning_events(kubectl, namespace, "claimless"))
 
-    claim_spec = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}
-    for claim in ("models", "engines"):  # what the user does about it; the operator looks again
-        kubectl.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
-                       "spec": claim_spec}, namespace)  # fmt: skip
-    wait_for(
-        "the build Job, once the claims exist", lambda: kubectl.items("jobs", namespace), bool, timeout=60
+    def claim(name: str, storage: str) -> dict[str, Any]:
+        spec = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": storage}}}
+        return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name}, "spec": spec}
+
+    for name in ("models", "engines"):  # what the user does about it; the operator looks again
+        kubectl.apply(claim(name, "1Gi"), namespace)
+    # Llama 3.2 1B in bf16 read in place: its converted checkpoint and engine, + 10%, are 5.5 GB.
+    found = stalled(kubectl, namespace, "claimless", "CacheTooSmall")
+    assert 'persistentvolumeclaim "engines" (pvc://engines/cache) holds 1Gi' in found["message"]
+    assert "needs 6Gi on it" in found["message"]
+    assert kubectl.items("jobs", namespace) == [], "no build Job on a claim that cannot hold it"
+    # An unbound claim cannot be resized: a larger one under the same name.
+    kubectl.delete("persistentvolumeclaim", "engines", namespace, wait=True)
+    kubectl.apply(claim("engines", "8Gi"), namespace)
+    (job,) = wait_for(
+        "the build Job, once the claims exist and fit",
+        lambda: kubectl.items("jobs", namespace),
+        bool,
+        timeout=60,
     )
+    build = job["spec"]["template"]["spec"]["containers"][-1]
+    assert build["name"] == "build" and build["resources"]["requests"]["memory"] == "7Gi"
 
 
 def test_a_serving_pod_the_scheduler_cannot_place_says_why(

@@ -119,8 +119,8 @@ class FakeKube:
         cm["data"] = {**cm.get("data", {}), **data}
         self._store(k, cm)
 
-    async def claim_exists(self, namespace: str, name: str) -> bool:
-        return ("PersistentVolumeClaim", namespace, name) in self.objects
+    async def read_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.objects.get(("PersistentVolumeClaim", namespace, name))
 
     async def event(self, involved: dict[str, Any], type_: str, reason: str, message: str, now: str) -> None:
         self.events.append((type_, reason, message))
@@ -138,9 +138,15 @@ class FakeKube:
         self._store(("LLMDeployment", namespace, meta["name"]), body)
         return namespace, meta["name"]
 
-    def add_claim(self, name: str, namespace: str = "default") -> None:
-        self._store(("PersistentVolumeClaim", namespace, name), {"kind": "PersistentVolumeClaim",
-                    "metadata": {"name": name, "namespace": namespace}})  # fmt: skip
+    def add_claim(self, name: str, namespace: str = "default", storage: str | None = None) -> None:
+        """A claim; with `storage`, of that requested size (and no status yet: unbound)."""
+        claim: dict[str, Any] = {
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if storage is not None:
+            claim["spec"] = {"resources": {"requests": {"storage": storage}}}
+        self._store(("PersistentVolumeClaim", namespace, name), claim)
 
     def edit(self, kind: str, namespace: str, name: str, **fields: Any) -> dict[str, Any]:
         """Someone else changes an object (a controller's status, a user's kubectl edit)."""

@@ -61,6 +61,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "runtimeImage": "registry.example/triton:25.01",
             "cpuRuntimeImage": "registry.example/cpu:1",
             "engineBuilderImage": "registry.example/builder:2",
+            "fetchImage": "registry.example/fetch:3",
             "trtllmVersion": "0.21.0",
             "workers": 9,
             "logLevel": "DEBUG",
@@ -342,6 +343,7 @@ def test_environment_is_what_the_operator_reads(name: str, monkeypatch: pytest.M
     assert config.images.runtime == op["runtimeImage"]
     assert config.images.cpu_runtime == op["cpuRuntimeImage"]
     assert config.images.engine_builder == op["engineBuilderImage"]
+    assert config.images.fetch == op["fetchImage"]
     assert config.images.trtllm_version == op["trtllmVersion"]
     assert config.workers == op["workers"]
     assert config.prometheus_url == op["prometheusUrl"]

@@ -281,7 +281,7 @@ def test_serving_reads_the_tokenizer_where_the_build_copies_it() -> None:
     """engine/build.py copies the tokenizer to <--output>/tokenizer (copy_tokenizer, then the
     rename into place); serving pods of that key load and check that same directory."""
     key = cache_key(SPEC, SINGLE, "1.1.0")
-    job = build_job("llama", "ns", SPEC, SINGLE, key, image="b", owner={})
+    job = build_job("llama", "ns", SPEC, SINGLE, key, image="b", images=IMAGES, owner={})
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
     built = build.parse(args[args.index("--key") :])
     ld = LLMDeployment.model_validate(

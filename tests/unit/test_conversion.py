@@ -15,11 +15,13 @@ import yaml
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec, ModelFamily
 from llm_operator.engine import build as b
 from llm_operator.engine import build_job, cache_key
+from llm_operator.images import Images
 from llm_operator.plan import conversion
 from llm_operator.plan.planner import plan_deployment
 from llm_operator.plan.types import PlanningError, PoolPlan
 
 UPSTREAM = yaml.safe_load((Path(__file__).parent / "upstream" / "trtllm-v1.1.0-converters.yaml").read_text())
+IMAGES = Images("runtime", "cpu-runtime", "", "1.1.0", operator="operator:1", fetch="fetch:1")
 OWNER = {"apiVersion": "llmoperator.io/v1alpha1", "kind": "LLMDeployment", "name": "m", "uid": "u"}
 H100_X8 = PoolPlan("main", "NVIDIA-H100-80GB-HBM3", ("NVIDIA-H100-80GB-HBM3",), (9, 0), 81559, 8, 2, 8, 2, 1)
 H200_X8 = dataclasses.replace(H100_X8, gpu_product="NVIDIA-H200", allowed_products=("NVIDIA-H200",),
@@ -184,7 +186,9 @@ def test_a_quantized_build_without_a_dataset_is_refused_at_planning(precision: s
 
 def test_the_dataset_claim_is_mounted_read_only_and_passed_to_quantize() -> None:
     s = spec(build={"calibration": {"datasetUri": "pvc://datasets/text/v2/", "size": 256}})
-    pod = build_job("m", "ns", s, H100_X4, "k", image="i", owner=OWNER)["spec"]["template"]["spec"]
+    pod = build_job("m", "ns", s, H100_X4, "k", image="i", images=IMAGES, owner=OWNER)["spec"]["template"][
+        "spec"
+    ]
     (c,) = pod["containers"]
     assert {"name": "calibration", "mountPath": "/calibration", "readOnly": True} in c["volumeMounts"]
     assert {
@@ -198,7 +202,9 @@ def test_the_dataset_claim_is_mounted_read_only_and_passed_to_quantize() -> None
 
 def test_a_hub_dataset_is_used_only_where_named() -> None:
     hub = spec(build={"calibration": {"datasetUri": "hf://abisee/cnn_dailymail"}})
-    pod = build_job("m", "ns", hub, H100_X4, "k", image="i", owner=OWNER)["spec"]["template"]["spec"]
+    pod = build_job("m", "ns", hub, H100_X4, "k", image="i", images=IMAGES, owner=OWNER)["spec"]["template"][
+        "spec"
+    ]
     assert "calibration" not in [v["name"] for v in pod["volumes"]]
     args = b.parse([*argv("llama", "fp8")[:-1], "hf://abisee/cnn_dailymail"])
     assert b.calib_dataset(args.calib_dataset) == "abisee/cnn_dailymail" and b.conversion_env(args) == {}
@@ -281,7 +287,7 @@ def test_the_route_follows_model_size_against_the_builds_gpu_memory() -> None:
 def test_a_405b_fp8_build_converts_shard_by_shard_without_calibration() -> None:
     s = spec(LLAMA_405B, build={}, kvCacheDtype="auto")  # no dataset needed on this route
     plan_deployment(parallel(s, 8, 2), None, 1)
-    job = build_job("m", "ns", s, H100_X8, "k", image="i", owner=OWNER)
+    job = build_job("m", "ns", s, H100_X8, "k", image="i", images=IMAGES, owner=OWNER)
     (c,) = job["spec"]["template"]["spec"]["containers"]
     assert "--fp8-rowwise" in c["args"] and "--calib-dataset" not in c["args"]
     cmd = convert(argv("llama", "fp8", "auto", 8, 2, "--fp8-rowwise"))

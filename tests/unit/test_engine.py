@@ -16,6 +16,7 @@ import yaml
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
 from llm_operator.engine import build as b
 from llm_operator.engine import build_job, cache_key, engine_uri, key_label
+from llm_operator.images import Images
 from llm_operator.plan.types import PoolPlan
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "engine"
@@ -23,6 +24,7 @@ H100 = PoolPlan("main", "NVIDIA-H100-80GB-HBM3", ("NVIDIA-H100-80GB-HBM3", "NVID
                 81559, 4, 1, 4, 1, 1)  # fmt: skip
 A100 = PoolPlan("main", "NVIDIA-A100-SXM4-80GB", ("NVIDIA-A100-SXM4-80GB",), (8, 0), 81920, 4, 1, 4, 1, 1)
 MULTI = dataclasses.replace(H100, tensor=8, pipeline=2, gpus_per_pod=8, pods_per_replica=2)
+IMAGES = Images("runtime", "cpu-runtime", "", "1.1.0", operator="operator:1", fetch="fetch:1")
 OWNER = {"apiVersion": "llmoperator.io/v1alpha1", "kind": "LLMDeployment", "name": "llama", "uid": "u-1",
          "controller": True, "blockOwnerDeletion": True}  # fmt: skip
 
@@ -115,7 +117,7 @@ JOBS = {
 def test_build_job_matches_golden_and_validates(name: str) -> None:
     s, pool = JOBS[name]
     job = build_job("llama", "team-a", s, pool, cache_key(s, pool, "0.20.0"), image="builder:0.20.0",
-                    owner=OWNER, trtllm_version="0.20.0")  # fmt: skip
+                    images=IMAGES, owner=OWNER, trtllm_version="0.20.0")  # fmt: skip
     kubernetes_validate.validate(job, "1.34.0", strict=True)
     text = yaml.safe_dump(job, sort_keys=False)
     golden = GOLDEN / f"{name}.yaml"
@@ -126,21 +128,29 @@ def test_build_job_matches_golden_and_validates(name: str) -> None:
 
 
 def test_the_credentials_secret_is_mounted_only_where_the_spec_names_it() -> None:
-    def secrets(s: LLMDeploymentSpec) -> list[str]:
-        job = build_job("llama", "team-a", s, H100, "k", image="b", owner=OWNER)
-        container = job["spec"]["template"]["spec"]["containers"][0]
-        return [e["secretRef"]["name"] for e in container.get("envFrom", []) if "secretRef" in e]
+    def secrets(s: LLMDeploymentSpec) -> dict[str, list[str]]:
+        job = build_job("llama", "team-a", s, H100, "k", image="b", images=IMAGES, owner=OWNER)
+        pod = job["spec"]["template"]["spec"]
+        return {
+            c["name"]: [e["secretRef"]["name"] for e in c.get("envFrom", []) if "secretRef" in e]
+            for c in pod["initContainers"] + pod["containers"]
+        }
 
-    assert secrets(spec()) == []
+    assert not any(secrets(spec()).values())
     named = spec({"source": {"uri": "s3://m", "credentialsSecretRef": {"name": "s3-reader"}}})
-    assert secrets(named) == ["s3-reader"]
+    # Only the store steps read it; NVIDIA's build container never sees the Secret.
+    assert {name for name, refs in secrets(named).items() if refs} == {"fetch"}
+    assert secrets(named)["fetch"] == ["s3-reader"]
+    both = spec({"source": {"uri": "s3://m", "credentialsSecretRef": {"name": "s3-rw"}}},
+                cache={"uri": "s3://engines"})  # fmt: skip
+    assert {name for name, refs in secrets(both).items() if refs} == {"fetch", "publish"}
     with pytest.raises(ValueError, match="credentialsSecretRef is for s3://"):  # nothing downloads it
         spec({"source": {"uri": "pvc://models/llama", "credentialsSecretRef": {"name": "s3-reader"}}})
 
 
 def test_build_job_pins_the_serving_products_gpus_and_cache() -> None:
     key = cache_key(spec(), H100, "0.20.0")
-    job = build_job("llama", "ns", spec(), H100, key, image="builder:1", owner=OWNER)
+    job = build_job("llama", "ns", spec(), H100, key, image="builder:1", images=IMAGES, owner=OWNER)
     pod = job["spec"]["template"]["spec"]
     (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"
@@ -166,7 +176,7 @@ def test_build_job_pins_the_serving_products_gpus_and_cache() -> None:
 
 
 def test_a_multi_node_world_builds_on_one_pods_gpus() -> None:
-    job = build_job("llama", "ns", spec(), MULTI, "k", image="i", owner=OWNER)
+    job = build_job("llama", "ns", spec(), MULTI, "k", image="i", images=IMAGES, owner=OWNER)
     (c,) = job["spec"]["template"]["spec"]["containers"]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert c["args"][c["args"].index("--gpus-per-node") + 1] == "8"
@@ -242,27 +252,13 @@ def test_convert_script_follows_the_model_family(tmp_path: Path) -> None:
         b.convert_script(tmp_path, "mamba")
 
 
-def test_checkpoint_fetch_and_engine_upload_per_store() -> None:
-    s3 = b.fetch_command("s3://b/llama/", "r", "/m")
-    assert s3 is not None and s3[:3] == ["aws", "s3", "sync"]
-    gs = b.fetch_command("gs://b/llama", "r", "/m")
-    assert gs is not None and gs[:2] == ["gsutil", "-m"]
-    hf = b.fetch_command("hf://meta-llama/Llama-2-7b-hf", "main", "/m")
-    assert hf is not None and hf[2:5] == ["meta-llama/Llama-2-7b-hf", "--revision", "main"]
-    assert b.fetch_command("/model-source/llama", "r", "/m") is None  # a mounted pvc:// source
-    with pytest.raises(b.BuildError, match="cannot fetch"):
-        b.fetch_command("builtin://tiny-llama", "r", "/m")
-    files, marker = b.upload_commands("/work/engine", "s3://e/k")
-    assert files[-2:] == ["/work/engine", "s3://e/k"] and b.MARKER in files
-    assert marker == ["aws", "s3", "cp", f"/work/engine/{b.MARKER}", f"s3://e/k/{b.MARKER}"]
-
-
 def test_dry_run_prints_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert b.main([*args("int4-awq", "sm90", "auto", "--upload", "s3://e/k"), "--dry-run"]) == 0
     lines = [line.split() for line in capsys.readouterr().out.splitlines()]
-    assert [line[1] for line in lines] == ["aws", "HF_HUB_OFFLINE=1", "trtllm-build", "aws", "aws"]
-    assert lines[1][1:4] == ["HF_HUB_OFFLINE=1", "HF_DATASETS_OFFLINE=1", "python"], "a local dataset"
-    assert "--qformat int4_awq" in " ".join(lines[1])
+    # The download and the upload are the fetch image's (engine/fetch.py), not NVIDIA's image's.
+    assert [line[1] for line in lines] == ["HF_HUB_OFFLINE=1", "trtllm-build"]
+    assert lines[0][1:4] == ["HF_HUB_OFFLINE=1", "HF_DATASETS_OFFLINE=1", "python"], "a local dataset"
+    assert "--qformat int4_awq" in " ".join(lines[0])
 
 
 def test_a_cached_engine_is_not_rebuilt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -68,7 +68,7 @@ def test_entrypoint_and_cmd_exist(dockerfile: Path) -> None:
         return
     assert "ENTRYPOINT" in exec_form, "every other image declares its entry point in exec form"
     entry = exec_form["ENTRYPOINT"]
-    if entry[0] == "python":
+    if entry[0] in ("python", "python3"):
         assert entry[1] == "-m"
         importlib.import_module(entry[2])
         return
@@ -91,15 +91,22 @@ def test_image_environment_is_part_of_the_contract(dockerfile: Path) -> None:
 
 def test_trtllm_images_are_the_default_release_of_the_version_table() -> None:
     """Engine cache keys contain the TensorRT-LLM version: the multi-node image is NVIDIA's image of
-    the default release, the builder the same TensorRT-LLM, and the operator's defaults both."""
+    the default release, and the operator's defaults are that image and its TensorRT-LLM (builds
+    run NVIDIA's image of the engine's release, releases.py)."""
     release = releases.DEFAULT
     sshd = REPO / "images" / "triton-trtllm-sshd.Dockerfile"
     assert dict(instructions(sshd))["FROM"] == release.image
-    builder = REPO / "images" / "engine-builder.Dockerfile"
-    assert dict(instructions(builder))["FROM"].endswith(f"tensorrt-llm/release:{release.trtllm}")
-    for dockerfile in (sshd, builder):
-        assert f'io.llmoperator.tensorrt-llm-version="{release.trtllm}"' in dockerfile.read_text()
+    assert f'io.llmoperator.tensorrt-llm-version="{release.trtllm}"' in sshd.read_text()
     assert (release.image, release.trtllm) == (DEFAULT_RUNTIME_IMAGE, DEFAULT_TRTLLM_VERSION)
+
+
+def test_fetch_image_carries_the_examples_of_every_release() -> None:
+    """Build Jobs convert with TensorRT-LLM's examples of the engine's version, which NVIDIA's
+    tritonserver image lacks: the fetch image must have those of every release in the table."""
+    (arg,) = [rest for op, rest in instructions(REPO / "images" / "fetch.Dockerfile") if op == "ARG"]
+    name, _, value = arg.partition("=")
+    assert name == "TRTLLM_VERSIONS"
+    assert value.strip('"').split() == [r.trtllm for r in releases.RELEASES]
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=IDS)
@@ -107,7 +114,7 @@ def test_build_context_sends_what_the_dockerfile_copies(dockerfile: Path) -> Non
     ignore = Path(f"{dockerfile}.dockerignore").read_text().splitlines()
     allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
     for op, rest in instructions(dockerfile):
-        if op == "COPY":
+        if op == "COPY" and not rest.startswith("--from="):  # another stage's files
             for source in rest.split()[:-1]:
                 source = source.rstrip("/")
                 assert any(source == a or source.startswith(f"{a}/") for a in allowed), source

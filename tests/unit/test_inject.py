@@ -33,6 +33,7 @@ def test_the_init_containers_command_copies_the_package(tmp_path: Path) -> None:
     copied = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
     assert copied == sorted(f"llm_operator/{rel}" for rel in inject.files())
     assert "llm_operator/runtime/launcher.py" in copied and "llm_operator/engine/build.py" in copied
+    assert "llm_operator/engine/fetch.py" in copied, "the build Job's fetch and publish steps"
     assert not [p for p in copied if "cpu_reference" in p], "the model needs torch: it stays in its image"
     assert "llm_operator/engine/__init__.py" not in copied, "it renders build Jobs with pydantic"
 

@@ -109,7 +109,7 @@ async def drive_every_kube_method(recorder: Recorder) -> None:
         "create": [partial(kube.create, meta(kind)) for kind in CREATED_KINDS],
         "delete": [partial(kube.delete, kind, "n", "x") for kind in CHILD_KINDS],
         "add_labels": [partial(kube.add_labels, kind, "n", {}, "u", {"a": "b"}) for kind in RELABELED_KINDS],
-        "claim_exists": [lambda: kube.claim_exists("n", "x")],
+        "read_claim": [lambda: kube.read_claim("n", "x")],
         "has_leader_worker_set": [kube.has_leader_worker_set],
         "has_crd": [lambda: kube.has_crd("x")],
         "delete_pod": [lambda: kube.delete_pod("n", "x")],

@@ -112,6 +112,18 @@ def test_pod_problem_reads_waiting_reasons_that_need_a_person() -> None:
     assert pod_problem({"status": {}}) is None
 
 
+def test_pod_problem_reads_init_containers_first() -> None:
+    """A build pod's fetch step (an init container) failing, or its image not pulling, is what
+    stopped the pod: the main container only waits (PodInitializing) behind it."""
+    waiting = {"state": {"waiting": {"reason": "PodInitializing"}}}
+    pull = {"state": {"waiting": {"reason": "ImagePullBackOff", "message": "m"}}}
+    pulling = {"initContainerStatuses": [pull], "containerStatuses": [waiting]}
+    assert pod_problem({"status": pulling}) == "ImagePullBackOff: m"
+    fetch = {"state": {"terminated": {"exitCode": 78, "reason": "Error", "message": "engine fetch: cannot"}}}
+    failed = {"phase": "Failed", "initContainerStatuses": [fetch], "containerStatuses": [waiting]}
+    assert (pod_problem({"status": failed}) or "").endswith("exited 78 (Error): engine fetch: cannot")
+
+
 def test_pod_problem_gives_the_crash_and_the_schedulers_words() -> None:
     crashed = {
         "status": {

@@ -333,6 +333,33 @@ async def test_a_build_waits_for_its_claim_and_says_which_one() -> None:
     assert kube.take_writes() == [], "claims once seen are not looked up again"
 
 
+async def test_a_build_its_cache_claim_cannot_hold_waits_and_says_both_sizes() -> None:
+    kube = FakeKube()
+    kube.add_claim("llm-engine-cache", storage="100Gi")
+    kube.add_claim("llm-calibration")
+    kube, reconciler = await operator_with_nodes(kube)
+    key = kube.add_deployment(example("llama3-70b-fp8"))
+    await reconcile(kube, reconciler, key)
+    stalled = condition(kube, "llama3-70b", "Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "CacheTooSmall"
+    # 70.6e9 parameters: 141 GB download + FP8 checkpoint and engine at tp 4, + 10%
+    assert (
+        'persistentvolumeclaim "llm-engine-cache" (pvc://llm-engine-cache/engines) holds 100Gi'
+        in stalled["message"]
+    )
+    assert "needs 307Gi on it" in stalled["message"] and "expand the claim" in stalled["message"]
+    assert not kube.of_kind("Job"), "no build starts on a claim that cannot hold it"
+    assert kube.events[-1][:2] == ("Warning", "CacheTooSmall")
+
+    # Bound larger than asked (status.capacity is what the volume holds): the build starts.
+    claim = kube.objects[("PersistentVolumeClaim", NS, "llm-engine-cache")]
+    kube.edit("PersistentVolumeClaim", NS, "llm-engine-cache", status={"capacity": {"storage": "1Ti"}})
+    assert claim["spec"]["resources"]["requests"]["storage"] == "100Gi"
+    await reconcile(kube, reconciler, key)
+    assert len(kube.of_kind("Job")) == 1
+    assert condition(kube, "llama3-70b", "Stalled")["status"] == "False"
+
+
 def multi_node() -> dict[str, Any]:
     body = example("llama31-405b-multinode")
     body["spec"]["engine"].pop("build")

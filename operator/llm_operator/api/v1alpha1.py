@@ -310,7 +310,9 @@ class Calibration(Spec):
 
 class EngineBuild(Spec):
     image: str | None = Field(
-        default=None, max_length=512, description="Engine-builder image (default from the operator)."
+        default=None,
+        max_length=512,
+        description="Image of the build step (default: NVIDIA's tritonserver trtllm image of the release).",
     )
     tensorrt_llm_version: str | None = Field(
         default=None,

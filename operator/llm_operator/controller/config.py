@@ -10,7 +10,7 @@ from pathlib import Path
 from llm_operator import releases
 from llm_operator.controller.lease import ElectionConfig
 from llm_operator.controller.prometheus_urls import Endpoint, parse_list
-from llm_operator.images import DEFAULT_OPERATOR_IMAGE, Images
+from llm_operator.images import DEFAULT_FETCH_IMAGE, DEFAULT_OPERATOR_IMAGE, Images
 from llm_operator.render.autoscaling import DEFAULT_PROMETHEUS_URL
 from llm_operator.render.network import DEFAULT_METRICS_PEERS, parse_peers
 
@@ -43,10 +43,12 @@ class OperatorConfig:
             images=Images(
                 runtime=env("LLMOP_RUNTIME_IMAGE", DEFAULT_RUNTIME_IMAGE),
                 cpu_runtime=env("LLMOP_CPU_RUNTIME_IMAGE", "ghcr.io/llm-operator/cpu-runtime:0.1.0"),
-                engine_builder=env("LLMOP_ENGINE_BUILDER_IMAGE", "ghcr.io/llm-operator/engine-builder:0.1.0"),
+                # "": NVIDIA's image of the release (desired.py); set it to use a mirror.
+                engine_builder=env("LLMOP_ENGINE_BUILDER_IMAGE", ""),
                 trtllm_version=env("LLMOP_TRTLLM_VERSION", DEFAULT_TRTLLM_VERSION),
                 operator=env("LLMOP_OPERATOR_IMAGE", DEFAULT_OPERATOR_IMAGE),
                 multi_node_runtime=env("LLMOP_MULTI_NODE_RUNTIME_IMAGE", ""),
+                fetch=env("LLMOP_FETCH_IMAGE", DEFAULT_FETCH_IMAGE),
             ),
             workers=int(env("LLMOP_WORKERS", "16")),
             metrics_port=int(env("LLMOP_METRICS_PORT", "8000")),

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_operator.api.v1alpha1 import LLMDeploymentSpec
+from lightkube.utils.quantity import parse_quantity
+
+from llm_operator.api.v1alpha1 import LLMDeployment, LLMDeploymentSpec
 from llm_operator.controller.kube import KubeApi
 from llm_operator.controller.observe import Children
+from llm_operator.engine.sizing import ClaimNeed, gib_quantity
 from llm_operator.engine.state import BuildFact, BuildObserved
+from llm_operator.plan.types import PlanningError
 
 ENGINE_INDEX = "llm-engine-cache-index"  # per namespace: cache keys whose build Job succeeded
 
@@ -46,18 +50,21 @@ def claims(jobs: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return list(found)
 
 
-async def missing_claims(kube: KubeApi, jobs: list[dict[str, Any]], known: set[tuple[str, str]]) -> list[str]:
+async def missing_claims(
+    kube: KubeApi, jobs: list[dict[str, Any]], known: dict[tuple[str, str], int | None]
+) -> list[str]:
     """Claims the builds would mount that do not exist: checked before a build starts, so the
     user reads which claim is missing instead of a Job whose pod stays Pending. Claims once
-    seen are remembered (`known`), so a running build costs no lookups."""
+    seen are remembered with their capacity (`known`), so a running build costs no lookups."""
     missing = []
     for namespace, claim in claims(jobs):
         if (namespace, claim) in known:
             continue
-        if await kube.claim_exists(namespace, claim):
-            known.add((namespace, claim))
-        else:
+        found = await kube.read_claim(namespace, claim)
+        if found is None:
             missing.append(claim)
+        else:
+            known[(namespace, claim)] = claim_capacity(found)
     return missing
 
 
@@ -65,6 +72,57 @@ def claim_uris(spec: LLMDeploymentSpec) -> list[str]:
     """The spec's URIs that can name a claim the build Job mounts."""
     calibration = spec.engine.build.calibration if spec.engine.build else None
     return [spec.model.source.uri, spec.engine.cache.uri, *([calibration.dataset_uri] if calibration else [])]
+
+
+async def claims_problem(
+    kube: KubeApi,
+    ld: LLMDeployment,
+    jobs: list[dict[str, Any]],
+    needs: list[ClaimNeed],
+    known: dict[tuple[str, str], int | None],
+    children: Children,
+) -> PlanningError | None:
+    """Why the builds cannot start on their claims (VolumeClaimNotFound, CacheTooSmall), or None.
+    Sizes are checked for builds not started yet only: a Job that exists runs with the claim it has."""
+    missing = await missing_claims(kube, jobs, known)
+    if missing:
+        uris = claim_uris(ld.spec)
+        return PlanningError("VolumeClaimNotFound", missing_claims_message(ld.namespace, missing, uris))
+    waiting = [n for n in needs if ("Job", ld.namespace, n.job) not in children]
+    return too_small(ld.namespace, waiting, known)
+
+
+def claim_capacity(claim: dict[str, Any]) -> int | None:
+    """Bytes the claim holds: what is bound (status.capacity), else what it asks for; None when it
+    says neither."""
+    for section, field in (("status", "capacity"), ("spec", "resources")):
+        values = (claim.get(section) or {}).get(field) or {}
+        storage = (
+            (values.get("requests") or {}).get("storage") if field == "resources" else values.get("storage")
+        )
+        if storage:
+            return int(parse_quantity(str(storage)) or 0)
+    return None
+
+
+def too_small(
+    namespace: str, needs: list[ClaimNeed], known: dict[tuple[str, str], int | None]
+) -> PlanningError | None:
+    """CacheTooSmall for the first build whose claim cannot hold it, before its Job exists. A claim
+    found too small is forgotten, so the next check reads it again (it may have been expanded)."""
+    for need in needs:
+        capacity = known.get((namespace, need.claim))
+        if capacity is None or capacity >= need.bytes:
+            continue
+        known.pop((namespace, need.claim), None)
+        return PlanningError(
+            "CacheTooSmall",
+            f'persistentvolumeclaim "{need.claim}" ({need.uri}) holds {gib_quantity(capacity)} and building '
+            f"engine {need.key} needs {gib_quantity(need.bytes)} on it (checkpoint, converted "
+            "checkpoint and engine; docs/launcher-and-engines.md): expand the claim or point "
+            "engine.cache.uri at a larger one (the build starts once it fits)",
+        )
+    return None
 
 
 def missing_claims_message(namespace: str, missing: list[str], uris: list[str]) -> str:

@@ -93,7 +93,7 @@ class KubeApi(Protocol):
     async def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
     async def add_configmap_keys(self, namespace: str, name: str, data: dict[str, str]) -> None: ...
-    async def claim_exists(self, namespace: str, name: str) -> bool: ...
+    async def read_claim(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     async def event(
         self, involved: dict[str, Any], type_: str, reason: str, message: str, now: str
     ) -> None: ...
@@ -147,14 +147,15 @@ class Kube:
             return False
         return True
 
-    async def claim_exists(self, namespace: str, name: str) -> bool:
+    async def read_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The claim (its size: spec.resources, status.capacity); None when it does not exist."""
         try:
-            await self.client.get(PersistentVolumeClaim, name, namespace=namespace)
+            claim = await self.client.get(PersistentVolumeClaim, name, namespace=namespace)
         except ApiError as e:
             if e.status.code == 404:
-                return False
+                return None
             raise
-        return True
+        return _as_dict(claim)
 
     async def delete(self, kind: str, namespace: str, name: str, *, orphan: bool = False) -> None:
         """Delete a child; its dependents go too (in the background), or stay with `orphan`."""

@@ -246,7 +246,10 @@ def pod_problem(pod: dict[str, Any]) -> str | None:
     refused = launcher_refusal(status)
     if refused is not None:
         return refused
-    for c in status.get("containerStatuses") or []:
+    # Init containers first: they run before the rest (build Jobs' fetch and build steps, the
+    # injection into NVIDIA's images), and theirs is the failure that stops the pod.
+    containers = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+    for c in containers:
         waiting = (c.get("state") or {}).get("waiting") or {}
         reason = waiting.get("reason")
         if reason not in FAILING_WAIT_REASONS:
@@ -257,7 +260,7 @@ def pod_problem(pod: dict[str, Any]) -> str | None:
             detail = _exited(last, len(reason))
         return f"{reason}: {detail}".strip().rstrip(":")[:MAX_PROBLEM]
     if status.get("phase") == "Failed":  # a build attempt (restartPolicy Never) that ended badly
-        for c in status.get("containerStatuses") or []:
+        for c in containers:
             ended = (c.get("state") or {}).get("terminated") or {}
             if ended.get("exitCode"):
                 return f"{FAILED_POD}: {_exited(ended, len(FAILED_POD))}"

@@ -97,7 +97,8 @@ class Reconciler:
         self.bodies: CompactDicts[Key] = CompactDicts()  # each deployment as last watched or written
         self.leader_worker_set = False  # render multi-node replicas as LeaderWorkerSets
         self._failures: dict[Key, int] = {}  # consecutive failed reconciles
-        self._claims: set[tuple[str, str]] = set()  # volume claims seen to exist
+        # Volume claims seen to exist, with their capacity in bytes (None: not stated).
+        self._claims: dict[tuple[str, str], int | None] = {}
 
     # -- triggers: record what was seen, queue the owner ---------------------------------------
 
@@ -254,10 +255,12 @@ class Reconciler:
             await self._write_status(body, self._stalled(body, e))
             return
         jobs = [job for want in wants for job in want.jobs]
-        missing = await engines.missing_claims(self.kube, jobs, self._claims)
-        if missing:
-            message = engines.missing_claims_message(ld.namespace, missing, engines.claim_uris(ld.spec))
-            await self._write_status(body, self._stalled(body, PlanningError("VolumeClaimNotFound", message)))
+        needs = [n for want in wants for n in want.claim_needs]
+        unusable = await engines.claims_problem(
+            self.kube, ld, jobs, needs, self._claims, self.applier.children
+        )
+        if unusable is not None:
+            await self._write_status(body, self._stalled(body, unusable))
             self.queue.add_after((namespace, name), CLAIM_RECHECK_SECONDS)
             return
         if self.pod_problems.of((namespace, name)):

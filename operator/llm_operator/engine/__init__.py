@@ -1,4 +1,4 @@
-"""Engines: the cache key, where an engine lives, and the build Job (build.py is what it runs).
+"""Engines: the cache key, where an engine lives, and the build Job (build.py and fetch.py run in it).
 
 An engine is valid only for one model revision, quantization, tp, pp, set of max_* limits, GPU
 architecture (compute capability) and TensorRT-LLM version (NVIDIA/TensorRT-LLM#222), so all of
@@ -7,6 +7,7 @@ those make up the key; two GPU products of one architecture share engines.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import posixpath
@@ -17,14 +18,22 @@ from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import EngineBuild, LLMDeploymentSpec
 from llm_operator.contract import ENGINE_CACHE_MOUNT
 from llm_operator.engine import inputs
+from llm_operator.engine.sizing import build_size
+from llm_operator.images import Images
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
+from llm_operator.render.inject import inject_init_container, inject_mount, inject_volume, python_path_env
 from llm_operator.storage import engine_location
 
 MODEL_MOUNT = "/model-source"
 WORK_MOUNT = "/work"  # scratch: HOME, caches, and the engine before it is uploaded to an object store
 BUILDER_UID = 1000
-EXIT_CONFIG = 78  # build.py: wrong image or GPU for this key; retrying cannot help
+EXIT_CONFIG = 78  # build.py: wrong image or GPU for this key; fetch.py: a URI it cannot use
+RESTRICTED: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "readOnlyRootFilesystem": True,
+}
 
 
 def key_parts(spec: LLMDeploymentSpec, pool: PoolPlan, trtllm_version: str) -> dict[str, Any]:
@@ -106,50 +115,67 @@ def build_job(
     key: str,
     *,
     image: str,
+    images: Images,
     owner: dict[str, Any],
     trtllm_version: str | None = None,
 ) -> dict[str, Any]:
-    """A Job that converts or quantizes the checkpoint and runs trtllm-build on the pool's GPUs.
+    """A Job that fetches the checkpoint, converts or quantizes it and runs trtllm-build on the
+    pool's GPUs, then (object-store caches) uploads the engine.
+
+    Its containers, in order: `inject` (the operator's image copies our standard-library-only
+    package into an emptyDir), `fetch` (our fetch image: cache hit check, checkpoint download,
+    TensorRT-LLM's examples; engine/fetch.py), `build` (`image`, NVIDIA's tritonserver trtllm image
+    of the release as published, running engine/build.py with its own python3), and for s3:// and
+    gs:// caches `publish` (the fetch image again: files, then the marker). Kubernetes runs init
+    containers one after another and the main container last, so the last step is the main one.
 
     It takes one GPU per rank, up to one pod's worth (pool.gpus_per_pod): ModelOpt calibrates the
     model sharded over them and trtllm-build builds that many ranks in parallel; a world that spans
-    pods is built on one pod's GPUs, several ranks per GPU in turn. pvc:// caches are written in
-    place; s3:// and gs:// caches are built in scratch space and uploaded, marker last. With
-    `trtllm_version`, the builder refuses an image of another TensorRT-LLM version (the key would
-    lie), exit code 78, which fails the Job without retries.
+    pods is built on one pod's GPUs, several ranks per GPU in turn. Host memory and scratch space
+    come from the model's size (engine/sizing.py). pvc:// caches are written in place, the download
+    and converted checkpoint beside them; s3:// and gs:// caches are built in the Job's scratch
+    volume. With `trtllm_version`, the builder refuses an image of another TensorRT-LLM version
+    (the key would lie), exit code 78, which fails the Job without retries; so do fetch and publish
+    for a URI they cannot use.
     """
     build = spec.engine.build or EngineBuild()
     gpus = min(pool.world_size, pool.gpus_per_pod)
+    size = build_size(spec, pool, gpus)
     labels = {**L.common_labels(deployment, "engine-build"), L.POOL: pool.name}
     model_uri = spec.model.source.uri
-    mounts: list[dict[str, Any]] = [
-        {"name": "work", "mountPath": WORK_MOUNT},
-        {"name": "shm", "mountPath": "/dev/shm"},
-        {"name": "tmp", "mountPath": "/tmp"},
-    ]
+    common = [{"name": "work", "mountPath": WORK_MOUNT}, {"name": "tmp", "mountPath": "/tmp"}]
+    build_mounts: list[dict[str, Any]] = [*common, {"name": "shm", "mountPath": "/dev/shm"}, inject_mount()]
+    fetch_mounts: list[dict[str, Any]] = [*common, inject_mount()]
+    work: dict[str, Any] = {"name": "work", "emptyDir": {}}
     volumes: list[dict[str, Any]] = [
-        {"name": "work", "emptyDir": {}},
+        inject_volume(),
+        work,
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm_size}},
         {"name": "tmp", "emptyDir": {}},  # the root filesystem is read-only; tools write temp files
     ]
     if model_uri.startswith("pvc://"):
         claim, _, path = model_uri.removeprefix("pvc://").partition("/")
         model_uri = f"{MODEL_MOUNT}/{path.strip('/')}".rstrip("/")
-        mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True})
+        build_mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True})
         volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
     if (calibration := inputs.calibration_volume(spec, pool)) is not None:
-        mounts.append(calibration[0])
+        build_mounts.append(calibration[0])
         volumes.append(calibration[1])
     cache = spec.engine.cache.uri
     if cache.startswith("pvc://"):
         location = engine_location(cache, key)
         output, upload = location.engine_dir, None
-        # Checkpoints are as large as the model: keep them on the cache volume, not the node's disk.
+        # The download and the converted checkpoint are as large as the model: keep them on the
+        # cache volume (engine/sizing.py sizes it), not the node's disk.
         scratch = f"{posixpath.dirname(output)}/.scratch/{key}"
-        mounts.append({"name": "engine-cache", "mountPath": ENGINE_CACHE_MOUNT})
+        cache_mount = {"name": "engine-cache", "mountPath": ENGINE_CACHE_MOUNT}
+        build_mounts.append(cache_mount)
+        fetch_mounts.append(cache_mount)
         volumes.append({"name": "engine-cache", "persistentVolumeClaim": {"claimName": location.claim}})
     else:
         output, upload, scratch = f"{WORK_MOUNT}/engine", engine_uri(spec, key), f"{WORK_MOUNT}/scratch"
+        if size is not None:  # everything is in the scratch volume: the node's disk must hold it
+            work["emptyDir"] = {"sizeLimit": size.scratch_quantity}
     e = spec.engine
     args = [
         "--key", key, "--model", model_uri, "--revision", spec.model.revision,
@@ -161,35 +187,59 @@ def build_job(
         "--max-beam-width", str(e.max_beam_width), "--output", output, "--work-dir", scratch,
         *inputs.args(spec, pool),
     ]  # fmt: skip
+    destination = ["--upload", upload] if upload else ["--output", output]
+    fetch_args = ["fetch", "--key", key, "--work-dir", scratch, "--model", spec.model.source.uri,
+                  "--revision", spec.model.revision, *destination]  # fmt: skip
     if upload:
         args += ["--upload", upload]
     if trtllm_version:
         args += ["--trtllm-version", trtllm_version]
+        fetch_args += ["--examples-version", trtllm_version]
     user_env, user_env_from = spec.runtime.container_env()
-    env_from = [*_credentials(spec), *user_env_from]
-    container: dict[str, Any] = {
+    # No passwd entry for the uid: HOME and USER keep Python, torch and HF caches happy.
+    home = [{"name": "HOME", "value": WORK_MOUNT}, {"name": "USER", "value": "builder"},
+            {"name": "HF_HOME", "value": f"{WORK_MOUNT}/.cache/huggingface"}, python_path_env()]  # fmt: skip
+    # The stores' credentials: the Secret the spec names and the user's environment (the same as
+    # serving), only in the containers that read or write the stores.
+    store_env_from = [*_credentials(spec), *user_env_from]
+    requests: dict[str, str] = {L.GPU_RESOURCE: str(gpus)}
+    if size is not None:
+        requests["memory"] = size.memory_quantity  # a request, no limit: a peak above it is not killed
+        if upload:
+            requests["ephemeral-storage"] = size.scratch_quantity
+    builder: dict[str, Any] = {
         "name": "build",
         "image": image,
-        "command": ["python", "-m", "llm_operator.engine.build"],
+        "command": ["python3", "-m", "llm_operator.engine.build"],
         "args": args,
-        "env": [
-            # No passwd entry for the uid: HOME and USER keep Python, torch and HF caches happy.
-            {"name": "HOME", "value": WORK_MOUNT},
-            {"name": "USER", "value": "builder"},
-            {"name": "HF_HOME", "value": f"{WORK_MOUNT}/.cache/huggingface"},
-            *user_env,  # the same credentials as serving: the build reads the same checkpoint
-        ],
-        **({"envFrom": env_from} if env_from else {}),
-        "resources": {"limits": {L.GPU_RESOURCE: str(gpus)}, "requests": {L.GPU_RESOURCE: str(gpus)}},
-        "volumeMounts": mounts,
+        "env": copy.deepcopy(
+            [*home, {"name": "LLMOP_TRTLLM_EXAMPLES", "value": f"{scratch}/trtllm-examples"}, *user_env]
+        ),
+        **({"envFrom": user_env_from} if user_env_from else {}),
+        "resources": {"limits": {L.GPU_RESOURCE: str(gpus)}, "requests": requests},
+        "volumeMounts": copy.deepcopy(build_mounts),
         # A failed build's log tail lands in its pod status; the operator quotes it in status.
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "readOnlyRootFilesystem": True,
-        },
+        "securityContext": copy.deepcopy(RESTRICTED),
     }
+
+    def store(name: str, step_args: list[str]) -> dict[str, Any]:
+        return {
+            "name": name,
+            "image": images.fetch,
+            "command": ["python3", "-m", "llm_operator.engine.fetch"],
+            "args": step_args,
+            "env": copy.deepcopy([*home, *user_env]),
+            **({"envFrom": store_env_from} if store_env_from else {}),
+            "volumeMounts": copy.deepcopy(fetch_mounts),
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+            "securityContext": copy.deepcopy(RESTRICTED),
+        }
+
+    steps = [inject_init_container(images.operator), store("fetch", fetch_args), builder]
+    if upload:
+        steps.append(store("publish", ["publish", "--key", key, "--work-dir", scratch, "--engine", output,
+                                       "--upload", upload]))  # fmt: skip
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -207,8 +257,14 @@ def build_job(
                 "rules": [
                     {
                         "action": "FailJob",
-                        "onExitCodes": {"containerName": "build", "operator": "In", "values": [EXIT_CONFIG]},
+                        # containerName matches init containers too (PodFailurePolicyOnExitCodesRequirement).
+                        "onExitCodes": {
+                            "containerName": step["name"],
+                            "operator": "In",
+                            "values": [EXIT_CONFIG],
+                        },
                     }
+                    for step in steps[1:]
                 ]
             },
             "template": {
@@ -231,7 +287,8 @@ def build_job(
                     },
                     **_scheduling(spec, pool),
                     **spec.runtime.pod_identity(),
-                    "containers": [container],
+                    "initContainers": steps[:-1],
+                    "containers": steps[-1:],
                     "volumes": volumes,
                 },
             },

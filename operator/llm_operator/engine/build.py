@@ -1,14 +1,18 @@
-"""What an engine-build Job runs: `python -m llm_operator.engine.build ARGS` (args from build_job).
+"""What an engine-build Job runs in NVIDIA's tritonserver trtllm image, with that image's python3:
+`python3 -m llm_operator.engine.build ARGS` (args from build_job; the package arrives by
+injection, so this module is standard library only).
 
-A cache hit (the output holds a completion marker naming this key) ends it at once. Otherwise it
+The fetch init container (engine/fetch.py, in our fetch image) ran first: it found the key in the
+cache (CACHED in the work directory: this ends at once) or put the checkpoint in `<work>/model`
+(pvc:// sources are read in place) and TensorRT-LLM's examples in `<work>/trtllm-examples`. This
 checks that the image's TensorRT-LLM version and the GPUs' architecture are the ones in the key
-(exit 78 otherwise: the Job fails without retrying), fetches the checkpoint, converts it with
-its family's converter or quantizes it with ModelOpt (calibrating on the dataset the spec names,
-offline unless that is a Hub dataset) and runs trtllm-build with flags chosen per precision as
-TensorRT-LLM documents them, copies the tokenizer next to the engine and writes the marker last.
-Engines are built beside their final directory and renamed into place, so readers (and a second
-Job building the same key) never see a half-written one; object-store caches get the files first
-and the marker last.
+(exit 78 otherwise: the Job fails without retrying), converts the checkpoint with its family's
+converter or quantizes it with ModelOpt (calibrating on the dataset the spec names, offline unless
+that is a Hub dataset) and runs trtllm-build with flags chosen per precision as TensorRT-LLM
+documents them, copies the tokenizer next to the engine and writes the marker last. On pvc://
+caches engines are built beside their final directory and renamed into place, so readers (and a
+second Job building the same key) never see a half-written one; for object-store caches the
+publish container uploads the staged engine.
 `--dry-run` prints the commands instead of running them.
 """
 
@@ -26,7 +30,20 @@ from pathlib import Path
 
 MARKER = "llm-operator-engine.complete"
 EXIT_CONFIG = 78
-EXAMPLES = os.environ.get("LLMOP_TRTLLM_EXAMPLES", "/app/tensorrt_llm/examples")
+CACHED = ".llm-operator-cached"  # written by engine/fetch.py: the key is in the cache already
+# TensorRT-LLM's examples (convert_checkpoint.py, quantization/quantize.py): NVIDIA's tritonserver
+# trtllm image does not carry them (triton-inference-server/server build.py at v2.64.0 = 25.12
+# adds the backend and pip packages, no examples; NVIDIA's Triton guides run them from a clone),
+# so the fetch init container copies those of the key's version into the work directory
+# (LLMOP_TRTLLM_EXAMPLES). TensorRT-LLM's own release image keeps them in
+# /app/tensorrt_llm/examples (NVIDIA/TensorRT-LLM docker/Dockerfile.multi, release stage: WORKDIR
+# /app/tensorrt_llm, `COPY examples examples`; read on a 2025 main snapshot, not at a tag), the
+# fallback for an engine.build.image of that kind.
+IMAGE_EXAMPLES = "/app/tensorrt_llm/examples"
+EXAMPLES = next(
+    (p for p in (os.environ.get("LLMOP_TRTLLM_EXAMPLES"), IMAGE_EXAMPLES) if p and Path(p).is_dir()),
+    os.environ.get("LLMOP_TRTLLM_EXAMPLES", IMAGE_EXAMPLES),
+)
 
 # precision -> ModelOpt quantize.py --qformat; fp16/bf16 go through the family's convert_checkpoint.py
 QFORMAT = {"fp8": "fp8", "int8-sq": "int8_sq", "int4-awq": "int4_awq", "w4a8-awq": "w4a8_awq"}
@@ -155,46 +172,6 @@ def build_command(a: argparse.Namespace, checkpoint: str, engine: str) -> list[s
     return cmd
 
 
-def fetch_command(uri: str, revision: str, model_dir: str) -> list[str] | None:
-    """Download the checkpoint with the tool the builder image ships for its store; None for a
-    directory already mounted (pvc:// sources)."""
-    scheme, sep, path = uri.partition("://")
-    if not sep:
-        return None
-    if scheme == "s3":
-        return ["aws", "s3", "sync", "--only-show-errors", uri, model_dir]
-    if scheme == "gs":
-        return ["gsutil", "-m", "rsync", "-r", uri, model_dir]
-    if scheme == "hf":
-        return [
-            "huggingface-cli",
-            "download",
-            path.strip("/"),
-            "--revision",
-            revision,
-            "--local-dir",
-            model_dir,
-        ]
-    raise BuildError(f"the engine builder cannot fetch {uri!r}: use s3://, gs://, hf:// or pvc://")
-
-
-def upload_commands(engine: str, uri: str) -> list[list[str]]:
-    """Files first, the marker last: a reader that finds the marker finds the whole engine."""
-    if uri.startswith("s3://"):
-        return [["aws", "s3", "sync", "--only-show-errors", "--exclude", MARKER, engine, uri],
-                ["aws", "s3", "cp", f"{engine}/{MARKER}", f"{uri}/{MARKER}"]]  # fmt: skip
-    if uri.startswith("gs://"):
-        return [["gsutil", "-m", "rsync", "-r", "-x", MARKER, engine, uri],
-                ["gsutil", "cp", f"{engine}/{MARKER}", f"{uri}/{MARKER}"]]  # fmt: skip
-    raise BuildError(f"cannot upload engines to {uri!r}: use s3:// or gs://")
-
-
-def read_marker_command(uri: str) -> list[str]:
-    if uri.startswith("s3://"):
-        return ["aws", "s3", "cp", f"{uri}/{MARKER}", "-"]
-    return ["gsutil", "cat", f"{uri}/{MARKER}"]
-
-
 def staging(a: argparse.Namespace) -> str:
     """Where trtllm-build writes: beside the final directory (renamed into place when complete),
     or the local directory an object-store upload reads."""
@@ -209,11 +186,11 @@ def conversion(a: argparse.Namespace, model_dir: str, work: str) -> list[list[st
 
 
 def cached(a: argparse.Namespace) -> bool:
-    if a.upload:
-        found = subprocess.run(read_marker_command(a.upload), capture_output=True, text=True)
-        return found.returncode == 0 and found.stdout.strip() == a.key
+    """The fetch container found the key in the cache, or (pvc://) the marker is in place."""
+    if (Path(a.work_dir) / CACHED).is_file():
+        return True
     marker = Path(a.output) / MARKER
-    return marker.is_file() and marker.read_text().strip() == a.key
+    return not a.upload and marker.is_file() and marker.read_text().strip() == a.key
 
 
 def check_environment(a: argparse.Namespace) -> None:
@@ -269,36 +246,31 @@ def run(cmd: list[str], dry_run: bool, env: dict[str, str] | None = None) -> Non
         subprocess.run(cmd, check=True, env={**os.environ, **env} if env else None)
 
 
+def model_dir(a: argparse.Namespace) -> Path:
+    """Where the checkpoint is: a mounted directory as given, else the fetch container's download."""
+    return Path(a.model) if a.model.startswith("/") else Path(a.work_dir, "model")
+
+
 def build(a: argparse.Namespace) -> None:
-    work = Path(a.work_dir)
-    fetch = fetch_command(a.model, a.revision, str(work / "model"))
-    model_dir = work / "model" if fetch else Path(a.model)
-    uploads = upload_commands(staging(a), a.upload) if a.upload else []
-    convert, trtllm_build = conversion(a, str(model_dir), str(work))
+    work, source = Path(a.work_dir), model_dir(a)
+    convert, trtllm_build = conversion(a, str(source), str(work))
     if a.dry_run:
-        for cmd in [*([fetch] if fetch else []), convert]:
-            run(cmd, dry_run=True, env=conversion_env(a) if cmd is convert else None)
-        for cmd in [trtllm_build, *uploads]:
-            run(cmd, dry_run=True)
+        run(convert, dry_run=True, env=conversion_env(a))
+        run(trtllm_build, dry_run=True)
         return
     check_environment(a)
     staged = Path(staging(a))
-    for stale in (work, staged):
-        shutil.rmtree(stale, ignore_errors=True)
-    work.mkdir(parents=True)
+    shutil.rmtree(staged, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
     try:
-        if fetch:
-            run(fetch, dry_run=False)
         run(convert, dry_run=False, env=conversion_env(a))
         run(trtllm_build, dry_run=False)
-        copy_tokenizer(model_dir, staged)
+        copy_tokenizer(source, staged)
         (staged / MARKER).write_text(a.key + "\n")
-        for cmd in uploads:
-            run(cmd, dry_run=False)
         if not a.upload:
             publish(staged, Path(a.output))
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)  # the download and the converted checkpoint
         if not a.upload:
             shutil.rmtree(staged, ignore_errors=True)  # a failed attempt's partial engine
 
@@ -314,7 +286,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--calib-dataset", help="dataset directory (a mounted claim) or hf://ORG/NAME")
     p.add_argument("--calib-size", type=int, default=512, help="calibration samples")
     p.add_argument("--fp8-rowwise", action="store_true", help="large-model fp8: convert shard by shard")
-    p.add_argument("--upload", help="s3:// or gs:// directory of this key (object-store caches)")
+    p.add_argument("--upload", help="s3:// or gs:// directory of this key: the engine stays in --output "
+                   "for the publish container to upload")  # fmt: skip
     p.add_argument("--trtllm-version", help="refuse to build with any other TensorRT-LLM version")
     p.add_argument("--dry-run", action="store_true")
     a = p.parse_args(argv)
@@ -326,8 +299,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     a = parse(sys.argv[1:] if argv is None else argv)
     try:
-        if (not a.dry_run or not a.upload) and cached(a):
+        if not a.dry_run and cached(a):
             print(f"engine {a.key} is already in the cache: nothing to build", flush=True)
+            if not a.upload:  # on the cache volume; the publish container reads CACHED otherwise
+                shutil.rmtree(a.work_dir, ignore_errors=True)
             return 0
         build(a)
     except BuildError as e:

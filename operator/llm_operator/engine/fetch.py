@@ -1,0 +1,153 @@
+"""The store side of an engine build, run in the fetch image (images/fetch.Dockerfile), never in
+NVIDIA's: `python3 -m llm_operator.engine.fetch fetch ...` (an init container before the build)
+and `... publish ...` (the Job's main container after it, object-store caches only).
+
+NVIDIA's tritonserver trtllm image has neither the AWS CLI, gsutil nor Hugging Face's CLI, and no
+TensorRT-LLM `examples/` (see FETCH_EXAMPLES_ROOT): this image brings both, so the build container
+runs NVIDIA's image as published. Standard library only (it arrives by injection, like build.py).
+Credentials come only from the Secret spec.model.source.credentialsSecretRef names (envFrom).
+
+fetch: a cache hit (the key's marker already in the cache) writes CACHED in the work directory
+and does nothing else; the build and publish containers then exit at once. Otherwise it empties
+the work directory, downloads the checkpoint into `<work>/model` (s3://, gs://, hf://; pvc://
+sources are mounted, not copied) and copies TensorRT-LLM's examples of the key's version into
+`<work>/trtllm-examples`. publish: the engine's files first, its marker last, so a reader that
+finds the marker finds the whole engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+MARKER = "llm-operator-engine.complete"  # the same file build.py writes last
+CACHED = ".llm-operator-cached"  # in the work directory: the key is in the cache already
+MODEL_DIR = "model"
+EXAMPLES_DIR = "trtllm-examples"
+# Where the fetch image keeps TensorRT-LLM's examples, one directory per version (v1.1.0, ...).
+FETCH_EXAMPLES_ROOT = "/opt/trtllm-examples"
+EXIT_CONFIG = 78
+
+
+class FetchError(Exception):
+    """A URI this image cannot read or write: exit EXIT_CONFIG (retrying cannot help)."""
+
+
+def fetch_command(uri: str, revision: str, model_dir: str) -> list[str] | None:
+    """Download the checkpoint; None for a directory already mounted (pvc:// sources)."""
+    scheme, sep, path = uri.partition("://")
+    if not sep or scheme == "pvc":
+        return None
+    if scheme == "s3":
+        return ["aws", "s3", "sync", "--only-show-errors", uri, model_dir]
+    if scheme == "gs":
+        return ["gsutil", "-m", "rsync", "-r", uri, model_dir]
+    if scheme == "hf":  # huggingface_hub 1.0 replaced huggingface-cli with hf
+        return ["hf", "download", path.strip("/"), "--revision", revision, "--local-dir", model_dir]
+    raise FetchError(f"the engine build cannot fetch {scheme}:// sources: use s3://, gs://, hf:// or pvc://")
+
+
+def upload_commands(engine: str, uri: str) -> list[list[str]]:
+    """Files first, the marker last."""
+    if uri.startswith("s3://"):
+        return [["aws", "s3", "sync", "--only-show-errors", "--exclude", MARKER, engine, uri],
+                ["aws", "s3", "cp", f"{engine}/{MARKER}", f"{uri}/{MARKER}"]]  # fmt: skip
+    if uri.startswith("gs://"):
+        return [["gsutil", "-m", "rsync", "-r", "-x", MARKER, engine, uri],
+                ["gsutil", "cp", f"{engine}/{MARKER}", f"{uri}/{MARKER}"]]  # fmt: skip
+    raise FetchError("engines are uploaded to s3:// or gs:// caches only")
+
+
+def read_marker_command(uri: str) -> list[str]:
+    if uri.startswith("s3://"):
+        return ["aws", "s3", "cp", f"{uri}/{MARKER}", "-"]
+    return ["gsutil", "cat", f"{uri}/{MARKER}"]
+
+
+def cached(a: argparse.Namespace) -> bool:
+    if a.upload:
+        found = subprocess.run(read_marker_command(a.upload), capture_output=True, text=True)
+        return found.returncode == 0 and found.stdout.strip() == a.key
+    marker = Path(a.output) / MARKER
+    return marker.is_file() and marker.read_text().strip() == a.key
+
+
+def copy_examples(version: str | None, dest: Path, root: str = FETCH_EXAMPLES_ROOT) -> bool:
+    """TensorRT-LLM's examples of `version` into dest; False when this image has none for it (the
+    build then looks for them in its own image, /app/tensorrt_llm/examples)."""
+    source = Path(root, f"v{version}")
+    if not version or not source.is_dir():
+        return False
+    shutil.copytree(source, dest)
+    return True
+
+
+def run(cmd: list[str]) -> None:
+    print("+", shlex.join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def fetch(a: argparse.Namespace) -> None:
+    work = Path(a.work_dir)
+    if cached(a):
+        work.mkdir(parents=True, exist_ok=True)
+        (work / CACHED).write_text(a.key + "\n")
+        print(f"engine {a.key} is already in the cache: nothing to fetch", flush=True)
+        return
+    shutil.rmtree(work, ignore_errors=True)  # a failed attempt's download
+    work.mkdir(parents=True)
+    command = fetch_command(a.model, a.revision, str(work / MODEL_DIR))
+    if command:
+        run(command)
+    if not copy_examples(a.examples_version, work / EXAMPLES_DIR):
+        print(
+            f"no TensorRT-LLM {a.examples_version} examples in this image: the build uses its own", flush=True
+        )
+
+
+def publish(a: argparse.Namespace) -> None:
+    if (Path(a.work_dir) / CACHED).is_file():
+        print(f"engine {a.key} is already in the cache: nothing to upload", flush=True)
+        return
+    for cmd in upload_commands(a.engine, a.upload):
+        run(cmd)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="llm_operator.engine.fetch")
+    steps = p.add_subparsers(dest="step", required=True)
+    f = steps.add_parser("fetch", help="checkpoint and examples into the work directory")
+    f.add_argument("--model", required=True)
+    f.add_argument("--revision", required=True)
+    f.add_argument("--examples-version", help="TensorRT-LLM version whose examples the build runs")
+    cache = f.add_mutually_exclusive_group(required=True)
+    cache.add_argument("--output", help="the engine directory on a pvc:// cache")
+    cache.add_argument("--upload", help="the engine directory on an s3:// or gs:// cache")
+    u = steps.add_parser("publish", help="upload the built engine, marker last")
+    u.add_argument("--engine", required=True)
+    u.add_argument("--upload", required=True)
+    for s in (f, u):
+        s.add_argument("--key", required=True)
+        s.add_argument("--work-dir", required=True)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse(sys.argv[1:] if argv is None else argv)
+    try:
+        fetch(a) if a.step == "fetch" else publish(a)
+    except FetchError as e:
+        print(f"engine {a.step}: {e}", file=sys.stderr, flush=True)
+        return EXIT_CONFIG
+    except subprocess.CalledProcessError as e:
+        print(f"engine {a.step}: {shlex.join(e.cmd)} exited {e.returncode}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
