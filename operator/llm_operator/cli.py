@@ -96,6 +96,7 @@ def render(args: argparse.Namespace) -> int:
 def model_repo(args: argparse.Namespace) -> int:
     """Every file is rendered before the first is written."""
     from llm_operator.modelrepo import render_repository
+    from llm_operator.runtime.preflight import image_file_paths
     from llm_operator.runtime.repository import write_repository
     from llm_operator.storage import engine_location, tokenizer_location
 
@@ -115,14 +116,17 @@ def model_repo(args: argparse.Namespace) -> int:
             for pool in plan.pools:
                 files = render_repository(d.ld.spec, pool, engine_dir=engine_dir, tokenizer_dir=tokenizer_dir)
                 dest = Path(args.output) / (pool.name if len(plan.pools) > 1 else "")
-                repositories.append((d.name, pool.name, files, dest))
-    for name, pool_name, files, dest in repositories:
+                repositories.append((d.name, pool.name, files, dest, d.ld.spec.engine.backend.value))
+    for name, pool_name, files, dest, backend in repositories:
         try:
             write_repository(files, dest)
         except OSError as e:
             what = f"cannot be written ({e.strerror or type(e).__name__})"
             raise InputError(args.output, "output directory", what) from None
         print(f"wrote {len(files)} files for {name} pool {pool_name} to {dest}", file=sys.stderr)
+        for path, where in image_file_paths(backend).items():
+            # NVIDIA's code, which serving pods take from their image (runtime/preflight.py).
+            print(f"  not written: {path}: copy it from {where} in the serving image", file=sys.stderr)
     return 0
 
 

@@ -102,11 +102,18 @@ def test_configmap_round_trip_builds_a_loadable_layout(tmp_path: Path) -> None:
     assert (tmp_path / "repo/preprocessing/1/model.py").read_text() == "# python model\n"
 
 
-def test_model_repo_command_writes_a_loadable_repository(tmp_path: Path) -> None:
+def test_model_repo_command_writes_a_loadable_repository(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from llm_operator.cli import main
 
     example = Path(__file__).resolve().parents[2] / "examples" / "llama3-70b-fp8.yaml"
     assert main(["model-repo", "-f", str(example), "-o", str(tmp_path)]) == 0
+    # What it cannot write (NVIDIA's model.py) it names, with where serving pods take it from.
+    said = capsys.readouterr().err
+    for model in ("preprocessing", "postprocessing"):
+        assert not (tmp_path / model / "1" / "model.py").exists()
+        assert f"not written: {model}/1/model.py: copy it from /app/all_models/inflight_batcher_llm/" in said
     configs = parse(
         {p.relative_to(tmp_path).as_posix(): p.read_text() for p in tmp_path.glob("*/config.pbtxt")}
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from llm_operator.contract import ENV
 from llm_operator.runtime.config import PodConfig
 from llm_operator.runtime.repository import SEPARATOR
 
@@ -45,6 +46,18 @@ def image_files(c: PodConfig) -> dict[str, Path]:
         for m in TRTLLM_PYTHON_MODELS
         if (src / f"{m}{SEPARATOR}config.pbtxt").exists()
     }
+
+
+def image_file_paths(backend: str) -> dict[str, str]:
+    """Repository path -> where the serving image keeps it, by the contract's defaults: what
+    `llm-operator model-repo` cannot write (the file is NVIDIA's, not ours)."""
+    if backend == "pytorch":
+        base = ENV["LLMOP_LLMAPI_MODELS_DIR"]
+        return {path: f"{base}/{path}" for path in LLMAPI_FILES}
+    if backend == "tensorrt-engine":
+        base = ENV["LLMOP_TRTLLM_MODELS_DIR"]
+        return {f"{m}/1/model.py": f"{base}/{m}/1/model.py" for m in TRTLLM_PYTHON_MODELS}
+    return {}
 
 
 def first_missing(c: PodConfig) -> str | None:
