@@ -70,6 +70,7 @@ def _env(spec: LLMDeploymentSpec, pool: PoolPlan, engine: EngineLocation | None)
         {"name": "LLMOP_HTTP_PORT", "value": str(contract.HTTP_PORT)},
         {"name": "LLMOP_GRPC_PORT", "value": str(contract.GRPC_PORT)},
         {"name": "LLMOP_METRICS_PORT", "value": str(contract.METRICS_PORT)},
+        {"name": "LLMOP_OPENAI_PORT", "value": str(contract.OPENAI_PORT)},
         {"name": "LLMOP_EXIT_TIMEOUT_SECONDS", "value": str(spec.runtime.exit_timeout_seconds)},
         # The root filesystem is read-only: mpirun, ssh and Python's caches write under HOME.
         {"name": "HOME", "value": contract.HOME_DIR},
@@ -77,9 +78,20 @@ def _env(spec: LLMDeploymentSpec, pool: PoolPlan, engine: EngineLocation | None)
     if engine is not None:
         env.append({"name": "LLMOP_ENGINE_DIR", "value": engine.engine_dir})
     tokenizer = tokenizer_dir(tokenizer_location(spec.runtime.tokenizer_uri), engine)
+    if not tokenizer and spec.engine.backend == Backend.CPU_REFERENCE:
+        tokenizer = contract.CPU_REFERENCE_TOKENIZER_DIR  # in the cpu-runtime image
     if tokenizer:  # the launcher refuses to start without a tokenizer there
         env.append({"name": "LLMOP_TOKENIZER_DIR", "value": tokenizer})
     return env
+
+
+def served_names(spec: LLMDeploymentSpec) -> list[str]:
+    """What the OpenAI API serves the model as: model.name, then model.alias."""
+    return [spec.model.name, *([spec.model.alias] if spec.model.alias else [])]
+
+
+def served_names_env(spec: LLMDeploymentSpec) -> dict[str, str]:
+    return {"name": "LLMOP_SERVED_MODEL_NAMES", "value": ",".join(served_names(spec))}
 
 
 def _checkpoint_claim(spec: LLMDeploymentSpec) -> str | None:
@@ -139,11 +151,13 @@ def _container(
         "name": "triton",
         "image": spec.runtime.image or (images.cpu_runtime if cpu else images.runtime),
         "command": list(contract.CONTAINER_COMMAND),
-        "env": _env(spec, pool, engine) + extra_env + user_env,
+        # Only rank 0 serves the OpenAI API, under these names.
+        "env": _env(spec, pool, engine) + ([served_names_env(spec)] if leader else []) + extra_env + user_env,
         "ports": [
             {"name": "http", "containerPort": contract.HTTP_PORT},
             {"name": "grpc", "containerPort": contract.GRPC_PORT},
             {"name": "metrics", "containerPort": contract.METRICS_PORT},
+            {"name": "openai", "containerPort": contract.OPENAI_PORT},
         ],
         "volumeMounts": mounts,
         # Where the launcher writes why it stopped (e.g. the missing file, exit 78); a runtime that
