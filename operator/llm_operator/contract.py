@@ -83,6 +83,9 @@ ENV: dict[str, str] = {
     # The names /v1/models lists and requests may name (comma-separated): spec.model.name, then
     # spec.model.alias when set.
     "LLMOP_SERVED_MODEL_NAMES": "",
+    # The engine's limits, which the front door checks requests against ("0": unknown).
+    "LLMOP_MAX_INPUT_LEN": "0",
+    "LLMOP_MAX_SEQ_LEN": "0",
     "LLMOP_EXIT_TIMEOUT_SECONDS": str(EXIT_TIMEOUT_SECONDS),
     "LLMOP_DRAIN_TIMEOUT_SECONDS": str(DRAIN_TIMEOUT_SECONDS),
     "LLMOP_DRAIN_SETTLE_SECONDS": str(DRAIN_SETTLE_SECONDS),

@@ -61,6 +61,21 @@ def test_the_leader_serves_the_model_name_then_its_alias_and_workers_serve_nothi
     assert env(alone)["LLMOP_SERVED_MODEL_NAMES"] == "llm-operator/tiny-llama", "no alias: the name only"
 
 
+def test_the_leader_checks_requests_against_the_limits_the_model_enforces() -> None:
+    """spec.engine's maxInputLen and maxSeqLen; a builtin model has no more positions than its own
+    (tiny-llama: 512), which its model repository enforces too."""
+    (tiny,) = serving_containers(render_slot(deployment("cpu-reference"), Slot.A)).values()
+    assert (env(tiny)["LLMOP_MAX_INPUT_LEN"], env(tiny)["LLMOP_MAX_SEQ_LEN"]) == ("256", "512")
+    engine = {**deployment("cpu-reference").spec.engine.model_dump(mode="json", by_alias=True),
+              "maxInputLen": 4096, "maxSeqLen": 8192}  # fmt: skip
+    (clamped,) = serving_containers(render_slot(deployment("cpu-reference", engine=engine), Slot.A)).values()
+    assert (env(clamped)["LLMOP_MAX_INPUT_LEN"], env(clamped)["LLMOP_MAX_SEQ_LEN"]) == ("512", "512")
+    (gpu,) = serving_containers(render_slot(deployment("llama3-8b-h100"), Slot.A)).values()
+    spec = deployment("llama3-8b-h100").spec.engine
+    assert env(gpu)["LLMOP_MAX_SEQ_LEN"] == str(spec.max_seq_len)
+    assert env(gpu)["LLMOP_MAX_INPUT_LEN"] == str(spec.max_input_len)
+
+
 def test_cpu_reference_reads_the_images_tokenizer_unless_the_spec_names_one() -> None:
     (container,) = serving_containers(render_slot(deployment("cpu-reference"), Slot.A)).values()
     assert env(container)["LLMOP_TOKENIZER_DIR"] == contract.CPU_REFERENCE_TOKENIZER_DIR

@@ -15,6 +15,7 @@ from llm_operator import contract
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import Backend, LLMDeploymentSpec
 from llm_operator.images import Images
+from llm_operator.modelrepo import sequence_limits
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
 from llm_operator.render.placement import pod_scheduling
@@ -90,8 +91,14 @@ def served_names(spec: LLMDeploymentSpec) -> list[str]:
     return [spec.model.name, *([spec.model.alias] if spec.model.alias else [])]
 
 
-def served_names_env(spec: LLMDeploymentSpec) -> dict[str, str]:
-    return {"name": "LLMOP_SERVED_MODEL_NAMES", "value": ",".join(served_names(spec))}
+def front_door_env(spec: LLMDeploymentSpec) -> list[dict[str, str]]:
+    """The leader's OpenAI API: the names it serves and the limits it checks requests against."""
+    max_input_len, max_seq_len = sequence_limits(spec)
+    return [
+        {"name": "LLMOP_SERVED_MODEL_NAMES", "value": ",".join(served_names(spec))},
+        {"name": "LLMOP_MAX_INPUT_LEN", "value": str(max_input_len)},
+        {"name": "LLMOP_MAX_SEQ_LEN", "value": str(max_seq_len)},
+    ]
 
 
 def _checkpoint_claim(spec: LLMDeploymentSpec) -> str | None:
@@ -151,8 +158,8 @@ def _container(
         "name": "triton",
         "image": spec.runtime.image or (images.cpu_runtime if cpu else images.runtime),
         "command": list(contract.CONTAINER_COMMAND),
-        # Only rank 0 serves the OpenAI API, under these names.
-        "env": _env(spec, pool, engine) + ([served_names_env(spec)] if leader else []) + extra_env + user_env,
+        # Only rank 0 serves the OpenAI API.
+        "env": _env(spec, pool, engine) + (front_door_env(spec) if leader else []) + extra_env + user_env,
         "ports": [
             {"name": "http", "containerPort": contract.HTTP_PORT},
             {"name": "grpc", "containerPort": contract.GRPC_PORT},
