@@ -21,10 +21,11 @@ MODEL_REPO_SRC = "/etc/llm-operator/model-repo"  # the ConfigMap, read-only
 MODEL_REPO = "/var/run/llm-operator/model-repo"  # materialized by the launcher at start
 ENGINE_CACHE_MOUNT = "/engine-cache"  # the engine cache claim (read-only in serving pods)
 TOKENIZER_MOUNT = "/tokenizer-source"  # runtime.tokenizerUri's claim, read-only
-# The cpu-reference model's Hugging Face tokenizer directory (with its chat template), shipped in
-# the cpu-runtime image: what the front door and the launcher read unless runtime.tokenizerUri is set.
-CPU_REFERENCE_TOKENIZER_DIR = "/opt/llm-operator/cpu-reference-tokenizer"
 CHECKPOINT_MOUNT = "/checkpoint"  # the pytorch backend's pvc:// checkpoint claim, read-only
+# The cpu-reference models' Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json
+# with its chat template), written into the cpu-runtime image when it is built
+# (runtime/cpu_reference/tokenizer_files.py): the tokenizer directory of every cpu-reference pod.
+CPU_REFERENCE_TOKENIZER_DIR = "/opt/llm-operator/cpu-reference-tokenizer"
 SSH_DIR = "/etc/llm-operator/ssh"  # multi-node pods: their role's keys from the SSH Secret, read-only
 RUNTIME_DIR = "/tmp/llm-operator"  # 0700: private copies of keys, sshd config, the workers' environment
 TMP_DIR = "/tmp"  # an emptyDir (the root filesystem is read-only): RUNTIME_DIR lives in it
@@ -83,9 +84,10 @@ ENV: dict[str, str] = {
     # The names /v1/models lists and requests may name (comma-separated): spec.model.name, then
     # spec.model.alias when set.
     "LLMOP_SERVED_MODEL_NAMES": "",
-    # The engine's limits, which the front door checks requests against ("0": unknown).
-    "LLMOP_MAX_INPUT_LEN": "0",
-    "LLMOP_MAX_SEQ_LEN": "0",
+    # The engine's limits, which the front door checks before Triton would refuse less helpfully
+    # ("" = not checked there): spec.engine.maxInputLen and maxSeqLen.
+    "LLMOP_MAX_INPUT_LEN": "",
+    "LLMOP_MAX_SEQ_LEN": "",
     "LLMOP_EXIT_TIMEOUT_SECONDS": str(EXIT_TIMEOUT_SECONDS),
     "LLMOP_DRAIN_TIMEOUT_SECONDS": str(DRAIN_TIMEOUT_SECONDS),
     "LLMOP_DRAIN_SETTLE_SECONDS": str(DRAIN_SETTLE_SECONDS),
