@@ -19,6 +19,10 @@ MODEL_REPO = "/var/run/llm-operator/model-repo"  # materialized by the launcher 
 ENGINE_CACHE_MOUNT = "/engine-cache"  # the engine cache claim (read-only in serving pods)
 TOKENIZER_MOUNT = "/tokenizer-source"  # runtime.tokenizerUri's claim, read-only
 CHECKPOINT_MOUNT = "/checkpoint"  # the pytorch backend's pvc:// checkpoint claim, read-only
+# The cpu-reference models' Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json
+# with its chat template), written into the cpu-runtime image when it is built
+# (runtime/cpu_reference/tokenizer_files.py): the tokenizer directory of every cpu-reference pod.
+CPU_REFERENCE_TOKENIZER_DIR = "/opt/llm-operator/cpu-reference-tokenizer"
 SSH_DIR = "/etc/llm-operator/ssh"  # multi-node pods: their role's keys from the SSH Secret, read-only
 RUNTIME_DIR = "/tmp/llm-operator"  # 0700: private copies of keys, sshd config, the workers' environment
 TMP_DIR = "/tmp"  # an emptyDir (the root filesystem is read-only): RUNTIME_DIR lives in it
