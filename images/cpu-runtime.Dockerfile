@@ -10,10 +10,15 @@ COPY pyproject.toml README.md ./
 COPY operator/ operator/
 COPY model_repo_templates/ model_repo_templates/
 # torch from PyTorch's CPU index: the PyPI wheel bundles CUDA. Same version as the tests use.
-# Our package without the operator's dependencies: the launcher and the model need only these.
+# Our package without the operator's dependencies: the launcher and the model need only these, and
+# the front door jinja2 (chat templates) and tokenizers (token counts), as NVIDIA's images have them;
+# tokenizers without its hub client (reading tokenizer.json needs none). Then the cpu-reference
+# models' tokenizer directory (contract.CPU_REFERENCE_TOKENIZER_DIR).
 RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu \
         "torch==1.13.1+cpu" "numpy==1.26.4" "nvidia-pytriton==0.7.0" "prometheus-client>=0.21,<1" \
-    && pip install --no-cache-dir --no-deps . \
+        "jinja2==3.1.6" "markupsafe==3.0.4" \
+    && pip install --no-cache-dir "tokenizers==0.22.2" --no-deps . \
+    && python -m llm_operator.runtime.cpu_reference.tokenizer_files /opt/llm-operator/cpu-reference-tokenizer \
     && rm -rf /src \
     && SP=/usr/local/lib/python3.11/site-packages/pytriton/tritonserver \
     && cp "$SP/python_backend_stubs/3.11/triton_python_backend_stub" "$SP/backends/python/"

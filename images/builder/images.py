@@ -30,8 +30,15 @@ PROJECT = ("pyproject.toml", "README.md", "operator", "model_repo_templates")
 INPUTS_LABEL = "io.llmoperator.image-inputs"
 # Base image install paths (python:3.11-slim) -> Debian's python3 with pip's default scheme.
 SITE_PACKAGES = {"/usr/local/lib/python3.11/site-packages": "/usr/local/lib/python3.11/dist-packages"}
-# Runtime wheels of the CPU image, at the versions requirements/dev.lock pins.
-CPU_RUNTIME_WHEELS = ("nvidia-pytriton==0.7.0", "prometheus-client==0.26.0")
+# Runtime wheels of the CPU image, at the versions requirements/dev.lock pins: Triton, and the front
+# door's chat templates (jinja2) and token counts (tokenizers, without its hub client).
+CPU_RUNTIME_WHEELS = (
+    "nvidia-pytriton==0.7.0",
+    "prometheus-client==0.26.0",
+    "Jinja2==3.1.6",
+    "MarkupSafe==3.0.4",
+    "tokenizers==0.22.2",
+)
 # Debian packages: the CPU runtime's torch/numpy (PyPI's torch bundles CUDA) and libpython3.11 for
 # Triton's python-backend stub. `ldd` in this rootfs finds everything else tritonserver, its python
 # backend and the stub load: the wheel bundles its libraries (nvidia_pytriton.libs), and libz,
@@ -124,7 +131,12 @@ def _cpu_runtime_base(rootfs: Path) -> None:
 
 
 def _cpu_runtime_assemble(rootfs: Path, work: Path) -> ImageConfig:
+    from llm_operator.contract import CPU_REFERENCE_TOKENIZER_DIR
+    from llm_operator.runtime.cpu_reference import tokenizer_files
+
     debian.pip_install(rootfs, [_project_wheel(work)], deps=False)
+    # As the Dockerfile does, with this interpreter's tokenizers (the version the image installs).
+    tokenizer_files.write(rootfs / CPU_REFERENCE_TOKENIZER_DIR.lstrip("/"))
     debian.trim(rootfs)
     return runtime_config(REPO / "images/cpu-runtime.Dockerfile", SITE_PACKAGES)
 
