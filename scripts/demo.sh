@@ -121,7 +121,7 @@ Explore: source .cluster/env && kubectl -n $ns get llmd,pods
   Triton:        kubectl -n $ns logs tiny-llama-0
   from the host: kubectl -n $ns port-forward svc/tiny-llama 8000:8000 8080:8080 &
                  curl -N localhost:8000/v2/models/ensemble/generate_stream -d '{"text_input": "Hi", "max_tokens": 40, "stream": true}'
-                 curl localhost:8080/v1/chat/completions -H 'Content-Type: application/json' \
+                 curl localhost:8080/v1/chat/completions -H 'Content-Type: application/json' \\
                    -d '{"model": "tiny-llama", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 40}'
   the APIs:      docs/serving-api.md
 Stop:    make cluster-down
