@@ -17,7 +17,7 @@ COPY model_repo_templates/ model_repo_templates/
 RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu \
         "torch==1.13.1+cpu" "numpy==1.26.4" "nvidia-pytriton==0.7.0" "prometheus-client>=0.21,<1" \
         "jinja2==3.1.6" "markupsafe==3.0.4" \
-    && pip install --no-cache-dir --no-deps "tokenizers==0.22.2" . \
+    && pip install --no-cache-dir "tokenizers==0.22.2" --no-deps . \
     && python -m llm_operator.runtime.cpu_reference.tokenizer_files /opt/llm-operator/cpu-reference-tokenizer \
     && rm -rf /src \
     && SP=/usr/local/lib/python3.11/site-packages/pytriton/tritonserver \

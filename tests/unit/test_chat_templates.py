@@ -11,10 +11,9 @@ from typing import Any
 
 import jinja2
 import pytest
-from transformers import PreTrainedTokenizerFast
-
 from llm_operator.frontdoor.chat import ChatTemplateError, render_chat
 from llm_operator.runtime.cpu_reference import tokenizer_files
+from transformers import PreTrainedTokenizerFast
 
 DATA = json.loads((Path(__file__).parent / "upstream" / "chat_templates.json").read_text())
 TEMPLATES = {t["name"]: t for t in DATA["templates"]}
@@ -46,7 +45,7 @@ CONVERSATIONS: dict[str, list[dict[str, Any]]] = {
 def transformers_render(entry: dict[str, Any], messages: list[dict[str, Any]], **kwargs: Any) -> str:
     """transformers' apply_chat_template with the model's special tokens; any tokenizer serves,
     since tokenize=False renders text only."""
-    hf = PreTrainedTokenizerFast(
+    hf = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tokenizer_files.tokenizer(),
         bos_token=entry["bos_token"] or None,
         eos_token=entry["eos_token"] or None,
@@ -84,7 +83,9 @@ def test_the_data_covers_several_families_and_names_its_sources() -> None:
 def test_renders_byte_identical_to_transformers_or_refuses_as_it_does(
     name: str, conversation: str, add_generation_prompt: bool
 ) -> None:
-    theirs, ours = both(TEMPLATES[name], CONVERSATIONS[conversation], add_generation_prompt=add_generation_prompt)
+    theirs, ours = both(
+        TEMPLATES[name], CONVERSATIONS[conversation], add_generation_prompt=add_generation_prompt
+    )
     if isinstance(theirs, Exception):
         assert isinstance(ours, ChatTemplateError), f"transformers raised {theirs!r}; we rendered {ours!r}"
         if CONVERSATIONS[conversation]:  # (transformers fails on [] before templating: IndexError)
@@ -120,7 +121,9 @@ def test_the_common_conversations_render_on_every_template() -> None:
     """Most of the matrix must be renders, not matching failures."""
     for entry in DATA["templates"]:
         messages = CONVERSATIONS["several turns, padding and non-ASCII"]
-        prompt = render_chat(entry["template"], messages, bos_token=entry["bos_token"], eos_token=entry["eos_token"])
+        prompt = render_chat(
+            entry["template"], messages, bos_token=entry["bos_token"], eos_token=entry["eos_token"]
+        )
         assert "日本語 🙂" in prompt and "<that> {{ not a template }}" in prompt, entry["name"]
 
 
@@ -137,12 +140,14 @@ def test_tools_and_tool_calls_render_as_transformers_renders_them() -> None:
             },
         }
     ]
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": "Wetter in Köln?"},
         {
             "role": "assistant",
             "content": "",
-            "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Köln"}}}],
+            "tool_calls": [
+                {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Köln"}}}
+            ],
         },
         {"role": "tool", "content": '{"temp": 21}'},
     ]

@@ -121,5 +121,20 @@ def test_serving_images_leave_the_operators_dependencies_out(name: str) -> None:
     runs = " ".join(rest for op, rest in instructions(REPO / "images" / f"{name}.Dockerfile") if op == "RUN")
     assert re.search(r"pip install [^&]*--no-deps \.", runs), "our package without its dependencies"
     assert '"prometheus-client' in runs, "the launcher's drain parses metrics with it"
-    for package in ("kopf", "lightkube", "pydantic", "jinja2", "pyyaml"):
+    # jinja2 is no exception: the front door renders chat templates with it (NVIDIA's images have it).
+    for package in ("kopf", "lightkube", "pydantic", "pyyaml"):
         assert package not in runs
+
+
+def test_the_cpu_runtime_image_has_the_front_doors_libraries_and_the_cpu_reference_tokenizer() -> None:
+    """Pinned as the dev lock pins them, so the tests' versions are the image's; the tokenizer
+    directory is written where the contract says."""
+    dockerfile = REPO / "images" / "cpu-runtime.Dockerfile"
+    runs = " ".join(rest for op, rest in instructions(dockerfile) if op == "RUN")
+    lock = (REPO / "requirements" / "dev.lock").read_text().lower().splitlines()
+    for package in ("jinja2", "markupsafe", "tokenizers"):
+        pin = re.search(rf'"{package}==([^"]+)"', runs, re.IGNORECASE)
+        assert pin, f"{package} is pinned in the cpu-runtime image"
+        assert f"{package}=={pin.group(1)}" in lock, f"{package} is pinned as requirements/dev.lock pins it"
+    writer = "-m llm_operator.runtime.cpu_reference.tokenizer_files"
+    assert f"{writer} {contract.CPU_REFERENCE_TOKENIZER_DIR} " in runs

@@ -57,7 +57,7 @@ def _tojson(
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
-def _strftime_now(format: str) -> str:  # noqa: A002 (the name templates call it with)
+def _strftime_now(format: str) -> str:
     return datetime.now().strftime(format)
 
 

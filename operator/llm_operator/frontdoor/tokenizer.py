@@ -75,7 +75,7 @@ def _chat_template(value: Any, where: Path) -> str | None:
         named = {t["name"]: t["template"] for t in value}
         if "default" not in named:
             raise TokenizerError(
-                f"{where}: chat_template names templates {sorted(named)} but none is \"default\", "
+                f'{where}: chat_template names templates {sorted(named)} but none is "default", '
                 "the one chat completions use"
             )
         return str(named["default"])
@@ -121,7 +121,9 @@ class Tokenizer:
         if defaults is not None:
             add_bos = bool(config.get("add_bos_token", defaults[0]))
             add_eos = bool(config.get("add_eos_token", defaults[1]))
-            backend.post_processor = _bos_eos_processor(backend, bos if add_bos else "", eos if add_eos else "")
+            backend.post_processor = _bos_eos_processor(
+                backend, bos if add_bos else "", eos if add_eos else "", source
+            )
         return cls(directory, template, bos, eos, backend)
 
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
@@ -129,15 +131,17 @@ class Tokenizer:
 
     def count(self, text: str, *, add_special_tokens: bool = True) -> int:
         """How many tokens the engine receives for `text` (the prompt's share of maxInputLen)."""
-        return len(self.backend.encode(text, add_special_tokens=add_special_tokens).ids)
+        return len(self.encode(text, add_special_tokens=add_special_tokens))
 
 
-def _bos_eos_processor(backend: tokenizers.Tokenizer, bos: str, eos: str) -> processors.TemplateProcessing:
+def _bos_eos_processor(
+    backend: tokenizers.Tokenizer, bos: str, eos: str, where: Path
+) -> processors.TemplateProcessing:
     """As transformers' update_post_processor: `bos $A eos`, each present where it is added."""
     special = [(t, backend.token_to_id(t)) for t in (bos, eos) if t]
     for token, token_id in special:
         if token_id is None:
-            raise TokenizerError(f"the special token {token!r} is not in the tokenizer's vocabulary")
+            raise TokenizerError(f"{where}: the special token {token!r} is not in the tokenizer's vocabulary")
     single = " ".join([*([f"{bos}:0"] if bos else []), "$A:0", *([f"{eos}:0"] if eos else [])])
     pair = " ".join([single, *([f"{bos}:1"] if bos else []), "$B:1", *([f"{eos}:1"] if eos else [])])
     return processors.TemplateProcessing(single=single, pair=pair, special_tokens=special)

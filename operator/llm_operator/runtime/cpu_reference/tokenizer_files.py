@@ -33,7 +33,11 @@ def byte_symbols() -> list[str]:
     """The printable character GPT-2's byte-level pre-tokenizer writes for each byte 0..255 (the
     `tokenizers` ByteLevel alphabet): printable Latin-1 stands for itself, the rest is shifted
     past 255."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     symbols, shifted = {}, 0
     for byte in range(256):
         if byte in printable:
