@@ -19,6 +19,7 @@ from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
 from llm_operator.render.placement import pod_scheduling
 from llm_operator.rollout.revision import Slot
+from llm_operator.runtime.cpu_reference import BUILTIN_MODELS
 from llm_operator.storage import EngineLocation, tokenizer_dir, tokenizer_location
 
 
@@ -70,6 +71,10 @@ def _env(spec: LLMDeploymentSpec, pool: PoolPlan, engine: EngineLocation | None)
         {"name": "LLMOP_HTTP_PORT", "value": str(contract.HTTP_PORT)},
         {"name": "LLMOP_GRPC_PORT", "value": str(contract.GRPC_PORT)},
         {"name": "LLMOP_METRICS_PORT", "value": str(contract.METRICS_PORT)},
+        {"name": "LLMOP_OPENAI_PORT", "value": str(contract.OPENAI_PORT)},
+        # What the front door checks a request against before Triton would refuse it.
+        {"name": "LLMOP_MAX_INPUT_LEN", "value": str(min(spec.engine.max_input_len, _max_seq_len(spec)))},
+        {"name": "LLMOP_MAX_SEQ_LEN", "value": str(_max_seq_len(spec))},
         {"name": "LLMOP_EXIT_TIMEOUT_SECONDS", "value": str(spec.runtime.exit_timeout_seconds)},
         # The root filesystem is read-only: mpirun, ssh and Python's caches write under HOME.
         {"name": "HOME", "value": contract.HOME_DIR},
@@ -80,6 +85,14 @@ def _env(spec: LLMDeploymentSpec, pool: PoolPlan, engine: EngineLocation | None)
     if tokenizer:  # the launcher refuses to start without a tokenizer there
         env.append({"name": "LLMOP_TOKENIZER_DIR", "value": tokenizer})
     return env
+
+
+def _max_seq_len(spec: LLMDeploymentSpec) -> int:
+    """The engine's maxSeqLen; the builtin cpu-reference models stop at their positions."""
+    name = spec.model.source.uri.removeprefix("builtin://")
+    if spec.engine.backend == Backend.CPU_REFERENCE and name in BUILTIN_MODELS:
+        return min(spec.engine.max_seq_len, BUILTIN_MODELS[name].max_positions)
+    return spec.engine.max_seq_len
 
 
 def _checkpoint_claim(spec: LLMDeploymentSpec) -> str | None:
@@ -144,6 +157,7 @@ def _container(
             {"name": "http", "containerPort": contract.HTTP_PORT},
             {"name": "grpc", "containerPort": contract.GRPC_PORT},
             {"name": "metrics", "containerPort": contract.METRICS_PORT},
+            {"name": "openai", "containerPort": contract.OPENAI_PORT},
         ],
         "volumeMounts": mounts,
         # Where the launcher writes why it stopped (e.g. the missing file, exit 78); a runtime that
