@@ -8,19 +8,26 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
 from llm_operator.frontdoor.chat import render_chat
+from llm_operator.runtime.cpu_reference import tokenizer_files
 
+from e2e.cluster.processes import free_port
 from tests.triton.conftest import cpu_spec, expected
 from tests.triton.leader import LeaderPod, leader_pod
+from tests.triton.server import TritonProcess
 
 pytestmark = pytest.mark.triton
 
@@ -209,3 +216,34 @@ def test_a_client_that_disconnects_cancels_its_generation_in_triton(
     assert client.completions.create(model="tiny", prompt="hi", max_tokens=3).choices[0].text == expected(
         "hi", 3
     )
+
+
+def test_a_deployment_that_does_not_stream_answers_whole_and_refuses_stream(
+    batch_server: TritonProcess, tmp_path: Path
+) -> None:
+    """runtime.streaming: false renders a model that is not decoupled: Triton's generate, not
+    generate_stream, and a stream request is refused with the field to change."""
+    tokenizer_files.write(tmp_path)
+    port = free_port()
+    env = {**os.environ, "LLMOP_BACKEND": "cpu-reference", "LLMOP_SERVED_MODEL_NAMES": "tiny",
+           "LLMOP_TOKENIZER_DIR": str(tmp_path), "LLMOP_OPENAI_PORT": str(port),
+           "LLMOP_HTTP_PORT": str(batch_server.http_port)}  # fmt: skip
+    door = subprocess.Popen([sys.executable, "-m", "llm_operator.frontdoor"], env=env)
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                client.models.list()
+                break
+            except openai.APIConnectionError:
+                assert door.poll() is None and time.monotonic() < deadline, "the front door did not start"
+                time.sleep(0.1)
+        r = client.completions.create(model="tiny", prompt="Once", max_tokens=9)
+        assert (r.choices[0].text, r.choices[0].finish_reason) == (expected("Once", 9), "length")
+        with pytest.raises(openai.BadRequestError, match=r"runtime\.streaming") as e:
+            client.completions.create(model="tiny", prompt="Once", max_tokens=9, stream=True)
+        assert e.value.param == "stream"
+    finally:
+        door.terminate()
+        assert door.wait(timeout=10) == 0

@@ -125,3 +125,33 @@ def test_tritons_refusal_before_the_first_token_is_a_400_not_a_stream(tmp_path: 
     assert status == 400
     error = json.loads(raw.split(b"\r\n\r\n", 1)[1])["error"]
     assert error["type"] == "invalid_request_error" and "max_tokens must be 1..10" in error["message"]
+
+
+def test_curls_expect_continue_and_a_chunked_body_on_a_kept_alive_connection(tmp_path: Path) -> None:
+    tokenizer_files.write(tmp_path)
+
+    async def go() -> list[bytes]:
+        triton = await fake_triton(refuses)
+        upstream = Upstream("127.0.0.1", triton.sockets[0].getsockname()[1])
+        door = FrontDoor(
+            Settings(["m"], "ensemble", "cpu-reference", Limits()), Tokenizer.load(tmp_path), upstream
+        )
+        server = await serve(door, "127.0.0.1", 0)
+        r, w = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+        body = b'{"model": "nope", "prompt": "hi"}'
+        w.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+        continued = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 10)
+        w.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+        first = await asyncio.wait_for(r.readuntil(b"}}"), 10)
+        w.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")  # the same connection, kept alive
+        second = await asyncio.wait_for(r.readuntil(b"]}"), 10)
+        w.close()
+        server.close()
+        triton.close()
+        return [continued, first, second]
+
+    continued, first, second = asyncio.run(go())
+    assert continued.startswith(b"HTTP/1.1 100 Continue")
+    assert first.startswith(b"HTTP/1.1 404") and b'"code": "model_not_found"' in first
+    assert second.startswith(b"HTTP/1.1 200") and b'"id": "m"' in second
