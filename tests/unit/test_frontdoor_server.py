@@ -39,6 +39,12 @@ async def errs_after_one_token(w: asyncio.StreamWriter) -> None:
     await w.drain()
 
 
+async def garbles_after_one_token(w: asyncio.StreamWriter) -> None:
+    garbage = b"data: {x\n\n"
+    w.write(STREAM_HEAD + sse({"text_output": "a"}) + b"%x\r\n%s\r\n0\r\n\r\n" % (len(garbage), garbage))
+    await w.drain()
+
+
 async def refuses(w: asyncio.StreamWriter) -> None:
     body = json.dumps({"error": "max_tokens must be 1..10"}).encode()
     w.write(b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
@@ -105,7 +111,7 @@ def events(raw: bytes) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("behaviour", [dies_after_two_tokens, errs_after_one_token])
+@pytest.mark.parametrize("behaviour", [dies_after_two_tokens, errs_after_one_token, garbles_after_one_token])
 def test_a_stream_that_fails_midway_ends_with_an_error_event_and_done(
     behaviour: Behaviour, tmp_path: Path
 ) -> None:
@@ -117,6 +123,7 @@ def test_a_stream_that_fails_midway_ends_with_an_error_event_and_done(
     assert set(error) == {"message", "type", "param", "code"} and error["type"] == "server_error"
     text = "".join(json.loads(e)["choices"][0]["text"] for e in got[:-2])
     assert text == ("ab" if behaviour is dies_after_two_tokens else "a")
+    assert b"Traceback" not in raw
     assert raw.endswith(b"0\r\n\r\n")  # the response is complete, not a dropped connection
 
 

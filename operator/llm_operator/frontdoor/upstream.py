@@ -121,11 +121,21 @@ class Upstream:
                     event, pending = pending.split(b"\n\n", 1)
                     for line in event.split(b"\n"):
                         if line.startswith(b"data:"):
-                            yield _text(json.loads(line[5:]))
+                            yield _text(_event(line[5:]))
         finally:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+
+def _event(data: bytes) -> dict[str, Any]:
+    try:
+        event = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        event = None
+    if not isinstance(event, dict):
+        raise UpstreamError(502, "the model server sent an event that is not a JSON object")
+    return event
 
 
 def _text(response: dict[str, Any]) -> str:
