@@ -9,15 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
-import sysconfig
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +22,12 @@ import openai
 import pytest
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
 from llm_operator.frontdoor.chat import render_chat
-from llm_operator.frontdoor.tokenizer import Tokenizer
-from llm_operator.modelrepo import render_repository, to_configmap_data
-from llm_operator.plan.cpu import cpu_plan
 from llm_operator.runtime.cpu_reference import tokenizer_files
-from prometheus_client.parser import text_string_to_metric_families
 
-from e2e.cluster.processes import free_ports
-from tests.triton.conftest import REPO, cpu_spec, expected
-from tests.triton.server import TritonInstall
+from e2e.cluster.processes import free_port
+from tests.triton.conftest import cpu_spec, expected
+from tests.triton.leader import LeaderPod, leader_pod
+from tests.triton.server import TritonProcess
 
 pytestmark = pytest.mark.triton
 
@@ -48,97 +42,13 @@ def spec() -> LLMDeploymentSpec:
     return LLMDeploymentSpec.model_validate(doc)
 
 
-@dataclass
-class LeaderPod:
-    """llm-operator-launch with the environment the operator renders for a cpu-reference leader."""
-
-    process: subprocess.Popen[bytes]
-    log: Path
-    openai_port: int
-    metrics_port: int
-    tokenizer: Tokenizer
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.openai_port}/v1"
-
-    def output_tokens(self) -> float:
-        """Tokens the model decoded so far (its nv_llm_output_token_len histogram's sum)."""
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as r:
-            text = r.read().decode()
-        samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
-        name = "nv_llm_output_token_len_sum"
-        return sum(s.value for s in samples if s.name == name and s.labels.get("model") == "ensemble")
-
-
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def leader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LeaderPod]:
-    work = tmp_path_factory.mktemp("frontdoor")
-    configmap = work / "configmap"
-    configmap.mkdir()
-    python_path = (str(REPO / "operator"), sysconfig.get_paths()["purelib"])
-    s = spec()
-    files = render_repository(
-        s, cpu_plan(s).primary, engine_dir="", tokenizer_dir="", python_path=python_path
-    )
-    for key, text in to_configmap_data(files).items():
-        (configmap / key).write_text(text)
-    tokenizer_files.write(work / "tokenizer")
-    install = TritonInstall.from_wheel()
-    http, grpc, metrics, api = free_ports(4)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), os.environ.get("PYTHONPATH", "")]),
-        "LD_LIBRARY_PATH": str(install.libraries),
-        "LLMOP_BACKEND": "cpu-reference",
-        "LLMOP_GPUS_PER_POD": "0",
-        "LLMOP_TRITONSERVER": str(install.binary),
-        "LLMOP_BACKEND_DIR": str(install.backends(work / "backends")),
-        "LLMOP_MODEL_REPO_SRC": str(configmap),
-        "LLMOP_MODEL_REPO": str(work / "repo"),
-        "LLMOP_TOKENIZER_DIR": str(work / "tokenizer"),
-        "LLMOP_HTTP_PORT": str(http),
-        "LLMOP_GRPC_PORT": str(grpc),
-        "LLMOP_METRICS_PORT": str(metrics),
-        "LLMOP_OPENAI_PORT": str(api),
-        "LLMOP_SERVED_MODEL_NAMES": ",".join(NAMES),
-        "LLMOP_MAX_INPUT_LEN": str(MAX_INPUT_LEN),
-        "LLMOP_MAX_SEQ_LEN": str(MAX_SEQ_LEN),
-        "LLMOP_EXIT_TIMEOUT_SECONDS": "5",
-        "LLMOP_RUNTIME_DIR": str(work / "run"),
-        "LLMOP_TERMINATION_LOG": str(work / "termination-log"),
-    }
-    log = work / "pod.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "llm_operator.runtime.launcher"], env=env,
-                                   stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
-    pod = LeaderPod(process, log, api, metrics, Tokenizer.load(work / "tokenizer"))
-    deadline = time.monotonic() + 120
-    while not (_ready(f"http://127.0.0.1:{http}/v2/health/ready") and _ready(f"{pod.base_url}/models")):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"the pod did not become ready:\n{log.read_text()[-4000:]}")
-        time.sleep(0.25)
     try:
-        yield pod
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            code = process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            code = process.wait()
-        # A requested stop ends with 0: Triton drained, then the front door stopped.
-        assert code == 0, log.read_text()[-4000:]
+        with leader_pod(tmp_path_factory.mktemp("frontdoor"), spec(), NAMES) as pod:
+            yield pod
+    except RuntimeError as e:
+        pytest.fail(str(e))
 
 
 @pytest.fixture
@@ -306,3 +216,34 @@ def test_a_client_that_disconnects_cancels_its_generation_in_triton(
     assert client.completions.create(model="tiny", prompt="hi", max_tokens=3).choices[0].text == expected(
         "hi", 3
     )
+
+
+def test_a_deployment_that_does_not_stream_answers_whole_and_refuses_stream(
+    batch_server: TritonProcess, tmp_path: Path
+) -> None:
+    """runtime.streaming: false renders a model that is not decoupled: Triton's generate, not
+    generate_stream, and a stream request is refused with the field to change."""
+    tokenizer_files.write(tmp_path)
+    port = free_port()
+    env = {**os.environ, "LLMOP_BACKEND": "cpu-reference", "LLMOP_SERVED_MODEL_NAMES": "tiny",
+           "LLMOP_TOKENIZER_DIR": str(tmp_path), "LLMOP_OPENAI_PORT": str(port),
+           "LLMOP_HTTP_PORT": str(batch_server.http_port)}  # fmt: skip
+    door = subprocess.Popen([sys.executable, "-m", "llm_operator.frontdoor"], env=env)
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                client.models.list()
+                break
+            except openai.APIConnectionError:
+                assert door.poll() is None and time.monotonic() < deadline, "the front door did not start"
+                time.sleep(0.1)
+        r = client.completions.create(model="tiny", prompt="Once", max_tokens=9)
+        assert (r.choices[0].text, r.choices[0].finish_reason) == (expected("Once", 9), "length")
+        with pytest.raises(openai.BadRequestError, match=r"runtime\.streaming") as e:
+            client.completions.create(model="tiny", prompt="Once", max_tokens=9, stream=True)
+        assert e.value.param == "stream"
+    finally:
+        door.terminate()
+        assert door.wait(timeout=10) == 0

@@ -15,6 +15,8 @@ import asyncio
 import contextlib
 import json
 import time
+import traceback
+import urllib.parse
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
@@ -127,7 +129,7 @@ class FrontDoor:
                   "/health": "GET"}  # fmt: skip
         try:
             if path.startswith("/v1/models/") and method == "GET":
-                name = path.removeprefix("/v1/models/")
+                name = urllib.parse.unquote(path.removeprefix("/v1/models/"))
                 self._model(name)
                 listing = P.models_list([name], self.created)["data"][0]
                 return await self._json(peer, 200, listing, close)
@@ -145,6 +147,13 @@ class FrontDoor:
             return await self._generate(peer, kind, P.parse_json(body), close)
         except P.ApiError as e:
             return await self._json(peer, e.status, e.body(), close)
+        except (Gone, ConnectionError, asyncio.CancelledError):
+            raise
+        except Exception as e:  # a defect here, before any byte of the response: a 500, logged
+            traceback.print_exc()
+            error = P.ApiError(500, f"the front door failed ({type(e).__name__})", kind="server_error")
+            await self._json(peer, 500, error.body(), close=True)
+            return False
 
     async def _ready(self) -> bool:
         try:
@@ -219,6 +228,12 @@ class FrontDoor:
                 await _event(peer, P.usage_chunk(gen, counts))
         except UpstreamError as e:  # headers are sent: the error is an event, then [DONE]
             await _event(peer, _refusal(e).body())
+        except (Gone, ConnectionError):
+            raise
+        except Exception as e:  # a defect here: the client still gets an ending, and the log the trace
+            traceback.print_exc()
+            await _event(peer, P.ApiError(500, f"the front door failed ({type(e).__name__})",
+                                          kind="server_error").body())  # fmt: skip
         finally:
             await pieces.aclose()  # closes Triton's stream: a stop sequence ends the generation there
         await _write(peer, _chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")

@@ -3,7 +3,7 @@ transformers: tokenizer.json through the `tokenizers` library, tokenizer_config.
 chat_template.jinja, special_tokens_map.json) for the chat template and the special tokens.
 
 Counts match preprocessing's `tokenizer.encode(text, add_special_tokens=...)` (NVIDIA/TensorRT-LLM
-triton_backend/all_models/inflight_batcher_llm/preprocessing/1/model.py, v1.1.0), which our
+triton_backend/all_models/inflight_batcher_llm/preprocessing/1/model.py), which our
 preprocessing.pbtxt runs with add_special_tokens "true": whatever the tokenizer's post-processor
 adds (Llama's BOS, say) is counted.
 """
