@@ -9,9 +9,12 @@ FROM python:3.11.11-slim-bookworm
 # finds torch in this site-packages and its own package under /opt/llm-operator/cpu-reference
 # (modelrepo.CPU_RUNTIME_PYTHON_PATH).
 ENV LLMOP_BACKEND=cpu-reference PYTHONDONTWRITEBYTECODE=1
-# torch from PyTorch's CPU index: the PyPI wheel bundles CUDA. Same version as the tests use.
+# torch from PyTorch's CPU index: the PyPI wheel bundles CUDA. Same version as the tests use. The
+# front door needs jinja2 (chat templates) and tokenizers (token counts), as NVIDIA's images have
+# them; tokenizers without its hub client (reading tokenizer.json needs none).
 RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu \
-        "torch==1.13.1+cpu" "numpy==1.26.4" "nvidia-pytriton==0.7.0" \
+        "torch==1.13.1+cpu" "numpy==1.26.4" "nvidia-pytriton==0.7.0" "jinja2==3.1.6" "markupsafe==3.0.4" \
+    && pip install --no-cache-dir --no-deps "tokenizers==0.22.2" \
     && SP=/usr/local/lib/python3.11/site-packages/pytriton/tritonserver \
     && cp "$SP/python_backend_stubs/3.11/triton_python_backend_stub" "$SP/backends/python/"
 # The model's package (runtime/cpu_reference/), whole packages above it so that it is found first
@@ -19,6 +22,9 @@ RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/wh
 COPY operator/llm_operator/__init__.py /opt/llm-operator/cpu-reference/llm_operator/
 COPY operator/llm_operator/runtime/__init__.py /opt/llm-operator/cpu-reference/llm_operator/runtime/
 COPY operator/llm_operator/runtime/cpu_reference/*.py /opt/llm-operator/cpu-reference/llm_operator/runtime/cpu_reference/
+# The cpu-reference models' tokenizer directory (contract.CPU_REFERENCE_TOKENIZER_DIR).
+RUN PYTHONPATH=/opt/llm-operator/cpu-reference \
+    python -m llm_operator.runtime.cpu_reference.tokenizer_files /opt/llm-operator/cpu-reference-tokenizer
 ENV LLMOP_TRITONSERVER=/usr/local/lib/python3.11/site-packages/pytriton/tritonserver/bin/tritonserver \
     LLMOP_BACKEND_DIR=/usr/local/lib/python3.11/site-packages/pytriton/tritonserver/backends \
     LD_LIBRARY_PATH=/usr/local/lib/python3.11/site-packages/nvidia_pytriton.libs

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: the embedded cluster, the operator installed from the Helm chart (make operator-up),
-# sample LLMDeployments, their status, and a prompt answered by the real cpu-reference pod.
+# sample LLMDeployments, their status, a prompt answered by the real cpu-reference pod, and at the
+# end a chat completion through the official openai SDK.
 #
 # Leaves the cluster and the operator running so you can explore (`source .cluster/env`, then
 # `kubectl get llmd -A`); `make cluster-down` stops both. Re-running upgrades the operator.
@@ -109,12 +110,19 @@ else:
 PY
 k -n "$ns" get pods -l llmoperator.io/deployment=tiny-llama -L llmoperator.io/slot,llmoperator.io/revision | sed 's/^/  /'
 
+step "the OpenAI API: the official openai SDK at status.endpoints.openai, a chat completion streamed"
+# The base URL is the status's (kubectl get llmd shows it as URL); the answer is printed as it arrives.
+$py -m e2e.chat -n "$ns" tiny-llama "Tell me a story about a tiny llama." --model tiny-llama --max-tokens 60
+
 cat <<EOF
 
 Explore: source .cluster/env && kubectl -n $ns get llmd,pods
   the operator:  kubectl -n llm-operator-system logs deploy/llm-operator
   Triton:        kubectl -n $ns logs tiny-llama-0
-  from the host: kubectl -n $ns port-forward svc/tiny-llama 8000:8000 &
+  from the host: kubectl -n $ns port-forward svc/tiny-llama 8000:8000 8080:8080 &
                  curl -N localhost:8000/v2/models/ensemble/generate_stream -d '{"text_input": "Hi", "max_tokens": 40, "stream": true}'
+                 curl localhost:8080/v1/chat/completions -H 'Content-Type: application/json' \\
+                   -d '{"model": "tiny-llama", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 40}'
+  the APIs:      docs/serving-api.md
 Stop:    make cluster-down
 EOF

@@ -30,11 +30,12 @@ PROJECT = ("pyproject.toml", "README.md", "operator", "model_repo_templates")
 INPUTS_LABEL = "io.llmoperator.image-inputs"
 # Base image install paths (python:3.11-slim) -> Debian's python3 with pip's default scheme.
 SITE_PACKAGES = {"/usr/local/lib/python3.11/site-packages": "/usr/local/lib/python3.11/dist-packages"}
-# Runtime wheels of the CPU image, at the versions requirements/dev.lock pins.
-CPU_RUNTIME_WHEELS = ("nvidia-pytriton==0.7.0",)
+# Runtime wheels of the CPU image, at the versions requirements/dev.lock pins: Triton, and the front
+# door's chat templates (jinja2) and token counts (tokenizers, without its hub client).
+CPU_RUNTIME_WHEELS = ("nvidia-pytriton==0.7.0", "Jinja2==3.1.6", "MarkupSafe==3.0.4", "tokenizers==0.22.2")
 # What of our package the CPU image carries: the cpu_reference model's package and the packages
-# above it (the launcher arrives through the pod's init container, render/inject.py). As the
-# Dockerfile COPYs them, under CPU_REFERENCE_ROOT.
+# above it (the launcher and the front door arrive through the pod's init container,
+# render/inject.py). As the Dockerfile COPYs them, under CPU_REFERENCE_ROOT.
 CPU_REFERENCE_FILES = ("operator/llm_operator/__init__.py", "operator/llm_operator/runtime/__init__.py",
                        "operator/llm_operator/runtime/cpu_reference")  # fmt: skip
 CPU_REFERENCE_ROOT = "opt/llm-operator/cpu-reference"
@@ -136,6 +137,11 @@ def _cpu_runtime_assemble(rootfs: Path, work: Path) -> ImageConfig:
             target = rootfs / CPU_REFERENCE_ROOT / path.relative_to(package)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
+    from llm_operator.contract import CPU_REFERENCE_TOKENIZER_DIR
+    from llm_operator.runtime.cpu_reference import tokenizer_files
+
+    # As the Dockerfile does, with this interpreter's tokenizers (the version the image installs).
+    tokenizer_files.write(rootfs / CPU_REFERENCE_TOKENIZER_DIR.lstrip("/"))
     return runtime_config(REPO / "images/cpu-runtime.Dockerfile", SITE_PACKAGES)
 
 

@@ -15,12 +15,19 @@ PRESTOP_COMMAND = (*CONTAINER_COMMAND, "drain")
 
 # Rank 0's endpoints (workers have no HTTP server).
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
+# The OpenAI-compatible API (/v1), served on the leader by a process the launcher supervises beside
+# Triton (docs/architecture.md, "The serving pod"); the container port and Service port `openai`.
+OPENAI_PORT = 8080
 
 MODEL_REPO_SRC = "/etc/llm-operator/model-repo"  # the ConfigMap, read-only
 MODEL_REPO = "/var/run/llm-operator/model-repo"  # materialized by the launcher at start
 ENGINE_CACHE_MOUNT = "/engine-cache"  # the engine cache claim (read-only in serving pods)
 TOKENIZER_MOUNT = "/tokenizer-source"  # runtime.tokenizerUri's claim, read-only
 CHECKPOINT_MOUNT = "/checkpoint"  # the pytorch backend's pvc:// checkpoint claim, read-only
+# The cpu-reference models' Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json
+# with its chat template), written into the cpu-runtime image when it is built
+# (runtime/cpu_reference/tokenizer_files.py): the tokenizer directory of every cpu-reference pod.
+CPU_REFERENCE_TOKENIZER_DIR = "/opt/llm-operator/cpu-reference-tokenizer"
 SSH_DIR = "/etc/llm-operator/ssh"  # multi-node pods: their role's keys from the SSH Secret, read-only
 RUNTIME_DIR = "/tmp/llm-operator"  # 0700: private copies of keys, sshd config, the workers' environment
 TMP_DIR = "/tmp"  # an emptyDir (the root filesystem is read-only): RUNTIME_DIR lives in it
@@ -75,6 +82,14 @@ ENV: dict[str, str] = {
     "LLMOP_HTTP_PORT": str(HTTP_PORT),
     "LLMOP_GRPC_PORT": str(GRPC_PORT),
     "LLMOP_METRICS_PORT": str(METRICS_PORT),
+    "LLMOP_OPENAI_PORT": str(OPENAI_PORT),
+    # The names /v1/models lists and requests may name (comma-separated): spec.model.name, then
+    # spec.model.alias when set.
+    "LLMOP_SERVED_MODEL_NAMES": "",
+    # The engine's limits, which the front door checks before Triton would refuse less helpfully
+    # ("" = not checked there): spec.engine.maxInputLen and maxSeqLen.
+    "LLMOP_MAX_INPUT_LEN": "",
+    "LLMOP_MAX_SEQ_LEN": "",
     "LLMOP_EXIT_TIMEOUT_SECONDS": str(EXIT_TIMEOUT_SECONDS),
     "LLMOP_DRAIN_TIMEOUT_SECONDS": str(DRAIN_TIMEOUT_SECONDS),
     "LLMOP_DRAIN_SETTLE_SECONDS": str(DRAIN_SETTLE_SECONDS),

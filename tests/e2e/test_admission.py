@@ -230,6 +230,12 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("unknown-family", {"model.family": "mamba"}, "Unsupported value"),
     (
+        "alias-is-the-name",
+        {"model.alias": "meta-llama/Meta-Llama-3-8B-Instruct"},
+        "model.alias names the model a second time",
+    ),
+    ("alias-two-names", {"model.alias": "llama,llama-3"}, "should match"),
+    (
         "model-uri-scheme",
         {"model.source.uri": "http://example.com/model"},
         "model.source.uri must start with s3://, gs://, pvc://, hf:// or builtin://",

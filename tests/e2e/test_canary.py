@@ -8,6 +8,7 @@ Needs the embedded cluster (its monitoring stack and the real node).
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -18,6 +19,7 @@ from e2e.cluster import canary, gateway, netns
 from e2e.cluster.canary import NAME, Recorder, revisions, serving_pods
 from e2e.cluster.load import Load
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, wait_for
+from e2e.generate import connection
 from e2e.gitops import argocd_health, assert_kstatus
 from tests.e2e.operator_fixtures import OperatorProcess
 from tests.e2e.test_operator import wait_ready
@@ -286,6 +288,9 @@ def test_c_gateway_api_routes_by_weight_through_a_real_gateway_and_promotes(
         timeout=60,
     )
     assert [b["name"] for b in (route or {})["spec"]["rules"][0]["backendRefs"]] == [f"{NAME}-stable"]
+    # The route's /v1 rule: the OpenAI API through the same Gateway (Traefik loads a route within 2 s).
+    names = ["llm-operator/tiny-llama", "tiny-llama"]
+    wait_for("/v1/models through the Gateway", lambda: served_names(embedded.launcher), lambda n: n == names)
     traffic = Load(
         embedded.launcher.netns, netns.NODE_IP, gateway.PORT,
         concurrency=2, max_requests=20_000, max_seconds=ROLLOUT_TIMEOUT,
@@ -327,6 +332,19 @@ def test_c_gateway_api_routes_by_weight_through_a_real_gateway_and_promotes(
     canary_weights = [w.get(f"{NAME}-canary", 0) for _, _, w, _ in seen]
     assert any(0 < w < 100 for w in canary_weights), seen  # a share, then all of it
     assert 100 in canary_weights or done["stableSlot"] == "b", seen
+
+
+def served_names(launcher: Any) -> list[str]:
+    """GET /v1/models through the Gateway's listener, from inside the cluster's network."""
+    conn = connection(netns.NODE_IP, gateway.PORT, inside=launcher.netns, timeout=30)
+    try:
+        conn.request("GET", "/v1/models")
+        response = conn.getresponse()
+        body = response.read()
+    finally:
+        conn.close()
+    assert response.status == 200, body[:300]
+    return [m["id"] for m in json.loads(body)["data"]]
 
 
 def test_c_a_route_the_gateway_refuses_stalls_the_deployment_in_its_words(

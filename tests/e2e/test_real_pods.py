@@ -3,7 +3,8 @@ a KWOK shell could never show.
 
 - A pod is Ready only once Triton has loaded the model (its probes ask Triton's /v2/health/ready).
 - Tokens stream back through the client Service's ClusterIP (kube-proxy; the client inside the
-  cluster's network namespace) and through `kubectl port-forward` (127.0.0.1).
+  cluster's network namespace) and through `kubectl port-forward` (127.0.0.1); the official
+  `openai` SDK is answered at the base URL status.endpoints.openai names (tests/e2e/openai_sdk.py).
 - `kubectl delete pod` in the middle of long streams: they complete (preStop settle, then Triton
   waits for open connections on SIGTERM), the pod is replaced, and requests through the Service
   meanwhile all succeed with two replicas.
@@ -36,9 +37,11 @@ import yaml
 from llm_operator.contract import ADMIN_KEY_ENV, ADMIN_KEY_HEADER, ADMIN_KEY_SECRET_KEY
 from llm_operator.render.inject import INJECT_PATH, INJECT_VOLUME
 
+from e2e.chat import base_url
 from e2e.cluster.processes import free_port
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, pod_ready, wait_for
 from e2e.generate import ADMIN_REQUESTS, OPEN_REQUESTS, Chunk, GenerateError, answers, connection, stream
+from tests.e2e import openai_sdk
 
 pytestmark = pytest.mark.e2e
 
@@ -249,6 +252,22 @@ def test_tokens_stream_through_the_cluster_ip_and_port_forward(
         forward.wait(timeout=10)
     assert_streamed(through_forward, 100)
     assert "".join(c.text for c in through_forward) == "".join(c.text for c in through_proxy), "greedy"
+
+
+def test_the_openai_sdk_is_answered_at_the_url_the_status_names(
+    served: Served, cluster: E2ECluster, kubectl: Kubectl
+) -> None:
+    """Sync, async and streaming, through the client Service from inside the cluster's network."""
+    ld = kubectl.get("llmdeployment", "tiny-llama", served.namespace)
+    url = ((ld or {}).get("status") or {}).get("endpoints", {}).get("openai")
+    assert url == f"http://tiny-llama.{served.namespace}.svc:8080/v1"
+    assert cluster.launcher is not None
+    with base_url(cluster.launcher, url) as base:
+        openai_sdk.lists_the_served_names(base, ["llm-operator/tiny-llama", "tiny-llama"])
+        text = openai_sdk.chat_with_usage(base, "tiny-llama")
+        openai_sdk.streams_the_same_text(base, "llm-operator/tiny-llama", text)
+        openai_sdk.answers_concurrent_async_completions(base, "tiny-llama")
+        openai_sdk.refuses_an_unknown_model_in_openais_words(base)
 
 
 @dataclass

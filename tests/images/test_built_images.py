@@ -27,8 +27,9 @@ from tests.images.rootfs import Rootfs, can_build, pid_one
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.images, pytest.mark.skipif(can_build() is not None, reason=str(can_build()))]
 # The operator's runtime dependencies and its launcher: the serving image carries none of them (the
-# pod's init container copies the launcher in, render/inject.py).
-OPERATOR_ONLY = ("pydantic", "jinja2", "lightkube", "kopf", "prometheus_client", "llm_operator")
+# pod's init container copies the launcher and the front door in, render/inject.py). jinja2 is not
+# among them: the front door renders chat templates with it in the serving pod.
+OPERATOR_ONLY = ("pydantic", "lightkube", "kopf", "prometheus_client", "llm_operator")
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +105,27 @@ def test_cpu_runtime_has_the_model_but_not_the_launcher(image: Callable[[str], R
     assert "--model-repository" in tritonserver.stdout, tritonserver.stdout[-2000:]
     stub = Path(runtime.env["LLMOP_BACKEND_DIR"].lstrip("/")) / "python/triton_python_backend_stub"
     assert (runtime.path / stub).is_file()
+
+
+def test_cpu_runtime_has_the_front_doors_tokenizer_and_chat_templates(image: Callable[[str], Rootfs]) -> None:
+    """The image's own python3 loads the cpu-reference tokenizer directory written at build time,
+    counts the model's byte ids and renders its chat template."""
+    runtime = image("cpu-runtime")
+    probe = (
+        "from llm_operator import contract\n"
+        "from llm_operator.frontdoor.chat import render_chat\n"
+        "from llm_operator.frontdoor.tokenizer import Tokenizer\n"
+        "from llm_operator.runtime.cpu_reference.tiny_lm import encode\n"
+        "tok = Tokenizer.load(contract.CPU_REFERENCE_TOKENIZER_DIR)\n"
+        "text = 'Grüß dich 🙂'\n"
+        "assert tok.count(text) == len(encode(text)) == 16, tok.count(text)\n"
+        "print(repr(render_chat(tok.chat_template, [{'role': 'user', 'content': text}])))"
+    )
+    rendered = runtime.run(["python3", "-c", probe])
+    assert rendered.returncode == 0, rendered.stdout
+    assert rendered.stdout.splitlines()[-1] == repr(
+        "<|im_start|>user\nGrüß dich 🙂<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 @pytest.fixture

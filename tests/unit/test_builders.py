@@ -20,6 +20,7 @@ def test_client_service_selects_only_leaders() -> None:
         "http": 8000,
         "grpc": 8001,
         "metrics": 8002,
+        "openai": 8080,
     }
 
 

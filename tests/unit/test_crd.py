@@ -39,8 +39,10 @@ def test_scale_and_status_subresources() -> None:
         "statusReplicasPath": ".status.replicas",
         "labelSelectorPath": ".status.selector",
     }
-    columns = {c["name"] for c in version["additionalPrinterColumns"]}
-    assert {"Model", "TP", "PP", "Replicas", "Ready", "Phase", "Reason", "Canary", "Age"} <= columns
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    expected = {"Model", "TP", "PP", "Replicas", "Ready", "Phase", "Reason", "Canary", "URL", "Age"}
+    assert expected <= set(columns)
+    assert columns["URL"] == ".status.endpoints.openai", "the OpenAI API's base URL"
 
 
 def test_every_cel_rule_has_a_human_message() -> None:

@@ -34,15 +34,19 @@ def test_the_init_containers_command_copies_the_package(tmp_path: Path) -> None:
     assert copied == sorted(f"llm_operator/{rel}" for rel in inject.files())
     assert "llm_operator/runtime/launcher.py" in copied and "llm_operator/engine/build.py" in copied
     assert "llm_operator/engine/fetch.py" in copied, "the build Job's fetch and publish steps"
+    assert "llm_operator/frontdoor/__main__.py" in copied, "the launcher starts the front door"
     assert not [p for p in copied if "cpu_reference" in p], "the model needs torch: it stays in its image"
     assert "llm_operator/engine/__init__.py" not in copied, "it renders build Jobs with pydantic"
 
 
 def test_the_copy_imports_with_the_standard_library_alone(tmp_path: Path) -> None:
+    """All but the front door, which the serving images' jinja2 and tokenizers serve
+    (tests/unit/test_frontdoor_process.py guards its imports)."""
     inject.copy(tmp_path)
     modules = sorted(
         ".".join(p.relative_to(tmp_path).with_suffix("").parts).removesuffix(".__init__")
         for p in tmp_path.rglob("*.py")
+        if "frontdoor" not in p.parts
     )
     code = (
         "import importlib, json\n"

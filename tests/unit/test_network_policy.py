@@ -118,6 +118,7 @@ def test_clients_reach_the_serving_ports_and_only_monitoring_the_metrics_of_ever
         assert len(policies) == 1 and pods
         for pod in pods:
             assert admitted(policies, pod, CLIENT, 8000) and admitted(policies, pod, CLIENT, 8001)
+            assert admitted(policies, pod, CLIENT, 8080), "the OpenAI API"
             assert admitted(policies, pod, NODE_PROMETHEUS, 8000), "a gateway outside pods too"
             assert not admitted(policies, pod, CLIENT, 8002)
             assert admitted(policies, pod, MONITORING, 8002)
@@ -152,7 +153,7 @@ def test_client_namespaces_narrow_the_client_ports_and_peers_come_from_the_confi
     (pod,) = pods
     kubernetes_validate.validate(policies[0], "1.34.0", strict=True)
     assert admitted(policies, pod, Source("apps", namespace_labels={"team": "ml"}), 8000)
-    assert not admitted(policies, pod, CLIENT, 8000)
+    assert not admitted(policies, pod, CLIENT, 8000) and not admitted(policies, pod, CLIENT, 8080)
     assert not admitted(policies, pod, Source(None, ip="192.0.2.9"), 8001), "processes outside pods too"
     assert admitted(policies, pod, NODE_PROMETHEUS, 8002)
     assert admitted(policies, pod, Source("observability"), 8002)

@@ -158,11 +158,22 @@ def test_http_route_weights_and_parents() -> None:
     route = rollout.http_route(ld, {"stable": 100, "canary": 0}, "aaaa", "bbbb", PARENTS)
     assert route["apiVersion"] == "gateway.networking.k8s.io/v1" and route["metadata"]["name"] == "tiny-llama"
     assert route["spec"]["parentRefs"] == PARENTS
-    (rule,) = route["spec"]["rules"]
+    rule, openai = route["spec"]["rules"]
     assert rule["backendRefs"] == [
         {"name": "tiny-llama-stable", "port": 8000, "weight": 100},
         {"name": "tiny-llama-canary", "port": 8000, "weight": 0},
     ]
+    assert "matches" not in rule, "Triton's API and everything else"
+    # /v1 (the OpenAI API) reaches the same revisions with the same weights, on its own port.
+    assert openai == {
+        "matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}],
+        "backendRefs": [
+            {"name": "tiny-llama-stable", "port": 8080, "weight": 100},
+            {"name": "tiny-llama-canary", "port": 8080, "weight": 0},
+        ],
+    }
+    split = rollout.http_route(ld, {"stable": 75, "canary": 25}, "aaaa", "bbbb", PARENTS)["spec"]["rules"]
+    assert [[b["weight"] for b in r["backendRefs"]] for r in split] == [[75, 25], [75, 25]]
     no_canary = rollout.http_route(ld, {"stable": 100}, "aaaa", None, PARENTS)
     assert [b["name"] for b in no_canary["spec"]["rules"][0]["backendRefs"]] == ["tiny-llama-stable"]
     assert rollout.http_route(ld, {"stable": 100}, "aaaa", None)["spec"]["parentRefs"] == []

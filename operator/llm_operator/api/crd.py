@@ -45,6 +45,8 @@ PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Reason", "type": "string", "jsonPath": ".status.reason"},
     {"name": "Canary", "type": "integer", "jsonPath": ".status.revisions.canaryWeight"},
+    # The OpenAI API's base URL, as KServe shows an InferenceService's URL.
+    {"name": "URL", "type": "string", "jsonPath": ".status.endpoints.openai"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "GPU", "type": "string", "jsonPath": ".status.placement.gpuProduct", "priority": 1},
     {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},

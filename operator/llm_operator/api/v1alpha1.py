@@ -201,6 +201,16 @@ class ModelFamily(StrEnum):
 
 
 class ModelSpec(Spec):
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "!has(self.alias) || self.alias != self.name",
+                "model.alias names the model a second time: remove it, or choose a name other than "
+                "model.name",
+            ),
+        )
+    )
+
     name: str = Field(
         min_length=1,
         max_length=253,
@@ -212,6 +222,15 @@ class ModelSpec(Spec):
                 "model.name is immutable: create a new LLMDeployment to serve a different model",
             )
         ),
+    )
+    alias: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:-]*$",
+        description="A second name the OpenAI API serves the model under, beside model.name (e.g. "
+        "llama-3-8b for meta-llama/Meta-Llama-3-8B-Instruct): /v1/models lists both and requests may "
+        "name either. Letters, digits and . _ / : - only.",
     )
     source: ModelSource
     revision: str = Field(
@@ -1045,11 +1064,12 @@ class LabelSelector(Spec):
 class NetworkPolicySpec(Spec):
     enabled: bool = Field(
         default=True,
-        description="A NetworkPolicy admits to the serving pods only Triton's client ports (HTTP "
-        "8000, gRPC 8001), its metrics port (8002) from the monitoring peers the operator is "
-        "configured with, and any port between the deployment's multi-node pods (sshd on 2222, "
-        "MPI, NCCL). false: no NetworkPolicy, every port is open to whatever can reach the pods. "
-        "Enforced only where the cluster's network plugin implements NetworkPolicy.",
+        description="A NetworkPolicy admits to the serving pods only the client ports (Triton's "
+        "HTTP 8000 and gRPC 8001, the OpenAI API 8080), Triton's metrics port (8002) from the "
+        "monitoring peers the operator is configured with, and any port between the deployment's "
+        "multi-node pods (sshd on 2222, MPI, NCCL). false: no NetworkPolicy, every port is open "
+        "to whatever can reach the pods. Enforced only where the cluster's network plugin "
+        "implements NetworkPolicy.",
     )
     client_namespace_selector: LabelSelector | None = Field(
         default=None,
@@ -1287,9 +1307,16 @@ class EngineStatus(Spec):
 
 
 class EndpointsStatus(Spec):
+    """In-cluster addresses of the client Service `<name>` (docs/serving-api.md)."""
+
     http: str | None = None
     grpc: str | None = None
     metrics: str | None = None
+    openai: str | None = Field(
+        default=None,
+        description="Base URL of the OpenAI-compatible API (http://SERVICE.NAMESPACE.svc:8080/v1): "
+        "what an OpenAI client's base_url takes.",
+    )
 
 
 class Phase(StrEnum):

@@ -161,16 +161,27 @@ def cpu_values(spec: LLMDeploymentSpec, python_path: Sequence[str]) -> dict[str,
             f"({', '.join('builtin://' + n for n in BUILTIN_MODELS)}), not {uri}"
         )
     profile = PROFILES[spec.runtime.profile]
-    max_seq_len = min(spec.engine.max_seq_len, BUILTIN_MODELS[name].max_positions)
+    max_input_len, max_seq_len = sequence_limits(spec)
     return {
         **_common(spec, profile),
         "cpu_model_instances": profile.cpu_model_instances,
         "python_path": os.pathsep.join(python_path),
         "builtin_model": name,
         "weights_seed": weights_seed(spec.model.revision),
-        "max_input_len": min(spec.engine.max_input_len, max_seq_len),
+        "max_input_len": max_input_len,
         "max_seq_len": max_seq_len,
     }
+
+
+def sequence_limits(spec: LLMDeploymentSpec) -> tuple[int, int]:
+    """(maxInputLen, maxSeqLen) as the served model enforces them: a builtin model has no more
+    positions than it was made with. The OpenAI front door refuses longer requests up front."""
+    engine = spec.engine
+    builtin = BUILTIN_MODELS.get(spec.model.source.uri.removeprefix("builtin://"))
+    if engine.backend != Backend.CPU_REFERENCE or builtin is None:
+        return engine.max_input_len, engine.max_seq_len
+    max_seq_len = min(engine.max_seq_len, builtin.max_positions)
+    return min(engine.max_input_len, max_seq_len), max_seq_len
 
 
 def client_model(spec: LLMDeploymentSpec) -> str:

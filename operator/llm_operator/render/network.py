@@ -1,13 +1,13 @@
 """The NetworkPolicy of a deployment: who may connect to its serving pods.
 
 One policy selects every serving pod (all pools, both slots of a rollout, leaders and workers),
-so a canary's pods are covered from their first start. It admits Triton's client ports from any
-source (or the namespaces the spec selects), its metrics port from the monitoring peers the
-operator is configured with, and every port between the pods of the deployment's multi-node
-groups: sshd (2222) for the leader's mpirun, and the ports MPI and NCCL pick at run time. Nothing
-else. Those pods share one SSH key per deployment, so narrowing the last rule to one group would
-guard nothing the key does not. Traffic from the pod's own node (kubelet probes) is always
-allowed by NetworkPolicy's definition.
+so a canary's pods are covered from their first start. It admits the client ports (Triton's HTTP
+and gRPC, the OpenAI API) from any source (or the namespaces the spec selects), its metrics port
+from the monitoring peers the operator is configured with, and every port between the pods of the
+deployment's multi-node groups: sshd (2222) for the leader's mpirun, and the ports MPI and NCCL
+pick at run time. Nothing else. Those pods share one SSH key per deployment, so narrowing the last
+rule to one group would guard nothing the key does not. Traffic from the pod's own node (kubelet
+probes) is always allowed by NetworkPolicy's definition.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import DNS_LABEL, NetworkPolicySpec
-from llm_operator.contract import GRPC_PORT, HTTP_PORT, METRICS_PORT
+from llm_operator.contract import GRPC_PORT, HTTP_PORT, METRICS_PORT, OPENAI_PORT
 from llm_operator.render import names
 
 NAMESPACE_NAME = "kubernetes.io/metadata.name"  # set by the API server on every namespace
@@ -57,7 +57,7 @@ def _tcp(*ports: int) -> list[dict[str, Any]]:
 def network_policy(
     deployment: str, namespace: str, spec: NetworkPolicySpec, metrics_peers: Sequence[str]
 ) -> dict[str, Any]:
-    clients: dict[str, Any] = {"ports": _tcp(HTTP_PORT, GRPC_PORT)}  # no `from`: any source
+    clients: dict[str, Any] = {"ports": _tcp(HTTP_PORT, GRPC_PORT, OPENAI_PORT)}  # no `from`: any source
     if spec.client_namespace_selector is not None:
         selector = spec.client_namespace_selector.model_dump(mode="json", by_alias=True, exclude_none=True)
         clients = {"from": [{"namespaceSelector": selector}], **clients}

@@ -15,6 +15,7 @@ from llm_operator import contract
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import Backend, LLMDeploymentSpec
 from llm_operator.images import Images
+from llm_operator.modelrepo import sequence_limits
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
 from llm_operator.render.inject import inject_init_container, inject_mount, inject_volume, python_path_env
@@ -86,6 +87,7 @@ def _env(spec: LLMDeploymentSpec, pool: PoolPlan, engine: EngineLocation | None)
         {"name": "LLMOP_HTTP_PORT", "value": str(contract.HTTP_PORT)},
         {"name": "LLMOP_GRPC_PORT", "value": str(contract.GRPC_PORT)},
         {"name": "LLMOP_METRICS_PORT", "value": str(contract.METRICS_PORT)},
+        {"name": "LLMOP_OPENAI_PORT", "value": str(contract.OPENAI_PORT)},
         {"name": "LLMOP_EXIT_TIMEOUT_SECONDS", "value": str(spec.runtime.exit_timeout_seconds)},
         # The root filesystem is read-only: mpirun, ssh and Python's caches write under HOME.
         {"name": "HOME", "value": contract.HOME_DIR},
@@ -94,9 +96,26 @@ def _env(spec: LLMDeploymentSpec, pool: PoolPlan, engine: EngineLocation | None)
     if engine is not None:
         env.append({"name": "LLMOP_ENGINE_DIR", "value": engine.engine_dir})
     tokenizer = tokenizer_dir(tokenizer_location(spec.runtime.tokenizer_uri), engine)
+    if not tokenizer and spec.engine.backend == Backend.CPU_REFERENCE:
+        tokenizer = contract.CPU_REFERENCE_TOKENIZER_DIR  # in the cpu-runtime image
     if tokenizer:  # the launcher refuses to start without a tokenizer there
         env.append({"name": "LLMOP_TOKENIZER_DIR", "value": tokenizer})
     return env
+
+
+def served_names(spec: LLMDeploymentSpec) -> list[str]:
+    """What the OpenAI API serves the model as: model.name, then model.alias."""
+    return [spec.model.name, *([spec.model.alias] if spec.model.alias else [])]
+
+
+def front_door_env(spec: LLMDeploymentSpec) -> list[dict[str, str]]:
+    """The leader's OpenAI API: the names it serves and the limits it checks requests against."""
+    max_input_len, max_seq_len = sequence_limits(spec)
+    return [
+        {"name": "LLMOP_SERVED_MODEL_NAMES", "value": ",".join(served_names(spec))},
+        {"name": "LLMOP_MAX_INPUT_LEN", "value": str(max_input_len)},
+        {"name": "LLMOP_MAX_SEQ_LEN", "value": str(max_seq_len)},
+    ]
 
 
 def _checkpoint_claim(spec: LLMDeploymentSpec) -> str | None:
@@ -157,11 +176,13 @@ def _container(
         "name": "triton",
         "image": serving_image(spec, pool, images),
         "command": list(contract.CONTAINER_COMMAND),
-        "env": _env(spec, pool, engine) + extra_env + user_env,
+        # Only rank 0 serves the OpenAI API.
+        "env": _env(spec, pool, engine) + (front_door_env(spec) if leader else []) + extra_env + user_env,
         "ports": [
             {"name": "http", "containerPort": contract.HTTP_PORT},
             {"name": "grpc", "containerPort": contract.GRPC_PORT},
             {"name": "metrics", "containerPort": contract.METRICS_PORT},
+            {"name": "openai", "containerPort": contract.OPENAI_PORT},
         ],
         "volumeMounts": mounts,
         # Where the launcher writes why it stopped (e.g. the missing file, exit 78); a runtime that

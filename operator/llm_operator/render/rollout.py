@@ -3,9 +3,9 @@
 `<name>-stable` and `<name>-canary` select the leaders of one revision, whichever slot runs it, so
 promotion only changes a selector. They carry the revision as a label, which the EndpointSlice
 controller copies onto their slices: the operator reads there what a gateway can route to. The
-HTTPRoute (traffic routing gateway-api) splits by weight between them. A ControllerRevision keeps
-the spec each live revision was started from: the stable slot is rendered from it while the
-current spec runs as the canary.
+HTTPRoute (traffic routing gateway-api) splits by weight between them, Triton's API and the OpenAI
+API alike. A ControllerRevision keeps the spec each live revision was started from: the stable slot
+is rendered from it while the current spec runs as the canary.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pydantic.alias_generators import to_camel
 
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import LLMDeployment, LLMDeploymentSpec
-from llm_operator.contract import HTTP_PORT
+from llm_operator.contract import HTTP_PORT, OPENAI_PORT
 from llm_operator.images import Images
 from llm_operator.render import names, services
 from llm_operator.render.children import owned
@@ -72,7 +72,8 @@ def http_route(
     canary: str | None,
     refs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """HTTPRoute `<name>`: one rule, the revision Services as weighted backends on the HTTP port.
+    """HTTPRoute `<name>`: the revision Services as weighted backends, on the HTTP port and, for
+    /v1, on the OpenAI port.
     `weights` is {"stable": w, "canary": w}; a backend of weight 0 stays listed (it gets no
     requests). `refs`: the parentRefs, by default those of spec.rollout.canary.gateway. `stable`
     and `canary` are not used in the route itself (the Services select the revisions); they are
@@ -89,7 +90,15 @@ def http_route(
         "metadata": {"name": names.http_route(ld.name), "namespace": ld.namespace, "labels": labels},
         "spec": {
             "parentRefs": parent_refs(ld) if refs is None else [dict(r) for r in refs],
-            "rules": [{"backendRefs": backends}],
+            "rules": [
+                {"backendRefs": backends},
+                # The OpenAI API on its own port, same Services and weights: its longer path prefix
+                # wins over the catch-all rule above (HTTPRoute match precedence).
+                {
+                    "matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}],
+                    "backendRefs": [{**b, "port": OPENAI_PORT} for b in backends],
+                },
+            ],
         },
     }
     return owned(ld, [route])[0]

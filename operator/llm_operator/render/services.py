@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from llm_operator import labels as L
-from llm_operator.contract import GRPC_PORT, HTTP_PORT, METRICS_PORT
+from llm_operator.contract import GRPC_PORT, HTTP_PORT, METRICS_PORT, OPENAI_PORT
 from llm_operator.render import names
 
 PORTS = [
     {"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"},
     {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "protocol": "TCP"},
     {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"},
+    {"name": "openai", "port": OPENAI_PORT, "targetPort": "openai", "protocol": "TCP"},
 ]
 
 
@@ -54,9 +55,12 @@ def headless_service(deployment: str, namespace: str) -> dict[str, Any]:
 
 
 def endpoints(deployment: str, namespace: str) -> dict[str, str]:
+    """status.endpoints: in-cluster addresses of the client Service, which every routing and rollout
+    mode keeps (a gateway-api canary's HTTPRoute splits /v2 and /v1 alike; docs/serving-api.md)."""
     host = f"{names.client_service(deployment)}.{namespace}.svc"
     return {
         "http": f"http://{host}:{HTTP_PORT}",
         "grpc": f"{host}:{GRPC_PORT}",
         "metrics": f"http://{host}:{METRICS_PORT}/metrics",
+        "openai": f"http://{host}:{OPENAI_PORT}/v1",
     }

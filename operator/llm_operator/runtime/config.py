@@ -52,6 +52,8 @@ class PodConfig:
     trtllm_models_dir: str
     llmapi_models_dir: str
     termination_log: str
+    # Leaders with served model names run the OpenAI front door beside Triton (frontdoor/).
+    served_model_names: str = ""
     # The key of Triton's restricted admin APIs; never printed (repr) nor logged.
     admin_key: str = field(default="", repr=False)
 
@@ -98,6 +100,7 @@ class PodConfig:
             trtllm_models_dir=get("LLMOP_TRTLLM_MODELS_DIR"),
             llmapi_models_dir=get("LLMOP_LLMAPI_MODELS_DIR"),
             termination_log=get("LLMOP_TERMINATION_LOG"),
+            served_model_names=get("LLMOP_SERVED_MODEL_NAMES"),
             admin_key=get(ADMIN_KEY_ENV),
         )
         c.validate()

@@ -115,9 +115,18 @@ def launch(c: PodConfig, stop: Stop, environ: Mapping[str, str]) -> int:
         log(f"{ADMIN_KEY_ENV} is not set: Triton's admin APIs are closed to every request")
     argv = serve_command(c)
     log(shlex.join(redacted(argv, c.admin_key)))
+    companions = frontdoor_command(c)
     if c.world_size == 1 and c.backend != "pytorch":  # pytorch: tritonserver under mpirun
-        return Supervisor(argv, Policy.SERVER, c.exit_timeout, stop).run()
-    return Supervisor(argv, Policy.RANK0_FIRST, c.exit_timeout, stop, ids).run()
+        return Supervisor(argv, Policy.SERVER, c.exit_timeout, stop, companions=companions).run()
+    return Supervisor(argv, Policy.RANK0_FIRST, c.exit_timeout, stop, ids, companions=companions).run()
+
+
+def frontdoor_command(c: PodConfig) -> tuple[tuple[str, ...], ...]:
+    """The OpenAI front door, where the pod names what it serves (the operator sets the names on
+    leaders only): this interpreter runs it, with the image's jinja2 and tokenizers."""
+    if c.role != "leader" or not c.served_model_names:
+        return ()
+    return ((sys.executable, "-m", "llm_operator.frontdoor"),)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,10 @@ Upstream's launch_triton_server.py Popen's mpirun and returns, so a crashed rank
 here any rank that exits takes the pod down with a non-zero status. SIGTERM goes to rank 0 alone
 first, so its in-flight requests finish while the rest of the MPI world still answers, then to
 everything else (mpirun itself would SIGKILL the ranks a second after SIGTERM).
+
+Companions (the OpenAI front door, frontdoor/) run beside the server under the same rules: one that
+exits unasked takes the pod down like a lost rank; on a requested stop they keep serving while
+Triton drains and get SIGTERM once it is gone, so streams in flight end with their last token.
 """
 
 from __future__ import annotations
@@ -148,23 +152,32 @@ class Supervisor:
     exit_timeout: float
     stop: Stop
     ranks: tuple[str, ...] = ()  # --id of the ranks this pod hosts (rank0 first)
+    companions: tuple[tuple[str, ...], ...] = ()  # argv of processes served beside the server
     poll: float = 0.2
 
     def run(self) -> int:
         me = os.getpid()
         read_fd, write_fd = os.pipe()
         out = [(os.POSIX_SPAWN_DUP2, write_fd, 1), (os.POSIX_SPAWN_DUP2, write_fd, 2)]
+        spawned: list[int] = []
         try:
-            child = os.posix_spawnp(self.argv[0], self.argv, dict(os.environ), setsid=True, file_actions=out)
+            for argv in (self.argv, *self.companions):
+                spawned.append(os.posix_spawnp(argv[0], list(argv), dict(os.environ), setsid=True,
+                                               file_actions=out))  # fmt: skip
         except OSError as e:
+            log(f"cannot start {argv[0]}: {e}")
+            for pid in spawned:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
             os.close(read_fd)
-            log(f"cannot start {self.argv[0]}: {e}")
             return EXIT_NOT_FOUND
         finally:
             os.close(write_fd)
+        child, companions = spawned[0], set(spawned[1:])
         relaying = threading.Thread(target=relay, args=(read_fd,), daemon=True)
         relaying.start()
         status: int | None = None
+        companion_status: int | None = None
         seen: dict[str, int] = {}
         cause, phase, deadline, killed = "", "", 0.0, False
 
@@ -174,8 +187,12 @@ class Supervisor:
                     os.kill(pid, sig)
 
         while True:
-            reaped = self._reap(child)
-            status = status if reaped is None else reaped
+            reaped = self._reap({child, *companions})
+            status = reaped.pop(child, status)
+            for pid, st in reaped.items():
+                companions.discard(pid)
+                if not phase and companion_status is None:
+                    companion_status = st
             table = process_table()
             if status is not None and not descendants(table, me):
                 break
@@ -183,11 +200,21 @@ class Supervisor:
             seen.update({r: p for r, p in live.items() if r not in seen})
             gone = [r for r in seen if r not in live] if self.policy == Policy.RANK0_FIRST else []
             now = time.monotonic()
-            if not phase and (status is not None or gone):
-                # Nobody asked: the server or a rank went away. Stop whatever is left of the world.
-                cause = "exited" if status is not None else "lost"
-                log(f"the server exited ({_describe(status)}): stopping the rest" if status is not None
-                    else f"{gone[0]} exited: stopping the others")  # fmt: skip
+            if not phase and (status is not None or gone or companion_status is not None):
+                # Nobody asked: the server, a rank or a companion went away. Stop whatever is left.
+                if status is not None:
+                    cause = "exited"
+                    log(f"the server exited ({_describe(status)}): stopping the rest")
+                elif gone:
+                    cause = "lost"
+                    log(f"{gone[0]} exited: stopping the others")
+                else:
+                    assert companion_status is not None
+                    cause = "companion"
+                    log(
+                        f"{' '.join(self.companions[0])} exited ({_describe(companion_status)}): "
+                        "stopping the server"
+                    )
                 signal_all(table, signal.SIGTERM)
                 phase, deadline = "terminating", now + KILL_GRACE_SECONDS
             elif not phase and self.stop.signum is not None:
@@ -206,6 +233,11 @@ class Supervisor:
                 if drained or now > deadline:
                     signal_all(table, signal.SIGTERM)
                     phase, deadline = "terminating", now + KILL_GRACE_SECONDS
+            elif phase and status is not None and companions:
+                for pid in companions:  # the server is gone: nothing is left for them to serve
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGTERM)
+                companions.clear()
             elif phase == "terminating" and now > deadline:
                 log("still running after the exit timeout: SIGKILL")
                 signal_all(table, signal.SIGKILL)
@@ -216,21 +248,23 @@ class Supervisor:
             return 128 + signal.SIGKILL if killed else 0
         if not cause:  # gone, with nothing left to stop, before the loop saw it
             log(f"the server exited ({_describe(status)})")
-        code = _exit_code(status)
+        final = companion_status if cause == "companion" else status
+        assert final is not None  # the loop ends once the server is reaped
+        code = _exit_code(final)
         return code if cause != "lost" and code else EXIT_SERVER_GONE
 
-    def _reap(self, child: int) -> int | None:
-        """Reap every exited child (orphans included); the wait status of `child` if it exited."""
-        status = None
+    def _reap(self, watched: set[int]) -> dict[int, int]:
+        """Reap every exited child (orphans included); the wait statuses of those in `watched`."""
+        found: dict[int, int] = {}
         while True:
             try:
                 pid, st = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                return status
+                return found
             if pid == 0:
-                return status
-            if pid == child:
-                status = st
+                return found
+            if pid in watched:
+                found[pid] = st
 
 
 def _describe(status: int) -> str:

@@ -1,0 +1,119 @@
+"""P8, the front door's cost: time to first token (TTFT) and inter-token latency (ITL) of the same
+streamed requests through the OpenAI API (/v1/completions, stream) and through Triton's native
+generate_stream, on the same leader pod's processes (llm-operator-launch with the CPU runtime's
+tritonserver and the front door: tests/triton/leader.py) and the same prompts, alternated so both
+see the same machine load. Goal: added TTFT p50 <= 2 ms and p99 <= 10 ms.
+
+The CPU runtime's Triton (2.51) stalls a request's first response for ~504 ms now and then, on
+both paths alike (seen with native requests alone): its TTFT p99 is that stall, and the bench
+prints how many requests had one on each side.
+
+Both are read by the same raw-socket client, timed from the request's first byte sent to the
+first response event that carries text, so the client's own cost is the same on both sides.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import socket
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from llm_operator.api.v1alpha1 import LLMDeploymentSpec
+
+from tests.triton.leader import leader_pod
+
+REQUESTS = 200  # per side
+MAX_TOKENS = 32
+GOAL_P50_MS, GOAL_P99_MS = 2.0, 10.0
+PROMPTS = [f"Request {i}: tell me about the weather" for i in range(10)]
+
+
+def spec() -> LLMDeploymentSpec:
+    return LLMDeploymentSpec.model_validate({
+        "model": {"name": "tiny", "source": {"uri": "builtin://tiny-llama"}, "revision": "r7"},
+        "engine": {"backend": "cpu-reference", "maxBatchSize": 8, "maxInputLen": 64, "maxSeqLen": 256,
+                   "maxNumTokens": 256},
+        "runtime": {"streaming": True, "batching": {"maxQueueDelayMicroseconds": 0}},
+    })  # fmt: skip
+
+
+def native_text(event: dict[str, Any]) -> str:
+    return str(event.get("text_output", ""))
+
+
+def openai_text(event: dict[str, Any]) -> str:
+    return str(event["choices"][0]["text"]) if event.get("choices") else ""
+
+
+def timed(port: int, path: str, body: dict[str, object], text: Callable[[dict[str, Any]], str]) -> tuple[
+    float, list[float]
+]:  # fmt: skip
+    """TTFT and the gaps between text events, in seconds, of one streamed request."""
+    data = json.dumps(body).encode()
+    request = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+               f"Connection: close\r\nContent-Length: {len(data)}\r\n\r\n").encode() + data  # fmt: skip
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        start = time.perf_counter()
+        s.sendall(request)
+        times: list[float] = []
+        pending = b""
+        while chunk := s.recv(65536):
+            now = time.perf_counter()
+            pending += chunk
+            while b"\n\n" in pending:
+                event, pending = pending.split(b"\n\n", 1)
+                at = event.find(b"data: {")  # after the chunk-size line of the transfer coding
+                if at >= 0 and text(json.loads(event[at + 6 :])):
+                    times.append(now)
+    if not times:
+        raise RuntimeError(f"{path} answered no text")
+    return times[0] - start, [b - a for a, b in itertools.pairwise(times)]
+
+
+def quantile(values: list[float], q: float) -> float:
+    return (
+        statistics.quantiles(values, n=100, method="inclusive")[int(q * 100) - 1]
+        if len(values) > 1
+        else values[0]
+    )
+
+
+def run(print_fn: Callable[[str], None] = print) -> None:
+    with tempfile.TemporaryDirectory() as work, leader_pod(Path(work), spec(), ("tiny",)) as pod:
+        native: dict[str, list[float]] = {"ttft": [], "itl": []}
+        openai: dict[str, list[float]] = {"ttft": [], "itl": []}
+        for i in range(REQUESTS + 10):  # the first 10 pairs warm up both paths
+            prompt = PROMPTS[i % len(PROMPTS)]
+            a = timed(pod.http_port, "/v2/models/ensemble/generate_stream",
+                      {"text_input": prompt, "max_tokens": MAX_TOKENS, "stream": True,
+                       "exclude_input_in_output": True}, native_text)  # fmt: skip
+            b = timed(pod.openai_port, "/v1/completions",
+                      {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "stream": True},
+                      openai_text)  # fmt: skip
+            if i >= 10:
+                for side, (ttft, gaps) in ((native, a), (openai, b)):
+                    side["ttft"].append(ttft * 1000)
+                    side["itl"] += [g * 1000 for g in gaps]
+    for name, side in (("native generate_stream", native), ("OpenAI /v1/completions", openai)):
+        print_fn(f"front door bench (P8): {name}: TTFT p50 {quantile(side['ttft'], 0.5):.2f} ms, "
+                 f"p99 {quantile(side['ttft'], 0.99):.2f} ms; ITL p50 {quantile(side['itl'], 0.5):.3f} ms, "
+                 f"p99 {quantile(side['itl'], 0.99):.3f} ms; TTFT over 100 ms: "
+                 f"{sum(t > 100 for t in side['ttft'])} of {REQUESTS}")  # fmt: skip
+    # Added TTFT at a quantile: the OpenAI path's quantile less the native path's.
+    p50 = quantile(openai["ttft"], 0.5) - quantile(native["ttft"], 0.5)
+    p99 = quantile(openai["ttft"], 0.99) - quantile(native["ttft"], 0.99)
+    verdict = "within" if p50 <= GOAL_P50_MS and p99 <= GOAL_P99_MS else "OVER"
+    print_fn(f"front door bench (P8): added TTFT p50 {p50:.2f} ms, p99 {p99:.2f} ms over {REQUESTS} request "
+             f"pairs of {MAX_TOKENS} tokens ({verdict} the goal of p50 <= {GOAL_P50_MS:g} ms, "
+             f"p99 <= {GOAL_P99_MS:g} ms)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,96 @@
+"""`python3 -m llm_operator.frontdoor`: the OpenAI-compatible API of a leader pod, started and
+supervised by the launcher beside Triton (runtime/launcher.py). Configured by the pod's
+environment (contract.ENV); exits 78 with one line naming the variable or file that is wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Mapping
+
+from llm_operator.contract import CPU_REFERENCE_TOKENIZER_DIR, ENV
+from llm_operator.frontdoor.protocol import Limits
+from llm_operator.frontdoor.server import FrontDoor, Settings, serve
+from llm_operator.frontdoor.tokenizer import Tokenizer, TokenizerError
+from llm_operator.frontdoor.upstream import Upstream
+
+EXIT_CONFIG = 78
+NAME = "llm-operator-frontdoor"
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _get(environ: Mapping[str, str], name: str) -> str:
+    return environ.get(name) or ENV[name]
+
+
+def _int(environ: Mapping[str, str], name: str) -> int:
+    raw = _get(environ, name) or "0"
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from None
+    if value < 0:
+        raise ConfigError(f"{name}={raw!r} must be >= 0")
+    return value
+
+
+def settings(environ: Mapping[str, str]) -> Settings:
+    backend = _get(environ, "LLMOP_BACKEND")
+    # The model clients call (modelrepo.client_model): the llmapi model has no ensemble in front.
+    triton_model = "tensorrt_llm" if backend == "pytorch" else "ensemble"
+    names = [n.strip() for n in _get(environ, "LLMOP_SERVED_MODEL_NAMES").split(",") if n.strip()]
+    if not names:
+        raise ConfigError("LLMOP_SERVED_MODEL_NAMES is not set: name the model(s) the API serves")
+    return Settings(
+        names=names,
+        triton_model=triton_model,
+        backend=backend,
+        limits=Limits(_int(environ, "LLMOP_MAX_INPUT_LEN"), _int(environ, "LLMOP_MAX_SEQ_LEN")),
+    )
+
+
+def tokenizer_dir(environ: Mapping[str, str]) -> str:
+    found = _get(environ, "LLMOP_TOKENIZER_DIR")
+    if not found and _get(environ, "LLMOP_BACKEND") == "cpu-reference":
+        found = CPU_REFERENCE_TOKENIZER_DIR
+    if not found:
+        raise ConfigError(
+            "LLMOP_TOKENIZER_DIR is not set: the front door counts tokens with the model's tokenizer"
+        )
+    return found
+
+
+async def run(door: FrontDoor, port: int) -> None:
+    server = await serve(door, None, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"{NAME}: serving {', '.join(door.settings.names)} on port {port} "
+          f"(Triton model {door.settings.triton_model})", file=sys.stderr, flush=True)  # fmt: skip
+    await stop.wait()
+    # The launcher stops us once Triton is gone: nothing is left to finish.
+    server.close()
+
+
+def main(environ: Mapping[str, str] | None = None) -> int:
+    env = os.environ if environ is None else environ
+    try:
+        s = settings(env)
+        port, triton_port = _int(env, "LLMOP_OPENAI_PORT"), _int(env, "LLMOP_HTTP_PORT")
+        tokenizer = Tokenizer.load(tokenizer_dir(env))
+    except (ConfigError, TokenizerError) as e:
+        print(f"{NAME}: {e}", file=sys.stderr, flush=True)
+        return EXIT_CONFIG
+    asyncio.run(run(FrontDoor(s, tokenizer, Upstream("127.0.0.1", triton_port)), port))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

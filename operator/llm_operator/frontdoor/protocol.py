@@ -1,0 +1,362 @@
+"""The OpenAI API's requests and responses, and their translation to Triton's generate inputs (pure).
+
+A request body is checked field by field: what the backend cannot honour is refused with a 400
+naming the parameter (never ignored), what it can is mapped to the inputs the deployment's Triton
+model declares (model_repo_templates/: the ensemble's `temperature`, `top_p`, `seed`,
+`stop_words`; the llmapi model's `sampling_param_*`). Errors are OpenAI's shape,
+{"error": {"message", "type", "param", "code"}}.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+UINT64_MAX = 2**64 - 1
+MAX_STOP_SEQUENCES = 4  # OpenAI's own limit on `stop`
+
+
+class ApiError(Exception):
+    """A request the front door answers with an error in OpenAI's format."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 kind: str = "invalid_request_error") -> None:  # fmt: skip
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+def bad(message: str, param: str | None = None, code: str | None = None) -> ApiError:
+    return ApiError(400, message, param=param, code=code)
+
+
+# Parameters no backend of this operator honours. Their default values are accepted (SDKs and
+# frameworks send them explicitly), anything else is refused: n and best_of > 1 would need several
+# sequences per request (the ensembles return one), logprobs the engine's log-probability outputs
+# (not requested by this server), tools and response_format constrained decoding.
+UNSUPPORTED: dict[str, tuple[object, ...]] = {
+    "n": (1,),
+    "best_of": (1,),
+    "logprobs": (False, 0),
+    "top_logprobs": (0,),
+    "echo": (False,),
+    "suffix": ("",),
+    "logit_bias": ({},),
+    "tools": ([],),
+    "tool_choice": ("none",),
+    "functions": ([],),
+    "function_call": ("none",),
+    "response_format": ({"type": "text"},),
+    "parallel_tool_calls": (),
+    "audio": (),
+    "modalities": (["text"],),
+    "prediction": (),
+    "reasoning_effort": (),
+    "web_search_options": (),
+}
+# Accepted and without effect on generation: what OpenAI uses for its own bookkeeping.
+IGNORED = ("user", "metadata", "store", "service_tier", "stream_options", "stream")
+PENALTIES = ("presence_penalty", "frequency_penalty")
+COMMON = ("model", "max_tokens", "stop", "temperature", "top_p", "seed", *PENALTIES, *IGNORED)
+KNOWN = {
+    "completion": {*COMMON, "prompt", *UNSUPPORTED},
+    "chat": {*COMMON, "messages", "max_completion_tokens", *UNSUPPORTED},
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The engine's maxInputLen and maxSeqLen (0: unknown, Triton's own refusal is passed on)."""
+
+    max_input_len: int = 0
+    max_seq_len: int = 0
+
+
+@dataclass
+class Generation:
+    """One request, checked: what the server asks Triton for and how it answers the client."""
+
+    kind: str  # completion | chat
+    model: str  # the name the client asked for, echoed in responses
+    prompt: str
+    max_tokens: int
+    stream: bool = False
+    include_usage: bool = False
+    stop: list[str] = field(default_factory=list)
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def response_id(self) -> str:
+        return f"{'chatcmpl' if self.kind == 'chat' else 'cmpl'}-{self.id}"
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise bad(f"the request body is not valid JSON ({e}); send a JSON object") from None
+    if not isinstance(body, dict):
+        raise bad("the request body must be a JSON object")
+    return body
+
+
+def _number(body: Mapping[str, Any], name: str, low: float, high: float) -> float | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise bad(f"{name} must be a number", name)
+    if not low <= value <= high:
+        raise bad(f"{name} must be between {low:g} and {high:g}", name)
+    return float(value)
+
+
+def _integer(body: Mapping[str, Any], name: str, low: int, high: int) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad(f"{name} must be an integer", name)
+    if not low <= value <= high:
+        raise bad(f"{name} must be between {low} and {high}", name)
+    return value
+
+
+def _stop(body: Mapping[str, Any]) -> list[str]:
+    value = body.get("stop")
+    if value is None:
+        return []
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise bad("stop must be a string or a list of strings", "stop")
+    if len(stops) > MAX_STOP_SEQUENCES:
+        raise bad(f"stop takes at most {MAX_STOP_SEQUENCES} sequences", "stop")
+    return [s for s in stops if s]
+
+
+def refuse_unsupported(body: Mapping[str, Any], kind: str, penalties: bool) -> None:
+    for name, defaults in UNSUPPORTED.items():
+        if name in body and body[name] is not None and body[name] not in defaults:
+            raise bad(f"{name} is not supported by this server; remove it from the request", name,
+                      "unsupported_parameter")  # fmt: skip
+    if not penalties:
+        for name in PENALTIES:
+            if body.get(name) not in (None, 0, 0.0):
+                raise bad(f"{name} is not supported by this model's backend; remove it or send 0",
+                          name, "unsupported_parameter")  # fmt: skip
+    unknown = sorted(set(body) - KNOWN[kind])
+    if unknown:
+        raise bad(f"unknown parameter {unknown[0]}; remove it from the request", unknown[0],
+                  "unknown_parameter")  # fmt: skip
+
+
+def check(body: Mapping[str, Any], kind: str, limits: Limits, *, penalties: bool) -> Generation:
+    """The request's Generation, prompt not yet known (the server renders or reads it), or ApiError."""
+    refuse_unsupported(body, kind, penalties)
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad("model is required: name one of the models GET /v1/models lists", "model")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise bad("stream must be true or false", "stream")
+    options = body.get("stream_options")
+    if options is not None and (not isinstance(options, dict) or not stream):
+        raise bad("stream_options needs stream: true and must be an object", "stream_options")
+    include_usage = bool(options and options.get("include_usage"))
+    most = limits.max_seq_len - 1 if limits.max_seq_len else 2**31 - 1
+    names = ("max_completion_tokens", "max_tokens") if kind == "chat" else ("max_tokens",)
+    max_tokens = next((v for n in names if (v := _integer_limit(body, n, most, limits)) is not None), None)
+    return Generation(
+        kind=kind,
+        model=model,
+        prompt="",
+        max_tokens=16 if max_tokens is None and kind == "completion" else (max_tokens or 0),
+        stream=stream,
+        include_usage=include_usage,
+        stop=_stop(body),
+        temperature=_number(body, "temperature", 0.0, 2.0),
+        top_p=_number(body, "top_p", 0.0, 1.0),
+        seed=_integer(body, "seed", 0, UINT64_MAX),
+        presence_penalty=_number(body, "presence_penalty", -2.0, 2.0),
+        frequency_penalty=_number(body, "frequency_penalty", -2.0, 2.0),
+    )
+
+
+def _integer_limit(body: Mapping[str, Any], name: str, most: int, limits: Limits) -> int | None:
+    value = body.get(name)
+    if isinstance(value, int) and not isinstance(value, bool) and value > most and limits.max_seq_len:
+        raise bad(f"{name} is {value}, beyond this model's maxSeqLen of {limits.max_seq_len} tokens "
+                  "(prompt included); ask for fewer", name)  # fmt: skip
+    return _integer(body, name, 1, most)
+
+
+def fit(gen: Generation, prompt_tokens: int, limits: Limits) -> None:
+    """The prompt's length against the engine's limits; an unset max_tokens takes what is left."""
+    if limits.max_input_len and prompt_tokens > limits.max_input_len:
+        raise bad(f"the prompt has {prompt_tokens} tokens, more than this model's maxInputLen of "
+                  f"{limits.max_input_len}; shorten it", "messages" if gen.kind == "chat" else "prompt",
+                  "context_length_exceeded")  # fmt: skip
+    room = limits.max_seq_len - prompt_tokens if limits.max_seq_len else 0
+    if not gen.max_tokens:
+        gen.max_tokens = room if limits.max_seq_len else 16
+    elif limits.max_seq_len and gen.max_tokens > room:
+        raise bad(f"the prompt's {prompt_tokens} tokens and max_tokens {gen.max_tokens} exceed this "
+                  f"model's maxSeqLen of {limits.max_seq_len}; ask for at most {room} tokens",
+                  "max_tokens", "context_length_exceeded")  # fmt: skip
+    if gen.max_tokens < 1:
+        raise bad(f"the prompt's {prompt_tokens} tokens leave no room under maxSeqLen "
+                  f"{limits.max_seq_len}; shorten it", "messages" if gen.kind == "chat" else "prompt",
+                  "context_length_exceeded")  # fmt: skip
+
+
+def completion_prompt(body: Mapping[str, Any]) -> str:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise bad("prompt must be one string (token arrays and batches of prompts are not supported)",
+                  "prompt")  # fmt: skip
+    if not prompt:
+        raise bad("prompt is empty", "prompt")
+    return prompt
+
+
+def chat_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The messages as the chat template takes them: content parts of type text joined into one
+    string (templates expect strings; other part types cannot be served by a text model)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad("messages must be a non-empty list of {role, content} objects", "messages")
+    out = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise bad(f"messages[{i}] must be an object with a role", "messages")
+        content = message.get("content")
+        if isinstance(content, list):
+            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                       for p in content):  # fmt: skip
+                raise bad(f"messages[{i}].content: only text parts are supported", "messages")
+            content = "".join(p["text"] for p in content)
+        elif content is not None and not isinstance(content, str):
+            raise bad(f"messages[{i}].content must be a string or a list of text parts", "messages")
+        out.append({**message, "content": content})
+    return out
+
+
+def triton_inputs(gen: Generation, backend: str, stream: bool) -> dict[str, Any]:
+    """The body of Triton's generate / generate_stream for this request. OpenAI's temperature 0 is
+    greedy decoding, which TensorRT-LLM's samplers spell top_k 1; parameters the client leaves out
+    keep the backend's defaults (greedy for TensorRT-LLM and the cpu reference)."""
+    greedy = gen.temperature == 0.0
+    sampling: dict[str, Any] = {
+        "top_k": 1 if greedy else None,
+        "temperature": None if greedy else gen.temperature,
+        "top_p": None if greedy else gen.top_p,
+        "seed": gen.seed,
+        "presence_penalty": gen.presence_penalty,
+        "frequency_penalty": gen.frequency_penalty,
+    }
+    if backend == "pytorch":  # the llmapi model (model_repo_templates/llmapi/tensorrt_llm.pbtxt.j2)
+        body: dict[str, Any] = {"text_input": gen.prompt, "streaming": stream,
+                                "sampling_param_max_tokens": gen.max_tokens,
+                                "sampling_param_exclude_input_from_output": True}  # fmt: skip
+        body.update({f"sampling_param_{k}": v for k, v in sampling.items() if v is not None})
+        if gen.stop:
+            body["sampling_param_stop"] = gen.stop
+        return body
+    body = {"text_input": gen.prompt, "max_tokens": gen.max_tokens, "exclude_input_in_output": True}
+    if stream:
+        body["stream"] = True
+    body.update({k: v for k, v in sampling.items() if v is not None})
+    if gen.stop:
+        body["stop_words"] = gen.stop  # the engine stops early; the server cuts the text (Stops)
+    return body
+
+
+class Stops:
+    """OpenAI's stop sequences on streamed text: text is released as soon as it cannot be the start
+    of a stop sequence, and the output ends before the first stop sequence (excluded)."""
+
+    def __init__(self, stops: list[str]) -> None:
+        self.stops, self.held, self.hit = stops, "", False
+        self.longest = max((len(s) for s in stops), default=0)
+
+    def feed(self, piece: str) -> str:
+        """The text that may be sent now."""
+        if not self.stops:
+            return piece
+        text = self.held + piece
+        found = [i for i in (text.find(s) for s in self.stops) if i >= 0]
+        if found:
+            self.hit, self.held = True, ""
+            return text[: min(found)]
+        keep = 0  # the longest tail of text that begins some stop sequence
+        for n in range(min(self.longest - 1, len(text)), 0, -1):
+            if any(s.startswith(text[-n:]) for s in self.stops):
+                keep = n
+                break
+        self.held = text[len(text) - keep :]
+        return text[: len(text) - keep]
+
+    def flush(self) -> str:
+        held, self.held = self.held, ""
+        return held
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}  # fmt: skip
+
+
+def response(gen: Generation, text: str, finish: str, counts: dict[str, int]) -> dict[str, Any]:
+    if gen.kind == "chat":
+        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+                                  "logprobs": None, "finish_reason": finish}  # fmt: skip
+        obj = "chat.completion"
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        obj = "text_completion"
+    return {"id": gen.response_id, "object": obj, "created": gen.created, "model": gen.model,
+            "choices": [choice], "usage": counts}  # fmt: skip
+
+
+def chunk(gen: Generation, text: str | None, finish: str | None, *, first: bool = False) -> dict[str, Any]:
+    """One streamed event; with include_usage every chunk carries "usage": null but the last."""
+    if gen.kind == "chat":
+        delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
+        if text:
+            delta["content"] = text
+        choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        obj = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+        obj = "text_completion"
+    out = {"id": gen.response_id, "object": obj, "created": gen.created, "model": gen.model,
+           "choices": [choice]}  # fmt: skip
+    if gen.include_usage:
+        out["usage"] = None
+    return out
+
+
+def usage_chunk(gen: Generation, counts: dict[str, int]) -> dict[str, Any]:
+    obj = "chat.completion.chunk" if gen.kind == "chat" else "text_completion"
+    return {"id": gen.response_id, "object": obj, "created": gen.created, "model": gen.model,
+            "choices": [], "usage": counts}  # fmt: skip
+
+
+def models_list(names: list[str], created: int) -> dict[str, Any]:
+    return {"object": "list", "data": [{"id": n, "object": "model", "created": created,
+                                        "owned_by": "llm-operator"} for n in names]}  # fmt: skip

@@ -1,0 +1,356 @@
+"""The OpenAI-compatible HTTP server of a leader pod: /v1/models, /v1/completions and
+/v1/chat/completions, translated to Triton's generate API on localhost (upstream.py).
+
+asyncio on the standard library rather than http.server's threads: a generation is a task, so a
+client that goes away is seen at once (its socket reaches EOF while we wait on Triton) and the task
+is cancelled, which closes the connection to Triton, which cancels the request there; a thread
+blocked reading Triton would notice only at its next write. One event loop also adds no thread
+hand-off to each streamed token. HTTP/1.1 with keep-alive, Content-Length or chunked bodies,
+`Expect: 100-continue` (curl sends it for bodies over 1 KiB).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import traceback
+import urllib.parse
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import Any
+
+from llm_operator.frontdoor import protocol as P
+from llm_operator.frontdoor.chat import ChatTemplateError, render_chat
+from llm_operator.frontdoor.tokenizer import Tokenizer
+from llm_operator.frontdoor.upstream import Upstream, UpstreamError
+
+MAX_HEAD = 64 * 1024
+MAX_BODY = 16 * 1024 * 1024
+REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+           408: "Request Timeout", 411: "Length Required", 413: "Payload Too Large",
+           500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Settings:
+    names: list[str]  # what /v1/models lists; the first is the deployment's spec.model.name
+    triton_model: str  # ensemble | tensorrt_llm
+    backend: str  # contract.ENV LLMOP_BACKEND
+    limits: P.Limits
+
+
+class Gone(Exception):
+    """The client closed its connection."""
+
+
+class Peer:
+    """A client connection's bytes, buffered so that data read while watching for EOF during a
+    response is kept for the next request."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer, self.buf = reader, writer, bytearray()
+
+    async def fill(self) -> bool:
+        """False at EOF (the client is gone)."""
+        try:
+            data = await self.reader.read(65536)
+        except OSError:
+            data = b""
+        self.buf += data
+        return bool(data)
+
+    async def until(self, sep: bytes, limit: int) -> bytes:
+        while (i := self.buf.find(sep)) < 0:
+            if len(self.buf) > limit:
+                raise P.ApiError(413, "the request's headers are too large")
+            if not await self.fill():
+                raise Gone
+        out = bytes(self.buf[: i + len(sep)])
+        del self.buf[: i + len(sep)]
+        return out
+
+    async def exactly(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            if not await self.fill():
+                raise Gone
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+
+class FrontDoor:
+    def __init__(self, settings: Settings, tokenizer: Tokenizer, upstream: Upstream) -> None:
+        self.settings, self.tokenizer, self.upstream = settings, tokenizer, upstream
+        self.created = int(time.time())
+
+    async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = Peer(reader, writer)
+        try:
+            while await self._one(peer):
+                pass
+        except (Gone, ConnectionError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _one(self, peer: Peer) -> bool:
+        """Serve one request; False when the connection is to be closed."""
+        if not peer.buf and not await peer.fill():
+            return False
+        try:
+            method, path, headers = _head(await peer.until(b"\r\n\r\n", MAX_HEAD))
+            body = await _read_body(peer, headers)
+        except P.ApiError as e:
+            await self._json(peer, e.status, e.body(), close=True)
+            return False
+        close = headers.get("connection", "").lower() == "close"
+        task = asyncio.create_task(self._route(peer, method, path.split("?", 1)[0], body, close))
+        watch = asyncio.create_task(peer.fill())
+        while True:
+            done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if task in done:
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watch
+                return task.result() and not close
+            if not watch.result():  # EOF: the client left, cancel its generation in Triton
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Gone, ConnectionError):
+                    await task
+                return False
+            watch = asyncio.create_task(peer.fill())  # a pipelined request: keep it, keep watching
+
+    async def _route(self, peer: Peer, method: str, path: str, body: bytes, close: bool) -> bool:
+        routes = {"/v1/models": "GET", "/v1/completions": "POST", "/v1/chat/completions": "POST",
+                  "/health": "GET"}  # fmt: skip
+        try:
+            if path.startswith("/v1/models/") and method == "GET":
+                name = urllib.parse.unquote(path.removeprefix("/v1/models/"))
+                self._model(name)
+                listing = P.models_list([name], self.created)["data"][0]
+                return await self._json(peer, 200, listing, close)
+            if path not in routes:
+                raise P.ApiError(404, f"no such endpoint {path}; this server serves /v1/models, "
+                                 "/v1/completions and /v1/chat/completions", code="not_found")  # fmt: skip
+            if method != routes[path]:
+                raise P.ApiError(405, f"{path} takes {routes[path]}, not {method}")
+            if path == "/v1/models":
+                return await self._json(peer, 200, P.models_list(self.settings.names, self.created), close)
+            if path == "/health":
+                ready = await self._ready()
+                return await self._json(peer, 200 if ready else 503, {"ready": ready}, close)
+            kind = "chat" if path == "/v1/chat/completions" else "completion"
+            return await self._generate(peer, kind, P.parse_json(body), close)
+        except P.ApiError as e:
+            return await self._json(peer, e.status, e.body(), close)
+        except (Gone, ConnectionError, asyncio.CancelledError):
+            raise
+        except Exception as e:  # a defect here, before any byte of the response: a 500, logged
+            traceback.print_exc()
+            error = P.ApiError(500, f"the front door failed ({type(e).__name__})", kind="server_error")
+            await self._json(peer, 500, error.body(), close=True)
+            return False
+
+    async def _ready(self) -> bool:
+        try:
+            await self.upstream.json("GET", "/v2/health/ready")
+        except UpstreamError:
+            return False
+        return True
+
+    def _model(self, name: object) -> None:
+        if name not in self.settings.names:
+            raise P.ApiError(404, f"the model {name} does not exist here; this server serves "
+                             f"{', '.join(self.settings.names)}", param="model",
+                             code="model_not_found")  # fmt: skip
+
+    def _prompt(self, gen: P.Generation, body: dict[str, Any]) -> str:
+        if gen.kind == "completion":
+            return P.completion_prompt(body)
+        messages = P.chat_messages(body)
+        template = self.tokenizer.chat_template
+        if not template:
+            raise P.bad("this model has no chat template (tokenizer_config.json); use /v1/completions",
+                        "messages")  # fmt: skip
+        try:
+            tok = self.tokenizer
+            return render_chat(template, messages, bos_token=tok.bos_token, eos_token=tok.eos_token)
+        except ChatTemplateError as e:
+            raise P.bad(e.message, "messages") from None
+
+    async def _generate(self, peer: Peer, kind: str, body: dict[str, Any], close: bool) -> bool:
+        s = self.settings
+        gen = P.check(body, kind, s.limits, penalties=s.backend in ("tensorrt-engine", "pytorch"))
+        self._model(gen.model)
+        gen.prompt = self._prompt(gen, body)
+        prompt_tokens = self.tokenizer.count(gen.prompt)
+        P.fit(gen, prompt_tokens, s.limits)
+        try:
+            decoupled = await self.upstream.decoupled(s.triton_model)
+        except UpstreamError as e:
+            raise P.ApiError(503, f"the model is not ready yet ({e.message}); retry shortly",
+                             kind="server_error", code="model_not_ready") from None  # fmt: skip
+        if gen.stream and not decoupled:
+            raise P.bad("this deployment does not stream (runtime.streaming: false); send stream: false",
+                        "stream")  # fmt: skip
+        pieces = self.upstream.generate(s.triton_model, P.triton_inputs(gen, s.backend, decoupled), decoupled)
+        stops = P.Stops(gen.stop)
+        try:
+            first = await _next(pieces)
+        except UpstreamError as e:
+            raise _refusal(e) from None
+        if not gen.stream:
+            return await self._whole(peer, gen, first, pieces, stops, prompt_tokens, close)
+        await _write(peer, _stream_head(close))
+        text, count, sent = "", 0, False
+        try:
+            piece = first
+            while piece is not None:
+                count += 1
+                out = stops.feed(piece)
+                text += out
+                if out or not sent:
+                    await _event(peer, P.chunk(gen, out, None, first=not sent))
+                    sent = True
+                if stops.hit:
+                    break
+                piece = await _next(pieces)
+            text += (tail := stops.flush())
+            if tail:
+                await _event(peer, P.chunk(gen, tail, None))
+            counts = P.usage(prompt_tokens, self.tokenizer.count(text, add_special_tokens=False))
+            await _event(peer, P.chunk(gen, None, _finish(stops, count, counts, gen)))
+            if gen.include_usage:
+                await _event(peer, P.usage_chunk(gen, counts))
+        except UpstreamError as e:  # headers are sent: the error is an event, then [DONE]
+            await _event(peer, _refusal(e).body())
+        except (Gone, ConnectionError):
+            raise
+        except Exception as e:  # a defect here: the client still gets an ending, and the log the trace
+            traceback.print_exc()
+            await _event(peer, P.ApiError(500, f"the front door failed ({type(e).__name__})",
+                                          kind="server_error").body())  # fmt: skip
+        finally:
+            await pieces.aclose()  # closes Triton's stream: a stop sequence ends the generation there
+        await _write(peer, _chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        return True
+
+    async def _whole(self, peer: Peer, gen: P.Generation, first: str | None,
+                     pieces: AsyncGenerator[str, None], stops: P.Stops, prompt_tokens: int,
+                     close: bool) -> bool:  # fmt: skip
+        text, count, piece = "", 0, first
+        try:
+            while piece is not None:
+                count += 1
+                text += stops.feed(piece)
+                if stops.hit:
+                    break
+                piece = await _next(pieces)
+        except UpstreamError as e:
+            raise _refusal(e) from None
+        finally:
+            await pieces.aclose()
+        text += stops.flush()
+        counts = P.usage(prompt_tokens, self.tokenizer.count(text, add_special_tokens=False))
+        return await self._json(
+            peer, 200, P.response(gen, text, _finish(stops, count, counts, gen), counts), close
+        )
+
+    async def _json(self, peer: Peer, status: int, body: dict[str, Any], close: bool) -> bool:
+        data = json.dumps(body).encode()
+        head = (f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(data)}\r\n{'Connection: close' if close else 'Connection: keep-alive'}"
+                "\r\n\r\n")  # fmt: skip
+        await _write(peer, head.encode() + data)
+        return True
+
+
+def _finish(stops: P.Stops, responses: int, counts: dict[str, int], gen: P.Generation) -> str:
+    """ "stop": a stop sequence, or the model ended (its end token) before max_tokens."""
+    if stops.hit:
+        return "stop"
+    return (
+        "length"
+        if max(responses if gen.stream else 0, counts["completion_tokens"]) >= gen.max_tokens
+        else "stop"
+    )
+
+
+def _refusal(e: UpstreamError) -> P.ApiError:
+    """Triton's answer in OpenAI's terms: its 400s are the request's fault, the rest the server's."""
+    if e.status == 400:
+        return P.ApiError(400, f"the model refused the request: {e.message}")
+    if e.status in (502, 503):
+        return P.ApiError(503, f"{e.message}; retry shortly", kind="server_error", code="model_not_ready")
+    return P.ApiError(500, f"the model failed: {e.message}", kind="server_error")
+
+
+async def _next(pieces: AsyncGenerator[str, None]) -> str | None:
+    try:
+        return await anext(pieces)
+    except StopAsyncIteration:
+        return None
+
+
+def _head(raw: bytes) -> tuple[str, str, dict[str, str]]:
+    lines = raw.decode("latin-1").split("\r\n")
+    parts = lines[0].split()
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise P.ApiError(400, "malformed HTTP request line")
+    headers = {
+        k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)
+    }
+    return parts[0], parts[1], headers
+
+
+async def _read_body(peer: Peer, headers: dict[str, str]) -> bytes:
+    if headers.get("expect", "").lower() == "100-continue":
+        await _write(peer, b"HTTP/1.1 100 Continue\r\n\r\n")
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        body = bytearray()
+        while True:
+            try:
+                size = int((await peer.until(b"\r\n", 1024)).split(b";")[0], 16)
+            except ValueError:
+                raise P.ApiError(400, "malformed chunked request body") from None
+            if size == 0:
+                await peer.until(b"\r\n", MAX_HEAD)  # no trailers are expected
+                return bytes(body)
+            if len(body) + size > MAX_BODY:
+                raise P.ApiError(413, f"the request body is larger than {MAX_BODY // 2**20} MiB")
+            body += (await peer.exactly(size + 2))[:-2]
+    try:
+        length = int(headers.get("content-length", "0"))
+    except ValueError:
+        raise P.ApiError(400, "malformed Content-Length") from None
+    if length > MAX_BODY:
+        raise P.ApiError(413, f"the request body is larger than {MAX_BODY // 2**20} MiB")
+    return await peer.exactly(length)
+
+
+def _stream_head(close: bool) -> bytes:
+    connection = "close" if close else "keep-alive"
+    return ("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+            f"Transfer-Encoding: chunked\r\nConnection: {connection}\r\n\r\n").encode()  # fmt: skip
+
+
+def _chunked(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+async def _event(peer: Peer, obj: dict[str, Any]) -> None:
+    await _write(peer, _chunked(b"data: " + json.dumps(obj).encode() + b"\n\n"))
+
+
+async def _write(peer: Peer, data: bytes) -> None:
+    peer.writer.write(data)
+    await peer.writer.drain()
+
+
+async def serve(door: FrontDoor, host: str | None, port: int) -> asyncio.Server:
+    # Nagle would hold small SSE chunks back; asyncio sets TCP_NODELAY on its sockets already.
+    return await asyncio.start_server(door.connection, host, port, limit=MAX_HEAD, reuse_address=True)

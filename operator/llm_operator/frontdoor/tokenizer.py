@@ -1,0 +1,147 @@
+"""A Hugging Face tokenizer directory, read as TensorRT-LLM's preprocessing model reads it, without
+transformers: tokenizer.json through the `tokenizers` library, tokenizer_config.json (and
+chat_template.jinja, special_tokens_map.json) for the chat template and the special tokens.
+
+Counts match preprocessing's `tokenizer.encode(text, add_special_tokens=...)` (NVIDIA/TensorRT-LLM
+triton_backend/all_models/inflight_batcher_llm/preprocessing/1/model.py), which our
+preprocessing.pbtxt runs with add_special_tokens "true": whatever the tokenizer's post-processor
+adds (Llama's BOS, say) is counted.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tokenizers
+from tokenizers import processors
+
+__all__ = ["Tokenizer", "TokenizerError"]
+
+TOKENIZER_JSON = "tokenizer.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+# transformers >= 4.43 saves a single template beside the config; it takes priority over the config's.
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+SPECIAL_TOKENS_MAP = "special_tokens_map.json"
+# Classes whose fast tokenizer rebuilds its post-processor from add_bos_token / add_eos_token at load
+# (transformers v4.57.1, LlamaTokenizerFast.update_post_processor, copied by Gemma's), with their
+# defaults; every other class keeps tokenizer.json's post-processor.
+_BOS_EOS_FROM_CONFIG = {
+    f"{name}{fast}": (True, False)
+    for name in ("LlamaTokenizer", "CodeLlamaTokenizer", "GemmaTokenizer")
+    for fast in ("", "Fast")
+}
+
+
+class TokenizerError(Exception):
+    """A tokenizer directory that cannot be used; the message names the file and what is wrong."""
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise TokenizerError(f"cannot read {path}: {e.strerror or e}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TokenizerError(f"{path} is not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise TokenizerError(f"{path} must hold a JSON object")
+    return data
+
+
+def _token(value: Any, where: Path, key: str) -> str:
+    """A special token as tokenizer_config.json writes it: a string, an AddedToken object
+    ({"__type": "AddedToken", "content": ...}) or null."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return str(value["content"])
+    raise TokenizerError(f"{where}: {key} must be a string, an AddedToken object or null")
+
+
+def _chat_template(value: Any, where: Path) -> str | None:
+    """tokenizer_config.json's chat_template: one template, or a list of named ones of which
+    apply_chat_template uses "default"."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(
+        isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("template"), str)
+        for t in value
+    ):
+        named = {t["name"]: t["template"] for t in value}
+        if "default" not in named:
+            raise TokenizerError(
+                f'{where}: chat_template names templates {sorted(named)} but none is "default", '
+                "the one chat completions use"
+            )
+        return str(named["default"])
+    raise TokenizerError(f"{where}: chat_template must be a string or a list of {{name, template}} objects")
+
+
+@dataclass(frozen=True)
+class Tokenizer:
+    directory: Path
+    chat_template: str | None  # None: the model has none (chat completions cannot be served)
+    bos_token: str  # "" where the tokenizer has none, as render_chat takes it
+    eos_token: str
+    backend: tokenizers.Tokenizer
+
+    @classmethod
+    def load(cls, directory: str | Path) -> Tokenizer:
+        directory = Path(directory)
+        path = directory / TOKENIZER_JSON
+        if not path.is_file():
+            raise TokenizerError(f"{path} is missing: the model's tokenizer directory needs a fast tokenizer")
+        try:
+            backend = tokenizers.Tokenizer.from_file(str(path))
+        except Exception as e:  # the Rust side raises a bare Exception with serde's message
+            raise TokenizerError(f"{path} is not a tokenizer the tokenizers library can read ({e})") from None
+
+        config_path = directory / TOKENIZER_CONFIG
+        config = _read_json(config_path) if config_path.is_file() else {}
+        template = _chat_template(config.get("chat_template"), config_path)
+        if (directory / CHAT_TEMPLATE_FILE).is_file():
+            try:
+                template = (directory / CHAT_TEMPLATE_FILE).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                raise TokenizerError(f"cannot read {directory / CHAT_TEMPLATE_FILE} ({e})") from None
+        tokens = {key: config.get(key) for key in ("bos_token", "eos_token")}
+        source = config_path
+        # Legacy directories (a config without added_tokens_decoder): special_tokens_map.json wins.
+        if "added_tokens_decoder" not in config and (directory / SPECIAL_TOKENS_MAP).is_file():
+            source = directory / SPECIAL_TOKENS_MAP
+            tokens.update({k: v for k, v in _read_json(source).items() if k in tokens})
+        bos, eos = (_token(tokens[key], source, key) for key in ("bos_token", "eos_token"))
+
+        defaults = _BOS_EOS_FROM_CONFIG.get(str(config.get("tokenizer_class")))
+        if defaults is not None:
+            add_bos = bool(config.get("add_bos_token", defaults[0]))
+            add_eos = bool(config.get("add_eos_token", defaults[1]))
+            backend.post_processor = _bos_eos_processor(
+                backend, bos if add_bos else "", eos if add_eos else "", source
+            )
+        return cls(directory, template, bos, eos, backend)
+
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        return list(self.backend.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def count(self, text: str, *, add_special_tokens: bool = True) -> int:
+        """How many tokens the engine receives for `text` (the prompt's share of maxInputLen)."""
+        return len(self.encode(text, add_special_tokens=add_special_tokens))
+
+
+def _bos_eos_processor(
+    backend: tokenizers.Tokenizer, bos: str, eos: str, where: Path
+) -> processors.TemplateProcessing:
+    """As transformers' update_post_processor: `bos $A eos`, each present where it is added."""
+    special = [(t, backend.token_to_id(t)) for t in (bos, eos) if t]
+    for token, token_id in special:
+        if token_id is None:
+            raise TokenizerError(f"{where}: the special token {token!r} is not in the tokenizer's vocabulary")
+    single = " ".join([*([f"{bos}:0"] if bos else []), "$A:0", *([f"{eos}:0"] if eos else [])])
+    pair = " ".join([single, *([f"{bos}:1"] if bos else []), "$B:1", *([f"{eos}:1"] if eos else [])])
+    return processors.TemplateProcessing(single=single, pair=pair, special_tokens=special)

@@ -1,0 +1,85 @@
+"""What the official `openai` SDK must get from a deployment's OpenAI API (sync, async, streaming),
+asked by the e2e modules that run a real cpu-reference deployment (test_real_pods.py). Each check
+takes a base URL this machine can reach (e2e.chat.base_url) and the names the deployment serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import openai
+import pytest
+
+# Any: the SDK types messages as its own TypedDicts.
+MESSAGES: Any = [{"role": "user", "content": "Once upon a time"}]
+MAX_TOKENS = 12
+
+
+def client(base: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base, api_key="unused", max_retries=0, timeout=60)
+
+
+def lists_the_served_names(base: str, names: list[str]) -> None:
+    assert [m.id for m in client(base).models.list()] == names
+
+
+def chat_with_usage(base: str, model: str) -> str:
+    """A greedy chat completion, its usage counted; returns its text."""
+    done = client(base).chat.completions.create(
+        model=model,
+        messages=MESSAGES,
+        max_tokens=MAX_TOKENS,
+        temperature=0,
+    )
+    (choice,) = done.choices
+    assert done.model == model and done.object == "chat.completion"
+    assert choice.message.role == "assistant" and choice.message.content
+    assert done.usage is not None and done.usage.prompt_tokens > 0
+    assert done.usage.total_tokens == done.usage.prompt_tokens + done.usage.completion_tokens
+    assert choice.finish_reason in ("stop", "length")
+    if choice.finish_reason == "length":
+        assert done.usage.completion_tokens == MAX_TOKENS
+    else:
+        assert 0 < done.usage.completion_tokens < MAX_TOKENS
+    return str(choice.message.content)
+
+
+def streams_the_same_text(base: str, model: str, text: str) -> None:
+    """Streamed, greedy: the same text in several chunks, usage in a last chunk without choices
+    (stream_options.include_usage), the SDK reading the stream to its end ([DONE])."""
+    stream = client(base).chat.completions.create(
+        model=model,
+        messages=MESSAGES,
+        max_tokens=MAX_TOKENS,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    deltas = [c.choices[0].delta.content or "" for c in chunks if c.choices]
+    assert "".join(deltas) == text and sum(1 for d in deltas if d) > 1, deltas
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] in ("stop", "length")
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens > 0
+
+
+def answers_concurrent_async_completions(base: str, model: str) -> None:
+    async def both() -> list[openai.types.Completion]:
+        async with openai.AsyncOpenAI(base_url=base, api_key="unused", max_retries=0, timeout=60) as c:
+            return list(await asyncio.gather(*(
+                c.completions.create(model=model, prompt=p, max_tokens=MAX_TOKENS, temperature=0)
+                for p in ("Hello", "The sea")
+            )))  # fmt: skip
+
+    for done in asyncio.run(both()):
+        assert done.object == "text_completion" and done.choices[0].text
+        assert done.usage is not None and done.usage.completion_tokens > 0
+
+
+def refuses_an_unknown_model_in_openais_words(base: str) -> None:
+    with pytest.raises(openai.NotFoundError) as refused:
+        client(base).chat.completions.create(model="no-such-model", messages=MESSAGES, max_tokens=4)
+    error = refused.value.response.json()["error"]
+    assert refused.value.status_code == 404 and set(error) >= {"message", "type", "param", "code"}, error
+    assert error["message"], "says what to change"

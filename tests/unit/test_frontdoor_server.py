@@ -1,0 +1,164 @@
+"""The front door's HTTP behaviour where a real Triton cannot be made to misbehave on demand: a
+Triton stand-in on a real socket answers generate_stream with a few tokens and then fails, or
+refuses the request. A stream that fails mid-way must end with an error event and [DONE]."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from llm_operator.frontdoor.protocol import Limits
+from llm_operator.frontdoor.server import FrontDoor, Settings, serve
+from llm_operator.frontdoor.tokenizer import Tokenizer
+from llm_operator.frontdoor.upstream import Upstream
+from llm_operator.runtime.cpu_reference import tokenizer_files
+
+Behaviour = Callable[[asyncio.StreamWriter], Awaitable[None]]
+
+
+def sse(obj: dict[str, Any]) -> bytes:
+    data = b"data: " + json.dumps(obj).encode() + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+STREAM_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+async def dies_after_two_tokens(w: asyncio.StreamWriter) -> None:
+    w.write(STREAM_HEAD + sse({"text_output": "a"}) + sse({"text_output": "b"}))
+    await w.drain()
+    w.transport.abort()  # Triton gone mid-stream: no final chunk
+
+
+async def errs_after_one_token(w: asyncio.StreamWriter) -> None:
+    w.write(STREAM_HEAD + sse({"text_output": "a"}) + sse({"error": "engine failed"}) + b"0\r\n\r\n")
+    await w.drain()
+
+
+async def garbles_after_one_token(w: asyncio.StreamWriter) -> None:
+    garbage = b"data: {x\n\n"
+    w.write(STREAM_HEAD + sse({"text_output": "a"}) + b"%x\r\n%s\r\n0\r\n\r\n" % (len(garbage), garbage))
+    await w.drain()
+
+
+async def refuses(w: asyncio.StreamWriter) -> None:
+    body = json.dumps({"error": "max_tokens must be 1..10"}).encode()
+    w.write(b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(body), body))  # fmt: skip
+    await w.drain()
+
+
+async def fake_triton(behaviour: Behaviour) -> asyncio.Server:
+    async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        head = (await r.readuntil(b"\r\n\r\n")).decode()
+        length = int(next((line.split(":")[1] for line in head.split("\r\n")
+                           if line.lower().startswith("content-length")), "0"))  # fmt: skip
+        await r.readexactly(length)
+        if head.startswith("GET /v2/models/ensemble/config"):
+            body = json.dumps({"model_transaction_policy": {"decoupled": True}}).encode()
+            w.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            await w.drain()
+        else:
+            await behaviour(w)
+        w.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+async def exchange(port: int, body: dict[str, Any]) -> tuple[int, bytes]:
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    data = json.dumps(body).encode()
+    w.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(data), data))  # fmt: skip
+    raw = await asyncio.wait_for(r.read(), 10)
+    w.close()
+    return int(raw.split(b" ", 2)[1]), raw
+
+
+def run(behaviour: Behaviour, body: dict[str, Any], tmp_path: Path) -> tuple[int, bytes]:
+    tokenizer_files.write(tmp_path)
+
+    async def go() -> tuple[int, bytes]:
+        triton = await fake_triton(behaviour)
+        upstream = Upstream("127.0.0.1", triton.sockets[0].getsockname()[1])
+        settings = Settings(["m"], "ensemble", "cpu-reference", Limits(64, 128))
+        door = FrontDoor(settings, Tokenizer.load(tmp_path), upstream)
+        server = await serve(door, "127.0.0.1", 0)
+        try:
+            return await exchange(server.sockets[0].getsockname()[1], body)
+        finally:
+            server.close()
+            triton.close()
+
+    return asyncio.run(go())
+
+
+def events(raw: bytes) -> list[str]:
+    """The SSE data lines of a chunked response, in order."""
+    body = raw.split(b"\r\n\r\n", 1)[1]
+    out, rest = [], body
+    while rest:
+        size_line, rest = rest.split(b"\r\n", 1)
+        size = int(size_line, 16)
+        if size == 0:
+            break
+        out += [line[6:].decode() for line in rest[:size].split(b"\n") if line.startswith(b"data: ")]
+        rest = rest[size + 2 :]
+    return out
+
+
+@pytest.mark.parametrize("behaviour", [dies_after_two_tokens, errs_after_one_token, garbles_after_one_token])
+def test_a_stream_that_fails_midway_ends_with_an_error_event_and_done(
+    behaviour: Behaviour, tmp_path: Path
+) -> None:
+    status, raw = run(behaviour, {"model": "m", "prompt": "hi", "max_tokens": 5, "stream": True}, tmp_path)
+    assert status == 200
+    got = events(raw)
+    assert got[-1] == "[DONE]"
+    error = json.loads(got[-2])["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["type"] == "server_error"
+    text = "".join(json.loads(e)["choices"][0]["text"] for e in got[:-2])
+    assert text == ("ab" if behaviour is dies_after_two_tokens else "a")
+    assert b"Traceback" not in raw
+    assert raw.endswith(b"0\r\n\r\n")  # the response is complete, not a dropped connection
+
+
+def test_tritons_refusal_before_the_first_token_is_a_400_not_a_stream(tmp_path: Path) -> None:
+    status, raw = run(refuses, {"model": "m", "prompt": "hi", "max_tokens": 5, "stream": True}, tmp_path)
+    assert status == 400
+    error = json.loads(raw.split(b"\r\n\r\n", 1)[1])["error"]
+    assert error["type"] == "invalid_request_error" and "max_tokens must be 1..10" in error["message"]
+
+
+def test_curls_expect_continue_and_a_chunked_body_on_a_kept_alive_connection(tmp_path: Path) -> None:
+    tokenizer_files.write(tmp_path)
+
+    async def go() -> list[bytes]:
+        triton = await fake_triton(refuses)
+        upstream = Upstream("127.0.0.1", triton.sockets[0].getsockname()[1])
+        door = FrontDoor(
+            Settings(["m"], "ensemble", "cpu-reference", Limits()), Tokenizer.load(tmp_path), upstream
+        )
+        server = await serve(door, "127.0.0.1", 0)
+        r, w = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+        body = b'{"model": "nope", "prompt": "hi"}'
+        w.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+        continued = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 10)
+        w.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+        first = await asyncio.wait_for(r.readuntil(b"}}"), 10)
+        w.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")  # the same connection, kept alive
+        second = await asyncio.wait_for(r.readuntil(b"]}"), 10)
+        w.close()
+        server.close()
+        triton.close()
+        return [continued, first, second]
+
+    continued, first, second = asyncio.run(go())
+    assert continued.startswith(b"HTTP/1.1 100 Continue")
+    assert first.startswith(b"HTTP/1.1 404") and b'"code": "model_not_found"' in first
+    assert second.startswith(b"HTTP/1.1 200") and b'"id": "m"' in second
