@@ -108,24 +108,28 @@ def test_cpu_runtime_has_the_model_but_not_the_launcher(image: Callable[[str], R
 
 
 def test_cpu_runtime_has_the_front_doors_tokenizer_and_chat_templates(image: Callable[[str], Rootfs]) -> None:
-    """The image's own python3 loads the cpu-reference tokenizer directory written at build time,
-    counts the model's byte ids and renders its chat template."""
+    """The image's own python3, with the front door copied in as the pod's init container does,
+    loads the cpu-reference tokenizer directory written at build time, counts the model's byte ids
+    and renders its chat template."""
+    from llm_operator.runtime.cpu_reference.tiny_lm import encode
+
     runtime = image("cpu-runtime")
+    inject.copy(inside(runtime.path, INJECT_PATH))
+    text = "Grüß dich 🙂"
     probe = (
         "from llm_operator import contract\n"
         "from llm_operator.frontdoor.chat import render_chat\n"
         "from llm_operator.frontdoor.tokenizer import Tokenizer\n"
-        "from llm_operator.runtime.cpu_reference.tiny_lm import encode\n"
         "tok = Tokenizer.load(contract.CPU_REFERENCE_TOKENIZER_DIR)\n"
-        "text = 'Grüß dich 🙂'\n"
-        "assert tok.count(text) == len(encode(text)) == 16, tok.count(text)\n"
+        f"text = {text!r}\n"
+        "print(tok.count(text))\n"
         "print(repr(render_chat(tok.chat_template, [{'role': 'user', 'content': text}])))"
     )
-    rendered = runtime.run(["python3", "-c", probe])
+    rendered = runtime.run(["python3", "-c", probe], {"PYTHONPATH": INJECT_PATH})
     assert rendered.returncode == 0, rendered.stdout
-    assert rendered.stdout.splitlines()[-1] == repr(
-        "<|im_start|>user\nGrüß dich 🙂<|im_end|>\n<|im_start|>assistant\n"
-    )
+    count, chat = rendered.stdout.splitlines()[-2:]
+    assert int(count) == len(encode(text)) == 16
+    assert chat == repr(f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n")
 
 
 @pytest.fixture
