@@ -334,6 +334,9 @@ def test_environment_is_what_the_operator_reads(name: str, monkeypatch: pytest.M
         values[key] = {**values[key], **val} if isinstance(val, dict) else val
     op = values["operator"]
     container = operator_container(render(name))
+    names = [env["name"] for env in container["env"]]
+    # The API server refuses a Deployment that lists a variable twice (server-side apply).
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
     for var in [v for v in os.environ if v.startswith("LLMOP_")]:
         monkeypatch.delenv(var)
     for env in container["env"]:
