@@ -24,19 +24,9 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 from e2e.cluster import netns
+from e2e.cluster.forwarder import splice
 from e2e.cluster.launcher import Cluster
 from e2e.generate import GenerateError, service_ip
-
-
-def _pipe(src: socket.socket, dst: socket.socket) -> None:
-    try:
-        while data := src.recv(65536):
-            dst.sendall(data)
-    except OSError:
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            dst.shutdown(socket.SHUT_WR)  # half-close: the answer may still be on its way
 
 
 def _serve(client: socket.socket, namespace: str, host: str, port: int) -> None:
@@ -45,13 +35,7 @@ def _serve(client: socket.socket, namespace: str, host: str, port: int) -> None:
     except OSError:
         client.close()  # the SDK sees a refused connection, as it would from the Service
         return
-    upstream.settimeout(None)
-    back = threading.Thread(target=_pipe, args=(upstream, client), daemon=True)
-    back.start()
-    _pipe(client, upstream)
-    back.join()
-    client.close()
-    upstream.close()
+    splice(client, upstream)
 
 
 @contextlib.contextmanager

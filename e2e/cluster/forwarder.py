@@ -45,13 +45,8 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
             dst.shutdown(socket.SHUT_WR)
 
 
-def _serve(client: socket.socket, target: tuple[str, int]) -> None:
-    try:
-        upstream = socket.create_connection(target, timeout=10)
-    except OSError as e:
-        print(f"forwarder: connecting to {target[0]}:{target[1]}: {e}", file=sys.stderr, flush=True)
-        client.close()
-        return
+def splice(client: socket.socket, upstream: socket.socket) -> None:
+    """Relay both ways until both directions are done, then close both (e2e/chat.py's relay too)."""
     upstream.settimeout(None)
     back = threading.Thread(target=_pipe, args=(upstream, client), daemon=True)
     back.start()
@@ -59,6 +54,16 @@ def _serve(client: socket.socket, target: tuple[str, int]) -> None:
     back.join()
     client.close()
     upstream.close()
+
+
+def _serve(client: socket.socket, target: tuple[str, int]) -> None:
+    try:
+        upstream = socket.create_connection(target, timeout=10)
+    except OSError as e:
+        print(f"forwarder: connecting to {target[0]}:{target[1]}: {e}", file=sys.stderr, flush=True)
+        client.close()
+        return
+    splice(client, upstream)
 
 
 def main() -> int:
