@@ -180,7 +180,7 @@ class Applier:
 
 # Kinds whose status no reconcile reads: the controllers that write it (the disruption
 # controller at every pod event) change nothing the operator decides on.
-STATUS_UNREAD = frozenset({"PodDisruptionBudget", "Service"})
+STATUS_UNREAD = frozenset({"PodDisruptionBudget", "Service", "InferencePool"})
 UNREAD_METADATA = ("resourceVersion", "managedFields")  # change at every write, whoever wrote
 
 
