@@ -11,6 +11,7 @@ or ~/.cache/llm-operator/bin/envoy-1.40.0/envoy; absent, these tests skip and sa
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import socket
@@ -20,11 +21,13 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent import futures
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
 import yaml
-
 from llm_operator.api.v1alpha1 import FailureMode, LLMDeployment
 from llm_operator.render.router_config import DESTINATION_HEADER, envoy_config, envoy_yaml
 from llm_operator.render.routing import router_config
@@ -118,46 +121,60 @@ def _post(url: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
         return e.code, e.read().decode()
 
 
-@needs_envoy
-@pytest.mark.parametrize("mode", list(FailureMode))
-def test_failure_mode_with_no_picker(mode: FailureMode, upstreams: dict[str, int], tmp_path: Path) -> None:
-    listen, ready, picker = _free_port(), _free_port(), _free_port()  # nothing listens on `picker`
+@contextlib.contextmanager
+def _running_envoy(config: dict[str, Any], ready: int, tmp_path: Path) -> Iterator[None]:
+    path = tmp_path / "envoy.yaml"
+    path.write_text(envoy_yaml(config))
+    log_path = tmp_path / "envoy.log"
+    with log_path.open("w") as log:
+        envoy = subprocess.Popen(
+            [str(ENVOY), "-c", str(path), "--disable-hot-restart", "-l", "warn"], stdout=log, stderr=log
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while not _answers(f"http://127.0.0.1:{ready}/ready"):
+                assert envoy.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, "Envoy did not get ready in 30 s"
+                time.sleep(0.1)
+            yield
+        finally:
+            envoy.terminate()
+            envoy.wait(timeout=30)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+def _local_config(mode: FailureMode, service_port: int) -> tuple[dict[str, Any], dict[str, int]]:
+    ports = {p: _free_port() for p in ("listen", "ready", "picker", "health", "picking")}
     config = envoy_config(
         mode,
         "127.0.0.1",
-        service_port=upstreams["service"],
+        service_port=service_port,
         bind="127.0.0.1",
-        listen_port=listen,
-        ready_port=ready,
-        picker_port=picker,
+        listen_port=ports["listen"],
+        ready_port=ports["ready"],
+        picker_port=ports["picker"],
+        picker_health_port=ports["health"],
+        picking_port=ports["picking"],
     )
-    path = tmp_path / "envoy.yaml"
-    path.write_text(envoy_yaml(config))
-    log = (tmp_path / "envoy.log").open("w")
-    envoy = subprocess.Popen(
-        [str(ENVOY), "-c", str(path), "--disable-hot-restart", "-l", "warn"], stdout=log, stderr=log
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{ready}/ready", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert envoy.poll() is None, (tmp_path / "envoy.log").read_text()
-            assert time.monotonic() < deadline, "Envoy did not get ready in 30 s"
-            time.sleep(0.1)
-        url = f"http://127.0.0.1:{listen}/v1/completions"
+    return config, ports
+
+
+@needs_envoy
+@pytest.mark.parametrize("mode", list(FailureMode))
+def test_failure_mode_with_no_picker(mode: FailureMode, upstreams: dict[str, int], tmp_path: Path) -> None:
+    config, ports = _local_config(mode, upstreams["service"])  # nothing listens for the picker
+    with _running_envoy(config, ports["ready"], tmp_path):
+        url = f"http://127.0.0.1:{ports['listen']}/v1/completions"
         status, body = _post(url)
         # The client's own destination header is removed before the picker runs.
-        forged = {DESTINATION_HEADER: f"127.0.0.1:{upstreams['elsewhere']}"}
-        forged_status, forged_body = _post(url, forged)
-    finally:
-        envoy.terminate()
-        envoy.wait(timeout=30)
-        log.close()
+        forged_status, forged_body = _post(url, {DESTINATION_HEADER: f"127.0.0.1:{upstreams['elsewhere']}"})
     if mode == FailureMode.FAIL_OPEN:
         assert (status, body) == (200, "service")
         assert (forged_status, forged_body) == (200, "service")
@@ -166,24 +183,57 @@ def test_failure_mode_with_no_picker(mode: FailureMode, upstreams: dict[str, int
         assert forged_status >= 500 and forged_body != "elsewhere", forged_body
 
 
-def test_fail_close_renders_no_way_around_the_picker() -> None:
-    """Only FailOpen has a route to the client Service; FailClose answers unpicked requests itself."""
+def _health_server(port: int) -> grpc.Server:
+    """The picker's gRPC health service answering SERVING (HealthCheckResponse{status: 1}), with no
+    ext_proc server behind it: a picker that says it serves but cannot pick."""
+    check = grpc.unary_unary_rpc_method_handler(
+        lambda request, context: b"\x08\x01", request_deserializer=bytes, response_serializer=bytes
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("grpc.health.v1.Health", {"Check": check}),)
+    )
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    return server
+
+
+@needs_envoy
+def test_fail_open_goes_through_the_picker_while_it_is_healthy(
+    upstreams: dict[str, int], tmp_path: Path
+) -> None:
+    """FailOpen bypasses the picker only while its health check fails: a healthy picker gets every
+    request (here it then cannot pick, so the request fails instead of reaching the Service)."""
+    config, ports = _local_config(FailureMode.FAIL_OPEN, upstreams["service"])
+    health = _health_server(ports["health"])
+    try:
+        with _running_envoy(config, ports["ready"], tmp_path):
+            url = f"http://127.0.0.1:{ports['listen']}/v1/completions"
+            deadline = time.monotonic() + 15
+            while (answer := _post(url)) == (200, "service"):  # until the first check has passed
+                assert time.monotonic() < deadline, "the picker's health check never passed"
+                time.sleep(0.2)
+            assert answer[0] >= 500, answer
+    finally:
+        health.stop(None)
+
+
+def test_only_fail_open_has_a_way_around_the_picker() -> None:
+    """FailClose: one listener, the picker in front of every request, no route to the Service.
+    FailOpen: the Service is the aggregate's second choice, after the health-checked picker."""
     for mode in FailureMode:
-        text = router_config(_deployment(mode))["data"]["envoy.yaml"]
-        config = yaml.safe_load(text)
-        clusters = {c["name"] for c in config["static_resources"]["clusters"]}
-        routes = config["static_resources"]["listeners"][1]["filter_chains"][0]["filters"][0]["typed_config"][
-            "route_config"
-        ]["virtual_hosts"][0]["routes"]
-        ext_proc = config["static_resources"]["listeners"][1]["filter_chains"][0]["filters"][0]["typed_config"][
-            "http_filters"
-        ][1]["typed_config"]
-        if mode == FailureMode.FAIL_OPEN:
-            assert "service" in clusters and routes[-1]["route"]["cluster"] == "service"
-            assert ext_proc["failure_mode_allow"] is True
-            service = next(c for c in config["static_resources"]["clusters"] if c["name"] == "service")
-            address = service["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]
-            assert address["socket_address"] == {"address": "tiny.team.svc", "port_value": 8080}
-        else:
-            assert "service" not in clusters and routes[-1]["direct_response"]["status"] == 503
-            assert ext_proc["failure_mode_allow"] is False
+        config = yaml.safe_load(router_config(_deployment(mode))["data"]["envoy.yaml"])
+        clusters = {c["name"]: c for c in config["static_resources"]["clusters"]}
+        listeners = {listener["name"]: listener for listener in config["static_resources"]["listeners"]}
+        if mode == FailureMode.FAIL_CLOSE:
+            assert set(listeners) == {"ready", "openai"} and "service" not in clusters
+            continue
+        assert set(listeners) == {"ready", "openai", "picking"}
+        assert listeners["picking"]["address"]["socket_address"]["address"] == "127.0.0.1"
+        aggregate = clusters["pick-or-service"]["cluster_type"]["typed_config"]["clusters"]
+        assert aggregate == ["picking", "service"]
+        endpoint = clusters["service"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+        assert endpoint["address"]["socket_address"] == {"address": "tiny.team.svc", "port_value": 8080}
+        assert clusters["picking"]["health_checks"][0]["grpc_health_check"] == {
+            "service_name": "inference-extension"
+        }
