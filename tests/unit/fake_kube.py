@@ -18,7 +18,7 @@ from llm_operator.controller.kube import CREATED_KINDS, MissingApi, ObjKey, obj_
 from llm_operator.controller.reconciler import Reconciler
 
 WITH_GENERATION = {"StatefulSet", "Job", "PodDisruptionBudget", "HorizontalPodAutoscaler", "LeaderWorkerSet",
-                   "ScaledObject"}  # fmt: skip
+                   "ScaledObject", "Deployment"}  # fmt: skip
 
 
 class FakeKube:
