@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
+from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 from llm_operator import labels as L
@@ -210,3 +213,48 @@ async def test_back_to_service_mode_removes_the_pool_and_the_router() -> None:
     assert status["endpoints"]["openai"] == f"http://{NAME}.{NS}.svc:8080/v1"
     assert "PickerReady" not in {c["type"] for c in status["conditions"]}
     assert ("StatefulSet", NS, NAME) in kube.objects
+
+
+CACHE = Path(os.environ.get("LLMOP_CACHE", Path.home() / ".cache" / "llm-operator")) / "bin"
+
+
+def crd_schema(pattern: str) -> dict[str, Any] | None:
+    """The v1 schema of a CRD e2e/cluster/build-tools.sh cached (the Gateway API's beside Traefik,
+    the Inference Extension's beside the EPP); None when it is not there."""
+    found = sorted(CACHE.glob(pattern))
+    if not found:
+        return None
+    crd = yaml.safe_load(found[-1].read_text())
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def test_the_httproute_example_routes_to_the_rendered_pool() -> None:
+    """examples/httproute-inference-pool.yaml names the pool examples/cpu-reference-inference-pool.yaml
+    renders, by the group and kind a conformant gateway resolves; and both validate against the
+    CRDs (Gateway API v1 HTTPRoute, Inference Extension v1 InferencePool) where they are cached."""
+    route = yaml.safe_load((EXAMPLES / "httproute-inference-pool.yaml").read_text())
+    ld = LLMDeployment.model_validate({**pool_example(), "metadata": {"name": NAME, "namespace": NS}})
+    (pool,) = [o for o in all_rendered(ld) if o["kind"] == "InferencePool"]
+    (rule,) = route["spec"]["rules"]
+    (backend,) = rule["backendRefs"]
+    group, _, version = pool["apiVersion"].partition("/")
+    assert (backend["group"], backend["kind"], backend["name"]) == (
+        group,
+        pool["kind"],
+        pool["metadata"]["name"],
+    )
+    assert version == "v1"
+    checked = 0
+    schemas = {
+        "traefik-*/crds/gateway.networking.k8s.io_httproutes.yaml": route,
+        "epp-v1.5.0-*/crds/inference.networking.k8s.io_inferencepools.yaml": pool,
+    }
+    for pattern, obj in schemas.items():
+        schema = crd_schema(pattern)
+        if schema is not None:
+            jsonschema.validate({k: v for k, v in obj.items() if k != "metadata"}, schema)
+            checked += 1
+    if not checked:
+        pytest.skip("no cached Gateway API or Inference Extension CRDs (e2e/cluster/build-tools.sh)")
