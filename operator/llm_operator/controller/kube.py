@@ -91,7 +91,11 @@ class NotLeading(Exception):
 
 class MissingApi(Exception):
     """The API server does not serve this kind: its CRD is not installed. (It answers 404 with a
-    plain-text body then, not a Status, so lightkube raises no ApiError.)"""
+    plain-text body then, not a Status, so lightkube raises no ApiError.) `words`: that body."""
+
+    def __init__(self, kind: str, words: str = "") -> None:
+        super().__init__(kind, words)
+        self.kind, self.words = kind, words
 
 
 def obj_key(obj: dict[str, Any]) -> ObjKey:
@@ -150,7 +154,7 @@ class Kube:
             )
         except httpx.HTTPStatusError as e:
             if e.response.status_code == 404 and not isinstance(e, ApiError):
-                raise MissingApi(kind) from e
+                raise MissingApi(kind, f"{e.response.status_code} {e.response.text.strip()[:200]}") from e
             raise
         return _as_dict(result)
 

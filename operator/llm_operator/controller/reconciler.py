@@ -342,7 +342,9 @@ class Reconciler:
             revisions=rollout.decision.revisions,
             total=ld.spec.replicas,
             route_problem=route_problem,
-            router=router_status.observe(children, ld, missing_apis),
+            router=router_status.observe(
+                children, ld, missing_apis, self.applier.missing_words.get("InferencePool", "")
+            ),
         )
 
     def _stalled(self, body: dict[str, Any], error: PlanningError) -> Observation:

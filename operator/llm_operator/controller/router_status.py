@@ -10,7 +10,7 @@ everything else, the router included, is applied all the same and keeps running.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from llm_operator.api.v1alpha1 import FailureMode, LLMDeployment, Phase, RoutingMode
@@ -20,6 +20,7 @@ from llm_operator.render import names
 ObjKey = tuple[str, str, str]  # kind, namespace, name (controller/kube.py)
 
 CONDITION = "PickerReady"
+POOL_API = "inference.networking.k8s.io/v1"
 POOL_CRD_MISSING = "InferencePoolCrdMissing"
 PICKER_UNAVAILABLE = "PickerUnavailable"
 # What to install when the API server does not serve InferencePool (answers 404 for its path).
@@ -37,37 +38,30 @@ class RouterObserved:
     available: bool = False
     why: str = ""  # the Deployment's own words while it is not available
     pool_api_missing: bool = False
+    api_words: str = ""  # the API server's answer to the InferencePool's apply, when it was refused
 
 
 def observe(
-    children: Mapping[ObjKey, dict[str, Any]], ld: LLMDeployment, missing_apis: set[str]
+    children: Mapping[ObjKey, dict[str, Any]], ld: LLMDeployment, missing_apis: set[str], api_words: str = ""
 ) -> RouterObserved | None:
-    """None in routing.mode service."""
+    """None in routing.mode service. `api_words`: what the API server answered the InferencePool's
+    apply when it does not serve the kind."""
     if ld.spec.routing.mode != RoutingMode.INFERENCE_POOL:
         return None
     name = names.router(ld.name)
-    seen = RouterObserved(
-        ld.spec.routing.failure_mode, name, pool_api_missing="InferencePool" in missing_apis
-    )
+    missing = "InferencePool" in missing_apis
+    seen = RouterObserved(ld.spec.routing.failure_mode, name, pool_api_missing=missing, api_words=api_words)
     deployment = children.get(("Deployment", ld.namespace, name))
     if deployment is None:
-        return RouterObserved(
-            seen.failure_mode, name, why="not created yet", pool_api_missing=seen.pool_api_missing
-        )
+        return replace(seen, why="not created yet")
     status = deployment.get("status") or {}
     conds = {c.get("type"): c for c in status.get("conditions") or []}
     current = status.get("observedGeneration", 0) >= deployment["metadata"].get("generation", 0)
-    available = (
-        current and conds.get("Available", {}).get("status") == "True" and status.get("readyReplicas", 0) > 0
-    )
-    why = ""
-    if not available:
-        failing = [c for t in ("ReplicaFailure", "Progressing", "Available") if (c := conds.get(t))]
-        why = next(
-            (c.get("message", "") for c in failing if c.get("status") != "True" and c.get("message")), ""
-        )
-        why = why or "its pod is not ready yet"
-    return RouterObserved(seen.failure_mode, name, available, why, seen.pool_api_missing)
+    if current and conds.get("Available", {}).get("status") == "True" and status.get("readyReplicas", 0) > 0:
+        return replace(seen, available=True)
+    failing = [c for t in ("ReplicaFailure", "Progressing", "Available") if (c := conds.get(t))]
+    why = next((c.get("message", "") for c in failing if c.get("status") != "True" and c.get("message")), "")
+    return replace(seen, why=why or "its pod is not ready yet")
 
 
 def unavailable_message(r: RouterObserved) -> str:
@@ -95,7 +89,8 @@ def adjust(
     if router is None:
         return conds, phase, reason, message
     if router.pool_api_missing:
-        why = f"the API server does not serve InferencePool (inference.networking.k8s.io/v1): {INSTALL_CRDS}"
+        answer = f" (it answered the InferencePool's apply: {router.api_words})" if router.api_words else ""
+        why = f"the API server does not serve InferencePool ({POOL_API}){answer}: {INSTALL_CRDS}"
         picker = cond(CONDITION, False, POOL_CRD_MISSING, why, g)
         stalled_conds, stalled_phase = stalled(POOL_CRD_MISSING, why, serving, g)
         types = {c["type"] for c in stalled_conds}
