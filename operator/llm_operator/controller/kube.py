@@ -154,7 +154,7 @@ class Kube:
             )
         except httpx.HTTPStatusError as e:
             if e.response.status_code == 404 and not isinstance(e, ApiError):
-                raise MissingApi(kind, f"{e.response.status_code} {e.response.text.strip()[:200]}") from e
+                raise MissingApi(kind, e.response.text.strip()[:200] or "404") from e
             raise
         return _as_dict(result)
 
