@@ -179,8 +179,8 @@ def test_failure_mode_with_no_picker(mode: FailureMode, upstreams: dict[str, int
         assert (status, body) == (200, "service")
         assert (forged_status, forged_body) == (200, "service")
     else:
-        assert status >= 500, body
-        assert forged_status >= 500 and forged_body != "elsewhere", forged_body
+        assert (status, body) == (500, ""), "ext_proc's answer while the picker cannot be reached"
+        assert (forged_status, forged_body) == (500, "")
 
 
 def _health_server(port: int) -> grpc.Server:
@@ -213,7 +213,9 @@ def test_fail_open_goes_through_the_picker_while_it_is_healthy(
             while (answer := _post(url)) == (200, "service"):  # until the first check has passed
                 assert time.monotonic() < deadline, "the picker's health check never passed"
                 time.sleep(0.2)
-            assert answer[0] >= 500, answer
+            # ext_proc's own 500 (the picker's port refuses): the request reached the picking
+            # listener (an unreachable one would be the router's 503 "upstream connect error").
+            assert answer == (500, ""), answer
     finally:
         health.stop(None)
 
