@@ -249,6 +249,10 @@ def envoy_config(
         {
             "timeout": "1s",
             "interval": "2s",
+            # Envoy checks a cluster that has had no traffic every 60 s by default, and the
+            # picking cluster gets none while the picker is down: its recovery must be seen as
+            # soon as its failure is.
+            "no_traffic_interval": "2s",
             "unhealthy_threshold": 1,
             "healthy_threshold": 1,
             "grpc_health_check": {"service_name": "inference-extension"},
