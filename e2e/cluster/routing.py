@@ -17,9 +17,12 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from llm_operator.images import DEFAULT_ENVOY_IMAGE, DEFAULT_PICKER_IMAGE
+
 BINARIES = ("epp", "envoy")
-EPP_IMAGE = "registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0"
-ENVOY_IMAGE = "docker.io/envoyproxy/envoy:distroless-v1.40.0"
+# The operator's defaults, so the router pod finds them on the real node without a pull.
+EPP_IMAGE = DEFAULT_PICKER_IMAGE
+ENVOY_IMAGE = DEFAULT_ENVOY_IMAGE
 IMAGES = {"epp": EPP_IMAGE, "envoy": ENVOY_IMAGE}  # node image name -> the reference it carries
 # The user both upstream images run as: distroless's `nonroot`.
 NONROOT = 65532
