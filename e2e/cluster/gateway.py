@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import http.client
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,15 +54,25 @@ def crd_files(traefik: Path) -> list[Path]:
 
 
 class Install:
-    """Creates the Gateway API CRDs, then the namespace, Service and RBAC, in a background thread:
-    the API server spends seconds compiling the CRDs' validation rules, which then overlaps the
-    rest of the cluster's start instead of adding to it."""
+    """Creates CRDs (the Gateway API's, by default), then `objects` (by default the Gateway's
+    namespace, Service and RBAC), in a background thread: the API server spends seconds compiling
+    the CRDs' validation rules, which then overlaps the rest of the cluster's start instead of
+    adding to it. `binary`: the program build-tools.sh copied the CRDs beside."""
 
-    def __init__(self, request: monitoring.Request, traefik: Path) -> None:
+    def __init__(
+        self,
+        request: monitoring.Request,
+        binary: Path,
+        files: Sequence[Path] | None = None,
+        objects: Sequence[dict[str, Any]] | None = None,
+        what: str = "the Gateway API",
+    ) -> None:
         self._request = request
-        self._files = crd_files(traefik)
+        self._files = list(files if files is not None else crd_files(binary))
+        self._objects = list(objects if objects is not None else cluster_objects())
+        self._what = what
         if not self._files:
-            raise RuntimeError(f"no Gateway API CRDs beside {traefik} (build-tools.sh copies them)")
+            raise RuntimeError(f"no CRDs of {what} beside {binary} (build-tools.sh copies them)")
         self._crds: list[dict[str, Any]] = []
         self._error: Exception | None = None
         self._thread = threading.Thread(target=self._create, daemon=True)
@@ -73,7 +83,7 @@ class Install:
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
         try:
             self._crds = [yaml.load(path.read_text(), Loader=loader) for path in self._files]
-            monitoring.create(self._request, [*self._crds, *cluster_objects()])
+            monitoring.create(self._request, [*self._crds, *self._objects])
         # An API server that goes away mid-answer raises HTTPException: done() reports it too.
         except (RuntimeError, OSError, http.client.HTTPException, yaml.YAMLError) as e:
             self._error = e
@@ -84,7 +94,7 @@ class Install:
         if self._thread.is_alive():
             return False
         if self._error is not None:
-            raise RuntimeError(f"installing the Gateway API and its objects failed: {self._error}")
+            raise RuntimeError(f"installing {self._what} and its objects failed: {self._error}")
         served: dict[str, set[str]] = {}
         for crd in self._crds:
             group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]

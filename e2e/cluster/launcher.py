@@ -69,8 +69,8 @@ class Cluster:
 
     `extra_args` appends flags per component (later flags win), `tools` replaces the binaries that
     build-tools.sh would provide ({binary name: path}); both exist for tests and experiments.
-    `node_images` names the images.builder images the real node has at `up` (the sandbox image
-    always); they stay imported in `node_cache` across `down`.
+    `node_images` names the images the real node has at `up` (images.builder's, the sandbox image
+    always, and the router's, routing.IMAGES); they stay imported in `node_cache` across `down`.
     """
 
     def __init__(

@@ -467,9 +467,10 @@ def sync_images(
     return imported
 
 
-# Imported into the real node at `up` (images.builder, cached by inputs): the sandbox, the operator
-# (the chart's pod) and the CPU runtime (cpu-reference serving pods).
-NODE_IMAGES = ("pause", "operator", "cpu-runtime")
+# Imported into the real node at `up` (cached by inputs): from images.builder the sandbox, the
+# operator (the chart's pod) and the CPU runtime (cpu-reference serving pods); from routing.py the
+# router pod's endpoint picker and Envoy, under their upstream names.
+NODE_IMAGES = ("pause", "operator", "cpu-runtime", "epp", "envoy")
 LOCAL_REGISTRY = "localhost/llm-operator/"
 
 

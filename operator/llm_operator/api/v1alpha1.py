@@ -1079,6 +1079,63 @@ class NetworkPolicySpec(Spec):
 
 
 # ---------------------------------------------------------------------------------------------
+# spec.routing
+
+
+class RoutingMode(StrEnum):
+    SERVICE = "service"
+    INFERENCE_POOL = "inference-pool"
+
+
+class FailureMode(StrEnum):
+    """InferencePool v1's endpointPickerRef.failureMode (GIE api/v1/inferencepool_types.go)."""
+
+    FAIL_CLOSE = "FailClose"
+    FAIL_OPEN = "FailOpen"
+
+
+class PickerSpec(Spec):
+    failure_mode: FailureMode = Field(
+        default=FailureMode.FAIL_CLOSE,
+        description="What the router does while the endpoint picker cannot answer. FailClose (the "
+        "InferencePool default): the request fails with a 5xx. FailOpen: it goes to the client "
+        "Service, which picks a ready replica at random, as routing.mode service does.",
+    )
+
+
+class RoutingSpec(Spec):
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "self.mode == 'inference-pool' || !has(self.picker)",
+                "routing.picker is used only with routing.mode inference-pool: remove it, or set "
+                "mode: inference-pool",
+            ),
+        )
+    )
+
+    mode: RoutingMode = Field(
+        default=RoutingMode.SERVICE,
+        description="service: clients reach the leaders through the client Service (kube-proxy "
+        "picks one at random). inference-pool: an InferencePool of the leaders and a router "
+        "(`<name>-router`: Envoy and the Gateway API Inference Extension's endpoint picker) that "
+        "sends each OpenAI request to the replica with the shortest queue and KV-cache use; a "
+        "gateway that supports InferencePool can route to the pool instead (docs/routing.md).",
+    )
+    picker: PickerSpec | None = None
+
+    @model_validator(mode="after")
+    def _picker_with_pool(self) -> RoutingSpec:  # the CEL rule's twin, for `llm-operator render`
+        if self.picker is not None and self.mode != RoutingMode.INFERENCE_POOL:
+            raise ValueError("routing.picker is used only with routing.mode inference-pool")
+        return self
+
+    @property
+    def failure_mode(self) -> FailureMode:
+        return self.picker.failure_mode if self.picker is not None else FailureMode.FAIL_CLOSE
+
+
+# ---------------------------------------------------------------------------------------------
 # spec
 
 
@@ -1144,6 +1201,14 @@ class LLMDeploymentSpec(Spec):
                 "engine.maxNumTokens must be >= engine.maxInputLen unless runtime.chunkedContext is "
                 "true (a whole prompt must fit one batch)",
             ),
+            cel(
+                "!has(self.routing) || self.routing.mode != 'inference-pool' "
+                "|| !has(self.rollout.canary) || self.rollout.canary.trafficRouting != 'gateway-api'",
+                "rollout.canary.trafficRouting gateway-api splits traffic with an HTTPRoute over the "
+                "client Service, which routing.mode inference-pool bypasses: use trafficRouting "
+                "replica-ratio (the picker then sends the canary its share of ready replicas), or "
+                "routing.mode service",
+            ),
         )
     )
 
@@ -1157,6 +1222,18 @@ class LLMDeploymentSpec(Spec):
     autoscaling: AutoscalingSpec | None = None
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     network_policy: NetworkPolicySpec = Field(default_factory=NetworkPolicySpec)
+    routing: RoutingSpec = Field(default_factory=RoutingSpec)
+
+    @model_validator(mode="after")
+    def _canary_routing(self) -> LLMDeploymentSpec:  # the CEL rule's twin, for `llm-operator render`
+        canary = self.rollout.canary
+        pool = self.routing.mode == RoutingMode.INFERENCE_POOL
+        if pool and canary is not None and canary.traffic_routing == TrafficRouting.GATEWAY_API:
+            raise ValueError(
+                "rollout.canary.trafficRouting gateway-api cannot be used with routing.mode "
+                "inference-pool: use trafficRouting replica-ratio, or routing.mode service"
+            )
+        return self
 
 
 # ---------------------------------------------------------------------------------------------
