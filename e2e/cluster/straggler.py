@@ -8,12 +8,14 @@ counters (nv_inference_request_success on its metrics port), never inferred from
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
 import yaml
-from llm_operator.contract import METRICS_PORT
+from llm_operator.contract import METRICS_PORT, OPENAI_PORT
 
 from e2e.cluster.testing import Kubectl
 from e2e.generate import connection
@@ -81,3 +83,18 @@ def shares(before: dict[str, float], after: dict[str, float]) -> tuple[dict[str,
     delta = {pod: after[pod] - before.get(pod, 0.0) for pod in after}
     total = sum(delta.values())
     return ({pod: (d / total if total else 0.0) for pod, d in delta.items()}, total)
+
+
+def completion_seconds(netns: str, ip: str) -> float:
+    """One completion asked of the pod itself (its front door), timed."""
+    conn = connection(ip, OPENAI_PORT, inside=netns, timeout=30)
+    body = json.dumps({"model": MODEL, "prompt": "Once upon a time", "max_tokens": 4})
+    began = time.monotonic()
+    try:
+        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        data = response.read()
+    finally:
+        conn.close()
+    assert response.status == 200, data[:200]
+    return time.monotonic() - began

@@ -95,6 +95,11 @@ def drive(routed: Routed, kubectl: Kubectl, service: str) -> tuple[dict[str, flo
 def test_the_picker_sends_the_straggler_a_small_share_and_the_service_a_third(
     routed: Routed, kubectl: Kubectl
 ) -> None:
+    # The fault knob slowed that pod alone (LLMOP_FAULT_PODS), asked of each pod directly.
+    alone = {pod: straggler.completion_seconds(routed.netns, ip)
+             for pod, ip in straggler.pod_ips(kubectl, routed.namespace).items()}  # fmt: skip
+    assert alone[straggler.SLOW_POD] >= straggler.SLOW_TTFT_MS / 1000, alone
+    assert all(s < straggler.SLOW_TTFT_MS / 1000 for p, s in alone.items() if p != straggler.SLOW_POD), alone
     router_share, router_stats, router_s = drive(routed, kubectl, straggler.router())
     service_share, service_stats, service_s = drive(routed, kubectl, straggler.NAME)
     for side, share, stats, took in (("router", router_share, router_stats, router_s),
