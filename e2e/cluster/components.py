@@ -293,7 +293,7 @@ def start(
         gie_install = gateway.Install(api.request, tools["epp"], gie, [], "the Inference Extension")
         traefik_args = gateway.prepare(state, pki)
     except (RuntimeError, OSError) as e:
-        raise ClusterError(f"preparing the Gateway failed: {e}") from None
+        raise ClusterError(f"preparing the Gateway API and the Inference Extension failed: {e}") from None
 
     # The real node: images.builder's images, and the router's upstream-named ones (routing.py).
     layout = node_layout(state)
@@ -372,9 +372,12 @@ def start(
         spawn("traefik", traefik_args, env={**os.environ, **gateway.env(state)})
         forward("gateway-forwarder", ports["gateway"], f"{netns.NODE_IP}:{gateway.PORT}")
         gateway.finish(api.request, inside, wait_ready)
-        wait_ready("the Inference Extension CRDs served", gie_install.done, "kube-apiserver")
     except RuntimeError as e:
         raise ClusterError(f"starting the Gateway failed: {e}") from None
+    try:
+        wait_ready("the Inference Extension CRDs served", gie_install.done, "kube-apiserver")
+    except RuntimeError as e:
+        raise ClusterError(str(e)) from None
     return ports
 
 

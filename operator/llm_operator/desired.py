@@ -182,7 +182,7 @@ def desired(  # raises PlanningError for a spec the images cannot serve
     children = slot_children(
         ld, plan, images, engines, slot=slot, revision=revision, leader_worker_set=leader_worker_set
     )
-    shared = shared_children(ld, prometheus_url=prometheus_url, metrics_peers=metrics_peers)
+    shared = shared_children(ld, images, prometheus_url=prometheus_url, metrics_peers=metrics_peers)
     return Desired(
         plan, jobs, children, shared, statuses, tuple(dict.fromkeys(record)), slot, revision, tuple(needs)
     )

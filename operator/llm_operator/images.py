@@ -11,6 +11,10 @@ from dataclasses import dataclass
 # The chart sets LLMOP_OPERATOR_IMAGE to the image it runs the operator with.
 DEFAULT_OPERATOR_IMAGE = "ghcr.io/llm-operator/operator:0.1.0"
 DEFAULT_FETCH_IMAGE = "ghcr.io/llm-operator/fetch:0.1.0"
+# routing.mode inference-pool's router (render/routing.py): the Gateway API Inference Extension's
+# endpoint picker, v1.5.0 (its last release with the EPP), and Envoy, as published.
+DEFAULT_PICKER_IMAGE = "registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0"
+DEFAULT_ENVOY_IMAGE = "docker.io/envoyproxy/envoy:distroless-v1.40.0"
 
 
 @dataclass(frozen=True)
@@ -27,3 +31,6 @@ class Images:
     multi_node_runtime: str = ""
     # Build Jobs' checkpoint download and engine upload (aws, gsutil, hf; TensorRT-LLM's examples).
     fetch: str = DEFAULT_FETCH_IMAGE
+    # The router's two containers (routing.mode inference-pool).
+    picker: str = DEFAULT_PICKER_IMAGE
+    envoy: str = DEFAULT_ENVOY_IMAGE

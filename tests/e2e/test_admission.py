@@ -131,6 +131,27 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "rollout.canary.gateway is used only with trafficRouting gateway-api",
     ),
     (
+        "picker-without-inference-pool",
+        {"routing": {"mode": "service", "picker": {"failureMode": "FailOpen"}}},
+        "routing.picker is used only with routing.mode inference-pool",
+    ),
+    (
+        "gateway-api-canary-with-inference-pool",
+        {
+            "routing": {"mode": "inference-pool"},
+            "rollout": {
+                "strategy": "canary",
+                "canary": {"steps": [{"weight": 10}], "trafficRouting": "gateway-api", "gateway": GATEWAY},
+            },
+        },
+        "use trafficRouting replica-ratio",
+    ),
+    (
+        "picker-failure-mode-unknown",
+        {"routing": {"mode": "inference-pool", "picker": {"failureMode": "FailSometimes"}}},
+        "Unsupported value",
+    ),
+    (
         "canary-gateway-no-parents",
         {
             "rollout": {
@@ -401,6 +422,14 @@ def test_canary_rollout_is_accepted(
     crd: None, kubectl: Kubectl, namespace: str, rollout: dict[str, Any]
 ) -> None:
     _create(kubectl, namespace, _manifest({"rollout": rollout}))
+
+
+def test_inference_pool_routing_with_a_replica_ratio_canary_is_accepted(
+    crd: None, kubectl: Kubectl, namespace: str
+) -> None:
+    routing = {"mode": "inference-pool", "picker": {"failureMode": "FailOpen"}}
+    rollout = {"strategy": "canary", "canary": {"steps": [{"weight": 10}], "trafficRouting": "replica-ratio"}}
+    _create(kubectl, namespace, _manifest({"routing": routing, "rollout": rollout}))
 
 
 @pytest.mark.parametrize("dataset", ["pvc://llm-calibration/cnn_dailymail", "hf://abisee/cnn_dailymail"])

@@ -18,7 +18,7 @@ from llm_operator.controller.kube import CREATED_KINDS, MissingApi, ObjKey, obj_
 from llm_operator.controller.reconciler import Reconciler
 
 WITH_GENERATION = {"StatefulSet", "Job", "PodDisruptionBudget", "HorizontalPodAutoscaler", "LeaderWorkerSet",
-                   "ScaledObject"}  # fmt: skip
+                   "ScaledObject", "Deployment"}  # fmt: skip
 
 
 class FakeKube:
@@ -38,7 +38,7 @@ class FakeKube:
         k = obj_key(obj)
         self.writes.append(("apply", k[0], k[2]))
         if k[0] in self.missing_kinds:
-            raise MissingApi(k[0])
+            raise MissingApi(k[0], "404 page not found")  # the API server's plain-text answer
         old = self.objects.get(k)
         if k[0] == "StatefulSet" and old is not None and old["spec"]["selector"] != obj["spec"]["selector"]:
             message = (

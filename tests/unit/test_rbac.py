@@ -23,7 +23,7 @@ from llm_operator.controller import handlers
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.kube import CHILD_KINDS, CREATED_KINDS, RELABELED_KINDS, Kube
 from llm_operator.controller.lease import ElectionConfig, LeaseElector
-from llm_operator.controller.rbac import Permission, kopf_permissions
+from llm_operator.controller.rbac import Permission, granted_permissions, kopf_permissions
 from llm_operator.images import Images
 
 from tests.unit.test_chart import needs_helm, render
@@ -165,7 +165,7 @@ async def operator_permissions(
     await drive_every_kube_method(recorder)
     await drive_startup_watches(recorder, namespaces, monkeypatch)
     await drive_leader_election(recorder)
-    return recorder.seen | kopf_permissions(all_namespaces=not namespaces)
+    return recorder.seen | kopf_permissions(all_namespaces=not namespaces) | granted_permissions()
 
 
 def rules_of(docs: list[dict[str, Any]], kind: str, name: str) -> set[tuple[str, str, str]]:

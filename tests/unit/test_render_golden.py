@@ -21,7 +21,9 @@ from llm_operator import releases
 from llm_operator.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted(p for p in (REPO / "examples").glob("*.yaml") if p.name != "engine-cache.yaml")
+# Examples that are no LLMDeployment: the engine cache claim, the HTTPRoute a user writes for a pool.
+NOT_RENDERED = ("engine-cache.yaml", "httproute-inference-pool.yaml")
+EXAMPLES = sorted(p for p in (REPO / "examples").glob("*.yaml") if p.name not in NOT_RENDERED)
 GOLDEN = REPO / "tests" / "golden" / "render"
 # (example, TensorRT-LLM version of the serving image) rendered besides the default release: the
 # older layout (tensorrtllm_backend, 25.08) for the engine backend.

@@ -43,6 +43,8 @@ class Applier:
         self.applied: dict[ObjKey, Applied] = {}
         self._applying: set[ObjKey] = set()
         self._in_flight = asyncio.Semaphore(APPLIES_IN_FLIGHT)
+        # The API server's words when it last refused an optional kind for want of its CRD.
+        self.missing_words: dict[str, str] = {}
 
     def observe(self, event: str, obj: dict[str, Any]) -> Key | None:
         """A child's watch event: update the cache, notice drift; returns the owning deployment
@@ -131,6 +133,7 @@ class Applier:
             for obj, result in zip(wave, results, strict=True):
                 if isinstance(result, MissingApi) and obj["kind"] in optional:
                     missing.add(obj["kind"])
+                    self.missing_words[obj["kind"]] = result.words
                 elif isinstance(result, BaseException):
                     raise result
         return missing
@@ -180,7 +183,7 @@ class Applier:
 
 # Kinds whose status no reconcile reads: the controllers that write it (the disruption
 # controller at every pod event) change nothing the operator decides on.
-STATUS_UNREAD = frozenset({"PodDisruptionBudget", "Service"})
+STATUS_UNREAD = frozenset({"PodDisruptionBudget", "Service", "InferencePool"})
 UNREAD_METADATA = ("resourceVersion", "managedFields")  # change at every write, whoever wrote
 
 

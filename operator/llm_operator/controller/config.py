@@ -10,7 +10,13 @@ from pathlib import Path
 from llm_operator import releases
 from llm_operator.controller.lease import ElectionConfig
 from llm_operator.controller.prometheus_urls import Endpoint, parse_list
-from llm_operator.images import DEFAULT_FETCH_IMAGE, DEFAULT_OPERATOR_IMAGE, Images
+from llm_operator.images import (
+    DEFAULT_ENVOY_IMAGE,
+    DEFAULT_FETCH_IMAGE,
+    DEFAULT_OPERATOR_IMAGE,
+    DEFAULT_PICKER_IMAGE,
+    Images,
+)
 from llm_operator.render.autoscaling import DEFAULT_PROMETHEUS_URL
 from llm_operator.render.network import DEFAULT_METRICS_PEERS, parse_peers
 
@@ -49,6 +55,8 @@ class OperatorConfig:
                 operator=env("LLMOP_OPERATOR_IMAGE", DEFAULT_OPERATOR_IMAGE),
                 multi_node_runtime=env("LLMOP_MULTI_NODE_RUNTIME_IMAGE", ""),
                 fetch=env("LLMOP_FETCH_IMAGE", DEFAULT_FETCH_IMAGE),
+                picker=env("LLMOP_PICKER_IMAGE", DEFAULT_PICKER_IMAGE),
+                envoy=env("LLMOP_ENVOY_IMAGE", DEFAULT_ENVOY_IMAGE),
             ),
             workers=int(env("LLMOP_WORKERS", "16")),
             metrics_port=int(env("LLMOP_METRICS_PORT", "8000")),

@@ -21,7 +21,13 @@ from lightkube.resources.discovery_v1 import EndpointSlice
 from llm_operator import labels as L
 from llm_operator.api import v1alpha1 as api
 from llm_operator.controller.config import OperatorConfig
-from llm_operator.controller.kube import CHILD_KINDS, HTTP_ROUTE_CRD, SCALED_OBJECT_CRD, Kube
+from llm_operator.controller.kube import (
+    CHILD_KINDS,
+    HTTP_ROUTE_CRD,
+    INFERENCE_POOL_CRD,
+    SCALED_OBJECT_CRD,
+    Kube,
+)
 from llm_operator.controller.leader import Term
 from llm_operator.controller.reconciler import Reconciler
 from llm_operator.controller.status import REFUSED
@@ -29,7 +35,11 @@ from llm_operator.render.rollout import REVISION_SERVICE_COMPONENT, SNAPSHOT_COM
 
 log = logging.getLogger(__name__)
 # Child kinds whose API may come and go while the operator runs (installed after it, or removed).
-OPTIONAL_APIS = {"ScaledObject": SCALED_OBJECT_CRD, "HTTPRoute": HTTP_ROUTE_CRD}
+OPTIONAL_APIS = {
+    "ScaledObject": SCALED_OBJECT_CRD,
+    "HTTPRoute": HTTP_ROUTE_CRD,
+    "InferencePool": INFERENCE_POOL_CRD,
+}
 LIST_TIMEOUT_SECONDS = 60  # a watch that cannot list (RBAC, an API gone) must not stop all work
 
 

@@ -17,12 +17,21 @@ from lightkube import ALL_NS, ApiError, AsyncClient, codecs
 from lightkube.core.resource import NamespacedResource
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.apps_v1 import ControllerRevision, StatefulSet
+from lightkube.resources.apps_v1 import ControllerRevision, Deployment, StatefulSet
 from lightkube.resources.autoscaling_v2 import HorizontalPodAutoscaler
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import ConfigMap, Node, PersistentVolumeClaim, Pod, Secret, Service
+from lightkube.resources.core_v1 import (
+    ConfigMap,
+    Node,
+    PersistentVolumeClaim,
+    Pod,
+    Secret,
+    Service,
+    ServiceAccount,
+)
 from lightkube.resources.networking_v1 import NetworkPolicy
 from lightkube.resources.policy_v1 import PodDisruptionBudget
+from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 from lightkube.types import CascadeType, PatchType
 
 from llm_operator import labels as L
@@ -40,6 +49,10 @@ ScaledObject = create_namespaced_resource("keda.sh", "v1alpha1", "ScaledObject",
 SCALED_OBJECT_CRD = "scaledobjects.keda.sh"
 HTTPRoute = create_namespaced_resource("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes")
 HTTP_ROUTE_CRD = "httproutes.gateway.networking.k8s.io"
+InferencePool = create_namespaced_resource(
+    "inference.networking.k8s.io", "v1", "InferencePool", "inferencepools"
+)
+INFERENCE_POOL_CRD = "inferencepools.inference.networking.k8s.io"
 
 CHILD_KINDS: dict[str, Any] = {
     "ConfigMap": ConfigMap,
@@ -53,6 +66,12 @@ CHILD_KINDS: dict[str, Any] = {
     "ControllerRevision": ControllerRevision,  # revision snapshots (canary rollouts)
     "HTTPRoute": HTTPRoute,  # Gateway API's; watched only when its CRD is installed
     "NetworkPolicy": NetworkPolicy,
+    # routing.mode inference-pool: the router (render/routing.py) and its pool.
+    "Deployment": Deployment,
+    "ServiceAccount": ServiceAccount,
+    "Role": Role,
+    "RoleBinding": RoleBinding,
+    "InferencePool": InferencePool,  # the Gateway API Inference Extension's; watched once installed
 }
 # Kinds whose existing objects the operator relabels (adoption by a replaced StatefulSet).
 RELABELED_KINDS: dict[str, Any] = {"Pod": Pod, "ControllerRevision": ControllerRevision}
@@ -72,7 +91,11 @@ class NotLeading(Exception):
 
 class MissingApi(Exception):
     """The API server does not serve this kind: its CRD is not installed. (It answers 404 with a
-    plain-text body then, not a Status, so lightkube raises no ApiError.)"""
+    plain-text body then, not a Status, so lightkube raises no ApiError.) `words`: that body."""
+
+    def __init__(self, kind: str, words: str = "") -> None:
+        super().__init__(kind, words)
+        self.kind, self.words = kind, words
 
 
 def obj_key(obj: dict[str, Any]) -> ObjKey:
@@ -131,7 +154,7 @@ class Kube:
             )
         except httpx.HTTPStatusError as e:
             if e.response.status_code == 404 and not isinstance(e, ApiError):
-                raise MissingApi(kind) from e
+                raise MissingApi(kind, e.response.text.strip()[:200] or "404") from e
             raise
         return _as_dict(result)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from llm_operator.api import v1alpha1 as api
+from llm_operator.render.routing import ROUTER_RULES
 
 
 class Permission(NamedTuple):
@@ -43,3 +44,16 @@ def kopf_permissions(*, all_namespaces: bool) -> frozenset[Permission]:
             Permission("", "namespaces", "watch", cluster_scoped=True),
         }
     return frozenset(needs)
+
+
+def granted_permissions() -> frozenset[Permission]:
+    """What the operator puts in the Roles it creates (the router's, render/routing.py): the API
+    server refuses a Role granting more than its creator holds (RBAC escalation prevention), so
+    the chart grants the operator these too."""
+    return frozenset(
+        Permission(group, resource, verb)
+        for rule in ROUTER_RULES
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    )

@@ -22,7 +22,7 @@ from lightkube import ApiError
 from pydantic import ValidationError
 
 from llm_operator.api.v1alpha1 import LLMDeployment
-from llm_operator.controller import analysis, autoscaling, engines
+from llm_operator.controller import analysis, autoscaling, engines, router_status
 from llm_operator.controller.admin_key import AdminKeys
 from llm_operator.controller.apply import Applier
 from llm_operator.controller.config import OperatorConfig
@@ -45,6 +45,7 @@ from llm_operator.desired import Desired, desired, plan_for
 from llm_operator.plan.inventory import Inventory
 from llm_operator.plan.types import PlanningError
 from llm_operator.render.children import serving_selector
+from llm_operator.render.routing import openai_endpoint
 from llm_operator.render.services import endpoints
 
 log = logging.getLogger(__name__)
@@ -53,8 +54,9 @@ log = logging.getLogger(__name__)
 REPORT_AFTER_FAILURES = 4
 MAX_BACKOFF_SECONDS = 60.0
 CLAIM_RECHECK_SECONDS = 15.0  # claims are not watched: look again for one that was missing
-KEDA_RECHECK_SECONDS = 30.0  # a ScaledObject refused for want of KEDA's CRDs: try again
-OPTIONAL_KINDS = ("ScaledObject", "HTTPRoute")  # CRDs a cluster may lack (KEDA, the Gateway API)
+KEDA_RECHECK_SECONDS = 30.0  # a ScaledObject (InferencePool) refused for want of its CRDs: try again
+# CRDs a cluster may lack (KEDA, the Gateway API, its Inference Extension)
+OPTIONAL_KINDS = ("ScaledObject", "HTTPRoute", "InferencePool")
 GATEWAY_API_MISSING = (
     "the Gateway API is not installed (no HTTPRoute kind in this cluster): install its standard "
     "CRDs and a Gateway, or use rollout.canary.trafficRouting replica-ratio"
@@ -280,7 +282,7 @@ class Reconciler:
         await self._write_status(body, observed, events)
         unplaced = unplaced_recheck_seconds(observed, now())
         later = [t for t in (rollout.decision.requeue_after, unplaced) if t is not None]
-        if "ScaledObject" in missing_apis:
+        if missing_apis & {"ScaledObject", "InferencePool"}:
             later.append(KEDA_RECHECK_SECONDS)
         if later:
             self.queue.add_after((namespace, name), min(later))
@@ -328,7 +330,7 @@ class Reconciler:
                 p.name: pool_observed(children, applied, spec.ld, p, spec.slot) for p in current.plan.pools
             },
             selector=serving_selector(ld.name),
-            endpoints=endpoints(ld.name, ld.namespace),
+            endpoints=endpoints(ld.name, ld.namespace, openai_endpoint(ld)),
             pod_problems=self.pod_problems.of((ld.namespace, ld.name))
             + self.create_failures.of(children, (ld.namespace, ld.name)),
             unplaced=self.pod_problems.unplaced((ld.namespace, ld.name)),
@@ -340,6 +342,9 @@ class Reconciler:
             revisions=rollout.decision.revisions,
             total=ld.spec.replicas,
             route_problem=route_problem,
+            router=router_status.observe(
+                children, ld, missing_apis, self.applier.missing_words.get("InferencePool", "")
+            ),
         )
 
     def _stalled(self, body: dict[str, Any], error: PlanningError) -> Observation:

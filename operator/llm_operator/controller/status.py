@@ -13,7 +13,10 @@ from datetime import datetime
 from typing import Any
 
 from llm_operator.api.v1alpha1 import Phase, RevisionsStatus, RolloutPhase
-from llm_operator.controller import autoscaling
+from llm_operator.controller import autoscaling, router_status
+from llm_operator.controller.conditions import available as _available
+from llm_operator.controller.conditions import cond as _cond
+from llm_operator.controller.conditions import stalled as _stalled
 from llm_operator.engine.state import EngineState, PoolEngineStatus
 from llm_operator.plan.types import Plan, PlanningError
 
@@ -54,6 +57,7 @@ class Observation:
     revisions: RevisionsStatus | None = None  # the rollout decided in this pass (None: none was)
     total: int | None = None  # replicas of both slots together (the scale subresource's count)
     route_problem: str | None = None  # the gateway-api route cannot carry traffic: why
+    router: router_status.RouterObserved | None = None  # routing.mode inference-pool only
 
 
 @dataclass(frozen=True)
@@ -61,16 +65,6 @@ class Event:
     type: str  # Normal | Warning
     reason: str
     message: str
-
-
-def _cond(type_: str, ok: bool, reason: str, message: str, generation: int) -> dict[str, Any]:
-    return {
-        "type": type_,
-        "status": "True" if ok else "False",
-        "reason": reason,
-        "message": message,
-        "observedGeneration": generation,
-    }
 
 
 def reduce(
@@ -223,28 +217,6 @@ def unplaced_recheck_seconds(obs: Observation, now: str) -> float | None:
     return max(1.0, min(pending)) if pending else None
 
 
-def _available(serving: bool) -> str:
-    return "MinimumReplicasAvailable" if serving else "NoReplicasAvailable"
-
-
-def _stalled(reason: str, message: str, serving: bool, g: int) -> tuple[list[dict[str, Any]], Phase]:
-    """Progress needs the user; whatever serves keeps serving (Degraded, not torn down)."""
-    conds = [
-        _cond("Ready", False, reason, message, g),
-        _cond("Reconciling", False, reason, "", g),
-        _cond("Stalled", True, reason, message, g),
-        _cond("Progressing", False, reason, message, g),
-        _cond(
-            "Degraded",
-            serving,
-            "StalledWhileServing" if serving else "NotServing",
-            "the previous revision keeps serving until this is fixed" if serving else "",
-            g,
-        ),
-    ]
-    return conds, Phase.DEGRADED if serving else Phase.FAILED
-
-
 def _with_build_attempts(
     engines: dict[str, PoolEngineStatus], pod_problems: tuple[str, ...]
 ) -> tuple[dict[str, PoolEngineStatus], tuple[str, ...]]:
@@ -304,8 +276,9 @@ _WARNING_WHEN = {
     "Degraded": "True",
     "EngineReady": "False",
     autoscaling.CONDITION: "False",
+    router_status.CONDITION: "False",
 }
-_EVENT_TYPES = ("Ready", "Stalled", "Degraded", "EngineReady", autoscaling.CONDITION)
+_EVENT_TYPES = ("Ready", "Stalled", "Degraded", "EngineReady", autoscaling.CONDITION, router_status.CONDITION)
 
 
 def _finish(
@@ -319,6 +292,10 @@ def _finish(
     now: str,
 ) -> tuple[dict[str, Any], list[Event]]:
     conds, phase, reason, message = _rollout(obs, status, conds, phase, reason, message, old_status)
+    serving = status.get("readyReplicas", 0) > 0
+    conds, phase, reason, message = router_status.adjust(
+        obs.router, conds, phase, reason, message, serving, obs.generation
+    )
     old = {c["type"]: c for c in (old_status or {}).get("conditions", [])}
     events: list[Event] = []
     for c in conds:

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_operator import labels as L
-from llm_operator.api.v1alpha1 import API_VERSION, KIND, Backend, LLMDeployment
+from llm_operator.api.v1alpha1 import API_VERSION, KIND, Backend, LLMDeployment, RoutingMode
 from llm_operator.images import Images
 from llm_operator.modelrepo import render_repository, to_configmap_data
 from llm_operator.plan.types import Plan, PoolPlan
-from llm_operator.render import autoscaling, names, network, policy, services
+from llm_operator.render import autoscaling, names, network, policy, routing, services
 from llm_operator.render.pod import template_hash
 from llm_operator.render.serving import workloads
 from llm_operator.rollout.revision import Slot
@@ -103,21 +103,28 @@ def serving_pool(
 
 def shared_children(
     ld: LLMDeployment,
+    images: Images,
     *,
     prometheus_url: str = autoscaling.DEFAULT_PROMETHEUS_URL,
     metrics_peers: Sequence[str] = network.DEFAULT_METRICS_PEERS,
 ) -> list[dict[str, Any]]:
     """Once per deployment, whatever its slots: the client Service (leaders of both slots, so the
     replica ratio is the traffic split), the headless Service, the autoscaler (of the total), the
-    NetworkPolicy (of every serving pod)."""
+    NetworkPolicy (of every serving pod), and in routing.mode inference-pool the InferencePool
+    (leaders of both slots) and its router."""
     objs: list[dict[str, Any]] = [
         services.client_service(ld.name, ld.namespace),
         services.headless_service(ld.name, ld.namespace),
     ]
     if ld.spec.autoscaling is not None:
         objs.append(autoscaling.autoscaler(ld.name, ld.namespace, ld.spec.autoscaling, prometheus_url))
+    pool = ld.spec.routing.mode == RoutingMode.INFERENCE_POOL
     if ld.spec.network_policy.enabled:
-        objs.append(network.network_policy(ld.name, ld.namespace, ld.spec.network_policy, metrics_peers))
+        policy_spec = ld.spec.network_policy
+        objs.append(network.network_policy(ld.name, ld.namespace, policy_spec, metrics_peers, router=pool))
+        if pool:
+            objs.append(network.router_network_policy(ld.name, ld.namespace, policy_spec, metrics_peers))
+    objs += routing.routing_children(ld, images)
     return owned(ld, objs)
 
 

@@ -96,3 +96,13 @@ def admin_key_secret(deployment: str, uid: str) -> str:
 def engine_job(deployment: str, pool: PoolPlan, cache_key: str) -> str:
     """Per deployment, not per slot: a build is keyed by its engine, whichever slot waits for it."""
     return _fit(f"{serving(deployment, pool)}-engine-{cache_key[-10:]}")
+
+
+def router(deployment: str) -> str:
+    """routing.mode inference-pool: the router's Deployment, Service, ConfigMap, ServiceAccount,
+    Role and RoleBinding (render/routing.py); also the picker the InferencePool names."""
+    return _fit(f"{deployment}-router")
+
+
+def inference_pool(deployment: str) -> str:
+    return _fit(deployment)

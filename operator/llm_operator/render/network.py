@@ -8,6 +8,10 @@ deployment's multi-node groups: sshd (2222) for the leader's mpirun, and the por
 pick at run time. Nothing else. Those pods share one SSH key per deployment, so narrowing the last
 rule to one group would guard nothing the key does not. Traffic from the pod's own node (kubelet
 probes) is always allowed by NetworkPolicy's definition.
+
+routing.mode inference-pool adds the router: its pods may reach the leaders' OpenAI API (8080)
+and metrics (8002, which the picker scrapes), and a second policy admits the clients to the
+router's OpenAI port and the picker's ext_proc port (a gateway routing to the InferencePool).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import DNS_LABEL, NetworkPolicySpec
 from llm_operator.contract import GRPC_PORT, HTTP_PORT, METRICS_PORT, OPENAI_PORT
 from llm_operator.render import names
+from llm_operator.render.router_config import PICKER_GRPC_PORT, PICKER_METRICS_PORT
+from llm_operator.render.routing import router_pod_labels
 
 NAMESPACE_NAME = "kubernetes.io/metadata.name"  # set by the API server on every namespace
 # Where Prometheus runs unless the operator is told otherwise (LLMOP_METRICS_PEERS).
@@ -54,13 +60,23 @@ def _tcp(*ports: int) -> list[dict[str, Any]]:
     return [{"protocol": "TCP", "port": p} for p in ports]
 
 
-def network_policy(
-    deployment: str, namespace: str, spec: NetworkPolicySpec, metrics_peers: Sequence[str]
-) -> dict[str, Any]:
-    clients: dict[str, Any] = {"ports": _tcp(HTTP_PORT, GRPC_PORT, OPENAI_PORT)}  # no `from`: any source
+def _clients(spec: NetworkPolicySpec, *ports: int) -> dict[str, Any]:
+    clients: dict[str, Any] = {"ports": _tcp(*ports)}  # no `from`: any source
     if spec.client_namespace_selector is not None:
         selector = spec.client_namespace_selector.model_dump(mode="json", by_alias=True, exclude_none=True)
         clients = {"from": [{"namespaceSelector": selector}], **clients}
+    return clients
+
+
+def network_policy(
+    deployment: str,
+    namespace: str,
+    spec: NetworkPolicySpec,
+    metrics_peers: Sequence[str],
+    *,
+    router: bool = False,
+) -> dict[str, Any]:
+    clients = _clients(spec, HTTP_PORT, GRPC_PORT, OPENAI_PORT)
     group_members = {
         "matchLabels": L.selector_labels(deployment),
         "matchExpressions": [{"key": L.GROUP_SIZE, "operator": "Exists"}],  # multi-node pods only
@@ -68,6 +84,9 @@ def network_policy(
     ingress = [clients, {"from": [{"podSelector": group_members}]}]
     if metrics_peers:  # none: nobody scrapes (a rule without `from` would admit everyone)
         ingress.insert(1, {"from": [peer(p) for p in metrics_peers], "ports": _tcp(METRICS_PORT)})
+    if router:  # the router's pods, wherever clients may come from
+        ingress.append({"from": [{"podSelector": {"matchLabels": router_pod_labels(deployment)}}],
+                        "ports": _tcp(OPENAI_PORT, METRICS_PORT)})  # fmt: skip
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -78,6 +97,30 @@ def network_policy(
         },
         "spec": {
             "podSelector": {"matchLabels": L.selector_labels(deployment)},
+            "policyTypes": ["Ingress"],
+            "ingress": ingress,
+        },
+    }
+
+
+def router_network_policy(
+    deployment: str, namespace: str, spec: NetworkPolicySpec, metrics_peers: Sequence[str]
+) -> dict[str, Any]:
+    """The router pods (routing.mode inference-pool): clients on the OpenAI port and the picker's
+    ext_proc port, the monitoring peers on the picker's metrics port; nothing else."""
+    ingress = [_clients(spec, OPENAI_PORT, PICKER_GRPC_PORT)]
+    if metrics_peers:
+        ingress.append({"from": [peer(p) for p in metrics_peers], "ports": _tcp(PICKER_METRICS_PORT)})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": names.router(deployment),
+            "namespace": namespace,
+            "labels": L.common_labels(deployment, "router"),
+        },
+        "spec": {
+            "podSelector": {"matchLabels": router_pod_labels(deployment)},
             "policyTypes": ["Ingress"],
             "ingress": ingress,
         },

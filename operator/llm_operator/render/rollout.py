@@ -21,6 +21,7 @@ from llm_operator.contract import HTTP_PORT, OPENAI_PORT
 from llm_operator.images import Images
 from llm_operator.render import names, services
 from llm_operator.render.children import owned
+from llm_operator.rollout.revision import NOT_SERVING_IMAGES
 
 GATEWAY_API_VERSION = "gateway.networking.k8s.io/v1"
 STABLE, CANARY = "stable", "canary"
@@ -116,7 +117,9 @@ def controller_revision(
     given, the images the revision was started with."""
     data: dict[str, Any] = {"spec": ld.spec.model_dump(mode="json", by_alias=True, exclude_defaults=True)}
     if images is not None:
-        data["images"] = {to_camel(k): v for k, v in dataclasses.asdict(images).items()}
+        data["images"] = {
+            to_camel(k): v for k, v in dataclasses.asdict(images).items() if k not in NOT_SERVING_IMAGES
+        }
     snapshot = {
         "apiVersion": "apps/v1",
         "kind": "ControllerRevision",

@@ -54,13 +54,15 @@ def headless_service(deployment: str, namespace: str) -> dict[str, Any]:
     }
 
 
-def endpoints(deployment: str, namespace: str) -> dict[str, str]:
+def endpoints(deployment: str, namespace: str, openai: str | None = None) -> dict[str, str]:
     """status.endpoints: in-cluster addresses of the client Service, which every routing and rollout
-    mode keeps (a gateway-api canary's HTTPRoute splits /v2 and /v1 alike; docs/serving-api.md)."""
+    mode keeps (a gateway-api canary's HTTPRoute splits /v2 and /v1 alike; docs/serving-api.md).
+    `openai`: the router's URL in routing.mode inference-pool (render/routing.py), which only the
+    OpenAI API goes through."""
     host = f"{names.client_service(deployment)}.{namespace}.svc"
     return {
         "http": f"http://{host}:{HTTP_PORT}",
         "grpc": f"{host}:{GRPC_PORT}",
         "metrics": f"http://{host}:{METRICS_PORT}/metrics",
-        "openai": f"http://{host}:{OPENAI_PORT}/v1",
+        "openai": openai or f"http://{host}:{OPENAI_PORT}/v1",
     }

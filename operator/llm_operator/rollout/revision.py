@@ -17,7 +17,9 @@ from llm_operator.modelrepo import ttft_budget_ms
 
 # Fields that say how much, how to roll out or who may connect, not what serves: editing them is no
 # new revision.
-NOT_SERVING = frozenset({"replicas", "autoscaling", "rollout", "network_policy"})
+NOT_SERVING = frozenset({"replicas", "autoscaling", "rollout", "network_policy", "routing"})
+# The router's images (routing.mode inference-pool) run beside the serving pods, not in them.
+NOT_SERVING_IMAGES = frozenset({"picker", "envoy"})
 __all__ = ["NOT_SERVING", "Slot", "revision_of"]
 
 
@@ -31,5 +33,6 @@ def revision_of(spec: LLMDeploymentSpec, images: Images) -> str:
     budget = ttft_budget_ms(spec)
     if budget is not None:
         serving["ttftBudgetMilliseconds"] = budget
-    canonical = json.dumps({"spec": serving, "images": dataclasses.asdict(images)}, sort_keys=True)
+    pods = {k: v for k, v in dataclasses.asdict(images).items() if k not in NOT_SERVING_IMAGES}
+    canonical = json.dumps({"spec": serving, "images": pods}, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:10]

@@ -1,0 +1,289 @@
+"""The router's two configuration files (routing.mode inference-pool): the endpoint picker's
+EndpointPickerConfig and Envoy's bootstrap. Pure text builders; render/routing.py puts them in the
+router's ConfigMap.
+
+The shape follows the standalone pattern of kubernetes-sigs/gateway-api-inference-extension v1.5.0
+(config/charts/standalone/values.yaml: Envoy beside the EPP, ext_proc over TLS to 127.0.0.1:9002,
+an ORIGINAL_DST cluster keyed on the header the EPP sets; config/charts/epplib/templates/_config.yaml:
+the scorers and the metrics data layer). Written for Triton + TensorRT-LLM, not copied.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from llm_operator.api.v1alpha1 import FailureMode
+from llm_operator.contract import OPENAI_PORT
+
+PICKER_GRPC_PORT = 9002  # ext_proc (EPP --grpc-port default, GIE v1.5.0 pkg/epp/server/options.go)
+PICKER_HEALTH_PORT = 9003  # gRPC health (--grpc-health-port)
+PICKER_METRICS_PORT = 9090  # the EPP's own Prometheus metrics (--metrics-port)
+ENVOY_READY_PORT = 19001  # Envoy's /ready listener (the port upstream's standalone chart uses)
+PICKING_PORT = 18080  # FailOpen: Envoy's second listener, on 127.0.0.1, where the picker runs
+# Set by the EPP on the request it picked an endpoint for (GIE v1.5.0
+# docs/proposals/004-endpoint-picker-protocol): `podIP:targetPort`.
+DESTINATION_HEADER = "x-gateway-destination-endpoint"
+# The triton-tensorrt-llm engine profile of the EPP's core metrics extractor (GIE v1.5.0
+# pkg/epp/framework/plugins/datalayer/extractor/metrics/factories.go): queue
+# nv_trt_llm_request_metrics{request_type=waiting}, running {request_type=scheduled}, KV use
+# nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=fraction}. As the default engine, no pod
+# label is needed to select it.
+ENGINE_PROFILE = "triton-tensorrt-llm"
+
+_TYPES = "type.googleapis.com/envoy.extensions"
+_HCM = f"{_TYPES}.filters.network.http_connection_manager.v3.HttpConnectionManager"
+_ROUTER = {
+    "name": "envoy.filters.http.router",
+    "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router",
+        "suppress_envoy_headers": True,
+    },
+}
+
+
+def epp_config() -> str:
+    """EndpointPickerConfig: queue, KV-cache and prefix-cache scorers (upstream's default profile and
+    weights) over the metrics the leaders' Triton exports. The metrics port (8002, not the pool's
+    target port 8080) is a flag of the EPP in v1.5.0 (render/routing.py)."""
+    config = {
+        "apiVersion": "inference.networking.x-k8s.io/v1alpha1",
+        "kind": "EndpointPickerConfig",
+        "plugins": [
+            {"type": "queue-scorer"},
+            {"type": "kv-cache-utilization-scorer"},
+            {"type": "prefix-cache-scorer"},
+            {"type": "metrics-data-source", "parameters": {"scheme": "http", "path": "/metrics"}},
+            {"type": "core-metrics-extractor", "parameters": {"defaultEngine": ENGINE_PROFILE}},
+        ],
+        "schedulingProfiles": [
+            {
+                "name": "default",
+                "plugins": [
+                    {"pluginRef": "queue-scorer", "weight": 2},
+                    {"pluginRef": "kv-cache-utilization-scorer", "weight": 2},
+                    {"pluginRef": "prefix-cache-scorer", "weight": 3},
+                ],
+            }
+        ],
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def _address(host: str, port: int) -> dict[str, Any]:
+    return {"socket_address": {"address": host, "port_value": port}}
+
+
+def _cluster(name: str, host: str, port: int, **fields: Any) -> dict[str, Any]:
+    endpoint = {"endpoint": {"address": _address(host, port)}}
+    assignment = {"cluster_name": name, "endpoints": [{"lb_endpoints": [endpoint]}]}
+    return {"name": name, "load_assignment": assignment, **fields}
+
+
+def _ready_listener(bind: str, port: int) -> dict[str, Any]:
+    """GET /ready answers 200 while Envoy runs (not draining): the envoy container's readiness."""
+    health = {
+        "name": "envoy.filters.http.health_check",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck",
+            "pass_through_mode": False,
+            "headers": [{"name": ":path", "string_match": {"exact": "/ready"}}],
+        },
+    }
+    manager = {
+        "@type": _HCM,
+        "stat_prefix": "ready",
+        "route_config": {"name": "ready", "virtual_hosts": [{"name": "ready", "domains": ["*"]}]},
+        "http_filters": [health, _ROUTER],
+    }
+    return {
+        "name": "ready",
+        "address": _address(bind, port),
+        "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager",
+                                        "typed_config": manager}]}],
+    }  # fmt: skip
+
+
+def _listener(
+    name: str, bind: str, port: int, routes: list[dict[str, Any]], filters: list[Any]
+) -> dict[str, Any]:
+    manager = {
+        "@type": _HCM,
+        "stat_prefix": name,
+        "route_config": {"name": name, "virtual_hosts": [{"name": name, "domains": ["*"], "routes": routes}]},
+        "http_filters": [*filters, _ROUTER],
+        "normalize_path": True,
+        "merge_slashes": True,
+        "common_http_protocol_options": {"headers_with_underscores_action": "REJECT_REQUEST"},
+    }
+    chain = {"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}]}
+    return {
+        "name": name,
+        "address": _address(bind, port),
+        "per_connection_buffer_limit_bytes": 32768,
+        "filter_chains": [chain],
+    }
+
+
+# A client must not choose the pod (or any address) by sending the picker's header itself: removed
+# before the picker runs, so only the picker's value is ever routed on.
+_STRIP_DESTINATION = {
+    "name": "envoy.filters.http.header_mutation",
+    "typed_config": {
+        "@type": f"{_TYPES}.filters.http.header_mutation.v3.HeaderMutation",
+        "mutations": {"request_mutations": [{"remove": DESTINATION_HEADER}]},
+    },
+}
+_H2 = {
+    "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+        "@type": f"{_TYPES}.upstreams.http.v3.HttpProtocolOptions",
+        "explicit_http_config": {"http2_protocol_options": {}},
+    }
+}
+
+
+def _ext_proc(picker_port: int) -> dict[str, Any]:
+    return {
+        "name": "envoy.filters.http.ext_proc",
+        "typed_config": {
+            "@type": f"{_TYPES}.filters.http.ext_proc.v3.ExternalProcessor",
+            "grpc_service": {
+                "envoy_grpc": {"cluster_name": "picker", "authority": f"localhost:{picker_port}"},
+                "timeout": "10s",
+            },
+            # The EPP answers only streamed body mutations (GIE v1.5.0 pkg/common/envoy/chunking.go),
+            # so bodies stream through it (FULL_DUPLEX_STREAMED), and Envoy cannot let a request
+            # whose body the picker already took continue without it (failure_mode_allow then
+            # still answers 500, seen with Envoy 1.40): FailOpen is decided before, in
+            # envoy_config, from the picker's health.
+            "failure_mode_allow": False,
+            "processing_mode": {
+                "request_header_mode": "SEND",
+                "response_header_mode": "SEND",
+                "request_body_mode": "FULL_DUPLEX_STREAMED",
+                "response_body_mode": "FULL_DUPLEX_STREAMED",
+                "request_trailer_mode": "SEND",
+                "response_trailer_mode": "SEND",
+            },
+            "message_timeout": "1000s",
+        },
+    }
+
+
+def envoy_config(
+    failure_mode: FailureMode,
+    service_host: str,
+    *,
+    service_port: int = OPENAI_PORT,
+    bind: str = "0.0.0.0",
+    listen_port: int = OPENAI_PORT,
+    ready_port: int = ENVOY_READY_PORT,
+    picker_port: int = PICKER_GRPC_PORT,
+    picker_health_port: int = PICKER_HEALTH_PORT,
+    picking_port: int = PICKING_PORT,
+) -> dict[str, Any]:
+    """Envoy's bootstrap. A request goes through the picker over ext_proc; the picker sets the
+    destination header and the request goes to that pod (ORIGINAL_DST). FailClose: that is all;
+    a picker that cannot answer makes Envoy answer 500 (a request it let through unpicked, 503).
+    FailOpen: the OpenAI listener sends requests to the picking listener (127.0.0.1 only) while
+    the picker's gRPC health check says it serves, and to the client Service (`service_host`,
+    which spreads them over the ready leaders as routing.mode service does) while it does not: an
+    aggregate cluster takes the first of the two with a healthy host. The addresses are
+    parameters so a test runs the same configuration on 127.0.0.1 ports."""
+    picked = {
+        "match": {"prefix": "/", "headers": [{"name": DESTINATION_HEADER, "present_match": True}]},
+        # LLM responses stream for as long as generation takes: no overall deadline; a stream
+        # silent for longer than the idle timeout (5 min by default) is ended.
+        "route": {"cluster": "picked", "timeout": "0s"},
+    }
+    unpicked = {
+        "match": {"prefix": "/"},
+        "direct_response": {
+            "status": 503,
+            "body": {"inline_string": "the endpoint picker chose no replica for this request"},
+        },
+    }
+    picking = [picked, unpicked]
+    clusters: list[dict[str, Any]] = [
+        # The EPP serves ext_proc over TLS with a self-signed certificate (--secure-serving, its
+        # default): encrypted, not verified, as upstream's standalone chart does; it is 127.0.0.1.
+        _cluster(
+            "picker",
+            "127.0.0.1",
+            picker_port,
+            type="STATIC",
+            connect_timeout="1s",
+            transport_socket={
+                "name": "envoy.transport_sockets.tls",
+                "typed_config": {
+                    "@type": f"{_TYPES}.transport_sockets.tls.v3.UpstreamTlsContext",
+                    "common_tls_context": {"alpn_protocols": ["h2"]},
+                },
+            },
+            typed_extension_protocol_options=_H2,
+        ),
+        {
+            "name": "picked",
+            "type": "ORIGINAL_DST",
+            "lb_policy": "CLUSTER_PROVIDED",
+            "connect_timeout": "5s",
+            "original_dst_lb_config": {"use_http_header": True, "http_header_name": DESTINATION_HEADER},
+        },
+    ]
+    ready = _ready_listener(bind, ready_port)
+    if failure_mode == FailureMode.FAIL_CLOSE:
+        openai = _listener("openai", bind, listen_port, picking, [_STRIP_DESTINATION, _ext_proc(picker_port)])
+        return {"static_resources": {"listeners": [ready, openai], "clusters": clusters}}
+    to_either = [{"match": {"prefix": "/"}, "route": {"cluster": "pick-or-service", "timeout": "0s"}}]
+    listeners = [
+        ready,
+        _listener("openai", bind, listen_port, to_either, [_STRIP_DESTINATION]),
+        _listener("picking", "127.0.0.1", picking_port, picking, [_ext_proc(picker_port)]),
+    ]
+    picking_cluster = _cluster("picking", "127.0.0.1", picking_port, type="STATIC", connect_timeout="1s")
+    endpoint = picking_cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+    # The EPP's own health service (plain gRPC on 9003): SERVING once it has synced its pool.
+    endpoint["health_check_config"] = {"port_value": picker_health_port}
+    picking_cluster["health_checks"] = [
+        {
+            "timeout": "1s",
+            "interval": "2s",
+            # Envoy checks a cluster that has had no traffic every 60 s by default, and the
+            # picking cluster gets none while the picker is down: its recovery must be seen as
+            # soon as its failure is.
+            "no_traffic_interval": "2s",
+            "unhealthy_threshold": 1,
+            "healthy_threshold": 1,
+            "grpc_health_check": {"service_name": "inference-extension"},
+        }
+    ]
+    picking_cluster["typed_extension_protocol_options"] = _H2
+    clusters += [
+        picking_cluster,
+        _cluster("service", service_host, service_port, type="STRICT_DNS", connect_timeout="5s"),
+        {
+            "name": "pick-or-service",
+            "connect_timeout": "1s",
+            "lb_policy": "CLUSTER_PROVIDED",
+            "cluster_type": {
+                "name": "envoy.clusters.aggregate",
+                "typed_config": {
+                    "@type": f"{_TYPES}.clusters.aggregate.v3.ClusterConfig",
+                    "clusters": ["picking", "service"],
+                },
+            },
+        },
+    ]
+    return {"static_resources": {"listeners": listeners, "clusters": clusters}}
+
+
+class _Plain(yaml.SafeDumper):
+    """Every shared piece written out in full (no &anchors): the file reads as Envoy's docs do."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def envoy_yaml(config: dict[str, Any]) -> str:
+    return yaml.dump(config, Dumper=_Plain, sort_keys=False, width=100)

@@ -1,0 +1,293 @@
+"""routing.mode inference-pool: the InferencePool of a deployment's leaders and its router.
+
+The router is the standalone pattern kubernetes-sigs/gateway-api-inference-extension v1.5.0
+documents (config/charts/standalone): one Deployment `<name>-router` running the endpoint picker
+(EPP) and Envoy side by side; Envoy asks the EPP over ext_proc which leader to send each OpenAI
+request to (render/router_config.py). A cluster whose gateway implements InferencePool (Istio,
+agentgateway, NGINX Gateway Fabric) can route to the pool with an HTTPRoute instead; the EPP is the
+same (the pool's endpointPickerRef names the router Service's port 9002). docs/routing.md.
+
+Pure: the same spec renders the same objects (golden files pin them).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from llm_operator import labels as L
+from llm_operator.api.v1alpha1 import FailureMode, LLMDeployment, RoutingMode
+from llm_operator.contract import METRICS_PORT, OPENAI_PORT
+from llm_operator.images import Images
+from llm_operator.render import names
+from llm_operator.render.pod import template_hash
+from llm_operator.render.router_config import (
+    ENVOY_READY_PORT,
+    PICKER_GRPC_PORT,
+    PICKER_HEALTH_PORT,
+    PICKER_METRICS_PORT,
+    envoy_config,
+    envoy_yaml,
+    epp_config,
+)
+
+POOL_GROUP = "inference.networking.k8s.io"
+POOL_API_VERSION = f"{POOL_GROUP}/v1"
+# InferenceObjective and InferenceModelRewrite, which the v1.5.0 EPP watches when their CRDs exist
+# (pkg/epp/server/controller_config.go, controller_manager.go).
+OBJECTIVE_GROUP = "inference.networking.x-k8s.io"
+COMPONENT = "router"
+CONFIG_MOUNT = "/config"
+ENVOY_CONFIG_MOUNT = "/etc/envoy"
+# Restricted Pod Security, and nothing to write: both programs read their files and serve.
+RESTRICTED: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "readOnlyRootFilesystem": True,
+}
+# The distroless images' nonroot user: numeric, so the kubelet can check runAsNonRoot.
+NONROOT_UID = 65532
+# What the EPP reads in its own namespace: the GIE v1.5.0 charts grant exactly this
+# (config/charts/epplib/templates/_rbac.yaml: pods; config/charts/standalone/templates/rbac.yaml:
+# inferencepools, inferenceobjectives, inferencemodelrewrites). The operator holds each of these
+# itself, or the API server refuses it the Role (controller/rbac.py).
+ROUTER_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [POOL_GROUP], "resources": ["inferencepools"], "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": [OBJECTIVE_GROUP],
+        "resources": ["inferenceobjectives", "inferencemodelrewrites"],
+        "verbs": ["get", "list", "watch"],
+    },
+]
+
+
+def router_pod_labels(deployment: str) -> dict[str, str]:
+    """Not the serving pods' labels: the client Service, the NetworkPolicy of the serving pods and
+    the operator's pod watch (managed-by) must not take the router for a replica."""
+    return {L.NAME: "llm-operator", L.INSTANCE: deployment, L.COMPONENT: COMPONENT}
+
+
+def leader_selector(deployment: str) -> dict[str, str]:
+    """Leaders of every live revision (both slots): a canary's share of ready leaders is its share
+    of the pool, and a canary at weight 0 has no leader the picker could choose."""
+    return {**L.selector_labels(deployment), L.ROLE: "leader"}
+
+
+def inference_pool(ld: LLMDeployment) -> dict[str, Any]:
+    return {
+        "apiVersion": POOL_API_VERSION,
+        "kind": "InferencePool",
+        "metadata": {
+            "name": names.inference_pool(ld.name),
+            "namespace": ld.namespace,
+            "labels": L.common_labels(ld.name, "routing"),
+        },
+        "spec": {
+            "selector": {"matchLabels": leader_selector(ld.name)},
+            # The OpenAI API: the EPP parses OpenAI bodies (a multi-pod replica is its leader).
+            "targetPorts": [{"number": OPENAI_PORT}],
+            "endpointPickerRef": {
+                "name": names.router(ld.name),
+                "port": {"number": PICKER_GRPC_PORT},
+                "failureMode": ld.spec.routing.failure_mode.value,
+            },
+        },
+    }
+
+
+def router_config(ld: LLMDeployment) -> dict[str, Any]:
+    service = f"{names.client_service(ld.name)}.{ld.namespace}.svc"
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(ld),
+        "data": {
+            "epp.yaml": epp_config(),
+            "envoy.yaml": envoy_yaml(envoy_config(ld.spec.routing.failure_mode, service)),
+        },
+    }
+
+
+def _meta(ld: LLMDeployment) -> dict[str, Any]:
+    return {
+        "name": names.router(ld.name),
+        "namespace": ld.namespace,
+        "labels": L.common_labels(ld.name, COMPONENT),
+    }
+
+
+def _epp(ld: LLMDeployment, image: str) -> dict[str, Any]:
+    """Flags of GIE v1.5.0 cmd/epp (pkg/epp/server/options.go), as its chart passes them
+    (config/charts/epplib/templates/_deployment.yaml)."""
+    health = {"grpc": {"port": PICKER_HEALTH_PORT, "service": "inference-extension"}}
+    return {
+        "name": "epp",
+        "image": image,
+        "args": [
+            "--pool-name",
+            names.inference_pool(ld.name),
+            "--pool-namespace",
+            ld.namespace,
+            "--pool-group",
+            POOL_GROUP,
+            "--config-file",
+            f"{CONFIG_MOUNT}/epp.yaml",
+            "--grpc-port",
+            str(PICKER_GRPC_PORT),
+            "--grpc-health-port",
+            str(PICKER_HEALTH_PORT),
+            "--metrics-port",
+            str(PICKER_METRICS_PORT),
+            # Triton's metrics are on 8002, not on the pool's target port (in v1.5.0 only this
+            # flag sets it: pkg/epp/datastore/datastore.go).
+            "--model-server-metrics-port",
+            str(METRICS_PORT),
+            # Authenticating scrapes takes cluster-wide TokenReview/SubjectAccessReview rights;
+            # the NetworkPolicy admits the monitoring peers only instead.
+            "--metrics-endpoint-auth=false",
+            "--tracing=false",  # no OpenTelemetry collector is configured
+            "--zap-encoder",
+            "json",
+        ],
+        "env": [
+            {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        ],
+        "ports": [
+            {"name": "grpc", "containerPort": PICKER_GRPC_PORT, "protocol": "TCP"},
+            {"name": "grpc-health", "containerPort": PICKER_HEALTH_PORT, "protocol": "TCP"},
+            {"name": "picker-metrics", "containerPort": PICKER_METRICS_PORT, "protocol": "TCP"},
+        ],
+        "livenessProbe": {**copy.deepcopy(health), "initialDelaySeconds": 5, "periodSeconds": 10},
+        "readinessProbe": {**copy.deepcopy(health), "periodSeconds": 2},
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+        "securityContext": copy.deepcopy(RESTRICTED),
+        "volumeMounts": [{"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True}],
+    }
+
+
+def _envoy(image: str) -> dict[str, Any]:
+    return {
+        "name": "envoy",
+        "image": image,
+        "command": ["envoy"],
+        "args": [
+            "-c",
+            f"{ENVOY_CONFIG_MOUNT}/envoy.yaml",
+            # Hot restart needs a shared-memory region and a second process: a pod restarts instead.
+            "--disable-hot-restart",
+            "--drain-strategy",
+            "immediate",
+            "--drain-time-s",
+            "30",
+            "--log-level",
+            "warn",
+        ],
+        "ports": [
+            {"name": "openai", "containerPort": OPENAI_PORT, "protocol": "TCP"},
+            {"name": "ready", "containerPort": ENVOY_READY_PORT, "protocol": "TCP"},
+        ],
+        "readinessProbe": {"httpGet": {"path": "/ready", "port": ENVOY_READY_PORT}, "periodSeconds": 5},
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+        "securityContext": copy.deepcopy(RESTRICTED),
+        "volumeMounts": [{"name": "config", "mountPath": ENVOY_CONFIG_MOUNT, "readOnly": True}],
+    }
+
+
+def router_deployment(ld: LLMDeployment, images: Images, config: dict[str, Any]) -> dict[str, Any]:
+    labels = router_pod_labels(ld.name)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(ld),
+        "spec": {
+            "replicas": 1,
+            # Upstream recreates its single EPP (its prefix-cache state); a new router is ready
+            # before the old one goes instead, so a spec edit never stops the traffic.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "selector": {"matchLabels": labels},
+            "template": {
+                # The files are read at start: a changed ConfigMap restarts the router.
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {L.TEMPLATE_HASH: template_hash(config["data"])},
+                },
+                "spec": {
+                    "serviceAccountName": names.router(ld.name),
+                    "terminationGracePeriodSeconds": 60,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": NONROOT_UID,
+                        "runAsGroup": NONROOT_UID,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [_epp(ld, images.picker), _envoy(images.envoy)],
+                    "volumes": [{"name": "config", "configMap": {"name": names.router(ld.name)}}],
+                },
+            },
+        },
+    }
+
+
+def router_service(ld: LLMDeployment) -> dict[str, Any]:
+    """The OpenAI API through the router (status.endpoints.openai), and the picker's ext_proc port
+    for a gateway that routes to the InferencePool itself (its endpointPickerRef). FailOpen: the
+    router pod stays behind its Service while the picker is not ready (its readiness makes the pod
+    unready and status says PickerUnavailable), so Envoy can fail open to the client Service."""
+    spec: dict[str, Any] = {
+        "publishNotReadyAddresses": ld.spec.routing.failure_mode == FailureMode.FAIL_OPEN,
+        "type": "ClusterIP",
+        "selector": router_pod_labels(ld.name),
+        "ports": [
+            {"name": "openai", "port": OPENAI_PORT, "targetPort": "openai", "protocol": "TCP"},
+            {"name": "grpc-picker", "port": PICKER_GRPC_PORT, "targetPort": "grpc", "protocol": "TCP",
+             "appProtocol": "kubernetes.io/h2c"},
+        ],
+    }  # fmt: skip
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(ld), "spec": spec}
+
+
+def router_rbac(ld: LLMDeployment) -> list[dict[str, Any]]:
+    subject = {"kind": "ServiceAccount", "name": names.router(ld.name), "namespace": ld.namespace}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(ld)},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _meta(ld),
+            "rules": copy.deepcopy(ROUTER_RULES),
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _meta(ld),
+            "subjects": [subject],
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": names.router(ld.name),
+            },
+        },
+    ]
+
+
+def routing_children(ld: LLMDeployment, images: Images) -> list[dict[str, Any]]:
+    """Nothing in routing.mode service: switching back prunes all of it."""
+    if ld.spec.routing.mode != RoutingMode.INFERENCE_POOL:
+        return []
+    config = router_config(ld)
+    return [
+        *router_rbac(ld),
+        config,
+        router_deployment(ld, images, config),
+        router_service(ld),
+        inference_pool(ld),
+    ]
+
+
+def openai_endpoint(ld: LLMDeployment) -> str | None:
+    """status.endpoints.openai through the router; None in routing.mode service."""
+    if ld.spec.routing.mode != RoutingMode.INFERENCE_POOL:
+        return None
+    return f"http://{names.router(ld.name)}.{ld.namespace}.svc:{OPENAI_PORT}/v1"

