@@ -373,7 +373,7 @@ def test_g_through_the_picker_an_aborted_canary_gets_no_request_and_a_good_one_i
     pod's own Triton counter) and is promoted, with not one request failed by anything but the
     fault knob."""
     assert embedded.launcher is not None
-    v1 = canary.deployment(prometheus, steps=[{"weight": 50}])
+    v1 = canary.deployment(prometheus, steps=[{"weight": 50, "pauseSeconds": 5}])
     v1["spec"]["routing"] = {"mode": "inference-pool"}
     first = start(kubectl, namespace, v1)
     ip = straggler.cluster_ip(kubectl, namespace, straggler.router(NAME))
