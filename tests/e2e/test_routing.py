@@ -31,7 +31,9 @@ pytestmark = pytest.mark.e2e
 
 REQUESTS, CONCURRENCY = 90, 6  # per side; bounded in time too (LOAD_S)
 LOAD_S = 120
-ROUTER_SHARE_MAX = 0.2  # the straggler's share through the picker (a third is a blind choice)
+# The straggler's share through the picker; a blind choice gives it a third. Measured on the 2-core
+# machine (2026-11-26): 0.06 through the router (90 requests in 3.0 s), 0.38 through the Service (11.0 s).
+ROUTER_SHARE_MAX = 0.2
 
 
 @dataclass
