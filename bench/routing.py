@@ -79,6 +79,9 @@ def profile(tool: str, ns: str, url: str, tokenizer: Path, out: Path) -> dict[st
         "--arrival-pattern", "constant", "--benchmark-duration", str(SECONDS),
         "--benchmark-grace-period", "30", "--warmup-request-count", str(WARMUP),
         "--isl", str(ISL), "--osl", str(OSL), "--use-legacy-max-tokens",
+        # A connection per request, as our e2e load does: kube-proxy chooses per connection, so a
+        # pooled client would pin its few connections to one or two pods behind the Service.
+        "--connection-reuse-strategy", "never",
         "--random-seed", "9", "--ui", "none", "--no-server-metrics", "--no-gpu-telemetry",
         "--artifact-dir", str(out),
     ]  # fmt: skip
