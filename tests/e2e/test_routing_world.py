@@ -63,6 +63,20 @@ def _pod(name: str, containers: list[dict[str, Any]], **spec: Any) -> dict[str, 
     }
 
 
+def _pool() -> dict[str, Any]:
+    """A minimal InferencePool `tiny`: pods labelled app=tiny on 8080, picked by `tiny-router`."""
+    return {
+        "apiVersion": f"{GROUP}/v1",
+        "kind": "InferencePool",
+        "metadata": {"name": "tiny"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "tiny"}},
+            "targetPorts": [{"number": 8080}],
+            "endpointPickerRef": {"name": "tiny-router", "port": {"number": 9002}, "failureMode": "FailOpen"},
+        },
+    }
+
+
 def test_inference_pool_v1_is_served_and_validated(kubectl: Kubectl, namespace: str) -> None:
     """InferencePool v1 is in discovery with the alpha kinds the picker watches, a minimal pool is
     accepted with the CRD's defaults, and the CRD's own CEL rule refuses a picker without a port."""
@@ -78,17 +92,8 @@ def test_inference_pool_v1_is_served_and_validated(kubectl: Kubectl, namespace: 
         "inference.networking.x-k8s.io/v1alpha2"
     )
 
-    picker: dict[str, Any] = {"name": "tiny-router", "port": {"number": 9002}, "failureMode": "FailOpen"}
-    pool: dict[str, Any] = {
-        "apiVersion": f"{GROUP}/v1",
-        "kind": "InferencePool",
-        "metadata": {"name": "tiny"},
-        "spec": {
-            "selector": {"matchLabels": {"app": "tiny"}},
-            "targetPorts": [{"number": 8080}],
-            "endpointPickerRef": picker,
-        },
-    }
+    pool = _pool()
+    picker = pool["spec"]["endpointPickerRef"]
     kubectl.apply(pool, namespace)
     stored = kubectl.get("inferencepool", "tiny", namespace)
     assert stored is not None
@@ -130,6 +135,71 @@ def test_router_images_run_under_the_operators_default_names(
     assert "/1.40.0/Clean/RELEASE/BoringSSL" in envoy
     epp = kubectl("logs", "versions", "-c", "epp", namespace=namespace).stdout
     assert '"build-ref":"v1.5.0"' in epp and "--pool-name string" in epp
+
+
+def test_epp_serves_its_pool_with_read_only_rbac(
+    cluster: E2ECluster, kubectl: Kubectl, namespace: str
+) -> None:
+    """The EPP image, given `--pool-name`, watches its InferencePool and the alpha kinds beside the
+    pods (GIE v1.5.0 cmd/epp/runner/runner.go starts those reconcilers unless --endpoint-selector is
+    used) and turns Ready on its gRPC health port once the pool is synced, with nothing but read
+    access to those kinds in its namespace."""
+    _launcher(cluster)
+    read = ["get", "list", "watch"]
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "epp"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": read},
+            {"apiGroups": [GROUP], "resources": ["inferencepools"], "verbs": read},
+            {
+                "apiGroups": ["inference.networking.x-k8s.io"],
+                "resources": ["inferenceobjectives", "inferencemodelrewrites"],
+                "verbs": read,
+            },
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "epp"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "epp"},
+        "subjects": [{"kind": "ServiceAccount", "name": "epp", "namespace": namespace}],
+    }
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "epp"}}
+    epp = _pod(
+        "epp",
+        [
+            {
+                "name": "epp",
+                "image": routing.EPP_IMAGE,
+                # The metrics endpoint's own authentication needs cluster-wide TokenReviews: not here.
+                "args": [
+                    "--pool-name",
+                    "tiny",
+                    "--pool-namespace",
+                    namespace,
+                    "--metrics-endpoint-auth=false",
+                ],
+                # As GIE v1.5.0's config/charts/epplib/templates/_deployment.yaml probes one replica.
+                "readinessProbe": {
+                    "grpc": {"port": 9003, "service": "inference-extension"},
+                    "periodSeconds": 1,
+                },
+            }
+        ],
+        serviceAccountName="epp",
+    )
+    kubectl.apply([_pool(), account, role, binding, epp], namespace)
+    wait_for(
+        "pod epp Ready (its pool synced)",
+        lambda: kubectl.get("pod", "epp", namespace),
+        pod_ready,
+        timeout=90,
+    )
+    logs = kubectl("logs", "epp", namespace=namespace).stdout
+    assert "forbidden" not in logs.lower(), logs[-2000:]
 
 
 def _envoy_config(namespace: str, pod_ip: str) -> dict[str, Any]:

@@ -204,7 +204,7 @@ def test_fail_open_goes_through_the_picker_once_it_is_healthy(
 ) -> None:
     """FailOpen bypasses the picker only while its health check fails: a picker that comes up after
     Envoy gets the requests within a few seconds (here it then cannot pick, so they fail instead
-    of reaching the Service)."""
+    of reaching the Service), and once it stops they go to the Service again."""
     config, ports = _local_config(FailureMode.FAIL_OPEN, upstreams["service"])
     with _running_envoy(config, ports["ready"], tmp_path):
         url = f"http://127.0.0.1:{ports['listen']}/v1/completions"
@@ -220,6 +220,10 @@ def test_fail_open_goes_through_the_picker_once_it_is_healthy(
             assert answer == (500, ""), answer
         finally:
             health.stop(None)
+        stopped = time.monotonic()
+        while (answer := _post(url)) != (200, "service"):  # the picker gone: the Service again
+            assert time.monotonic() - stopped < 10, f"still {answer} 10 s after the picker stopped"
+            time.sleep(0.2)
 
 
 def test_only_fail_open_has_a_way_around_the_picker() -> None:
