@@ -1,14 +1,15 @@
 """`make bench`: planner and operator benchmarks; figures and side-by-side ratios are printed.
 
 Options: --sizes 100,500,1000,2000 (the operator's load curve; P4 is measured at 1000), --idle-seconds
-S (default 120, per size), --edits-at N (default 1000), --only planner|operator|autoscaling|canary|frontdoor.
+S (default 120, per size), --edits-at N (default 1000), --only
+planner|operator|autoscaling|canary|frontdoor|routing.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from bench import autoscaling, canary, frontdoor, operator, planner
+from bench import autoscaling, canary, frontdoor, operator, planner, routing
 
 
 def main() -> None:
@@ -16,7 +17,9 @@ def main() -> None:
     parser.add_argument("--sizes", type=lambda v: [int(n) for n in v.split(",")], default=None)
     parser.add_argument("--idle-seconds", type=int, default=None)
     parser.add_argument("--edits-at", type=int, default=1000, help="the size at which P4 is measured")
-    parser.add_argument("--only", choices=["planner", "operator", "autoscaling", "canary", "frontdoor"])
+    parser.add_argument(
+        "--only", choices=["planner", "operator", "autoscaling", "canary", "frontdoor", "routing"]
+    )
     args = parser.parse_args()
     if args.only in (None, "planner"):
         planner.run(print)
@@ -28,6 +31,8 @@ def main() -> None:
         canary.run(print)
     if args.only in (None, "frontdoor"):
         frontdoor.run(print)
+    if args.only in (None, "routing"):
+        routing.run(print)
 
 
 if __name__ == "__main__":

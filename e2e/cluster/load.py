@@ -2,9 +2,11 @@
 Prometheus queries from the host: what the autoscaling e2e test and benchmark drive and observe.
 
 The load is a fixed number of worker threads (each enters the namespace once) posting to Triton's
-generate endpoint at a Service's ClusterIP. Every request opens its own connection, so kube-proxy
-picks a backend per request and new replicas get traffic as soon as they are endpoints. It stops at
-`max_requests` or `max_seconds`, whichever comes first: never an unbounded loop.
+generate endpoint at a Service's ClusterIP, or with `openai_model` to the OpenAI API's
+/v1/completions (port 8080: the serving pods' front door, or a router in front of them). Every
+request opens its own connection, so kube-proxy picks a backend per request and new replicas get
+traffic as soon as they are endpoints. It stops at `max_requests` or `max_seconds`, whichever
+comes first: never an unbounded loop.
 """
 
 from __future__ import annotations
@@ -55,10 +57,16 @@ class Load:
         model: str = "ensemble",
         body: dict[str, Any] | None = None,
         timeout: float = 60.0,
+        openai_model: str | None = None,
     ) -> None:
         self.ns, self.host, self.port, self.timeout = ns, host, port, timeout
-        self.path = f"/v2/models/{model}/generate"
-        self.body = json.dumps(body or {"text_input": "Once upon a time", "max_tokens": 16}).encode()
+        if openai_model is None:
+            self.path, self.answer = f"/v2/models/{model}/generate", "text_output"
+            body = body or {"text_input": "Once upon a time", "max_tokens": 16}
+        else:
+            self.path, self.answer = "/v1/completions", "choices"
+            body = body or {"model": openai_model, "prompt": "Once upon a time", "max_tokens": 16}
+        self.body = json.dumps(body).encode()
         self.max_requests, self.max_seconds = max_requests, max_seconds
         self.stats = LoadStats()
         self._active = concurrency
@@ -133,8 +141,8 @@ class Load:
             data = resp.read()
             if resp.status != 200:
                 return f"HTTP {resp.status}: {data[:200]!r}"
-            if "text_output" not in json.loads(data):
-                return f"no text_output in {data[:200]!r}"
+            if self.answer not in json.loads(data):
+                return f"no {self.answer} in {data[:200]!r}"
             return None
         except (OSError, ValueError, http.client.HTTPException) as e:
             return f"{type(e).__name__}: {e}"

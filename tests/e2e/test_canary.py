@@ -14,8 +14,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from llm_operator.contract import OPENAI_PORT
 
-from e2e.cluster import canary, gateway, netns
+from e2e.cluster import canary, gateway, netns, straggler
 from e2e.cluster.canary import NAME, Recorder, revisions, serving_pods
 from e2e.cluster.load import Load
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, wait_for
@@ -360,3 +361,50 @@ def test_c_a_route_the_gateway_refuses_stalls_the_deployment_in_its_words(
     )
     message = (condition(ld, "Stalled") or {}).get("message", "")
     assert "no-such-listener" in message and "NoMatchingParent" in message, message
+
+
+def test_g_through_the_picker_an_aborted_canary_gets_no_request_and_a_good_one_is_promoted(
+    operator: None, embedded: E2ECluster, prometheus: str, kubectl: Kubectl, namespace: str
+) -> None:
+    """replica-ratio with spec.routing.mode inference-pool: the pool selects the leaders of every
+    live revision, so the canary's weight is its share of the leaders the picker chooses from.
+    Traffic (OpenAI completions) goes through the router all along: a bad canary takes some, is
+    aborted, and no request reaches it once its weight is 0; then a good one takes its share (its
+    pod's own Triton counter) and is promoted, with not one request failed by anything but the
+    fault knob."""
+    assert embedded.launcher is not None
+    v1 = canary.deployment(prometheus, steps=[{"weight": 50, "pauseSeconds": 5}])
+    v1["spec"]["routing"] = {"mode": "inference-pool"}
+    first = start(kubectl, namespace, v1)
+    ip = straggler.cluster_ip(kubectl, namespace, straggler.router(NAME))
+    traffic = Load(
+        embedded.launcher.netns, ip, OPENAI_PORT, concurrency=2, max_requests=20_000,
+        max_seconds=ROLLOUT_TIMEOUT, openai_model=straggler.MODEL,
+    )  # fmt: skip
+    with Recorder(kubectl, namespace) as rec, traffic:
+        kubectl.apply(canary.with_env(v1, LLMOP_FAULT_ERROR_PERCENT="50"), namespace=namespace)
+        aborted = wait_revisions(
+            kubectl, namespace, "the bad canary withdrawn",
+            lambda r: r.get("phase") == "Aborted" and r.get("canaryReadyReplicas") == 0
+            and r.get("canaryWeight") == 0,
+        )  # fmt: skip
+        withdrawn = time.monotonic()
+        kubectl.apply(canary.with_env(v1, RELEASE_NOTE="v3"), namespace=namespace)
+        old = (first["stable"], aborted.get("canary"))
+        done = wait_revisions(
+            kubectl, namespace, "the good canary promoted",
+            lambda r: r.get("phase") == "Stable" and r.get("stable") not in old,
+        )  # fmt: skip
+        stats = traffic.stop()
+    assert stats.injected > 0, "the bad canary took traffic through the router"
+    assert stats.not_injected == 0, stats.errors
+    # Requests in flight at the moment may end a little later; none started after it failed.
+    late = [round(t - withdrawn, 1) for t in stats.failed_at if t > withdrawn + 2]
+    assert not late, f"requests failed by the aborted revision after its weight went to 0: {late}"
+    assert rec.first(lambda s: s.revisions.get("phase") == "Aborted") is not None
+    promoted = {n: p for n, p in serving_pods(kubectl, namespace).items() if p["revision"] == done["stable"]}
+    ips = {n: ip for n, ip in straggler.pod_ips(kubectl, namespace).items() if n in promoted}
+    served = straggler.counts(embedded.launcher.netns, ips)
+    print(f"through the picker: {stats.ok} ok, {stats.injected} failed by the bad canary; "
+          f"served by the promoted revision's pods: {served}")  # fmt: skip
+    assert any(served.values()), "the picker sent the good canary its share"

@@ -30,9 +30,9 @@ def test_error_share_is_exact_and_spread_evenly() -> None:
 
 
 def test_settings_come_from_the_environment_and_bad_values_name_the_variable() -> None:
-    assert Faults.from_env({}) == Faults() and not Faults().active
+    assert Faults.from_env({}, "m-0") == Faults() and not Faults().active
     faults = Faults.from_env({"LLMOP_FAULT_ERROR_PERCENT": "12.5", "LLMOP_FAULT_TTFT_MS": "1500",
-                              "LLMOP_FAULT_LATENCY_MS": " 20 "})  # fmt: skip
+                              "LLMOP_FAULT_LATENCY_MS": " 20 "}, "m-0")  # fmt: skip
     assert faults == Faults(error_percent=12.5, latency_ms=20, ttft_ms=1500) and faults.active
     assert (
         faults.describe()
@@ -41,7 +41,18 @@ def test_settings_come_from_the_environment_and_bad_values_name_the_variable() -
     for name, value in (("LLMOP_FAULT_ERROR_PERCENT", "101"), ("LLMOP_FAULT_TTFT_MS", "-1"),
                         ("LLMOP_FAULT_LATENCY_MS", "soon"), ("LLMOP_FAULT_TTFT_MS", "nan")):  # fmt: skip
         with pytest.raises(ValueError, match=f"^{name}='{value}': expected a number from 0 to "):
-            Faults.from_env({name: value})
+            Faults.from_env({name: value}, "m-0")
+
+
+def test_a_pod_list_limits_the_knob_to_those_pods() -> None:
+    """One straggler among healthy replicas of one revision (the routing tests' slow replica)."""
+    env = {"LLMOP_FAULT_TTFT_MS": "400", "LLMOP_FAULT_PODS": "m-2, m-5"}
+    assert Faults.from_env(env, "m-2") == Faults.from_env(env, "m-5") == Faults(ttft_ms=400)
+    for other in ("m-0", "m-1", "m-20", "m", ""):
+        assert Faults.from_env(env, other) == Faults(), other
+    assert Faults.from_env({**env, "LLMOP_FAULT_PODS": " "}, "m-0") == Faults(ttft_ms=400), "blank: all"
+    with pytest.raises(ValueError, match=r"^LLMOP_FAULT_TTFT_MS='soon'"):  # a typo fails every pod
+        Faults.from_env({**env, "LLMOP_FAULT_TTFT_MS": "soon"}, "m-0")
 
 
 def spec(backend: str, budget: int | None, env: list[dict[str, str]] | None = None) -> LLMDeploymentSpec:

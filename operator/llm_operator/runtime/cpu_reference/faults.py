@@ -11,6 +11,9 @@ that makes the tiny CPU model worse on purpose is set through the serving contai
 - LLMOP_FAULT_LATENCY_MS: added to every request after its last token, before its final response
   (so to its latency, not to its time to first token, unless that response is its only one).
 - LLMOP_FAULT_TTFT_MS: added before the first token of every request (a slow prefill).
+- LLMOP_FAULT_PODS: comma-separated pod names; when set, the knob is on only in those pods (the
+  pod's host name, which is its name in a StatefulSet: `<name>-2`), so one replica of a revision
+  can be a straggler beside healthy ones (routing tests). Unset: every pod of the revision.
 
 The TensorRT-LLM runtime has no such knob: it is a test instrument, never a production feature.
 Stdlib only, like the rest of the runtime (the serving image installs no operator dependencies).
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 ERROR_PERCENT = "LLMOP_FAULT_ERROR_PERCENT"
 LATENCY_MS = "LLMOP_FAULT_LATENCY_MS"
 TTFT_MS = "LLMOP_FAULT_TTFT_MS"
+PODS = "LLMOP_FAULT_PODS"
 NAMES = (ERROR_PERCENT, LATENCY_MS, TTFT_MS)
 MAX_DELAY_MS = 600_000.0  # ten minutes: more is a typo, not a test
 
@@ -36,8 +40,9 @@ class Faults:
     ttft_ms: float = 0.0
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> Faults:
-        """The knob's settings; ValueError naming the variable when one is not a valid number."""
+    def from_env(cls, environ: Mapping[str, str], hostname: str) -> Faults:
+        """The knob's settings in the pod named `hostname`; ValueError naming the variable when
+        one is not a valid number (in every pod, so a typo never hides behind LLMOP_FAULT_PODS)."""
 
         def number(name: str, high: float) -> float:
             raw = environ.get(name, "").strip()
@@ -51,11 +56,15 @@ class Faults:
                 raise ValueError(f"{name}={raw!r}: expected a number from 0 to {high:g}")
             return value
 
-        return cls(
+        faults = cls(
             error_percent=number(ERROR_PERCENT, 100.0),
             latency_ms=number(LATENCY_MS, MAX_DELAY_MS),
             ttft_ms=number(TTFT_MS, MAX_DELAY_MS),
         )
+        pods = environ.get(PODS, "").strip()
+        if pods and hostname not in {p.strip() for p in pods.split(",")}:
+            return cls()
+        return faults
 
     @property
     def active(self) -> bool:

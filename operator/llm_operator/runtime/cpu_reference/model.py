@@ -26,6 +26,7 @@ the standard library (the stub itself imports numpy right after this module) it 
 
 import os
 import re
+import socket
 import sys
 from pathlib import Path
 
@@ -233,7 +234,7 @@ class TritonPythonModel:
         buckets = [float(b) for b in params["ttft_buckets_ms"].split(",")]
         self.first_response = FirstResponse(args, buckets)
         try:
-            self.faults = Faults.from_env(os.environ)
+            self.faults = Faults.from_env(os.environ, socket.gethostname())
         except ValueError as e:
             raise pb_utils.TritonModelException(str(e)) from None
         if self.faults.active:

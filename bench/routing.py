@@ -1,0 +1,135 @@
+"""P9, routing under imbalance on the embedded cluster's real node: three cpu-reference replicas of
+one LLMDeployment, the third a straggler (e2e/cluster/straggler.py: the CPU runtime's TEST-ONLY
+fault knob on that pod only); the same fixed request rate from a benchmark client users run
+(aiperf, NVIDIA's genai-perf successor) through the client Service (kube-proxy's blind choice) and
+through the router (Envoy with the endpoint picker), one after the other in one run. Printed side
+by side: TTFT p50/p99, throughput, errors, and each side's straggler share from the pods' own
+Triton counters. Goal: p99 TTFT through the router <= 0.5 x through the Service, throughput no
+lower, 0 errors.
+
+aiperf runs inside the cluster's network namespace (no route out of it: nothing can be fetched
+from a hub), with the CPU model's own tokenizer directory written locally, from its own
+environment (scripts/ensure-bench-venv.sh: its pins conflict with the operator's).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llm_operator.contract import OPENAI_PORT
+from llm_operator.runtime.cpu_reference import tokenizer_files
+
+from bench.world import REPO, operator_in
+from e2e.cluster import netns, straggler
+from e2e.cluster.testing import is_true, wait_for
+
+NAMESPACE = "bench-routing"
+RATE, SECONDS = 4, 30  # requests per second (constant arrivals) for this long, per side
+ISL, OSL = 16, 16  # prompt and output tokens (the model's tokenizer is byte-level)
+WARMUP = 8
+GOAL_RATIO = 0.5
+
+
+@dataclass(frozen=True)
+class Side:
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    throughput: float  # completed requests per second
+    requests: int
+    errors: int
+
+
+def summary(report: dict[str, Any]) -> Side:
+    """What P9 reads from aiperf's profile_export_aiperf.json (a metric without samples, such as
+    error_request_count with no error, is null there)."""
+
+    def avg(key: str) -> float:
+        return float((report.get(key) or {}).get("avg", 0.0))
+
+    ttft = report.get("time_to_first_token") or {}
+    return Side(
+        ttft_p50_ms=float(ttft.get("p50", 0.0)),
+        ttft_p99_ms=float(ttft.get("p99", 0.0)),
+        throughput=avg("request_throughput"),
+        requests=int(avg("request_count")),
+        errors=int(avg("error_request_count")),
+    )
+
+
+def aiperf() -> str:
+    """The aiperf executable of the benchmark client's environment (created on first use)."""
+    done = subprocess.run([str(REPO / "scripts" / "ensure-bench-venv.sh")], capture_output=True, text=True,
+                          timeout=1200, check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"scripts/ensure-bench-venv.sh failed: {done.stderr.strip()[-2000:]}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+def profile(tool: str, ns: str, url: str, tokenizer: Path, out: Path) -> dict[str, Any]:
+    """One aiperf run at RATE for SECONDS against url, from inside the network namespace `ns`."""
+    argv = [
+        tool, "profile", "--model", straggler.MODEL, "--url", url, "--endpoint-type", "completions",
+        "--streaming", "--tokenizer", str(tokenizer), "--request-rate", str(RATE),
+        "--arrival-pattern", "constant", "--benchmark-duration", str(SECONDS),
+        "--benchmark-grace-period", "30", "--warmup-request-count", str(WARMUP),
+        "--isl", str(ISL), "--osl", str(OSL), "--use-legacy-max-tokens",
+        # A connection per request, as our e2e load does: kube-proxy chooses per connection, so a
+        # pooled client would pin its few connections to one or two pods behind the Service.
+        "--connection-reuse-strategy", "never",
+        "--random-seed", "9", "--ui", "none", "--no-server-metrics", "--no-gpu-telemetry",
+        "--artifact-dir", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(netns.command(ns, argv), capture_output=True, text=True, timeout=SECONDS + 240,
+                          check=False)  # fmt: skip
+    exported = out / "profile_export_aiperf.json"
+    if done.returncode != 0 or not exported.exists():
+        raise RuntimeError(f"aiperf failed ({done.returncode}): {(done.stdout + done.stderr)[-3000:]}")
+    report: dict[str, Any] = json.loads(exported.read_text())
+    return report
+
+
+def run(print_fn: Callable[[str], None] = print) -> None:
+    tool = aiperf()
+    with (
+        operator_in(NAMESPACE, (18930, 18931), print_fn) as (cluster, kubectl),
+        tempfile.TemporaryDirectory() as work,
+    ):
+        kubectl.apply(straggler.deployment(), namespace=NAMESPACE)
+        wait_for(
+            "the straggler deployment Ready",
+            lambda: kubectl.get("llmdeployment", straggler.NAME, NAMESPACE),
+            lambda o: is_true(o, "Ready"),
+            timeout=300,
+        )
+        tokenizer = Path(work) / "tokenizer"
+        tokenizer_files.write(tokenizer)
+        ips = straggler.pod_ips(kubectl, NAMESPACE)
+        sides: dict[str, Side] = {}
+        for side, service in (("Service", straggler.NAME), ("router", straggler.router())):
+            url = f"http://{straggler.cluster_ip(kubectl, NAMESPACE, service)}:{OPENAI_PORT}"
+            before = straggler.counts(cluster.netns, ips)
+            sides[side] = summary(profile(tool, cluster.netns, url, tokenizer, Path(work) / side))
+            share, _ = straggler.shares(before, straggler.counts(cluster.netns, ips))
+            got = sides[side]
+            slow = share.get(straggler.SLOW_POD, 0.0)
+            print_fn(f"routing bench (P9): through the {side}: TTFT p50 {got.ttft_p50_ms:.0f} ms, p99 "
+                     f"{got.ttft_p99_ms:.0f} ms; {got.throughput:.2f} requests/s; {got.requests} requests, "
+                     f"{got.errors} errors; straggler's share {slow:.2f}")  # fmt: skip
+    blind, routed = sides["Service"], sides["router"]
+    ratio = routed.ttft_p99_ms / blind.ttft_p99_ms if blind.ttft_p99_ms else float("inf")
+    # Both sides are offered the same constant rate: "no lower" allows the 2 % a run's edges make.
+    met = (ratio <= GOAL_RATIO and routed.throughput >= blind.throughput * 0.98
+           and routed.errors == blind.errors == 0)  # fmt: skip
+    print_fn(f"routing bench (P9): p99 TTFT router/Service {ratio:.2f} at {RATE} requests/s for {SECONDS} s, "
+             f"one replica of three slowed by {straggler.SLOW_TTFT_MS} ms ({'within' if met else 'OUTSIDE'} "
+             f"the goal: ratio <= {GOAL_RATIO:g}, throughput no lower, 0 errors)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,100 @@
+"""Routing under imbalance on the real node, shared by tests/e2e/test_routing.py and `make bench`
+(P9): one cpu-reference LLMDeployment with three replicas routed through the endpoint picker
+(spec.routing.mode inference-pool), the third one a straggler, slowed by the CPU runtime's
+TEST-ONLY fault knob for that pod only (LLMOP_FAULT_PODS; a slower GPU pool in a heterogeneous
+deployment looks the same to a client). Who served what is read from each pod's own Triton
+counters (nv_inference_request_success on its metrics port), never inferred from the client.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from llm_operator.contract import METRICS_PORT, OPENAI_PORT
+
+from e2e.cluster.testing import Kubectl
+from e2e.generate import connection
+
+REPO = Path(__file__).resolve().parents[2]
+NAME = "tiny-llama"
+MODEL = "tiny-llama"  # the example's alias: what clients ask for
+SLOW_POD = f"{NAME}-2"  # the StatefulSet's third replica (pod names are its host names)
+SLOW_TTFT_MS = 1000  # added before its first token: a slow prefill
+# Triton's per-model success counter, for the ensemble every request goes through.
+_SUCCESS = re.compile(r'^nv_inference_request_success\{[^}]*model="ensemble"[^}]*\}\s+(\S+)', re.MULTILINE)
+
+
+def deployment(routing: str = "inference-pool", replicas: int = 3) -> dict[str, Any]:
+    """tiny-llama at 250m CPU per pod (three pods and the router fit the real node's 2 CPUs), the
+    straggler slowed by SLOW_TTFT_MS."""
+    doc: dict[str, Any] = yaml.safe_load((REPO / "examples" / "cpu-reference.yaml").read_text())
+    doc["spec"]["resources"]["cpu"] = "250m"
+    doc["spec"]["replicas"] = replicas
+    doc["spec"]["routing"] = {"mode": routing}
+    doc["spec"]["runtime"]["env"] = [
+        {"name": "LLMOP_FAULT_TTFT_MS", "value": str(SLOW_TTFT_MS)},
+        {"name": "LLMOP_FAULT_PODS", "value": SLOW_POD},
+    ]
+    return doc
+
+
+def router(name: str = NAME) -> str:
+    """The router's Service (Envoy in front of the endpoint picker)."""
+    return f"{name}-router"
+
+
+def cluster_ip(kubectl: Kubectl, namespace: str, service: str) -> str:
+    obj = kubectl.get("service", service, namespace)
+    assert obj is not None, f"no Service {namespace}/{service}"
+    return str(obj["spec"]["clusterIP"])
+
+
+def pod_ips(kubectl: Kubectl, namespace: str, name: str = NAME) -> dict[str, str]:
+    """Serving leader pods by name -> IP."""
+    pods = kubectl.items("pods", namespace, f"llmoperator.io/deployment={name},llmoperator.io/role=leader")
+    return {p["metadata"]["name"]: p["status"]["podIP"] for p in pods if p.get("status", {}).get("podIP")}
+
+
+def served(netns: str, ip: str) -> float:
+    """Requests the pod's Triton answered successfully so far, from its own metrics endpoint,
+    asked from inside the cluster's network."""
+    conn = connection(ip, METRICS_PORT, inside=netns, timeout=10)
+    try:
+        conn.request("GET", "/metrics")
+        response = conn.getresponse()
+        text = response.read().decode()
+    finally:
+        conn.close()
+    assert response.status == 200, text[:200]
+    return sum(float(v) for v in _SUCCESS.findall(text))
+
+
+def counts(netns: str, ips: dict[str, str]) -> dict[str, float]:
+    return {pod: served(netns, ip) for pod, ip in ips.items()}
+
+
+def shares(before: dict[str, float], after: dict[str, float]) -> tuple[dict[str, float], float]:
+    """Each pod's share of the requests served between two readings, and their total."""
+    delta = {pod: after[pod] - before.get(pod, 0.0) for pod in after}
+    total = sum(delta.values())
+    return ({pod: (d / total if total else 0.0) for pod, d in delta.items()}, total)
+
+
+def completion_seconds(netns: str, ip: str) -> float:
+    """One completion asked of the pod itself (its front door), timed."""
+    conn = connection(ip, OPENAI_PORT, inside=netns, timeout=30)
+    body = json.dumps({"model": MODEL, "prompt": "Once upon a time", "max_tokens": 4})
+    began = time.monotonic()
+    try:
+        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        data = response.read()
+    finally:
+        conn.close()
+    assert response.status == 200, data[:200]
+    return time.monotonic() - began
