@@ -105,15 +105,20 @@ def test_helm_install_restricted_operator_and_uninstall(
     for verb, resource in [("patch", "statefulsets.apps"), ("delete", "pods"), ("list", "nodes"),
                            ("patch", "llmdeployments.llmoperator.io/status"), ("create", "events"),
                            ("create", "secrets"), ("watch", "events"),
-                           ("watch", "customresourcedefinitions.apiextensions.k8s.io")]:  # fmt: skip
+                           ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
+                           # routing.mode inference-pool: the router and the picker's own Role
+                           ("patch", "deployments.apps"), ("create", "roles.rbac.authorization.k8s.io"),
+                           ("patch", "inferencepools.inference.networking.k8s.io")]:  # fmt: skip
         assert can_i(kubectl, sa, verb, resource), (verb, resource)
     for verb, resource in [("get", "secrets"), ("list", "secrets"), ("delete", "secrets"),
                            ("update", "llmdeployments.llmoperator.io"),
                            ("delete", "nodes"), ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
-                           ("create", "deployments.apps"), ("update", "statefulsets.apps"),
+                           ("update", "deployments.apps"), ("update", "statefulsets.apps"),
                            ("update", "llmdeployments.llmoperator.io/status"),
                            ("create", "events.events.k8s.io"), ("list", "namespaces"),
-                           ("get", "pods")]:  # fmt: skip
+                           ("escalate", "roles.rbac.authorization.k8s.io"),
+                           ("bind", "roles.rbac.authorization.k8s.io"),
+                           ("update", "pods")]:  # fmt: skip
         assert not can_i(kubectl, sa, verb, resource), (verb, resource)
     # The roles for people: Kubernetes aggregates them into its built-in view, edit and admin.
     for role, verb in [("view", "watch"), ("edit", "create"), ("admin", "deletecollection")]:
