@@ -83,3 +83,13 @@ def refuses_an_unknown_model_in_openais_words(base: str) -> None:
     error = refused.value.response.json()["error"]
     assert refused.value.status_code == 404 and set(error) >= {"message", "type", "param", "code"}, error
     assert error["message"], "says what to change"
+
+
+def speaks_openai(base: str, name: str, alias: str) -> None:
+    """Every check above against one deployment serving `name` under `alias` too: the same
+    proof whichever way the request reaches a pod (the client Service, the router)."""
+    lists_the_served_names(base, [name, alias])
+    text = chat_with_usage(base, alias)
+    streams_the_same_text(base, name, text)
+    answers_concurrent_async_completions(base, alias)
+    refuses_an_unknown_model_in_openais_words(base)

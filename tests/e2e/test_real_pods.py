@@ -263,11 +263,7 @@ def test_the_openai_sdk_is_answered_at_the_url_the_status_names(
     assert url == f"http://tiny-llama.{served.namespace}.svc:8080/v1"
     assert cluster.launcher is not None
     with base_url(cluster.launcher, url) as base:
-        openai_sdk.lists_the_served_names(base, ["llm-operator/tiny-llama", "tiny-llama"])
-        text = openai_sdk.chat_with_usage(base, "tiny-llama")
-        openai_sdk.streams_the_same_text(base, "llm-operator/tiny-llama", text)
-        openai_sdk.answers_concurrent_async_completions(base, "tiny-llama")
-        openai_sdk.refuses_an_unknown_model_in_openais_words(base)
+        openai_sdk.speaks_openai(base, "llm-operator/tiny-llama", "tiny-llama")
 
 
 @dataclass

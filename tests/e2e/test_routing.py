@@ -71,11 +71,7 @@ def test_the_status_names_the_router_and_the_openai_sdk_is_answered_through_it(
     assert router is not None and (router.get("status") or {}).get("availableReplicas", 0) >= 1, router
     assert cluster.launcher is not None
     with base_url(cluster.launcher, url) as base:
-        openai_sdk.lists_the_served_names(base, ["llm-operator/tiny-llama", "tiny-llama"])
-        text = openai_sdk.chat_with_usage(base, "tiny-llama")
-        openai_sdk.streams_the_same_text(base, "llm-operator/tiny-llama", text)
-        openai_sdk.answers_concurrent_async_completions(base, "tiny-llama")
-        openai_sdk.refuses_an_unknown_model_in_openais_words(base)
+        openai_sdk.speaks_openai(base, "llm-operator/tiny-llama", "tiny-llama")
 
 
 def drive(routed: Routed, kubectl: Kubectl, service: str) -> tuple[dict[str, float], LoadStats, float]:
