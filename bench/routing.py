@@ -27,7 +27,6 @@ from llm_operator.runtime.cpu_reference import tokenizer_files
 
 from bench.world import REPO, operator_in
 from e2e.cluster import netns, straggler
-from e2e.cluster.testing import is_true, wait_for
 
 NAMESPACE = "bench-routing"
 RATE, SECONDS = 4, 30  # requests per second (constant arrivals) for this long, per side
@@ -100,13 +99,7 @@ def run(print_fn: Callable[[str], None] = print) -> None:
         operator_in(NAMESPACE, (18930, 18931), print_fn) as (cluster, kubectl),
         tempfile.TemporaryDirectory() as work,
     ):
-        kubectl.apply(straggler.deployment(), namespace=NAMESPACE)
-        wait_for(
-            "the straggler deployment Ready",
-            lambda: kubectl.get("llmdeployment", straggler.NAME, NAMESPACE),
-            lambda o: is_true(o, "Ready"),
-            timeout=300,
-        )
+        straggler.start(kubectl, NAMESPACE)
         tokenizer = Path(work) / "tokenizer"
         tokenizer_files.write(tokenizer)
         ips = straggler.pod_ips(kubectl, NAMESPACE)

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from llm_operator.contract import METRICS_PORT, OPENAI_PORT
 
-from e2e.cluster.testing import Kubectl
+from e2e.cluster.testing import Kubectl, is_true, wait_for
 from e2e.generate import connection
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,6 +41,17 @@ def deployment(routing: str = "inference-pool", replicas: int = 3) -> dict[str, 
         {"name": "LLMOP_FAULT_PODS", "value": SLOW_POD},
     ]
     return doc
+
+
+def start(kubectl: Kubectl, namespace: str) -> None:
+    """Applies deployment() and waits until it is Ready (its pods and its router)."""
+    kubectl.apply(deployment(), namespace=namespace)
+    wait_for(
+        "the straggler deployment Ready",
+        lambda: kubectl.get("llmdeployment", NAME, namespace),
+        lambda o: is_true(o, "Ready"),
+        timeout=300,
+    )
 
 
 def router(name: str = NAME) -> str:

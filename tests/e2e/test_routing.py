@@ -24,7 +24,7 @@ from llm_operator.contract import OPENAI_PORT
 from e2e.chat import base_url
 from e2e.cluster import straggler
 from e2e.cluster.load import Load, LoadStats
-from e2e.cluster.testing import E2ECluster, Kubectl, is_true, wait_for
+from e2e.cluster.testing import E2ECluster, Kubectl, wait_for
 from tests.e2e import openai_sdk
 
 pytestmark = pytest.mark.e2e
@@ -49,13 +49,7 @@ def routed(operator: None, cluster: E2ECluster, kubectl: Kubectl) -> Iterator[Ro
         pytest.skip("needs the embedded cluster: its real node's images and its network namespace")
     ns = kubectl.create_namespace("routing")
     try:
-        kubectl.apply(straggler.deployment(), namespace=ns)
-        wait_for(
-            "the LLMDeployment Ready",
-            lambda: kubectl.get("llmdeployment", straggler.NAME, ns),
-            lambda o: is_true(o, "Ready"),
-            timeout=300,
-        )
+        straggler.start(kubectl, ns)
         yield Routed(ns, cluster.launcher.netns)
     finally:
         kubectl.delete("namespace", ns)
