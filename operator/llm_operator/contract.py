@@ -24,6 +24,9 @@ MODEL_REPO = "/var/run/llm-operator/model-repo"  # materialized by the launcher 
 ENGINE_CACHE_MOUNT = "/engine-cache"  # the engine cache claim (read-only in serving pods)
 TOKENIZER_MOUNT = "/tokenizer-source"  # runtime.tokenizerUri's claim, read-only
 CHECKPOINT_MOUNT = "/checkpoint"  # the pytorch backend's pvc:// checkpoint claim, read-only
+# The model cache claim (spec.model.cache.claimName), whole: read-write in the fetch pod, read-only
+# in serving pods and engine builds. Models live in models/<source-key>/<resolved revision>/.
+MODEL_CACHE_MOUNT = "/var/lib/llm-operator/model-cache"
 # The cpu-reference models' Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json
 # with its chat template), written into the cpu-runtime image when it is built
 # (runtime/cpu_reference/tokenizer_files.py): the tokenizer directory of every cpu-reference pod.
@@ -79,6 +82,9 @@ ENV: dict[str, str] = {
     "LLMOP_MODEL_REPO": MODEL_REPO,
     "LLMOP_ENGINE_DIR": "",
     "LLMOP_TOKENIZER_DIR": "",
+    # The cached model's directory under MODEL_CACHE_MOUNT ("" = none: a builtin:// model). The
+    # cpu-reference model loads its checkpoint from there (runtime/cpu_reference/checkpoint.py).
+    "LLMOP_MODEL_DIR": "",
     "LLMOP_HTTP_PORT": str(HTTP_PORT),
     "LLMOP_GRPC_PORT": str(GRPC_PORT),
     "LLMOP_METRICS_PORT": str(METRICS_PORT),
