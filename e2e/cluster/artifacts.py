@@ -23,10 +23,14 @@ import os
 import secrets
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from e2e.cluster import netns
+from e2e.cluster.processes import Children
+from e2e.cluster.state import StateDir
 
 REPO = Path(__file__).resolve().parents[2]
 S3_PORT, HF_PORT = 7070, 8090
@@ -227,12 +231,43 @@ def _writer_hash() -> str:
 
 
 def ready(url_ok: Callable[[str], bool], stores: Stores) -> bool:
-    return url_ok(f"{stores.s3_endpoint}{HEALTH}") and url_ok(f"{stores.hf_endpoint}/api/models/{HF_REPO}")
+    # olah's offline mirror answers a repository's info only at a revision (the bare
+    # /api/models/ORG/NAME asks huggingface.co for the latest commit: 401 offline).
+    return url_ok(f"{stores.s3_endpoint}{HEALTH}") and url_ok(
+        f"{stores.hf_endpoint}/api/models/{HF_REPO}/revision/main"
+    )
 
 
-def seed_command(stores: Stores, cache: Path) -> list[str]:
-    """This module as a program that uploads the S3 objects (run where the endpoint is reachable)."""
-    return [sys.executable, "-m", "e2e.cluster.artifacts", "seed-s3", stores.root, str(cache)]
+def start(state: StateDir, tools: Mapping[str, Path], children: Children) -> Stores:
+    """versitygw and olah in the cluster's namespace on NODE_IP, their data under the state
+    directory, the checkpoints cached in the node cache."""
+    stores = prepare(
+        state.root / "stores", netns.NODE_IP, S3_PORT, HF_PORT, state.log_file("olah"), state.node_cache
+    )
+    argv, env = versitygw_command(tools["versitygw"], stores)
+    commands = {"versitygw": (argv, env), "olah": (olah_command(tools["olah-cli"], stores), None)}
+    for name, (command, environ) in commands.items():
+        pid = children.spawn(
+            name, netns.command(state.netns, command), state.log_file(name), state.root, environ
+        )
+        state.write_pid(name, pid)
+    return stores
+
+
+def seed_in(ns: str, stores: Stores, cache: Path) -> None:
+    """The S3 objects, uploaded by this module run as a program inside namespace `ns`."""
+    path = os.pathsep.join([str(REPO), str(REPO / "operator"), os.environ.get("PYTHONPATH", "")])
+    argv = [sys.executable, "-m", "e2e.cluster.artifacts", "seed-s3", stores.root, str(cache)]
+    done = subprocess.run(
+        netns.command(ns, argv),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()] or ["no output"]
+        raise RuntimeError(f"uploading the models to the S3 server failed: {lines[-1]}")
 
 
 def main(argv: list[str]) -> int:

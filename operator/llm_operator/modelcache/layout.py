@@ -50,8 +50,8 @@ class Entry:
 
 def safe_relative(path: str) -> str:
     """A path that stays inside the model directory, or ValueError."""
-    parts = PurePosixPath(path).parts
-    if not parts or path.startswith("/") or any(p in ("..", ".", "") for p in parts):
+    parts = path.split("/")
+    if any(p in ("..", ".", "") for p in parts):  # also "/x" and "a//b" (two keys, one file)
         raise ValueError(f"the source's file {path!r} would be written outside the model directory")
     if parts[-1] in (MANIFEST, VERIFIED):
         raise ValueError(f"the source's file {path!r} has a name the cache reserves")
