@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from llm_operator.modelcache.errors import EXIT_TRANSIENT, FetchFailure
-from llm_operator.modelcache.layout import CHUNK, MANIFEST, Entry, ModelDir, manifest, mismatch
+from llm_operator.modelcache.layout import CHUNK, MANIFEST, Corrupt, Entry, ModelDir, manifest, mismatch
 
 PROGRESS_EVERY_S = 2.0
 TERMINATION_LOG = "/dev/termination-log"
@@ -92,7 +92,9 @@ def download(entry: Entry, dest: Path, opener: Opener, meter: Meter) -> None:
             f.truncate()
             if start < have:
                 meter.add(start - have, downloaded=False)
-            while chunk := stream.read(CHUNK):
+            # Capped: small reads, so that the cap holds within a file too.
+            size = min(CHUNK, max(1 << 12, meter.cap // 8)) if meter.cap else CHUNK
+            while chunk := stream.read(size):
                 f.write(chunk)
                 meter.add(len(chunk))
     except OSError as e:
@@ -121,12 +123,15 @@ def fetch_into(model: ModelDir, entries: list[Entry], opener: Opener, meter: Met
         if dest.exists():  # a half file of an earlier pod: counts as fetched until proven wrong
             meter.add(min(dest.stat().st_size, entry.size), downloaded=False)
         for attempt in range(ATTEMPTS):
-            download(entry, dest, opener, meter)
-            wrong = mismatch(dest, entry)
+            try:
+                download(entry, dest, opener, meter)
+                wrong = mismatch(dest, entry)
+            except Corrupt as e:
+                wrong = f"{entry.path}: {e}"
             if wrong is None:
                 break
-            meter.add(-dest.stat().st_size, downloaded=False)
-            dest.unlink()
+            meter.add(-_size_of(dest), downloaded=False)
+            dest.unlink(missing_ok=True)
             if attempt == ATTEMPTS - 1:
                 raise FetchFailure(
                     "VerificationFailed", f"fetched twice, still not the source's file: {wrong}"

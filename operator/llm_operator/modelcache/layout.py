@@ -34,6 +34,11 @@ _MULTIPART = re.compile(r"([0-9a-f]{32})-([0-9]+)")
 CHUNK = 1 << 20
 
 
+class Corrupt(Exception):
+    """The bytes failed a check while streaming (e.g. botocore's validation of the server's
+    x-amz-checksum-* header): the file is fetched again like one that fails verification."""
+
+
 @dataclass(frozen=True)
 class Entry:
     """One file of the source: its path in the model directory and what verifies it.

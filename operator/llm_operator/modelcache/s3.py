@@ -15,11 +15,13 @@ from botocore import UNSIGNED
 from botocore.config import Config
 
 from llm_operator.modelcache.errors import FetchFailure, server_words
-from llm_operator.modelcache.layout import Entry, s3_entry, s3_resolved, safe_relative
+from llm_operator.modelcache.layout import Corrupt, Entry, s3_entry, s3_resolved, safe_relative
 
+# Refusals of the credentials, whatever the status: versitygw v1.8.0 answers an unknown access key
+# with 404 XAdminUserNotFound (versity/versitygw s3err/s3err.go), AWS with 403 InvalidAccessKeyId.
 UNAUTHORIZED = {
     "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken",
-    "AllAccessDisabled", "AuthorizationHeaderMalformed", "InvalidSecurity",
+    "AllAccessDisabled", "AuthorizationHeaderMalformed", "InvalidSecurity", "XAdminUserNotFound",
 }  # fmt: skip
 NOT_FOUND = {"NoSuchBucket", "NoSuchKey", "NotFound", "404"}
 
@@ -80,10 +82,29 @@ class S3Source:
                 Bucket=self.bucket, Key=entry.key, IfMatch=f'"{entry.digest}"', **ranged
             )
         honoured = offset if got.get("ContentRange") else 0
-        return cast(BinaryIO, got["Body"]), honoured
+        return cast(BinaryIO, _Body(got["Body"], self)), honoured
 
     def errors(self) -> Any:
         return _Errors(self)
+
+
+class _Body:
+    """The object's stream, its errors as the fetcher's: botocore checks the server's own checksum
+    (x-amz-checksum-*, which versitygw records at upload) as the bytes arrive."""
+
+    def __init__(self, body: Any, source: S3Source) -> None:
+        self.body, self.source = body, source
+
+    def read(self, size: int) -> bytes:
+        with self.source.errors():
+            try:
+                data: bytes = self.body.read(size)
+            except botocore.exceptions.FlexibleChecksumError as e:
+                raise Corrupt(str(e)) from None
+        return data
+
+    def close(self) -> None:
+        self.body.close()
 
 
 class _Errors:
