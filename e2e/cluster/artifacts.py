@@ -22,7 +22,7 @@ import json
 import os
 import secrets
 import subprocess
-import sys
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -255,29 +255,19 @@ def start(state: StateDir, tools: Mapping[str, Path], children: Children) -> Sto
 
 
 def seed_in(ns: str, stores: Stores, cache: Path) -> None:
-    """The S3 objects, uploaded by this module run as a program inside namespace `ns`."""
-    path = os.pathsep.join([str(REPO), str(REPO / "operator"), os.environ.get("PYTHONPATH", "")])
-    argv = [sys.executable, "-m", "e2e.cluster.artifacts", "seed-s3", stores.root, str(cache)]
-    done = subprocess.run(
-        netns.command(ns, argv),
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": path},
-    )
-    if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.strip()] or ["no output"]
-        raise RuntimeError(f"uploading the models to the S3 server failed: {lines[-1]}")
+    """The S3 objects, uploaded from a thread that entered namespace `ns` (boto3's sockets are
+    made in the thread that sends)."""
+    failed: list[BaseException] = []
 
+    def upload() -> None:
+        try:
+            netns.setns(ns)
+            seed_s3(stores, checkpoints(cache / f"checkpoints-{_writer_hash()}"))
+        except BaseException as e:  # handed to the caller
+            failed.append(e)
 
-def main(argv: list[str]) -> int:
-    if argv[:1] == ["seed-s3"] and len(argv) == 3:
-        stores = load(Path(argv[1]))
-        seed_s3(stores, checkpoints(Path(argv[2]) / f"checkpoints-{_writer_hash()}"))
-        return 0
-    print("usage: python -m e2e.cluster.artifacts seed-s3 STORES_ROOT CACHE", file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    thread = threading.Thread(target=upload, daemon=True)
+    thread.start()
+    thread.join()
+    if failed:
+        raise RuntimeError(f"uploading the models to the S3 server failed: {failed[0]}")
