@@ -42,7 +42,8 @@ HF_REVISIONS = (("v1", 0), ("main", 1))  # tag v1 (seed 0), then branch main mov
 LFS = (".safetensors",)
 MULTIPART = ("tiny-llama/model.safetensors",)
 BINARIES = ("versitygw", "olah-cli")
-COMPONENTS = ("versitygw", "olah")
+# As `down` finds them in /proc (processes.owned_by): olah runs as `python3.11 .../olah-cli`.
+COMPONENTS = ("versitygw", "olah-cli")
 HEALTH = "/health"
 # Fixed dates make the mirror's commits, hence its revisions, the same at every `up`.
 GIT_ENV = {
@@ -242,10 +243,10 @@ def start(state: StateDir, tools: Mapping[str, Path], children: Children) -> Sto
     """versitygw and olah in the cluster's namespace on NODE_IP, their data under the state
     directory, the checkpoints cached in the node cache."""
     stores = prepare(
-        state.root / "stores", netns.NODE_IP, S3_PORT, HF_PORT, state.log_file("olah"), state.node_cache
+        state.root / "stores", netns.NODE_IP, S3_PORT, HF_PORT, state.log_file("olah-cli"), state.node_cache
     )
     argv, env = versitygw_command(tools["versitygw"], stores)
-    commands = {"versitygw": (argv, env), "olah": (olah_command(tools["olah-cli"], stores), None)}
+    commands = {"versitygw": (argv, env), "olah-cli": (olah_command(tools["olah-cli"], stores), None)}
     for name, (command, environ) in commands.items():
         pid = children.spawn(
             name, netns.command(state.netns, command), state.log_file(name), state.root, environ
