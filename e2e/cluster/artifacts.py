@@ -218,17 +218,18 @@ def prepare(root: Path, host: str, s3_port: int, hf_port: int, hf_log: Path, cac
     """Keys, directories, checkpoints (cached in `cache` by the writer's source) and the mirror's
     repository: everything but the S3 objects, which need the server up."""
     stores = new(root, host, s3_port, hf_port, hf_log)
-    seeds = checkpoints(cache / f"checkpoints-{_writer_hash()}")
+    seeds = checkpoints(checkpoint_cache(cache))
     hf_repository(stores, seeds)
     return stores
 
 
-def _writer_hash() -> str:
+def checkpoint_cache(cache: Path) -> Path:
+    """Where the checkpoints are kept under `cache`: keyed by the writer's package source."""
     package = REPO / "operator/llm_operator/runtime/cpu_reference"
     h = hashlib.sha256()
     for path in sorted(package.glob("*.py")):
         h.update(path.read_bytes())
-    return h.hexdigest()[:12]
+    return cache / f"checkpoints-{h.hexdigest()[:12]}"
 
 
 def ready(url_ok: Callable[[str], bool], stores: Stores) -> bool:
@@ -263,7 +264,7 @@ def seed_in(ns: str, stores: Stores, cache: Path) -> None:
     def upload() -> None:
         try:
             netns.setns(ns)
-            seed_s3(stores, checkpoints(cache / f"checkpoints-{_writer_hash()}"))
+            seed_s3(stores, checkpoints(checkpoint_cache(cache)))
         except BaseException as e:  # handed to the caller
             failed.append(e)
 
