@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import enforcer, flags, gateway, kubeconfig, monitoring, netns, routing
+from e2e.cluster import enforcer, flags, gateway, kubeconfig, monitoring, netns, registry, routing
 from e2e.cluster import node as node_mod
 from e2e.cluster import pki as pki_mod
 from e2e.cluster.processes import Children, free_ports, last_line
@@ -32,14 +32,14 @@ from e2e.cluster.state import StateDir, shown
 # In start order.
 CONTROL_PLANE = ("etcd", "kube-apiserver", "forwarder", "kube-controller-manager", "kube-scheduler", "kwok")
 COMPONENTS = (
-    *CONTROL_PLANE, *node_mod.NODE_COMPONENTS, *enforcer.COMPONENTS, *monitoring.COMPONENTS,
-    *gateway.COMPONENTS,
+    *CONTROL_PLANE, *registry.COMPONENTS, *node_mod.NODE_COMPONENTS, *enforcer.COMPONENTS,
+    *monitoring.COMPONENTS, *gateway.COMPONENTS,
 )  # fmt: skip
 # What build-tools.sh must provide; kubectl and helm are only linked into <state>/bin for people and tests.
 BINARIES = (
     "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
     "kubelet", "kube-proxy", "coredns", "kubectl", "helm", *enforcer.BINARIES, *monitoring.BINARIES,
-    *gateway.BINARIES, *routing.BINARIES,
+    *gateway.BINARIES, *routing.BINARIES, *registry.BINARIES,
 )  # fmt: skip
 # From Debian (scripts/ensure-system-packages.sh): containerd, runc, CNI plugins, nft, iptables, ipset.
 SYSTEM_BINARIES = ("containerd", "runc", "ctr", "nft", "nsenter", "ip", "iptables", "ipset")
@@ -295,7 +295,19 @@ def start(
     except (RuntimeError, OSError) as e:
         raise ClusterError(f"preparing the Gateway API and the Inference Extension failed: {e}") from None
 
-    # The real node: images.builder's images, and the router's upstream-named ones (routing.py).
+    # The test registry, then the real node's images in it: images.builder's, and the router's
+    # upstream-named ones (routing.py).
+    try:
+        registry_args = registry.prepare(
+            state.root / "registry", state.node_cache / "registry", state.pki_dir
+        )
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise ClusterError(
+            f"preparing the registry failed ({e}): htpasswd comes from apache2-utils, "
+            "run scripts/ensure-system-packages.sh"
+        ) from None
+    spawn("registry", registry_args)
+    wait_ready("the registry", lambda: registry.ready(ns), "registry")
     layout = node_layout(state)
     built = [name for name in node_images if name not in routing.IMAGES]
     archives, sandbox_image = node_mod.node_archives(layout.root, log, built)
@@ -303,6 +315,10 @@ def start(
         archives += routing.archives(tools, [name for name in node_images if name in routing.IMAGES], log)
     except (ImportError, RuntimeError, OSError, subprocess.CalledProcessError) as e:
         raise ClusterError(f"writing the router's images failed: {e}") from None
+    try:
+        push_images(state, tools["crane"], archives, log)
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
+        raise ClusterError(f"pushing images to the test registry failed: {e}") from None
     kubeconfigs = {c: state.component_kubeconfig(c) for c in IN_NAMESPACE_CLIENTS}
     node_mod.write_configs(layout, pki, sandbox_image, kubeconfigs, kubeconfig.CLUSTER_NAME)
     node_mod.create_cgroups(layout.cgroup)
@@ -319,7 +335,7 @@ def start(
         return layout.socket.exists() and node_mod.ctr(layout, "version", timeout=5).returncode == 0
 
     # containerd without CRI first: the kept root loses the last instance's pods (CRI would
-    # recover them) and gains the images it lacks; then containerd as the kubelet's runtime.
+    # recover them) and pulls the images it lacks; then containerd as the kubelet's runtime.
     argv = [str(tools["containerd"]), *args["containerd-images"]]
     images_log = state.log_file("containerd-images")
     pid = children.spawn("containerd", netns.command(ns, argv), images_log, state.root)
@@ -327,9 +343,9 @@ def start(
     try:
         node_mod.remove_old_pods(layout)
         shutil.rmtree(layout.containerd_root / node_mod.CRI_PLUGIN, ignore_errors=True)
-        node_mod.sync_images(layout, archives, node_mod.LOCAL_REGISTRY, log)
+        node_mod.sync_images(layout, ns, archives, node_mod.LOCAL_REGISTRY, log)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
-        raise ClusterError(f"importing images into the real node's containerd failed: {e}") from None
+        raise ClusterError(f"pulling images into the real node's containerd failed: {e}") from None
     children.terminate([pid])
     spawn("containerd", args["containerd"])
     wait_ready("containerd", containerd_up, "containerd")
@@ -379,6 +395,21 @@ def start(
     except RuntimeError as e:
         raise ClusterError(str(e)) from None
     return ports
+
+
+def push_images(
+    state: StateDir, crane: Path, archives: Sequence[Path], log: Log, version: str | None = None
+) -> list[str]:
+    """Push `archives` to the test registry under every name the node and the default image names
+    pull (registry.push_refs), only those it lacks at the archive's digest; returns them."""
+    from images.push import project_version, push
+
+    client = registry.crane(crane, state.root / "registry", pki_mod.paths(state.pki_dir).ca.cert, state.netns)
+    pushed = []
+    for archive in archives:
+        refs = registry.push_refs(node_mod.image_names(archive), version or project_version())
+        pushed += push(client, archive, refs, lambda line: log(f"registry: {line}"))
+    return pushed
 
 
 def node_layout(state: StateDir) -> node_mod.NodeLayout:
