@@ -38,6 +38,7 @@ from e2e.cluster.components import (
 )
 from e2e.cluster.processes import Children, find_owned, owned_by, proc_args, rss_kib
 from e2e.cluster.state import DEFAULT_STATE_DIR, StateDir
+from images.push import Crane
 
 __all__ = ["DEFAULT_STATE_DIR", "RESTARTABLE", "Cluster", "ClusterError", "UpReport"]
 
@@ -189,6 +190,13 @@ class Cluster:
             return push_images(self._state, crane, archives, self.log, version)
         except (RuntimeError, OSError, ValueError) as e:
             raise ClusterError(str(e)) from None
+
+    def registry_crane(self) -> Crane:
+        """crane for the test registry (inside the namespace, as its push account)."""
+        crane = Path(self._state.meta()["tools"]["crane"])
+        return registry.crane(
+            crane, self._state.root / "registry", pki.paths(self._state.pki_dir).ca.cert, self.netns
+        )
 
     @property
     def registry_env(self) -> dict[str, str]:

@@ -106,9 +106,15 @@ def prepare(root: Path, storage: Path, pki_dir: Path) -> list[str]:
 
 
 def client_env(root: Path, ca: Path) -> dict[str, str]:
-    """Environment for crane and helm talking to the registry: the push account
-    (DOCKER_CONFIG, which both read) and the cluster CA as the only roots (SSL_CERT_FILE, Go's)."""
-    return {"DOCKER_CONFIG": str(root / "docker"), "SSL_CERT_FILE": str(ca)}
+    """Environment for crane and helm talking to the registry: the push account (crane reads
+    $DOCKER_CONFIG/config.json, helm $HELM_REGISTRY_CONFIG) and the cluster CA as the only roots
+    (SSL_CERT_FILE, which Go reads)."""
+    config = root / "docker"
+    return {
+        "DOCKER_CONFIG": str(config),
+        "HELM_REGISTRY_CONFIG": str(config / "config.json"),
+        "SSL_CERT_FILE": str(ca),
+    }
 
 
 def ready(ns: str) -> bool:

@@ -1,0 +1,89 @@
+"""The release workflow's steps (.github/workflows/release.yml runs scripts/release.sh after the
+tests) against the test world's registry instead of ghcr.io: the images and the chart are pushed,
+then the chart is installed from the pushed OCI chart with default values, and its operator,
+pulled by its default name (`ghcr.io/llm-operator/operator:<appVersion>`, which the node's
+containerd mirrors to the test registry), serves a cpu-reference deployment whose runtime is the
+default `ghcr.io/llm-operator/cpu-runtime:<appVersion>`: what a user of the published chart gets.
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from e2e.cluster import netns, registry
+from e2e.cluster.testing import E2ECluster, Kubectl, pod_ready, wait_for
+from images.push import manifest_digest, project_version
+from tests.e2e.test_chart_install import TIMEOUT, Helm, serve_from_the_pod
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+
+
+def inside(ns: str, env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+    """`argv` in the cluster's network namespace (where the registry listens), with `env` added."""
+    command = netns.command(ns, ["env", *(f"{k}={v}" for k, v in env.items()), *argv])
+    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+
+
+def test_release_script_publishes_what_the_default_chart_installs(
+    crd: None, cluster: E2ECluster, kubectl: Kubectl, namespace: str, tmp_path: Path
+) -> None:
+    launcher = cluster.launcher
+    if launcher is None:
+        pytest.skip("needs the embedded cluster's registry")
+    helm = Helm(cluster)
+    version = project_version()
+    # The workflow's step, run inside the cluster's namespace (where the registry is), with the
+    # test registry's account and CA in place of `crane auth login ghcr.io`.
+    env = {**launcher.registry_env, "HELM": helm.argv[0], "PY": sys.executable}
+    run = inside(launcher.netns, env, str(REPO / "scripts" / "release.sh"), registry.PREFIX, version)
+    assert run.returncode == 0, run.stderr[-3000:]
+    chart_ref = f"oci://{registry.PREFIX}/charts/llm-operator"
+    assert run.stdout.strip().splitlines()[-1] == f"{chart_ref}:{version}", run.stdout
+    crane = launcher.registry_crane()
+    from images.builder.images import build
+
+    for name in ("operator", "cpu-runtime", "pause"):
+        archive = build(name, log=lambda line: None)
+        assert crane.check("digest", f"{registry.PREFIX}/{name}:{version}") == manifest_digest(archive), name
+    refused = subprocess.run(
+        ["scripts/release.sh", registry.PREFIX, "9.9.9"],
+        capture_output=True, text=True, cwd=REPO, env={"PY": sys.executable, "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert refused.returncode != 0 and "is not the project's version" in refused.stderr
+
+    # What a user does: install the published chart by its OCI reference, default values.
+    pulled = inside(launcher.netns, launcher.registry_env, helm.argv[0], "pull", chart_ref,
+                    "--version", version, "-d", str(tmp_path))  # fmt: skip
+    assert pulled.returncode == 0, pulled.stderr
+    package = tmp_path / f"llm-operator-{version}.tgz"
+    with tarfile.open(package) as tar:
+        member = tar.extractfile("llm-operator/Chart.yaml")
+        assert member is not None
+        assert yaml.safe_load(member)["appVersion"] == version
+    name = f"llmop-{secrets.token_hex(3)}"
+    try:
+        helm("install", name, str(package), "--namespace", namespace, "--wait", f"--timeout={TIMEOUT}s")
+        pods = kubectl.items("pods", namespace, f"app.kubernetes.io/instance={name}")
+        assert pods and all(pod_ready(p) for p in pods)
+        for pod in pods:  # pulled by the default name, through the mirror, as this very image
+            (status,) = pod["status"]["containerStatuses"]
+            assert status["image"] == f"ghcr.io/llm-operator/operator:{version}", status
+            assert status["imageID"].endswith(manifest_digest(build("operator", log=lambda line: None)))
+        held = wait_for(
+            "the Lease held",
+            lambda: kubectl.get("lease", f"{name}-llm-operator", namespace),
+            lambda o: bool(o and o["spec"].get("holderIdentity")),
+            timeout=TIMEOUT,
+        )
+        serve_from_the_pod(kubectl, namespace, namespace, held["spec"]["holderIdentity"])  # type: ignore[index]
+    finally:
+        subprocess.run([*helm.argv, "uninstall", name, "--namespace", namespace, "--ignore-not-found"],
+                       capture_output=True, timeout=TIMEOUT)  # fmt: skip
