@@ -151,7 +151,10 @@ def write_hosts(certs_d: Path, ca: Path) -> None:
     """containerd's config_path: the registry's own host (its CA only: credentials come from the
     pod's pull secret) and the mirrored defaults (with the node's credentials)."""
     node_auth = {"Authorization": f"Basic {basic(NODE_USER, NODE_PASSWORD)}"}
-    files = {HOST: f"server = {json.dumps(f'https://{HOST}')}\nca = {json.dumps(str(ca))}\n"}
+    # containerd 1.6.20 refuses a hosts.toml without a [host] table ("invalid `host` tree",
+    # remotes/docker/config/hosts.go getSortedHosts) and then pulls without the CA: the registry's
+    # own host names itself as its one host.
+    files = {HOST: hosts_toml(f"https://{HOST}", ca)}
     files |= {host: hosts_toml(server, ca, node_auth) for host, server in MIRRORED.items()}
     for host, text in files.items():
         # containerd looks a host:port up as host_port_ first, then host:port (hostDirFromRoots).
