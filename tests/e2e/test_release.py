@@ -53,11 +53,6 @@ def test_release_script_publishes_what_the_default_chart_installs(
     for name in ("operator", "cpu-runtime", "pause"):
         archive = build(name, log=lambda line: None)
         assert crane.check("digest", f"{registry.PREFIX}/{name}:{version}") == manifest_digest(archive), name
-    refused = subprocess.run(
-        ["scripts/release.sh", registry.PREFIX, "9.9.9"],
-        capture_output=True, text=True, cwd=REPO, env={"PY": sys.executable, "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
-    assert refused.returncode != 0 and "is not the project's version" in refused.stderr
 
     # What a user does: install the published chart by its OCI reference, default values.
     pulled = inside(launcher.netns, launcher.registry_env, helm.argv[0], "pull", chart_ref,
