@@ -15,7 +15,8 @@ venv: ## create/reuse the Python environment (cached outside the repo, keyed by 
 tools: ## build/reuse etcd, kube-*, kwok, CoreDNS, Prometheus, prometheus-adapter, the registry and crane (Go, cached by version) and fetch kubectl/helm
 	@e2e/cluster/build-tools.sh >/dev/null
 
-images: venv tools ## build/reuse the OCI image archives without Docker (root), push them with crane to REGISTRY=host/path (default: the test world's registry)
+images: venv ## build/reuse the OCI image archives without Docker (root), push them with crane to REGISTRY=host/path (default: the test world's registry)
+	@e2e/cluster/build-tools.sh crane >/dev/null
 	@$(PY) -m images.builder --all
 	@$(PY) -m images.push $(if $(REGISTRY),--registry $(REGISTRY)) $(if $(VERSION),--version $(VERSION))
 

@@ -114,13 +114,13 @@ def push(crane: Crane, archive: Path, refs: Sequence[str], log: Callable[[str], 
 
 
 def find_crane() -> Path:
-    """crane on PATH, else the one build-tools.sh built (`make tools`)."""
+    """crane on PATH, else the one build-tools.sh built (`make images`, `make tools`)."""
     if found := shutil.which("crane"):
         return Path(found)
     cache = Path(os.environ.get("LLMOP_CACHE", Path.home() / ".cache" / "llm-operator"))
     built = sorted((cache / "bin").glob(f"crane-{CRANE_VERSION}-*/crane"))
     if not built:
-        raise FileNotFoundError("no crane: run `make tools` (e2e/cluster/build-tools.sh builds it)")
+        raise FileNotFoundError("no crane: run `e2e/cluster/build-tools.sh crane` (`make images` does)")
     return built[-1]
 
 
@@ -139,16 +139,23 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown images {unknown}; known: {', '.join(SPECS)}")
     quiet: Callable[[str], None] = lambda line: None  # noqa: E731
     archives = [build(name, log=quiet) for name in names]
-    if not args.registry:
-        from e2e.cluster.launcher import Cluster
+    try:
+        if not args.registry:
+            from e2e.cluster.launcher import Cluster, ClusterError
 
-        pushed = Cluster().push_images(archives, version=args.version)
-        print("\n".join(pushed) if pushed else "the test world's registry has every image already")
-        return 0
-    crane = Crane(find_crane())
-    for name, archive in zip(names, archives, strict=True):
-        for ref in push(crane, archive, [f"{args.registry.rstrip('/')}/{name}:{args.version}"], print):
-            print(ref)
+            try:
+                pushed = Cluster().push_images(archives, version=args.version)
+            except ClusterError as e:
+                raise RuntimeError(f"{e} (or name one: REGISTRY=host/path)") from None
+            print("\n".join(pushed) if pushed else "the test world's registry has every image already")
+            return 0
+        crane = Crane(find_crane())
+        for name, archive in zip(names, archives, strict=True):
+            for ref in push(crane, archive, [f"{args.registry.rstrip('/')}/{name}:{args.version}"], print):
+                print(ref)
+    except (RuntimeError, OSError, ValueError) as e:
+        print(f"images.push: error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

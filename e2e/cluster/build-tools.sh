@@ -79,6 +79,10 @@ gitops_tools() {
 if [ "${1:-}" = gitops ]; then gitops_tools; exit 0; fi
 # --- end of GitOps checks ----------------------------------------------------------------------
 
+# crane alone (`build-tools.sh crane`): what `make images` needs to push, without the test world.
+crane_tool() { build crane "$CRANE_VERSION" "-s -w" github.com/google/go-containerregistry/cmd/crane; }
+if [ "${1:-}" = crane ]; then crane_tool; exit 0; fi
+
 k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
  -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34 \
  -X k8s.io/component-base/version.gitTreeState=clean \
@@ -193,7 +197,7 @@ fi
 registry_dir=$(build registry "$DISTRIBUTION_VERSION" \
   "-s -w -X github.com/distribution/distribution/v3/version.version=$DISTRIBUTION_VERSION" \
   github.com/distribution/distribution/v3/cmd/registry)
-crane_dir=$(build crane "$CRANE_VERSION" "-s -w" github.com/google/go-containerregistry/cmd/crane)
+crane_dir=$(crane_tool)
 
 # One directory per line, in this order: etcd, kwok, kubernetes, coredns, kubectl-helm, prometheus,
 # prometheus-adapter, traefik, kube-router, epp, envoy, registry, crane.
