@@ -72,7 +72,8 @@ class Cluster:
     `extra_args` appends flags per component (later flags win), `tools` replaces the binaries that
     build-tools.sh would provide ({binary name: path}); both exist for tests and experiments.
     `node_images` names the images the real node has at `up` (images.builder's, the sandbox image
-    always, and the router's, routing.IMAGES); they stay imported in `node_cache` across `down`.
+    always, and the router's, routing.IMAGES), pushed to the test registry and pulled from it; they
+    stay in `node_cache` (containerd's root, the registry's blobs) across `down`.
     """
 
     def __init__(
