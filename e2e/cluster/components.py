@@ -343,7 +343,8 @@ def start(
     try:
         node_mod.remove_old_pods(layout)
         shutil.rmtree(layout.containerd_root / node_mod.CRI_PLUGIN, ignore_errors=True)
-        node_mod.sync_images(layout, ns, archives, node_mod.LOCAL_REGISTRY, log)
+        moving = default_names(archives)
+        node_mod.sync_images(layout, ns, archives, node_mod.LOCAL_REGISTRY, log, moving)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
         raise ClusterError(f"pulling images into the real node's containerd failed: {e}") from None
     children.terminate([pid])
@@ -410,6 +411,17 @@ def push_images(
         refs = registry.push_refs(node_mod.image_names(archive), version or project_version())
         pushed += push(client, archive, refs, lambda line: log(f"registry: {line}"))
     return pushed
+
+
+def default_names(archives: Sequence[Path], version: str | None = None) -> dict[str, str]:
+    """The default names (registry.default_names) of `archives`' images -> their digests."""
+    from images.push import manifest_digest, project_version
+
+    found = {}
+    for archive in archives:
+        for name in registry.default_names(node_mod.image_names(archive), version or project_version()):
+            found[name] = manifest_digest(archive)
+    return found
 
 
 def node_layout(state: StateDir) -> node_mod.NodeLayout:

@@ -18,7 +18,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -452,11 +452,14 @@ def sync_images(
     archives: Iterable[Path],
     keep_prefix: str,
     log: Callable[[str], None],
+    aliases: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Pull (from the test registry, which has them: `up` pushed them first) each name the archives
     carry that the node lacks or has at another digest, so that no test waits for a pull of the
     images every pod runs; remove images named under `keep_prefix` that no archive names (old
-    builds) and CRI's `sha256:` names of images no archive holds. Returns the names pulled."""
+    builds) and CRI's `sha256:` names of images no archive holds, and `aliases` (more names of
+    the archives' images, name -> digest) at another digest (drop_moved). Returns the names
+    pulled."""
     have = node_images(layout)
     wanted: dict[str, str] = {}
     for archive in archives:
@@ -476,7 +479,18 @@ def sync_images(
     ]
     if stale:
         _ctr_lines(layout, "images", "rm", *stale)
+    drop_moved(layout, aliases or {})
     return pulled
+
+
+def drop_moved(layout: NodeLayout, names: Mapping[str, str]) -> list[str]:
+    """Remove the node's images named in `names` (name -> the registry's digest) at another digest:
+    the kubelet then pulls the registry's (imagePullPolicy IfNotPresent would keep the old one).
+    Their layers stay while another name holds them."""
+    moved = [name for name, digest in node_images(layout).items() if names.get(name, digest) != digest]
+    if moved:
+        _ctr_lines(layout, "images", "rm", *moved)
+    return moved
 
 
 # Pushed to the test registry and pulled onto the real node at `up` (cached by inputs): from

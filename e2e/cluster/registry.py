@@ -38,6 +38,7 @@ HOST = f"{netns.NODE_IP}:{PORT}"
 PREFIX = f"{HOST}/llm-operator"
 REALM = "llm-operator test world"
 BUILDER_PREFIX = "localhost/llm-operator/"  # images.builder's names
+DEFAULT_PREFIX = "ghcr.io/llm-operator"  # the operator's and the chart's (images.py, values.yaml)
 # Test-world accounts (nothing outside the namespace reaches the registry): `push` for crane and
 # helm, and the pull secrets tests create; `node` for the mirrors' hosts.toml.
 PUSH_USER, PUSH_PASSWORD = "push", "test-world-push"
@@ -183,6 +184,16 @@ def push_refs(names: Sequence[str], version: str) -> list[str]:
         if n.startswith(BUILDER_PREFIX):
             refs.append(f"{PREFIX}/{n.removeprefix(BUILDER_PREFIX).rpartition(':')[0]}:{version}")
     return list(dict.fromkeys(refs))
+
+
+def default_names(names: Sequence[str], version: str) -> list[str]:
+    """The operator's and the chart's default names of the images.builder image among `names`
+    (`ghcr.io/llm-operator/<image>:<version>`): tags that move with each rebuild in the test world,
+    so `up` drops the node's copy at an older digest and the kubelet pulls the new one."""
+    images = {
+        n.removeprefix(BUILDER_PREFIX).rpartition(":")[0] for n in names if n.startswith(BUILDER_PREFIX)
+    }
+    return [f"{DEFAULT_PREFIX}/{image}:{version}" for image in sorted(images)]
 
 
 def crane(binary: Path, root: Path, ca: Path, ns: str) -> Crane:

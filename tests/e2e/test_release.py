@@ -18,8 +18,9 @@ import pytest
 import yaml
 
 from e2e.cluster import netns, registry
-from e2e.cluster.testing import E2ECluster, Kubectl, pod_ready, wait_for
+from e2e.cluster.testing import E2ECluster, Kubectl, is_true, pod_ready, wait_for
 from images.push import manifest_digest, project_version
+from tests.e2e.operator_fixtures import OperatorProcess
 from tests.e2e.test_chart_install import TIMEOUT, Helm, serve_from_the_pod
 
 pytestmark = pytest.mark.e2e
@@ -40,6 +41,12 @@ def test_release_script_publishes_what_the_default_chart_installs(
         pytest.skip("needs the embedded cluster's registry")
     helm = Helm(cluster)
     version = project_version()
+    from images.builder.images import SPECS, build
+
+    # Built here first: a build downloads from Debian's mirror and PyPI, which the namespace the
+    # script runs in (to reach the registry) cannot; the script's own build step then reuses them.
+    for name in SPECS:
+        build(name, log=lambda line: None)
     # The workflow's step, run inside the cluster's namespace (where the registry is), with the
     # test registry's account and CA in place of `crane auth login ghcr.io`.
     env = {**launcher.registry_env, "HELM": helm.argv[0], "PY": sys.executable}
@@ -48,11 +55,13 @@ def test_release_script_publishes_what_the_default_chart_installs(
     chart_ref = f"oci://{registry.PREFIX}/charts/llm-operator"
     assert run.stdout.strip().splitlines()[-1] == f"{chart_ref}:{version}", run.stdout
     crane = launcher.registry_crane()
-    from images.builder.images import build
-
-    for name in ("operator", "cpu-runtime", "pause"):
-        archive = build(name, log=lambda line: None)
+    archives = [build(name, log=lambda line: None) for name in SPECS]
+    for name, archive in zip(SPECS, archives, strict=True):
         assert crane.check("digest", f"{registry.PREFIX}/{name}:{version}") == manifest_digest(archive), name
+    # The version tag moves with every rebuild in the test world (never in a real release): what
+    # `make images` does here drops the node's copies of an older build.
+    pushed = launcher.push_images(archives)
+    assert all(f":{version}" not in ref for ref in pushed), "the script pushed the version tags"
 
     # What a user does: install the published chart by its OCI reference, default values.
     pulled = inside(launcher.netns, launcher.registry_env, helm.argv[0], "pull", chart_ref,
@@ -69,8 +78,8 @@ def test_release_script_publishes_what_the_default_chart_installs(
         pods = kubectl.items("pods", namespace, f"app.kubernetes.io/instance={name}")
         assert pods and all(pod_ready(p) for p in pods)
         for pod in pods:  # pulled by the default name, through the mirror, as this very image
-            (status,) = pod["status"]["containerStatuses"]
-            assert status["image"] == f"ghcr.io/llm-operator/operator:{version}", status
+            assert pod["spec"]["containers"][0]["image"] == f"ghcr.io/llm-operator/operator:{version}"
+            (status,) = pod["status"]["containerStatuses"]  # its image: one of the image's names
             assert status["imageID"].endswith(manifest_digest(build("operator", log=lambda line: None)))
         held = wait_for(
             "the Lease held",
@@ -82,3 +91,36 @@ def test_release_script_publishes_what_the_default_chart_installs(
     finally:
         subprocess.run([*helm.argv, "uninstall", name, "--namespace", namespace, "--ignore-not-found"],
                        capture_output=True, timeout=TIMEOUT)  # fmt: skip
+
+
+def test_llm_operator_run_with_its_default_images_serves_on_the_real_node(
+    crd: None, cluster: E2ECluster, kubectl: Kubectl, namespace: str, tmp_path: Path
+) -> None:
+    """`llm-operator run` from the host as the README offers it, no image configured: its serving
+    pods name `ghcr.io/llm-operator/{operator,cpu-runtime}:<version>`, which the node pulls
+    through its mirror of ghcr.io (before the registry, they stayed in ImagePullBackOff)."""
+    if cluster.launcher is None:
+        pytest.skip("needs the embedded cluster's registry")
+    op = OperatorProcess(cluster, tmp_path / "operator.log", ("--namespace", namespace))
+    op.stop()
+    for var in ("LLMOP_CPU_RUNTIME_IMAGE", "LLMOP_OPERATOR_IMAGE", "LLMOP_MULTI_NODE_RUNTIME_IMAGE"):
+        op.env.pop(var)
+    op.start()
+    try:
+        op.wait_healthy()
+        manifest = yaml.safe_load((REPO / "examples" / "cpu-reference.yaml").read_text())
+        manifest["spec"]["resources"]["cpu"] = "250m"
+        kubectl.apply(manifest, namespace=namespace)
+        wait_for(
+            "tiny-llama Ready",
+            lambda: kubectl.get("llmdeployment", "tiny-llama", namespace),
+            lambda o: is_true(o, "Ready"),
+            timeout=TIMEOUT,
+        )
+        (pod,) = kubectl.items("pods", namespace, "llmoperator.io/deployment=tiny-llama")
+        version = project_version()
+        assert pod["spec"]["initContainers"][0]["image"] == f"ghcr.io/llm-operator/operator:{version}"
+        assert pod["spec"]["containers"][0]["image"] == f"ghcr.io/llm-operator/cpu-runtime:{version}"
+        kubectl("delete", "llmdeployment", "tiny-llama", "--wait=true", namespace=namespace)
+    finally:
+        op.stop()

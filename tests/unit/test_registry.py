@@ -92,3 +92,11 @@ def test_the_release_workflow_tests_first_then_publishes_with_the_script_make_te
     assert tests < publish, "nothing is published before the tests pass"
     assert '"ghcr.io/$owner" "$version"' in runs[publish] and "auth login ghcr.io" in runs[publish]
     assert (REPO / ".ci" / "run").read_text().strip().endswith("make test")
+
+
+def test_default_names_are_the_operators_defaults_of_builder_images() -> None:
+    from llm_operator.images import DEFAULT_OPERATOR_IMAGE
+
+    names = ["localhost/llm-operator/operator:dev-0123456789ab", "localhost/llm-operator/operator:dev"]
+    assert registry.default_names(names, project_version()) == [DEFAULT_OPERATOR_IMAGE]
+    assert registry.default_names(["docker.io/envoyproxy/envoy:distroless-v1.40.0"], "0.1.0") == []
