@@ -28,6 +28,7 @@ from e2e.cluster import node as node_mod
 from e2e.cluster import pki as pki_mod
 from e2e.cluster.processes import Children, free_ports, last_line
 from e2e.cluster.state import StateDir, shown
+from images.push import manifest_digest, project_version, push
 
 # In start order.
 CONTROL_PLANE = ("etcd", "kube-apiserver", "forwarder", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -403,8 +404,6 @@ def push_images(
 ) -> list[str]:
     """Push `archives` to the test registry under every name the node and the default image names
     pull (registry.push_refs), only those it lacks at the archive's digest; returns them."""
-    from images.push import project_version, push
-
     client = registry.crane(crane, state.root / "registry", pki_mod.paths(state.pki_dir).ca.cert, state.netns)
     pushed = []
     for archive in archives:
@@ -415,8 +414,6 @@ def push_images(
 
 def default_names(archives: Sequence[Path], version: str | None = None) -> dict[str, str]:
     """The default names (registry.default_names) of `archives`' images -> their digests."""
-    from images.push import manifest_digest, project_version
-
     found = {}
     for archive in archives:
         for name in registry.default_names(node_mod.image_names(archive), version or project_version()):
