@@ -28,7 +28,6 @@ from e2e.cluster import node as node_mod
 from e2e.cluster import pki as pki_mod
 from e2e.cluster.processes import Children, free_ports, last_line
 from e2e.cluster.state import StateDir, shown
-from images.push import manifest_digest, project_version, push
 
 # In start order.
 CONTROL_PLANE = ("etcd", "kube-apiserver", "forwarder", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -317,11 +316,12 @@ def start(
     except (ImportError, RuntimeError, OSError, subprocess.CalledProcessError) as e:
         raise ClusterError(f"writing the router's images failed: {e}") from None
     try:
-        push_images(state, tools["crane"], archives, log)
+        registry.push_images(state, tools["crane"], archives, log)
     except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
         raise ClusterError(f"pushing images to the test registry failed: {e}") from None
     kubeconfigs = {c: state.component_kubeconfig(c) for c in IN_NAMESPACE_CLIENTS}
     node_mod.write_configs(layout, pki, sandbox_image, kubeconfigs, kubeconfig.CLUSTER_NAME)
+    registry.write_hosts(layout.certs_d, pki.ca.cert)
     node_mod.create_cgroups(layout.cgroup)
     for obj in (*node_mod.COREDNS_RBAC, *enforcer.RBAC):
         kind = "clusterroles" if obj["kind"] == "ClusterRole" else "clusterrolebindings"
@@ -344,7 +344,7 @@ def start(
     try:
         node_mod.remove_old_pods(layout)
         shutil.rmtree(layout.containerd_root / node_mod.CRI_PLUGIN, ignore_errors=True)
-        moving = default_names(archives)
+        moving = registry.default_names(archives)
         node_mod.sync_images(layout, ns, archives, node_mod.LOCAL_REGISTRY, log, moving)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
         raise ClusterError(f"pulling images into the real node's containerd failed: {e}") from None
@@ -397,28 +397,6 @@ def start(
     except RuntimeError as e:
         raise ClusterError(str(e)) from None
     return ports
-
-
-def push_images(
-    state: StateDir, crane: Path, archives: Sequence[Path], log: Log, version: str | None = None
-) -> list[str]:
-    """Push `archives` to the test registry under every name the node and the default image names
-    pull (registry.push_refs), only those it lacks at the archive's digest; returns them."""
-    client = registry.crane(crane, state.root / "registry", pki_mod.paths(state.pki_dir).ca.cert, state.netns)
-    pushed = []
-    for archive in archives:
-        refs = registry.push_refs(node_mod.image_names(archive), version or project_version())
-        pushed += push(client, archive, refs, lambda line: log(f"registry: {line}"))
-    return pushed
-
-
-def default_names(archives: Sequence[Path], version: str | None = None) -> dict[str, str]:
-    """The default names (registry.default_names) of `archives`' images -> their digests."""
-    found = {}
-    for archive in archives:
-        for name in registry.default_names(node_mod.image_names(archive), version or project_version()):
-            found[name] = manifest_digest(archive)
-    return found
 
 
 def node_layout(state: StateDir) -> node_mod.NodeLayout:

@@ -28,11 +28,9 @@ from e2e.cluster.components import (
     ClusterError,
     Log,
     create_nodes,
-    default_names,
     node_layout,
     node_ready,
     nodes_ready,
-    push_images,
     run_build_tools,
     start,
     wait,
@@ -189,9 +187,9 @@ class Cluster:
             raise ClusterError(f"no running cluster in {self.state_dir} to push images to")
         crane = Path(self._state.meta()["tools"]["crane"])
         try:
-            pushed = push_images(self._state, crane, archives, self.log, version)
+            pushed = registry.push_images(self._state, crane, archives, self.log, version)
             # The node's copies of default names that now name another build (IfNotPresent).
-            node_mod.drop_moved(node_layout(self._state), default_names(archives, version))
+            node_mod.drop_moved(node_layout(self._state), registry.default_names(archives, version))
         except (RuntimeError, OSError, ValueError) as e:
             raise ClusterError(str(e)) from None
         return pushed

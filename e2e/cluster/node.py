@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from e2e.cluster import busybox_image, netns, registry
+from e2e.cluster import busybox_image, netns
 from e2e.cluster.netns import NODE_IP
 from e2e.cluster.pki import NODE_NAME, Pki
 
@@ -89,7 +89,7 @@ class NodeLayout:
 
     @property
     def certs_d(self) -> Path:
-        """containerd's registry host configuration (config_path; registry.write_hosts)."""
+        """containerd's registry host configuration (config_path; registry.write_hosts writes it)."""
         return self.root / "certs.d"
 
     @property
@@ -242,7 +242,6 @@ def write_configs(
         (layout.root / sub).mkdir(parents=True, exist_ok=True)
     layout.containerd_root.mkdir(parents=True, exist_ok=True)
     layout.run.mkdir(parents=True, exist_ok=True)
-    registry.write_hosts(layout.certs_d, pki.ca.cert)
     layout.config("containerd.toml").write_text(containerd_config(layout, sandbox_image))
     layout.config("containerd-images.toml").write_text(
         containerd_config(layout, sandbox_image, with_cri=False)

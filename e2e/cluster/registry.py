@@ -21,14 +21,16 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import yaml
 
 from e2e.cluster import netns
+from e2e.cluster import node as node_mod
 from e2e.cluster import pki as pki_mod
-from images.push import Crane
+from e2e.cluster.state import StateDir
+from images.push import Crane, manifest_digest, project_version, push
 
 COMPONENTS = ("registry",)
 BINARIES = ("registry", "crane")
@@ -186,7 +188,7 @@ def push_refs(names: Sequence[str], version: str) -> list[str]:
     return list(dict.fromkeys(refs))
 
 
-def default_names(names: Sequence[str], version: str) -> list[str]:
+def default_refs(names: Sequence[str], version: str) -> list[str]:
     """The operator's and the chart's default names of the images.builder image among `names`
     (`ghcr.io/llm-operator/<image>:<version>`): tags that move with each rebuild in the test world,
     so `up` drops the node's copy at an older digest and the kubelet pulls the new one."""
@@ -199,3 +201,29 @@ def default_names(names: Sequence[str], version: str) -> list[str]:
 def crane(binary: Path, root: Path, ca: Path, ns: str) -> Crane:
     """crane for the test registry: inside the namespace, with the push account and the CA."""
     return Crane(binary, client_env(root, ca), lambda argv: netns.command(ns, argv))
+
+
+def push_images(
+    state: StateDir,
+    binary: Path,
+    archives: Sequence[Path],
+    log: Callable[[str], None],
+    version: str | None = None,
+) -> list[str]:
+    """Push `archives` to the test registry under every name the node and the default image names
+    pull (push_refs), only those it lacks at the archive's digest; returns them."""
+    client = crane(binary, state.root / "registry", pki_mod.paths(state.pki_dir).ca.cert, state.netns)
+    pushed = []
+    for archive in archives:
+        refs = push_refs(node_mod.image_names(archive), version or project_version())
+        pushed += push(client, archive, refs, lambda line: log(f"registry: {line}"))
+    return pushed
+
+
+def default_names(archives: Sequence[Path], version: str | None = None) -> dict[str, str]:
+    """The default names (default_refs) of `archives`' images -> their digests."""
+    found = {}
+    for archive in archives:
+        for name in default_refs(node_mod.image_names(archive), version or project_version()):
+            found[name] = manifest_digest(archive)
+    return found

@@ -98,5 +98,5 @@ def test_default_names_are_the_operators_defaults_of_builder_images() -> None:
     from llm_operator.images import DEFAULT_OPERATOR_IMAGE
 
     names = ["localhost/llm-operator/operator:dev-0123456789ab", "localhost/llm-operator/operator:dev"]
-    assert registry.default_names(names, project_version()) == [DEFAULT_OPERATOR_IMAGE]
-    assert registry.default_names(["docker.io/envoyproxy/envoy:distroless-v1.40.0"], "0.1.0") == []
+    assert registry.default_refs(names, project_version()) == [DEFAULT_OPERATOR_IMAGE]
+    assert registry.default_refs(["docker.io/envoyproxy/envoy:distroless-v1.40.0"], "0.1.0") == []
