@@ -42,7 +42,7 @@ def _fetch_pod(name: str, args: list[str], env: dict[str, str]) -> dict[str, Any
                 {
                     "name": "fetch",
                     "image": DEFAULT_FETCH_IMAGE,
-                    "imagePullPolicy": "Never",  # only what `up` imported may run
+                    "imagePullPolicy": "IfNotPresent",  # `up` dropped an older build under this name: the node pulls this one
                     "args": [*args, "--cache-root", "/cache"],
                     "env": [{"name": k, "value": v} for k, v in env.items()],
                     "terminationMessagePolicy": "File",
