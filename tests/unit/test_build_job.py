@@ -161,16 +161,7 @@ def test_an_unknown_architecture_requests_nothing_it_cannot_compute() -> None:
 # --- the fetch step ---------------------------------------------------------------------------
 
 
-def test_checkpoint_fetch_and_engine_upload_per_store() -> None:
-    s3 = f.fetch_command("s3://b/llama/", "r", "/m")
-    assert s3 is not None and s3[:3] == ["aws", "s3", "sync"]
-    gs = f.fetch_command("gs://b/llama", "r", "/m")
-    assert gs is not None and gs[:2] == ["gsutil", "-m"]
-    hf = f.fetch_command("hf://meta-llama/Llama-2-7b-hf", "main", "/m")
-    assert hf is not None and hf[:5] == ["hf", "download", "meta-llama/Llama-2-7b-hf", "--revision", "main"]
-    assert f.fetch_command("pvc://models/llama", "r", "/m") is None  # mounted, read in place
-    with pytest.raises(f.FetchError, match="cannot fetch builtin://"):
-        f.fetch_command("builtin://tiny-llama", "r", "/m")
+def test_engine_upload_per_store() -> None:
     files, marker = f.upload_commands("/work/engine", "s3://e/k")
     assert files[-2:] == ["/work/engine", "s3://e/k"] and f.MARKER in files
     assert marker == ["aws", "s3", "cp", f"/work/engine/{f.MARKER}", f"s3://e/k/{f.MARKER}"]
@@ -200,16 +191,14 @@ def run_stdlib_only(lib: Path, module: str, argv: list[str], path: str) -> subpr
     return subprocess.run([sys.executable, "-S", "-I", "-c", code], env=env, capture_output=True, text=True)
 
 
-def test_fetch_downloads_and_copies_the_examples_then_build_and_publish_skip_a_hit(tmp_path: Path) -> None:
+def test_fetch_copies_the_examples_then_build_and_publish_skip_a_hit(tmp_path: Path) -> None:
     """The fetch and publish steps as the Job runs them, standard library only, with a stand-in
-    aws that serves a checkpoint and records uploads."""
+    aws that records uploads. The checkpoint is not downloaded: the build reads the model cache."""
     lib, bin_dir, store = injected(tmp_path), tmp_path / "bin", tmp_path / "store"
     bin_dir.mkdir()
     store.mkdir()
     stand_in(bin_dir, "aws", f"store = pathlib.Path({str(store)!r})\n"
-             "if argv[:2] == ['s3', 'sync'] and argv[-2].startswith('s3://m'):\n"
-             "    d = pathlib.Path(argv[-1]); d.mkdir(parents=True); (d / 'config.json').write_text('{}')\n"
-             "elif argv[:2] == ['s3', 'cp'] and argv[-1] == '-':\n"
+             "if argv[:2] == ['s3', 'cp'] and argv[-1] == '-':\n"
              "    marker = store / 'marker'\n"
              "    sys.exit(1) if not marker.exists() else print(marker.read_text())\n"
              "else:\n"
@@ -219,13 +208,13 @@ def test_fetch_downloads_and_copies_the_examples_then_build_and_publish_skip_a_h
     examples.mkdir(parents=True)
     (examples / "quantize.py").write_text("")
     work, path = tmp_path / "work", f"{bin_dir}:/usr/bin:/bin"
-    fetch = ["fetch", "--key", "k", "--work-dir", str(work), "--model", "s3://m/llama/", "--revision", "r",
-             "--upload", "s3://e/k", "--examples-version", "1.1.0"]  # fmt: skip
+    fetch = ["fetch", "--key", "k", "--work-dir", str(work), "--upload", "s3://e/k", "--examples-version",
+             "1.1.0"]  # fmt: skip
     f_copy = lib / "llm_operator" / "engine" / "fetch.py"
     f_copy.write_text(f_copy.read_text().replace(f.FETCH_EXAMPLES_ROOT, str(tmp_path / "examples")))
     done = run_stdlib_only(lib, "llm_operator.engine.fetch", fetch, path)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert (work / "model" / "config.json").is_file()
+    assert not (work / "model").exists(), "the checkpoint is the model cache's"
     assert (work / "trtllm-examples" / "quantization" / "quantize.py").is_file()
     assert not (work / f.CACHED).exists()
 
@@ -254,7 +243,8 @@ def test_fetch_downloads_and_copies_the_examples_then_build_and_publish_skip_a_h
     done = run_stdlib_only(lib, "llm_operator.engine.fetch", fetch, path)
     assert done.returncode == 0 and "already in the cache" in done.stdout, done.stderr
     assert (work / f.CACHED).is_file() and not (work / "model").exists()
-    build = ["--key", "k", "--model", "s3://m/llama/", "--revision", "r", "--precision", "fp16",
+    build = ["--key", "k", "--model", "/var/lib/llm-operator/model-cache/models/s3-0/etags-0",
+             "--precision", "fp16",
              "--kv-cache-dtype", "auto", "--sm", "sm90", "--output", str(engine), "--work-dir", str(work),
              "--tp", "1", "--pp", "1", "--gpus", "1", "--gpus-per-node", "1", "--max-batch-size", "1",
              "--max-input-len", "8", "--max-seq-len", "16", "--max-num-tokens", "16", "--max-beam-width", "1",
@@ -267,7 +257,7 @@ def test_fetch_downloads_and_copies_the_examples_then_build_and_publish_skip_a_h
 
 
 def test_a_store_the_fetch_image_cannot_use_fails_the_job_at_once(tmp_path: Path) -> None:
-    argv = ["fetch", "--key", "k", "--work-dir", str(tmp_path / "w"), "--model", "ftp://m", "--revision", "r",
-            "--output", str(tmp_path / "out")]  # fmt: skip
+    argv = ["publish", "--key", "k", "--work-dir", str(tmp_path / "w"), "--engine", str(tmp_path / "e"),
+            "--upload", "ftp://engines/k"]  # fmt: skip
     done = run_stdlib_only(injected(tmp_path), "llm_operator.engine.fetch", argv, os.environ["PATH"])
-    assert done.returncode == f.EXIT_CONFIG and "use s3://, gs://, hf:// or pvc://" in done.stderr
+    assert done.returncode == f.EXIT_CONFIG and "uploaded to s3:// or gs:// caches only" in done.stderr
