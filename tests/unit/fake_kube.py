@@ -153,6 +153,15 @@ class FakeKube:
             claim["spec"] = {"resources": {"requests": {"storage": storage}}}
         self._store(("PersistentVolumeClaim", namespace, name), claim)
 
+    def add_configmap(self, namespace: str, name: str, data: dict[str, str]) -> None:
+        """A ConfigMap written before the operator started (an index another operator wrote)."""
+        cm = {
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace, "labels": {}},
+            "data": data,
+        }
+        self._store(("ConfigMap", namespace, name), cm)
+
     def edit(self, kind: str, namespace: str, name: str, **fields: Any) -> dict[str, Any]:
         """Someone else changes an object (a controller's status, a user's kubectl edit)."""
         obj = self.objects[(kind, namespace, name)]

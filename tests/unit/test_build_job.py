@@ -23,6 +23,9 @@ from llm_operator.engine.sizing import build_size
 from llm_operator.images import Images
 from llm_operator.plan.memory import GIB
 from llm_operator.plan.types import PlanningError, PoolPlan
+from llm_operator.storage import cached_model
+
+from tests.unit.model_cache_fixtures import CACHED
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "operator" / "llm_operator"
@@ -45,7 +48,9 @@ def example(name: str, edit: Any = None) -> LLMDeployment:
 
 
 def job(spec: LLMDeploymentSpec, pool: PoolPlan = H100x8) -> dict[str, Any]:
-    return build_job("x", "ns", spec, pool, "k", image="nvidia:1", images=IMAGES, owner=OWNER)
+    """The build of a model the cache holds (the examples' sources are s3://)."""
+    model = cached_model(spec.model.cache.claim_name, CACHED.directory) if spec.model.cache else None
+    return build_job("x", "ns", spec, pool, "k", image="nvidia:1", images=IMAGES, owner=OWNER, model=model)
 
 
 def with_cache(name: str, uri: str) -> LLMDeploymentSpec:
@@ -109,30 +114,35 @@ def test_the_405b_example_is_sized_to_fit_its_nodes_and_cache() -> None:
     """Llama 3.1 405B (405.9e9 parameters) in FP8 at tp 8 x pp 2, built on one 8-GPU pod."""
     spec = example("llama31-405b-multinode").spec
     size = build_size(spec, H100x8, 8)
-    assert size is not None and size.fetched
+    assert size is not None
     checkpoint = 405.9e9 * 2
     assert size.memory == pytest.approx(checkpoint * 1.1 + 8 * 4 * GIB, abs=1)
     assert size.memory_quantity == "864Gi"  # p5.48xlarge: 2048Gi
-    # download + converted checkpoint + engine, FP8 weights with 16-bit embeddings per rank
-    # (each rank's share, the first stage's ranks with the 16-bit embedding: at most ~480 GB in all)
-    assert checkpoint * 1.1 + 2 * 405.9e9 * 1.1 < size.scratch < checkpoint * 1.1 + 2 * 480e9 * 1.1
-    assert size.scratch_quantity == "1793Gi"
+    # converted checkpoint + engine (the checkpoint is read from the model cache), FP8 weights with
+    # 16-bit embeddings per rank (the first stage's ranks with the 16-bit embedding: <= ~480 GB)
+    assert 2 * 405.9e9 * 1.1 < size.scratch < 2 * 480e9 * 1.1
+    assert size.scratch_quantity == "961Gi"
     pvc = yaml.safe_load_all((REPO / "examples" / "engine-cache.yaml").read_text())
     claim = next(d for d in pvc if d["kind"] == "PersistentVolumeClaim")
-    assert claim["spec"]["resources"]["requests"]["storage"] == "2Ti"  # >= 1793Gi
+    assert claim["spec"]["resources"]["requests"]["storage"] == "2Ti"  # >= 961Gi
     (build,) = job(spec)["spec"]["template"]["spec"]["containers"]  # pvc:// cache: no publish step
     assert build["name"] == "build" and build["resources"]["requests"]["memory"] == "864Gi"
     assert "memory" not in build["resources"]["limits"], "a peak above the estimate is not killed"
 
 
-def test_scratch_counts_the_download_only_when_there_is_one_and_the_precision() -> None:
+def test_scratch_never_counts_the_checkpoint_and_grows_with_the_precision() -> None:
+    """The checkpoint is read where it is (the model cache, or a pvc:// source): the scratch is the
+    converted checkpoint and the engine, whichever the source."""
     spec = example("llama3-70b-fp8").spec
     pool = dataclasses.replace(H100x8, tensor=4, pipeline=1, gpus_per_pod=4, pods_per_replica=1)
     fetched = build_size(spec, pool, 4)
-    mounted = example("llama3-70b-fp8", lambda s: s["model"]["source"].update(uri="pvc://models/llama3-70b"))
-    read_in_place = build_size(mounted.spec, pool, 4)
-    assert fetched is not None and read_in_place is not None and not read_in_place.fetched
-    assert fetched.scratch - read_in_place.scratch == pytest.approx(70.6e9 * 2 * 1.1, rel=1e-6)
+
+    def in_place(s: dict[str, Any]) -> None:
+        s["model"]["source"].update(uri="pvc://models/llama3-70b")
+        del s["model"]["cache"]
+
+    read_in_place = build_size(example("llama3-70b-fp8", in_place).spec, pool, 4)
+    assert fetched is not None and fetched == read_in_place
     fp16 = example("llama3-70b-fp8", lambda s: s["engine"].update(precision=Precision.FP16.value))
     wider = build_size(fp16.spec, pool, 4)
     assert wider is not None and wider.scratch > fetched.scratch and wider.memory == fetched.memory
@@ -142,8 +152,8 @@ def test_an_object_store_build_asks_the_node_for_its_scratch() -> None:
     j = job(with_cache("llama31-405b-multinode", "s3://engines/llm"))
     pod = j["spec"]["template"]["spec"]
     build = pod["initContainers"][-1]
-    assert build["resources"]["requests"]["ephemeral-storage"] == "1793Gi"
-    assert {"name": "work", "emptyDir": {"sizeLimit": "1793Gi"}} in pod["volumes"]
+    assert build["resources"]["requests"]["ephemeral-storage"] == "961Gi"
+    assert {"name": "work", "emptyDir": {"sizeLimit": "961Gi"}} in pod["volumes"]
 
 
 def test_an_unknown_architecture_requests_nothing_it_cannot_compute() -> None:

@@ -20,8 +20,12 @@ TYPE = model_config_pb2.DataType.Name
 
 
 def spec(backend: str, uri: str) -> LLMDeploymentSpec:
+    cache = {"cache": {"claimName": "c"}} if uri.startswith("hf://") else {}
     return LLMDeploymentSpec.model_validate(
-        {"model": {"name": "m", "source": {"uri": uri}}, "engine": {"backend": backend, "precision": "bf16"}}
+        {
+            "model": {"name": "m", "source": {"uri": uri}, **cache},
+            "engine": {"backend": backend, "precision": "bf16"},
+        }
     )
 
 
@@ -102,7 +106,7 @@ def test_the_ensemble_accepts_the_spellings_upstream_accepts_at_the_tag() -> Non
 
 @pytest.mark.parametrize("uri", ["pvc://models/llama", "hf://meta-llama/Llama-3.1-8B-Instruct"])
 def test_llmapi_uses_only_upstream_names_and_all_it_requires(uri: str) -> None:
-    files = render_repository(spec("pytorch", uri), POOL, engine_dir="", tokenizer_dir="")
+    files = render_repository(spec("pytorch", uri), POOL, engine_dir="", tokenizer_dir="", model_dir="/m")
     assert set(files) == {"tensorrt_llm/config.pbtxt", "tensorrt_llm/1/model.yaml"}
     cfg = configs(files)["tensorrt_llm"]
     assert held_against(cfg, up.LLMAPI_INPUTS, up.LLMAPI_OUTPUTS, up.LLMAPI_PARAMETERS) == []

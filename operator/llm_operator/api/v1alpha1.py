@@ -1340,18 +1340,6 @@ class LLMDeploymentSpec(Spec):
             )
         return self
 
-    @model_validator(mode="after")
-    def _cpu_reference_sources(self) -> LLMDeploymentSpec:  # the CEL rule's twin
-        uri = self.model.source.uri
-        if self.engine.backend == Backend.CPU_REFERENCE and not (
-            uri in BUILTIN_URIS or uri.startswith((*CACHED_SCHEMES, "pvc://"))
-        ):
-            raise ValueError(
-                f"the cpu-reference backend serves its builtin models ({' or '.join(BUILTIN_URIS)}) "
-                "or a checkpoint in its format from s3://, hf:// or pvc://"
-            )
-        return self
-
 
 # ---------------------------------------------------------------------------------------------
 # status (written by the operator only)

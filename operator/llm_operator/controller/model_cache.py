@@ -27,11 +27,10 @@ from llm_operator.controller.model_status import RETRY_SECONDS
 from llm_operator.controller.observe import Children, Key
 from llm_operator.engine.state import BuildFact, ModelFact, ModelObserved, ModelState, ModelStatus
 from llm_operator.render import names
-from llm_operator.render.model_fetch import model_request
+from llm_operator.render.model_fetch import MODEL_INDEX, model_request
 
 log = logging.getLogger(__name__)
 
-MODEL_INDEX = "llm-model-cache-index"  # per namespace: fetch key -> the fetched model (JSON)
 PROGRESS_SECONDS = 5.0  # how often a running fetch's progress is read into status
 LOG_TAIL_LINES = 5  # the fetcher prints a progress line at most every 2 s; a few suffice
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set by the Job controller on its pods

@@ -21,6 +21,7 @@ from llm_operator.contract import MODEL_CACHE_MOUNT, TERMINATION_LOG
 from llm_operator.modelcache.keys import fetch_key, source_key
 from llm_operator.render import names
 
+MODEL_INDEX = "llm-model-cache-index"  # per namespace: fetch key -> the fetched model (JSON)
 EXIT_PERMANENT = 78  # the fetcher's "retrying cannot help" (os.EX_CONFIG)
 FETCH_UID = 1000  # the fetch image's USER (images/fetch.Dockerfile)
 BACKOFF_LIMIT = 4  # transient failures (a dropped connection, a killed pod); each retry resumes
