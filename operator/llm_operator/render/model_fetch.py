@@ -137,7 +137,7 @@ def fetch_job(
                         },
                     },
                     # A node drained or a pod preempted is not the fetch's fault: not counted.
-                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
                 ]
             },
             "template": {
