@@ -108,7 +108,9 @@ def test_helm_install_restricted_operator_and_uninstall(
                            ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
                            # routing.mode inference-pool: the router and the picker's own Role
                            ("patch", "deployments.apps"), ("create", "roles.rbac.authorization.k8s.io"),
-                           ("patch", "inferencepools.inference.networking.k8s.io")]:  # fmt: skip
+                           ("patch", "inferencepools.inference.networking.k8s.io"),
+                           # a model fetch's progress: its pod's last log lines
+                           ("get", "pods/log")]:  # fmt: skip
         assert can_i(kubectl, sa, verb, resource), (verb, resource)
     for verb, resource in [("get", "secrets"), ("list", "secrets"), ("delete", "secrets"),
                            ("update", "llmdeployments.llmoperator.io"),
@@ -118,7 +120,7 @@ def test_helm_install_restricted_operator_and_uninstall(
                            ("create", "events.events.k8s.io"), ("list", "namespaces"),
                            ("escalate", "roles.rbac.authorization.k8s.io"),
                            ("bind", "roles.rbac.authorization.k8s.io"),
-                           ("update", "pods")]:  # fmt: skip
+                           ("update", "pods"), ("create", "pods/exec")]:  # fmt: skip
         assert not can_i(kubectl, sa, verb, resource), (verb, resource)
     # The roles for people: Kubernetes aggregates them into its built-in view, edit and admin.
     for role, verb in [("view", "watch"), ("edit", "create"), ("admin", "deletecollection")]:

@@ -77,6 +77,8 @@ def model_spec(model: dict[str, Any]) -> LLMDeploymentSpec:
         ({"source": {"uri": "pvc://c/m", "endpoint": "http://x"}}, "model.source.endpoint is for s3:// and hf://"),
         ({"source": {"uri": "pvc://c/m", "credentialsSecretRef": {"name": "k"}}},
          "credentialsSecretRef is for s3"),
+        ({"source": {"uri": "s3://b/m", "endpoint": "http://k:secret@host:7070"}, "cache": CACHE},
+         "with no credentials in it"),
     ],
 )  # fmt: skip
 def test_what_admission_refuses_the_models_refuse_too_naming_the_field(

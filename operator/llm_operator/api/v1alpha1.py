@@ -153,6 +153,11 @@ GS_REFUSED = (
     "gs:// model sources are not supported (no GCS server to test against); GCS serves the S3 API: "
     "use s3:// with endpoint https://storage.googleapis.com and HMAC keys"
 )
+ENDPOINT = r"^https?://[^ /?#@]+(/[^ ?#@]*)?$"
+ENDPOINT_MESSAGE = (
+    "model.source.endpoint must be http://HOST[:PORT][/PATH] or https://..., with no credentials in "
+    "it (they come from model.source.credentialsSecretRef)"
+)
 # Sources the fetch Job downloads into spec.model.cache (pvc:// is read in place, builtin:// ships
 # in the cpu-runtime image).
 CACHED_SCHEMES = ("s3://", "hf://")
@@ -199,9 +204,11 @@ class ModelSource(Spec):
     endpoint: str | None = Field(
         default=None,
         max_length=1024,
-        pattern=r"^https?://[^ /?#@]+(/[^ ?#@]*)?$",
         description="s3://: the S3-compatible server (unset: AWS). hf://: a Hugging Face Hub mirror "
         "(HF_ENDPOINT; unset: huggingface.co). http:// or https://, no credentials in it.",
+        # A CEL rule, not a pattern: the API server quotes a value that fails a pattern, and a
+        # mistaken endpoint may carry credentials.
+        json_schema_extra=rules(cel(f"self.matches('{ENDPOINT}')", ENDPOINT_MESSAGE)),
     )
     region: str | None = Field(
         default=None,
@@ -223,6 +230,13 @@ class ModelSource(Spec):
         "identity through runtime.serviceAccountName, or a public model). Only the name is read, "
         "never the Secret.",
     )
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_without_credentials(cls, endpoint: str | None) -> str | None:  # the CEL rule's twin
+        if endpoint is not None and not re.match(ENDPOINT, endpoint):
+            raise ValueError(ENDPOINT_MESSAGE)
+        return endpoint
 
     @model_validator(mode="after")
     def _fields_of_scheme(self) -> ModelSource:  # the CEL rules' twins
