@@ -27,8 +27,7 @@ SERVERS = ("streaming_server", "batch_server")
 def cpu_spec(streaming: bool) -> LLMDeploymentSpec:
     return LLMDeploymentSpec.model_validate(
         {
-            "model": {"name": "llm-operator/tiny-llama", "source": {"uri": "builtin://tiny-llama"},
-                      "revision": "r7"},
+            "model": {"name": "llm-operator/tiny-llama", "source": {"uri": "builtin://tiny-llama"}},
             "engine": {"backend": "cpu-reference", "maxBatchSize": 8, "maxInputLen": 64, "maxSeqLen": 256,
                        "maxNumTokens": 256},
             # 20 ms lets concurrent requests meet in one batch even on a busy 2-core machine.
