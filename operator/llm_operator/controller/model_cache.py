@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,7 +26,8 @@ from llm_operator.controller.engines import job_state
 from llm_operator.controller.kube import KubeApi
 from llm_operator.controller.model_status import RETRY_SECONDS
 from llm_operator.controller.observe import Children, Key
-from llm_operator.engine.state import BuildFact, ModelFact, ModelObserved, ModelState, ModelStatus
+from llm_operator.desired import Desired
+from llm_operator.engine.state import BuildFact, ModelFact, ModelObserved, ModelState
 from llm_operator.render import names
 from llm_operator.render.model_fetch import MODEL_INDEX, model_request
 
@@ -258,14 +260,14 @@ class ModelCache:
             await self.kube.add_configmap_keys(namespace, MODEL_INDEX, entries)
 
     async def settle(
-        self, children: Children, ld: LLMDeployment, wants: list[Any], now: str
+        self, children: Children, ld: LLMDeployment, wants: Sequence[Desired], now: str
     ) -> tuple[list[tuple[str, str, str]], float | None]:
         """After the pass's Jobs exist: index the finished fetches (Event ModelFetched), retry the
         failed ones. Returns the Events (type, reason, message) and when to look again."""
         events: list[tuple[str, str, str]] = []
         later: list[float] = []
         for want in wants:
-            model: ModelStatus = want.model
+            model = want.model
             if want.model_record:
                 await self.record(ld.namespace, want.model_record)
                 events.append(("Normal", "ModelFetched", fetched_message(ld, model.observed)))
