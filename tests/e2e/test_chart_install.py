@@ -68,9 +68,13 @@ def release(crd: None, cluster: E2ECluster, kubectl: Kubectl, namespace: str) ->
                    capture_output=True, timeout=TIMEOUT)  # fmt: skip
 
 
-def can_i(kubectl: Kubectl, sa: str, verb: str, resource: str, namespace: str | None = None) -> bool:
+def can_i(
+    kubectl: Kubectl, sa: str, verb: str, resource: str, namespace: str | None = None, subresource: str = ""
+) -> bool:
+    """`resource` is kubectl's TYPE or TYPE/NAME; a subresource (pods' log) goes in `subresource`."""
     where = [f"--namespace={namespace}"] if namespace else ["--all-namespaces"]
-    result = kubectl("auth", "can-i", verb, resource, f"--as={sa}", *where, check=False)
+    sub = [f"--subresource={subresource}"] if subresource else []
+    result = kubectl("auth", "can-i", verb, resource, *sub, f"--as={sa}", *where, check=False)
     return result.stdout.strip() == "yes"
 
 
@@ -108,9 +112,7 @@ def test_helm_install_restricted_operator_and_uninstall(
                            ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
                            # routing.mode inference-pool: the router and the picker's own Role
                            ("patch", "deployments.apps"), ("create", "roles.rbac.authorization.k8s.io"),
-                           ("patch", "inferencepools.inference.networking.k8s.io"),
-                           # a model fetch's progress: its pod's last log lines
-                           ("get", "pods/log")]:  # fmt: skip
+                           ("patch", "inferencepools.inference.networking.k8s.io")]:  # fmt: skip
         assert can_i(kubectl, sa, verb, resource), (verb, resource)
     for verb, resource in [("get", "secrets"), ("list", "secrets"), ("delete", "secrets"),
                            ("update", "llmdeployments.llmoperator.io"),
@@ -120,8 +122,11 @@ def test_helm_install_restricted_operator_and_uninstall(
                            ("create", "events.events.k8s.io"), ("list", "namespaces"),
                            ("escalate", "roles.rbac.authorization.k8s.io"),
                            ("bind", "roles.rbac.authorization.k8s.io"),
-                           ("update", "pods"), ("create", "pods/exec")]:  # fmt: skip
+                           ("update", "pods")]:  # fmt: skip
         assert not can_i(kubectl, sa, verb, resource), (verb, resource)
+    # A model fetch's progress: its pod's last log lines; it never execs into a pod.
+    assert can_i(kubectl, sa, "get", "pods", subresource="log")
+    assert not can_i(kubectl, sa, "create", "pods", subresource="exec")
     # The roles for people: Kubernetes aggregates them into its built-in view, edit and admin.
     for role, verb in [("view", "watch"), ("edit", "create"), ("admin", "deletecollection")]:
         wait_for(f"llmdeployments {verb} aggregated into ClusterRole {role}",
