@@ -38,7 +38,7 @@ def cpu_spec(streaming: bool) -> LLMDeploymentSpec:
 
 def expected(prompt: str, max_tokens: int, sampler: Sampler | None = None) -> str:
     """What the server must answer: the same model run alone, in this process."""
-    lm = TinyLM(BUILTIN_MODELS["tiny-llama"], weights_seed(cpu_spec(True).model.revision or "main"))
+    lm = TinyLM.seeded(BUILTIN_MODELS["tiny-llama"], weights_seed(cpu_spec(True).model.revision or "main"))
     return "".join(lm.generate(prompt, max_tokens, sampler))
 
 

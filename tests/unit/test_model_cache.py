@@ -178,6 +178,23 @@ def test_the_fetch_job_runs_the_contracts_command_without_a_gpu_and_fails_at_onc
     assert "envFrom" not in hc and hc["args"][-2:] == ["--revision", "main"]
 
 
+def test_the_fetcher_parses_the_args_the_job_gives_it() -> None:
+    """The fetch Job's command line is the fetcher's own (llm_operator/modelcache/fetch.py, part A)."""
+    from llm_operator.modelcache import fetch
+
+    ld = cpu(S3, cache=CACHE)
+    request = model_request(ld.spec)
+    assert request is not None
+    job = fetch_job(
+        ld.name, ld.namespace, ld.spec, request, image="fetch:1", owner=OWNER, max_bytes_per_second=5
+    )
+    (c,) = job["spec"]["template"]["spec"]["containers"]
+    a = fetch.parse(c["args"])
+    assert (a.uri, a.source_key, a.endpoint, a.region, a.path_style, a.max_bytes_per_second) == (
+        S3["uri"], request.source_key, S3["endpoint"], S3["region"], True, 5)  # fmt: skip
+    assert a.cache_root == "/var/lib/llm-operator/model-cache" and a.termination_log == "/dev/termination-log"
+
+
 def test_the_operator_reads_its_bandwidth_cap_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert OperatorConfig.from_env().fetch_max_bytes_per_second is None
     monkeypatch.setenv("LLMOP_FETCH_MAX_BYTES_PER_SECOND", "2097152")

@@ -225,7 +225,7 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(f"unknown builtin model {name!r}")
         # One thread per instance: Triton's instance count is the unit of CPU parallelism.
         torch.set_num_threads(1)
-        self.lm = TinyLM(BUILTIN_MODELS[name], seed=int(params["weights_seed"]))
+        self.lm = TinyLM.seeded(BUILTIN_MODELS[name], seed=int(params["weights_seed"]))
         self.max_input_len = int(params["max_input_len"])
         self.max_seq_len = int(params["max_seq_len"])
         self.exclude_input = params["exclude_input_in_output"] == "true"

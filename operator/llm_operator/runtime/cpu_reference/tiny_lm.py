@@ -12,7 +12,7 @@ one character on its own and streamed pieces are always valid text.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -95,29 +95,65 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return torch.addcmul(x * cos, torch.cat((-x[..., half:], x[..., :half]), dim=-1), sin)
 
 
+def tensor_shapes(c: TinyConfig) -> dict[str, tuple[int, int]]:
+    """Every weight's name (the checkpoint's tensor names, checkpoint.py) and shape, in the order a
+    seed draws them. Projections are [in, out]: activations multiply them from the left."""
+    shapes = {"embed": (c.vocab, c.hidden)}
+    for i in range(c.layers):
+        shapes |= {
+            f"layers.{i}.q": (c.hidden, c.heads * c.head_dim),
+            f"layers.{i}.k": (c.hidden, c.kv_heads * c.head_dim),
+            f"layers.{i}.v": (c.hidden, c.kv_heads * c.head_dim),
+            f"layers.{i}.o": (c.heads * c.head_dim, c.hidden),
+            f"layers.{i}.gate": (c.hidden, c.ffn),
+            f"layers.{i}.up": (c.hidden, c.ffn),
+            f"layers.{i}.down": (c.ffn, c.hidden),
+        }
+    shapes["lm_head"] = (c.hidden, c.vocab)
+    return shapes
+
+
+def seeded_tensors(config: TinyConfig, seed: int) -> dict[str, torch.Tensor]:
+    """The weights a seed draws: normal embeddings, projections scaled by 1/sqrt(fan_in) so that
+    activations keep their size through the layers."""
+    g = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for name, (fan_in, fan_out) in tensor_shapes(config).items():
+        drawn = torch.randn(fan_in, fan_out, generator=g, dtype=DTYPE)
+        tensors[name] = drawn if name == "embed" else torch.div(drawn, math.sqrt(fan_in))
+    return tensors
+
+
 class TinyLM:
-    def __init__(self, config: TinyConfig, seed: int) -> None:
+    def __init__(self, config: TinyConfig, tensors: Mapping[str, torch.Tensor]) -> None:
+        """The model of these weights (names and shapes: tensor_shapes); ValueError names the
+        first tensor that is missing, unexpected or of another shape."""
         self.config = c = config
-        g = torch.Generator().manual_seed(seed)
-
-        def weight(fan_in: int, fan_out: int) -> torch.Tensor:
-            return torch.div(torch.randn(fan_in, fan_out, generator=g, dtype=DTYPE), math.sqrt(fan_in))
-
-        self.embed = torch.randn(c.vocab, c.hidden, generator=g, dtype=DTYPE)
+        expected = tensor_shapes(c)
+        for name, shape in expected.items():
+            if name not in tensors:
+                raise ValueError(f"tensor {name} is missing")
+            if tuple(tensors[name].shape) != shape:
+                raise ValueError(
+                    f"tensor {name} has shape {list(tensors[name].shape)}, the config needs {list(shape)}"
+                )
+        for name in tensors:
+            if name not in expected:
+                raise ValueError(f"tensor {name} is not a weight of this model")
+        # The arithmetic is float64 whatever the file's dtype (see the module's docstring).
+        weight = {name: tensors[name].to(DTYPE) for name in expected}
+        self.embed = weight["embed"]
         self.layers = [
-            Layer(
-                q=weight(c.hidden, c.heads * c.head_dim),
-                k=weight(c.hidden, c.kv_heads * c.head_dim),
-                v=weight(c.hidden, c.kv_heads * c.head_dim),
-                o=weight(c.heads * c.head_dim, c.hidden),
-                gate=weight(c.hidden, c.ffn),
-                up=weight(c.hidden, c.ffn),
-                down=weight(c.ffn, c.hidden),
-            )
-            for _ in range(c.layers)
+            Layer(*(weight[f"layers.{i}.{part}"] for part in ("q", "k", "v", "o", "gate", "up", "down")))
+            for i in range(c.layers)
         ]
-        self.lm_head = weight(c.hidden, c.vocab)
+        self.lm_head = weight["lm_head"]
         self.inv_freq = ROPE_BASE ** (-torch.arange(0, c.head_dim, 2, dtype=DTYPE) / c.head_dim)
+
+    @classmethod
+    def seeded(cls, config: TinyConfig, seed: int) -> TinyLM:
+        """The builtin models: weights drawn from a seed."""
+        return cls(config, seeded_tensors(config, seed))
 
     def start(self, prompts: Sequence[Sequence[int]]) -> Batch:
         return Batch(self, prompts)
