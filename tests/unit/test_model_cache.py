@@ -169,6 +169,7 @@ def test_the_fetch_job_runs_the_contracts_command_without_a_gpu_and_fails_at_onc
         "onExitCodes": {"containerName": "fetch", "operator": "In", "values": [78]},
     }
     assert job["spec"]["backoffLimit"] >= 1, "transient failures are retried, and each retry resumes"
+    assert pod["terminationGracePeriodSeconds"] <= 5, "a deleted fetch pod stops, not finishes"
     assert job["metadata"]["name"] == f"tiny-fetch-{request.fetch_key[:10]}"
     hub = cpu({"uri": "hf://org/tiny"}, cache=CACHE)
     hub_request = model_request(hub.spec)

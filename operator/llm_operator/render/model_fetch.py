@@ -24,6 +24,7 @@ from llm_operator.render import names
 MODEL_INDEX = "llm-model-cache-index"  # per namespace: fetch key -> the fetched model (JSON)
 EXIT_PERMANENT = 78  # the fetcher's "retrying cannot help" (os.EX_CONFIG)
 FETCH_UID = 1000  # the fetch image's USER (images/fetch.Dockerfile)
+TERMINATION_GRACE_SECONDS = 2
 BACKOFF_LIMIT = 4  # transient failures (a dropped connection, a killed pod); each retry resumes
 CACHE_VOLUME = "model-cache"
 # Downloading is network- and disk-bound: a fraction of a core; memory holds a part's buffers.
@@ -147,6 +148,10 @@ def fetch_job(
                 },
                 "spec": {
                     "restartPolicy": "Never",
+                    # A stopped fetch needs no grace: each file is recorded as it is verified, and
+                    # the fetcher, PID 1 without a SIGTERM handler, would ignore SIGTERM and go on
+                    # downloading through the default 30 s (a deleted pod finishing its fetch).
+                    "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
                     "securityContext": {
