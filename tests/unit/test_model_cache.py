@@ -402,7 +402,17 @@ def test_a_failed_fetch_stalls_with_the_fetchers_reason_and_words() -> None:
     seen = ModelObserved(ModelFact.FAILED, reason="SourceNotFound", message="NoSuchBucket: The specified "
                          "bucket does not exist (fix spec.model.source.uri)")  # fmt: skip
     attempt = "tiny-fetch-k-abcde: Failed: exit code 78"
+    refused = 'tiny-fetch-k-abcde: LauncherRefused: {"reason": "SourceNotFound"}'  # before the Job fails
+    missing = 'tiny-fetch-k-fghij: CreateContainerConfigError: secret "s3-keys" not found'
     status = reduced(ModelStatus(ModelState.FAILED, "k", "tiny-fetch-k", seen), (attempt,))
+    fetching = ModelStatus(ModelState.FETCHING, "k", "tiny-fetch-k", ModelObserved(ModelFact.RUNNING))
+    assert conditions(reduced(fetching, (refused,)))["Stalled"]["status"] == "False", (
+        "the fetcher's, not a launcher's"
+    )
+    cannot_start = conditions(reduced(fetching, (missing,)))["Stalled"]
+    assert (cannot_start["status"], cannot_start["reason"]) == ("True", "MissingObject"), (
+        "only the cluster says why"
+    )
     c = conditions(status)
     assert (c["Stalled"]["status"], c["Stalled"]["reason"]) == ("True", "SourceNotFound")
     assert "NoSuchBucket: The specified bucket does not exist" in c["Stalled"]["message"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_operator.controller.conditions import cond
+from llm_operator.controller.conditions import FAILED_POD, LAUNCHER_REFUSED, cond
 from llm_operator.engine.state import ModelState, ModelStatus
 
 CONDITION = "ModelCached"
@@ -76,9 +76,12 @@ def condition(model: ModelStatus | None, generation: int) -> list[dict[str, Any]
 
 
 def without_fetch_attempts(model: ModelStatus | None, pod_problems: tuple[str, ...]) -> tuple[str, ...]:
-    """A fetch pod that failed belongs to the model's condition (the Job retries it, or the
-    fetcher's reason says why it stopped), not among the serving pods that cannot run."""
+    """A fetch pod that exited badly belongs to the model's condition (the Job retries it, or the
+    fetcher's reason says why it stopped; its exit 78 is not a serving launcher's refusal), not
+    among the serving pods that cannot run. A fetch pod that cannot start (a missing Secret, no
+    node, an image) stays there: only the cluster can say why."""
     if model is None or not model.job:
         return pod_problems
     prefix = f"{model.job}-"
-    return tuple(p for p in pod_problems if not (p.startswith(prefix) and ": Failed: " in p))
+    ended = (f": {FAILED_POD}: ", f": {LAUNCHER_REFUSED}: ")
+    return tuple(p for p in pod_problems if not (p.startswith(prefix) and any(e in p for e in ended)))

@@ -14,6 +14,8 @@ from typing import Any
 
 from llm_operator.api.v1alpha1 import Phase, RevisionsStatus, RolloutPhase
 from llm_operator.controller import autoscaling, model_status, router_status
+from llm_operator.controller.conditions import FAILED_POD as FAILED_POD
+from llm_operator.controller.conditions import LAUNCHER_REFUSED as LAUNCHER_REFUSED
 from llm_operator.controller.conditions import available as _available
 from llm_operator.controller.conditions import cond as _cond
 from llm_operator.controller.conditions import stalled as _stalled
@@ -31,9 +33,7 @@ class PoolObserved:
     rolled_out: bool = False  # controller caught up with our template and all pods updated
 
 
-FAILED_POD = "Failed"  # pod problem prefix of a build attempt that exited with an error
 REFUSED = "FailedCreate"  # problem reason of a StatefulSet or Job the API server refused a pod
-LAUNCHER_REFUSED = "LauncherRefused"  # a serving pod's launcher exited 78: no restart will help
 # A pod the scheduler cannot place may be placed once capacity frees up or an autoscaler adds a
 # node (GPU nodes take minutes): until then it is progress, as Argo CD and kstatus read a Pending
 # pod, and the scheduler's words are in the message. Past this, someone must act: Degraded.
