@@ -4,14 +4,14 @@
 #   2. pushes each as REGISTRY/<name>:VERSION with crane (python -m images.push),
 #   3. packages the chart with version and appVersion VERSION (its default images are then
 #      <image.repository's directory>/<name>:VERSION) and pushes it to oci://REGISTRY/charts.
-# .github/workflows/release.yml runs it with REGISTRY=ghcr.io/<owner>; tests/e2e/test_release.py
+# .github/workflows/release.yml runs it with REGISTRY=ghcr.io/<owner>/llm-operator; tests/e2e/test_release.py
 # runs it against the test world's registry. VERSION must be the project's version (pyproject.toml,
 # Chart.yaml's appVersion and the operator's default image tags, which tests keep equal).
 # Credentials: crane reads $DOCKER_CONFIG/config.json, helm $HELM_REGISTRY_CONFIG (point both at one
 # file and `crane auth login` once). HELM, PY: the binaries (default: helm on PATH, .venv's python).
 set -euo pipefail
 die() { echo "release: error: $*" >&2; exit 1; }
-[ $# -eq 2 ] || die "usage: scripts/release.sh REGISTRY VERSION (e.g. ghcr.io/llm-operator 0.1.0)"
+[ $# -eq 2 ] || die "usage: scripts/release.sh REGISTRY VERSION (e.g. ghcr.io/llm-operator/llm-operator 0.1.0)"
 registry=${1%/} version=$2
 cd "$(dirname "$0")/.."
 py=${PY:-.venv/bin/python}

@@ -6,7 +6,7 @@ the node's containerd pulls from it (node.py writes containerd's registry host c
 
 - names with the registry's own host (`10.240.0.10:5000/llm-operator/cpu-runtime:...`) pull as
   from any private registry: the pod's imagePullSecret, nothing configured on the node;
-- the operator's and the chart's default names (`ghcr.io/llm-operator/*`, `registry.k8s.io/...`,
+- the operator's and the chart's default names (`ghcr.io/llm-operator/llm-operator/*`, `registry.k8s.io/...`,
   `docker.io/...`) and images.builder's `localhost/llm-operator/*` mirror to it, with the node's
   own credentials in the mirror's hosts.toml (an Authorization header): a pod naming a default
   image has no pull secret, and containerd 1.6 has no other per-mirror credential (docs/development.md,
@@ -36,11 +36,11 @@ COMPONENTS = ("registry",)
 BINARIES = ("registry", "crane")
 PORT = 5000
 HOST = f"{netns.NODE_IP}:{PORT}"
-# Where `up` and `make images` put the project's images (images.builder's names keep their path).
-PREFIX = f"{HOST}/llm-operator"
 REALM = "llm-operator test world"
-BUILDER_PREFIX = "localhost/llm-operator/"  # images.builder's names
-DEFAULT_PREFIX = "ghcr.io/llm-operator"  # the operator's and the chart's (images.py, values.yaml)
+BUILDER_PREFIX = "localhost/llm-operator/"  # images.builder's names (they keep their path here)
+DEFAULT_PREFIX = "ghcr.io/llm-operator/llm-operator"  # the operator's and the chart's (images.py, values.yaml)
+# Where the default names resolve through the mirror, so where a release to the test world goes.
+PREFIX = f"{HOST}/{DEFAULT_PREFIX.partition('/')[2]}"
 # Test-world accounts (nothing outside the namespace reaches the registry): `push` for crane and
 # helm, and the pull secrets tests create; `node` for the mirrors' hosts.toml.
 PUSH_USER, PUSH_PASSWORD = "push", "test-world-push"
@@ -168,8 +168,8 @@ def write_hosts(certs_d: Path, ca: Path) -> None:
 
 def local_name(ref: str) -> str:
     """The name `ref` (a default or images.builder name) has in the test registry: its path under
-    HOST, as containerd asks the mirror for it (`ghcr.io/llm-operator/operator:0.1.0` ->
-    `10.240.0.10:5000/llm-operator/operator:0.1.0`)."""
+    HOST, as containerd asks the mirror for it (`ghcr.io/llm-operator/llm-operator/operator:0.1.0` ->
+    `10.240.0.10:5000/llm-operator/llm-operator/operator:0.1.0`)."""
     host, _, rest = ref.partition("/")
     if host not in MIRRORED or not rest:
         raise ValueError(f"{ref} is not under a mirrored registry ({', '.join(MIRRORED)})")
@@ -179,7 +179,7 @@ def local_name(ref: str) -> str:
 def push_refs(names: Sequence[str], version: str) -> list[str]:
     """Where an archive carrying image `names` goes in the test registry: each name's mirrored
     path and, for images.builder's `localhost/llm-operator/<image>:*`, `<image>:<version>` too,
-    which the operator's and the chart's default names (`ghcr.io/llm-operator/<image>:<version>`)
+    which the operator's and the chart's default names (`ghcr.io/llm-operator/llm-operator/<image>:<version>`)
     resolve to."""
     refs = [local_name(n) for n in names]
     for n in names:
@@ -190,7 +190,7 @@ def push_refs(names: Sequence[str], version: str) -> list[str]:
 
 def default_refs(names: Sequence[str], version: str) -> list[str]:
     """The operator's and the chart's default names of the images.builder image among `names`
-    (`ghcr.io/llm-operator/<image>:<version>`): tags that move with each rebuild in the test world,
+    (`ghcr.io/llm-operator/llm-operator/<image>:<version>`): tags that move with each rebuild in the test world,
     so `up` drops the node's copy at an older digest and the kubelet pulls the new one."""
     images = {
         n.removeprefix(BUILDER_PREFIX).rpartition(":")[0] for n in names if n.startswith(BUILDER_PREFIX)

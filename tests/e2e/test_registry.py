@@ -40,9 +40,10 @@ def test_a_wrong_pull_secret_is_in_the_status_in_the_registrys_words_and_the_rig
     if cluster.launcher is None:
         pytest.skip("needs the embedded cluster's registry")
     # A tag of the CPU runtime no node has: the kubelet must pull it (IfNotPresent), nothing cached.
-    image = f"{registry.PREFIX}/cpu-runtime:e2e-{secrets.token_hex(4)}"
+    built = registry.local_name("localhost/llm-operator/cpu-runtime:dev")
+    image = f"{built.rpartition(':')[0]}:e2e-{secrets.token_hex(4)}"
     crane = cluster.launcher.registry_crane()
-    crane.check("tag", f"{registry.PREFIX}/cpu-runtime:dev", image.rpartition(":")[2])
+    crane.check("tag", built, image.rpartition(":")[2])
     kubectl.apply(pull_secret("not-the-password"), namespace=namespace)
     doc: dict[str, Any] = yaml.safe_load((EXAMPLES / "cpu-reference.yaml").read_text())
     doc["spec"]["resources"]["cpu"] = "250m"

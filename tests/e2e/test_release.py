@@ -1,9 +1,9 @@
 """The release workflow's steps (.github/workflows/release.yml runs scripts/release.sh after the
 tests) against the test world's registry instead of ghcr.io: the images and the chart are pushed,
 then the chart is installed from the pushed OCI chart with default values, and its operator,
-pulled by its default name (`ghcr.io/llm-operator/operator:<appVersion>`, which the node's
+pulled by its default name (`ghcr.io/llm-operator/llm-operator/operator:<appVersion>`, which the node's
 containerd mirrors to the test registry), serves a cpu-reference deployment whose runtime is the
-default `ghcr.io/llm-operator/cpu-runtime:<appVersion>`: what a user of the published chart gets.
+default `ghcr.io/llm-operator/llm-operator/cpu-runtime:<appVersion>`: what a user of the published chart gets.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def test_release_script_publishes_what_the_default_chart_installs(
         pods = kubectl.items("pods", namespace, f"app.kubernetes.io/instance={name}")
         assert pods and all(pod_ready(p) for p in pods)
         for pod in pods:  # pulled by the default name, through the mirror, as this very image
-            assert pod["spec"]["containers"][0]["image"] == f"ghcr.io/llm-operator/operator:{version}"
+            assert pod["spec"]["containers"][0]["image"] == f"ghcr.io/llm-operator/llm-operator/operator:{version}"
             (status,) = pod["status"]["containerStatuses"]  # its image: one of the image's names
             assert status["imageID"].endswith(manifest_digest(build("operator", log=lambda line: None)))
         held = wait_for(
@@ -97,7 +97,7 @@ def test_llm_operator_run_with_its_default_images_serves_on_the_real_node(
     crd: None, cluster: E2ECluster, kubectl: Kubectl, namespace: str, tmp_path: Path
 ) -> None:
     """`llm-operator run` from the host as the README offers it, no image configured: its serving
-    pods name `ghcr.io/llm-operator/{operator,cpu-runtime}:<version>`, which the node pulls
+    pods name `ghcr.io/llm-operator/llm-operator/{operator,cpu-runtime}:<version>`, which the node pulls
     through its mirror of ghcr.io (before the registry, they stayed in ImagePullBackOff)."""
     if cluster.launcher is None:
         pytest.skip("needs the embedded cluster's registry")
@@ -119,8 +119,8 @@ def test_llm_operator_run_with_its_default_images_serves_on_the_real_node(
         )
         (pod,) = kubectl.items("pods", namespace, "llmoperator.io/deployment=tiny-llama")
         version = project_version()
-        assert pod["spec"]["initContainers"][0]["image"] == f"ghcr.io/llm-operator/operator:{version}"
-        assert pod["spec"]["containers"][0]["image"] == f"ghcr.io/llm-operator/cpu-runtime:{version}"
+        assert pod["spec"]["initContainers"][0]["image"] == f"ghcr.io/llm-operator/llm-operator/operator:{version}"
+        assert pod["spec"]["containers"][0]["image"] == f"ghcr.io/llm-operator/llm-operator/cpu-runtime:{version}"
         kubectl("delete", "llmdeployment", "tiny-llama", "--wait=true", namespace=namespace)
     finally:
         op.stop()

@@ -196,9 +196,9 @@ def test_default_images_are_the_operators_and_follow_app_version(
     deployment = one(list(yaml.safe_load_all(packaged)), "Deployment")
     env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert {env[k] for k in ("LLMOP_OPERATOR_IMAGE", "LLMOP_CPU_RUNTIME_IMAGE", "LLMOP_FETCH_IMAGE")} == {
-        "ghcr.io/llm-operator/operator:9.8.7",
-        "ghcr.io/llm-operator/cpu-runtime:9.8.7",
-        "ghcr.io/llm-operator/fetch:9.8.7",
+        "ghcr.io/llm-operator/llm-operator/operator:9.8.7",
+        "ghcr.io/llm-operator/llm-operator/cpu-runtime:9.8.7",
+        "ghcr.io/llm-operator/llm-operator/fetch:9.8.7",
     }
 
 
@@ -307,10 +307,10 @@ def test_default_resources_and_image() -> None:
         "requests": {"cpu": "100m", "memory": "256Mi"},
         "limits": {"memory": "512Mi"},
     }
-    assert container["image"] == "ghcr.io/llm-operator/operator:0.1.0"
+    assert container["image"] == "ghcr.io/llm-operator/llm-operator/operator:0.1.0"
     custom = operator_container(render("customized"))
     assert custom["image"] == "registry.example/llm-operator@sha256:" + "ab" * 32
-    assert operator_container(render("namespaces"))["image"] == "ghcr.io/llm-operator/operator:v9.1.0"
+    assert operator_container(render("namespaces"))["image"] == "ghcr.io/llm-operator/llm-operator/operator:v9.1.0"
 
 
 def test_scheduling_values_reach_the_pod() -> None:

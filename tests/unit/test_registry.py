@@ -47,10 +47,10 @@ def test_default_and_builder_names_resolve_to_the_paths_pushed() -> None:
     assert refs == [
         f"{registry.HOST}/llm-operator/operator:dev-0123456789ab",
         f"{registry.HOST}/llm-operator/operator:dev",
-        f"{registry.HOST}/llm-operator/operator:0.1.0",
+        f"{registry.HOST}/llm-operator/llm-operator/operator:0.1.0",
     ]
     # What containerd asks the mirror for the operator's default name is among them.
-    assert registry.local_name("ghcr.io/llm-operator/operator:0.1.0") in refs
+    assert registry.local_name("ghcr.io/llm-operator/llm-operator/operator:0.1.0") in refs
     assert registry.push_refs(["docker.io/envoyproxy/envoy:distroless-v1.40.0"], "0.1.0") == [
         f"{registry.HOST}/envoyproxy/envoy:distroless-v1.40.0"
     ]
@@ -90,7 +90,7 @@ def test_the_release_workflow_tests_first_then_publishes_with_the_script_make_te
     tests = next(i for i, r in enumerate(runs) if r.strip() == ".ci/run")
     publish = next(i for i, r in enumerate(runs) if "scripts/release.sh" in r)
     assert tests < publish, "nothing is published before the tests pass"
-    assert '"ghcr.io/$owner" "$version"' in runs[publish] and "auth login ghcr.io" in runs[publish]
+    assert '"ghcr.io/$owner/llm-operator" "$version"' in runs[publish] and "auth login ghcr.io" in runs[publish]
     assert (REPO / ".ci" / "run").read_text().strip().endswith("make test")
 
 

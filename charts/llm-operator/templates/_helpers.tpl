@@ -53,7 +53,7 @@ helm.sh/chart: {{ include "llm-operator.chart" . }}
 
 {{/* One of the project's other images (dict "root" $ "name" "cpu-runtime" "value" <the value>):
 the value when set, else <image.repository's directory>/<name>:<appVersion>, where `make images`
-and the release workflow push it (ghcr.io/llm-operator/cpu-runtime:<appVersion> by default). */}}
+and the release workflow push it (ghcr.io/llm-operator/llm-operator/cpu-runtime:<appVersion> by default). */}}
 {{- define "llm-operator.ownImage" -}}
 {{- .value | default (printf "%s/%s:%s" (dir .root.Values.image.repository) .name .root.Chart.AppVersion) -}}
 {{- end -}}
