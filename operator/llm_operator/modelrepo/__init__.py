@@ -155,10 +155,11 @@ def cpu_values(spec: LLMDeploymentSpec, python_path: Sequence[str]) -> dict[str,
     """What the cpu_reference template renders."""
     uri = spec.model.source.uri
     name = uri.removeprefix("builtin://")
-    if name == uri or name not in BUILTIN_MODELS:
+    builtin = name != uri
+    if builtin and name not in BUILTIN_MODELS:
         raise ValueError(
-            f"the cpu-reference backend serves builtin models only "
-            f"({', '.join('builtin://' + n for n in BUILTIN_MODELS)}), not {uri}"
+            f"the cpu-reference backend's builtin models are "
+            f"{', '.join('builtin://' + n for n in BUILTIN_MODELS)}, not {uri}"
         )
     profile = PROFILES[spec.runtime.profile]
     max_input_len, max_seq_len = sequence_limits(spec)
@@ -166,8 +167,9 @@ def cpu_values(spec: LLMDeploymentSpec, python_path: Sequence[str]) -> dict[str,
         **_common(spec, profile),
         "cpu_model_instances": profile.cpu_model_instances,
         "python_path": os.pathsep.join(python_path),
-        "builtin_model": name,
-        "weights_seed": weights_seed(spec.model.revision),
+        # Any other source is a checkpoint the serving pod finds in LLMOP_MODEL_DIR (model.py).
+        "builtin_model": name if builtin else None,
+        "weights_seed": weights_seed(spec.model.revision) if builtin else None,
         "max_input_len": max_input_len,
         "max_seq_len": max_seq_len,
     }
