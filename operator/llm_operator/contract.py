@@ -24,8 +24,8 @@ MODEL_REPO = "/var/run/llm-operator/model-repo"  # materialized by the launcher 
 ENGINE_CACHE_MOUNT = "/engine-cache"  # the engine cache claim (read-only in serving pods)
 TOKENIZER_MOUNT = "/tokenizer-source"  # runtime.tokenizerUri's claim, read-only
 CHECKPOINT_MOUNT = "/checkpoint"  # the pytorch backend's pvc:// checkpoint claim, read-only
-# The model cache claim (spec.model.cache.claimName), whole: read-write in the fetch pod, read-only
-# in serving pods and engine builds. Models live in models/<source-key>/<resolved revision>/.
+# spec.model.cache.claimName: read-write in the fetch Job, read-only (whole claim) in serving pods
+# and engine builds; models live at models/<source key>/<resolved revision>/ inside it.
 MODEL_CACHE_MOUNT = "/var/lib/llm-operator/model-cache"
 # The cpu-reference models' Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json
 # with its chat template), written into the cpu-runtime image when it is built
@@ -82,8 +82,8 @@ ENV: dict[str, str] = {
     "LLMOP_MODEL_REPO": MODEL_REPO,
     "LLMOP_ENGINE_DIR": "",
     "LLMOP_TOKENIZER_DIR": "",
-    # The cached model's directory under MODEL_CACHE_MOUNT ("" = none: a builtin:// model). The
-    # cpu-reference model loads its checkpoint from there (runtime/cpu_reference/checkpoint.py).
+    # The model's files (config.json, weights, tokenizer) when the source is cached or a pvc://
+    # directory ("" = the backend's builtin model).
     "LLMOP_MODEL_DIR": "",
     "LLMOP_HTTP_PORT": str(HTTP_PORT),
     "LLMOP_GRPC_PORT": str(GRPC_PORT),

@@ -122,7 +122,7 @@ def test_cpu_runtime_reads_a_checkpoint_as_the_host_writes_it(image: Callable[[s
     )
     loaded = runtime.run(["python3", "-c", probe])
     assert loaded.returncode == 0, loaded.stdout
-    expected = "".join(TinyLM.seeded(BUILTIN_MODELS["tiny-llama"], 1).generate("cache", 12))
+    expected = "".join(TinyLM(BUILTIN_MODELS["tiny-llama"], 1).generate("cache", 12))
     assert loaded.stdout.splitlines()[-1] == expected
 
 

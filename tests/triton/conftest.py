@@ -40,7 +40,7 @@ def cpu_spec(streaming: bool) -> LLMDeploymentSpec:
 
 def expected(prompt: str, max_tokens: int, sampler: Sampler | None = None) -> str:
     """What the server must answer: the same model run alone, in this process."""
-    lm = TinyLM.seeded(BUILTIN_MODELS["tiny-llama"], weights_seed(cpu_spec(True).model.revision))
+    lm = TinyLM(BUILTIN_MODELS["tiny-llama"], weights_seed(cpu_spec(True).model.revision))
     return "".join(lm.generate(prompt, max_tokens, sampler))
 
 

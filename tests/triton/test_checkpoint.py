@@ -48,8 +48,8 @@ def test_the_model_serves_the_checkpoint_in_llmop_model_dir(tmp_path: Path) -> N
     server = serve(tmp_path / "server", cached_spec(), {"LLMOP_MODEL_DIR": str(model_dir)}, SAME_PLAN)
     running = next(server)
     try:
-        seed1 = "".join(TinyLM.seeded(BUILTIN_MODELS["tiny-llama"], 1).generate(PROMPT, MAX_TOKENS))
-        seed0 = "".join(TinyLM.seeded(BUILTIN_MODELS["tiny-llama"], 0).generate(PROMPT, MAX_TOKENS))
+        seed1 = "".join(TinyLM(BUILTIN_MODELS["tiny-llama"], 1).generate(PROMPT, MAX_TOKENS))
+        seed0 = "".join(TinyLM(BUILTIN_MODELS["tiny-llama"], 0).generate(PROMPT, MAX_TOKENS))
         assert seed1 != seed0
         assert generate(running, PROMPT) == seed1
     finally:

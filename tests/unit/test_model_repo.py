@@ -126,20 +126,17 @@ def test_model_repo_command_writes_a_loadable_repository(
 
 
 def test_a_cached_cpu_reference_model_names_no_builtin_weights() -> None:
-    """A cpu-reference repository for a cached source leaves the weights to LLMOP_MODEL_DIR (model.py
-    loads the checkpoint there); a builtin one names the model and its seed."""
+    """A cpu-reference repository for a cached source names no builtin model: model.py then loads
+    the checkpoint in LLMOP_MODEL_DIR (and refuses to start without one)."""
     builtin = spec("cpu-reference")
     source = builtin.model.source.model_copy(update={"uri": "s3://models/tiny-llama"})
     cached = builtin.model_copy(update={"model": builtin.model.model_copy(update={"source": source})})
-    render = {
+    pool = cpu_plan(builtin).primary
+    rendered = {
         s.model.source.uri: params(
-            parse(render_repository(s, cpu_plan(builtin).primary, engine_dir="", tokenizer_dir=""))[
-                "ensemble/config.pbtxt"
-            ]
+            parse(render_repository(s, pool, engine_dir="", tokenizer_dir=""))["ensemble/config.pbtxt"]
         )
         for s in (builtin, cached)
     }
-    assert render["builtin://tiny-llama"]["model"] == "tiny-llama"
-    assert "weights_seed" in render["builtin://tiny-llama"]
-    assert "model" not in render["s3://models/tiny-llama"]
-    assert "weights_seed" not in render["s3://models/tiny-llama"]
+    assert rendered["builtin://tiny-llama"]["model"] == "tiny-llama"
+    assert rendered["s3://models/tiny-llama"]["model"] == ""

@@ -154,12 +154,12 @@ def weights_seed(revision: str) -> int:
 def cpu_values(spec: LLMDeploymentSpec, python_path: Sequence[str]) -> dict[str, object]:
     """What the cpu_reference template renders."""
     uri = spec.model.source.uri
-    name = uri.removeprefix("builtin://")
-    builtin = name != uri
+    builtin = uri.startswith("builtin://")
+    name = uri.removeprefix("builtin://") if builtin else ""  # else: LLMOP_MODEL_DIR's checkpoint
     if builtin and name not in BUILTIN_MODELS:
         raise ValueError(
-            f"the cpu-reference backend's builtin models are "
-            f"{', '.join('builtin://' + n for n in BUILTIN_MODELS)}, not {uri}"
+            f"the cpu-reference backend serves builtin models "
+            f"({', '.join('builtin://' + n for n in BUILTIN_MODELS)}) or checkpoints, not {uri}"
         )
     profile = PROFILES[spec.runtime.profile]
     max_input_len, max_seq_len = sequence_limits(spec)
@@ -167,9 +167,8 @@ def cpu_values(spec: LLMDeploymentSpec, python_path: Sequence[str]) -> dict[str,
         **_common(spec, profile),
         "cpu_model_instances": profile.cpu_model_instances,
         "python_path": os.pathsep.join(python_path),
-        # Any other source is a checkpoint the serving pod finds in LLMOP_MODEL_DIR (model.py).
-        "builtin_model": name if builtin else None,
-        "weights_seed": weights_seed(spec.model.revision) if builtin else None,
+        "builtin_model": name,
+        "weights_seed": weights_seed(spec.model.revision or "main"),
         "max_input_len": max_input_len,
         "max_seq_len": max_seq_len,
     }

@@ -119,7 +119,7 @@ def load(directory: str | Path) -> TinyLM:
     except (OSError, SafetensorError) as e:
         raise CheckpointError(f"{path} is not a safetensors file ({e})") from None
     try:
-        return TinyLM(config, tensors)
+        return TinyLM.from_tensors(config, tensors)
     except ValueError as e:
         raise CheckpointError(f"{path}: {e} ({CONFIG_FILE} gives the shapes)") from None
 

@@ -229,11 +229,13 @@ def _model(params: dict[str, str], model_dir: str) -> TinyLM:
         except checkpoint.CheckpointError as e:
             raise pb_utils.TritonModelException(str(e)) from None
     name = params.get("model", "")
-    if name not in BUILTIN_MODELS:
+    if not name:  # the operator renders no builtin name for a cached source
         raise pb_utils.TritonModelException(
-            f"no builtin model {name!r} and LLMOP_MODEL_DIR is not set: a cached model's directory goes there"
+            "LLMOP_MODEL_DIR is not set: this repository serves a cached model, whose directory goes there"
         )
-    return TinyLM.seeded(BUILTIN_MODELS[name], seed=int(params["weights_seed"]))
+    if name not in BUILTIN_MODELS:
+        raise pb_utils.TritonModelException(f"unknown builtin model {name!r}")
+    return TinyLM(BUILTIN_MODELS[name], seed=int(params["weights_seed"]))
 
 
 class TritonPythonModel:
