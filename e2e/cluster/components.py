@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import enforcer, flags, gateway, kubeconfig, monitoring, netns, routing
+from e2e.cluster import artifacts, enforcer, flags, gateway, kubeconfig, monitoring, netns, routing
 from e2e.cluster import node as node_mod
 from e2e.cluster import pki as pki_mod
 from e2e.cluster.processes import Children, free_ports, last_line
@@ -33,13 +33,13 @@ from e2e.cluster.state import StateDir, shown
 CONTROL_PLANE = ("etcd", "kube-apiserver", "forwarder", "kube-controller-manager", "kube-scheduler", "kwok")
 COMPONENTS = (
     *CONTROL_PLANE, *node_mod.NODE_COMPONENTS, *enforcer.COMPONENTS, *monitoring.COMPONENTS,
-    *gateway.COMPONENTS,
+    *gateway.COMPONENTS, *artifacts.COMPONENTS,
 )  # fmt: skip
 # What build-tools.sh must provide; kubectl and helm are only linked into <state>/bin for people and tests.
 BINARIES = (
     "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
     "kubelet", "kube-proxy", "coredns", "kubectl", "helm", *enforcer.BINARIES, *monitoring.BINARIES,
-    *gateway.BINARIES, *routing.BINARIES,
+    *gateway.BINARIES, *routing.BINARIES, *artifacts.BINARIES,
 )  # fmt: skip
 # From Debian (scripts/ensure-system-packages.sh): containerd, runc, CNI plugins, nft, iptables, ipset.
 SYSTEM_BINARIES = ("containerd", "runc", "ctr", "nft", "nsenter", "ip", "iptables", "ipset")
@@ -280,6 +280,10 @@ def start(
         env={**os.environ, "HOME": str(state.root)},
     )
     create_nodes(api, nodes)
+    try:  # the model stores need nothing of the cluster: they start now and are seeded at the end
+        stores = artifacts.start(state, tools, children)
+    except (ImportError, RuntimeError, OSError, subprocess.CalledProcessError) as e:
+        raise ClusterError(f"preparing the model stores failed: {e}") from None
     try:
         monitoring_args = monitoring.prepare(state, pki, api.request)
     except (RuntimeError, OSError) as e:
@@ -376,6 +380,13 @@ def start(
         raise ClusterError(f"starting the Gateway failed: {e}") from None
     try:
         wait_ready("the Inference Extension CRDs served", gie_install.done, "kube-apiserver")
+    except RuntimeError as e:
+        raise ClusterError(str(e)) from None
+    wait_ready(
+        "the model stores", functools.partial(artifacts.ready, lambda u: _http_ok(u, ns), stores), "versitygw"
+    )
+    try:
+        artifacts.seed_in(ns, stores, state.node_cache)
     except RuntimeError as e:
         raise ClusterError(str(e)) from None
     return ports

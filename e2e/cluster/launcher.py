@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import monitoring, netns, pki
+from e2e.cluster import artifacts, monitoring, netns, pki
 from e2e.cluster import node as node_mod
 from e2e.cluster import nodes as node_pools
 from e2e.cluster.components import (
@@ -122,6 +122,11 @@ class Cluster:
     def gateway_url(self) -> str:
         """The Gateway's HTTP listener as the host reaches it (its forwarder on 127.0.0.1)."""
         return f"http://127.0.0.1:{self._state.ports().get('gateway')}"
+
+    @property
+    def stores(self) -> artifacts.Stores:
+        """The model stores' endpoints (inside the namespace), keys and access logs."""
+        return artifacts.load(self._state.root / "stores")
 
     def up(self, *, session: int | None = None) -> UpReport:
         """Start (or verify) the cluster.

@@ -468,9 +468,10 @@ def sync_images(
 
 
 # Imported into the real node at `up` (cached by inputs): from images.builder the sandbox, the
-# operator (the chart's pod) and the CPU runtime (cpu-reference serving pods); from routing.py the
-# router pod's endpoint picker and Envoy, under their upstream names.
-NODE_IMAGES = ("pause", "operator", "cpu-runtime", "epp", "envoy")
+# operator (the chart's pod), the CPU runtime (cpu-reference serving pods) and the fetch image (the
+# model cache's fetch Jobs; it also carries the operator's default fetch image name); from
+# routing.py the router pod's endpoint picker and Envoy, under their upstream names.
+NODE_IMAGES = ("pause", "operator", "cpu-runtime", "fetch", "epp", "envoy")
 LOCAL_REGISTRY = "localhost/llm-operator/"
 
 

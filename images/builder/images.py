@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from llm_operator.images import DEFAULT_FETCH_IMAGE
+
 from images.builder import debian
 from images.builder.cache import atomic_path, build_lock, cache_root, files_under, inputs_hash, scratch
 from images.builder.dockerfile import runtime_config
@@ -47,6 +49,15 @@ CPU_REFERENCE_ROOT = "opt/llm-operator/cpu-reference"
 # libexpat and libstdc++ come with python3.
 CPU_RUNTIME_BASE = debian.Base(("python3", "libpython3.11", "python3-torch", "python3-numpy"))
 OPERATOR_BASE = debian.Base(("python3",))
+# The fetch image as the test world runs it: the model cache's fetcher and its two libraries, at the
+# versions requirements/dev.lock pins (their dependencies too). Not the engine builds' store tools
+# nor TensorRT-LLM's examples: build pods never run on the test world's real node (images/README.md).
+FETCH_WHEELS = ("boto3", "huggingface_hub")
+FETCH_FILES = ("operator/llm_operator/__init__.py", "operator/llm_operator/modelcache")
+FETCH_ROOT = "opt/llm-operator"
+# Names an archive carries besides its localhost ones: the operator's default, so that a fetch Job
+# runs on a node that imported the archive without a pull.
+ALIASES = {"fetch": (DEFAULT_FETCH_IMAGE,)}
 
 Inputs = list[tuple[str, bytes]]
 
@@ -169,6 +180,33 @@ def _operator_assemble(rootfs: Path, work: Path) -> ImageConfig:
     return config
 
 
+# fetch -------------------------------------------------------------------------------------------
+
+
+def _fetch_inputs() -> Inputs:
+    OPERATOR_BASE.ensure()
+    return [
+        ("debian", OPERATOR_BASE.packages_txt()),
+        ("wheels", " ".join(FETCH_WHEELS).encode()),
+        *_files("images/fetch.Dockerfile", "requirements/dev.lock", *FETCH_FILES),
+    ]
+
+
+def _fetch_assemble(rootfs: Path, work: Path) -> ImageConfig:
+    OPERATOR_BASE.copy_to(rootfs)
+    lock = REPO / "requirements/dev.lock"
+    debian.download(FETCH_WHEELS, constraints=lock)
+    debian.pip_install(rootfs, FETCH_WHEELS, constraints=lock)
+    for path in files_under(REPO, *FETCH_FILES):
+        if path.suffix == ".py":
+            target = rootfs / FETCH_ROOT / path.relative_to(REPO / "operator")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+    config = runtime_config(REPO / "images/fetch.Dockerfile")
+    debian.trim(rootfs)
+    return config
+
+
 SPECS = {
     spec.name: spec
     for spec in (
@@ -181,12 +219,13 @@ SPECS = {
             base_inputs=_cpu_runtime_base_inputs,
         ),
         Spec("operator", _operator_inputs, _operator_assemble),
+        Spec("fetch", _fetch_inputs, _fetch_assemble),
     )
 }
 
 
 def refs(name: str, digest: str) -> list[str]:
-    return [f"{REGISTRY}/{name}:dev-{digest[:12]}", f"{REGISTRY}/{name}:dev"]
+    return [f"{REGISTRY}/{name}:dev-{digest[:12]}", f"{REGISTRY}/{name}:dev", *ALIASES.get(name, ())]
 
 
 def inputs_digest(spec: Spec) -> str:
