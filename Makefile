@@ -12,10 +12,10 @@ help: ## list targets
 venv: ## create/reuse the Python environment (cached outside the repo, keyed by the lock file)
 	@scripts/ensure-venv.sh
 
-tools: ## build/reuse etcd, kube-*, kwok, CoreDNS, Prometheus, prometheus-adapter (Go, cached by version) and fetch kubectl/helm
+tools: ## build/reuse etcd, kube-*, kwok, CoreDNS, Prometheus, prometheus-adapter, versitygw (Go, cached by version), olah's venv and fetch kubectl/helm
 	@e2e/cluster/build-tools.sh >/dev/null
 
-images: venv ## build/reuse the OCI image archives (pause, operator, cpu-runtime) without Docker; root
+images: venv ## build/reuse the OCI image archives (pause, operator, cpu-runtime, fetch) without Docker; root
 	@$(PY) -m images.builder --all
 
 cluster-up: venv ## start the embedded control plane with simulated GPU node pools

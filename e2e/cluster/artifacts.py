@@ -22,7 +22,7 @@ import json
 import os
 import secrets
 import subprocess
-import sys
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,7 +42,8 @@ HF_REVISIONS = (("v1", 0), ("main", 1))  # tag v1 (seed 0), then branch main mov
 LFS = (".safetensors",)
 MULTIPART = ("tiny-llama/model.safetensors",)
 BINARIES = ("versitygw", "olah-cli")
-COMPONENTS = ("versitygw", "olah")
+# As `down` finds them in /proc (processes.owned_by): olah runs as `python3.11 .../olah-cli`.
+COMPONENTS = ("versitygw", "olah-cli")
 HEALTH = "/health"
 # Fixed dates make the mirror's commits, hence its revisions, the same at every `up`.
 GIT_ENV = {
@@ -217,17 +218,18 @@ def prepare(root: Path, host: str, s3_port: int, hf_port: int, hf_log: Path, cac
     """Keys, directories, checkpoints (cached in `cache` by the writer's source) and the mirror's
     repository: everything but the S3 objects, which need the server up."""
     stores = new(root, host, s3_port, hf_port, hf_log)
-    seeds = checkpoints(cache / f"checkpoints-{_writer_hash()}")
+    seeds = checkpoints(checkpoint_cache(cache))
     hf_repository(stores, seeds)
     return stores
 
 
-def _writer_hash() -> str:
+def checkpoint_cache(cache: Path) -> Path:
+    """Where the checkpoints are kept under `cache`: keyed by the writer's package source."""
     package = REPO / "operator/llm_operator/runtime/cpu_reference"
     h = hashlib.sha256()
     for path in sorted(package.glob("*.py")):
         h.update(path.read_bytes())
-    return h.hexdigest()[:12]
+    return cache / f"checkpoints-{h.hexdigest()[:12]}"
 
 
 def ready(url_ok: Callable[[str], bool], stores: Stores) -> bool:
@@ -242,10 +244,10 @@ def start(state: StateDir, tools: Mapping[str, Path], children: Children) -> Sto
     """versitygw and olah in the cluster's namespace on NODE_IP, their data under the state
     directory, the checkpoints cached in the node cache."""
     stores = prepare(
-        state.root / "stores", netns.NODE_IP, S3_PORT, HF_PORT, state.log_file("olah"), state.node_cache
+        state.root / "stores", netns.NODE_IP, S3_PORT, HF_PORT, state.log_file("olah-cli"), state.node_cache
     )
     argv, env = versitygw_command(tools["versitygw"], stores)
-    commands = {"versitygw": (argv, env), "olah": (olah_command(tools["olah-cli"], stores), None)}
+    commands = {"versitygw": (argv, env), "olah-cli": (olah_command(tools["olah-cli"], stores), None)}
     for name, (command, environ) in commands.items():
         pid = children.spawn(
             name, netns.command(state.netns, command), state.log_file(name), state.root, environ
@@ -255,29 +257,19 @@ def start(state: StateDir, tools: Mapping[str, Path], children: Children) -> Sto
 
 
 def seed_in(ns: str, stores: Stores, cache: Path) -> None:
-    """The S3 objects, uploaded by this module run as a program inside namespace `ns`."""
-    path = os.pathsep.join([str(REPO), str(REPO / "operator"), os.environ.get("PYTHONPATH", "")])
-    argv = [sys.executable, "-m", "e2e.cluster.artifacts", "seed-s3", stores.root, str(cache)]
-    done = subprocess.run(
-        netns.command(ns, argv),
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": path},
-    )
-    if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.strip()] or ["no output"]
-        raise RuntimeError(f"uploading the models to the S3 server failed: {lines[-1]}")
+    """The S3 objects, uploaded from a thread that entered namespace `ns` (boto3's sockets are
+    made in the thread that sends)."""
+    failed: list[BaseException] = []
 
+    def upload() -> None:
+        try:
+            netns.setns(ns)
+            seed_s3(stores, checkpoints(checkpoint_cache(cache)))
+        except BaseException as e:  # handed to the caller
+            failed.append(e)
 
-def main(argv: list[str]) -> int:
-    if argv[:1] == ["seed-s3"] and len(argv) == 3:
-        stores = load(Path(argv[1]))
-        seed_s3(stores, checkpoints(Path(argv[2]) / f"checkpoints-{_writer_hash()}"))
-        return 0
-    print("usage: python -m e2e.cluster.artifacts seed-s3 STORES_ROOT CACHE", file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    thread = threading.Thread(target=upload, daemon=True)
+    thread.start()
+    thread.join()
+    if failed:
+        raise RuntimeError(f"uploading the models to the S3 server failed: {failed[0]}")

@@ -56,9 +56,7 @@ def local_stores(root: Path) -> Iterator[artifacts.Stores]:
             if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
                 raise RuntimeError(f"the stores did not start; see {root}/versitygw.log and {stores.hf_log}")
             time.sleep(0.2)
-        artifacts.seed_s3(
-            stores, artifacts.checkpoints(root / "cache" / f"checkpoints-{artifacts._writer_hash()}")
-        )
+        artifacts.seed_s3(stores, artifacts.checkpoints(artifacts.checkpoint_cache(root / "cache")))
         yield stores
     finally:
         for proc in procs:

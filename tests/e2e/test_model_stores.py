@@ -37,7 +37,7 @@ def fetcher(tmp_path: Path) -> Fetcher:
 
 
 def seed(stores: artifacts.Stores, seed: int) -> Path:
-    return Path(stores.root) / "cache" / f"checkpoints-{artifacts._writer_hash()}" / f"seed-{seed}"
+    return artifacts.checkpoint_cache(Path(stores.root) / "cache") / f"seed-{seed}"
 
 
 def s3_args(stores: artifacts.Stores) -> list[str]:

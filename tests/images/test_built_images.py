@@ -88,6 +88,25 @@ def test_operator_runs_its_cli_with_the_templates(image: Callable[[str], Rootfs]
     assert (operator.path / "tmp/repo/ensemble/config.pbtxt").is_file()
 
 
+def test_fetch_image_runs_the_fetcher_with_its_two_libraries_only(image: Callable[[str], Rootfs]) -> None:
+    """The fetch Job's command (the image's entry point) runs as the Dockerfile's user, with boto3
+    and huggingface_hub and nothing else of the operator's; a failure still writes its
+    termination message."""
+    fetch = image("fetch")
+    assert fetch.config["Entrypoint"] == ["python3", "-m", "llm_operator.modelcache.fetch"]
+    probe = (
+        "import importlib.util, json, boto3, huggingface_hub, llm_operator.modelcache.fetch\n"
+        f"print(json.dumps([m for m in {list(OPERATOR_ONLY[:4])!r} if importlib.util.find_spec(m)]))"
+    )
+    imported = fetch.run(["python3", "-c", probe])
+    assert imported.returncode == 0, imported.stdout
+    assert json.loads(imported.stdout.splitlines()[-1]) == []
+    failed = fetch.run(fetch.command("--uri", "gs://b/p", "--source-key", "gs-0123456789abcdef",
+                                     "--cache-root", "/tmp", "--termination-log", "/tmp/result"))  # fmt: skip
+    assert failed.returncode == 78, failed.stdout
+    assert json.loads((fetch.path / "tmp/result").read_text())["reason"] == "SourceNotFound"
+
+
 def test_cpu_runtime_has_the_model_but_not_the_launcher(image: Callable[[str], Rootfs]) -> None:
     runtime = image("cpu-runtime")
     probe = (

@@ -10,6 +10,8 @@ Errors keep only the Hub's X-Error-Code / X-Error-Message headers or the status 
 0.5.4 answers from a local mirror (olah/errors.py, olah/mirror/repos.py): an unknown repository is
 401 with X-Error-Code RepoNotFound, an unknown revision 404 with X-Error-Code RevisionNotFound,
 and a file is served whole (200, no Range support), which the fetcher then restarts from byte 0.
+Its HEAD of a file answers X-Repo-Commit and an ETag (the git blob id, or the sha256 of an LFS
+file); the fetcher takes commit and digests from model_info and the tree listing instead.
 """
 
 from __future__ import annotations
