@@ -40,6 +40,10 @@ def test_seed_0_holds_the_builtin_weights_and_serves_the_builtin_text(seed0: Pat
         "tokenizer.json",
         "tokenizer_config.json",
     ]
+    # Readable by other uids (a serving pod's is not the writer's).
+    assert all(p.stat().st_mode & 0o004 for p in seed0.iterdir()), {
+        p.name: oct(p.stat().st_mode) for p in seed0.iterdir()
+    }
     stored, builtin = load_file(str(seed0 / "model.safetensors")), seeded_tensors(TINY, 0)
     assert stored.keys() == builtin.keys()
     assert all(stored[name].dtype == torch.float64 for name in stored)
