@@ -12,11 +12,13 @@ help: ## list targets
 venv: ## create/reuse the Python environment (cached outside the repo, keyed by the lock file)
 	@scripts/ensure-venv.sh
 
-tools: ## build/reuse etcd, kube-*, kwok, CoreDNS, Prometheus, prometheus-adapter, versitygw (Go, cached by version), olah's venv and fetch kubectl/helm
+tools: ## build/reuse etcd, kube-*, kwok, CoreDNS, Prometheus, prometheus-adapter, versitygw, the registry and crane (Go, cached by version), olah's venv and fetch kubectl/helm
 	@e2e/cluster/build-tools.sh >/dev/null
 
-images: venv ## build/reuse the OCI image archives (pause, operator, cpu-runtime, fetch) without Docker; root
+images: venv ## build/reuse the OCI image archives without Docker (root), push them with crane to REGISTRY=host/path (default: the test world's registry)
+	@e2e/cluster/build-tools.sh crane >/dev/null
 	@$(PY) -m images.builder --all
+	@$(PY) -m images.push $(if $(REGISTRY),--registry $(REGISTRY)) $(if $(VERSION),--version $(VERSION))
 
 cluster-up: venv ## start the embedded control plane with simulated GPU node pools
 	@$(PY) -m e2e.cluster up

@@ -4,8 +4,9 @@ as users install it, with the images built here (images.builder) instead of a re
 The operator then runs as a pod on the real node, under the chart's ServiceAccount and RBAC, in a
 namespace that enforces the restricted Pod Security Standard. The images are named by their
 content-addressed tags (`:dev-<inputs hash>`), so a rebuilt image rolls the operator pod and the
-cpu-reference serving pods; one missing on the node is imported first. The CRD is applied
-server-side before Helm runs (Helm installs crds/ once and never upgrades it, docs/helm.md).
+cpu-reference serving pods; one missing on the node is pushed to the test registry and pulled
+first. The CRD is applied server-side before Helm runs (Helm installs crds/ once and never
+upgrades it, docs/helm.md).
 
 CLI: `python -m e2e.operator_release up|down`; `make cluster-down` removes it with the cluster,
 and a test session or the bench uninstalls it first (they run their own operator).
@@ -73,13 +74,14 @@ class Tools:
 
 
 def _image(cluster: Cluster, tools: Tools, name: str, log: Log) -> str:
-    """images.builder's `name` (built if its inputs changed), imported into the real node unless
-    the kubelet already reports it; its content-addressed reference."""
+    """images.builder's `name` (built if its inputs changed), pushed to the test registry and
+    pulled by the real node unless the kubelet already reports it; its content-addressed
+    reference."""
     archive = build(name, log=log)
     ref = next(n for n in image_names(archive) if not n.endswith(":dev"))
     node = tools.json("get", "node", NODE_NAME)
     if not any(ref in i.get("names", []) for i in node["status"].get("images", [])):
-        log(f"  importing {archive.name} into {NODE_NAME}")
+        log(f"  pushing {archive.name} and pulling it on {NODE_NAME}")
         cluster.import_image(archive)
     return ref
 

@@ -13,10 +13,11 @@
 #   busybox-static   the node's stand-in sandbox image and the tests' tiny web server
 #   debootstrap      the Debian rootfs of the locally built images (python -m images.builder)
 #   gcc, libc6-dev   the static pause (sandbox) binary of those images (libc6-dev ships libc.a)
+#   apache2-utils    htpasswd: the bcrypt password file of the test world's registry
 # Needs root or passwordless sudo once; later runs only ask dpkg (milliseconds).
 set -euo pipefail
 packages=(libpython3.11 python3-torch openmpi-bin openssh-server openssh-client
-  containerd runc containernetworking-plugins nftables iptables ipset busybox-static debootstrap gcc libc6-dev)
+  containerd runc containernetworking-plugins nftables iptables ipset busybox-static debootstrap gcc libc6-dev apache2-utils)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from e2e.cluster import enforcer, gateway
+from e2e.cluster import enforcer, gateway, registry
 from e2e.cluster.components import CONTROL_PLANE, ClusterError
 from e2e.cluster.launcher import Cluster, UpReport
 from e2e.cluster.monitoring import COMPONENTS as MONITORING
@@ -44,6 +44,11 @@ def _print_up(cluster: Cluster, report: UpReport) -> None:
     print(
         f"gateway {gateway.NAMESPACE}/{gateway.GATEWAY} (listener {gateway.LISTENER}): "
         f"http://127.0.0.1:{report.ports.get('gateway')} (in-cluster {gateway.URL})"
+    )
+    print(
+        f"registry: https://{registry.HOST} inside the namespace (user {registry.PUSH_USER}, CA "
+        f"{cluster.state_dir / 'pki' / 'ca.crt'}); `make images` pushes there; "
+        f"{', '.join(registry.MIRRORED)} names mirror to it on the node"
     )
     print(f"kubeconfig: export KUBECONFIG={cluster.kubeconfig}  (or: source {cluster.state_dir / 'env'})")
     print(f"shell inside the cluster's network namespace: nsenter --net=/run/netns/{cluster.netns} bash")

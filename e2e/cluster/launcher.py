@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import artifacts, monitoring, netns, pki
+from e2e.cluster import artifacts, monitoring, netns, pki, registry
 from e2e.cluster import node as node_mod
 from e2e.cluster import nodes as node_pools
 from e2e.cluster.components import (
@@ -37,6 +37,7 @@ from e2e.cluster.components import (
 )
 from e2e.cluster.processes import Children, find_owned, owned_by, proc_args, rss_kib
 from e2e.cluster.state import DEFAULT_STATE_DIR, StateDir
+from images.push import Crane
 
 __all__ = ["DEFAULT_STATE_DIR", "RESTARTABLE", "Cluster", "ClusterError", "UpReport"]
 
@@ -70,7 +71,8 @@ class Cluster:
     `extra_args` appends flags per component (later flags win), `tools` replaces the binaries that
     build-tools.sh would provide ({binary name: path}); both exist for tests and experiments.
     `node_images` names the images the real node has at `up` (images.builder's, the sandbox image
-    always, and the router's, routing.IMAGES); they stay imported in `node_cache` across `down`.
+    always, and the router's, routing.IMAGES), pushed to the test registry and pulled from it; they
+    stay in `node_cache` (containerd's root, the registry's blobs) across `down`.
     """
 
     def __init__(
@@ -171,14 +173,44 @@ class Cluster:
             return UpReport(seconds, False, builds, build_seconds, self._rss(), ports)
 
     def import_image(self, archive: Path) -> list[str]:
-        """Import an OCI image archive (e.g. from images.builder) into the real node's containerd;
-        pods then use it by name with imagePullPolicy IfNotPresent or Never. Returns its names."""
-        if not self._healthy():
-            raise ClusterError(f"no running cluster in {self.state_dir} to import {archive} into")
+        """Put an OCI image archive (e.g. busybox_image's) on the real node the way `up` puts the
+        node's images there: pushed to the test registry, pulled by containerd through its
+        registry host configuration. Pods then use it by name (IfNotPresent or Never). Returns its
+        names."""
+        self.push_images([archive])
         try:
-            return node_mod.import_image(node_layout(self._state), archive)
+            for name in node_mod.image_names(archive):
+                node_mod.pull_image(node_layout(self._state), self.netns, name)
         except (RuntimeError, OSError) as e:
             raise ClusterError(str(e)) from None
+        return node_mod.image_names(archive)
+
+    def push_images(self, archives: Sequence[Path], version: str | None = None) -> list[str]:
+        """Push archives to the running test registry under the names the node pulls and the
+        default image names resolve to (registry.push_refs); returns the names pushed."""
+        if not self._healthy():
+            raise ClusterError(f"no running cluster in {self.state_dir} to push images to")
+        crane = Path(self._state.meta()["tools"]["crane"])
+        try:
+            pushed = registry.push_images(self._state, crane, archives, self.log, version)
+            # The node's copies of default names that now name another build (IfNotPresent).
+            node_mod.drop_moved(node_layout(self._state), registry.default_names(archives, version))
+        except (RuntimeError, OSError, ValueError) as e:
+            raise ClusterError(str(e)) from None
+        return pushed
+
+    def registry_crane(self) -> Crane:
+        """crane for the test registry (inside the namespace, as its push account)."""
+        crane = Path(self._state.meta()["tools"]["crane"])
+        return registry.crane(
+            crane, self._state.root / "registry", pki.paths(self._state.pki_dir).ca.cert, self.netns
+        )
+
+    @property
+    def registry_env(self) -> dict[str, str]:
+        """What crane and helm need to talk to the test registry (registry.HOST) from inside the
+        cluster's namespace (`netns.command`): the push account and the cluster CA."""
+        return registry.client_env(self._state.root / "registry", pki.paths(self._state.pki_dir).ca.cert)
 
     def restart(self, component: str) -> float:
         """Stop one control-plane process (SIGTERM, as an upgrade or a crash-looping pod would) and

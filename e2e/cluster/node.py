@@ -6,7 +6,7 @@ for why each setting is there).
 Per instance (so two checkouts never share anything): the kubelet's root dir, pod logs and
 cgroupRoot, containerd's root, state, socket and runc root, host-local's data dir. containerd's root
 (content store, snapshots, image metadata) outlives `down` in the cache dir, so that an image
-imported once (cpu-runtime: ~44 s) is not imported again at the next `up`; what the last instance
+pulled once from the test registry (registry.py) is not pulled again at the next `up`; what the last instance
 left of pods in it (containers, sandboxes) is removed before the kubelet starts.
 """
 
@@ -18,13 +18,13 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from e2e.cluster import busybox_image
+from e2e.cluster import busybox_image, netns
 from e2e.cluster.netns import NODE_IP
 from e2e.cluster.pki import NODE_NAME, Pki
 
@@ -88,6 +88,11 @@ class NodeLayout:
         return self.run / "containerd.sock"
 
     @property
+    def certs_d(self) -> Path:
+        """containerd's registry host configuration (config_path; registry.write_hosts writes it)."""
+        return self.root / "certs.d"
+
+    @property
     def kubelet_root(self) -> Path:
         return self.root / "kubelet"
 
@@ -127,6 +132,8 @@ state = {_toml_str(str(layout.run / "containerd"))}
   netns_mounts_under_state_dir = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
+  [{cri}.registry]
+    config_path = {_toml_str(str(layout.certs_d))}
   [{cri}.cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = {_toml_str(str(layout.root / "cni"))}
@@ -369,23 +376,28 @@ def unmount_under(roots: Iterable[Path]) -> list[str]:
     return mounts_under(roots)
 
 
-# -- images -----------------------------------------------------------------------------------------
-def ctr(layout: NodeLayout, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+# -- images ---------------------------------------------------------------------------------------
+def ctr(
+    layout: NodeLayout, *args: str, timeout: float = 300, netns_name: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """ctr on the node's containerd; inside network namespace `netns_name` for what reaches a
+    registry (ctr fetches as containerd's client)."""
+    argv = ["ctr", "--address", str(layout.socket), "--namespace", "k8s.io", *args]
     return subprocess.run(
-        ["ctr", "--address", str(layout.socket), "--namespace", "k8s.io", *args],
+        netns.command(netns_name, argv) if netns_name else argv,
         capture_output=True,
         text=True,
         timeout=timeout,
     )
 
 
-def import_image(layout: NodeLayout, archive: Path) -> list[str]:
-    """Import an OCI archive into the node's containerd (unpacked, ready for IfNotPresent); returns
-    the image names it carried."""
-    proc = ctr(layout, "images", "import", str(archive))
+def pull_image(layout: NodeLayout, netns_name: str, ref: str) -> None:
+    """Pull `ref` from the test registry as a pod's pull would find it: through containerd's
+    registry host configuration (certs.d: the mirrors, the CA, the node's credentials)."""
+    proc = ctr(layout, "images", "pull", "--hosts-dir", str(layout.certs_d), ref, netns_name=netns_name)
     if proc.returncode != 0:
-        raise RuntimeError(f"ctr images import {archive}: {(proc.stderr or proc.stdout).strip()}")
-    return image_names(archive)
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        raise RuntimeError(f"ctr images pull {ref}: {lines[-1] if lines else f'exit {proc.returncode}'}")
 
 
 def image_names(archive: Path) -> list[str]:
@@ -434,26 +446,28 @@ def remove_old_pods(layout: NodeLayout) -> int:
 
 
 def sync_images(
-    layout: NodeLayout, archives: Iterable[Path], keep_prefix: str, log: Callable[[str], None]
-) -> list[Path]:
-    """Import each archive whose names the node lacks or has at other digests; remove images named
-    under `keep_prefix` that no archive names (old builds) and CRI's `sha256:` names of images no
-    archive holds. Returns the archives imported."""
+    layout: NodeLayout,
+    netns_name: str,
+    archives: Iterable[Path],
+    keep_prefix: str,
+    log: Callable[[str], None],
+    aliases: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Pull (from the test registry, which has them: `up` pushed them first) each name the archives
+    carry that the node lacks or has at another digest, so that no test waits for a pull of the
+    images every pod runs; remove images named under `keep_prefix` that no archive names (old
+    builds) and CRI's `sha256:` names of images no archive holds, and `aliases` (more names of
+    the archives' images, name -> digest) at another digest (drop_moved). Returns the names
+    pulled."""
     have = node_images(layout)
     wanted: dict[str, str] = {}
-    imported, kept = [], []
     for archive in archives:
-        refs = archive_refs(archive)
-        wanted |= refs
-        if all(have.get(name) == digest for name, digest in refs.items()):
-            kept.append(archive.name)
-            continue
+        wanted |= archive_refs(archive)
+    pulled = [name for name, digest in wanted.items() if have.get(name) != digest]
+    for name in pulled:
         start = time.monotonic()
-        import_image(layout, archive)
-        log(f"real node: imported {archive.name} in {time.monotonic() - start:.1f} s")
-        imported.append(archive)
-    if kept:
-        log(f"real node: already has {', '.join(kept)}")
+        pull_image(layout, netns_name, name)
+        log(f"real node: pulled {name} in {time.monotonic() - start:.1f} s")
     # Older builds, and the sha256:<config> names CRI gave them (they would keep their content).
     digests = set(wanted.values())
     stale = [
@@ -464,13 +478,24 @@ def sync_images(
     ]
     if stale:
         _ctr_lines(layout, "images", "rm", *stale)
-    return imported
+    drop_moved(layout, aliases or {})
+    return pulled
 
 
-# Imported into the real node at `up` (cached by inputs): from images.builder the sandbox, the
-# operator (the chart's pod), the CPU runtime (cpu-reference serving pods) and the fetch image (the
-# model cache's fetch Jobs; it also carries the operator's default fetch image name); from
-# routing.py the router pod's endpoint picker and Envoy, under their upstream names.
+def drop_moved(layout: NodeLayout, names: Mapping[str, str]) -> list[str]:
+    """Remove the node's images named in `names` (name -> the registry's digest) at another digest:
+    the kubelet then pulls the registry's (imagePullPolicy IfNotPresent would keep the old one).
+    Their layers stay while another name holds them."""
+    moved = [name for name, digest in node_images(layout).items() if names.get(name, digest) != digest]
+    if moved:
+        _ctr_lines(layout, "images", "rm", *moved)
+    return moved
+
+
+# Pushed to the test registry and pulled onto the real node at `up` (cached by inputs): from
+# images.builder the sandbox, the operator (the chart's pod), the CPU runtime (cpu-reference
+# serving pods) and the fetch image (the model cache's fetch Jobs); from routing.py the router pod's endpoint picker and Envoy, under their upstream
+# names.
 NODE_IMAGES = ("pause", "operator", "cpu-runtime", "fetch", "epp", "envoy")
 LOCAL_REGISTRY = "localhost/llm-operator/"
 

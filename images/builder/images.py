@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from llm_operator.images import DEFAULT_FETCH_IMAGE
 
 from images.builder import debian
 from images.builder.cache import atomic_path, build_lock, cache_root, files_under, inputs_hash, scratch
@@ -55,9 +54,6 @@ OPERATOR_BASE = debian.Base(("python3",))
 FETCH_WHEELS = ("boto3", "huggingface_hub")
 FETCH_FILES = ("operator/llm_operator/__init__.py", "operator/llm_operator/modelcache")
 FETCH_ROOT = "opt/llm-operator"
-# Names an archive carries besides its localhost ones: the operator's default, so that a fetch Job
-# runs on a node that imported the archive without a pull.
-ALIASES = {"fetch": (DEFAULT_FETCH_IMAGE,)}
 
 Inputs = list[tuple[str, bytes]]
 
@@ -225,7 +221,7 @@ SPECS = {
 
 
 def refs(name: str, digest: str) -> list[str]:
-    return [f"{REGISTRY}/{name}:dev-{digest[:12]}", f"{REGISTRY}/{name}:dev", *ALIASES.get(name, ())]
+    return [f"{REGISTRY}/{name}:dev-{digest[:12]}", f"{REGISTRY}/{name}:dev"]
 
 
 def inputs_digest(spec: Spec) -> str:

@@ -174,6 +174,33 @@ def test_chart_metadata() -> None:
     assert chart["appVersion"] == project["version"], "the default image tag is the operator's version"
 
 
+def test_default_images_are_the_operators_and_follow_app_version(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The chart's default images are the ones the operator defaults to without the chart
+    (`llm-operator run`), so both name what the release publishes (scripts/release.sh); a chart
+    packaged with another appVersion (`helm package --app-version`, as the release does) names
+    that version's images."""
+    from llm_operator.controller.config import OperatorConfig
+
+    for var in [v for v in os.environ if v.startswith("LLMOP_")]:
+        monkeypatch.delenv(var)
+    defaults = OperatorConfig.from_env().images
+    env = {e["name"]: e.get("value") for e in operator_container(render())["env"]}
+    assert env["LLMOP_OPERATOR_IMAGE"] == defaults.operator
+    assert env["LLMOP_CPU_RUNTIME_IMAGE"] == defaults.cpu_runtime
+    assert env["LLMOP_FETCH_IMAGE"] == defaults.fetch
+    helm("package", str(CHART), "--app-version", "9.8.7", "--version", "9.8.7", "-d", str(tmp_path))
+    packaged = helm("template", "rel", str(tmp_path / "llm-operator-9.8.7.tgz")).stdout
+    deployment = one(list(yaml.safe_load_all(packaged)), "Deployment")
+    env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert {env[k] for k in ("LLMOP_OPERATOR_IMAGE", "LLMOP_CPU_RUNTIME_IMAGE", "LLMOP_FETCH_IMAGE")} == {
+        "ghcr.io/llm-operator/operator:9.8.7",
+        "ghcr.io/llm-operator/cpu-runtime:9.8.7",
+        "ghcr.io/llm-operator/fetch:9.8.7",
+    }
+
+
 @SETS
 def test_lint_strict(name: str) -> None:
     result = helm_with_values(name, "lint", "--strict", str(CHART), check=False)
@@ -346,9 +373,11 @@ def test_environment_is_what_the_operator_reads(name: str, monkeypatch: pytest.M
             monkeypatch.setenv(env["name"], env["value"])
     config = OperatorConfig.from_env()
     assert config.images.runtime == op["runtimeImage"]
-    assert config.images.cpu_runtime == op["cpuRuntimeImage"]
+    beside = values["image"]["repository"].rpartition("/")[0]  # empty: `<name>:<appVersion>` there
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert config.images.cpu_runtime == (op["cpuRuntimeImage"] or f"{beside}/cpu-runtime:{app_version}")
     assert config.images.engine_builder == op["engineBuilderImage"]
-    assert config.images.fetch == op["fetchImage"]
+    assert config.images.fetch == (op["fetchImage"] or f"{beside}/fetch:{app_version}")
     assert config.images.picker == op["pickerImage"]
     assert config.images.envoy == op["envoyImage"]
     assert config.images.trtllm_version == op["trtllmVersion"]

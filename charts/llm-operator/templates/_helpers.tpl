@@ -51,6 +51,13 @@ helm.sh/chart: {{ include "llm-operator.chart" . }}
 {{- end -}}
 {{- end -}}
 
+{{/* One of the project's other images (dict "root" $ "name" "cpu-runtime" "value" <the value>):
+the value when set, else <image.repository's directory>/<name>:<appVersion>, where `make images`
+and the release workflow push it (ghcr.io/llm-operator/cpu-runtime:<appVersion> by default). */}}
+{{- define "llm-operator.ownImage" -}}
+{{- .value | default (printf "%s/%s:%s" (dir .root.Values.image.repository) .name .root.Chart.AppVersion) -}}
+{{- end -}}
+
 {{/* repository@digest when a digest is given, else repository:tag (tag defaults to appVersion). */}}
 {{- define "llm-operator.image" -}}
 {{- if .Values.image.digest -}}

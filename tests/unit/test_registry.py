@@ -1,0 +1,102 @@
+"""The test registry's configuration as containerd reads it, and the names images are pushed under
+(the registry itself runs in tests/e2e/test_registry.py and test_release.py)."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from e2e.cluster import busybox_image, registry
+from images.push import manifest_digest, project_version, repository
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_hosts_files_trust_the_ca_and_only_mirrors_carry_the_nodes_credentials(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.crt"
+    registry.write_hosts(tmp_path / "certs.d", ca)
+    mirror = f"https://{registry.HOST}"
+    found = {}
+    for path in (tmp_path / "certs.d").glob("*/hosts.toml"):
+        found[path.parent.name] = tomllib.loads(path.read_text())
+    assert set(found) == {registry.HOST, *registry.MIRRORED}
+    for host, config in found.items():
+        # containerd 1.6.20 refuses a file without a [host] table and then ignores its CA.
+        entry = config["host"][mirror]
+        assert entry["ca"] == str(ca) and entry["capabilities"] == ["pull", "resolve"]
+        header = entry.get("header", {})
+        if host == registry.HOST:  # the pod's pull secret, nothing else
+            assert config["server"] == mirror and header == {}
+        else:
+            assert config["server"] == registry.MIRRORED[host]
+            user, _, password = base64.b64decode(header["Authorization"].removeprefix("Basic ")).partition(
+                b":"
+            )
+            assert (user.decode(), password.decode()) == (registry.NODE_USER, registry.NODE_PASSWORD)
+
+
+def test_default_and_builder_names_resolve_to_the_paths_pushed() -> None:
+    refs = registry.push_refs(
+        ["localhost/llm-operator/operator:dev-0123456789ab", "localhost/llm-operator/operator:dev"], "0.1.0"
+    )
+    assert refs == [
+        f"{registry.HOST}/llm-operator/operator:dev-0123456789ab",
+        f"{registry.HOST}/llm-operator/operator:dev",
+        f"{registry.HOST}/llm-operator/operator:0.1.0",
+    ]
+    # What containerd asks the mirror for the operator's default name is among them.
+    assert registry.local_name("ghcr.io/llm-operator/operator:0.1.0") in refs
+    assert registry.push_refs(["docker.io/envoyproxy/envoy:distroless-v1.40.0"], "0.1.0") == [
+        f"{registry.HOST}/envoyproxy/envoy:distroless-v1.40.0"
+    ]
+    with pytest.raises(ValueError, match="not under a mirrored registry"):
+        registry.local_name("quay.io/org/image:1")
+
+
+def test_repository_keeps_a_port_and_drops_the_tag() -> None:
+    assert (
+        repository("10.240.0.10:5000/llm-operator/operator:dev") == "10.240.0.10:5000/llm-operator/operator"
+    )
+    assert repository("10.240.0.10:5000/llm-operator/operator") == "10.240.0.10:5000/llm-operator/operator"
+
+
+def test_manifest_digest_is_the_archives_one_image(tmp_path: Path) -> None:
+    archive = busybox_image.write(tmp_path / "bb.oci.tar", "localhost/llm-operator/busybox:e2e", ["/bin/sh"])
+    digest = manifest_digest(archive)
+    assert digest.startswith("sha256:") and len(digest) == 71
+
+
+def test_release_refuses_a_version_that_is_not_the_projects() -> None:
+    proc = subprocess.run(
+        ["scripts/release.sh", "registry.example/team", "9.9.9"],
+        capture_output=True, text=True, cwd=REPO, env={"PY": sys.executable, "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert f"VERSION 9.9.9 is not the project's version {project_version()}" in proc.stderr
+
+
+def test_the_release_workflow_tests_first_then_publishes_with_the_script_make_test_runs() -> None:
+    import yaml
+
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "release.yml").read_text())
+    assert workflow[True]["push"]["tags"] == ["v*"]  # YAML 1.1 reads the key `on` as True
+    assert workflow["permissions"]["packages"] == "write"
+    runs = [step.get("run", "") for step in workflow["jobs"]["release"]["steps"]]
+    tests = next(i for i, r in enumerate(runs) if r.strip() == ".ci/run")
+    publish = next(i for i, r in enumerate(runs) if "scripts/release.sh" in r)
+    assert tests < publish, "nothing is published before the tests pass"
+    assert '"ghcr.io/$owner" "$version"' in runs[publish] and "auth login ghcr.io" in runs[publish]
+    assert (REPO / ".ci" / "run").read_text().strip().endswith("make test")
+
+
+def test_default_names_are_the_operators_defaults_of_builder_images() -> None:
+    from llm_operator.images import DEFAULT_OPERATOR_IMAGE
+
+    names = ["localhost/llm-operator/operator:dev-0123456789ab", "localhost/llm-operator/operator:dev"]
+    assert registry.default_refs(names, project_version()) == [DEFAULT_OPERATOR_IMAGE]
+    assert registry.default_refs(["docker.io/envoyproxy/envoy:distroless-v1.40.0"], "0.1.0") == []
