@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-
 from images.builder import debian
 from images.builder.cache import atomic_path, build_lock, cache_root, files_under, inputs_hash, scratch
 from images.builder.dockerfile import runtime_config
