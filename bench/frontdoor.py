@@ -36,7 +36,7 @@ PROMPTS = [f"Request {i}: tell me about the weather" for i in range(10)]
 
 def spec() -> LLMDeploymentSpec:
     return LLMDeploymentSpec.model_validate({
-        "model": {"name": "tiny", "source": {"uri": "builtin://tiny-llama"}, "revision": "r7"},
+        "model": {"name": "tiny", "source": {"uri": "builtin://tiny-llama"}},
         "engine": {"backend": "cpu-reference", "maxBatchSize": 8, "maxInputLen": 64, "maxSeqLen": 256,
                    "maxNumTokens": 256},
         "runtime": {"streaming": True, "batching": {"maxQueueDelayMicroseconds": 0}},

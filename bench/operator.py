@@ -98,7 +98,7 @@ def deployments(n: int) -> list[dict[str, Any]]:
                 "spec": {
                     "model": {
                         "name": "meta-llama/Meta-Llama-3-8B-Instruct",
-                        "source": {"uri": "s3://m/llama3-8b/"},
+                        "source": {"uri": "pvc://engines/models/llama3-8b"},
                     },
                     "engine": {
                         "precision": "fp16",

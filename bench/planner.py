@@ -72,7 +72,7 @@ def random_nodes(rng: random.Random, count: int, products: list[str] = PRODUCTS)
 def random_spec(rng: random.Random, products: list[str] | None = None) -> LLMDeploymentSpec:
     precision = rng.choice(["fp16", "bf16", "fp8", "int4-awq"])
     doc: dict[str, Any] = {
-        "model": {"name": rng.choice(MODELS), "source": {"uri": "s3://m/x"}},
+        "model": {"name": rng.choice(MODELS), "source": {"uri": "pvc://models/x"}},
         "engine": {
             "precision": precision,
             "kvCacheDtype": rng.choice(["auto", "fp8"]) if precision == "fp8" else "auto",
@@ -200,7 +200,7 @@ def run(print_fn: Callable[[str], None] = print) -> None:
     )
     spec = LLMDeploymentSpec.model_validate(
         {
-            "model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "s3://m/x"}},
+            "model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "pvc://models/x"}},
             "parallelism": {"tensor": "auto", "pipeline": "auto"},
         }
     )

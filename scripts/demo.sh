@@ -41,7 +41,13 @@ for pv in llm-engine-cache llm-calibration; do
 done
 k -n "$ns" apply -f examples/engine-cache.yaml >/dev/null
 applied=$EPOCHREALTIME
-for f in cpu-reference llama3-8b-h100 llama3-70b-fp8; do k -n "$ns" apply --server-side -f "examples/$f.yaml"; done
+k -n "$ns" apply --server-side -f examples/cpu-reference.yaml
+# The GPU examples fetch s3:// models into the model cache; the demo's simulated GPU nodes serve
+# nothing, so they read a directory of the engine cache's claim in place instead.
+for f in llama3-8b-h100 llama3-70b-fp8; do
+  sed -e 's#source: {uri: s3://models/\([^/}]*\)/*}#source: {uri: pvc://llm-engine-cache/models/\1}#' \
+      -e '/cache: {claimName: llm-model-cache}/d' "examples/$f.yaml" | k -n "$ns" apply --server-side -f -
+done
 
 step "waiting for Ready (kubectl wait --for=condition=Ready llmd --all)"
 # tiny-llama runs for real on real-0: its pod is Ready once Triton has loaded the model.

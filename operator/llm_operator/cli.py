@@ -14,11 +14,13 @@ from typing import Any
 
 import yaml
 
+from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.bounded_yaml import InputError, display_name
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.desired import desired, plan_for
-from llm_operator.engine.state import BuildFact, BuildObserved
+from llm_operator.engine.state import BuildFact, BuildObserved, ModelFact, ModelObserved
 from llm_operator.manifests import env_values, load_deployments, load_nodes, mask
+from llm_operator.modelcache.keys import source_key
 from llm_operator.plan.inventory import Inventory
 from llm_operator.plan.types import PlanningError
 
@@ -62,10 +64,23 @@ def _refusals(source: str, where: str, document: Any) -> Iterator[None]:
         raise InputError(source, where, f"cannot be rendered: {what}") from None
 
 
+# What `render` shows for a model the fetch has cached: its resolved revision is the fetch's to say.
+RENDERED_MODEL = ModelObserved(ModelFact.RECORDED, resolved_revision="RESOLVED")
+NOT_FETCHED = ModelObserved(ModelFact.ABSENT)
+
+
+def _as_rendered(ld: LLMDeployment, model: ModelObserved) -> ModelObserved:
+    if model.fact != ModelFact.RECORDED:
+        return model
+    source = ld.spec.model.source
+    directory = f"models/{source_key(source.uri, source.endpoint)}/{model.resolved_revision}"
+    return ModelObserved(ModelFact.RECORDED, directory=directory, resolved_revision=model.resolved_revision)
+
+
 def render(args: argparse.Namespace) -> int:
-    """What the operator applies, from the same `desired` it calls: first the build Jobs it starts
-    while engines are missing, then everything it applies once they exist. Nothing is printed
-    until every document has rendered."""
+    """What the operator applies, from the same `desired` it calls: first the fetch and build Jobs
+    it starts while the model and engines are missing, then everything it applies once they exist.
+    Nothing is printed until every document has rendered."""
     config = _config()
     inventory = load_inventory(args.nodes)
     deployments, skipped = load_deployments(args.file, sys.stdin)
@@ -75,7 +90,14 @@ def render(args: argparse.Namespace) -> int:
     for d in deployments:
         with _refusals(source, d.where, d.obj.body):
             plan = plan_for(d.ld, inventory)
-            for fact in (BuildFact.ABSENT, BuildFact.RECORDED):
+            # The Jobs while nothing is fetched, then while nothing is built, then everything the
+            # operator applies once both exist. A cached model's directory is named by the revision
+            # the fetch resolves, unknown here.
+            stages = ((NOT_FETCHED, BuildFact.ABSENT), (RENDERED_MODEL, BuildFact.ABSENT),
+                      (RENDERED_MODEL, BuildFact.RECORDED))  # fmt: skip
+            jobs: dict[tuple[str, str], dict[str, Any]] = {}
+            for model, fact in stages:
+                seen = _as_rendered(d.ld, model)
                 want = desired(
                     d.ld,
                     plan,
@@ -84,8 +106,11 @@ def render(args: argparse.Namespace) -> int:
                     leader_worker_set=args.leader_worker_set,
                     prometheus_url=config.prometheus_url,
                     metrics_peers=config.metrics_peers,
+                    models=lambda *_, seen=seen: seen,
+                    fetch_max_bytes_per_second=config.fetch_max_bytes_per_second,
                 )
-                out += want.jobs if fact == BuildFact.ABSENT else want.shared + want.children
+                jobs |= {(j["kind"], j["metadata"]["name"]): j for j in want.jobs}
+            out += [*jobs.values(), *want.shared, *want.children]
         notes.append(f"# {d.name}: {plan.reason}")
         notes += [f"# {d.name}: warning: {warning}" for warning in plan.warnings]
     print("\n".join(notes), file=sys.stderr)

@@ -1,22 +1,33 @@
 """What the operator wants to exist for one LLMDeployment: plan -> engines -> children.
 
-Pure: the reconciler calls `desired` with what the cluster shows about engine builds, and
-`llm-operator render` calls the same function, so the golden files pin what is applied. Writes
-(build Jobs, engine index entries, serving objects) are only listed here; the reconciler's apply
-step performs them.
+Pure: the reconciler calls `desired` with what the cluster shows about the model cache and engine
+builds, and `llm-operator render` calls the same function, so the golden files pin what is
+applied. Writes (fetch and build Jobs, index entries, serving objects) are only listed here; the
+reconciler's apply step performs them. An s3:// or hf:// model is fetched first: until it is in
+the cache no engine is built and every pool is held, so a new revision never stops the old one.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from llm_operator import releases
 from llm_operator.api.v1alpha1 import Backend, LLMDeployment
 from llm_operator.engine import build_job, cache_key
 from llm_operator.engine.sizing import ClaimNeed, build_size
-from llm_operator.engine.state import BuildFact, BuildObserved, EngineState, PoolEngineStatus
+from llm_operator.engine.state import (
+    BuildFact,
+    BuildObserved,
+    EngineState,
+    ModelFact,
+    ModelObserved,
+    ModelState,
+    ModelStatus,
+    PoolEngineStatus,
+)
 from llm_operator.images import Images
 from llm_operator.plan.cpu import cpu_plan
 from llm_operator.plan.inventory import Inventory
@@ -31,12 +42,16 @@ from llm_operator.render.children import (
     shared_children,
     slot_children,
 )
+from llm_operator.render.model_fetch import fetch_job, model_request
 from llm_operator.render.network import DEFAULT_METRICS_PEERS
 from llm_operator.rollout.revision import Slot, revision_of
-from llm_operator.storage import engine_location
+from llm_operator.storage import ModelLocation, cached_model, checkpoint_location, engine_location
 
 # (namespace, cache key, build Job name) -> what the cluster shows about that build.
 BuildLookup = Callable[[str, str, str], BuildObserved]
+# (namespace, fetch key, fetch Job name) -> what the cluster shows about that model.
+ModelLookup = Callable[[str, str, str], ModelObserved]
+MODEL_READY = (ModelState.READY, ModelState.NOT_CACHED)
 
 
 @dataclass(frozen=True)
@@ -52,12 +67,19 @@ class Desired:
     slot: Slot
     revision: str  # the pod templates' revision label
     claim_needs: tuple[ClaimNeed, ...] = ()  # what the builds to start need on the claims they write
+    model: ModelStatus = field(default_factory=lambda: ModelStatus(ModelState.NOT_CACHED))
+    # fetch key -> index value of a fetch whose Job succeeded: add it to the model cache index
+    model_record: dict[str, str] = field(default_factory=dict)
 
     @property
     def held(self) -> frozenset[tuple[str, str]]:
-        """(slot, pool) of pools waiting for an engine: what they served before is kept, not pruned."""
+        """(slot, pool) of pools waiting for their model or engine: what they served before is
+        kept, not pruned."""
         usable = (EngineState.READY, EngineState.NOT_NEEDED)
-        return frozenset((self.slot.value, n) for n, e in self.engines.items() if e.state not in usable)
+        waiting = self.model.state not in MODEL_READY
+        return frozenset(
+            (self.slot.value, n) for n, e in self.engines.items() if waiting or e.state not in usable
+        )
 
 
 def plan_for(ld: LLMDeployment, inventory: Inventory | None) -> Plan:
@@ -150,18 +172,23 @@ def desired(  # raises PlanningError for a spec the images cannot serve
     leader_worker_set: bool = False,
     prometheus_url: str = DEFAULT_PROMETHEUS_URL,
     metrics_peers: Sequence[str] = DEFAULT_METRICS_PEERS,
+    models: ModelLookup | None = None,
+    fetch_max_bytes_per_second: int | None = None,
 ) -> Desired:
     """`ld` rendered into `slot` at the plan's replica counts. `revision` labels its pods; None:
     `revision_of(ld.spec, images)`. A stable slot rendered from its snapshot passes the revision
-    it was started under (the operator's images may have changed since)."""
+    it was started under (the operator's images may have changed since). `models`: None, no
+    model is cached yet."""
     check_release(ld, images)
     _check_multi_node_image(ld, plan, images)
     revision = revision or revision_of(ld.spec, images)
-    jobs: list[dict[str, Any]] = []
+    model, location, fetch, model_record = _model(ld, images, models, fetch_max_bytes_per_second)
+    jobs: list[dict[str, Any]] = [fetch] if fetch is not None else []
     engines: dict[str, PoolEngine] = {}
     statuses: dict[str, PoolEngineStatus] = {}
     record: list[str] = []
     needs: list[ClaimNeed] = []
+    model_ready = model.state in MODEL_READY
     for pool in plan.pools:
         if not needs_engine(ld):
             engines[pool.name] = PoolEngine(None, None, True)
@@ -170,8 +197,14 @@ def desired(  # raises PlanningError for a spec the images cannot serve
             uri = ld.spec.engine.prebuilt.uri
             engines[pool.name] = PoolEngine(engine_location(uri, None), None, True)
             statuses[pool.name] = PoolEngineStatus(EngineState.READY, uri=uri)
+        elif not model_ready:  # the engine's key needs the model's resolved revision
+            engines[pool.name] = PoolEngine(None, None, False)
+            why = f"waiting for model {model.cache_key} to be cached (Job {model.job})" if model.job else ""
+            statuses[pool.name] = PoolEngineStatus(EngineState.WAITING, message=why)
         else:
-            built = _built_engine(ld, pool, images, builds)
+            built = _built_engine(
+                ld, pool, images, builds, model.observed.resolved_revision or None, location
+            )
             engines[pool.name], statuses[pool.name] = built.engine, built.status
             if built.job is not None:
                 jobs.append(built.job)
@@ -179,13 +212,54 @@ def desired(  # raises PlanningError for a spec the images cannot serve
                 needs.append(built.need)
             if built.newly_built and built.engine.cache_key:
                 record.append(built.engine.cache_key)
+    if not model_ready:
+        engines = {n: replace(e, ready=False) for n, e in engines.items()}
     children = slot_children(
-        ld, plan, images, engines, slot=slot, revision=revision, leader_worker_set=leader_worker_set
-    )
+        ld, plan, images, engines, slot=slot, revision=revision, leader_worker_set=leader_worker_set,
+        model=location,
+    )  # fmt: skip
     shared = shared_children(ld, images, prometheus_url=prometheus_url, metrics_peers=metrics_peers)
     return Desired(
-        plan, jobs, children, shared, statuses, tuple(dict.fromkeys(record)), slot, revision, tuple(needs)
-    )
+        plan, jobs, children, shared, statuses, tuple(dict.fromkeys(record)), slot, revision, tuple(needs),
+        model, model_record,
+    )  # fmt: skip
+
+
+def _model(
+    ld: LLMDeployment, images: Images, models: ModelLookup | None, max_bytes_per_second: int | None
+) -> tuple[ModelStatus, ModelLocation | None, dict[str, Any] | None, dict[str, str]]:
+    """Where the pods read the model's files once it is there, the fetch Job while it is not, and
+    the index entry of a fetch that just succeeded."""
+    spec = ld.spec
+    request = model_request(spec)
+    if request is None:  # read in place: pvc:// (the backends that read a checkpoint) or builtin://
+        reads = spec.engine.backend in (Backend.PYTORCH, Backend.CPU_REFERENCE)
+        uri = spec.model.source.uri
+        location = checkpoint_location(uri) if reads and uri.startswith("pvc://") else None
+        return ModelStatus(ModelState.NOT_CACHED), location, None, {}
+    job_name = names.model_fetch_job(ld.name, request.fetch_key)
+    seen = models(ld.namespace, request.fetch_key, job_name) if models else ModelObserved(ModelFact.ABSENT)
+    if seen.fact in (ModelFact.RECORDED, ModelFact.COMPLETE):
+        location = cached_model(request.claim, seen.directory)
+        record = {} if seen.fact == ModelFact.RECORDED else {request.fetch_key: index_value(seen)}
+        done = job_name if seen.fact == ModelFact.COMPLETE else ""
+        return ModelStatus(ModelState.READY, request.fetch_key, done, seen), location, None, record
+    if seen.fact == ModelFact.FAILED:
+        return ModelStatus(ModelState.FAILED, request.fetch_key, job_name, seen), None, None, {}
+    job = fetch_job(
+        ld.name, ld.namespace, spec, request, image=images.fetch, owner=owner_reference(ld),
+        max_bytes_per_second=max_bytes_per_second,
+    )  # fmt: skip
+    return ModelStatus(ModelState.FETCHING, request.fetch_key, job_name, seen), None, job, {}
+
+
+def index_value(seen: ModelObserved) -> str:
+    """The llm-model-cache-index entry of a fetched model (controller/model_cache.py reads it)."""
+    return json.dumps(
+        {"directory": seen.directory, "resolvedRevision": seen.resolved_revision, "bytes": seen.bytes,
+         "files": seen.files},
+        sort_keys=True,
+    )  # fmt: skip
 
 
 def _check_multi_node_image(ld: LLMDeployment, plan: Plan, images: Images) -> None:
@@ -211,11 +285,18 @@ class _PoolBuild:
     need: ClaimNeed | None = None  # the Job's space on the pvc:// engine cache
 
 
-def _built_engine(ld: LLMDeployment, pool: PoolPlan, images: Images, builds: BuildLookup) -> _PoolBuild:
+def _built_engine(
+    ld: LLMDeployment,
+    pool: PoolPlan,
+    images: Images,
+    builds: BuildLookup,
+    model_revision: str | None,
+    model: ModelLocation | None,
+) -> _PoolBuild:
     """The engine a pool serves from the cache, and what it takes to get there."""
     spec = ld.spec
     version = trtllm_version(ld, images)
-    key = cache_key(spec, pool, version)
+    key = cache_key(spec, pool, version, model_revision)
     location = engine_location(spec.engine.cache.uri, key)
     uri = f"{spec.engine.cache.uri.rstrip('/')}/{key}"
     job_name = names.engine_job(ld.name, pool, key)
@@ -238,6 +319,7 @@ def _built_engine(ld: LLMDeployment, pool: PoolPlan, images: Images, builds: Bui
         images=images,
         owner=owner_reference(ld),
         trtllm_version=version,  # the builder refuses an image of another version (exit 78)
+        model=model,
     )
     message = f"building engine {key} (Job {job_name})"
     size = build_size(spec, pool, min(pool.world_size, pool.gpus_per_pod))

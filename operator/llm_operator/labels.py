@@ -19,6 +19,7 @@ ROLE = f"{GROUP}/role"  # leader | worker (multi-node groups); leader for single
 GROUP_INDEX = f"{GROUP}/group"  # replica index of a multi-node group
 GROUP_SIZE = f"{GROUP}/group-size"  # pods per multi-node replica
 ENGINE_KEY = f"{GROUP}/engine-key"
+MODEL_FETCH_KEY = f"{GROUP}/model-fetch-key"  # a fetch Job and its pod: the model cache index key
 # Annotation: digest of the rendered object last applied. A restarted or newly elected operator
 # finds its predecessor's work in it and writes nothing where nothing changed.
 APPLIED = f"{GROUP}/applied"

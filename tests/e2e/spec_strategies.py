@@ -36,7 +36,7 @@ def sometimes(strategy: st.SearchStrategy[T]) -> st.SearchStrategy[T | None]:
 
 
 uris = mostly(
-    ["s3://models/m/", "gs://bucket/m", "hf://meta-llama/x", "pvc://engines/m"], ["ftp://x", "pvc://"]
+    ["s3://models/m/", "hf://meta-llama/x", "pvc://engines/m"], ["ftp://x", "pvc://", "gs://bucket/m"]
 )
 degree = mostly([1, 2, 4, 8, "auto"], [3, 16, 64])
 
@@ -99,6 +99,8 @@ def specs(draw: st.DrawFn) -> dict[str, Any]:
         "model": {"name": draw(st.sampled_from(MODELS)), "source": {"uri": uri}},
         "engine": draw(engines(cpu)),
     }
+    if not cpu and uri.startswith(("s3://", "hf://")) and draw(mostly([True], [False])):
+        spec["model"]["cache"] = {"claimName": "llm-model-cache"}  # required: refused without it
     if cpu:
         spec["resources"] = {"cpu": "100m"}  # its pods really run: the real node has 2 CPUs in all
         if draw(st.integers(0, 7)) == 5:

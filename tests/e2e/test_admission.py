@@ -24,6 +24,7 @@ BASE: dict[str, Any] = {
         "model": {
             "name": "meta-llama/Meta-Llama-3-8B-Instruct",
             "source": {"uri": "s3://models/llama3-8b/"},
+            "cache": {"claimName": "llm-model-cache"},
             "architecture": {
                 "numLayers": 32,
                 "hiddenSize": 4096,
@@ -259,7 +260,7 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     (
         "model-uri-scheme",
         {"model.source.uri": "http://example.com/model"},
-        "model.source.uri must start with s3://, gs://, pvc://, hf:// or builtin://",
+        "model.source.uri must start with s3://, pvc://, hf:// or builtin://",
     ),
     (
         "cache-uri-scheme",
@@ -282,19 +283,15 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
             "engine.backend": "cpu-reference",
             "engine.precision": "fp16",
             "parallelism": {"tensor": 1, "pipeline": 1},
-            "model.source.uri": "s3://models/llama3-8b/",
+            "model.source.uri": "builtin://no-such-model",
+            "model.cache": _DELETE,
         },
-        "the cpu-reference backend serves only its builtin models: set model.source.uri to builtin://tiny-llama",
+        "the cpu-reference backend serves its builtin models (builtin://tiny-llama) or a checkpoint",
     ),
     (
         "cpu-backend-parallel",
         {"engine.backend": "cpu-reference", "engine.precision": "fp16"},
         "the cpu-reference backend runs on CPU",
-    ),
-    (
-        "pytorch-object-store",
-        {"engine.backend": "pytorch"},  # BASE's checkpoint is on s3://
-        "s3:// and gs:// need the model cache, which does not exist yet",
     ),
     (
         "pytorch-no-engines",
@@ -307,7 +304,12 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ),
     (
         "pytorch-quantized",
-        {"engine.backend": "pytorch", "model.source.uri": "pvc://models/llama", "engine.precision": "fp8"},
+        {
+            "engine.backend": "pytorch",
+            "model.source.uri": "pvc://models/llama",
+            "model.cache": _DELETE,
+            "engine.precision": "fp8",
+        },
         "the pytorch backend serves the checkpoint as stored",
     ),
     (
@@ -315,6 +317,7 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         {
             "engine.backend": "pytorch",
             "model.source.uri": "pvc://models/llama",
+            "model.cache": _DELETE,
             "autoscaling": {"maxReplicas": 2, "metric": "kv-cache-utilization"},
         },
         "kv-cache-utilization comes from the tensorrt-engine backend's metrics",
@@ -378,13 +381,15 @@ def test_base_manifest_is_valid(crd: None, kubectl: Kubectl, namespace: str) -> 
     [
         {"uri": "pvc://models/llama3-8b"},
         {"uri": "hf://meta-llama/Meta-Llama-3-8B-Instruct", "credentialsSecretRef": {"name": "hf-token"}},
+        {"uri": "s3://models/llama3-8b/"},
     ],
-    ids=["pvc", "hf"],
+    ids=["pvc", "hf", "s3"],
 )
 def test_pytorch_backend_is_accepted(
     crd: None, kubectl: Kubectl, namespace: str, source: dict[str, Any]
 ) -> None:
-    _create(kubectl, namespace, _manifest({"engine.backend": "pytorch", "model.source": source}))
+    cache = {} if source["uri"].startswith(("hf://", "s3://")) else {"model.cache": _DELETE}
+    _create(kubectl, namespace, _manifest({"engine.backend": "pytorch", "model.source": source, **cache}))
 
 
 @pytest.mark.parametrize(
@@ -457,9 +462,9 @@ def test_model_name_is_immutable(crd: None, kubectl: Kubectl, namespace: str) ->
     with pytest.raises(KubectlError) as err:
         _update(kubectl, namespace, changed)
     assert "model.name is immutable" in err.value.stderr
-    # Changing a field that means the same model (its revision) is allowed.
-    upgraded = _manifest({"model.revision": "abc123"})
+    # Changing a field that means the same model (new weights under a new prefix) is allowed.
+    upgraded = _manifest({"model.source.uri": "s3://models/llama3-8b-v2/"})
     _update(kubectl, namespace, upgraded)
     stored = kubectl.get("llmdeployment", "adm", namespace)
     assert stored is not None
-    assert stored["spec"]["model"]["revision"] == "abc123"
+    assert stored["spec"]["model"]["source"]["uri"] == "s3://models/llama3-8b-v2/"

@@ -68,9 +68,13 @@ def release(crd: None, cluster: E2ECluster, kubectl: Kubectl, namespace: str) ->
                    capture_output=True, timeout=TIMEOUT)  # fmt: skip
 
 
-def can_i(kubectl: Kubectl, sa: str, verb: str, resource: str, namespace: str | None = None) -> bool:
+def can_i(
+    kubectl: Kubectl, sa: str, verb: str, resource: str, namespace: str | None = None, subresource: str = ""
+) -> bool:
+    """`resource` is kubectl's TYPE or TYPE/NAME; a subresource (pods' log) goes in `subresource`."""
     where = [f"--namespace={namespace}"] if namespace else ["--all-namespaces"]
-    result = kubectl("auth", "can-i", verb, resource, f"--as={sa}", *where, check=False)
+    sub = [f"--subresource={subresource}"] if subresource else []
+    result = kubectl("auth", "can-i", verb, resource, *sub, f"--as={sa}", *where, check=False)
     return result.stdout.strip() == "yes"
 
 
@@ -120,6 +124,9 @@ def test_helm_install_restricted_operator_and_uninstall(
                            ("bind", "roles.rbac.authorization.k8s.io"),
                            ("update", "pods")]:  # fmt: skip
         assert not can_i(kubectl, sa, verb, resource), (verb, resource)
+    # A model fetch's progress: its pod's last log lines; it never execs into a pod.
+    assert can_i(kubectl, sa, "get", "pods", subresource="log")
+    assert not can_i(kubectl, sa, "create", "pods", subresource="exec")
     # The roles for people: Kubernetes aggregates them into its built-in view, edit and admin.
     for role, verb in [("view", "watch"), ("edit", "create"), ("admin", "deletecollection")]:
         wait_for(f"llmdeployments {verb} aggregated into ClusterRole {role}",

@@ -33,8 +33,7 @@ metadata: {name: a10g-build}
 spec:
   model:
     name: meta-llama/Llama-3.2-1B-Instruct
-    source: {uri: s3://models/llama3.2-1b/}
-    revision: 4e20de3
+    source: {uri: pvc://llm-engine-cache/models/llama3.2-1b}
   engine:
     precision: bf16
     maxBatchSize: 8
@@ -55,6 +54,13 @@ def example(name: str) -> dict[str, Any]:
         # Its pods really run on the real node (2 CPUs): three replicas, or pods of tests whose
         # namespaces are still going away, fit beside each other.
         doc["spec"]["resources"]["cpu"] = "250m"
+    model = doc["spec"]["model"]
+    if model.pop("cache", None) is not None:
+        # The GPU examples fetch s3:// models into the model cache; their simulated GPU nodes serve
+        # nothing, so these tests read a directory of the engine cache's claim in place instead
+        # (the model cache's own e2e tests fetch real models from the test world's servers).
+        name = model["source"]["uri"].rstrip("/").rsplit("/", 1)[-1]
+        model["source"] = {"uri": f"pvc://llm-engine-cache/models/{name}"}
     return doc
 
 

@@ -129,7 +129,10 @@ def test_a_plan_that_falls_short_is_served_and_says_why(
     cannot be checked: the user reads that in status and in a Warning Event, not in an OOM later."""
     engines_claim(kubectl, namespace)
     body = deployment("unknown", resources={"gpu": {"products": ["NVIDIA-A10G"]}})
-    body["spec"]["model"] = {"name": "acme/house-model-7b", "source": {"uri": "s3://m/house-7b/"}}
+    body["spec"]["model"] = {
+        "name": "acme/house-model-7b",
+        "source": {"uri": "pvc://engines/models/house-7b"},
+    }
     kubectl.apply(body, namespace)
     ld = wait_for(
         "placement warnings in status", lambda: kubectl.get("llmdeployment", "unknown", namespace),

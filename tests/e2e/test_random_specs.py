@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, event, given, settings
 from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.desired import desired, plan_for
-from llm_operator.engine.state import BuildFact, BuildObserved
+from llm_operator.engine.state import BuildFact, BuildObserved, ModelFact, ModelObserved
 from llm_operator.plan.inventory import Inventory
 from llm_operator.plan.types import PlanningError
 from pydantic import ValidationError
@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from e2e.cluster.testing import Kubectl, KubectlError, condition, wait_for
 from tests.e2e.operator_fixtures import OperatorProcess
 from tests.e2e.spec_strategies import specs
+from tests.unit.model_cache_fixtures import CACHED
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("gpu_pools")]
 CAMEL_CASE = re.compile(r"^[A-Z][A-Za-z0-9]+$")
@@ -83,7 +84,11 @@ def test_every_accepted_spec_yields_children_the_api_server_accepts_or_a_reason(
     try:
         plan = plan_for(ld, inventory)
         for fact in (BuildFact.ABSENT, BuildFact.RECORDED):
-            want = desired(ld, plan, images, lambda *_, fact=fact: BuildObserved(fact))
+            # The model: not fetched yet (its fetch Job), then in the cache (what serves it).
+            model = ModelObserved(ModelFact.ABSENT) if fact == BuildFact.ABSENT else CACHED
+            want = desired(
+                ld, plan, images, lambda *_, fact=fact: BuildObserved(fact), models=lambda *_, m=model: m
+            )
             children += want.jobs if fact == BuildFact.ABSENT else want.shared + want.children
     except PlanningError as e:  # becomes Stalled with this reason and sentence
         refused = e

@@ -36,7 +36,7 @@ H100 = "NVIDIA-H100-80GB-HBM3"
 MULTI = PoolPlan("main", H100, (H100,), (9, 0), 81559, 8, 2, 8, 2, 1)
 UID = "5e1f2a3b-0c4d-4e5f-8a9b-0c1d2e3f4a5b"
 SPEC = LLMDeploymentSpec.model_validate(
-    {"model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "s3://m"}}}
+    {"model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "pvc://models/m"}}}
 )
 # What the launcher does with the volume before sshd or ssh start, then what it left.
 PROBE = """

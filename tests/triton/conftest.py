@@ -28,8 +28,7 @@ SERVERS = ("streaming_server", "batch_server")
 def cpu_spec(streaming: bool) -> LLMDeploymentSpec:
     return LLMDeploymentSpec.model_validate(
         {
-            "model": {"name": "llm-operator/tiny-llama", "source": {"uri": "builtin://tiny-llama"},
-                      "revision": "r7"},
+            "model": {"name": "llm-operator/tiny-llama", "source": {"uri": "builtin://tiny-llama"}},
             "engine": {"backend": "cpu-reference", "maxBatchSize": 8, "maxInputLen": 64, "maxSeqLen": 256,
                        "maxNumTokens": 256},
             # 20 ms lets concurrent requests meet in one batch even on a busy 2-core machine.
@@ -40,7 +39,7 @@ def cpu_spec(streaming: bool) -> LLMDeploymentSpec:
 
 def expected(prompt: str, max_tokens: int, sampler: Sampler | None = None) -> str:
     """What the server must answer: the same model run alone, in this process."""
-    lm = TinyLM(BUILTIN_MODELS["tiny-llama"], weights_seed(cpu_spec(True).model.revision))
+    lm = TinyLM(BUILTIN_MODELS["tiny-llama"], weights_seed(cpu_spec(True).model.revision or "main"))
     return "".join(lm.generate(prompt, max_tokens, sampler))
 
 

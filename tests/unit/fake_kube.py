@@ -26,6 +26,7 @@ class FakeKube:
         self.objects: dict[ObjKey, dict[str, Any]] = {}
         self.writes: list[tuple[str, str, str]] = []  # (verb, kind, name)
         self.events: list[tuple[str, str, str]] = []  # (type, reason, message)
+        self.logs: dict[tuple[str, str], str] = {}  # (namespace, pod) -> its log
         self._uids = itertools.count(1)
         self._delivered: dict[ObjKey, str] = {}  # resourceVersion last handed to the reconciler
         self._versions = itertools.count(1)
@@ -122,6 +123,10 @@ class FakeKube:
     async def read_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.objects.get(("PersistentVolumeClaim", namespace, name))
 
+    async def pod_log(self, namespace: str, name: str, tail_lines: int) -> str:
+        lines = self.logs.get((namespace, name), "").splitlines(keepends=True)
+        return "".join(lines[-tail_lines:])
+
     async def event(self, involved: dict[str, Any], type_: str, reason: str, message: str, now: str) -> None:
         self.events.append((type_, reason, message))
 
@@ -147,6 +152,15 @@ class FakeKube:
         if storage is not None:
             claim["spec"] = {"resources": {"requests": {"storage": storage}}}
         self._store(("PersistentVolumeClaim", namespace, name), claim)
+
+    def add_configmap(self, namespace: str, name: str, data: dict[str, str]) -> None:
+        """A ConfigMap written before the operator started (an index another operator wrote)."""
+        cm = {
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace, "labels": {}},
+            "data": data,
+        }
+        self._store(("ConfigMap", namespace, name), cm)
 
     def edit(self, kind: str, namespace: str, name: str, **fields: Any) -> dict[str, Any]:
         """Someone else changes an object (a controller's status, a user's kubectl edit)."""

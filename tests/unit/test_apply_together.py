@@ -21,6 +21,7 @@ from llm_operator.controller.reconciler import Reconciler
 from tests.unit.fake_kube import FakeKube
 from tests.unit.test_reconciler import (
     NS,
+    cache_examples_models,
     condition,
     example,
     mounted_model_repo,
@@ -75,6 +76,8 @@ async def slow_operator() -> tuple[SlowApplies, Reconciler]:
     kube, reconciler = await operator_with_nodes(SlowApplies())
     assert isinstance(kube, SlowApplies)
     kube.add_claim("llm-engine-cache")  # the examples' engine cache
+    kube.add_claim("llm-model-cache")
+    cache_examples_models(kube)  # and their models, fetched before
     return kube, reconciler
 
 

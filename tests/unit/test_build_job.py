@@ -23,6 +23,9 @@ from llm_operator.engine.sizing import build_size
 from llm_operator.images import Images
 from llm_operator.plan.memory import GIB
 from llm_operator.plan.types import PlanningError, PoolPlan
+from llm_operator.storage import cached_model
+
+from tests.unit.model_cache_fixtures import CACHED
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "operator" / "llm_operator"
@@ -45,7 +48,9 @@ def example(name: str, edit: Any = None) -> LLMDeployment:
 
 
 def job(spec: LLMDeploymentSpec, pool: PoolPlan = H100x8) -> dict[str, Any]:
-    return build_job("x", "ns", spec, pool, "k", image="nvidia:1", images=IMAGES, owner=OWNER)
+    """The build of a model the cache holds (the examples' sources are s3://)."""
+    model = cached_model(spec.model.cache.claim_name, CACHED.directory) if spec.model.cache else None
+    return build_job("x", "ns", spec, pool, "k", image="nvidia:1", images=IMAGES, owner=OWNER, model=model)
 
 
 def with_cache(name: str, uri: str) -> LLMDeploymentSpec:
@@ -109,30 +114,35 @@ def test_the_405b_example_is_sized_to_fit_its_nodes_and_cache() -> None:
     """Llama 3.1 405B (405.9e9 parameters) in FP8 at tp 8 x pp 2, built on one 8-GPU pod."""
     spec = example("llama31-405b-multinode").spec
     size = build_size(spec, H100x8, 8)
-    assert size is not None and size.fetched
+    assert size is not None
     checkpoint = 405.9e9 * 2
     assert size.memory == pytest.approx(checkpoint * 1.1 + 8 * 4 * GIB, abs=1)
     assert size.memory_quantity == "864Gi"  # p5.48xlarge: 2048Gi
-    # download + converted checkpoint + engine, FP8 weights with 16-bit embeddings per rank
-    # (each rank's share, the first stage's ranks with the 16-bit embedding: at most ~480 GB in all)
-    assert checkpoint * 1.1 + 2 * 405.9e9 * 1.1 < size.scratch < checkpoint * 1.1 + 2 * 480e9 * 1.1
-    assert size.scratch_quantity == "1793Gi"
+    # converted checkpoint + engine (the checkpoint is read from the model cache), FP8 weights with
+    # 16-bit embeddings per rank (the first stage's ranks with the 16-bit embedding: <= ~480 GB)
+    assert 2 * 405.9e9 * 1.1 < size.scratch < 2 * 480e9 * 1.1
+    assert size.scratch_quantity == "961Gi"
     pvc = yaml.safe_load_all((REPO / "examples" / "engine-cache.yaml").read_text())
     claim = next(d for d in pvc if d["kind"] == "PersistentVolumeClaim")
-    assert claim["spec"]["resources"]["requests"]["storage"] == "2Ti"  # >= 1793Gi
+    assert claim["spec"]["resources"]["requests"]["storage"] == "2Ti"  # >= 961Gi
     (build,) = job(spec)["spec"]["template"]["spec"]["containers"]  # pvc:// cache: no publish step
     assert build["name"] == "build" and build["resources"]["requests"]["memory"] == "864Gi"
     assert "memory" not in build["resources"]["limits"], "a peak above the estimate is not killed"
 
 
-def test_scratch_counts_the_download_only_when_there_is_one_and_the_precision() -> None:
+def test_scratch_never_counts_the_checkpoint_and_grows_with_the_precision() -> None:
+    """The checkpoint is read where it is (the model cache, or a pvc:// source): the scratch is the
+    converted checkpoint and the engine, whichever the source."""
     spec = example("llama3-70b-fp8").spec
     pool = dataclasses.replace(H100x8, tensor=4, pipeline=1, gpus_per_pod=4, pods_per_replica=1)
     fetched = build_size(spec, pool, 4)
-    mounted = example("llama3-70b-fp8", lambda s: s["model"]["source"].update(uri="pvc://models/llama3-70b"))
-    read_in_place = build_size(mounted.spec, pool, 4)
-    assert fetched is not None and read_in_place is not None and not read_in_place.fetched
-    assert fetched.scratch - read_in_place.scratch == pytest.approx(70.6e9 * 2 * 1.1, rel=1e-6)
+
+    def in_place(s: dict[str, Any]) -> None:
+        s["model"]["source"].update(uri="pvc://models/llama3-70b")
+        del s["model"]["cache"]
+
+    read_in_place = build_size(example("llama3-70b-fp8", in_place).spec, pool, 4)
+    assert fetched is not None and fetched == read_in_place
     fp16 = example("llama3-70b-fp8", lambda s: s["engine"].update(precision=Precision.FP16.value))
     wider = build_size(fp16.spec, pool, 4)
     assert wider is not None and wider.scratch > fetched.scratch and wider.memory == fetched.memory
@@ -142,8 +152,8 @@ def test_an_object_store_build_asks_the_node_for_its_scratch() -> None:
     j = job(with_cache("llama31-405b-multinode", "s3://engines/llm"))
     pod = j["spec"]["template"]["spec"]
     build = pod["initContainers"][-1]
-    assert build["resources"]["requests"]["ephemeral-storage"] == "1793Gi"
-    assert {"name": "work", "emptyDir": {"sizeLimit": "1793Gi"}} in pod["volumes"]
+    assert build["resources"]["requests"]["ephemeral-storage"] == "961Gi"
+    assert {"name": "work", "emptyDir": {"sizeLimit": "961Gi"}} in pod["volumes"]
 
 
 def test_an_unknown_architecture_requests_nothing_it_cannot_compute() -> None:
@@ -161,16 +171,7 @@ def test_an_unknown_architecture_requests_nothing_it_cannot_compute() -> None:
 # --- the fetch step ---------------------------------------------------------------------------
 
 
-def test_checkpoint_fetch_and_engine_upload_per_store() -> None:
-    s3 = f.fetch_command("s3://b/llama/", "r", "/m")
-    assert s3 is not None and s3[:3] == ["aws", "s3", "sync"]
-    gs = f.fetch_command("gs://b/llama", "r", "/m")
-    assert gs is not None and gs[:2] == ["gsutil", "-m"]
-    hf = f.fetch_command("hf://meta-llama/Llama-2-7b-hf", "main", "/m")
-    assert hf is not None and hf[:5] == ["hf", "download", "meta-llama/Llama-2-7b-hf", "--revision", "main"]
-    assert f.fetch_command("pvc://models/llama", "r", "/m") is None  # mounted, read in place
-    with pytest.raises(f.FetchError, match="cannot fetch builtin://"):
-        f.fetch_command("builtin://tiny-llama", "r", "/m")
+def test_engine_upload_per_store() -> None:
     files, marker = f.upload_commands("/work/engine", "s3://e/k")
     assert files[-2:] == ["/work/engine", "s3://e/k"] and f.MARKER in files
     assert marker == ["aws", "s3", "cp", f"/work/engine/{f.MARKER}", f"s3://e/k/{f.MARKER}"]
@@ -200,16 +201,14 @@ def run_stdlib_only(lib: Path, module: str, argv: list[str], path: str) -> subpr
     return subprocess.run([sys.executable, "-S", "-I", "-c", code], env=env, capture_output=True, text=True)
 
 
-def test_fetch_downloads_and_copies_the_examples_then_build_and_publish_skip_a_hit(tmp_path: Path) -> None:
+def test_fetch_copies_the_examples_then_build_and_publish_skip_a_hit(tmp_path: Path) -> None:
     """The fetch and publish steps as the Job runs them, standard library only, with a stand-in
-    aws that serves a checkpoint and records uploads."""
+    aws that records uploads. The checkpoint is not downloaded: the build reads the model cache."""
     lib, bin_dir, store = injected(tmp_path), tmp_path / "bin", tmp_path / "store"
     bin_dir.mkdir()
     store.mkdir()
     stand_in(bin_dir, "aws", f"store = pathlib.Path({str(store)!r})\n"
-             "if argv[:2] == ['s3', 'sync'] and argv[-2].startswith('s3://m'):\n"
-             "    d = pathlib.Path(argv[-1]); d.mkdir(parents=True); (d / 'config.json').write_text('{}')\n"
-             "elif argv[:2] == ['s3', 'cp'] and argv[-1] == '-':\n"
+             "if argv[:2] == ['s3', 'cp'] and argv[-1] == '-':\n"
              "    marker = store / 'marker'\n"
              "    sys.exit(1) if not marker.exists() else print(marker.read_text())\n"
              "else:\n"
@@ -219,13 +218,13 @@ def test_fetch_downloads_and_copies_the_examples_then_build_and_publish_skip_a_h
     examples.mkdir(parents=True)
     (examples / "quantize.py").write_text("")
     work, path = tmp_path / "work", f"{bin_dir}:/usr/bin:/bin"
-    fetch = ["fetch", "--key", "k", "--work-dir", str(work), "--model", "s3://m/llama/", "--revision", "r",
-             "--upload", "s3://e/k", "--examples-version", "1.1.0"]  # fmt: skip
+    fetch = ["fetch", "--key", "k", "--work-dir", str(work), "--upload", "s3://e/k", "--examples-version",
+             "1.1.0"]  # fmt: skip
     f_copy = lib / "llm_operator" / "engine" / "fetch.py"
     f_copy.write_text(f_copy.read_text().replace(f.FETCH_EXAMPLES_ROOT, str(tmp_path / "examples")))
     done = run_stdlib_only(lib, "llm_operator.engine.fetch", fetch, path)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert (work / "model" / "config.json").is_file()
+    assert not (work / "model").exists(), "the checkpoint is the model cache's"
     assert (work / "trtllm-examples" / "quantization" / "quantize.py").is_file()
     assert not (work / f.CACHED).exists()
 
@@ -254,7 +253,8 @@ def test_fetch_downloads_and_copies_the_examples_then_build_and_publish_skip_a_h
     done = run_stdlib_only(lib, "llm_operator.engine.fetch", fetch, path)
     assert done.returncode == 0 and "already in the cache" in done.stdout, done.stderr
     assert (work / f.CACHED).is_file() and not (work / "model").exists()
-    build = ["--key", "k", "--model", "s3://m/llama/", "--revision", "r", "--precision", "fp16",
+    build = ["--key", "k", "--model", "/var/lib/llm-operator/model-cache/models/s3-0/etags-0",
+             "--precision", "fp16",
              "--kv-cache-dtype", "auto", "--sm", "sm90", "--output", str(engine), "--work-dir", str(work),
              "--tp", "1", "--pp", "1", "--gpus", "1", "--gpus-per-node", "1", "--max-batch-size", "1",
              "--max-input-len", "8", "--max-seq-len", "16", "--max-num-tokens", "16", "--max-beam-width", "1",
@@ -267,7 +267,7 @@ def test_fetch_downloads_and_copies_the_examples_then_build_and_publish_skip_a_h
 
 
 def test_a_store_the_fetch_image_cannot_use_fails_the_job_at_once(tmp_path: Path) -> None:
-    argv = ["fetch", "--key", "k", "--work-dir", str(tmp_path / "w"), "--model", "ftp://m", "--revision", "r",
-            "--output", str(tmp_path / "out")]  # fmt: skip
+    argv = ["publish", "--key", "k", "--work-dir", str(tmp_path / "w"), "--engine", str(tmp_path / "e"),
+            "--upload", "ftp://engines/k"]  # fmt: skip
     done = run_stdlib_only(injected(tmp_path), "llm_operator.engine.fetch", argv, os.environ["PATH"])
-    assert done.returncode == f.EXIT_CONFIG and "use s3://, gs://, hf:// or pvc://" in done.stderr
+    assert done.returncode == f.EXIT_CONFIG and "uploaded to s3:// or gs:// caches only" in done.stderr

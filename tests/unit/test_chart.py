@@ -57,6 +57,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "image": {"tag": "v9.1.0", "pullPolicy": "Always"},
         "imagePullSecrets": [{"name": "regcred"}],
         "serviceAccount": {"create": False, "name": "ops-operator"},
+        "fetch": {"maxBytesPerSecond": 52428800},
         "operator": {
             "runtimeImage": "registry.example/triton:25.01",
             "cpuRuntimeImage": "registry.example/cpu:1",
@@ -385,6 +386,7 @@ def test_environment_is_what_the_operator_reads(name: str, monkeypatch: pytest.M
     assert config.prometheus_url == op["prometheusUrl"]
     assert config.metrics_peers == tuple(values["networkPolicy"]["metricsPeers"])
     assert config.analysis_prometheus_urls == parse_list(",".join(op["analysisPrometheusUrls"]), "values")
+    assert config.fetch_max_bytes_per_second == values["fetch"]["maxBytesPerSecond"]
     assert isinstance(logging.getLevelName(os.environ["LLMOP_LOG_LEVEL"]), int)  # cli.run's basicConfig
     assert os.environ["LLMOP_LOG_LEVEL"] == op["logLevel"]
     assert config.metrics_port == values["metrics"]["port"]

@@ -262,7 +262,7 @@ def test_other_kinds_are_skipped_and_said(tmp_path: Path) -> None:
     """A GitOps directory mixes kinds: a file of other objects renders nothing, successfully."""
     (tmp_path / "pvc.yaml").write_text((REPO / "examples/engine-cache.yaml").read_text())
     code, out, err = run(["render", "-f", str(tmp_path / "pvc.yaml")])
-    assert (code, out) == (0, "") and "no LLMDeployment (4 other objects)" in err
+    assert (code, out) == (0, "") and "no LLMDeployment (6 other objects)" in err
     (tmp_path / "both.yaml").write_text((REPO / "examples/engine-cache.yaml").read_text() + "---\n" + GOOD)
     code, out, err = run(["render", "-f", str(tmp_path / "both.yaml")])
     assert code == 0 and {o["kind"] for o in yaml.safe_load_all(out)} >= {"Service", "ConfigMap"}

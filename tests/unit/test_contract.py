@@ -31,7 +31,7 @@ ENGINE = engine_location("pvc://llm-engine-cache/engines", "llama-fp8-tp8pp2-sm9
 GROUP = 1  # the replica (group) whose pods the tests address
 UID = "0f6c1d2e-5b7a-4c39-9e41-7d2b8a6f3c10"
 SPEC = LLMDeploymentSpec.model_validate({
-    "model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "s3://m"}},
+    "model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "pvc://models/m"}},
     "runtime": {"exitTimeoutSeconds": 45},
 })  # fmt: skip
 SINGLE = PoolPlan("main", H100, (H100,), (9, 0), 81559, 4, 1, 4, 1, 2)

@@ -34,7 +34,7 @@ CALIBRATION = {"calibration": {"datasetUri": "pvc://llm-calibration/cnn_dailymai
 def spec(name: str = "meta-llama/Meta-Llama-3-70B-Instruct", *, build: dict[str, Any] | None = None,
          **engine: Any) -> LLMDeploymentSpec:  # fmt: skip
     return LLMDeploymentSpec.model_validate({
-        "model": {"name": name, "source": {"uri": "s3://m"}},
+        "model": {"name": name, "source": {"uri": "pvc://models/m"}},
         "engine": {"precision": "fp8", "kvCacheDtype": "fp8",
                    "build": CALIBRATION if build is None else build, **engine},
         "parallelism": {"tensor": "auto", "pipeline": "auto"},
@@ -49,7 +49,7 @@ def parallel(s: LLMDeploymentSpec, tp: int, pp: int) -> LLMDeploymentSpec:
 
 
 def argv(family: str, precision: str, kv: str = "auto", tp: int = 2, pp: int = 1, *extra: str) -> list[str]:
-    return ["--key", "k", "--model", "s3://m", "--revision", "r", "--precision", precision,
+    return ["--key", "k", "--model", "/m", "--precision", precision,
             "--kv-cache-dtype", kv, "--sm", "sm90", "--output", "/out/k", "--work-dir", "/w",
             "--tp", str(tp), "--pp", str(pp), "--gpus", str(min(tp * pp, 8)), "--gpus-per-node", "8",
             "--max-batch-size", "8", "--max-input-len", "1024", "--max-seq-len", "2048",
@@ -148,11 +148,17 @@ def test_the_family_is_told_from_the_name(name: str, family: str | None) -> None
 
 def test_the_family_field_or_source_uri_names_it_otherwise() -> None:
     named = LLMDeploymentSpec.model_validate(
-        {"model": {"name": "our-chat", "family": "qwen", "source": {"uri": "s3://m"}}}
+        {"model": {"name": "our-chat", "family": "qwen", "source": {"uri": "pvc://models/m"}}}
     )
     assert conversion.family(named.model) == ModelFamily.QWEN
     hub = LLMDeploymentSpec.model_validate(
-        {"model": {"name": "our-chat", "source": {"uri": "hf://google/gemma-7b"}}}
+        {
+            "model": {
+                "name": "our-chat",
+                "source": {"uri": "hf://google/gemma-7b"},
+                "cache": {"claimName": "mc"},
+            }
+        }
     )
     assert conversion.family(hub.model) == ModelFamily.GEMMA
 
@@ -247,7 +253,7 @@ def test_quantize_runs_offline_on_the_mounted_dataset(tmp_path: Path) -> None:
     (bin_dir / "python").symlink_to(sys.executable)
     args = argv("llama", "fp8", "fp8")
     for old, new in (
-        ("s3://m", str(model)),
+        ("/m", str(model)),
         ("/out/k", str(tmp_path / "cache" / "k")),
         ("/w", str(tmp_path / "w")),
     ):

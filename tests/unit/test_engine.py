@@ -18,6 +18,7 @@ from llm_operator.engine import build as b
 from llm_operator.engine import build_job, cache_key, engine_uri, key_label
 from llm_operator.images import Images
 from llm_operator.plan.types import PoolPlan
+from llm_operator.storage import cached_model
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "engine"
 H100 = PoolPlan("main", "NVIDIA-H100-80GB-HBM3", ("NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"), (9, 0),
@@ -31,8 +32,8 @@ OWNER = {"apiVersion": "llmoperator.io/v1alpha1", "kind": "LLMDeployment", "name
 
 def spec(model: dict[str, Any] | None = None, **engine: Any) -> LLMDeploymentSpec:
     return LLMDeploymentSpec.model_validate({
-        "model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "s3://m"},
-                  "revision": "abc", **(model or {})},
+        "model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "pvc://models/m"},
+                  **(model or {})},
         "engine": {"precision": "fp8", "kvCacheDtype": "fp8",
                    "build": {"calibration": {"datasetUri": "pvc://calibration/cnn_dailymail"}}, **engine},
     })  # fmt: skip
@@ -54,7 +55,8 @@ def test_cache_key_tracks_model_parallelism_architecture_and_version() -> None:
     base = cache_key(spec(), H100, "0.20.0")
     assert base == cache_key(spec(), H100, "0.20.0"), "stable"
     assert base.startswith("meta-llama-3-70b-instruct-fp8-tp4pp1-sm90-")
-    assert cache_key(spec({"revision": "def"}), H100, "0.20.0") != base
+    # The cached model's resolved revision: new weights are a new engine.
+    assert cache_key(spec(), H100, "0.20.0", "etags-1") != cache_key(spec(), H100, "0.20.0", "etags-2")
     assert cache_key(spec({"name": "meta-llama/Llama-3.1-70B"}), H100, "0.20.0") != base
     assert cache_key(spec(), dataclasses.replace(H100, tensor=8), "0.20.0") != base
     assert cache_key(spec(), dataclasses.replace(H100, tensor=2, pipeline=2), "0.20.0") != base
@@ -85,7 +87,7 @@ def test_key_label_is_a_valid_label_value_keeping_the_hash() -> None:
 def test_engine_uri_is_one_directory_per_key_or_the_prebuilt_one() -> None:
     assert engine_uri(spec(), "k1") == "pvc://llm-engine-cache/engines/k1"
     prebuilt = LLMDeploymentSpec.model_validate({
-        "model": {"name": "m", "source": {"uri": "s3://m"}}, "engine": {"prebuilt": {"uri": "pvc://c/llama/tp4"}},
+        "model": {"name": "m", "source": {"uri": "pvc://models/m"}}, "engine": {"prebuilt": {"uri": "pvc://c/llama/tp4"}},
     })  # fmt: skip
     assert engine_uri(prebuilt, None) == "pvc://c/llama/tp4"
 
@@ -93,9 +95,10 @@ def test_engine_uri_is_one_directory_per_key_or_the_prebuilt_one() -> None:
 # --- build Job --------------------------------------------------------------------------------
 
 JOBS = {
-    # Single node, checkpoint in S3 (credentials from the Secret the spec names), engine cache on a PVC.
+    # Single node, checkpoint fetched from S3 into the model cache, engine cache on a PVC.
     "fp8-tp4-pvc-cache": (
-        spec({"source": {"uri": "s3://m", "credentialsSecretRef": {"name": "s3-reader"}}}),
+        spec({"source": {"uri": "s3://m", "credentialsSecretRef": {"name": "s3-reader"}},
+              "cache": {"claimName": "llm-model-cache"}}),
         H100,
     ),
     # Two 8-GPU pods per replica, checkpoint on a PVC, engine cache in S3, user placement.
@@ -116,8 +119,13 @@ JOBS = {
 @pytest.mark.parametrize("name", sorted(JOBS))
 def test_build_job_matches_golden_and_validates(name: str) -> None:
     s, pool = JOBS[name]
+    model = (
+        cached_model("llm-model-cache", "models/s3-0123456789abcdef/etags-fedcba9876543210")
+        if s.model.cache
+        else None
+    )
     job = build_job("llama", "team-a", s, pool, cache_key(s, pool, "0.20.0"), image="builder:0.20.0",
-                    images=IMAGES, owner=OWNER, trtllm_version="0.20.0")  # fmt: skip
+                    images=IMAGES, owner=OWNER, trtllm_version="0.20.0", model=model)  # fmt: skip
     kubernetes_validate.validate(job, "1.34.0", strict=True)
     text = yaml.safe_dump(job, sort_keys=False)
     golden = GOLDEN / f"{name}.yaml"
@@ -127,23 +135,23 @@ def test_build_job_matches_golden_and_validates(name: str) -> None:
     assert text == golden.read_text(), f"build Job {name} changed: review, then UPDATE_GOLDEN=1"
 
 
-def test_the_credentials_secret_is_mounted_only_where_the_spec_names_it() -> None:
-    def secrets(s: LLMDeploymentSpec) -> dict[str, list[str]]:
-        job = build_job("llama", "team-a", s, H100, "k", image="b", images=IMAGES, owner=OWNER)
-        pod = job["spec"]["template"]["spec"]
-        return {
-            c["name"]: [e["secretRef"]["name"] for e in c.get("envFrom", []) if "secretRef" in e]
-            for c in pod["initContainers"] + pod["containers"]
-        }
-
-    assert not any(secrets(spec()).values())
-    named = spec({"source": {"uri": "s3://m", "credentialsSecretRef": {"name": "s3-reader"}}})
-    # Only the store steps read it; NVIDIA's build container never sees the Secret.
-    assert {name for name, refs in secrets(named).items() if refs} == {"fetch"}
-    assert secrets(named)["fetch"] == ["s3-reader"]
-    both = spec({"source": {"uri": "s3://m", "credentialsSecretRef": {"name": "s3-rw"}}},
-                cache={"uri": "s3://engines"})  # fmt: skip
-    assert {name for name, refs in secrets(both).items() if refs} == {"fetch", "publish"}
+def test_the_build_reads_a_cached_model_read_only_and_never_sees_its_secret() -> None:
+    s, _ = JOBS["fp8-tp4-pvc-cache"]
+    model = cached_model("llm-model-cache", "models/s3-0123456789abcdef/etags-1")
+    pod = build_job("llama", "team-a", s, H100, "k", image="b", images=IMAGES, owner=OWNER, model=model)[
+        "spec"]["template"]["spec"]  # fmt: skip
+    (build,) = pod["containers"]
+    assert build["args"][build["args"].index("--model") + 1] == (
+        "/var/lib/llm-operator/model-cache/models/s3-0123456789abcdef/etags-1"
+    )
+    mount = {"name": "model-cache", "mountPath": "/var/lib/llm-operator/model-cache", "readOnly": True}
+    assert mount in build["volumeMounts"]
+    claim = {"claimName": "llm-model-cache", "readOnly": True}
+    assert {"name": "model-cache", "persistentVolumeClaim": claim} in pod["volumes"]
+    # The model's Secret goes to its fetch Job only (render/model_fetch.py): no step here downloads.
+    assert not any(c.get("envFrom") for c in pod["initContainers"] + pod["containers"])
+    with pytest.raises(ValueError, match="reads its model from a claim"):
+        build_job("llama", "team-a", s, H100, "k", image="b", images=IMAGES, owner=OWNER)
     with pytest.raises(ValueError, match="credentialsSecretRef is for s3://"):  # nothing downloads it
         spec({"source": {"uri": "pvc://models/llama", "credentialsSecretRef": {"name": "s3-reader"}}})
 
@@ -186,7 +194,7 @@ def test_a_multi_node_world_builds_on_one_pods_gpus() -> None:
 
 
 def args(precision: str, sm: str = "sm90", kv: str = "auto", *extra: str) -> list[str]:
-    return ["--key", "k", "--model", "s3://m", "--revision", "r", "--precision", precision,
+    return ["--key", "k", "--model", "/m", "--precision", precision,
             "--kv-cache-dtype", kv, "--sm", sm, "--output", "/out/k", "--work-dir", "/w", "--tp", "2",
             "--pp", "1", "--gpus", "2", "--gpus-per-node", "2", "--max-batch-size", "8",
             "--max-input-len", "1024", "--max-seq-len", "2048", "--max-num-tokens", "2048",
@@ -312,7 +320,7 @@ def test_the_build_runs_end_to_end_with_stand_in_tools(tmp_path: Path) -> None:
     python = bin_dir / "python"
     python.symlink_to(sys.executable)
     argv = args("fp16")
-    for old, new in (("s3://m", str(model)), ("/out/k", str(tmp_path / "cache" / "k")),
+    for old, new in (("/m", str(model)), ("/out/k", str(tmp_path / "cache" / "k")),
                      ("/w", str(tmp_path / "cache" / ".scratch" / "k"))):  # fmt: skip
         argv[argv.index(old)] = new
     env = {

@@ -61,7 +61,7 @@ def spec(backend: str, budget: int | None, env: list[dict[str, str]] | None = No
     if budget:
         analysis["maxTimeToFirstTokenMilliseconds"] = budget
     return LLMDeploymentSpec.model_validate({
-        "model": {"name": "m", "source": {"uri": "builtin://tiny-llama" if cpu else "s3://m"}},
+        "model": {"name": "m", "source": {"uri": "builtin://tiny-llama" if cpu else "pvc://models/m"}},
         "engine": {"backend": backend, "maxBatchSize": 8},
         "runtime": {"env": env or []},
         "rollout": {"canary": {"steps": [{"weight": 10}], "analysis": analysis}},

@@ -17,7 +17,7 @@ H100_MIB = 81559
 def spec(**engine: Any) -> LLMDeploymentSpec:
     runtime = engine.pop("runtime", {})
     return LLMDeploymentSpec.model_validate(
-        {"model": {"name": "m", "source": {"uri": "s3://m"}}, "engine": engine, "runtime": runtime}
+        {"model": {"name": "m", "source": {"uri": "pvc://models/m"}}, "engine": engine, "runtime": runtime}
     )
 
 

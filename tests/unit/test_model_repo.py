@@ -21,7 +21,7 @@ POOL = PoolPlan("main", "NVIDIA-H100-80GB-HBM3", ("NVIDIA-H100-80GB-HBM3",), (9,
 def spec(backend: str = "tensorrt-engine", **runtime: Any) -> LLMDeploymentSpec:
     cpu = backend == "cpu-reference"
     return LLMDeploymentSpec.model_validate({
-        "model": {"name": "m", "source": {"uri": "builtin://tiny-llama" if cpu else "s3://m"}},
+        "model": {"name": "m", "source": {"uri": "builtin://tiny-llama" if cpu else "pvc://models/m"}},
         "engine": {"backend": backend, "maxBatchSize": 32},
         "runtime": runtime,
     })  # fmt: skip

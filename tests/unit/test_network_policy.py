@@ -21,6 +21,7 @@ from llm_operator.render import network
 from llm_operator.rollout.revision import Slot, revision_of
 
 from e2e.cluster.nodes import build_nodes, load_pools
+from tests.unit.model_cache_fixtures import cached
 from tests.unit.test_render_rollout import IMAGES, deployment
 
 
@@ -100,7 +101,13 @@ def render(ld: LLMDeployment, slot: Slot = Slot.A, **kw: Any) -> tuple[Objs, lis
     for node in build_nodes(load_pools()):
         inventory.upsert(node)
     want = desired(
-        ld, plan_for(ld, inventory), IMAGES, lambda *_: BuildObserved(BuildFact.RECORDED), slot=slot, **kw
+        ld,
+        plan_for(ld, inventory),
+        IMAGES,
+        lambda *_: BuildObserved(BuildFact.RECORDED),
+        slot=slot,
+        models=cached,
+        **kw,
     )
     policies = [o for o in want.shared if o["kind"] == "NetworkPolicy"]
     return policies, pod_labels(want.children)

@@ -22,7 +22,7 @@ AWS_BLOCK = "topology.k8s.aws/network-node-layer-3"
 
 def spec(placement: dict[str, Any] | None = None, **gpu: Any) -> LLMDeploymentSpec:
     return LLMDeploymentSpec.model_validate(
-        {"model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "s3://m"}},
+        {"model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "pvc://models/m"}},
          "placement": placement or {}, "resources": {"gpu": gpu}}
     )  # fmt: skip
 
@@ -159,7 +159,7 @@ def test_planned_gb200_group_renders_clique_affinity() -> None:
         for i in range(2)
     ]  # fmt: skip
     s = LLMDeploymentSpec.model_validate(
-        {"model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "s3://m"}},
+        {"model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "pvc://models/m"}},
          "parallelism": {"tensor": 8, "pipeline": 1}, "resources": {"gpu": {"products": ["NVIDIA-GB200"]}}}
     )  # fmt: skip
     planned = plan_deployment(s, Inventory(nodes), 1).primary
@@ -177,7 +177,7 @@ def test_leader_worker_set_keeps_each_group_in_one_clique_and_spreads_leaders() 
         for i in range(4)
     ]  # fmt: skip
     s = LLMDeploymentSpec.model_validate(
-        {"model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "s3://m"}},
+        {"model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "pvc://models/m"}},
          "parallelism": {"tensor": 8, "pipeline": 1}, "resources": {"gpu": {"products": ["NVIDIA-GB200"]}}}
     )  # fmt: skip
     planned = plan_deployment(s, Inventory(nodes), 2).primary

@@ -22,6 +22,7 @@ from llm_operator.runtime.launcher import launch
 from llm_operator.runtime.preflight import image_files
 from llm_operator.runtime.repository import configmap_path
 
+from tests.unit.model_cache_fixtures import CACHED, cached
 from tests.unit.test_reconciler import condition, example, operator_with_nodes, reconcile
 from tests.unit.test_render_rollout import IMAGES, deployment
 
@@ -37,7 +38,7 @@ def pytorch(**spec: Any) -> LLMDeployment:
 
 
 def render(ld: LLMDeployment) -> dict[str, dict[str, Any]]:
-    out = desired(ld, plan_for(ld, None), V1, never_built)
+    out = desired(ld, plan_for(ld, None), V1, never_built, models=cached)
     assert out.jobs == [] and {e.state for e in out.engines.values()} == {EngineState.NOT_NEEDED}
     return {f"{o['kind']}/{o['metadata']['name']}": o for o in out.children}
 
@@ -72,18 +73,28 @@ def test_a_pvc_checkpoint_is_mounted_read_only_and_named_in_model_yaml() -> None
     assert "envFrom" not in container
 
 
-def test_an_hf_checkpoint_is_downloaded_with_the_named_secret_only() -> None:
+def test_an_hf_checkpoint_is_read_from_the_model_cache_and_its_secret_stays_with_the_fetch() -> None:
     source = {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct", "credentialsSecretRef": {"name": "hf-token"}}
-    ld = pytorch(model={"name": "meta-llama/Llama-3.1-8B-Instruct", "source": source, "revision": "0e9e39f"})
+    ld = pytorch(model={"name": "meta-llama/Llama-3.1-8B-Instruct", "source": source, "revision": "0e9e39f",
+                        "cache": {"claimName": "llm-model-cache"}})  # fmt: skip
     objs = render(ld)
     model = yaml.safe_load(repository(objs)["tensorrt_llm/1/model.yaml"])
-    assert (model["model"], model["revision"]) == ("meta-llama/Llama-3.1-8B-Instruct", "0e9e39f")
+    directory = f"/var/lib/llm-operator/model-cache/{CACHED.directory}"
+    assert model["model"] == directory and "revision" not in model, "the cache fetched the revision"
     pod = pod_spec(objs)
-    assert pod["containers"][0]["envFrom"] == [{"secretRef": {"name": "hf-token"}}]
+    (container,) = pod["containers"]
+    assert "envFrom" not in container, "nothing in the serving pod downloads"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["LLMOP_MODEL_DIR"] == env["LLMOP_TOKENIZER_DIR"] == directory
+    claim = {"claimName": "llm-model-cache", "readOnly": True}
+    assert {"name": "model-cache", "persistentVolumeClaim": claim} in pod["volumes"]
     assert not any(v["name"] == "checkpoint" for v in pod["volumes"])
-    public = {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct"}
-    objs = render(pytorch(model={"name": "meta-llama/Llama-3.1-8B-Instruct", "source": public}))
-    assert "envFrom" not in pod_spec(objs)["containers"][0]
+    fetching = desired(ld, plan_for(ld, None), V1, never_built)  # nothing cached yet
+    (job,) = fetching.jobs
+    assert job["spec"]["template"]["spec"]["containers"][0]["envFrom"] == [
+        {"secretRef": {"name": "hf-token"}}
+    ]
+    assert fetching.children == [], "nothing serves before the model is cached"
 
 
 def test_the_spec_kv_and_streaming_settings_reach_model_yaml() -> None:

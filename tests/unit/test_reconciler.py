@@ -18,15 +18,19 @@ from lightkube import ApiError
 from lightkube.models.meta_v1 import Status, StatusCause, StatusDetails
 from llm_operator import labels as L
 from llm_operator import releases
+from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.engines import ENGINE_INDEX
 from llm_operator.controller.kube import NotLeading
 from llm_operator.controller.queue import WorkQueue
 from llm_operator.controller.reconciler import REPORT_AFTER_FAILURES, Reconciler
 from llm_operator.controller.status import UNPLACED_GRACE_SECONDS
+from llm_operator.desired import index_value
+from llm_operator.render.model_fetch import MODEL_INDEX, model_request
 
 from e2e.cluster.nodes import build_nodes, load_pools
 from tests.unit.fake_kube import FakeKube
+from tests.unit.model_cache_fixtures import CACHED
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NS = "default"
@@ -37,12 +41,31 @@ def example(name: str) -> dict[str, Any]:
     return body
 
 
-async def operator_with_nodes(kube: FakeKube | None = None) -> tuple[FakeKube, Reconciler]:
-    """A new operator process, on a new cluster or (restarted) on `kube`."""
+def cache_examples_models(kube: FakeKube, namespace: str = NS) -> None:
+    """The examples' s3:// and hf:// models are in the model cache already (fetched before, by
+    any deployment): the index lists them."""
+    entries = {}
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if (doc or {}).get("kind") == "LLMDeployment":
+                request = model_request(LLMDeployment.model_validate(doc).spec)
+                if request is not None:
+                    entries[request.fetch_key] = index_value(CACHED)
+    kube.add_configmap(namespace, MODEL_INDEX, entries)
+
+
+async def operator_with_nodes(
+    kube: FakeKube | None = None, *, models_cached: bool = True
+) -> tuple[FakeKube, Reconciler]:
+    """A new operator process, on a new cluster or (restarted) on `kube`. A new cluster's model
+    cache holds the examples' models unless `models_cached` is False."""
     if kube is None:
         kube = FakeKube()
         kube.add_claim("llm-engine-cache")  # the examples' engine cache
         kube.add_claim("llm-calibration")  # and calibration dataset
+        kube.add_claim("llm-model-cache")  # and model cache
+        if models_cached:
+            cache_examples_models(kube)
     reconciler = Reconciler(kube, OperatorConfig.from_env())
     for node in build_nodes(load_pools()):
         await reconciler.node_event("ADDED", node)
@@ -89,7 +112,8 @@ async def test_a_cpu_deployment_converges_then_the_operator_writes_nothing() -> 
     assert condition(kube, "tiny-llama", "Reconciling")["status"] == "True"
     owner_uid = kube.objects[("LLMDeployment", *key)]["metadata"]["uid"]
     for obj in kube.objects.values():
-        if obj["kind"] not in ("LLMDeployment", "PersistentVolumeClaim"):
+        shared = obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == MODEL_INDEX  # the namespace's
+        if obj["kind"] not in ("LLMDeployment", "PersistentVolumeClaim") and not shared:
             assert obj["metadata"]["ownerReferences"][0]["uid"] == owner_uid
 
     rolled_out(kube, "tiny-llama", 1)
@@ -315,6 +339,7 @@ async def test_a_build_waits_for_its_claim_and_says_which_one() -> None:
     kube, reconciler = await operator_with_nodes()
     body = example("llama3-70b-fp8")
     body["spec"]["model"]["source"]["uri"] = "pvc://models/llama3-70b/"
+    del body["spec"]["model"]["cache"]  # read in place
     key = kube.add_deployment(body)
     await reconcile(kube, reconciler, key)
     stalled = condition(kube, "llama3-70b", "Stalled")
@@ -337,17 +362,19 @@ async def test_a_build_its_cache_claim_cannot_hold_waits_and_says_both_sizes() -
     kube = FakeKube()
     kube.add_claim("llm-engine-cache", storage="100Gi")
     kube.add_claim("llm-calibration")
+    kube.add_claim("llm-model-cache")
+    cache_examples_models(kube)
     kube, reconciler = await operator_with_nodes(kube)
     key = kube.add_deployment(example("llama3-70b-fp8"))
     await reconcile(kube, reconciler, key)
     stalled = condition(kube, "llama3-70b", "Stalled")
     assert stalled["status"] == "True" and stalled["reason"] == "CacheTooSmall"
-    # 70.6e9 parameters: 141 GB download + FP8 checkpoint and engine at tp 4, + 10%
+    # 70.6e9 parameters: FP8 checkpoint and engine at tp 4, + 10% (the checkpoint is the model cache's)
     assert (
         'persistentvolumeclaim "llm-engine-cache" (pvc://llm-engine-cache/engines) holds 100Gi'
         in stalled["message"]
     )
-    assert "needs 307Gi on it" in stalled["message"] and "expand the claim" in stalled["message"]
+    assert "needs 162Gi on it" in stalled["message"] and "expand the claim" in stalled["message"]
     assert not kube.of_kind("Job"), "no build starts on a claim that cannot hold it"
     assert kube.events[-1][:2] == ("Warning", "CacheTooSmall")
 
@@ -416,6 +443,7 @@ async def test_a_secret_under_the_operators_name_that_it_did_not_create_is_never
     # Still refused on the next pass, and by a restarted operator.
     await reconcile(kube, reconciler, key)
     _, restarted = await operator_with_nodes(kube)
+    await kube.list_to(restarted)  # its watches list what exists (the model cache index too)
     await reconcile(kube, restarted, key)
     assert kube.objects[("LLMDeployment", *key)]["status"]["reason"] == "SshSecretNotOwned"
     assert not kube.of_kind("StatefulSet")

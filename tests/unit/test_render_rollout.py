@@ -21,6 +21,7 @@ from llm_operator.render import rollout
 from llm_operator.rollout.revision import Slot, revision_of
 
 from e2e.cluster.nodes import build_nodes, load_pools
+from tests.unit.model_cache_fixtures import cached
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden" / "rollout" / "cpu-reference-canary.yaml"
@@ -43,6 +44,7 @@ def render_slot(
         plan_for(ld, inventory),
         IMAGES,
         lambda *_: BuildObserved(BuildFact.RECORDED),
+        models=cached,
         slot=slot,
         leader_worker_set=lws,
     )
@@ -60,7 +62,7 @@ def canary_render() -> list[dict[str, Any]]:
     snapshot = rollout.controller_revision(stable_ld, stable_rev, 1, IMAGES)
     stable = rollout.for_slot(current, rollout.spec_from_snapshot(snapshot), 2)
     out = desired(
-        current, plan_for(current, None), IMAGES, lambda *_: BuildObserved(BuildFact.RECORDED)
+        current, plan_for(current, None), IMAGES, lambda *_: BuildObserved(BuildFact.RECORDED), models=cached
     ).shared
     out += render_slot(stable, Slot.A) + render_slot(rollout.for_slot(current, current.spec, 1), Slot.B)
     out += rollout.revision_services(current, stable_rev, canary_rev)

@@ -38,7 +38,7 @@ def test_revision_is_ten_hex_characters_and_stable() -> None:
 @pytest.mark.parametrize(
     "changes",
     [
-        {"model__revision": "abc1234"},
+        {"model__source__uri": "s3://models/llama3-8b-instruct-v2/"},
         {"engine__maxBatchSize": 32},
         {"engine__precision": "fp16"},
         {"runtime__env": [{"name": "X", "value": "1"}]},

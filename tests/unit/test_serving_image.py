@@ -18,6 +18,8 @@ from llm_operator.images import Images
 from llm_operator.plan.types import PlanningError
 from llm_operator.render.pod import NVIDIA_UID
 
+from tests.unit.model_cache_fixtures import cached
+
 REPO = Path(__file__).resolve().parents[2]
 IMAGES = Images(releases.DEFAULT.image, "cpu-runtime:1", "builder:1", releases.DEFAULT.trtllm, "operator:1")
 
@@ -30,7 +32,9 @@ def deployment(example: str, **runtime: Any) -> LLMDeployment:
 
 
 def pods(ld: LLMDeployment, images: Images = IMAGES) -> list[dict[str, Any]]:
-    want = desired(ld, plan_for(ld, None), images, lambda *_: BuildObserved(BuildFact.RECORDED))
+    want = desired(
+        ld, plan_for(ld, None), images, lambda *_: BuildObserved(BuildFact.RECORDED), models=cached
+    )
     return [o["spec"]["template"]["spec"] for o in want.children if o["kind"] == "StatefulSet"]
 
 

@@ -20,8 +20,12 @@ TYPE = model_config_pb2.DataType.Name
 
 
 def spec(backend: str, uri: str) -> LLMDeploymentSpec:
+    cache = {"cache": {"claimName": "c"}} if uri.startswith("hf://") else {}
     return LLMDeploymentSpec.model_validate(
-        {"model": {"name": "m", "source": {"uri": uri}}, "engine": {"backend": backend, "precision": "bf16"}}
+        {
+            "model": {"name": "m", "source": {"uri": uri}, **cache},
+            "engine": {"backend": backend, "precision": "bf16"},
+        }
     )
 
 
@@ -67,7 +71,9 @@ def missing(cfg: model_config_pb2.ModelConfig, inputs: up.Inputs, required: froz
 
 
 def test_inflight_batcher_llm_uses_only_upstream_names_and_all_it_requires() -> None:
-    files = render_repository(spec("tensorrt-engine", "s3://m"), POOL, engine_dir="/e", tokenizer_dir="/e/t")
+    files = render_repository(
+        spec("tensorrt-engine", "pvc://models/m"), POOL, engine_dir="/e", tokenizer_dir="/e/t"
+    )
     rendered = configs(files)
     assert set(rendered) == set(up.INFLIGHT_BATCHER_LLM)
     for model, (inputs, outputs, parameters) in up.INFLIGHT_BATCHER_LLM.items():
@@ -78,7 +84,9 @@ def test_inflight_batcher_llm_uses_only_upstream_names_and_all_it_requires() -> 
 
 def test_the_ensemble_maps_only_tensors_its_steps_declare() -> None:
     """Every input_map/output_map key of an ensemble step is a tensor of that model upstream."""
-    files = render_repository(spec("tensorrt-engine", "s3://m"), POOL, engine_dir="/e", tokenizer_dir="/e/t")
+    files = render_repository(
+        spec("tensorrt-engine", "pvc://models/m"), POOL, engine_dir="/e", tokenizer_dir="/e/t"
+    )
     ensemble = configs(files)["ensemble"]
     for step in ensemble.ensemble_scheduling.step:
         inputs, outputs, _ = up.INFLIGHT_BATCHER_LLM[step.model_name]
@@ -88,7 +96,9 @@ def test_the_ensemble_maps_only_tensors_its_steps_declare() -> None:
 
 def test_the_ensemble_accepts_the_spellings_upstream_accepts_at_the_tag() -> None:
     """seed and min_tokens; v1.1.0's ensemble has no random_seed or min_length (docs/api.md)."""
-    files = render_repository(spec("tensorrt-engine", "s3://m"), POOL, engine_dir="/e", tokenizer_dir="/e/t")
+    files = render_repository(
+        spec("tensorrt-engine", "pvc://models/m"), POOL, engine_dir="/e", tokenizer_dir="/e/t"
+    )
     names = {t.name for t in configs(files)["ensemble"].input}
     assert {"seed", "min_tokens"} <= names
     assert not {"random_seed", "min_length"} & (names | set(up.ENSEMBLE_INPUTS))
@@ -96,7 +106,7 @@ def test_the_ensemble_accepts_the_spellings_upstream_accepts_at_the_tag() -> Non
 
 @pytest.mark.parametrize("uri", ["pvc://models/llama", "hf://meta-llama/Llama-3.1-8B-Instruct"])
 def test_llmapi_uses_only_upstream_names_and_all_it_requires(uri: str) -> None:
-    files = render_repository(spec("pytorch", uri), POOL, engine_dir="", tokenizer_dir="")
+    files = render_repository(spec("pytorch", uri), POOL, engine_dir="", tokenizer_dir="", model_dir="/m")
     assert set(files) == {"tensorrt_llm/config.pbtxt", "tensorrt_llm/1/model.yaml"}
     cfg = configs(files)["tensorrt_llm"]
     assert held_against(cfg, up.LLMAPI_INPUTS, up.LLMAPI_OUTPUTS, up.LLMAPI_PARAMETERS) == []

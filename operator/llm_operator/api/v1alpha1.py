@@ -149,44 +149,121 @@ class LocalObjectReference(Spec):
     name: str = Field(min_length=1, max_length=253)
 
 
+GS_REFUSED = (
+    "gs:// model sources are not supported (no GCS server to test against); GCS serves the S3 API: "
+    "use s3:// with endpoint https://storage.googleapis.com and HMAC keys"
+)
+ENDPOINT = r"^https?://[^ /?#@]+(/[^ ?#@]*)?$"
+ENDPOINT_MESSAGE = (
+    "model.source.endpoint must be http://HOST[:PORT][/PATH] or https://..., with no credentials in "
+    "it (they come from model.source.credentialsSecretRef)"
+)
+# Sources the fetch Job downloads into spec.model.cache (pvc:// is read in place, builtin:// ships
+# in the cpu-runtime image).
+CACHED_SCHEMES = ("s3://", "hf://")
+
+
 class ModelSource(Spec):
     model_config = ConfigDict(
         json_schema_extra=rules(
             cel(
-                "!has(self.credentialsSecretRef) || self.uri.matches('^(s3|gs|hf)://')",
-                "model.source.credentialsSecretRef is for s3://, gs:// and hf:// checkpoints (nothing "
-                "downloads pvc:// or builtin:// ones): remove it",
-            )
+                "!has(self.credentialsSecretRef) || self.uri.matches('^(s3|hf)://')",
+                "model.source.credentialsSecretRef is for s3:// and hf:// sources (nothing downloads "
+                "pvc:// or builtin:// ones): remove it",
+            ),
+            cel(
+                "!has(self.endpoint) || self.uri.matches('^(s3|hf)://')",
+                "model.source.endpoint is for s3:// (an S3-compatible server) and hf:// (a Hub "
+                "mirror) sources: remove it",
+            ),
+            cel(
+                "!has(self.region) || self.uri.startsWith('s3://')",
+                "model.source.region is for s3:// sources: remove it",
+            ),
+            cel(
+                "!has(self.pathStyle) || self.uri.startsWith('s3://')",
+                "model.source.pathStyle is for s3:// sources: remove it",
+            ),
         )
     )
 
     uri: str = Field(
         max_length=1024,
-        description="Where the checkpoint and tokenizer live: s3://, gs://, pvc://CLAIM/PATH, "
-        "hf://ORG/NAME, or builtin://NAME for the models shipped in the CPU reference runtime.",
+        description="Where the checkpoint and tokenizer live: s3://BUCKET/PREFIX and hf://ORG/NAME "
+        "(fetched once into model.cache), pvc://CLAIM/PATH (read in place), or builtin://NAME for "
+        "the models shipped in the CPU reference runtime. gs:// is refused: use s3:// with GCS's "
+        "S3 endpoint.",
         json_schema_extra=rules(
             cel(
                 "self.matches('^(s3|gs|pvc|hf|builtin)://[^ ]+$')",
-                "model.source.uri must start with s3://, gs://, pvc://, hf:// or builtin://",
-            )
+                "model.source.uri must start with s3://, pvc://, hf:// or builtin://",
+            ),
+            cel("!self.startsWith('gs://')", f"model.source.uri: {GS_REFUSED}"),
         ),
+    )
+    endpoint: str | None = Field(
+        default=None,
+        max_length=1024,
+        description="s3://: the S3-compatible server (unset: AWS). hf://: a Hugging Face Hub mirror "
+        "(HF_ENDPOINT; unset: huggingface.co). http:// or https://, no credentials in it.",
+        # A CEL rule, not a pattern: the API server quotes a value that fails a pattern, and a
+        # mistaken endpoint may carry credentials.
+        json_schema_extra=rules(cel(f"self.matches('{ENDPOINT}')", ENDPOINT_MESSAGE)),
+    )
+    region: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[a-z0-9-]+$",
+        description="s3:// only: the bucket's region (unset: the server's default).",
+    )
+    path_style: bool | None = Field(
+        default=None,
+        description="s3:// only: address buckets as ENDPOINT/BUCKET rather than BUCKET.ENDPOINT "
+        "(most self-hosted servers need it). Unset: false.",
     )
     credentials_secret_ref: LocalObjectReference | None = Field(
         default=None,
         description="Secret in the LLMDeployment's namespace whose keys become the environment of "
-        "the pods that download the checkpoint (today the engine build): AWS_* for s3:// "
-        "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, ...), "
-        "GOOGLE_APPLICATION_CREDENTIALS and other variables gsutil/gcloud read for gs://, HF_TOKEN "
-        "for hf://. Unset: no Secret is mounted (workload identity through "
-        "runtime.serviceAccountName, or a public checkpoint). Only the name is read, never the "
-        "Secret.",
+        "the model's fetch Job, and of nothing else: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and "
+        "AWS_SESSION_TOKEN for s3://, HF_TOKEN for hf://. Unset: no Secret is mounted (workload "
+        "identity through runtime.serviceAccountName, or a public model). Only the name is read, "
+        "never the Secret.",
     )
 
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_without_credentials(cls, endpoint: str | None) -> str | None:  # the CEL rule's twin
+        if endpoint is not None and not re.match(ENDPOINT, endpoint):
+            raise ValueError(ENDPOINT_MESSAGE)
+        return endpoint
+
     @model_validator(mode="after")
-    def _credentials_where_downloaded(self) -> ModelSource:  # the CEL rule's twin
-        if self.credentials_secret_ref is not None and not self.uri.startswith(("s3://", "gs://", "hf://")):
-            raise ValueError("credentialsSecretRef is for s3://, gs:// and hf:// checkpoints: remove it")
+    def _fields_of_scheme(self) -> ModelSource:  # the CEL rules' twins
+        if self.uri.startswith("gs://"):
+            raise ValueError(f"model.source.uri: {GS_REFUSED}")
+        cached = self.uri.startswith(CACHED_SCHEMES)
+        if self.credentials_secret_ref is not None and not cached:
+            raise ValueError("model.source.credentialsSecretRef is for s3:// and hf:// sources: remove it")
+        if self.endpoint is not None and not cached:
+            raise ValueError("model.source.endpoint is for s3:// and hf:// sources: remove it")
+        for value, name in ((self.region, "region"), (self.path_style, "pathStyle")):
+            if value is not None and not self.uri.startswith("s3://"):
+                raise ValueError(f"model.source.{name} is for s3:// sources: remove it")
         return self
+
+
+class ModelCache(Spec):
+    claim_name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="A PersistentVolumeClaim in the LLMDeployment's namespace that holds fetched "
+        "models (ReadWriteMany when pods span nodes). The fetch Job writes it; engine builds and "
+        "serving pods mount it read-only. Several deployments may name one claim: a model and "
+        "revision already fetched into it is not fetched again. The operator never deletes it or "
+        "anything in it.",
+    )
 
 
 class ModelFamily(StrEnum):
@@ -200,6 +277,20 @@ class ModelFamily(StrEnum):
     FALCON = "falcon"
 
 
+REVISION_REFUSED = (
+    "model.revision is for hf:// sources (a branch, tag or commit); s3:// sources are keyed by their "
+    "objects' ETags (use a new prefix for new weights), pvc:// and builtin:// ones are read as they "
+    "are: remove it"
+)
+CACHE_REQUIRED = (
+    "model.cache.claimName is required for s3:// and hf:// sources: name a PersistentVolumeClaim "
+    "(ReadWriteMany when pods span nodes) that the fetch Job downloads the model into"
+)
+CACHE_REFUSED = (
+    "model.cache is for s3:// and hf:// sources (pvc:// and builtin:// ones are read in place): remove it"
+)
+
+
 class ModelSpec(Spec):
     model_config = ConfigDict(
         json_schema_extra=rules(
@@ -208,6 +299,9 @@ class ModelSpec(Spec):
                 "model.alias names the model a second time: remove it, or choose a name other than "
                 "model.name",
             ),
+            cel("!has(self.revision) || self.source.uri.startsWith('hf://')", REVISION_REFUSED),
+            cel("has(self.cache) || !self.source.uri.matches('^(s3|hf)://')", CACHE_REQUIRED),
+            cel("!has(self.cache) || self.source.uri.matches('^(s3|hf)://')", CACHE_REFUSED),
         )
     )
 
@@ -233,10 +327,21 @@ class ModelSpec(Spec):
         "name either. Letters, digits and . _ / : - only.",
     )
     source: ModelSource
-    revision: str = Field(
-        default="main",
+    revision: str | None = Field(
+        default=None,
+        min_length=1,
         max_length=128,
-        description="Checkpoint revision; part of the engine cache key.",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$",
+        description="hf:// only: the branch, tag or commit to fetch (unset: main). The resolved "
+        "commit goes into status.model and the engine cache key. s3:// sources are keyed by their "
+        "objects' ETags (use a new prefix for new weights); pvc:// and builtin:// are read as "
+        "they are.",
+    )
+    cache: ModelCache | None = Field(
+        default=None,
+        description="Where s3:// and hf:// models are fetched to (required for them, refused for "
+        "the others): fetched once per claim, source and revision, then read by every deployment "
+        "that names the same.",
     )
     architecture: ModelArchitecture | None = Field(
         default=None,
@@ -248,6 +353,24 @@ class ModelSpec(Spec):
         "Unset: told from model.name (Llama, Mistral, Mixtral, Qwen, Gemma and Falcon names); a "
         "build of a model whose family cannot be told is refused at planning.",
     )
+
+    @model_validator(mode="after")
+    def _revision_and_cache(self) -> ModelSpec:  # the CEL rules' twins
+        uri = self.source.uri
+        if self.revision is not None and not uri.startswith("hf://"):
+            raise ValueError(REVISION_REFUSED)
+        if self.cache is None and uri.startswith(CACHED_SCHEMES):
+            raise ValueError(CACHE_REQUIRED)
+        if self.cache is not None and not uri.startswith(CACHED_SCHEMES):
+            raise ValueError(CACHE_REFUSED)
+        return self
+
+    @property
+    def requested_revision(self) -> str | None:
+        """What the fetch asks for: hf:// defaults to main; other sources have none."""
+        if self.source.uri.startswith("hf://"):
+            return self.revision or "main"
+        return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1174,20 +1297,16 @@ class LLMDeploymentSpec(Spec):
                 "the cpu-reference backend runs on CPU: parallelism.tensor and .pipeline must be 1",
             ),
             cel(
-                f"self.engine.backend != 'cpu-reference' || self.model.source.uri in {BUILTIN_URIS}",
-                f"the cpu-reference backend serves only its builtin models: set model.source.uri to "
-                f"{' or '.join(BUILTIN_URIS)}",
+                f"self.engine.backend != 'cpu-reference' || self.model.source.uri in {BUILTIN_URIS} "
+                "|| self.model.source.uri.matches('^(s3|hf|pvc)://')",
+                f"the cpu-reference backend serves its builtin models ({' or '.join(BUILTIN_URIS)}) "
+                "or a checkpoint in its format from s3://, hf:// or pvc://: set model.source.uri to "
+                "one of those",
             ),
             cel(
                 "self.engine.backend == 'cpu-reference' || !self.model.source.uri.startsWith('builtin://')",
                 "builtin:// models exist only in the cpu-reference backend; point model.source.uri "
-                "at s3://, gs://, pvc:// or hf://",
-            ),
-            cel(
-                "self.engine.backend != 'pytorch' || self.model.source.uri.matches('^(pvc|hf)://')",
-                "the pytorch backend reads pvc:// checkpoints in place and downloads hf:// ones "
-                "itself; s3:// and gs:// need the model cache, which does not exist yet: copy the "
-                "checkpoint to a claim (pvc://) or use hf://",
+                "at s3://, pvc:// or hf://",
             ),
             cel(
                 "self.engine.backend != 'pytorch' || !has(self.autoscaling) "
@@ -1383,6 +1502,22 @@ class EngineStatus(Spec):
     build_job: str | None = None
 
 
+class ModelStatus(Spec):
+    """The model in the cache (s3:// and hf:// sources): what was fetched, and how far a fetch is."""
+
+    cache_key: str | None = Field(default=None, description="The fetch key (llm-model-cache-index).")
+    directory: str | None = Field(
+        default=None, description="models/<source key>/<resolved revision> inside model.cache's claim."
+    )
+    resolved_revision: str | None = Field(
+        default=None, description="hf://: the commit; s3://: etags-<digest of the objects' ETags>."
+    )
+    bytes_fetched: int | None = None
+    bytes_total: int | None = None
+    files_fetched: int | None = None
+    files_total: int | None = None
+
+
 class EndpointsStatus(Spec):
     """In-cluster addresses of the client Service `<name>` (docs/serving-api.md)."""
 
@@ -1398,6 +1533,7 @@ class EndpointsStatus(Spec):
 
 class Phase(StrEnum):
     PENDING = "Pending"
+    FETCHING_MODEL = "FetchingModel"
     BUILDING_ENGINE = "BuildingEngine"
     DEPLOYING = "Deploying"
     READY = "Ready"
@@ -1418,6 +1554,7 @@ class LLMDeploymentStatus(Spec):
     revisions: RevisionsStatus | None = None
     placement: PlacementStatus | None = None
     engine: EngineStatus | None = None
+    model: ModelStatus | None = None
     endpoints: EndpointsStatus | None = None
     ssh_secret: str | None = Field(
         default=None,

@@ -21,6 +21,7 @@ from llm_operator.api import v1alpha1 as api
 from llm_operator.controller.kube import KubeApi, MissingApi, ObjKey, obj_key
 from llm_operator.controller.metrics import REPLACED
 from llm_operator.controller.observe import Applied, ChildCache, Key, drifted, owner_key
+from llm_operator.render.model_fetch import MODEL_INDEX
 
 log = logging.getLogger(__name__)
 
@@ -208,6 +209,8 @@ def cached(obj: dict[str, Any]) -> dict[str, Any]:
     labels (the revision they run; the template is ~4/5 of a StatefulSet). With thousands of
     deployments this is most of the operator's memory."""
     kind = obj.get("kind")
+    if kind == "ConfigMap" and obj["metadata"].get("name") == MODEL_INDEX:
+        return obj  # its values are read: where each model is (a few hundred bytes per model)
     if kind == "ConfigMap" and obj.get("data"):
         return {**obj, "data": {k: _short(v) for k, v in obj["data"].items()}}
     if kind == "StatefulSet" and "template" in obj.get("spec", {}):

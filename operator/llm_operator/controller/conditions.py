@@ -6,6 +6,9 @@ from typing import Any
 
 from llm_operator.api.v1alpha1 import Phase
 
+FAILED_POD = "Failed"  # pod problem prefix of a build attempt that exited with an error
+LAUNCHER_REFUSED = "LauncherRefused"  # a serving pod's launcher exited 78: no restart will help
+
 
 def cond(type_: str, ok: bool, reason: str, message: str, generation: int) -> dict[str, Any]:
     return {

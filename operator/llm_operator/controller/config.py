@@ -40,6 +40,8 @@ class OperatorConfig:
     metrics_peers: tuple[str, ...] = DEFAULT_METRICS_PEERS
     # What canary analysis may query (controller/prometheus_urls.py); empty: no analysis runs.
     analysis_prometheus_urls: tuple[Endpoint, ...] = parse_list(DEFAULT_PROMETHEUS_URL, "default")
+    # The model fetch Jobs' bandwidth cap (chart value fetch.maxBytesPerSecond); None: no cap.
+    fetch_max_bytes_per_second: int | None = None
 
     @classmethod
     def from_env(cls, namespaces: tuple[str, ...] = ()) -> OperatorConfig:
@@ -68,7 +70,17 @@ class OperatorConfig:
             analysis_prometheus_urls=parse_list(
                 env("LLMOP_ANALYSIS_PROMETHEUS_URLS", prometheus_url), "LLMOP_ANALYSIS_PROMETHEUS_URLS"
             ),
+            fetch_max_bytes_per_second=positive_int(env("LLMOP_FETCH_MAX_BYTES_PER_SECOND", "")),
         )
+
+
+def positive_int(text: str) -> int | None:
+    """LLMOP_FETCH_MAX_BYTES_PER_SECOND: "" is unset; anything else a positive integer."""
+    if not text:
+        return None
+    if not text.isdigit() or int(text) <= 0:
+        raise ValueError(f"LLMOP_FETCH_MAX_BYTES_PER_SECOND must be a positive integer, not {text!r}")
+    return int(text)
 
 
 def election_from_env() -> ElectionConfig | None:

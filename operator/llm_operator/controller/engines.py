@@ -87,7 +87,10 @@ async def claims_problem(
     missing = await missing_claims(kube, jobs, known)
     if missing:
         uris = claim_uris(ld.spec)
-        return PlanningError("VolumeClaimNotFound", missing_claims_message(ld.namespace, missing, uris))
+        cache = ld.spec.model.cache.claim_name if ld.spec.model.cache else None  # a field, not a URI
+        return PlanningError(
+            "VolumeClaimNotFound", missing_claims_message(ld.namespace, missing, uris, cache)
+        )
     waiting = [n for n in needs if ("Job", ld.namespace, n.job) not in children]
     return too_small(ld.namespace, waiting, known)
 
@@ -125,12 +128,17 @@ def too_small(
     return None
 
 
-def missing_claims_message(namespace: str, missing: list[str], uris: list[str]) -> str:
+def missing_claims_message(
+    namespace: str, missing: list[str], uris: list[str], model_cache: str | None = None
+) -> str:
     """The sentence for status: the claims, the namespace, the fields that name them."""
     named = [u for u in uris if any(u.startswith(f"pvc://{c}/") or u == f"pvc://{c}" for c in missing)]
+    if model_cache in missing:
+        named.append("model.cache.claimName")
     claims_text = ", ".join(f'persistentvolumeclaim "{c}"' for c in missing)
+    who = "the model fetch" if named == ["model.cache.claimName"] else "the engine build"
     return (
-        f"{claims_text} not found in namespace {namespace}; the engine build mounts "
+        f"{claims_text} not found in namespace {namespace}; {who} mounts "
         f"{'them' if len(missing) > 1 else 'it'} for "
         f"{' and '.join(named)}: create the claim or change the URI (the build starts once it exists)"
     )

@@ -29,6 +29,7 @@ from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.groups import GroupFailures, group_pods
 from llm_operator.controller.kube import KubeApi, NotLeading, obj_key
 from llm_operator.controller.metrics import RECONCILE_ERRORS, RECONCILE_SECONDS, ConditionCounts
+from llm_operator.controller.model_cache import ModelCache
 from llm_operator.controller.observe import (
     CompactDicts,
     CreateFailures,
@@ -42,6 +43,7 @@ from llm_operator.controller.rollout import Rollout, Rollouts
 from llm_operator.controller.ssh import SshIdentities, needs_ssh
 from llm_operator.controller.status import Event, Observation, reduce, unplaced_recheck_seconds
 from llm_operator.desired import Desired, desired, plan_for
+from llm_operator.engine.state import ModelFact, ModelObserved
 from llm_operator.plan.inventory import Inventory
 from llm_operator.plan.types import PlanningError
 from llm_operator.render.children import serving_selector
@@ -92,6 +94,7 @@ class Reconciler:
         self.group_failures = GroupFailures()
         self.ssh = SshIdentities(kube)
         self.admin_keys = AdminKeys(kube)
+        self.models = ModelCache(kube)
         self.rollouts = Rollouts(analysis.measure, config.analysis_prometheus_urls)
         self.statuses: dict[Key, dict[str, Any]] = {}  # last status written, for the gauge
         self.counts = ConditionCounts()
@@ -157,6 +160,7 @@ class Reconciler:
         self._wake(self.pod_problems.update(event, pod))
         self._wake(self.rollouts.ready.update(event, pod))
         self._wake(self.group_failures.update(pod))
+        self._wake(self.models.pods.update(event, pod))
 
     async def endpoint_event(self, event: str, endpoint_slice: dict[str, Any]) -> None:
         """An EndpointSlice of a revision Service: what a gateway can route to changed."""
@@ -238,6 +242,8 @@ class Reconciler:
         try:
             problems = self.pod_problems.by_slot((ld.namespace, ld.name))
             rollout = await self.rollouts.decide(ld, self.config.images, self.applier.children, problems)
+            seen = await self.models.observe(self.applier.children, [s.ld for s in rollout.slots])
+            models = lambda *key: seen.get(key, ModelObserved(ModelFact.ABSENT))  # noqa: E731
             wants = [
                 desired(
                     s.ld,
@@ -249,6 +255,8 @@ class Reconciler:
                     leader_worker_set=self.leader_worker_set,
                     prometheus_url=self.config.prometheus_url,
                     metrics_peers=self.config.metrics_peers,
+                    models=models,
+                    fetch_max_bytes_per_second=self.config.fetch_max_bytes_per_second,
                 )
                 for s in rollout.slots
             ]
@@ -277,11 +285,12 @@ class Reconciler:
             self.queue.add_after((namespace, name), CLAIM_RECHECK_SECONDS)  # Secrets are not watched
             return
         missing_apis = await self._apply(ld, wants, rollout.objects)
-        events = [Event(*e) for e in rollout.decision.events]
+        fetched, model_later = await self.models.settle(self.applier.children, ld, wants, now())
+        events = [Event(*e) for e in [*rollout.decision.events, *fetched]]
         observed = self._observe(ld, wants, rollout, missing_apis)
         await self._write_status(body, observed, events)
         unplaced = unplaced_recheck_seconds(observed, now())
-        later = [t for t in (rollout.decision.requeue_after, unplaced) if t is not None]
+        later = [t for t in (rollout.decision.requeue_after, unplaced, model_later) if t is not None]
         if missing_apis & {"ScaledObject", "InferencePool"}:
             later.append(KEDA_RECHECK_SECONDS)
         if later:
@@ -326,6 +335,7 @@ class Reconciler:
             ld.generation,
             current.plan,
             engines=current.engines,
+            model=current.model,
             pools={
                 p.name: pool_observed(children, applied, spec.ld, p, spec.slot) for p in current.plan.pools
             },

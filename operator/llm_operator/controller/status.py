@@ -13,11 +13,13 @@ from datetime import datetime
 from typing import Any
 
 from llm_operator.api.v1alpha1 import Phase, RevisionsStatus, RolloutPhase
-from llm_operator.controller import autoscaling, router_status
+from llm_operator.controller import autoscaling, model_status, router_status
+from llm_operator.controller.conditions import FAILED_POD as FAILED_POD
+from llm_operator.controller.conditions import LAUNCHER_REFUSED as LAUNCHER_REFUSED
 from llm_operator.controller.conditions import available as _available
 from llm_operator.controller.conditions import cond as _cond
 from llm_operator.controller.conditions import stalled as _stalled
-from llm_operator.engine.state import EngineState, PoolEngineStatus
+from llm_operator.engine.state import EngineState, ModelState, ModelStatus, PoolEngineStatus
 from llm_operator.plan.types import Plan, PlanningError
 
 
@@ -31,9 +33,7 @@ class PoolObserved:
     rolled_out: bool = False  # controller caught up with our template and all pods updated
 
 
-FAILED_POD = "Failed"  # pod problem prefix of a build attempt that exited with an error
 REFUSED = "FailedCreate"  # problem reason of a StatefulSet or Job the API server refused a pod
-LAUNCHER_REFUSED = "LauncherRefused"  # a serving pod's launcher exited 78: no restart will help
 # A pod the scheduler cannot place may be placed once capacity frees up or an autoscaler adds a
 # node (GPU nodes take minutes): until then it is progress, as Argo CD and kstatus read a Pending
 # pod, and the scheduler's words are in the message. Past this, someone must act: Degraded.
@@ -58,6 +58,7 @@ class Observation:
     total: int | None = None  # replicas of both slots together (the scale subresource's count)
     route_problem: str | None = None  # the gateway-api route cannot carry traffic: why
     router: router_status.RouterObserved | None = None  # routing.mode inference-pool only
+    model: ModelStatus | None = None  # the model cache (s3:// and hf:// sources)
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,14 @@ def reduce(
     engines, pod_problems = _with_build_attempts(engines, obs.pod_problems)
     waiting = [p for p, since in obs.unplaced if _age(since, now) < UNPLACED_GRACE_SECONDS]
     pod_problems += tuple(p for p, _ in obs.unplaced if p not in waiting)
+    pod_problems = model_status.without_fetch_attempts(obs.model, pod_problems)
     failed = [(n, e) for n, e in engines.items() if e.state == EngineState.FAILED]
     building = [(n, e) for n, e in engines.items() if e.state == EngineState.BUILDING]
+    waiting_model = [(n, e) for n, e in engines.items() if e.state == EngineState.WAITING]
+    model_failed = model_status.failure(obs.model)
+    fetching = obs.model is not None and obs.model.state == ModelState.FETCHING
+    if (model_fields := model_status.fields(obs.model)) is not None:
+        status["model"] = model_fields
     if engines:
         primary = engines.get(plan.primary.name)
         if primary is not None and primary.state != EngineState.NOT_NEEDED:
@@ -121,6 +128,8 @@ def reduce(
         engine_cond = _cond("EngineReady", False, "EngineBuildFailed", _join(failed), g)
     elif building:
         engine_cond = _cond("EngineReady", False, "EngineBuilding", _join(building), g)
+    elif waiting_model:
+        engine_cond = _cond("EngineReady", False, "WaitingForModel", _join(waiting_model), g)
     elif engines and all(e.state == EngineState.NOT_NEEDED for e in engines.values()):
         engine_cond = _cond("EngineReady", True, "EngineNotNeeded", "this backend builds no engine", g)
     else:
@@ -128,10 +137,15 @@ def reduce(
 
     rolled = all(obs.pools.get(p.name, PoolObserved(desired=p.replicas)).rolled_out for p in plan.pools)
     all_ready = rolled and ready_total >= desired and not failed and not building
+    all_ready = all_ready and not model_failed and not fetching and not waiting_model
     if obs.endpoints:
         status["endpoints"] = obs.endpoints
+    model_conds = model_status.condition(obs.model, g)
 
-    if failed:
+    if model_failed:
+        reason, message = model_failed
+        conds, phase = _stalled(reason, message, serving, g)
+    elif failed:
         reason, message = "EngineBuildFailed", _join(failed)
         conds, phase = _stalled(reason, message, serving, g)
     elif all_ready:
@@ -146,7 +160,10 @@ def reduce(
         ]
         phase = Phase.READY
     else:
-        if building:
+        if fetching and obs.model is not None:
+            reason, message = model_status.FETCHING, model_status.fetching_message(obs.model)
+            phase = Phase.FETCHING_MODEL
+        elif building:
             reason, message = "BuildingEngine", _join(building)
             phase = Phase.BUILDING_ENGINE
         elif not rolled:
@@ -167,7 +184,8 @@ def reduce(
             reason = "MissingObject" if missing else REFUSED if refused else LAUNCHER_REFUSED
             message = "; ".join(missing or refused or launcher)
             conds, phase = _stalled(reason, message, serving, g)
-            conds += [engine_cond, _cond("Available", serving or desired == 0, _available(serving), "", g)]
+            conds += [engine_cond, *model_conds]
+            conds += [_cond("Available", serving or desired == 0, _available(serving), "", g)]
             conds += _autoscaling(obs)
             status, events = _finish(obs, status, conds, phase, reason, message, old_status, now)
             return status, placement_events + events
@@ -184,7 +202,7 @@ def reduce(
             _cond("Progressing", True, reason, message, g),
             degraded,
         ]
-    conds.append(engine_cond)
+    conds += [engine_cond, *model_conds]
     conds.append(_cond("Available", serving or desired == 0, _available(serving), "", g))
     conds += _autoscaling(obs)
     status, events = _finish(obs, status, conds, phase, reason, message, old_status, now)

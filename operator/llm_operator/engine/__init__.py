@@ -23,7 +23,7 @@ from llm_operator.images import Images
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
 from llm_operator.render.inject import inject_init_container, inject_mount, inject_volume, python_path_env
-from llm_operator.storage import engine_location
+from llm_operator.storage import ModelLocation, engine_location
 
 MODEL_MOUNT = "/model-source"
 WORK_MOUNT = "/work"  # scratch: HOME, caches, and the engine before it is uploaded to an object store
@@ -36,11 +36,15 @@ RESTRICTED: dict[str, Any] = {
 }
 
 
-def key_parts(spec: LLMDeploymentSpec, pool: PoolPlan, trtllm_version: str) -> dict[str, Any]:
+def key_parts(
+    spec: LLMDeploymentSpec, pool: PoolPlan, trtllm_version: str, model_revision: str | None = None
+) -> dict[str, Any]:
+    """`model_revision`: the cached model's resolved revision (the Hub's commit, the S3 objects'
+    ETag digest), so new weights under the same name and revision are a new engine."""
     e = spec.engine
     parts: dict[str, Any] = {
         "model": spec.model.name,
-        "revision": spec.model.revision,
+        "revision": model_revision,
         "precision": e.precision.value,
         "kvCacheDtype": e.kv_cache_dtype.value,
         "tp": pool.tensor,
@@ -59,9 +63,11 @@ def key_parts(spec: LLMDeploymentSpec, pool: PoolPlan, trtllm_version: str) -> d
     return {**parts, **inputs.key_parts(spec, pool)}
 
 
-def cache_key(spec: LLMDeploymentSpec, pool: PoolPlan, trtllm_version: str) -> str:
+def cache_key(
+    spec: LLMDeploymentSpec, pool: PoolPlan, trtllm_version: str, model_revision: str | None = None
+) -> str:
     """Readable prefix (model, precision, tp/pp, arch) + hash of every part: a directory name."""
-    parts = key_parts(spec, pool, trtllm_version)
+    parts = key_parts(spec, pool, trtllm_version, model_revision)
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
     model = re.sub(r"[^a-z0-9]+", "-", spec.model.name.lower().rsplit("/", 1)[-1]).strip("-")[:32]
     return f"{model}-{parts['precision']}-tp{pool.tensor}pp{pool.pipeline}-{pool.sm}-{digest}"
@@ -118,13 +124,16 @@ def build_job(
     images: Images,
     owner: dict[str, Any],
     trtllm_version: str | None = None,
+    model: ModelLocation | None = None,
 ) -> dict[str, Any]:
-    """A Job that fetches the checkpoint, converts or quantizes it and runs trtllm-build on the
-    pool's GPUs, then (object-store caches) uploads the engine.
+    """A Job that converts or quantizes the checkpoint and runs trtllm-build on the pool's GPUs,
+    then (object-store caches) uploads the engine. It downloads nothing: an s3:// or hf:// model
+    is read from the model cache (`model`, its claim mounted read-only, fetched before by the
+    model's fetch Job), a pvc:// one in place.
 
     Its containers, in order: `inject` (the operator's image copies our standard-library-only
-    package into an emptyDir), `fetch` (our fetch image: cache hit check, checkpoint download,
-    TensorRT-LLM's examples; engine/fetch.py), `build` (`image`, NVIDIA's tritonserver trtllm image
+    package into an emptyDir), `fetch` (our fetch image: cache hit check and TensorRT-LLM's
+    examples; engine/fetch.py), `build` (`image`, NVIDIA's tritonserver trtllm image
     of the release as published, running engine/build.py with its own python3), and for s3:// and
     gs:// caches `publish` (the fetch image again: files, then the marker). Kubernetes runs init
     containers one after another and the main container last, so the last step is the main one.
@@ -132,8 +141,8 @@ def build_job(
     It takes one GPU per rank, up to one pod's worth (pool.gpus_per_pod): ModelOpt calibrates the
     model sharded over them and trtllm-build builds that many ranks in parallel; a world that spans
     pods is built on one pod's GPUs, several ranks per GPU in turn. Host memory and scratch space
-    come from the model's size (engine/sizing.py). pvc:// caches are written in place, the download
-    and converted checkpoint beside them; s3:// and gs:// caches are built in the Job's scratch
+    come from the model's size (engine/sizing.py). pvc:// caches are written in place, the
+    converted checkpoint beside them; s3:// and gs:// caches are built in the Job's scratch
     volume. With `trtllm_version`, the builder refuses an image of another TensorRT-LLM version
     (the key would lie), exit code 78, which fails the Job without retries; so do fetch and publish
     for a URI they cannot use.
@@ -153,11 +162,19 @@ def build_job(
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm_size}},
         {"name": "tmp", "emptyDir": {}},  # the root filesystem is read-only; tools write temp files
     ]
-    if model_uri.startswith("pvc://"):
+    if model is not None:  # the model cache's claim, whole, read-only
+        model_uri = model.model_dir
+        build_mounts.append({"name": model.volume, "mountPath": model.mount, "readOnly": True})
+        volumes.append(
+            {"name": model.volume, "persistentVolumeClaim": {"claimName": model.claim, "readOnly": True}}
+        )
+    elif model_uri.startswith("pvc://"):
         claim, _, path = model_uri.removeprefix("pvc://").partition("/")
         model_uri = f"{MODEL_MOUNT}/{path.strip('/')}".rstrip("/")
         build_mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True})
         volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
+    else:
+        raise ValueError(f"an engine build reads its model from a claim, not {model_uri}: fetch it first")
     if (calibration := inputs.calibration_volume(spec, pool)) is not None:
         build_mounts.append(calibration[0])
         volumes.append(calibration[1])
@@ -165,8 +182,8 @@ def build_job(
     if cache.startswith("pvc://"):
         location = engine_location(cache, key)
         output, upload = location.engine_dir, None
-        # The download and the converted checkpoint are as large as the model: keep them on the
-        # cache volume (engine/sizing.py sizes it), not the node's disk.
+        # The converted checkpoint is as large as the model: keep it on the cache volume
+        # (engine/sizing.py sizes it), not the node's disk.
         scratch = f"{posixpath.dirname(output)}/.scratch/{key}"
         cache_mount = {"name": "engine-cache", "mountPath": ENGINE_CACHE_MOUNT}
         build_mounts.append(cache_mount)
@@ -178,7 +195,7 @@ def build_job(
             work["emptyDir"] = {"sizeLimit": size.scratch_quantity}
     e = spec.engine
     args = [
-        "--key", key, "--model", model_uri, "--revision", spec.model.revision,
+        "--key", key, "--model", model_uri,
         "--precision", e.precision.value, "--kv-cache-dtype", e.kv_cache_dtype.value,
         "--tp", str(pool.tensor), "--pp", str(pool.pipeline), "--gpus", str(gpus),
         "--gpus-per-node", str(pool.gpus_per_pod), "--sm", pool.sm,
@@ -188,8 +205,7 @@ def build_job(
         *inputs.args(spec, pool),
     ]  # fmt: skip
     destination = ["--upload", upload] if upload else ["--output", output]
-    fetch_args = ["fetch", "--key", key, "--work-dir", scratch, "--model", spec.model.source.uri,
-                  "--revision", spec.model.revision, *destination]  # fmt: skip
+    fetch_args = ["fetch", "--key", key, "--work-dir", scratch, *destination]
     if upload:
         args += ["--upload", upload]
     if trtllm_version:
@@ -199,9 +215,9 @@ def build_job(
     # No passwd entry for the uid: HOME and USER keep Python, torch and HF caches happy.
     home = [{"name": "HOME", "value": WORK_MOUNT}, {"name": "USER", "value": "builder"},
             {"name": "HF_HOME", "value": f"{WORK_MOUNT}/.cache/huggingface"}, python_path_env()]  # fmt: skip
-    # The stores' credentials: the Secret the spec names and the user's environment (the same as
-    # serving), only in the containers that read or write the stores.
-    store_env_from = [*_credentials(spec), *user_env_from]
+    # The engine store's credentials come from the user's environment (the same as serving), only
+    # in the containers that read or write it; the model's Secret reaches the fetch Job alone.
+    store_env_from = user_env_from
     requests: dict[str, str] = {L.GPU_RESOURCE: str(gpus)}
     if size is not None:
         requests["memory"] = size.memory_quantity  # a request, no limit: a peak above it is not killed
@@ -294,9 +310,3 @@ def build_job(
             },
         },
     }
-
-
-def _credentials(spec: LLMDeploymentSpec) -> list[dict[str, Any]]:
-    """The model-store credentials Secret, only where the spec names it (AWS_*, HF_TOKEN, ...)."""
-    ref = spec.model.source.credentials_secret_ref
-    return [{"secretRef": {"name": ref.name}}] if ref else []

@@ -3,8 +3,9 @@
 injection, so this module is standard library only).
 
 The fetch init container (engine/fetch.py, in our fetch image) ran first: it found the key in the
-cache (CACHED in the work directory: this ends at once) or put the checkpoint in `<work>/model`
-(pvc:// sources are read in place) and TensorRT-LLM's examples in `<work>/trtllm-examples`. This
+cache (CACHED in the work directory: this ends at once) or put TensorRT-LLM's examples in
+`<work>/trtllm-examples`. The checkpoint (`--model`) is a mounted directory: the model cache's
+claim or a pvc:// source, read-only. This
 checks that the image's TensorRT-LLM version and the GPUs' architecture are the ones in the key
 (exit 78 otherwise: the Job fails without retrying), converts the checkpoint with its family's
 converter or quantizes it with ModelOpt (calibrating on the dataset the spec names, offline unless
@@ -247,8 +248,8 @@ def run(cmd: list[str], dry_run: bool, env: dict[str, str] | None = None) -> Non
 
 
 def model_dir(a: argparse.Namespace) -> Path:
-    """Where the checkpoint is: a mounted directory as given, else the fetch container's download."""
-    return Path(a.model) if a.model.startswith("/") else Path(a.work_dir, "model")
+    """Where the checkpoint is: a mounted directory (the model cache or a pvc:// source)."""
+    return Path(a.model)
 
 
 def build(a: argparse.Namespace) -> None:
@@ -270,14 +271,14 @@ def build(a: argparse.Namespace) -> None:
         if not a.upload:
             publish(staged, Path(a.output))
     finally:
-        shutil.rmtree(work, ignore_errors=True)  # the download and the converted checkpoint
+        shutil.rmtree(work, ignore_errors=True)  # the converted checkpoint
         if not a.upload:
             shutil.rmtree(staged, ignore_errors=True)  # a failed attempt's partial engine
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="llm_operator.engine.build")
-    for name in ("key", "model", "revision", "precision", "kv-cache-dtype", "sm", "output", "work-dir"):
+    for name in ("key", "model", "precision", "kv-cache-dtype", "sm", "output", "work-dir"):
         p.add_argument(f"--{name}", required=True)
     for name in ("tp", "pp", "gpus", "gpus-per-node", "max-batch-size", "max-input-len", "max-seq-len",
                  "max-num-tokens", "max-beam-width"):  # fmt: skip

@@ -2,15 +2,15 @@
 NVIDIA's: `python3 -m llm_operator.engine.fetch fetch ...` (an init container before the build)
 and `... publish ...` (the Job's main container after it, object-store caches only).
 
-NVIDIA's tritonserver trtllm image has neither the AWS CLI, gsutil nor Hugging Face's CLI, and no
-TensorRT-LLM `examples/` (see FETCH_EXAMPLES_ROOT): this image brings both, so the build container
-runs NVIDIA's image as published. Standard library only (it arrives by injection, like build.py).
-Credentials come only from the Secret spec.model.source.credentialsSecretRef names (envFrom).
+NVIDIA's tritonserver trtllm image has neither the AWS CLI nor gsutil, and no TensorRT-LLM
+`examples/` (see FETCH_EXAMPLES_ROOT): this image brings both, so the build container runs
+NVIDIA's image as published. Standard library only (it arrives by injection, like build.py). The
+checkpoint is not downloaded here: the build reads it from the model cache (the model's fetch Job,
+llm_operator/modelcache/) or a pvc:// source, mounted read-only.
 
 fetch: a cache hit (the key's marker already in the cache) writes CACHED in the work directory
 and does nothing else; the build and publish containers then exit at once. Otherwise it empties
-the work directory, downloads the checkpoint into `<work>/model` (s3://, gs://, hf://; pvc://
-sources are mounted, not copied) and copies TensorRT-LLM's examples of the key's version into
+the work directory and copies TensorRT-LLM's examples of the key's version into
 `<work>/trtllm-examples`. publish: the engine's files first, its marker last, so a reader that
 finds the marker finds the whole engine.
 """
@@ -26,7 +26,6 @@ from pathlib import Path
 
 MARKER = "llm-operator-engine.complete"  # the same file build.py writes last
 CACHED = ".llm-operator-cached"  # in the work directory: the key is in the cache already
-MODEL_DIR = "model"
 EXAMPLES_DIR = "trtllm-examples"
 # Where the fetch image keeps TensorRT-LLM's examples, one directory per version (v1.1.0, ...).
 FETCH_EXAMPLES_ROOT = "/opt/trtllm-examples"
@@ -35,20 +34,6 @@ EXIT_CONFIG = 78
 
 class FetchError(Exception):
     """A URI this image cannot read or write: exit EXIT_CONFIG (retrying cannot help)."""
-
-
-def fetch_command(uri: str, revision: str, model_dir: str) -> list[str] | None:
-    """Download the checkpoint; None for a directory already mounted (pvc:// sources)."""
-    scheme, sep, path = uri.partition("://")
-    if not sep or scheme == "pvc":
-        return None
-    if scheme == "s3":
-        return ["aws", "s3", "sync", "--only-show-errors", uri, model_dir]
-    if scheme == "gs":
-        return ["gsutil", "-m", "rsync", "-r", uri, model_dir]
-    if scheme == "hf":  # huggingface_hub 1.0 replaced huggingface-cli with hf
-        return ["hf", "download", path.strip("/"), "--revision", revision, "--local-dir", model_dir]
-    raise FetchError(f"the engine build cannot fetch {scheme}:// sources: use s3://, gs://, hf:// or pvc://")
 
 
 def upload_commands(engine: str, uri: str) -> list[list[str]]:
@@ -98,11 +83,8 @@ def fetch(a: argparse.Namespace) -> None:
         (work / CACHED).write_text(a.key + "\n")
         print(f"engine {a.key} is already in the cache: nothing to fetch", flush=True)
         return
-    shutil.rmtree(work, ignore_errors=True)  # a failed attempt's download
+    shutil.rmtree(work, ignore_errors=True)  # a failed attempt's files
     work.mkdir(parents=True)
-    command = fetch_command(a.model, a.revision, str(work / MODEL_DIR))
-    if command:
-        run(command)
     if not copy_examples(a.examples_version, work / EXAMPLES_DIR):
         print(
             f"no TensorRT-LLM {a.examples_version} examples in this image: the build uses its own", flush=True
@@ -120,9 +102,7 @@ def publish(a: argparse.Namespace) -> None:
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="llm_operator.engine.fetch")
     steps = p.add_subparsers(dest="step", required=True)
-    f = steps.add_parser("fetch", help="checkpoint and examples into the work directory")
-    f.add_argument("--model", required=True)
-    f.add_argument("--revision", required=True)
+    f = steps.add_parser("fetch", help="TensorRT-LLM's examples into the work directory")
     f.add_argument("--examples-version", help="TensorRT-LLM version whose examples the build runs")
     cache = f.add_mutually_exclusive_group(required=True)
     cache.add_argument("--output", help="the engine directory on a pvc:// cache")

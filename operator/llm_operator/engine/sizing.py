@@ -9,8 +9,8 @@ published in bf16/fp16). Our rule, an assumption stated as such, not a measureme
            rank shards, and ModelOpt's quantize.py loads it (device_map="auto") with host memory
            as the spill-over; 4 GiB per GPU covers each rank's Python, torch and CUDA context in
            the conversion and in trtllm-build's --workers.
-  scratch  (download + converted checkpoint + engine) x 1.1
-           download: the checkpoint, when it is fetched (pvc:// sources are read in place);
+  scratch  (converted checkpoint + engine) x 1.1
+           the checkpoint itself is read where it is (the model cache or a pvc:// source);
            converted checkpoint and engine: each the weights of every rank at the precision
            (plan/memory.py: the busiest rank's weights x ranks, embeddings in 16 bits), since the
            TensorRT-LLM checkpoint and the engine both hold the weights once per rank.
@@ -37,8 +37,7 @@ MEMORY_PER_GPU = 4 * GIB
 @dataclass(frozen=True)
 class BuildSize:
     memory: int  # bytes of host memory the build container requests
-    scratch: int  # bytes of disk the download, the converted checkpoint and the engine take
-    fetched: bool  # the scratch includes the downloaded checkpoint
+    scratch: int  # bytes of disk the converted checkpoint and the engine take
 
     @property
     def memory_quantity(self) -> str:
@@ -61,12 +60,9 @@ def build_size(spec: LLMDeploymentSpec, pool: PoolPlan, gpus: int) -> BuildSize 
     checkpoint = arch.parameter_count * CHECKPOINT_BYTES_PER_PARAM
     ranks = pool.tensor * pool.pipeline
     weights = weight_bytes(arch, spec.engine.precision, pool.tensor, pool.pipeline) * ranks
-    fetched = not spec.model.source.uri.startswith("pvc://")
-    scratch = (checkpoint if fetched else 0) + 2 * weights
     return BuildSize(
         memory=math.ceil(checkpoint * MARGIN) + MEMORY_PER_GPU * gpus,
-        scratch=math.ceil(scratch * MARGIN),
-        fetched=fetched,
+        scratch=math.ceil(2 * weights * MARGIN),
     )
 
 

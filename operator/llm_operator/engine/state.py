@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 
@@ -27,6 +27,7 @@ class EngineState(StrEnum):
     READY = "Ready"
     BUILDING = "Building"
     FAILED = "Failed"
+    WAITING = "WaitingForModel"  # its build needs the model's files, which are being fetched
 
 
 @dataclass(frozen=True)
@@ -36,3 +37,43 @@ class PoolEngineStatus:
     uri: str | None = None
     job: str | None = None
     message: str = ""
+
+
+class ModelFact(StrEnum):
+    """What the cluster shows for one fetch key: the model cache index, else the fetch Job."""
+
+    RECORDED = "Recorded"  # in the namespace's llm-model-cache-index: fetched before, by anyone
+    COMPLETE = "Complete"  # its Job succeeded; the index does not list it yet
+    FAILED = "Failed"
+    RUNNING = "Running"
+    ABSENT = "Absent"
+
+
+@dataclass(frozen=True)
+class ModelObserved:
+    fact: ModelFact
+    directory: str = ""  # models/<source key>/<resolved revision>, inside the claim
+    resolved_revision: str = ""
+    bytes: int | None = None  # fetched so far (RUNNING) or in all (RECORDED, COMPLETE)
+    total_bytes: int | None = None
+    files: int | None = None
+    total_files: int | None = None
+    reason: str = ""  # FAILED: the fetcher's reason (SourceUnauthorized, ...) or the Job's
+    message: str = ""  # FAILED: the fetcher's one line, naming the field to fix
+
+
+class ModelState(StrEnum):
+    NOT_CACHED = "NotCached"  # pvc:// and builtin:// sources are read in place
+    READY = "Ready"
+    FETCHING = "Fetching"
+    FAILED = "Failed"
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    """What status.model and the ModelCached condition say (controller/status.py)."""
+
+    state: ModelState
+    cache_key: str = ""
+    job: str = ""
+    observed: ModelObserved = field(default_factory=lambda: ModelObserved(ModelFact.ABSENT))

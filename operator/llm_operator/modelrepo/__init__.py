@@ -15,7 +15,6 @@ from typing import TypeVar
 import jinja2
 
 from llm_operator.api.v1alpha1 import Backend, LLMDeploymentSpec, Precision
-from llm_operator.contract import CHECKPOINT_MOUNT
 from llm_operator.plan.types import PoolPlan
 from llm_operator.profiles import GPT_MODEL_TYPE, PROFILES, SCHEDULER_POLICY, ProfileDefaults
 from llm_operator.runtime.cpu_reference import BUILTIN_MODELS
@@ -191,26 +190,24 @@ def client_model(spec: LLMDeploymentSpec) -> str:
     return "tensorrt_llm" if spec.engine.backend == Backend.PYTORCH else "ensemble"
 
 
-def checkpoint(spec: LLMDeploymentSpec) -> str:
-    """What the LLM API loads: the mounted pvc:// directory, or the hf:// repository id (the LLM
-    API downloads it into HOME's Hugging Face cache). Admission allows only these two schemes."""
-    scheme, _, rest = spec.model.source.uri.partition("://")
-    if scheme == "hf":
-        return rest.strip("/")
-    _, _, path = rest.partition("/")
-    return f"{CHECKPOINT_MOUNT}/{path.strip('/')}".rstrip("/")
+def checkpoint(spec: LLMDeploymentSpec, model_dir: str) -> str:
+    """What the LLM API loads: the model's directory in the pod (a cached s3:// or hf:// source,
+    or a mounted pvc:// one), as the serving pod mounts it."""
+    if not model_dir:
+        raise ValueError(
+            f"the pytorch backend reads its checkpoint from a directory, not {spec.model.source.uri}"
+        )
+    return model_dir
 
 
-def llmapi_values(spec: LLMDeploymentSpec, pool: PoolPlan) -> dict[str, object]:
+def llmapi_values(spec: LLMDeploymentSpec, pool: PoolPlan, model_dir: str) -> dict[str, object]:
     """What the llmapi model.yaml template renders: the spec's value, else the profile's."""
     runtime, engine = spec.runtime, spec.engine
     profile = PROFILES[runtime.profile]
     kv = runtime.kv_cache
     percent = _pick(kv.free_gpu_memory_percent, profile.kv_cache_free_gpu_memory_percent)
     return {
-        "model": checkpoint(spec),
-        # The LLM API downloads this revision of an hf:// checkpoint; a pvc:// one is as mounted.
-        "revision": spec.model.revision if spec.model.source.uri.startswith("hf://") else None,
+        "model": checkpoint(spec, model_dir),
         "dtype": LLMAPI_DTYPE[engine.precision],
         "tensor_parallel_size": pool.tensor,
         "pipeline_parallel_size": pool.pipeline,
@@ -232,6 +229,7 @@ def render_repository(
     engine_dir: str,
     tokenizer_dir: str,
     python_path: Sequence[str] = CPU_RUNTIME_PYTHON_PATH,
+    model_dir: str = "",
 ) -> dict[str, str]:
     """Relative path (`<model>/config.pbtxt`, `<model>/1/model.py`) -> file content.
 
@@ -251,7 +249,7 @@ def render_repository(
                 _common(spec, PROFILES[spec.runtime.profile])
             ),
             "tensorrt_llm/1/model.yaml": env.get_template("llmapi/model.yaml.j2").render(
-                llmapi_values(spec, pool)
+                llmapi_values(spec, pool, model_dir)
             ),
         }
     values = trtllm_values(spec, pool, engine_dir, tokenizer_dir)

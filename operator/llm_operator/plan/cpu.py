@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from llm_operator.api.v1alpha1 import BUILTIN_URIS, LLMDeploymentSpec
+from llm_operator.api.v1alpha1 import BUILTIN_URIS, CACHED_SCHEMES, LLMDeploymentSpec
 from llm_operator.plan.types import Plan, PlanningError, PoolPlan
 
 CPU_PRODUCT = "cpu"
 
 
 def cpu_plan(spec: LLMDeploymentSpec) -> Plan:
-    if spec.model.source.uri not in BUILTIN_URIS:  # admission refuses it; objects stored before not
+    uri = spec.model.source.uri
+    checkpoint = uri.startswith((*CACHED_SCHEMES, "pvc://"))  # in the runtime's checkpoint format
+    if uri not in BUILTIN_URIS and not checkpoint:  # admission refuses it; objects stored before not
         raise PlanningError(
             "UnknownBuiltinModel",
-            f"the cpu-reference backend serves only its builtin models ({', '.join(BUILTIN_URIS)}), "
-            f"not {spec.model.source.uri}",
+            f"the cpu-reference backend serves its builtin models ({', '.join(BUILTIN_URIS)}) or a "
+            f"checkpoint from s3://, hf:// or pvc://, not {uri}",
         )
     pool = PoolPlan(
         name="main",

@@ -23,7 +23,7 @@ from llm_operator.render import autoscaling, names, network, policy, routing, se
 from llm_operator.render.pod import template_hash
 from llm_operator.render.serving import workloads
 from llm_operator.rollout.revision import Slot
-from llm_operator.storage import EngineLocation, tokenizer_dir, tokenizer_location
+from llm_operator.storage import EngineLocation, ModelLocation, tokenizer_dir, tokenizer_location
 
 
 @dataclass(frozen=True)
@@ -47,12 +47,19 @@ def owner_reference(ld: LLMDeployment) -> dict[str, Any]:
 
 
 def model_repo_configmap(
-    ld: LLMDeployment, pool: PoolPlan, engine: PoolEngine, slot: Slot = Slot.A
+    ld: LLMDeployment,
+    pool: PoolPlan,
+    engine: PoolEngine,
+    slot: Slot = Slot.A,
+    model: ModelLocation | None = None,
 ) -> tuple[dict[str, Any], str]:
     """The ConfigMap and the hash of its content, which names it (the pods mount it by that name)."""
     engine_dir = engine.location.engine_dir if engine.location else ""
-    tokenizer = tokenizer_dir(tokenizer_location(ld.spec.runtime.tokenizer_uri), engine.location)
-    files = render_repository(ld.spec, pool, engine_dir=engine_dir, tokenizer_dir=tokenizer)
+    tokenizer = tokenizer_dir(tokenizer_location(ld.spec.runtime.tokenizer_uri), engine.location, model)
+    model_dir = model.model_dir if model else ""
+    files = render_repository(
+        ld.spec, pool, engine_dir=engine_dir, tokenizer_dir=tokenizer, model_dir=model_dir
+    )
     data = to_configmap_data(files)
     content_hash = template_hash(data)
     configmap = {
@@ -80,9 +87,10 @@ def serving_pool(
     slot: Slot,
     revision: str,
     leader_worker_set: bool,
+    model: ModelLocation | None = None,
 ) -> list[dict[str, Any]]:
     """ConfigMap, workload(s) and PDB of one pool in one slot."""
-    repo, repo_hash = model_repo_configmap(ld, pool, engine, slot)
+    repo, repo_hash = model_repo_configmap(ld, pool, engine, slot, model)
     objs = [repo]
     objs += workloads(
         ld.name,
@@ -96,6 +104,7 @@ def serving_pool(
         slot=slot,
         revision=revision,
         leader_worker_set=leader_worker_set,
+        model=model,
     )
     objs.append(policy.disruption_budget(ld.name, ld.namespace, pool, slot))
     return objs
@@ -137,17 +146,20 @@ def slot_children(
     slot: Slot = Slot.A,
     revision: str,
     leader_worker_set: bool = False,
+    model: ModelLocation | None = None,
 ) -> list[dict[str, Any]]:
     """The serving objects of one slot, running `revision` of `ld.spec` at the plan's replica
     counts. A pool whose engine is not ready contributes nothing, so whatever it served before
-    (the previous revision) stays untouched until the new engine exists."""
+    (the previous revision) stays untouched until the new engine exists. `model`: where the pods
+    read the model's files (a cached or pvc:// source), mounted read-only."""
     objs: list[dict[str, Any]] = []
     for pool in plan.pools:
         engine = engines[pool.name]
         if engine.ready:
             objs += serving_pool(
-                ld, pool, images, engine, slot=slot, revision=revision, leader_worker_set=leader_worker_set
-            )
+                ld, pool, images, engine, slot=slot, revision=revision,
+                leader_worker_set=leader_worker_set, model=model,
+            )  # fmt: skip
     return owned(ld, objs)
 
 

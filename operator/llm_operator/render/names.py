@@ -106,3 +106,9 @@ def router(deployment: str) -> str:
 
 def inference_pool(deployment: str) -> str:
     return _fit(deployment)
+
+
+def model_fetch_job(deployment: str, fetch_key: str) -> str:
+    """Per deployment and request (the fetch key): a revision change is a new Job, and a Job is
+    never edited (its pod template is immutable)."""
+    return _fit(f"{deployment}-fetch-{fetch_key[:10]}")

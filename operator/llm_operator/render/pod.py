@@ -21,7 +21,7 @@ from llm_operator.render import names
 from llm_operator.render.inject import inject_init_container, inject_mount, inject_volume, python_path_env
 from llm_operator.render.placement import pod_scheduling
 from llm_operator.rollout.revision import Slot
-from llm_operator.storage import EngineLocation, tokenizer_dir, tokenizer_location
+from llm_operator.storage import EngineLocation, ModelLocation, tokenizer_dir, tokenizer_location
 
 
 def template_hash(obj: Any) -> str:
@@ -72,7 +72,9 @@ def _size(n: int) -> str:
     return str(n)
 
 
-def _env(spec: LLMDeploymentSpec, pool: PoolPlan, engine: EngineLocation | None) -> list[dict[str, Any]]:
+def _env(
+    spec: LLMDeploymentSpec, pool: PoolPlan, engine: EngineLocation | None, model: ModelLocation | None
+) -> list[dict[str, Any]]:
     """What every serving container gets (contract.ENV); multi-node pods add their role and group
     addressing (workloads)."""
     env: list[dict[str, Any]] = [
@@ -95,7 +97,9 @@ def _env(spec: LLMDeploymentSpec, pool: PoolPlan, engine: EngineLocation | None)
     ]
     if engine is not None:
         env.append({"name": "LLMOP_ENGINE_DIR", "value": engine.engine_dir})
-    tokenizer = tokenizer_dir(tokenizer_location(spec.runtime.tokenizer_uri), engine)
+    if model is not None:
+        env.append({"name": "LLMOP_MODEL_DIR", "value": model.model_dir})
+    tokenizer = tokenizer_dir(tokenizer_location(spec.runtime.tokenizer_uri), engine, model)
     if not tokenizer and spec.engine.backend == Backend.CPU_REFERENCE:
         tokenizer = contract.CPU_REFERENCE_TOKENIZER_DIR  # in the cpu-runtime image
     if tokenizer:  # the launcher refuses to start without a tokenizer there
@@ -118,14 +122,6 @@ def front_door_env(spec: LLMDeploymentSpec) -> list[dict[str, str]]:
     ]
 
 
-def _checkpoint_claim(spec: LLMDeploymentSpec) -> str | None:
-    """The claim of a pvc:// checkpoint the pytorch backend reads in place (modelrepo.checkpoint)."""
-    uri = spec.model.source.uri
-    if spec.engine.backend != Backend.PYTORCH or not uri.startswith("pvc://"):
-        return None
-    return uri.removeprefix("pvc://").partition("/")[0]
-
-
 def _container(
     spec: LLMDeploymentSpec,
     pool: PoolPlan,
@@ -134,6 +130,7 @@ def _container(
     *,
     leader: bool,
     extra_env: list[dict[str, Any]],
+    model: ModelLocation | None,
 ) -> dict[str, Any]:
     cpu = spec.engine.backend == Backend.CPU_REFERENCE
     resources: dict[str, Any] = {}
@@ -167,8 +164,8 @@ def _container(
         mounts.append({"name": "engine-cache", "mountPath": contract.ENGINE_CACHE_MOUNT, "readOnly": True})
     if spec.runtime.tokenizer_uri is not None:
         mounts.append({"name": "tokenizer", "mountPath": contract.TOKENIZER_MOUNT, "readOnly": True})
-    if _checkpoint_claim(spec):
-        mounts.append({"name": "checkpoint", "mountPath": contract.CHECKPOINT_MOUNT, "readOnly": True})
+    if model is not None:  # the whole claim: a missing directory reaches the launcher's check
+        mounts.append({"name": model.volume, "mountPath": model.mount, "readOnly": True})
     if pool.pods_per_replica > 1:
         mounts.append({"name": contract.SSH_VOLUME, "mountPath": contract.SSH_DIR, "readOnly": True})
     user_env, user_env_from = spec.runtime.container_env()
@@ -177,7 +174,10 @@ def _container(
         "image": serving_image(spec, pool, images),
         "command": list(contract.CONTAINER_COMMAND),
         # Only rank 0 serves the OpenAI API.
-        "env": _env(spec, pool, engine) + (front_door_env(spec) if leader else []) + extra_env + user_env,
+        "env": _env(spec, pool, engine, model)
+        + (front_door_env(spec) if leader else [])
+        + extra_env
+        + user_env,
         "ports": [
             {"name": "http", "containerPort": contract.HTTP_PORT},
             {"name": "grpc", "containerPort": contract.GRPC_PORT},
@@ -198,11 +198,6 @@ def _container(
             "readOnlyRootFilesystem": True,
         },
     }
-    credentials = spec.model.source.credentials_secret_ref
-    if spec.engine.backend == Backend.PYTORCH and credentials is not None:
-        # The LLM API downloads hf:// checkpoints itself (HF_TOKEN from the Secret the spec names;
-        # docs/architecture.md, "Credentials").
-        user_env_from = [{"secretRef": {"name": credentials.name}}, *user_env_from]
     if user_env_from:
         container["envFrom"] = user_env_from
     if resources:
@@ -236,6 +231,7 @@ def _volumes(
     slot: Slot,
     *,
     leader: bool,
+    model: ModelLocation | None,
 ) -> list[dict[str, Any]]:
     repo = names.model_repo(deployment, pool, repo_hash, slot)
     volumes: list[dict[str, Any]] = [
@@ -258,10 +254,9 @@ def _volumes(
         volumes.append(
             {"name": "tokenizer", "persistentVolumeClaim": {"claimName": tokenizer.claim, "readOnly": True}}
         )
-    claim = _checkpoint_claim(spec)
-    if claim:
+    if model is not None:
         volumes.append(
-            {"name": "checkpoint", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+            {"name": model.volume, "persistentVolumeClaim": {"claimName": model.claim, "readOnly": True}}
         )
     if pool.pods_per_replica > 1:
         # The deployment's SSH identity (the controller creates the Secret), each role only its
@@ -297,6 +292,7 @@ def pod_template(
     slot: Slot,
     revision: str,
     group_label_keys: tuple[str, ...] = (),
+    model: ModelLocation | None = None,
 ) -> dict[str, Any]:
     # Leaders spread over the whole pool, both slots: they are one deployment's replicas.
     selector = {**L.selector_labels(deployment), L.POOL: pool.name}
@@ -311,8 +307,12 @@ def pod_template(
         # runs unprivileged (runtime/ssh.py).
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "initContainers": [inject_init_container(images.operator)],
-        "containers": [_container(spec, pool, images, engine, leader=leader, extra_env=extra_env)],
-        "volumes": _volumes(spec, pool, deployment, engine, repo_hash, ssh_secret, slot, leader=leader),
+        "containers": [
+            _container(spec, pool, images, engine, leader=leader, extra_env=extra_env, model=model)
+        ],
+        "volumes": _volumes(
+            spec, pool, deployment, engine, repo_hash, ssh_secret, slot, leader=leader, model=model
+        ),
         **spec.runtime.pod_identity(),
     }
     if spec.engine.backend != Backend.CPU_REFERENCE:

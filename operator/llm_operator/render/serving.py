@@ -17,7 +17,7 @@ from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
 from llm_operator.render.pod import pod_template
 from llm_operator.rollout.revision import Slot
-from llm_operator.storage import EngineLocation
+from llm_operator.storage import EngineLocation, ModelLocation
 
 POD_INDEX = "apps.kubernetes.io/pod-index"  # set by the StatefulSet controller (k8s >= 1.28)
 LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
@@ -50,6 +50,7 @@ def workloads(
     slot: Slot = Slot.A,
     revision: str,
     leader_worker_set: bool = False,
+    model: ModelLocation | None = None,
 ) -> list[dict[str, Any]]:
     """The workload objects serving `pool.replicas` replicas of this pool.
 
@@ -69,7 +70,7 @@ def workloads(
         return [
             _leader_worker_set(
                 deployment, namespace, spec, pool, images, engine, repo_hash, ssh_secret, admin_key, slot,
-                revision,
+                revision, model,
             )
         ]  # fmt: skip
     base = L.slot_labels(deployment, "serving", pool.name, slot)
@@ -90,6 +91,7 @@ def workloads(
         spec, pool, deployment, images, engine,
         pod_labels=_group_labels(leader_labels, pool), group_selector=None, leader=True,
         extra_env=leader_env, repo_hash=repo_hash, ssh_secret=ssh_secret, slot=slot, revision=revision,
+        model=model,
     )  # fmt: skip
     result = [
         _statefulset(leader_name, namespace, leader_labels, pool.replicas, template, deployment, revision)
@@ -109,6 +111,7 @@ def workloads(
             spec, pool, deployment, images, engine,
             pod_labels=_group_labels(worker_labels, pool), group_selector=leader_selector, leader=False,
             extra_env=extra_env, repo_hash=repo_hash, ssh_secret=ssh_secret, slot=slot, revision=revision,
+            model=model,
         )  # fmt: skip
         sts = _statefulset(
             names.group(deployment, pool, index, slot), namespace, worker_labels,
@@ -136,6 +139,7 @@ def _leader_worker_set(
     admin_key: dict[str, Any],
     slot: Slot,
     revision: str,
+    model: ModelLocation | None,
 ) -> dict[str, Any]:
     name = names.serving(deployment, pool, slot)
     base = L.slot_labels(deployment, "serving", pool.name, slot)
@@ -154,7 +158,7 @@ def _leader_worker_set(
             _label_env("LLMOP_GROUP_INDEX", LWS_GROUP_INDEX),
             {"name": "LLMOP_WORKER_HOST_PATTERN", "value": pattern},
         ],
-        repo_hash=repo_hash, ssh_secret=ssh_secret, slot=slot, revision=revision,
+        repo_hash=repo_hash, ssh_secret=ssh_secret, slot=slot, revision=revision, model=model,
     )  # fmt: skip
     worker = pod_template(
         spec, pool, deployment, images, engine,
@@ -164,7 +168,7 @@ def _leader_worker_set(
             {"name": "LLMOP_ROLE", "value": "worker"},
             _label_env("LLMOP_GROUP_INDEX", LWS_GROUP_INDEX),
         ],
-        repo_hash=repo_hash, ssh_secret=ssh_secret, slot=slot, revision=revision,
+        repo_hash=repo_hash, ssh_secret=ssh_secret, slot=slot, revision=revision, model=model,
     )  # fmt: skip
     return {
         "apiVersion": LWS_API_VERSION,
