@@ -228,6 +228,42 @@ def s3_counts(world: World, prefix: str) -> dict[str, int]:
     return {name: s3_gets(world.stores, f"{prefix}/{name}") for name in S3_FILES}
 
 
+def test_sources_that_cannot_be_read_stall_with_the_servers_words(world: World) -> None:
+    """The three side by side, each Stalled from its Job's first and only pod. First in the module:
+    a source the claim already holds is served whatever the credentials (the index is keyed by
+    claim, source and revision), so the wrong keys must meet a model not fetched yet."""
+    stores = world.stores
+    cases = {
+        # name: (source, revision, the fetcher's reason, the server's words)
+        "wrong-keys": (s3_source(stores, artifacts.BUCKET, "tiny-llama", WRONG_CREDENTIALS), None,
+                       "SourceUnauthorized", "SignatureDoesNotMatch"),
+        "no-bucket": (s3_source(stores, "no-such-bucket", "tiny-llama"), None,
+                      "SourceNotFound", "NoSuchBucket"),
+        "no-revision": (hf_source(stores), "v9", "RevisionNotFound", "RepoNotFound"),
+    }  # fmt: skip
+    started = time.monotonic()
+    for name, (source, revision, _, _) in cases.items():
+        world.apply(tiny(name, source, **({"revision": revision} if revision else {})))
+    for name, (_, _, reason, words) in cases.items():
+        ld = wait_for(
+            f"{name} Stalled",
+            functools.partial(world.get, name),
+            lambda ld: is_true(ld, "Stalled"),
+            timeout=STALL_WITHIN,
+        )
+        stalled, cached = condition(ld, "Stalled") or {}, condition(ld, "ModelCached") or {}
+        assert stalled["reason"] == cached["reason"] == reason, (stalled, cached)
+        assert cached["status"] == "False" and not is_true(ld, "Ready"), ld["status"]
+        assert words in stalled["message"], stalled["message"]
+        assert stores.secret_key not in json.dumps(ld), "no secret in status"
+        # Exit 78 fails the Job at once (podFailurePolicy) rather than retrying in silence.
+        (job,) = world.fetch_jobs(name)
+        assert job["status"].get("failed") == 1 and len(world.pods(name, FETCH_PODS)) == 1, job["status"]
+        print(f"{name}: Stalled {time.monotonic() - started:.0f} s after apply: {stalled['message']}")
+    for name in cases:
+        world.kubectl.delete("llmdeployment", name, world.namespace)
+
+
 def test_a_model_from_s3_is_fetched_once_and_served(world: World) -> None:
     before = s3_counts(world, "tiny-llama")
     started = time.monotonic()
@@ -374,37 +410,3 @@ def test_a_fetch_pod_killed_mid_download_resumes_without_refetching_verified_fil
     assert [p["metadata"]["uid"] for p in done] != [killed["metadata"]["uid"]] and len(done) == 1, done
     print(f"resumed: its fetch pod was deleted with {sorted(verified)} verified")
     world.kubectl.delete("llmdeployment", "resumed", world.namespace)
-
-
-def test_sources_that_cannot_be_read_stall_with_the_servers_words(world: World) -> None:
-    """The three side by side, each Stalled from its Job's first and only pod."""
-    stores = world.stores
-    cases = {
-        # name: (source, revision, the fetcher's reason, the server's words)
-        "wrong-keys": (s3_source(stores, artifacts.BUCKET, "tiny-llama", WRONG_CREDENTIALS), None,
-                       "SourceUnauthorized", "SignatureDoesNotMatch"),
-        "no-bucket": (s3_source(stores, "no-such-bucket", "tiny-llama"), None,
-                      "SourceNotFound", "NoSuchBucket"),
-        "no-revision": (hf_source(stores), "v9", "RevisionNotFound", "RepoNotFound"),
-    }  # fmt: skip
-    started = time.monotonic()
-    for name, (source, revision, _, _) in cases.items():
-        world.apply(tiny(name, source, **({"revision": revision} if revision else {})))
-    for name, (_, _, reason, words) in cases.items():
-        ld = wait_for(
-            f"{name} Stalled",
-            functools.partial(world.get, name),
-            lambda ld: is_true(ld, "Stalled"),
-            timeout=STALL_WITHIN,
-        )
-        stalled, cached = condition(ld, "Stalled") or {}, condition(ld, "ModelCached") or {}
-        assert stalled["reason"] == cached["reason"] == reason, (stalled, cached)
-        assert cached["status"] == "False" and not is_true(ld, "Ready"), ld["status"]
-        assert words in stalled["message"], stalled["message"]
-        assert stores.secret_key not in json.dumps(ld), "no secret in status"
-        # Exit 78 fails the Job at once (podFailurePolicy) rather than retrying in silence.
-        (job,) = world.fetch_jobs(name)
-        assert job["status"].get("failed") == 1 and len(world.pods(name, FETCH_PODS)) == 1, job["status"]
-        print(f"{name}: Stalled {time.monotonic() - started:.0f} s after apply: {stalled['message']}")
-    for name in cases:
-        world.kubectl.delete("llmdeployment", name, world.namespace)
