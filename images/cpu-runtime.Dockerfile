@@ -11,10 +11,11 @@ FROM python:3.11.11-slim-bookworm
 ENV LLMOP_BACKEND=cpu-reference PYTHONDONTWRITEBYTECODE=1
 # torch from PyTorch's CPU index: the PyPI wheel bundles CUDA. Same version as the tests use. The
 # front door needs jinja2 (chat templates) and tokenizers (token counts), as NVIDIA's images have
-# them; tokenizers without its hub client (reading tokenizer.json needs none).
+# them; tokenizers without its hub client (reading tokenizer.json needs none). The model reads
+# cached checkpoints' model.safetensors with safetensors (no dependencies of its own).
 RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu \
         "torch==1.13.1+cpu" "numpy==1.26.4" "nvidia-pytriton==0.7.0" "jinja2==3.1.6" "markupsafe==3.0.4" \
-    && pip install --no-cache-dir --no-deps "tokenizers==0.22.2" \
+    && pip install --no-cache-dir --no-deps "tokenizers==0.22.2" "safetensors==0.8.0" \
     && SP=/usr/local/lib/python3.11/site-packages/pytriton/tritonserver \
     && cp "$SP/python_backend_stubs/3.11/triton_python_backend_stub" "$SP/backends/python/"
 # The model's package (runtime/cpu_reference/), whole packages above it so that it is found first

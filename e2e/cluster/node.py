@@ -494,8 +494,8 @@ def drop_moved(layout: NodeLayout, names: Mapping[str, str]) -> list[str]:
 
 # Pushed to the test registry and pulled onto the real node at `up` (cached by inputs): from
 # images.builder the sandbox, the operator (the chart's pod), the CPU runtime (cpu-reference
-# serving pods) and the fetch image (the model cache's fetch Jobs); from routing.py the router pod's endpoint picker and Envoy, under their upstream
-# names.
+# serving pods) and the fetch image (the model cache's fetch Jobs); from routing.py the router
+# pod's endpoint picker and Envoy, under their upstream names.
 NODE_IMAGES = ("pause", "operator", "cpu-runtime", "fetch", "epp", "envoy")
 LOCAL_REGISTRY = "localhost/llm-operator/"
 

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-
 from images.builder import debian
 from images.builder.cache import atomic_path, build_lock, cache_root, files_under, inputs_hash, scratch
 from images.builder.dockerfile import runtime_config
@@ -31,9 +30,11 @@ PROJECT = ("pyproject.toml", "README.md", "operator", "model_repo_templates")
 INPUTS_LABEL = "io.llmoperator.image-inputs"
 # Base image install paths (python:3.11-slim) -> Debian's python3 with pip's default scheme.
 SITE_PACKAGES = {"/usr/local/lib/python3.11/site-packages": "/usr/local/lib/python3.11/dist-packages"}
-# Runtime wheels of the CPU image, at the versions requirements/dev.lock pins: Triton, and the front
-# door's chat templates (jinja2) and token counts (tokenizers, without its hub client).
-CPU_RUNTIME_WHEELS = ("nvidia-pytriton==0.7.0", "Jinja2==3.1.6", "MarkupSafe==3.0.4", "tokenizers==0.22.2")
+# Runtime wheels of the CPU image, at the versions requirements/dev.lock pins: Triton, the front
+# door's chat templates (jinja2) and token counts (tokenizers, without its hub client), and the
+# model's cached checkpoints (safetensors).
+CPU_RUNTIME_WHEELS = ("nvidia-pytriton==0.7.0", "Jinja2==3.1.6", "MarkupSafe==3.0.4", "tokenizers==0.22.2",
+                      "safetensors==0.8.0")  # fmt: skip
 # What of our package the CPU image carries: the cpu_reference model's package and the packages
 # above it (the launcher and the front door arrive through the pod's init container,
 # render/inject.py). As the Dockerfile COPYs them, under CPU_REFERENCE_ROOT.

@@ -42,7 +42,8 @@ def _fetch_pod(name: str, args: list[str], env: dict[str, str]) -> dict[str, Any
                 {
                     "name": "fetch",
                     "image": DEFAULT_FETCH_IMAGE,
-                    "imagePullPolicy": "IfNotPresent",  # `up` dropped an older build under this name: the node pulls this one
+                    # `up` dropped an older build under this name: the node pulls this one.
+                    "imagePullPolicy": "IfNotPresent",
                     "args": [*args, "--cache-root", "/cache"],
                     "env": [{"name": k, "value": v} for k, v in env.items()],
                     "terminationMessagePolicy": "File",

@@ -126,6 +126,25 @@ def test_cpu_runtime_has_the_model_but_not_the_launcher(image: Callable[[str], R
     assert (runtime.path / stub).is_file()
 
 
+def test_cpu_runtime_reads_a_checkpoint_as_the_host_writes_it(image: Callable[[str], Rootfs]) -> None:
+    """The image's safetensors and torch load a cached checkpoint (seed 1) into the same model the
+    host's builtin seed 1 is: same text."""
+    from llm_operator.runtime.cpu_reference import BUILTIN_MODELS, checkpoint
+    from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM
+
+    runtime = image("cpu-runtime")
+    checkpoint.write(runtime.path / "tmp/model", seed=1)
+    probe = (
+        f"import sys; sys.path.insert(0, {CPU_RUNTIME_PYTHON_PATH[0]!r})\n"
+        "from llm_operator.runtime.cpu_reference import checkpoint\n"
+        "print(''.join(checkpoint.load('/tmp/model').generate('cache', 12)))"
+    )
+    loaded = runtime.run(["python3", "-c", probe])
+    assert loaded.returncode == 0, loaded.stdout
+    expected = "".join(TinyLM(BUILTIN_MODELS["tiny-llama"], 1).generate("cache", 12))
+    assert loaded.stdout.splitlines()[-1] == expected
+
+
 def test_cpu_runtime_has_the_front_doors_tokenizer_and_chat_templates(image: Callable[[str], Rootfs]) -> None:
     """The image's own python3, with the front door copied in as the pod's init container does,
     loads the cpu-reference tokenizer directory written at build time, counts the model's byte ids

@@ -14,6 +14,7 @@ import pytest
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
 from llm_operator.modelrepo import render_repository, to_configmap_data, weights_seed
 from llm_operator.plan.cpu import cpu_plan
+from llm_operator.plan.types import PoolPlan
 from llm_operator.runtime.cpu_reference import BUILTIN_MODELS
 from llm_operator.runtime.cpu_reference.tiny_lm import Sampler, TinyLM
 from llm_operator.runtime.repository import materialize
@@ -38,18 +39,18 @@ def cpu_spec(streaming: bool) -> LLMDeploymentSpec:
 
 def expected(prompt: str, max_tokens: int, sampler: Sampler | None = None) -> str:
     """What the server must answer: the same model run alone, in this process."""
-    lm = TinyLM.seeded(BUILTIN_MODELS["tiny-llama"], weights_seed(cpu_spec(True).model.revision or "main"))
+    lm = TinyLM(BUILTIN_MODELS["tiny-llama"], weights_seed(cpu_spec(True).model.revision or "main"))
     return "".join(lm.generate(prompt, max_tokens, sampler))
 
 
 def serve(
-    workdir: Path, spec: LLMDeploymentSpec, env: dict[str, str] | None = None
-) -> Iterator[TritonProcess]:
+    workdir: Path, spec: LLMDeploymentSpec, env: dict[str, str] | None = None, pool: PoolPlan | None = None
+) -> Generator[TritonProcess, None, None]:
+    """pool: the plan's, when the spec's own cannot be planned here (a cached model's)."""
     # The stub must import torch, numpy and this checkout's llm_operator from the test environment.
     python_path = (str(REPO / "operator"), sysconfig.get_paths()["purelib"])
-    files = render_repository(
-        spec, cpu_plan(spec).primary, engine_dir="", tokenizer_dir="", python_path=python_path
-    )
+    pool = pool or cpu_plan(spec).primary
+    files = render_repository(spec, pool, engine_dir="", tokenizer_dir="", python_path=python_path)
     configmap = workdir / "configmap"  # what kubelet mounts: one file per key
     configmap.mkdir()
     for key, text in to_configmap_data(files).items():

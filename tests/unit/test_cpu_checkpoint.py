@@ -40,11 +40,15 @@ def test_seed_0_holds_the_builtin_weights_and_serves_the_builtin_text(seed0: Pat
         "tokenizer.json",
         "tokenizer_config.json",
     ]
+    # Readable by other uids (a serving pod's is not the writer's).
+    assert all(p.stat().st_mode & 0o004 for p in seed0.iterdir()), {
+        p.name: oct(p.stat().st_mode) for p in seed0.iterdir()
+    }
     stored, builtin = load_file(str(seed0 / "model.safetensors")), seeded_tensors(TINY, 0)
     assert stored.keys() == builtin.keys()
     assert all(stored[name].dtype == torch.float64 for name in stored)
     assert all(torch.equal(stored[name], builtin[name]) for name in builtin)
-    assert text(load(seed0)) == text(TinyLM.seeded(TINY, 0))
+    assert text(load(seed0)) == text(TinyLM(TINY, 0))
     config = json.loads((seed0 / "config.json").read_text())
     assert config == {
         "model_type": "llm-operator-tiny",
@@ -65,7 +69,7 @@ def test_another_seed_is_another_model(tmp_path: Path, seed0: Path) -> None:
         [sys.executable, "-m", "llm_operator.runtime.cpu_reference.checkpoint", str(tmp_path), "--seed", "1"],
         check=True,
     )
-    assert text(load(tmp_path)) == text(TinyLM.seeded(TINY, 1)) != text(load(seed0))
+    assert text(load(tmp_path)) == text(TinyLM(TINY, 1)) != text(load(seed0))
 
 
 def test_the_checkpoint_is_the_tokenizer_directory(seed0: Path) -> None:

@@ -148,12 +148,12 @@ def test_serving_images_carry_nothing_of_the_operator_but_the_cpu_model(name: st
 
 
 def test_the_cpu_runtime_image_has_the_front_doors_libraries_and_the_cpu_reference_tokenizer() -> None:
-    """Pinned as the dev lock pins them, so the tests' versions are the image's; the tokenizer
-    directory is written where the contract says."""
+    """Pinned as the dev lock pins them, so the tests' versions are the image's (safetensors: the
+    model's checkpoints); the tokenizer directory is written where the contract says."""
     dockerfile = REPO / "images" / "cpu-runtime.Dockerfile"
     runs = " ".join(rest for op, rest in instructions(dockerfile) if op == "RUN")
     lock = (REPO / "requirements" / "dev.lock").read_text().lower().splitlines()
-    for package in ("jinja2", "markupsafe", "tokenizers"):
+    for package in ("jinja2", "markupsafe", "tokenizers", "safetensors"):
         pin = re.search(rf'"{package}==([^"]+)"', runs, re.IGNORECASE)
         assert pin, f"{package} is pinned in the cpu-runtime image"
         assert f"{package}=={pin.group(1)}" in lock, f"{package} is pinned as requirements/dev.lock pins it"

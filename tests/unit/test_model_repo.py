@@ -123,3 +123,20 @@ def test_model_repo_command_writes_a_loadable_repository(
     assert all(
         (tmp_path / m / "1").is_dir() for m in ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble")
     )
+
+
+def test_a_cached_cpu_reference_model_names_no_builtin_weights() -> None:
+    """A cpu-reference repository for a cached source names no builtin model: model.py then loads
+    the checkpoint in LLMOP_MODEL_DIR (and refuses to start without one)."""
+    builtin = spec("cpu-reference")
+    source = builtin.model.source.model_copy(update={"uri": "s3://models/tiny-llama"})
+    cached = builtin.model_copy(update={"model": builtin.model.model_copy(update={"source": source})})
+    pool = cpu_plan(builtin).primary
+    rendered = {
+        s.model.source.uri: params(
+            parse(render_repository(s, pool, engine_dir="", tokenizer_dir=""))["ensemble/config.pbtxt"]
+        )
+        for s in (builtin, cached)
+    }
+    assert rendered["builtin://tiny-llama"]["model"] == "tiny-llama"
+    assert rendered["s3://models/tiny-llama"]["model"] == ""

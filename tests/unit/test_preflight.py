@@ -11,8 +11,14 @@ from pathlib import Path
 
 import pytest
 from llm_operator.runtime.config import PodConfig
+from llm_operator.runtime.cpu_reference import checkpoint
 from llm_operator.runtime.launcher import EXIT_CONFIG
-from llm_operator.runtime.preflight import TOKENIZER_FILES, first_missing
+from llm_operator.runtime.preflight import (
+    CPU_REFERENCE_CHECKPOINT_FILES,
+    CPU_REFERENCE_MODEL_TYPE,
+    TOKENIZER_FILES,
+    first_missing,
+)
 
 
 @pytest.fixture
@@ -105,3 +111,39 @@ def test_the_launcher_exits_78_with_the_line_as_its_termination_message(
     assert line.startswith(f"{tmp_path}/{remove} not found") and "\n" not in line, line
     assert line in run.stderr
     assert not (tmp_path / "repo").exists(), "nothing is materialized before the checks pass"
+
+
+@pytest.fixture
+def cpu_checkpoint(tmp_path: Path) -> dict[str, str]:
+    """A cpu-reference pod serving a cached checkpoint, which is also its tokenizer directory."""
+    (tmp_path / "cm").mkdir()
+    checkpoint.write(tmp_path / "model", seed=0)
+    model = str(tmp_path / "model")
+    return {"LLMOP_BACKEND": "cpu-reference", "LLMOP_GPUS_PER_POD": "0", "LLMOP_MODEL_DIR": model,
+            "LLMOP_TOKENIZER_DIR": model, "LLMOP_MODEL_REPO_SRC": str(tmp_path / "cm")}  # fmt: skip
+
+
+def test_a_cpu_reference_checkpoint_passes_and_its_missing_files_are_named(
+    cpu_checkpoint: dict[str, str], tmp_path: Path
+) -> None:
+    assert missing(cpu_checkpoint) is None
+    for name in CPU_REFERENCE_CHECKPOINT_FILES:
+        kept = (tmp_path / "model" / name).read_bytes()
+        (tmp_path / "model" / name).unlink()
+        said = missing(cpu_checkpoint)
+        assert said is not None and said.startswith(f"{tmp_path}/model/{name} not found"), said
+        (tmp_path / "model" / name).write_bytes(kept)
+
+
+def test_a_checkpoint_of_another_model_is_refused_before_triton_starts(
+    cpu_checkpoint: dict[str, str], tmp_path: Path
+) -> None:
+    """A real Llama cached for a cpu-reference deployment: one line naming config.json and the fix."""
+    (tmp_path / "model/config.json").write_text('{"model_type": "llama", "hidden_size": 4096}')
+    said = missing(cpu_checkpoint)
+    assert said == (
+        f'{tmp_path}/model/config.json: model_type is not "llm-operator-tiny": the cpu-reference backend '
+        "serves only its own tiny checkpoints; serve this model with the tensorrt-engine or pytorch backend"
+    )
+    assert checkpoint.MODEL_TYPE == CPU_REFERENCE_MODEL_TYPE
+    assert tuple(CPU_REFERENCE_CHECKPOINT_FILES) == (checkpoint.CONFIG_FILE, checkpoint.WEIGHTS_FILE)

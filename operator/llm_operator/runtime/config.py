@@ -31,6 +31,7 @@ class PodConfig:
     model_repo: str
     engine_dir: str
     tokenizer_dir: str  # pre/postprocessing's tokenizer_dir ("" when the backend has none)
+    model_dir: str  # the cached model's directory on the model cache claim ("" when none)
     http_port: int
     grpc_port: int
     metrics_port: int
@@ -78,6 +79,7 @@ class PodConfig:
             model_repo=get("LLMOP_MODEL_REPO"),
             engine_dir=get("LLMOP_ENGINE_DIR"),
             tokenizer_dir=get("LLMOP_TOKENIZER_DIR"),
+            model_dir=get("LLMOP_MODEL_DIR"),
             http_port=num("LLMOP_HTTP_PORT"),
             grpc_port=num("LLMOP_GRPC_PORT"),
             metrics_port=num("LLMOP_METRICS_PORT"),

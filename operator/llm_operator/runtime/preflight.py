@@ -7,6 +7,7 @@ reports as Stalled (LauncherRefused). Stdlib only, like the rest of the runtime.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from llm_operator.contract import ENV
@@ -28,6 +29,10 @@ LLMAPI_FILES = ("tensorrt_llm/1/model.py", "tensorrt_llm/1/helpers.py")
 # padding_side='left', trust_remote_code=True) (NVIDIA/TensorRT-LLM
 # triton_backend/all_models/inflight_batcher_llm/preprocessing/1/model.py, initialize()).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
+# What the cpu-reference model loads from a cached model's directory (runtime/cpu_reference/
+# checkpoint.py, which needs torch and is not in the launcher's copy: it checks their content).
+CPU_REFERENCE_CHECKPOINT_FILES = ("config.json", "model.safetensors")
+CPU_REFERENCE_MODEL_TYPE = "llm-operator-tiny"  # checkpoint.MODEL_TYPE (test_preflight: they agree)
 
 
 def image_files(c: PodConfig) -> dict[str, Path]:
@@ -60,6 +65,14 @@ def image_file_paths(backend: str) -> dict[str, str]:
     return {}
 
 
+def _model_type(config: Path) -> object:
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return data.get("model_type") if isinstance(data, dict) else None
+
+
 def first_missing(c: PodConfig) -> str | None:
     """One line naming the first file this pod needs that is not there, or None."""
     for repository_path, path in image_files(c).items():
@@ -73,6 +86,20 @@ def first_missing(c: PodConfig) -> str | None:
         for rank in range(c.world_size):
             if not (engine / f"rank{rank}.engine").is_file():
                 return f"{engine}/rank{rank}.engine not found: tp*pp = {c.world_size} ranks, one engine each"
+    if c.backend == "cpu-reference" and c.model_dir:
+        cached = Path(c.model_dir)
+        for name in CPU_REFERENCE_CHECKPOINT_FILES:
+            if not (cached / name).is_file():
+                return (
+                    f"{cached}/{name} not found: the cpu-reference backend serves checkpoints of "
+                    f"{' and '.join(CPU_REFERENCE_CHECKPOINT_FILES)} with the tokenizer files beside them"
+                )
+        if _model_type(cached / "config.json") != CPU_REFERENCE_MODEL_TYPE:
+            return (
+                f'{cached}/config.json: model_type is not "{CPU_REFERENCE_MODEL_TYPE}": the cpu-reference '
+                "backend serves only its own tiny checkpoints; serve this model with the tensorrt-engine "
+                "or pytorch backend"
+            )
     if c.tokenizer_dir:
         tokenizer = Path(c.tokenizer_dir)
         if not any((tokenizer / name).is_file() for name in TOKENIZER_FILES):

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from llm_operator.runtime.cpu_reference import BUILTIN_MODELS, TinyConfig, tokenizer_files
 from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM, seeded_tensors
@@ -92,8 +92,10 @@ def write(directory: str | Path, model: str = "tiny-llama", seed: int = 0) -> No
     directory.mkdir(parents=True, exist_ok=True)
     text = json.dumps(config_json(config), indent=2) + "\n"
     (directory / CONFIG_FILE).write_text(text, encoding="utf-8")
-    # "format": "pt" as transformers writes it: the tensors are torch's.
-    save_file(seeded_tensors(config, seed), str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    # "format": "pt" as transformers writes it: the tensors are torch's. Written as bytes: save_file
+    # creates its file 0600, which a serving pod of another uid could not read.
+    weights = save(seeded_tensors(config, seed), metadata={"format": "pt"})
+    (directory / WEIGHTS_FILE).write_bytes(weights)
     tokenizer_files.write(directory)
 
 
@@ -119,7 +121,7 @@ def load(directory: str | Path) -> TinyLM:
     except (OSError, SafetensorError) as e:
         raise CheckpointError(f"{path} is not a safetensors file ({e})") from None
     try:
-        return TinyLM(config, tensors)
+        return TinyLM.from_tensors(config, tensors)
     except ValueError as e:
         raise CheckpointError(f"{path}: {e} ({CONFIG_FILE} gives the shapes)") from None
 

@@ -1,6 +1,10 @@
 """Triton python-backend model "ensemble" of the CPU reference runtime: the TensorRT-LLM ensemble's
 external contract (text_input, max_tokens, stream, sampling inputs -> text_output) on TinyLM.
 
+The weights: the checkpoint in LLMOP_MODEL_DIR when the operator sets it (a cached s3:// or hf://
+source, or a pvc:// directory, in checkpoint.py's format), else the builtin model config.pbtxt
+names, drawn from its weights_seed.
+
 A dynamic batch is decoded in lockstep; in decoupled mode a streaming request gets one response per
 token, the last one flagged final, and any request gets its final response as soon as it is done.
 
@@ -49,7 +53,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
-from llm_operator.runtime.cpu_reference import BUILTIN_MODELS  # noqa: E402
+from llm_operator.runtime.cpu_reference import BUILTIN_MODELS, checkpoint  # noqa: E402
 from llm_operator.runtime.cpu_reference.faults import ERROR_PERCENT, Faults  # noqa: E402
 from llm_operator.runtime.cpu_reference.tiny_lm import Sampler, TinyLM, encode  # noqa: E402
 
@@ -216,16 +220,31 @@ def _delay(milliseconds: float) -> None:
         time.sleep(milliseconds / 1000.0)
 
 
+def _model(params: dict[str, str], model_dir: str) -> TinyLM:
+    """The cached checkpoint the operator mounted (LLMOP_MODEL_DIR), else the builtin model the
+    repository names, drawn from its weights_seed."""
+    if model_dir:
+        try:
+            return checkpoint.load(model_dir)
+        except checkpoint.CheckpointError as e:
+            raise pb_utils.TritonModelException(str(e)) from None
+    name = params.get("model", "")
+    if not name:  # the operator renders no builtin name for a cached source
+        raise pb_utils.TritonModelException(
+            "LLMOP_MODEL_DIR is not set: this repository serves a cached model, whose directory goes there"
+        )
+    if name not in BUILTIN_MODELS:
+        raise pb_utils.TritonModelException(f"unknown builtin model {name!r}")
+    return TinyLM(BUILTIN_MODELS[name], seed=int(params["weights_seed"]))
+
+
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config["parameters"].items()}
-        name = params["model"]
-        if name not in BUILTIN_MODELS:
-            raise pb_utils.TritonModelException(f"unknown builtin model {name!r}")
         # One thread per instance: Triton's instance count is the unit of CPU parallelism.
         torch.set_num_threads(1)
-        self.lm = TinyLM.seeded(BUILTIN_MODELS[name], seed=int(params["weights_seed"]))
+        self.lm = _model(params, os.environ.get("LLMOP_MODEL_DIR", ""))
         self.max_input_len = int(params["max_input_len"])
         self.max_seq_len = int(params["max_seq_len"])
         self.exclude_input = params["exclude_input_in_output"] == "true"

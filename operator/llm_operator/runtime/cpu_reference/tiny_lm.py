@@ -125,9 +125,19 @@ def seeded_tensors(config: TinyConfig, seed: int) -> dict[str, torch.Tensor]:
 
 
 class TinyLM:
-    def __init__(self, config: TinyConfig, tensors: Mapping[str, torch.Tensor]) -> None:
-        """The model of these weights (names and shapes: tensor_shapes); ValueError names the
-        first tensor that is missing, unexpected or of another shape."""
+    def __init__(self, config: TinyConfig, seed: int) -> None:
+        """A builtin model: its weights drawn from a seed."""
+        self._load(config, seeded_tensors(config, seed))
+
+    @classmethod
+    def from_tensors(cls, config: TinyConfig, tensors: Mapping[str, torch.Tensor]) -> TinyLM:
+        """A checkpoint's model (checkpoint.py): ValueError names the first tensor that is missing,
+        unexpected or of another shape than the config's."""
+        lm = cls.__new__(cls)
+        lm._load(config, tensors)
+        return lm
+
+    def _load(self, config: TinyConfig, tensors: Mapping[str, torch.Tensor]) -> None:
         self.config = c = config
         expected = tensor_shapes(c)
         for name, shape in expected.items():
@@ -149,11 +159,6 @@ class TinyLM:
         ]
         self.lm_head = weight["lm_head"]
         self.inv_freq = ROPE_BASE ** (-torch.arange(0, c.head_dim, 2, dtype=DTYPE) / c.head_dim)
-
-    @classmethod
-    def seeded(cls, config: TinyConfig, seed: int) -> TinyLM:
-        """The builtin models: weights drawn from a seed."""
-        return cls(config, seeded_tensors(config, seed))
 
     def start(self, prompts: Sequence[Sequence[int]]) -> Batch:
         return Batch(self, prompts)
