@@ -38,7 +38,9 @@ PORT = 5000
 HOST = f"{netns.NODE_IP}:{PORT}"
 REALM = "llm-operator test world"
 BUILDER_PREFIX = "localhost/llm-operator/"  # images.builder's names (they keep their path here)
-DEFAULT_PREFIX = "ghcr.io/llm-operator/llm-operator"  # the operator's and the chart's (images.py, values.yaml)
+DEFAULT_PREFIX = (
+    "ghcr.io/llm-operator/llm-operator"  # the operator's and the chart's (images.py, values.yaml)
+)
 # Where the default names resolve through the mirror, so where a release to the test world goes.
 PREFIX = f"{HOST}/{DEFAULT_PREFIX.partition('/')[2]}"
 # Test-world accounts (nothing outside the namespace reaches the registry): `push` for crane and
@@ -190,8 +192,9 @@ def push_refs(names: Sequence[str], version: str) -> list[str]:
 
 def default_refs(names: Sequence[str], version: str) -> list[str]:
     """The operator's and the chart's default names of the images.builder image among `names`
-    (`ghcr.io/llm-operator/llm-operator/<image>:<version>`): tags that move with each rebuild in the test world,
-    so `up` drops the node's copy at an older digest and the kubelet pulls the new one."""
+    (`ghcr.io/llm-operator/llm-operator/<image>:<version>`): tags that move with each rebuild in
+    the test world, so `up` drops the node's copy at an older digest and the kubelet pulls the new
+    one."""
     images = {
         n.removeprefix(BUILDER_PREFIX).rpartition(":")[0] for n in names if n.startswith(BUILDER_PREFIX)
     }

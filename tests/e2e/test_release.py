@@ -78,7 +78,10 @@ def test_release_script_publishes_what_the_default_chart_installs(
         pods = kubectl.items("pods", namespace, f"app.kubernetes.io/instance={name}")
         assert pods and all(pod_ready(p) for p in pods)
         for pod in pods:  # pulled by the default name, through the mirror, as this very image
-            assert pod["spec"]["containers"][0]["image"] == f"ghcr.io/llm-operator/llm-operator/operator:{version}"
+            assert (
+                pod["spec"]["containers"][0]["image"]
+                == f"ghcr.io/llm-operator/llm-operator/operator:{version}"
+            )
             (status,) = pod["status"]["containerStatuses"]  # its image: one of the image's names
             assert status["imageID"].endswith(manifest_digest(build("operator", log=lambda line: None)))
         held = wait_for(
@@ -119,8 +122,14 @@ def test_llm_operator_run_with_its_default_images_serves_on_the_real_node(
         )
         (pod,) = kubectl.items("pods", namespace, "llmoperator.io/deployment=tiny-llama")
         version = project_version()
-        assert pod["spec"]["initContainers"][0]["image"] == f"ghcr.io/llm-operator/llm-operator/operator:{version}"
-        assert pod["spec"]["containers"][0]["image"] == f"ghcr.io/llm-operator/llm-operator/cpu-runtime:{version}"
+        assert (
+            pod["spec"]["initContainers"][0]["image"]
+            == f"ghcr.io/llm-operator/llm-operator/operator:{version}"
+        )
+        assert (
+            pod["spec"]["containers"][0]["image"]
+            == f"ghcr.io/llm-operator/llm-operator/cpu-runtime:{version}"
+        )
         kubectl("delete", "llmdeployment", "tiny-llama", "--wait=true", namespace=namespace)
     finally:
         op.stop()

@@ -310,7 +310,10 @@ def test_default_resources_and_image() -> None:
     assert container["image"] == "ghcr.io/llm-operator/llm-operator/operator:0.1.0"
     custom = operator_container(render("customized"))
     assert custom["image"] == "registry.example/llm-operator@sha256:" + "ab" * 32
-    assert operator_container(render("namespaces"))["image"] == "ghcr.io/llm-operator/llm-operator/operator:v9.1.0"
+    assert (
+        operator_container(render("namespaces"))["image"]
+        == "ghcr.io/llm-operator/llm-operator/operator:v9.1.0"
+    )
 
 
 def test_scheduling_values_reach_the_pod() -> None:

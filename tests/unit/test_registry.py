@@ -90,7 +90,9 @@ def test_the_release_workflow_tests_first_then_publishes_with_the_script_make_te
     tests = next(i for i, r in enumerate(runs) if r.strip() == ".ci/run")
     publish = next(i for i, r in enumerate(runs) if "scripts/release.sh" in r)
     assert tests < publish, "nothing is published before the tests pass"
-    assert '"ghcr.io/$owner/llm-operator" "$version"' in runs[publish] and "auth login ghcr.io" in runs[publish]
+    assert (
+        '"ghcr.io/$owner/llm-operator" "$version"' in runs[publish] and "auth login ghcr.io" in runs[publish]
+    )
     assert (REPO / ".ci" / "run").read_text().strip().endswith("make test")
 
 

@@ -50,7 +50,9 @@ class OperatorConfig:
         return cls(
             images=Images(
                 runtime=env("LLMOP_RUNTIME_IMAGE", DEFAULT_RUNTIME_IMAGE),
-                cpu_runtime=env("LLMOP_CPU_RUNTIME_IMAGE", "ghcr.io/llm-operator/llm-operator/cpu-runtime:0.1.0"),
+                cpu_runtime=env(
+                    "LLMOP_CPU_RUNTIME_IMAGE", "ghcr.io/llm-operator/llm-operator/cpu-runtime:0.1.0"
+                ),
                 # "": NVIDIA's image of the release (desired.py); set it to use a mirror.
                 engine_builder=env("LLMOP_ENGINE_BUILDER_IMAGE", ""),
                 trtllm_version=env("LLMOP_TRTLLM_VERSION", DEFAULT_TRTLLM_VERSION),
