@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,12 +25,32 @@ from llm_operator.modelcache.keys import source_key
 from llm_operator.plan.inventory import Inventory
 from llm_operator.plan.types import PlanningError
 
+# A string another YAML parser may read as a number: kubectl's (YAML 1.1 in Go) reads `0578731095`,
+# which PyYAML writes plain, as the integer 578731095, and refuses it as a label value.
+_NUMBER_LIKE = re.compile(
+    r"[-+]?(\.[0-9]+|[0-9][0-9_]*(\.[0-9_]*)?([eE][-+]?[0-9]+)?|0[xX][0-9a-fA-F_]+|0[oObB][0-9_]+"
+    r"|[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?)"
+)
+
 
 class _PlainDumper(yaml.SafeDumper):
     """Rendered objects are read by people and diffed in git: never emit YAML anchors/aliases."""
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
+
+
+def _string(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "'" if _NUMBER_LIKE.fullmatch(value) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_PlainDumper.add_representer(str, _string)
+
+
+def dump_objects(objects: list[dict[str, Any]]) -> str:
+    """Objects as `render` prints them: YAML documents that kubectl reads back unchanged."""
+    return yaml.dump_all(objects, Dumper=_PlainDumper, sort_keys=False) if objects else ""
 
 
 def load_inventory(path: str | None) -> Inventory | None:
@@ -114,7 +135,7 @@ def render(args: argparse.Namespace) -> int:
         notes.append(f"# {d.name}: {plan.reason}")
         notes += [f"# {d.name}: warning: {warning}" for warning in plan.warnings]
     print("\n".join(notes), file=sys.stderr)
-    sys.stdout.write(yaml.dump_all(out, Dumper=_PlainDumper, sort_keys=False) if out else "")
+    sys.stdout.write(dump_objects(out))
     return 0
 
 

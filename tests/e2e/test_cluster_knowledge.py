@@ -113,7 +113,7 @@ def test_a_failed_build_says_why_with_the_tail_of_its_log(
 ) -> None:
     engines_claim(kubectl, namespace)
     log_tail = "RuntimeError CUDA out of memory while building layer 31"
-    body = building("oom-build", "s3://models/llama3.2-1b/", {"backoffLimit": 0},
+    body = building("oom-build", "pvc://engines/models/llama3.2-1b/", {"backoffLimit": 0},
         runtime={"podLabels": {KWOK_FAIL: "true"},
                  "podAnnotations": {f"{KWOK_FAIL}/exit-code": "1", f"{KWOK_FAIL}/reason": "Error",
                                     f"{KWOK_FAIL}/message": log_tail}})  # fmt: skip
@@ -166,7 +166,7 @@ def test_pods_the_api_server_refuses_are_told_in_its_words_and_every_pod_shape_i
     assert roles == {"leader", "worker"}, roles
 
     # An engine build's pod, in the same restricted namespace.
-    kubectl.apply(building("built", "s3://models/llama3.2-1b/"), namespace)
+    kubectl.apply(building("built", "pvc://engines/models/llama3.2-1b/"), namespace)
     (job,) = wait_for("the build Job", lambda: kubectl.items("jobs", namespace), bool, timeout=60)
     job_pods = f"job-name={job['metadata']['name']}"
     wait_for("its pod, admitted", lambda: kubectl.items("pods", namespace, job_pods), bool, timeout=60)

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from llm_operator.cli import dump_objects
 
 from e2e.cluster.testing import E2ECluster, Kubectl, KubectlError, is_true, wait_for
 from tests.e2e.operator_fixtures import MULTI_NODE_RUNTIME_IMAGE
@@ -80,7 +81,7 @@ def rendered_leader_worker_sets(
 
 def strict_dry_run(kubectl: Kubectl, objs: list[dict[str, Any]], namespace: str) -> None:
     kubectl("apply", "--server-side", "--dry-run=server", "--validate=strict", "--field-manager=llm-operator",
-            "-f", "-", input=yaml.safe_dump_all(objs), namespace=namespace)  # fmt: skip
+            "-f", "-", input=dump_objects(objs), namespace=namespace)  # fmt: skip
 
 
 def test_rendered_leader_worker_sets_pass_the_real_crd_schema(

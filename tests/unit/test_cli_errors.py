@@ -313,3 +313,14 @@ def test_without_libyaml_the_same_refusals(tmp_path: Path) -> None:
     for case, line in zip(cases, lines, strict=True):
         parsed = LINE.match(line)
         assert parsed and re.fullmatch(case.where, parsed["where"]) and case.what in parsed["what"], line
+
+
+def test_render_quotes_strings_that_other_yaml_parsers_read_as_numbers() -> None:
+    """kubectl (Go, YAML 1.1) reads a plain `0578731095` as an integer and refuses it as a label
+    value: a template hash of only digits must come out quoted, and text stays plain."""
+    from llm_operator.cli import dump_objects
+
+    out = dump_objects([{"hash": "0578731095", "port": "8080", "ratio": "1e3", "name": "tiny-llama"}])
+    assert "hash: '0578731095'" in out and "port: '8080'" in out and "ratio: '1e3'" in out
+    assert "name: tiny-llama" in out
+    assert yaml.safe_load(out) == {"hash": "0578731095", "port": "8080", "ratio": "1e3", "name": "tiny-llama"}
