@@ -47,7 +47,7 @@ test: venv tools ## every test: lint, unit, Triton on CPU, e2e on the embedded c
 test-unit: venv ## pure tests only (no cluster, no Triton)
 	@$(PY) -m pytest -p no:cacheprovider -m "not e2e and not triton and not images"
 
-bench: venv ## operator, planner and serving benchmarks (figures and ratios printed; P9 installs aiperf apart: scripts/ensure-bench-venv.sh)
+bench: venv ## operator, planner and serving benchmarks (figures and ratios printed; P9 installs aiperf apart: scripts/ensure-tool-venv.sh bench)
 	@$(PY) -m bench $(BENCH_ARGS)
 
 clean: ## remove local state (keeps the caches outside the repo)

@@ -9,7 +9,7 @@ lower, 0 errors.
 
 aiperf runs inside the cluster's network namespace (no route out of it: nothing can be fetched
 from a hub), with the CPU model's own tokenizer directory written locally, from its own
-environment (scripts/ensure-bench-venv.sh: its pins conflict with the operator's).
+environment (scripts/ensure-tool-venv.sh bench: its pins conflict with the operator's).
 """
 
 from __future__ import annotations
@@ -63,11 +63,11 @@ def summary(report: dict[str, Any]) -> Side:
 
 def aiperf() -> str:
     """The aiperf executable of the benchmark client's environment (created on first use)."""
-    done = subprocess.run([str(REPO / "scripts" / "ensure-bench-venv.sh")], capture_output=True, text=True,
-                          timeout=1200, check=False)  # fmt: skip
+    done = subprocess.run([str(REPO / "scripts" / "ensure-tool-venv.sh"), "bench", "aiperf", "--version"],
+                          capture_output=True, text=True, timeout=1200, check=False)  # fmt: skip
     if done.returncode != 0:
-        raise RuntimeError(f"scripts/ensure-bench-venv.sh failed: {done.stderr.strip()[-2000:]}")
-    return done.stdout.strip().splitlines()[-1]
+        raise RuntimeError(f"scripts/ensure-tool-venv.sh bench failed: {done.stderr.strip()[-2000:]}")
+    return f"{done.stdout.strip().splitlines()[-1]}/aiperf"
 
 
 def profile(tool: str, ns: str, url: str, tokenizer: Path, out: Path) -> dict[str, Any]:

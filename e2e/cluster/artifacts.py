@@ -7,7 +7,7 @@ an access log the tests read (proof that a cached model is not downloaded twice)
   Bucket `models`: `tiny-llama/` (the cpu-reference checkpoint of seed 0) and `tiny-llama-v2/`
   (seed 1), uploaded with boto3; `model.safetensors` of `tiny-llama/` as a multipart upload, so
   both kinds of ETag are served.
-- Hugging Face mirror: olah (scripts/ensure-hf-mirror-venv.sh), offline, serving the git
+- Hugging Face mirror: olah (scripts/ensure-tool-venv.sh hf-mirror), offline, serving the git
   repository `models/llm-operator/tiny-llama` of its mirrors path: tag `v1` = seed 0, branch
   `main` = seed 1, `model.safetensors` a Git LFS pointer whose object is written by hand where
   olah 0.5.4 reads it (`<work tree>/.git/lfs/objects/<2>/<2>/<oid>`, olah/mirror/repos.py).

