@@ -20,6 +20,8 @@ from llm_operator.images import Images
 from llm_operator.plan.types import PoolPlan
 from llm_operator.storage import cached_model
 
+from tests.golden_files import assert_golden
+
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "engine"
 H100 = PoolPlan("main", "NVIDIA-H100-80GB-HBM3", ("NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"), (9, 0),
                 81559, 4, 1, 4, 1, 1)  # fmt: skip
@@ -128,11 +130,7 @@ def test_build_job_matches_golden_and_validates(name: str) -> None:
                     images=IMAGES, owner=OWNER, trtllm_version="0.20.0", model=model)  # fmt: skip
     kubernetes_validate.validate(job, "1.34.0", strict=True)
     text = yaml.safe_dump(job, sort_keys=False)
-    golden = GOLDEN / f"{name}.yaml"
-    if os.environ.get("UPDATE_GOLDEN"):
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(text)
-    assert text == golden.read_text(), f"build Job {name} changed: review, then UPDATE_GOLDEN=1"
+    assert_golden(GOLDEN / f"{name}.yaml", text, f"build Job {name}")
 
 
 def test_the_build_reads_a_cached_model_read_only_and_never_sees_its_secret() -> None:

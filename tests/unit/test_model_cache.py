@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from llm_operator.modelcache.keys import fetch_key, source_key
 from llm_operator.render.model_fetch import fetch_job, model_request
 from llm_operator.rollout.revision import Slot
 
+from tests.golden_files import assert_golden
 from tests.unit.model_cache_fixtures import CACHED
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "model-fetch"
@@ -138,11 +138,7 @@ def test_fetch_job_matches_golden_and_validates(name: str) -> None:
                     max_bytes_per_second=1048576 if name == "s3-with-secret" else None)  # fmt: skip
     kubernetes_validate.validate(job, "1.34.0", strict=True)
     text = yaml.safe_dump(job, sort_keys=False)
-    golden = GOLDEN / f"{name}.yaml"
-    if os.environ.get("UPDATE_GOLDEN"):
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(text)
-    assert text == golden.read_text(), f"fetch Job {name} changed: review, then UPDATE_GOLDEN=1"
+    assert_golden(GOLDEN / f"{name}.yaml", text, f"fetch Job {name}")
 
 
 def test_the_fetch_job_runs_the_contracts_command_without_a_gpu_and_fails_at_once_on_78() -> None:

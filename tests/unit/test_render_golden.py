@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,8 @@ import pytest
 import yaml
 from llm_operator import releases
 from llm_operator.cli import main
+
+from tests.golden_files import assert_golden
 
 REPO = Path(__file__).resolve().parents[2]
 # Examples that are no LLMDeployment: the engine cache claim, the HTTPRoute a user writes for a pool.
@@ -53,22 +54,13 @@ def test_render_for_another_release_matches_golden(
     assert releases.for_trtllm(version) is not None and version != releases.DEFAULT.trtllm
     monkeypatch.setenv("LLMOP_TRTLLM_VERSION", version)
     rendered = _render(REPO / "examples" / f"{example}.yaml")
-    golden = GOLDEN / f"{example}@{version}.yaml"
-    if os.environ.get("UPDATE_GOLDEN"):
-        golden.write_text(rendered)
-    assert rendered == golden.read_text(), (
-        f"render of {example} for {version} changed: review, then UPDATE_GOLDEN=1"
-    )
+    assert_golden(GOLDEN / f"{example}@{version}.yaml", rendered, f"render of {example} for {version}")
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_render_matches_golden(example: Path) -> None:
     rendered = _render(example)
-    golden = GOLDEN / f"{example.stem}.yaml"
-    if os.environ.get("UPDATE_GOLDEN"):
-        golden.write_text(rendered)
-    assert golden.exists(), f"no golden file for {example.name}: run with UPDATE_GOLDEN=1"
-    assert rendered == golden.read_text(), f"render of {example.name} changed: review, then UPDATE_GOLDEN=1"
+    assert_golden(GOLDEN / f"{example.stem}.yaml", rendered, f"render of {example.name}")
 
 
 def test_render_reports_an_impossible_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

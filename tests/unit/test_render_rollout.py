@@ -4,14 +4,13 @@ the revision snapshots. The whole canary render is pinned by a golden file (UPDA
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 from typing import Any
 
 import yaml
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import LLMDeployment
-from llm_operator.cli import _PlainDumper
+from llm_operator.cli import dump_objects
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.desired import desired, plan_for
 from llm_operator.engine.state import BuildFact, BuildObserved
@@ -21,6 +20,7 @@ from llm_operator.render import rollout
 from llm_operator.rollout.revision import Slot, revision_of
 
 from e2e.cluster.nodes import build_nodes, load_pools
+from tests.golden_files import assert_golden
 from tests.unit.model_cache_fixtures import cached
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,11 +72,7 @@ def canary_render() -> list[dict[str, Any]]:
 
 
 def test_canary_render_matches_golden() -> None:
-    text = yaml.dump_all(canary_render(), Dumper=_PlainDumper, sort_keys=False)
-    if os.environ.get("UPDATE_GOLDEN"):
-        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
-        GOLDEN.write_text(text)
-    assert text == GOLDEN.read_text(), "the canary render changed: review, then UPDATE_GOLDEN=1"
+    assert_golden(GOLDEN, dump_objects(canary_render()), "the canary render")
 
 
 def test_each_slot_runs_its_own_revision_and_replicas() -> None:
