@@ -1,10 +1,18 @@
 """Routing under imbalance on the real node, shared by tests/e2e/test_routing.py and `make bench`
 (P9): one cpu-reference LLMDeployment with three replicas routed through the endpoint picker
 (spec.routing.mode inference-pool), the third one a straggler, slowed by the CPU runtime's
-TEST-ONLY fault knob for that pod only (LLMOP_FAULT_PODS; a slower GPU pool in a heterogeneous
-deployment looks the same to a client). Who served what is read from each pod's own Triton
-counters (nv_inference_request_success on its metrics port), never inferred from the client.
-"""
+TEST-ONLY fault knob for that pod only (LLMOP_FAULT_PODS). Who served what is read from each
+pod's own Triton counters (nv_inference_request_success on its metrics port), never inferred from
+the client.
+
+The straggler is a slower GPU pool of a heterogeneous deployment: less capacity, not only a later
+answer. CAPACITY makes every token of every sequence in its batch cost SLOW_STEP_MS
+(LLMOP_FAULT_STEP_MS), so its two model instances (the latency profile's cpu_model_instances) make
+at most 2 x 1000 / 150 = 13.3 tokens/s, 0.83 16-token completions/s: less than the third of P9's
+4 requests/s a blind choice sends it, so its queue grows, and its load gauges (scheduled
+requests, KV-cache blocks) stay up while it works through it. LATENCY (LLMOP_FAULT_TTFT_MS) only
+sleeps before each batch's first token: its capacity is not lower, its queue never grows, and a
+queue-based picker sees it idle between requests (P9 shows it for comparison)."""
 
 from __future__ import annotations
 
@@ -24,34 +32,49 @@ REPO = Path(__file__).resolve().parents[2]
 NAME = "tiny-llama"
 MODEL = "tiny-llama"  # the example's alias: what clients ask for
 SLOW_POD = f"{NAME}-2"  # the StatefulSet's third replica (pod names are its host names)
-SLOW_TTFT_MS = 1000  # added before its first token: a slow prefill
+SLOW_STEP_MS = 150  # per token per sequence in the straggler's batch
+CAPACITY = {"LLMOP_FAULT_STEP_MS": str(SLOW_STEP_MS)}
+SLOW_TTFT_MS = 1000  # before each batch's first token
+LATENCY = {"LLMOP_FAULT_TTFT_MS": str(SLOW_TTFT_MS)}
 # Triton's per-model success counter, for the ensemble every request goes through.
 _SUCCESS = re.compile(r'^nv_inference_request_success\{[^}]*model="ensemble"[^}]*\}\s+(\S+)', re.MULTILINE)
 
 
-def deployment(routing: str = "inference-pool", replicas: int = 3) -> dict[str, Any]:
+def deployment(
+    routing: str = "inference-pool", replicas: int = 3, knob: dict[str, str] = CAPACITY
+) -> dict[str, Any]:
     """tiny-llama at 250m CPU per pod (three pods and the router fit the real node's 2 CPUs), the
-    straggler slowed by SLOW_TTFT_MS."""
+    straggler slowed by `knob` (CAPACITY or LATENCY)."""
     doc: dict[str, Any] = yaml.safe_load((REPO / "examples" / "cpu-reference.yaml").read_text())
     doc["spec"]["resources"]["cpu"] = "250m"
     doc["spec"]["replicas"] = replicas
     doc["spec"]["routing"] = {"mode": routing}
-    doc["spec"]["runtime"]["env"] = [
-        {"name": "LLMOP_FAULT_TTFT_MS", "value": str(SLOW_TTFT_MS)},
-        {"name": "LLMOP_FAULT_PODS", "value": SLOW_POD},
-    ]
+    env = {**knob, "LLMOP_FAULT_PODS": SLOW_POD}
+    doc["spec"]["runtime"]["env"] = [{"name": k, "value": v} for k, v in env.items()]
     return doc
 
 
-def start(kubectl: Kubectl, namespace: str) -> None:
+def start(kubectl: Kubectl, namespace: str, knob: dict[str, str] = CAPACITY) -> None:
     """Applies deployment() and waits until it is Ready (its pods and its router)."""
-    kubectl.apply(deployment(), namespace=namespace)
+    kubectl.apply(deployment(knob=knob), namespace=namespace)
     wait_for(
         "the straggler deployment Ready",
         lambda: kubectl.get("llmdeployment", NAME, namespace),
         lambda o: is_true(o, "Ready"),
         timeout=300,
     )
+
+
+def stop(kubectl: Kubectl, namespace: str) -> None:
+    """Deletes the deployment and waits until its pods and its router's are gone, so that the next
+    start() begins afresh under the same names."""
+    kubectl.delete("llmdeployment", NAME, namespace, wait=True, timeout=120)
+
+    def left() -> list[Any]:
+        pods = kubectl.items("pods", namespace, f"llmoperator.io/deployment={NAME}")
+        return pods + [o for o in (kubectl.get("deployment", router(), namespace),) if o is not None]
+
+    wait_for("the straggler deployment's pods and router gone", left, lambda objs: not objs, timeout=180)
 
 
 def router(name: str = NAME) -> str:
@@ -96,10 +119,14 @@ def shares(before: dict[str, float], after: dict[str, float]) -> tuple[dict[str,
     return ({pod: (d / total if total else 0.0) for pod, d in delta.items()}, total)
 
 
-def completion_seconds(netns: str, ip: str) -> float:
+def completion(max_tokens: int) -> dict[str, Any]:
+    return {"model": MODEL, "prompt": "Once upon a time", "max_tokens": max_tokens}
+
+
+def completion_seconds(netns: str, ip: str, max_tokens: int) -> float:
     """One completion asked of the pod itself (its front door), timed."""
     conn = connection(ip, OPENAI_PORT, inside=netns, timeout=30)
-    body = json.dumps({"model": MODEL, "prompt": "Once upon a time", "max_tokens": 4})
+    body = json.dumps(completion(max_tokens))
     began = time.monotonic()
     try:
         conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})

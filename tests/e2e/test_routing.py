@@ -30,6 +30,9 @@ from tests.e2e import openai_sdk
 pytestmark = pytest.mark.e2e
 
 REQUESTS, CONCURRENCY = 90, 6  # per side; bounded in time too (LOAD_S)
+# 4-token completions: the straggler (SLOW_STEP_MS per token per sequence) spends 0.6 s of its two
+# instances' time on each, so the Service's third of 90 keeps it busy for ~9 s, not ~36 s.
+TOKENS = 4
 LOAD_S = 120
 # The straggler's share through the picker; a blind choice gives it a third. Measured on the 2-core
 # machine (2026-11-26): 0.06 through the router (90 requests in 3.0 s), 0.38 through the Service (11.0 s).
@@ -76,7 +79,8 @@ def drive(routed: Routed, kubectl: Kubectl, service: str) -> tuple[dict[str, flo
     before = straggler.counts(routed.netns, ips)
     began = time.monotonic()
     with Load(routed.netns, ip, OPENAI_PORT, concurrency=CONCURRENCY, max_requests=REQUESTS,
-              max_seconds=LOAD_S, openai_model=straggler.MODEL) as load:  # fmt: skip
+              max_seconds=LOAD_S, openai_model=straggler.MODEL,
+              body=straggler.completion(TOKENS)) as load:  # fmt: skip
         wait_for("the load sent", lambda: load.done, timeout=LOAD_S + 60)
     took = time.monotonic() - began
     share, total = straggler.shares(before, straggler.counts(routed.netns, ips))
@@ -88,10 +92,11 @@ def test_the_picker_sends_the_straggler_a_small_share_and_the_service_a_third(
     routed: Routed, kubectl: Kubectl
 ) -> None:
     # The fault knob slowed that pod alone (LLMOP_FAULT_PODS), asked of each pod directly.
-    alone = {pod: straggler.completion_seconds(routed.netns, ip)
+    alone = {pod: straggler.completion_seconds(routed.netns, ip, TOKENS)
              for pod, ip in straggler.pod_ips(kubectl, routed.namespace).items()}  # fmt: skip
-    assert alone[straggler.SLOW_POD] >= straggler.SLOW_TTFT_MS / 1000, alone
-    assert all(s < straggler.SLOW_TTFT_MS / 1000 for p, s in alone.items() if p != straggler.SLOW_POD), alone
+    slow = TOKENS * straggler.SLOW_STEP_MS / 1000
+    assert alone[straggler.SLOW_POD] >= slow, alone
+    assert all(s < slow for p, s in alone.items() if p != straggler.SLOW_POD), alone
     router_share, router_stats, router_s = drive(routed, kubectl, straggler.router())
     service_share, service_stats, service_s = drive(routed, kubectl, straggler.NAME)
     for side, share, stats, took in (("router", router_share, router_stats, router_s),

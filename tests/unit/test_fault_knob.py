@@ -55,6 +55,21 @@ def test_a_pod_list_limits_the_knob_to_those_pods() -> None:
         Faults.from_env({**env, "LLMOP_FAULT_TTFT_MS": "soon"}, "m-0")
 
 
+def test_the_step_knob_costs_each_step_per_sequence_so_capacity_falls_with_it() -> None:
+    """A slower engine (the routing straggler): a step of n unfinished sequences is n x STEP_MS
+    longer, so an instance's tokens per second are capped at 1000 / STEP_MS whatever its batch."""
+    env = {"LLMOP_FAULT_STEP_MS": "150", "LLMOP_FAULT_PODS": "m-2"}
+    faults = Faults.from_env(env, "m-2")
+    assert faults == Faults(step_ms=150) and faults.active
+    assert faults.describe() == "LLMOP_FAULT_STEP_MS=150"
+    assert [faults.step_delay_ms(n) for n in (0, 1, 8)] == [0, 150, 1200]
+    # 16-token completions in batches of 1 or 8 take the same time per token: no more capacity.
+    assert 16 * faults.step_delay_ms(8) / 8 == 16 * faults.step_delay_ms(1) == 2400
+    assert Faults.from_env(env, "m-0").step_delay_ms(8) == 0, "a healthy pod's steps are not slowed"
+    with pytest.raises(ValueError, match=r"^LLMOP_FAULT_STEP_MS='-5': expected a number from 0 to "):
+        Faults.from_env({"LLMOP_FAULT_STEP_MS": "-5"}, "m-0")
+
+
 def spec(backend: str, budget: int | None, env: list[dict[str, str]] | None = None) -> LLMDeploymentSpec:
     cpu = backend == "cpu-reference"
     analysis: dict[str, Any] = {"prometheus": {"url": "http://prometheus:9090"}, "maxErrorRatePercent": 1}

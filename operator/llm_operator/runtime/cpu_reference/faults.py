@@ -10,7 +10,13 @@ that makes the tiny CPU model worse on purpose is set through the serving contai
   consecutive requests fail, spread evenly (p=10: requests 9, 19, 29, ...).
 - LLMOP_FAULT_LATENCY_MS: added to every request after its last token, before its final response
   (so to its latency, not to its time to first token, unless that response is its only one).
-- LLMOP_FAULT_TTFT_MS: added before the first token of every request (a slow prefill).
+- LLMOP_FAULT_TTFT_MS: added before the first token of every request (a slow prefill). A sleep
+  per batch: the instance is as wide as before, only later.
+- LLMOP_FAULT_STEP_MS: added to every engine step for each sequence in it (the prompt's step, then
+  each token's), so a step of n sequences takes n x this much longer: an engine with less capacity,
+  as a slower GPU pool at its compute limit has. One model instance then makes at most
+  1000 / STEP_MS tokens per second, whatever its batch, and requests offered faster queue behind it
+  (routing tests' straggler: its load gauges stay up while it works through its queue).
 - LLMOP_FAULT_PODS: comma-separated pod names; when set, the knob is on only in those pods (the
   pod's host name, which is its name in a StatefulSet: `<name>-2`), so one replica of a revision
   can be a straggler beside healthy ones (routing tests). Unset: every pod of the revision.
@@ -28,8 +34,9 @@ from dataclasses import dataclass
 ERROR_PERCENT = "LLMOP_FAULT_ERROR_PERCENT"
 LATENCY_MS = "LLMOP_FAULT_LATENCY_MS"
 TTFT_MS = "LLMOP_FAULT_TTFT_MS"
+STEP_MS = "LLMOP_FAULT_STEP_MS"
 PODS = "LLMOP_FAULT_PODS"
-NAMES = (ERROR_PERCENT, LATENCY_MS, TTFT_MS)
+NAMES = (ERROR_PERCENT, LATENCY_MS, TTFT_MS, STEP_MS)
 MAX_DELAY_MS = 600_000.0  # ten minutes: more is a typo, not a test
 
 
@@ -38,6 +45,7 @@ class Faults:
     error_percent: float = 0.0
     latency_ms: float = 0.0
     ttft_ms: float = 0.0
+    step_ms: float = 0.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], hostname: str) -> Faults:
@@ -60,6 +68,7 @@ class Faults:
             error_percent=number(ERROR_PERCENT, 100.0),
             latency_ms=number(LATENCY_MS, MAX_DELAY_MS),
             ttft_ms=number(TTFT_MS, MAX_DELAY_MS),
+            step_ms=number(STEP_MS, MAX_DELAY_MS),
         )
         pods = environ.get(PODS, "").strip()
         if pods and hostname not in {p.strip() for p in pods.split(",")}:
@@ -68,17 +77,18 @@ class Faults:
 
     @property
     def active(self) -> bool:
-        return bool(self.error_percent or self.latency_ms or self.ttft_ms)
+        return bool(self.error_percent or self.latency_ms or self.ttft_ms or self.step_ms)
 
     def fails(self, n: int) -> bool:
         """Whether request number n (0-based) is answered with an injected error."""
         p = self.error_percent
         return math.floor((n + 1) * p / 100) > math.floor(n * p / 100)
 
+    def step_delay_ms(self, sequences: int) -> float:
+        """What the knob adds to one engine step holding `sequences` unfinished sequences."""
+        return self.step_ms * sequences
+
     def describe(self) -> str:
         """For the server log: a faulty pod must say so."""
-        return ", ".join(
-            f"{name}={value:g}"
-            for name, value in zip(NAMES, (self.error_percent, self.latency_ms, self.ttft_ms), strict=True)
-            if value
-        )
+        values = (self.error_percent, self.latency_ms, self.ttft_ms, self.step_ms)
+        return ", ".join(f"{name}={value:g}" for name, value in zip(NAMES, values, strict=True) if value)

@@ -319,10 +319,9 @@ class TritonPythonModel:
     def _steps(self, jobs: list[Job], prompts: list[list[int]], emit: Callable[[Job, str], None]) -> None:
         batch = self.lm.start(prompts)
         while True:
-            self.load.update(
-                active=sum(not j.done for j in jobs),
-                used_blocks=sum(_blocks(int(n)) for n in batch.lengths),
-            )
+            active = sum(not j.done for j in jobs)
+            self.load.update(active=active, used_blocks=sum(_blocks(int(n)) for n in batch.lengths))
+            _delay(self.faults.step_delay_ms(active))  # a slower engine: every sequence's token costs more
             tokens = batch.pick([j.sampler for j in jobs])
             for job, token in zip(jobs, tokens, strict=True):
                 if not job.done:
