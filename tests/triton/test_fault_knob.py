@@ -5,10 +5,12 @@ right side of the bucket edge the operator renders at the canary analysis's budg
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import tritonclient.grpc as grpcclient
@@ -126,3 +128,53 @@ def test_without_the_knob_requests_pass_and_first_responses_are_metered(
     # No budget: Triton's default buckets only.
     edges = sorted(float(le) for (name, le) in after if name == f"{HISTOGRAM}_bucket" and le != "inf")
     assert edges == [100.0, 500.0, 2000.0, 5000.0]
+
+
+STEP_MS, TOKENS, CONCURRENT = 100, 4, 6
+
+
+@pytest.fixture(scope="module")
+def slow_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonProcess]:
+    yield from serve(tmp_path_factory.mktemp("triton-slow"), cpu_spec(streaming=False),
+                     {"LLMOP_FAULT_STEP_MS": str(STEP_MS)})  # fmt: skip
+
+
+def load_gauges(server: TritonProcess) -> dict[str, float]:
+    """The TensorRT-LLM load gauges the endpoint picker reads: request_type, or kv_<kv_cache_block_type>."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {
+        s.labels.get("request_type") or f"kv_{s.labels['kv_cache_block_type']}": s.value
+        for family in text_string_to_metric_families(text)
+        if family.name in ("nv_trt_llm_request_metrics", "nv_trt_llm_kv_cache_block_metrics")
+        for s in family.samples
+    }
+
+
+def test_the_step_knob_lowers_capacity_and_the_load_gauges_show_the_work(slow_engine: TritonProcess) -> None:
+    """LLMOP_FAULT_STEP_MS (the routing straggler): concurrent requests take as long as the same
+    requests one after another on each model instance, unlike a sleep per batch; while the engine
+    works, its scheduled requests and KV-cache use (what the picker scores) are up."""
+    config = (slow_engine.repo / MODEL / "config.pbtxt").read_text()
+    found = re.search(r"instance_group \[ \{ count: (\d+)", config)
+    assert found is not None
+    instances = int(found.group(1))
+    started = time.monotonic()
+    assert generate(slow_engine, "alone") == expected("alone", TOKENS)
+    assert time.monotonic() - started >= TOKENS * STEP_MS / 1000
+    seen: list[dict[str, float]] = []
+    with ThreadPoolExecutor(CONCURRENT) as pool:
+        started = time.monotonic()
+        answers = [pool.submit(generate, slow_engine, f"p{i}") for i in range(CONCURRENT)]
+        while not all(a.done() for a in answers):
+            seen.append(load_gauges(slow_engine))
+            time.sleep(0.02)
+        took = time.monotonic() - started
+    assert [a.result() for a in answers] == [expected(f"p{i}", TOKENS) for i in range(CONCURRENT)]
+    # Every token of every request costs STEP_MS on its instance, batched or not.
+    assert took >= CONCURRENT * TOKENS * STEP_MS / 1000 / instances, (took, instances)
+    assert max(g["scheduled"] for g in seen) >= 2 and max(g["kv_fraction"] for g in seen) > 0
+    # The backend's `waiting` is active minus scheduled (tensorrtllm_backend v0.19.0
+    # inflight_batcher_llm/src/model_instance_state.cc): 0 while every admitted request is in a step.
+    assert max(g["waiting"] for g in seen) == 0
+    assert load_gauges(slow_engine)["scheduled"] == 0, "idle again"
