@@ -45,7 +45,8 @@ _ROUTER = {
 
 def epp_config() -> str:
     """EndpointPickerConfig: queue, KV-cache and prefix-cache scorers (upstream's default profile and
-    weights) over the metrics the leaders' Triton exports. The metrics port (8002, not the pool's
+    weights, 2/2/3 in v1.5.0 config/charts/epplib/templates/_config.yaml) over the metrics the
+    leaders' Triton exports. The metrics port (8002, not the pool's
     target port 8080) is a flag of the EPP in v1.5.0 (render/routing.py)."""
     config = {
         "apiVersion": "inference.networking.x-k8s.io/v1alpha1",

@@ -139,6 +139,9 @@ def _epp(ld: LLMDeployment, image: str) -> dict[str, Any]:
             str(PICKER_HEALTH_PORT),
             "--metrics-port",
             str(PICKER_METRICS_PORT),
+            # No --refresh-metrics-interval: its 50 ms default (pkg/epp/server/options.go) is
+            # already finer than the TensorRT-LLM backend refreshes its gauges
+            # (stats_check_period_ms, 100 ms in every profile).
             # Triton's metrics are on 8002, not on the pool's target port (in v1.5.0 only this
             # flag sets it: pkg/epp/datastore/datastore.go).
             "--model-server-metrics-port",
