@@ -8,8 +8,8 @@ the client.
 The straggler is a slower GPU pool of a heterogeneous deployment: less capacity, not only a later
 answer. CAPACITY makes every token of every sequence in its batch cost SLOW_STEP_MS
 (LLMOP_FAULT_STEP_MS), so its two model instances (the latency profile's cpu_model_instances) make
-at most 2 x 1000 / 150 = 13.3 tokens/s, 0.83 16-token completions/s: less than the third of P9's
-4 requests/s a blind choice sends it, so its queue grows, and its load gauges (scheduled
+at most 2 x 1000 / 120 = 16.7 tokens/s, 1.04 16-token completions/s: less than the third of P9's
+4 requests/s (1.33) a blind choice sends it, so its queue grows, and its load gauges (scheduled
 requests, KV-cache blocks) stay up while it works through it. LATENCY (LLMOP_FAULT_TTFT_MS) only
 sleeps before each batch's first token: its capacity is not lower, its queue never grows, and a
 queue-based picker sees it idle between requests (P9 shows it for comparison)."""
@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 NAME = "tiny-llama"
 MODEL = "tiny-llama"  # the example's alias: what clients ask for
 SLOW_POD = f"{NAME}-2"  # the StatefulSet's third replica (pod names are its host names)
-SLOW_STEP_MS = 150  # per token per sequence in the straggler's batch
+SLOW_STEP_MS = 120  # per token per sequence in the straggler's batch
 CAPACITY = {"LLMOP_FAULT_STEP_MS": str(SLOW_STEP_MS)}
 SLOW_TTFT_MS = 1000  # before each batch's first token
 LATENCY = {"LLMOP_FAULT_TTFT_MS": str(SLOW_TTFT_MS)}

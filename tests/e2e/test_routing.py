@@ -30,8 +30,8 @@ from tests.e2e import openai_sdk
 pytestmark = pytest.mark.e2e
 
 REQUESTS, CONCURRENCY = 90, 6  # per side; bounded in time too (LOAD_S)
-# 4-token completions: the straggler (SLOW_STEP_MS per token per sequence) spends 0.6 s of its two
-# instances' time on each, so the Service's third of 90 keeps it busy for ~9 s, not ~36 s.
+# 4-token completions: the straggler (SLOW_STEP_MS per token per sequence) spends 0.48 s of its two
+# instances' time on each, so the Service's third of 90 keeps it busy for ~7 s, not ~29 s.
 TOKENS = 4
 LOAD_S = 120
 # The straggler's share through the picker; a blind choice gives it a third. Measured on the 2-core
