@@ -7,6 +7,14 @@ by side: TTFT p50/p99, throughput, errors, and each side's straggler share from 
 Triton counters. Goal: p99 TTFT through the router <= 0.5 x through the Service, throughput no
 lower, 0 errors.
 
+Two stragglers, one deployment each, in one run. The goal's is `capacity`: a slower GPU pool, every
+token of every sequence in its batch slower (LLMOP_FAULT_STEP_MS), so it serves less than the
+third of the rate a blind choice sends it and its queue grows; the picker sees it busy (scheduled
+requests, KV-cache use) and sends it little. `latency` (a 1 s sleep before each batch's first
+token, LLMOP_FAULT_TTFT_MS) is shown for comparison: its capacity is not lower, so it is idle
+between requests like a healthy replica, a queue-based picker ties it with them, and every request
+it still gets is 1 s late. docs/routing.md has the figures.
+
 aiperf runs inside the cluster's network namespace (no route out of it: nothing can be fetched
 from a hub), with the CPU model's own tokenizer directory written locally, from its own
 environment (scripts/ensure-tool-venv.sh bench: its pins conflict with the operator's).
