@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -144,6 +145,7 @@ def run(print_fn: Callable[[str], None] = print) -> None:
         tokenizer = Path(work) / "tokenizer"
         tokenizer_files.write(tokenizer)
         for name, knob, how in SCENARIOS:
+            began = time.monotonic()
             straggler.start(kubectl, NAMESPACE, knob)
             sides = scenario(tool, cluster, kubectl, tokenizer, Path(work) / name)
             for side, got in sides.items():
@@ -157,10 +159,12 @@ def run(print_fn: Callable[[str], None] = print) -> None:
                      f"({'within' if met else 'OUTSIDE'} the goal: ratio <= {GOAL_RATIO:g}, throughput no "
                      f"lower, 0 errors)")  # fmt: skip
             straggler.stop(kubectl, NAMESPACE)
+            print_fn(f"routing bench (P9, {name} straggler): {time.monotonic() - began:.0f} s, its "
+                     "deployment's start and removal included")  # fmt: skip
     print_fn("routing bench (P9): the goal is the capacity straggler's (a slower GPU pool); the latency "
-             "straggler is never busier than a healthy replica, so the picker's queue and KV-cache "
-             "scores tie it with idle replicas and it keeps getting requests, each one slow: only a "
-             "latency signal (GIE's predicted-latency-scorer) could avoid it")  # fmt: skip
+             "straggler's capacity is not lower, so its queue never grows: idle between requests, it ties "
+             "with idle healthy replicas on the picker's queue and KV-cache scores and keeps getting "
+             "requests, each 1 s late; only a latency signal (GIE's predicted-latency-scorer) avoids it")  # fmt: skip
 
 
 if __name__ == "__main__":
