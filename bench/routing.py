@@ -162,9 +162,10 @@ def run(print_fn: Callable[[str], None] = print) -> None:
             print_fn(f"routing bench (P9, {name} straggler): {time.monotonic() - began:.0f} s, its "
                      "deployment's start and removal included")  # fmt: skip
     print_fn("routing bench (P9): the goal is the capacity straggler's (a slower GPU pool); the latency "
-             "straggler's capacity is not lower, so its queue never grows: idle between requests, it ties "
-             "with idle healthy replicas on the picker's queue and KV-cache scores and keeps getting "
-             "requests, each 1 s late; only a latency signal (GIE's predicted-latency-scorer) avoids it")  # fmt: skip
+             "straggler's capacity is not lower, so its queue never grows: idle between requests, it "
+             "ties with idle healthy replicas on the picker's queue and KV-cache scores and keeps "
+             "getting requests, each 1 s late; only a latency signal (GIE's predicted-latency-scorer) "
+             "avoids it")  # fmt: skip
 
 
 if __name__ == "__main__":
