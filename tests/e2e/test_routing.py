@@ -35,7 +35,7 @@ REQUESTS, CONCURRENCY = 90, 6  # per side; bounded in time too (LOAD_S)
 TOKENS = 4
 LOAD_S = 120
 # The straggler's share through the picker; a blind choice gives it a third. Measured on the 2-core
-# machine (2026-11-26): 0.06 through the router (90 requests in 3.0 s), 0.38 through the Service (11.0 s).
+# machine (2026-11-26): 0.07 through the router (90 requests in 3.0 s), 0.30 through the Service (7.5 s).
 ROUTER_SHARE_MAX = 0.2
 
 
