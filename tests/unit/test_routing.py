@@ -159,7 +159,7 @@ async def test_the_router_is_applied_and_status_follows_it() -> None:
     await reconcile(kube, reconciler, key)
     ready = condition(kube, NAME, "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "PickerUnavailable")
-    assert "FailClose" in ready["message"] and "5xx" in ready["message"]
+    assert "FailClose" in ready["message"] and "answers 503" in ready["message"]
     assert "does not have minimum availability" in ready["message"], "the Deployment's own words"
     assert condition(kube, NAME, "Degraded")["status"] == "True"
     assert ("Warning", "PickerUnavailable") in [(t, r) for t, r, _ in kube.events]
