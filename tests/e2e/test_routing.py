@@ -198,7 +198,8 @@ def no_ready_leader(routed: Routed, cluster: E2ECluster, kubectl: Kubectl, ip: s
                  lambda ps: not any(pod_ready(p) for p in ps), timeout=13)  # fmt: skip
         answer = wait_for("the picker's answer with no ready leader", lambda: ask(routed, ip, timeout=2),
                           lambda a: a.status != 200, timeout=5)  # fmt: skip
-        ld = kubectl.get("llmdeployment", straggler.NAME, routed.namespace)
+        ld = wait_for("Ready=False", lambda: kubectl.get("llmdeployment", straggler.NAME, routed.namespace),
+                      lambda o: not is_true(o, "Ready"), timeout=5)  # fmt: skip
     finally:
         for container in containers:
             cluster.launcher.container_task(container, "resume")
@@ -207,6 +208,7 @@ def no_ready_leader(routed: Routed, cluster: E2ECluster, kubectl: Kubectl, ip: s
     assert (answer.status, answer.picked) == (503, False) and NO_CANDIDATES in answer.body, answer
     assert answer.seconds < ANSWER_S, answer
     assert is_true(ld, "PickerReady"), "the picker itself is fine"
+    assert (condition(ld, "Ready") or {}).get("reason") == "WaitingForReplicas", "the replicas are why"
     wait_for("the replicas ready again, through the picker", lambda: ask(routed, ip), picked, timeout=30)
 
 
