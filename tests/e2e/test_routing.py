@@ -230,6 +230,7 @@ def test_a_hung_picker_is_refused_or_bypassed_as_the_failure_mode_says_and_statu
         picker_ready(routed, kubectl, "True")
         pod, container, restarts = the_router_pod(routed, kubectl)
         wait_for("a request through the picker", lambda: ask(routed, ip), picked)
+        print(f"{mode}: the router ready and picking at {time.monotonic() - began:.1f} s")
         cluster.launcher.container_task(container, "kill", "--signal", "SIGSTOP")
         stopped = time.monotonic()
         try:
