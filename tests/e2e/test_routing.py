@@ -118,6 +118,7 @@ def test_the_picker_sends_the_straggler_a_small_share_and_the_service_a_third(
 # request went through the picker.
 PICKER_HEADER = "x-went-into-resp-headers"
 ANSWER_S = 5  # an answer, not a hang: the straggler's 1 s included
+FALLBACK_REQUESTS = 8
 # The EPP's answer when its pool has no ready pod (GIE v1.5.0 pkg/epp/requestcontrol/director.go).
 NO_CANDIDATES = "failed to find endpoint candidates"
 
@@ -218,10 +219,12 @@ def test_a_hung_picker_is_refused_or_bypassed_as_the_failure_mode_says_and_statu
     """The router pod's epp container stopped on the node (SIGSTOP: the picker hangs, as a
     deadlocked one would; its probes time out, Envoy's health check too) while Envoy runs on,
     then killed (SIGKILL) for the kubelet to restart. FailClose first (the deployment's default),
-    then FailOpen: the same deployment, spec.routing edited. Then no ready leader at all."""
+    then FailOpen: the same deployment, spec.routing edited (FailOpen's requests are spread over
+    the replicas, each counted by its own Triton). Then no ready leader at all."""
     assert cluster.launcher is not None
     began = time.monotonic()
     ip = straggler.cluster_ip(kubectl, routed.namespace, straggler.router())
+    ips = straggler.pod_ips(kubectl, routed.namespace)
     for mode in ("FailClose", "FailOpen"):
         if mode == "FailOpen":
             doc = straggler.deployment()
@@ -236,7 +239,9 @@ def test_a_hung_picker_is_refused_or_bypassed_as_the_failure_mode_says_and_statu
         try:
             ld = picker_ready(routed, kubectl, "False")
             said = time.monotonic() - stopped
-            answers = [ask(routed, ip) for _ in range(4)]
+            before = straggler.counts(routed.netns, ips)
+            answers = [ask(routed, ip) for _ in range(FALLBACK_REQUESTS)]
+            share, total = straggler.shares(before, straggler.counts(routed.netns, ips))
         finally:
             cluster.launcher.container_task(container, "kill", "--signal", "SIGKILL")
         killed = time.monotonic()
@@ -250,9 +255,12 @@ def test_a_hung_picker_is_refused_or_bypassed_as_the_failure_mode_says_and_statu
         if mode == "FailClose":
             assert "answers 503" in picker["message"], picker
             assert {(a.status, a.body) for a in answers} == {(503, "no healthy upstream")}, answers
+            assert total == 0, "no replica served any"
         else:
             assert "still reach ready replicas" in picker["message"], picker
             assert {a.status for a in answers} == {200}, "served through the client Service"
+            # kube-proxy's choice, per request: all on one replica has odds 3 / 3^8 (1 in 2187).
+            assert total == len(answers) and sum(s > 0 for s in share.values()) > 1, share
         picker_ready(routed, kubectl, "True")
         same, _, restarted = the_router_pod(routed, kubectl)
         assert (same, restarted) == (pod, restarts + 1), "the kubelet restarted the picker, in the same pod"

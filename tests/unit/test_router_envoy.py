@@ -185,6 +185,41 @@ def test_failure_mode_with_no_picker(mode: FailureMode, upstreams: dict[str, int
     assert (forged_status, forged_body) == BYPASSED[mode]
 
 
+class _KeepAlive(http.server.BaseHTTPRequestHandler):
+    """Keeps connections open (HTTP/1.1) and answers with the connection's client port."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        body = str(self.client_address[1]).encode()
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@needs_envoy
+def test_fail_open_sends_each_request_to_the_service_on_a_new_connection(tmp_path: Path) -> None:
+    """kube-proxy chooses a replica per connection: requests must not share one, or every request
+    of a picker outage goes to the same replica."""
+    service = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeepAlive)
+    threading.Thread(target=service.serve_forever, daemon=True).start()
+    try:
+        config, ports = _local_config(FailureMode.FAIL_OPEN, int(service.server_address[1]))
+        with _running_envoy(config, ports["ready"], tmp_path):
+            url = f"http://127.0.0.1:{ports['listen']}/v1/completions"
+            answers = [_post(url) for _ in range(3)]
+    finally:
+        service.shutdown()
+        service.server_close()
+    assert {status for status, _ in answers} == {200}, answers
+    assert len({port for _, port in answers}) == 3, f"connections reused: {answers}"
+
+
 def _health_server(port: int) -> grpc.Server:
     """The picker's gRPC health service answering SERVING (HealthCheckResponse{status: 1}), with no
     ext_proc server behind it: a picker that says it serves but cannot pick."""
@@ -268,3 +303,6 @@ def test_only_fail_open_has_a_way_around_the_picker() -> None:
         assert aggregate == ["picking", "service"]
         endpoint = clusters["service"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
         assert endpoint["address"]["socket_address"] == {"address": "tiny.team.svc", "port_value": 8080}
+        options = clusters["service"]["typed_extension_protocol_options"]
+        [http] = options.values()
+        assert http["common_http_protocol_options"] == {"max_requests_per_connection": 1}

@@ -142,6 +142,14 @@ _H2 = {
     }
 }
 
+_ONE_REQUEST_PER_CONNECTION = {
+    "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+        "@type": f"{_TYPES}.upstreams.http.v3.HttpProtocolOptions",
+        "common_http_protocol_options": {"max_requests_per_connection": 1},
+        "explicit_http_config": {"http_protocol_options": {}},
+    }
+}
+
 
 def _ext_proc(picker_port: int) -> dict[str, Any]:
     return {
@@ -262,7 +270,17 @@ def envoy_config(
     if failure_mode == FailureMode.FAIL_OPEN:
         to = "pick-or-service"
         clusters += [
-            _cluster("service", service_host, service_port, type="STRICT_DNS", connect_timeout="5s"),
+            # One request per connection: kube-proxy picks a replica per connection, and Envoy
+            # would otherwise send request after request down one kept-alive connection to the
+            # same replica (seen on the real node: all of them to the straggler).
+            _cluster(
+                "service",
+                service_host,
+                service_port,
+                type="STRICT_DNS",
+                connect_timeout="5s",
+                typed_extension_protocol_options=_ONE_REQUEST_PER_CONNECTION,
+            ),
             {
                 "name": to,
                 "connect_timeout": "1s",
