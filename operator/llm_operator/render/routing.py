@@ -16,7 +16,7 @@ import copy
 from typing import Any
 
 from llm_operator import labels as L
-from llm_operator.api.v1alpha1 import FailureMode, LLMDeployment, RoutingMode
+from llm_operator.api.v1alpha1 import LLMDeployment, RoutingMode
 from llm_operator.contract import METRICS_PORT, OPENAI_PORT
 from llm_operator.images import Images
 from llm_operator.render import names
@@ -235,11 +235,13 @@ def router_deployment(ld: LLMDeployment, images: Images, config: dict[str, Any])
 
 def router_service(ld: LLMDeployment) -> dict[str, Any]:
     """The OpenAI API through the router (status.endpoints.openai), and the picker's ext_proc port
-    for a gateway that routes to the InferencePool itself (its endpointPickerRef). FailOpen: the
-    router pod stays behind its Service while the picker is not ready (its readiness makes the pod
-    unready and status says PickerUnavailable), so Envoy can fail open to the client Service."""
+    for a gateway that routes to the InferencePool itself (its endpointPickerRef). The router pod
+    stays behind its Service while the picker is not ready (its readiness makes the pod unready and
+    status says PickerUnavailable), so Envoy answers as the failure mode says: the client Service
+    (FailOpen) or a 503 (FailClose); left to kube-proxy, a Service with no ready endpoint refuses
+    the connection, and the client gets no answer at all."""
     spec: dict[str, Any] = {
-        "publishNotReadyAddresses": ld.spec.routing.failure_mode == FailureMode.FAIL_OPEN,
+        "publishNotReadyAddresses": True,
         "type": "ClusterIP",
         "selector": router_pod_labels(ld.name),
         "ports": [
