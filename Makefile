@@ -40,9 +40,9 @@ lint: venv ## ruff (lint + format check) and mypy --strict; helm lint runs in te
 demo: venv ## local cluster, the operator (chart), sample LLMDeployments, status, a prompt streamed back
 	@scripts/demo.sh
 
-test: venv tools ## every test: lint, unit, Triton on CPU, e2e on the embedded cluster
+test: venv tools ## every test: lint, then the e2e tier on the embedded cluster beside unit, Triton on CPU, images and gitops
 	@$(MAKE) --no-print-directory lint
-	@$(PY) -m pytest -p no:cacheprovider
+	@scripts/test.sh
 
 test-unit: venv ## pure tests only (no cluster, no Triton)
 	@$(PY) -m pytest -p no:cacheprovider -m "not e2e and not triton and not images"
