@@ -116,6 +116,10 @@ def pod_ready(pod: dict[str, Any] | None) -> bool:
     return pod is not None and pod.get("status", {}).get("phase") == "Running" and is_true(pod, "Ready")
 
 
+# What owns pods in a test namespace: the operator's objects and what they own.
+WORKLOADS = "llmdeployments,deployments,replicasets,statefulsets,jobs"
+
+
 class Kubectl:
     """The kubectl binary bound to one kubeconfig. `kubectl("get", "pods")` returns the
     CompletedProcess; the other methods speak JSON. Failures raise KubectlError."""
@@ -192,6 +196,24 @@ class Kubectl:
                 timeout=timeout,
                 interval=0.2,
             )
+
+    def delete_namespace(self, name: str, timeout: float = 120.0) -> None:
+        """Delete namespace `name` and return once it is gone, its pods first. The namespace
+        controller, finding pods left, looks again only after half their longest
+        terminationGracePeriodSeconds (kubernetes/kubernetes pkg/controller/namespace:
+        namespace_controller.go, deletion/namespaced_resources_deleter.go), however soon they end:
+        31 s a look for a serving pod (60 s). So the workloads go first and their pods at a 1 s
+        grace, as the test that ran there is over."""
+        self("delete", WORKLOADS, "--all", "--ignore-not-found", "--wait=false", namespace=name)
+
+        def no_pods() -> bool:
+            if not self.items("pods", name):
+                return True
+            self("delete", "pods", "--all", "--grace-period=1", "--wait=false", namespace=name)
+            return False
+
+        wait_for(f"the pods of namespace {name} to be gone", no_pods, timeout=timeout)
+        self.delete("namespace", name, wait=True, timeout=timeout)
 
     def events(self, namespace: str, involved: str | None = None) -> list[dict[str, Any]]:
         """Core events of the namespace, optionally only those about the object named `involved`."""
