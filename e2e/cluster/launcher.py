@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import artifacts, monitoring, netns, pki, registry
+from e2e.cluster import artifacts, containerd_images, monitoring, netns, pki, registry
 from e2e.cluster import node as node_mod
 from e2e.cluster import nodes as node_pools
 from e2e.cluster.components import (
@@ -82,7 +82,7 @@ class Cluster:
         extra_args: Mapping[str, Sequence[str]] | None = None,
         tools: Mapping[str, Path] | None = None,
         node_pools_file: Path = node_pools.NODE_POOLS_FILE,
-        node_images: Sequence[str] = node_mod.NODE_IMAGES,
+        node_images: Sequence[str] = containerd_images.NODE_IMAGES,
         log: Log = _stderr,
     ) -> None:
         self._state = StateDir(state_dir)
@@ -179,11 +179,11 @@ class Cluster:
         names."""
         self.push_images([archive])
         try:
-            for name in node_mod.image_names(archive):
-                node_mod.pull_image(node_layout(self._state), self.netns, name)
+            for name in containerd_images.image_names(archive):
+                containerd_images.pull_image(node_layout(self._state), self.netns, name)
         except (RuntimeError, OSError) as e:
             raise ClusterError(str(e)) from None
-        return node_mod.image_names(archive)
+        return containerd_images.image_names(archive)
 
     def push_images(self, archives: Sequence[Path], version: str | None = None) -> list[str]:
         """Push archives to the running test registry under the names the node pulls and the
@@ -194,7 +194,7 @@ class Cluster:
         try:
             pushed = registry.push_images(self._state, crane, archives, self.log, version)
             # The node's copies of default names that now name another build (IfNotPresent).
-            node_mod.drop_moved(node_layout(self._state), registry.default_names(archives, version))
+            containerd_images.drop_moved(node_layout(self._state), registry.default_names(archives, version))
         except (RuntimeError, OSError, ValueError) as e:
             raise ClusterError(str(e)) from None
         return pushed

@@ -26,8 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from e2e.cluster import netns
-from e2e.cluster import node as node_mod
+from e2e.cluster import containerd_images, netns
 from e2e.cluster import pki as pki_mod
 from e2e.cluster.state import StateDir
 from images.push import Crane, manifest_digest, project_version, push
@@ -218,7 +217,7 @@ def push_images(
     client = crane(binary, state.root / "registry", pki_mod.paths(state.pki_dir).ca.cert, state.netns)
     pushed = []
     for archive in archives:
-        refs = push_refs(node_mod.image_names(archive), version or project_version())
+        refs = push_refs(containerd_images.image_names(archive), version or project_version())
         pushed += push(client, archive, refs, lambda line: log(f"registry: {line}"))
     return pushed
 
@@ -227,6 +226,6 @@ def default_names(archives: Sequence[Path], version: str | None = None) -> dict[
     """The default names (default_refs) of `archives`' images -> their digests."""
     found = {}
     for archive in archives:
-        for name in default_refs(node_mod.image_names(archive), version or project_version()):
+        for name in default_refs(containerd_images.image_names(archive), version or project_version()):
             found[name] = manifest_digest(archive)
     return found
