@@ -326,7 +326,7 @@ def start(
         raise ClusterError(f"pushing images to the test registry failed: {e}") from None
     kubeconfigs = {c: state.component_kubeconfig(c) for c in IN_NAMESPACE_CLIENTS}
     node_mod.write_configs(layout, pki, sandbox_image, kubeconfigs, kubeconfig.CLUSTER_NAME)
-    registry.write_hosts(layout.certs_d, pki.ca.cert)
+    registry.write_hosts(layout.certs_d, pki.ca.cert, registry.passwords(state.root / "registry").node)
     node_mod.create_cgroups(layout.cgroup)
     for obj in (*node_mod.COREDNS_RBAC, *enforcer.RBAC):
         kind = "clusterroles" if obj["kind"] == "ClusterRole" else "clusterrolebindings"

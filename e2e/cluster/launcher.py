@@ -207,6 +207,11 @@ class Cluster:
         )
 
     @property
+    def registry_passwords(self) -> registry.Passwords:
+        """The test registry's passwords, new at each `up` (registry.PUSH_USER's and NODE_USER's)."""
+        return registry.passwords(self._state.root / "registry")
+
+    @property
     def registry_env(self) -> dict[str, str]:
         """What crane and helm need to talk to the test registry (registry.HOST) from inside the
         cluster's namespace (`netns.command`): the push account and the cluster CA."""
