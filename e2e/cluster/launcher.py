@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import artifacts, containerd_images, monitoring, netns, pki, registry
+from e2e.cluster import artifacts, containerd_images, monitoring, netns, node_cache, pki, registry
 from e2e.cluster import node as node_mod
 from e2e.cluster import nodes as node_pools
 from e2e.cluster.components import (
@@ -151,6 +151,8 @@ class Cluster:
             # sessions that were using the old instance and will use this one.
             self._stop_all()
             self._state.clear(keep=("leases",))
+            node_cache.mark(self._state)
+            self._prune_caches()
             build_start = time.monotonic()
             tools, builds = (self.tools, {}) if self.tools is not None else run_build_tools(self.log)
             build_seconds = time.monotonic() - build_start
@@ -266,7 +268,13 @@ class Cluster:
             self._state.clear()
             if not keep_images:
                 shutil.rmtree(self.node_cache, ignore_errors=True)
+            self._prune_caches()
             return stopped
+
+    def _prune_caches(self) -> None:
+        """Other clusters' node caches whose checkout is gone or that went unused (node_cache.py)."""
+        for cache in node_cache.prune(self._state):
+            self.log(f"removed the node cache {cache}: its cluster is gone or unused for days")
 
     def status(self) -> dict[str, Any]:
         """{'components': {name: {'pid', 'running', 'rss_kib'}}, 'apiserver_ready', 'nodes_ready', ...}."""
