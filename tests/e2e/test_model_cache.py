@@ -315,11 +315,13 @@ def test_a_model_bigger_than_its_claim_stalls_with_the_numbers(world: World, sma
     needed, free, size = map(float, numbers.groups())
     assert needed == round(sum(map(len, seed_files(0).values())) / 2**20, 2), stalled["message"]
     assert free < needed and size == SMALL_CLAIM_BYTES / 2**20, stalled["message"]
-    # Stalled from the Job's failure (the reconciler watches its Jobs), not from a later resync.
-    (job,) = world.fetch_jobs("too-big")
-    failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
-    lag = since(stalled["lastTransitionTime"]) - since(failed["lastTransitionTime"])
-    assert 0 <= lag <= 5, (failed, stalled)
+    # Stalled as the Job's pod exits (the reconciler watches its pods and Jobs), not at a resync.
+    (pod,) = world.pods("too-big", FETCH_PODS)
+    (container,) = pod["status"]["containerStatuses"]
+    ended = container["state"]["terminated"]
+    assert ended["exitCode"] == 78, ended  # permanent: the Job fails at once
+    lag = since(stalled["lastTransitionTime"]) - since(ended["finishedAt"])
+    assert 0 <= lag <= 5, (ended, stalled)
     # One pod, no download, and a while later still no second try: the retry waits RETRY_SECONDS.
     time.sleep(5)
     (job,) = world.fetch_jobs("too-big")
@@ -330,7 +332,7 @@ def test_a_model_bigger_than_its_claim_stalls_with_the_numbers(world: World, sma
     assert not list(small_claim.glob(f"models/*/*/{MANIFEST}")), "no model directory"
     assert not [p for p in small_claim.rglob("*") if p.is_file() and p.stat().st_size], "nothing written"
     print(
-        f"too-big: Stalled {took:.0f} s after apply, {lag:.0f} s after its Job failed: {stalled['message']}"
+        f"too-big: Stalled {took:.0f} s after apply, {lag:.0f} s after its fetch pod exited: {stalled['message']}"
     )
 
 
