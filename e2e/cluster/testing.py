@@ -198,13 +198,15 @@ class Kubectl:
             )
 
     def delete_namespace(self, name: str, timeout: float = 120.0) -> None:
-        """Delete namespace `name` and return once it is gone, its pods first. The namespace
-        controller, finding pods left, looks again only after half their longest
-        terminationGracePeriodSeconds (kubernetes/kubernetes pkg/controller/namespace:
-        namespace_controller.go, deletion/namespaced_resources_deleter.go), however soon they end:
-        31 s a look for a serving pod (60 s). So the workloads go first and their pods at a 1 s
-        grace, as the test that ran there is over."""
-        self("delete", WORKLOADS, "--all", "--ignore-not-found", "--wait=false", namespace=name)
+        """Delete namespace `name`, returning once no pod of it is left (nothing runs on or writes
+        to the node for it: its hostPath directories can go). Its pods are deleted with a 1 s
+        grace period, their owners first without a cascade, as the test that ran there is over: a
+        serving pod's own grace period (60 s) is spent in its preStop drain and Triton's exit, and
+        the namespace controller, finding pods left, looks again only after half of it
+        (kubernetes/kubernetes pkg/controller/namespace/namespace_controller.go). A pod deleted
+        before (by a test, or by the garbage collector) keeps its grace period: the kubelet does not
+        cut a preStop hook short."""
+        self("delete", WORKLOADS, "--all", "--cascade=orphan", "--wait=false", namespace=name)
 
         def no_pods() -> bool:
             if not self.items("pods", name):
@@ -213,7 +215,7 @@ class Kubectl:
             return False
 
         wait_for(f"the pods of namespace {name} to be gone", no_pods, timeout=timeout)
-        self.delete("namespace", name, wait=True, timeout=timeout)
+        self("delete", "namespace", name, "--ignore-not-found", "--wait=false")
 
     def events(self, namespace: str, involved: str | None = None) -> list[dict[str, Any]]:
         """Core events of the namespace, optionally only those about the object named `involved`."""
