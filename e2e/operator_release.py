@@ -26,8 +26,8 @@ from typing import Any
 
 from e2e.cluster import netns
 from e2e.cluster.components import ClusterError
+from e2e.cluster.containerd_images import image_names
 from e2e.cluster.launcher import Cluster
-from e2e.cluster.node import image_names
 from e2e.cluster.pki import NODE_NAME
 from images.builder.images import build
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.cluster import artifacts, enforcer, flags, gateway, kubeconfig, monitoring, netns, registry, routing
+from e2e.cluster import containerd_images as images_mod
 from e2e.cluster import node as node_mod
 from e2e.cluster import pki as pki_mod
 from e2e.cluster.processes import Children, free_ports, last_line
@@ -222,7 +223,7 @@ def start(
     nodes: Sequence[dict[str, Any]],
     extra_args: Mapping[str, Sequence[str]],
     log: Log,
-    node_images: Sequence[str] = node_mod.NODE_IMAGES,
+    node_images: Sequence[str] = images_mod.NODE_IMAGES,
 ) -> dict[str, int]:
     """Create the namespace and start every component into an empty `state` (each once what it
     needs is ready), create `nodes` and wait until they and the real node are Ready; returns the
@@ -314,7 +315,7 @@ def start(
     wait_ready("the registry", lambda: registry.ready(ns), "registry")
     layout = node_layout(state)
     built = [name for name in node_images if name not in routing.IMAGES]
-    archives, sandbox_image = node_mod.node_archives(layout.root, log, built)
+    archives, sandbox_image = images_mod.node_archives(layout.root, log, built)
     try:
         archives += routing.archives(tools, [name for name in node_images if name in routing.IMAGES], log)
     except (ImportError, RuntimeError, OSError, subprocess.CalledProcessError) as e:
@@ -325,7 +326,7 @@ def start(
         raise ClusterError(f"pushing images to the test registry failed: {e}") from None
     kubeconfigs = {c: state.component_kubeconfig(c) for c in IN_NAMESPACE_CLIENTS}
     node_mod.write_configs(layout, pki, sandbox_image, kubeconfigs, kubeconfig.CLUSTER_NAME)
-    registry.write_hosts(layout.certs_d, pki.ca.cert)
+    registry.write_hosts(layout.certs_d, pki.ca.cert, registry.passwords(state.root / "registry").node)
     node_mod.create_cgroups(layout.cgroup)
     for obj in (*node_mod.COREDNS_RBAC, *enforcer.RBAC):
         kind = "clusterroles" if obj["kind"] == "ClusterRole" else "clusterrolebindings"
@@ -337,7 +338,7 @@ def start(
     args = node_mod.command_lines(layout, kubeconfigs)
 
     def containerd_up() -> bool:
-        return layout.socket.exists() and node_mod.ctr(layout, "version", timeout=5).returncode == 0
+        return layout.socket.exists() and images_mod.ctr(layout, "version", timeout=5).returncode == 0
 
     # containerd without CRI first: the kept root loses the last instance's pods (CRI would
     # recover them) and pulls the images it lacks; then containerd as the kubelet's runtime.
@@ -346,10 +347,10 @@ def start(
     pid = children.spawn("containerd", netns.command(ns, argv), images_log, state.root)
     wait("containerd (images)", containerd_up, STARTUP_TIMEOUT_S, children, images_log)
     try:
-        node_mod.remove_old_pods(layout)
+        images_mod.remove_old_pods(layout)
         shutil.rmtree(layout.containerd_root / node_mod.CRI_PLUGIN, ignore_errors=True)
         moving = registry.default_names(archives)
-        node_mod.sync_images(layout, ns, archives, node_mod.LOCAL_REGISTRY, log, moving)
+        images_mod.sync_images(layout, ns, archives, images_mod.LOCAL_REGISTRY, log, moving)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
         raise ClusterError(f"pulling images into the real node's containerd failed: {e}") from None
     children.terminate([pid])

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import artifacts, monitoring, netns, pki, registry
+from e2e.cluster import artifacts, containerd_images, monitoring, netns, node_cache, pki, registry
 from e2e.cluster import node as node_mod
 from e2e.cluster import nodes as node_pools
 from e2e.cluster.components import (
@@ -82,7 +82,7 @@ class Cluster:
         extra_args: Mapping[str, Sequence[str]] | None = None,
         tools: Mapping[str, Path] | None = None,
         node_pools_file: Path = node_pools.NODE_POOLS_FILE,
-        node_images: Sequence[str] = node_mod.NODE_IMAGES,
+        node_images: Sequence[str] = containerd_images.NODE_IMAGES,
         log: Log = _stderr,
     ) -> None:
         self._state = StateDir(state_dir)
@@ -151,6 +151,8 @@ class Cluster:
             # sessions that were using the old instance and will use this one.
             self._stop_all()
             self._state.clear(keep=("leases",))
+            node_cache.mark(self._state)
+            self._prune_caches()
             build_start = time.monotonic()
             tools, builds = (self.tools, {}) if self.tools is not None else run_build_tools(self.log)
             build_seconds = time.monotonic() - build_start
@@ -179,11 +181,11 @@ class Cluster:
         names."""
         self.push_images([archive])
         try:
-            for name in node_mod.image_names(archive):
-                node_mod.pull_image(node_layout(self._state), self.netns, name)
+            for name in containerd_images.image_names(archive):
+                containerd_images.pull_image(node_layout(self._state), self.netns, name)
         except (RuntimeError, OSError) as e:
             raise ClusterError(str(e)) from None
-        return node_mod.image_names(archive)
+        return containerd_images.image_names(archive)
 
     def push_images(self, archives: Sequence[Path], version: str | None = None) -> list[str]:
         """Push archives to the running test registry under the names the node pulls and the
@@ -194,7 +196,7 @@ class Cluster:
         try:
             pushed = registry.push_images(self._state, crane, archives, self.log, version)
             # The node's copies of default names that now name another build (IfNotPresent).
-            node_mod.drop_moved(node_layout(self._state), registry.default_names(archives, version))
+            containerd_images.drop_moved(node_layout(self._state), registry.default_names(archives, version))
         except (RuntimeError, OSError, ValueError) as e:
             raise ClusterError(str(e)) from None
         return pushed
@@ -205,6 +207,11 @@ class Cluster:
         return registry.crane(
             crane, self._state.root / "registry", pki.paths(self._state.pki_dir).ca.cert, self.netns
         )
+
+    @property
+    def registry_passwords(self) -> registry.Passwords:
+        """The test registry's passwords, new at each `up` (registry.PUSH_USER's and NODE_USER's)."""
+        return registry.passwords(self._state.root / "registry")
 
     @property
     def registry_env(self) -> dict[str, str]:
@@ -272,7 +279,13 @@ class Cluster:
             self._state.clear()
             if not keep_images:
                 shutil.rmtree(self.node_cache, ignore_errors=True)
+            self._prune_caches()
             return stopped
+
+    def _prune_caches(self) -> None:
+        """Other clusters' node caches whose checkout is gone or that went unused (node_cache.py)."""
+        for cache in node_cache.prune(self._state):
+            self.log(f"removed the node cache {cache}: its cluster is gone or unused for days")
 
     def status(self) -> dict[str, Any]:
         """{'components': {name: {'pid', 'running', 'rss_kib'}}, 'apiserver_ready', 'nodes_ready', ...}."""

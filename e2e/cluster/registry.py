@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import secrets
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import yaml
 
-from e2e.cluster import netns
-from e2e.cluster import node as node_mod
+from e2e.cluster import containerd_images, netns
 from e2e.cluster import pki as pki_mod
 from e2e.cluster.state import StateDir
 from images.push import Crane, manifest_digest, project_version, push
@@ -44,9 +46,10 @@ DEFAULT_PREFIX = (
 # Where the default names resolve through the mirror, so where a release to the test world goes.
 PREFIX = f"{HOST}/{DEFAULT_PREFIX.partition('/')[2]}"
 # Test-world accounts (nothing outside the namespace reaches the registry): `push` for crane and
-# helm, and the pull secrets tests create; `node` for the mirrors' hosts.toml.
-PUSH_USER, PUSH_PASSWORD = "push", "test-world-push"
-NODE_USER, NODE_PASSWORD = "node", "test-world-node"
+# helm, and the pull secrets tests create; `node` for the mirrors' hosts.toml. Their passwords are
+# new at each `up` (Passwords).
+PUSH_USER, NODE_USER = "push", "node"
+PASSWORDS = "passwords.json"  # in the registry's root (the state dir), readable by its owner only
 # Registry hosts whose names mirror to the test registry -> their upstream server, as containerd's
 # hosts.toml names it (docker.io's API is registry-1.docker.io). images.builder's localhost names
 # have no upstream: their server is containerd's default for localhost (plain HTTP on port 80,
@@ -59,11 +62,33 @@ MIRRORED = {
 }
 
 
+@dataclass(frozen=True)
+class Passwords:
+    """The accounts' passwords, made by `up` as the model stores' keys are (artifacts.new)."""
+
+    push: str
+    node: str
+
+
+def new_passwords(root: Path) -> Passwords:
+    passwords = Passwords(secrets.token_urlsafe(18), secrets.token_urlsafe(18))
+    path = root / PASSWORDS
+    path.unlink(missing_ok=True)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        json.dump(asdict(passwords), f)
+    return passwords
+
+
+def passwords(root: Path) -> Passwords:
+    """The passwords of the cluster whose registry root is `root`."""
+    return Passwords(**json.loads((root / PASSWORDS).read_text()))
+
+
 def basic(user: str, password: str) -> str:
     return base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
-def dockerconfigjson(user: str = PUSH_USER, password: str = PUSH_PASSWORD, host: str = HOST) -> str:
+def dockerconfigjson(user: str, password: str, host: str = HOST) -> str:
     """A kubernetes.io/dockerconfigjson Secret's `.dockerconfigjson` (and crane's and helm's
     config.json) for `host`."""
     return json.dumps(
@@ -71,12 +96,13 @@ def dockerconfigjson(user: str = PUSH_USER, password: str = PUSH_PASSWORD, host:
     )
 
 
-def htpasswd(path: Path) -> None:
-    """bcrypt entries (Distribution's htpasswd accepts only bcrypt), by Debian's apache2-utils."""
+def htpasswd(path: Path, passwords: Passwords) -> None:
+    """bcrypt entries (Distribution's htpasswd accepts only bcrypt), by Debian's apache2-utils; the
+    password on its stdin (-i), not in its arguments."""
     lines = []
-    for user, password in ((PUSH_USER, PUSH_PASSWORD), (NODE_USER, NODE_PASSWORD)):
+    for user, password in ((PUSH_USER, passwords.push), (NODE_USER, passwords.node)):
         out = subprocess.run(
-            ["htpasswd", "-nbB", "-C", "6", user, password], capture_output=True, text=True, check=True
+            ["htpasswd", "-niB", "-C", "6", user], input=password, capture_output=True, text=True, check=True
         ).stdout
         lines.append(out.strip())
     path.write_text("\n".join(lines) + "\n")
@@ -98,15 +124,16 @@ def config(root: Path, storage: Path, tls: pki_mod.KeyPair) -> dict[str, object]
 
 
 def prepare(root: Path, storage: Path, pki_dir: Path) -> list[str]:
-    """Write the registry's certificate, htpasswd and configuration under `root` (blobs in
-    `storage`, which outlives `down`); returns its arguments."""
+    """Write the registry's certificate, new passwords, htpasswd and configuration under `root`
+    (blobs in `storage`, which outlives `down`); returns its arguments."""
     root.mkdir(parents=True, exist_ok=True)
     storage.mkdir(parents=True, exist_ok=True)
     tls = pki_mod.issue_server_cert(pki_dir, "registry", ["registry.llmop.test"], ips=[netns.NODE_IP])
-    htpasswd(root / "htpasswd")
+    made = new_passwords(root)
+    htpasswd(root / "htpasswd", made)
     (root / "config.yml").write_text(yaml.safe_dump(config(root, storage, tls)))
     (root / "docker").mkdir(exist_ok=True)
-    (root / "docker" / "config.json").write_text(dockerconfigjson())
+    (root / "docker" / "config.json").write_text(dockerconfigjson(PUSH_USER, made.push))
     return ["serve", str(root / "config.yml")]
 
 
@@ -152,10 +179,10 @@ def hosts_toml(server: str, ca: Path, header: Mapping[str, str] | None = None) -
     return "\n".join(lines) + "\n"
 
 
-def write_hosts(certs_d: Path, ca: Path) -> None:
+def write_hosts(certs_d: Path, ca: Path, node_password: str) -> None:
     """containerd's config_path: the registry's own host (its CA only: credentials come from the
     pod's pull secret) and the mirrored defaults (with the node's credentials)."""
-    node_auth = {"Authorization": f"Basic {basic(NODE_USER, NODE_PASSWORD)}"}
+    node_auth = {"Authorization": f"Basic {basic(NODE_USER, node_password)}"}
     # containerd 1.6.20 refuses a hosts.toml without a [host] table ("invalid `host` tree",
     # remotes/docker/config/hosts.go getSortedHosts) and then pulls without the CA: the registry's
     # own host names itself as its one host.
@@ -218,7 +245,7 @@ def push_images(
     client = crane(binary, state.root / "registry", pki_mod.paths(state.pki_dir).ca.cert, state.netns)
     pushed = []
     for archive in archives:
-        refs = push_refs(node_mod.image_names(archive), version or project_version())
+        refs = push_refs(containerd_images.image_names(archive), version or project_version())
         pushed += push(client, archive, refs, lambda line: log(f"registry: {line}"))
     return pushed
 
@@ -227,6 +254,6 @@ def default_names(archives: Sequence[Path], version: str | None = None) -> dict[
     """The default names (default_refs) of `archives`' images -> their digests."""
     found = {}
     for archive in archives:
-        for name in default_refs(node_mod.image_names(archive), version or project_version()):
+        for name in default_refs(containerd_images.image_names(archive), version or project_version()):
             found[name] = manifest_digest(archive)
     return found

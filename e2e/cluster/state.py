@@ -101,11 +101,17 @@ class StateDir:
     def _lease(self, session: int) -> Path:
         return self.root / "leases" / str(session)
 
+    @property
+    def lock_file(self) -> Path:
+        """Outside the state dir (which `down` deletes) so concurrent up/down calls serialize;
+        named by a longer prefix of the hash that `key` is."""
+        return (
+            CACHE_DIR / "locks" / f"cluster-{hashlib.sha256(str(self.root).encode()).hexdigest()[:16]}.lock"
+        )
+
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
-        # Outside the state dir (which `down` deletes) so concurrent up/down calls serialize.
-        key = hashlib.sha256(str(self.root).encode()).hexdigest()[:16]
-        path = CACHE_DIR / "locks" / f"cluster-{key}.lock"
+        path = self.lock_file
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w") as f:
             fcntl.flock(f, fcntl.LOCK_EX)

@@ -116,6 +116,10 @@ def pod_ready(pod: dict[str, Any] | None) -> bool:
     return pod is not None and pod.get("status", {}).get("phase") == "Running" and is_true(pod, "Ready")
 
 
+# What owns pods in a test namespace: the operator's objects and what they own.
+WORKLOADS = "llmdeployments,deployments,replicasets,statefulsets,jobs"
+
+
 class Kubectl:
     """The kubectl binary bound to one kubeconfig. `kubectl("get", "pods")` returns the
     CompletedProcess; the other methods speak JSON. Failures raise KubectlError."""
@@ -192,6 +196,26 @@ class Kubectl:
                 timeout=timeout,
                 interval=0.2,
             )
+
+    def delete_namespace(self, name: str, timeout: float = 120.0) -> None:
+        """Delete namespace `name`, returning once no pod of it is left (nothing runs on or writes
+        to the node for it: its hostPath directories can go). Its pods are deleted with a 1 s
+        grace period, their owners first without a cascade, as the test that ran there is over: a
+        serving pod's own grace period (60 s) is spent in its preStop drain and Triton's exit, and
+        the namespace controller, finding pods left, looks again only after half of it
+        (kubernetes/kubernetes pkg/controller/namespace/namespace_controller.go). A pod deleted
+        before (by a test, or by the garbage collector) keeps its grace period: the kubelet does not
+        cut a preStop hook short."""
+        self("delete", WORKLOADS, "--all", "--cascade=orphan", "--wait=false", namespace=name)
+
+        def no_pods() -> bool:
+            if not self.items("pods", name):
+                return True
+            self("delete", "pods", "--all", "--grace-period=1", "--wait=false", namespace=name)
+            return False
+
+        wait_for(f"the pods of namespace {name} to be gone", no_pods, timeout=timeout)
+        self("delete", "namespace", name, "--ignore-not-found", "--wait=false")
 
     def events(self, namespace: str, involved: str | None = None) -> list[dict[str, Any]]:
         """Core events of the namespace, optionally only those about the object named `involved`."""

@@ -55,7 +55,7 @@ def empty_claim(kubectl: Kubectl, namespace: str) -> Iterator[str]:
         ]
     )  # fmt: skip
     yield "tokenizers"
-    kubectl.delete("namespace", namespace, wait=True, timeout=120)
+    kubectl.delete_namespace(namespace)
     kubectl.delete("persistentvolume", pv)
 
 

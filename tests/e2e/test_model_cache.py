@@ -13,6 +13,8 @@ checkpoint.py: the stores hold seed 0 and seed 1, e2e/cluster/artifacts.py).
   deployment serves main's text.
 - Wrong credentials, a missing bucket, a missing revision: Stalled with the fetcher's reason and the
   server's own words, from the first and only pod of the Job (no retries in silence).
+- A claim too small for the model (a tmpfs of 512 KiB on the node): Stalled, CacheFull, with the
+  bytes needed and free, as soon as the Job's only pod fails; nothing downloaded or written.
 - A fetch pod deleted mid-download (the operator's bandwidth cap, LLMOP_FETCH_MAX_BYTES_PER_SECOND,
   makes the download last seconds): its replacement keeps the files it had verified (one GET each)
   and asks S3 only for the rest.
@@ -55,6 +57,8 @@ pytestmark = pytest.mark.e2e
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CLAIM = "llm-model-cache"
+# A claim too small for the checkpoint (seed_files: 0.82 MiB): a tmpfs of 512 KiB.
+SMALL_CLAIM, SMALL_CLAIM_BYTES = "llm-small-cache", 512 * 1024
 CREDENTIALS, WRONG_CREDENTIALS = "s3-keys", "s3-wrong-keys"
 # 853 kB of weights at 150 kB/s: a fetch lasts seconds, long enough to delete its pod halfway.
 MAX_BYTES_PER_SECOND = 150_000
@@ -180,23 +184,30 @@ def world(
             operator.stop()
             if operator.proc.returncode not in (0, -15):
                 print(f"operator log ({operator.log_path}):\n{operator.log()[-5000:]}")
-        kubectl.delete("namespace", ns, wait=True, timeout=180)
+        kubectl.delete_namespace(ns, timeout=180)
         kubectl.delete("persistentvolume", pv)
         shutil.rmtree(claim_dir, ignore_errors=True)
+
+
+def claim(ns: str, pv: str, claim_dir: Path, name: str = CLAIM) -> list[dict[str, Any]]:
+    """Claim `name`, bound to `claim_dir` on the node."""
+    return [
+        {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                  "storageClassName": "", "persistentVolumeReclaimPolicy": "Retain",
+                  "hostPath": {"path": str(claim_dir), "type": "Directory"},
+                  "claimRef": {"namespace": ns, "name": name}}},
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": ns},
+         "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv,
+                  "resources": {"requests": {"storage": "1Gi"}}}},
+    ]  # fmt: skip
 
 
 def claim_and_secrets(ns: str, pv: str, claim_dir: Path, stores: artifacts.Stores) -> list[dict[str, Any]]:
     """The cache claim, bound to `claim_dir` on the node, and the S3 keys, right and wrong."""
     wrong = {**stores.credentials, "AWS_SECRET_ACCESS_KEY": "not-the-secret-key"}
     return [
-        {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
-         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
-                  "storageClassName": "", "persistentVolumeReclaimPolicy": "Retain",
-                  "hostPath": {"path": str(claim_dir), "type": "Directory"},
-                  "claimRef": {"namespace": ns, "name": CLAIM}}},
-        {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CLAIM, "namespace": ns},
-         "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv,
-                  "resources": {"requests": {"storage": "1Gi"}}}},
+        *claim(ns, pv, claim_dir),
         {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": CREDENTIALS, "namespace": ns},
          "stringData": stores.credentials},
         {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": WRONG_CREDENTIALS, "namespace": ns},
@@ -262,6 +273,65 @@ def test_sources_that_cannot_be_read_stall_with_the_servers_words(world: World) 
         print(f"{name}: Stalled {time.monotonic() - started:.0f} s after apply: {stalled['message']}")
     for name in cases:
         world.kubectl.delete("llmdeployment", name, world.namespace)
+
+
+@pytest.fixture
+def small_claim(world: World) -> Iterator[Path]:
+    """SMALL_CLAIM, bound to a tmpfs of SMALL_CLAIM_BYTES mounted on the node: a filesystem really
+    too small for the checkpoint (the model cache checks the claim's free space with statvfs)."""
+    pv = f"{world.namespace}-small-cache"
+    mount = Path("/tmp") / pv
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SMALL_CLAIM_BYTES},mode=0777", "tmpfs", str(mount)],
+                   check=True)  # fmt: skip
+    try:
+        world.kubectl.apply(claim(world.namespace, pv, mount, SMALL_CLAIM), namespace=world.namespace)
+        yield mount
+    finally:
+        world.kubectl.delete("llmdeployment", "too-big", world.namespace, wait=True)
+        world.kubectl.delete("persistentvolumeclaim", SMALL_CLAIM, world.namespace)
+        world.kubectl.delete("persistentvolume", pv)
+        subprocess.run(["umount", "--lazy", str(mount)], check=True)
+        mount.rmdir()
+
+
+def test_a_model_bigger_than_its_claim_stalls_with_the_numbers(world: World, small_claim: Path) -> None:
+    """CacheFull from the fetcher's check of the claim's free space, before it downloads anything:
+    Stalled as soon as the Job fails, one pod, no GET, no serving pod, no model directory."""
+    before = s3_counts(world, "tiny-llama")
+    doc = tiny("too-big", s3_source(world.stores, artifacts.BUCKET, "tiny-llama"))
+    doc["spec"]["model"]["cache"]["claimName"] = SMALL_CLAIM
+    started = time.monotonic()
+    world.apply(doc)
+    ld = wait_for("too-big Stalled", lambda: world.get("too-big"), lambda ld: is_true(ld, "Stalled"),
+                  timeout=STALL_WITHIN)  # fmt: skip
+    took = time.monotonic() - started
+    stalled, cached = condition(ld, "Stalled") or {}, condition(ld, "ModelCached") or {}
+    assert stalled["reason"] == cached["reason"] == "CacheFull" and cached["status"] == "False", ld["status"]
+    numbers = re.search(
+        r"needs ([\d.]+) MiB, the claim has ([\d.]+) MiB free of ([\d.]+) MiB", stalled["message"]
+    )
+    assert numbers, stalled["message"]
+    needed, free, size = map(float, numbers.groups())
+    assert needed == round(sum(map(len, seed_files(0).values())) / 2**20, 2), stalled["message"]
+    assert free < needed and size == SMALL_CLAIM_BYTES / 2**20, stalled["message"]
+    # Stalled as the Job's pod exits (the reconciler watches its pods and Jobs), not at a resync.
+    (pod,) = world.pods("too-big", FETCH_PODS)
+    (container,) = pod["status"]["containerStatuses"]
+    ended = container["state"]["terminated"]
+    assert ended["exitCode"] == 78, ended  # permanent: the Job fails at once
+    lag = since(stalled["lastTransitionTime"]) - since(ended["finishedAt"])
+    assert 0 <= lag <= 5, (ended, stalled)
+    # One pod, no download, and a while later still no second try: the retry waits RETRY_SECONDS.
+    time.sleep(5)
+    (job,) = world.fetch_jobs("too-big")
+    assert job["status"].get("failed") == 1 and len(world.pods("too-big", FETCH_PODS)) == 1, job["status"]
+    assert s3_counts(world, "tiny-llama") == before, "nothing downloaded"
+    # Nothing to serve from: no serving pod, no model directory, nothing written.
+    assert world.pods("too-big") == [] and not is_true(world.get("too-big"), "Ready")
+    assert not list(small_claim.glob(f"models/*/*/{MANIFEST}")), "no model directory"
+    assert not [p for p in small_claim.rglob("*") if p.is_file() and p.stat().st_size], "nothing written"
+    print(f"too-big: Stalled {took:.0f} s after apply, {lag:.0f} s after its pod ended: {stalled['message']}")
 
 
 def test_a_model_from_s3_is_fetched_once_and_served(world: World) -> None:
@@ -409,4 +479,4 @@ def test_a_fetch_pod_killed_mid_download_resumes_without_refetching_verified_fil
     done = [p for p in world.pods("resumed", FETCH_PODS) if p["status"].get("phase") == "Succeeded"]
     assert [p["metadata"]["uid"] for p in done] != [killed["metadata"]["uid"]] and len(done) == 1, done
     print(f"resumed: its fetch pod was deleted with {sorted(verified)} verified")
-    world.kubectl.delete("llmdeployment", "resumed", world.namespace)
+    # Left to the module's teardown, which deletes its pod without the preStop drain's wait.

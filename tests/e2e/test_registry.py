@@ -67,7 +67,7 @@ def test_a_wrong_pull_secret_is_in_the_status_in_the_registrys_words_and_the_rig
     assert image in ready["message"] and "not-the-password" not in ready["message"]
     print(f"Ready False: {ready['message']}")
 
-    kubectl.apply(pull_secret(registry.PUSH_PASSWORD), namespace=namespace)
+    kubectl.apply(pull_secret(cluster.launcher.registry_passwords.push), namespace=namespace)
     # The kubelet retries a refused pull after its back-off (up to 5 min); a new pod pulls at once.
     kubectl(
         "delete", "pods", "-l", "llmoperator.io/deployment=tiny-llama", "--wait=false", namespace=namespace

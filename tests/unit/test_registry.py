@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_hosts_files_trust_the_ca_and_only_mirrors_carry_the_nodes_credentials(tmp_path: Path) -> None:
     ca = tmp_path / "ca.crt"
-    registry.write_hosts(tmp_path / "certs.d", ca)
+    registry.write_hosts(tmp_path / "certs.d", ca, "the-node-password")
     mirror = f"https://{registry.HOST}"
     found = {}
     for path in (tmp_path / "certs.d").glob("*/hosts.toml"):
@@ -37,7 +37,21 @@ def test_hosts_files_trust_the_ca_and_only_mirrors_carry_the_nodes_credentials(t
             user, _, password = base64.b64decode(header["Authorization"].removeprefix("Basic ")).partition(
                 b":"
             )
-            assert (user.decode(), password.decode()) == (registry.NODE_USER, registry.NODE_PASSWORD)
+            assert (user.decode(), password.decode()) == (registry.NODE_USER, "the-node-password")
+
+
+def test_each_up_makes_new_passwords_kept_from_other_users_and_htpasswd_checks_them(tmp_path: Path) -> None:
+    first = registry.new_passwords(tmp_path)
+    assert (tmp_path / registry.PASSWORDS).stat().st_mode & 0o777 == 0o600
+    assert registry.passwords(tmp_path) == first
+    second = registry.new_passwords(tmp_path)
+    assert registry.passwords(tmp_path) == second and len({first.push, first.node, second.push}) == 3
+    registry.htpasswd(tmp_path / "htpasswd", second)
+    for user, password, ok in ((registry.PUSH_USER, second.push, 0), (registry.NODE_USER, second.node, 0),
+                               (registry.PUSH_USER, first.push, 3)):  # fmt: skip
+        verify = ["htpasswd", "-vi", str(tmp_path / "htpasswd"), user]
+        assert subprocess.run(verify, input=password, capture_output=True, text=True).returncode == ok
+    assert second.push not in (tmp_path / "htpasswd").read_text()
 
 
 def test_default_and_builder_names_resolve_to_the_paths_pushed() -> None:
