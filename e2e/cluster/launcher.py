@@ -250,7 +250,7 @@ class Cluster:
         kubelet to restart), `pause`/`resume` (a whole container frozen: its probes time out).
         `container_id`: a pod's containerStatuses[].containerID, with or without containerd://."""
         task = container_id.removeprefix("containerd://")
-        proc = node_mod.ctr(node_layout(self._state), "tasks", action, *flags, task, timeout=30)
+        proc = containerd_images.ctr(node_layout(self._state), "tasks", action, *flags, task, timeout=30)
         if proc.returncode != 0:
             words = (proc.stderr or proc.stdout).strip()
             raise ClusterError(f"ctr tasks {' '.join((action, *flags, task))}: {words}")
