@@ -51,6 +51,7 @@ class Peer:
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer, self.buf = reader, writer, bytearray()
+        self.held = b""  # written ahead of the next write (a stream's head, with its first event)
 
     async def fill(self) -> bool:
         """False at EOF (the client is gone)."""
@@ -205,7 +206,9 @@ class FrontDoor:
             raise _refusal(e) from None
         if not gen.stream:
             return await self._whole(peer, gen, first, pieces, stops, prompt_tokens, close)
-        await _write(peer, _stream_head(close))
+        # The head goes out with the first event: one segment, one wake-up of the client before its
+        # first token, not two.
+        peer.held = _stream_head(close)
         text, count, sent = "", 0, False
         try:
             piece = first
@@ -347,6 +350,8 @@ async def _event(peer: Peer, obj: dict[str, Any]) -> None:
 
 
 async def _write(peer: Peer, data: bytes) -> None:
+    if peer.held:
+        data, peer.held = peer.held + data, b""
     peer.writer.write(data)
     await peer.writer.drain()
 
