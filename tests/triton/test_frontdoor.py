@@ -22,6 +22,7 @@ import openai
 import pytest
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
 from llm_operator.frontdoor.chat import render_chat
+from llm_operator.frontdoor.upstream import SPARE_IDLE_S
 from llm_operator.runtime.cpu_reference import tokenizer_files
 
 from e2e.cluster.processes import free_port
@@ -247,3 +248,23 @@ def test_a_deployment_that_does_not_stream_answers_whole_and_refuses_stream(
     finally:
         door.terminate()
         assert door.wait(timeout=10) == 0
+
+
+def test_a_stop_after_openai_traffic_waits_on_no_idle_connection_nor_logs_a_traceback(tmp_path: Path) -> None:
+    """Triton's stop waits, up to its exit timeout (5 s here), for every open HTTP connection: the
+    front door's spare connection to it is closed once no request took it, so a pod that served
+    the OpenAI API stops at once (a preStop drain has let SPARE_IDLE_S pass). The SDK's kept-alive
+    connection to the front door ends quietly."""
+    with leader_pod(tmp_path, spec(), NAMES) as pod:
+        client = openai.OpenAI(base_url=pod.base_url, api_key="unused", timeout=TIMEOUT, max_retries=0)
+        assert client.completions.create(model="tiny", prompt="hi", max_tokens=3).choices[0].text == expected(
+            "hi", 3
+        )
+        time.sleep(SPARE_IDLE_S + 1)
+        stopping = time.monotonic()
+    took = time.monotonic() - stopping
+    client.close()
+    log = pod.log.read_text()
+    assert "HTTP service connections" not in log and "Exit timeout expired" not in log, log[-2000:]
+    assert "Traceback" not in log, log[-2000:]
+    assert took < 4, f"the pod took {took:.1f} s to stop"

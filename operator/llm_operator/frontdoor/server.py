@@ -91,7 +91,9 @@ class FrontDoor:
         try:
             while await self._one(peer):
                 pass
-        except (Gone, ConnectionError):
+        # The stop cancels the handler of a kept-alive connection: it ends like a client that went
+        # away, not with a traceback in the pod's log (nothing awaits this task).
+        except (Gone, ConnectionError, asyncio.CancelledError):
             pass
         finally:
             writer.close()

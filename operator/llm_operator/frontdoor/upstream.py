@@ -8,7 +8,10 @@ sooner (bench P8 on the CPU runtime, two runs each: the OpenAI path's TTFT p50 8
 pooled, 7.5 and 7.8 ms with a new connection per request; Triton's small response writes likely
 wait on delayed ACKs of a long-lived connection). Instead the connection of each request is opened
 ahead, once the previous request has sent its own: the connect (p50 0.6 ms of the 0.9 ms from a
-request's arrival to Triton's, profiled on the bench) is off the request's path. Responses of
+request's arrival to Triton's, profiled on the bench) is off the request's path. A spare nobody
+took within SPARE_IDLE_S is closed: Triton's stop waits, up to its whole exit timeout, for every
+open HTTP connection to close, so a pod that no longer gets requests must not hold one (it made
+every stop after OpenAI traffic last 30 s and end with "Exit timeout expired"). Responses of
 generate_stream are server-sent events, `data: {...}` per response, each with the model's outputs
 (`text_output`) or an `error`.
 """
@@ -24,6 +27,9 @@ from typing import Any
 Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 MAX_HEADER = 64 * 1024
+# Under the preStop drain's settle time (contract.DRAIN_SETTLE_SECONDS, 5 s): the last request's
+# spare is closed before the drain lets Triton stop.
+SPARE_IDLE_S = 2.0
 
 
 class UpstreamError(Exception):
@@ -39,10 +45,27 @@ class Upstream:
         self.host, self.port = host, port
         self._decoupled: dict[str, bool] = {}
         self._spare: asyncio.Task[Connection] | None = None
+        self._spare_expiry: asyncio.TimerHandle | None = None
+
+    def _open_spare(self) -> None:
+        if self._spare is None:
+            self._spare = spare = asyncio.create_task(asyncio.open_connection(self.host, self.port))
+            self._spare_expiry = asyncio.get_running_loop().call_later(SPARE_IDLE_S, self._drop_spare, spare)
+
+    def _drop_spare(self, spare: asyncio.Task[Connection]) -> None:
+        if self._spare is spare:
+            self._spare = self._spare_expiry = None
+        if not spare.done():
+            spare.cancel()
+        elif not spare.cancelled() and spare.exception() is None:
+            spare.result()[1].close()
 
     async def _connect(self) -> tuple[Connection, bool]:
         """A new connection, opened ahead of the request that takes it (True) or now (False)."""
         spare, self._spare = self._spare, None
+        if self._spare_expiry is not None:
+            self._spare_expiry.cancel()
+            self._spare_expiry = None
         if spare is not None:
             with contextlib.suppress(OSError):
                 reader, writer = await spare
@@ -64,8 +87,7 @@ class Upstream:
             writer.write(head.encode() + body)
             # The next request's connection is opened now, while Triton works on this one: not
             # before this request is sent (starting the connect costs tens of microseconds).
-            if self._spare is None:
-                self._spare = asyncio.create_task(asyncio.open_connection(self.host, self.port))
+            self._open_spare()
             try:
                 raw = await reader.readuntil(b"\r\n\r\n")
                 break
