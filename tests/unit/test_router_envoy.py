@@ -87,11 +87,14 @@ class _Named(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length", 0)))
-        body = self.server.name.encode()  # type: ignore[attr-defined]
+        body = self.answer()
         self.send_response(200)
         self.send_header("content-length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def answer(self) -> bytes:
+        return str(self.server.name).encode()  # type: ignore[attr-defined]
 
     def log_message(self, *_: object) -> None:
         pass
@@ -185,21 +188,13 @@ def test_failure_mode_with_no_picker(mode: FailureMode, upstreams: dict[str, int
     assert (forged_status, forged_body) == BYPASSED[mode]
 
 
-class _KeepAlive(http.server.BaseHTTPRequestHandler):
+class _KeepAlive(_Named):
     """Keeps connections open (HTTP/1.1) and answers with the connection's client port."""
 
     protocol_version = "HTTP/1.1"
 
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        body = str(self.client_address[1]).encode()
-        self.send_response(200)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_: object) -> None:
-        pass
+    def answer(self) -> bytes:
+        return str(self.client_address[1]).encode()
 
 
 @needs_envoy
