@@ -22,7 +22,7 @@ from pathlib import Path
 
 from e2e.cluster import netns
 from e2e.cluster.node import mounts_under
-from e2e.cluster.state import CACHE_DIR, StateDir
+from e2e.cluster.state import CACHE_DIR, StateDir, cluster_name
 
 OWNER = "owner.json"
 MAX_AGE_S = 2 * 24 * 3600
@@ -37,8 +37,8 @@ def mark(state: StateDir) -> None:
 def running(key: str, cache: Path) -> bool:
     """Whether the cluster of `key` runs: what `up` creates and `down` removes, by key."""
     return (
-        netns.exists(f"llmop-{key}")
-        or (Path("/run") / f"llmop-{key}").exists()
+        netns.exists(cluster_name(key))
+        or (Path("/run") / cluster_name(key)).exists()
         or bool(mounts_under([cache]))
     )
 

@@ -35,6 +35,11 @@ def shown(path: Path) -> str:
     return str(path)
 
 
+def cluster_name(key: str) -> str:
+    """The netns, the cgroup and the /run dir of the cluster of state-dir key `key`."""
+    return f"llmop-{key}"
+
+
 class StateDir:
     def __init__(self, root: Path) -> None:
         self.root = Path(root).resolve()
@@ -46,7 +51,7 @@ class StateDir:
 
     @property
     def netns(self) -> str:
-        return f"llmop-{self.key}"
+        return cluster_name(self.key)
 
     @property
     def node_dir(self) -> Path:
@@ -59,11 +64,11 @@ class StateDir:
 
     @property
     def run_dir(self) -> Path:
-        return Path("/run") / f"llmop-{self.key}"
+        return Path("/run") / cluster_name(self.key)
 
     @property
     def cgroup(self) -> str:
-        return f"llmop-{self.key}"
+        return cluster_name(self.key)
 
     @property
     def kubeconfig(self) -> Path:
