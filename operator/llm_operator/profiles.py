@@ -16,7 +16,7 @@ from llm_operator.api.v1alpha1 import BatchingStrategy, Profile, SchedulerPolicy
 class ProfileDefaults:
     batching_strategy: BatchingStrategy
     max_queue_delay_microseconds: int  # Triton dynamic batcher: wait this long to co-schedule requests
-    max_queue_size: int  # requests beyond it are rejected at once (UNAVAILABLE) instead of waiting
+    max_queue_size: int  # the engine's queue (tensorrt_llm): beyond it requests are rejected at once
     scheduler_policy: SchedulerPolicy
     kv_cache_free_gpu_memory_percent: int  # of the memory left after weights and activations
     kv_cache_reuse: bool  # prefix caching

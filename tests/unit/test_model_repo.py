@@ -85,6 +85,24 @@ def test_spec_values_override_profile_defaults() -> None:
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("profile", list(Profile))
+def test_only_the_engine_queue_is_bounded_by_default(profile: Profile) -> None:
+    """A queue bound turns off Triton's batcher prefetch (docs/runtime.md "Queue bounds"): the
+    profile's bound goes to tensorrt_llm, which TensorRT-LLM's executor enforces, and nowhere a
+    blocking python model would then wait for the batcher's 500 ms timer."""
+    trt = parse(render_repository(spec(profile=profile), POOL, engine_dir="/e", tokenizer_dir="/t"))
+    bounds = {path: c.dynamic_batching.default_queue_policy.max_queue_size for path, c in trt.items()
+              if c.HasField("dynamic_batching")}  # fmt: skip
+    assert bounds == {"tensorrt_llm/config.pbtxt": PROFILES[profile].max_queue_size,
+                      "preprocessing/config.pbtxt": 0, "postprocessing/config.pbtxt": 0}  # fmt: skip
+    cpu = spec("cpu-reference", profile=profile)
+    cfg = parse(render_repository(cpu, cpu_plan(cpu).primary, engine_dir="", tokenizer_dir=""))
+    assert cfg["ensemble/config.pbtxt"].dynamic_batching.default_queue_policy.max_queue_size == 0
+    bounded = spec("cpu-reference", profile=profile, batching={"maxQueueSize": 5})
+    cfg = parse(render_repository(bounded, cpu_plan(bounded).primary, engine_dir="", tokenizer_dir=""))
+    assert cfg["ensemble/config.pbtxt"].dynamic_batching.default_queue_policy.max_queue_size == 5
+
+
 def test_configmap_round_trip_builds_a_loadable_layout(tmp_path: Path) -> None:
     files = render_repository(spec(), POOL, engine_dir="/e", tokenizer_dir="/t")
     data = to_configmap_data(files)

@@ -580,7 +580,13 @@ class BatchingSpec(Spec):
 
     strategy: BatchingStrategy | None = None
     max_queue_delay_microseconds: int | None = Field(default=None, ge=0, le=10_000_000)
-    max_queue_size: int | None = Field(default=None, ge=0, le=1_000_000, description="0 means unbounded.")
+    max_queue_size: int | None = Field(
+        default=None,
+        ge=0,
+        le=1_000_000,
+        description="The engine's queue bound, 0 for none. Unset: the profile's for TensorRT-LLM, none for "
+        "cpu-reference (a bound costs its requests up to 500 ms: docs/runtime.md).",
+    )
     scheduler_policy: SchedulerPolicy | None = None
 
 

@@ -164,6 +164,11 @@ def cpu_values(spec: LLMDeploymentSpec, python_path: Sequence[str]) -> dict[str,
     max_input_len, max_seq_len = sequence_limits(spec)
     return {
         **_common(spec, profile),
+        # Unbounded unless the spec bounds it: any queue policy turns off the prefetch of Triton's
+        # dynamic batcher, so a request that arrives while every instance decodes (this model's
+        # execute blocks for the whole batch) waits for the batcher's 500 ms timer instead of the
+        # instance (docs/runtime.md "Queue bounds").
+        "max_queue_size": _pick(spec.runtime.batching.max_queue_size, 0),
         "cpu_model_instances": profile.cpu_model_instances,
         "python_path": os.pathsep.join(python_path),
         "builtin_model": name,
