@@ -4,11 +4,9 @@ generate_stream, on the same leader pod's processes (llm-operator-launch with th
 tritonserver and the front door: tests/triton/leader.py) and the same prompts, alternated so both
 see the same machine load. Goal: added TTFT p50 <= 2 ms and p99 <= 10 ms.
 
-The CPU runtime's Triton (2.51) stalls a request's first response for ~504 ms now and then, on
-both paths alike (seen with native requests alone): its TTFT p99 is that stall, and the bench
-prints how many requests had one on each side. On 2026-11-26 it hit 26-50 % of the requests on an
-otherwise idle machine, so the p50s move with it; the bench also prints the added TTFT over the
-pairs with no stall on either side, beside the goal's figures, not instead of them.
+The served config has no queue bound (a cpu-reference model's default): with one, Triton 2.51
+held ~40 % of these requests' first response for ~505 ms on both paths alike (docs/runtime.md
+"Queue bounds"). The bench still prints how many requests took over 100 ms on each side.
 
 Both are read by the same raw-socket client, timed from the request's first byte sent to the
 first response event that carries text, so the client's own cost is the same on both sides.
@@ -43,7 +41,7 @@ from tests.triton.leader import leader_pod
 REQUESTS = 200  # per side
 MAX_TOKENS = 32
 GOAL_P50_MS, GOAL_P99_MS = 2.0, 10.0
-STALL_MS = 100  # a first response later than this is Triton's stall (see above), on either path
+SLOW_MS = 100  # a first response later than this is counted on each side (see above)
 PROMPTS = [f"Request {i}: tell me about the weather" for i in range(10)]
 
 
@@ -117,17 +115,11 @@ def run(print_fn: Callable[[str], None] = print) -> None:
     for name, side in (("native generate_stream", native), ("OpenAI /v1/completions", openai)):
         print_fn(f"front door bench (P8): {name}: TTFT p50 {quantile(side['ttft'], 0.5):.2f} ms, "
                  f"p99 {quantile(side['ttft'], 0.99):.2f} ms; ITL p50 {quantile(side['itl'], 0.5):.3f} ms, "
-                 f"p99 {quantile(side['itl'], 0.99):.3f} ms; TTFT over {STALL_MS} ms: "
-                 f"{sum(t > STALL_MS for t in side['ttft'])} of {REQUESTS}")  # fmt: skip
+                 f"p99 {quantile(side['itl'], 0.99):.3f} ms; TTFT over {SLOW_MS} ms: "
+                 f"{sum(t > SLOW_MS for t in side['ttft'])} of {REQUESTS}")  # fmt: skip
     # Added TTFT at a quantile: the OpenAI path's quantile less the native path's.
     p50 = quantile(openai["ttft"], 0.5) - quantile(native["ttft"], 0.5)
     p99 = quantile(openai["ttft"], 0.99) - quantile(native["ttft"], 0.99)
-    # The same over the pairs where neither side had Triton's stall: what the front door itself adds.
-    calm = [(o, n) for o, n in zip(openai["ttft"], native["ttft"], strict=True) if max(o, n) <= STALL_MS]
-    if len(calm) > 1:
-        print_fn(f"front door bench (P8): {len(calm)} pairs with no stall on either side: added TTFT "
-                 f"p50 {quantile([o for o, _ in calm], 0.5) - quantile([n for _, n in calm], 0.5):.2f} ms "
-                 f"(reported beside the goal, not instead of it)")  # fmt: skip
     verdict = "within" if p50 <= GOAL_P50_MS and p99 <= GOAL_P99_MS else "OVER"
     print_fn(f"front door bench (P8): added TTFT p50 {p50:.2f} ms, p99 {p99:.2f} ms over {REQUESTS} request "
              f"pairs of {MAX_TOKENS} tokens ({verdict} the goal of p50 <= {GOAL_P50_MS:g} ms, "

@@ -66,6 +66,16 @@ def _canary_analysis(analysis: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# A cpu-reference deployment of the builtin model, as the CPU cases change the base manifest.
+CPU: dict[str, Any] = {
+    "engine.backend": "cpu-reference",
+    "engine.precision": "fp16",
+    "parallelism": {"tensor": 1, "pipeline": 1},
+    "model.source.uri": "builtin://tiny-llama",
+    "model.cache": _DELETE,
+    "resources": {"cpu": "100m"},
+}
+
 # (case id, {dotted path under spec: value}, expected message fragment)
 INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("world-size", {"parallelism": {"tensor": 64, "pipeline": 2}}, "tensor * pipeline must not exceed 64"),
@@ -313,6 +323,36 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "the pytorch backend serves the checkpoint as stored",
     ),
     (
+        "pytorch-queue-bound",
+        {
+            "engine.backend": "pytorch",
+            "model.source.uri": "pvc://models/llama",
+            "model.cache": _DELETE,
+            "runtime": {"batching": {"maxQueueSize": 64}},
+        },
+        "the pytorch backend batches and queues inside TensorRT-LLM's LLM API",
+    ),
+    (
+        "pytorch-kv-host-memory",
+        {
+            "engine.backend": "pytorch",
+            "model.source.uri": "pvc://models/llama",
+            "model.cache": _DELETE,
+            "runtime": {"kvCache": {"blockReuse": False, "hostMemoryBytes": 1 << 30}},
+        },
+        "remove runtime.batching and runtime.kvCache.hostMemoryBytes",
+    ),
+    (
+        "cpu-kv-cache",
+        {**CPU, "runtime": {"kvCache": {"freeGpuMemoryPercent": 50}}},
+        "the cpu-reference backend decodes each batch whole and has no KV-cache pool",
+    ),
+    (
+        "cpu-scheduler-policy",
+        {**CPU, "runtime": {"batching": {"maxQueueSize": 8, "schedulerPolicy": "max-utilization"}}},
+        "remove runtime.batching.strategy, .schedulerPolicy, runtime.kvCache and runtime.chunkedContext",
+    ),
+    (
         "pytorch-kv-metric",
         {
             "engine.backend": "pytorch",
@@ -374,6 +414,19 @@ def _update(kubectl: Kubectl, namespace: str, doc: dict[str, Any]) -> None:
 
 def test_base_manifest_is_valid(crd: None, kubectl: Kubectl, namespace: str) -> None:
     _create(kubectl, namespace, _manifest({}))
+
+
+def test_the_batching_fields_each_backend_takes_are_accepted(
+    crd: None, kubectl: Kubectl, namespace: str
+) -> None:
+    cpu = {"batching": {"maxQueueDelayMicroseconds": 100, "maxQueueSize": 8}}
+    _create(kubectl, namespace, _manifest({**CPU, "runtime": cpu}))
+    pytorch = {
+        "chunkedContext": True,
+        "kvCache": {"freeGpuMemoryPercent": 80, "maxTokens": 4096, "blockReuse": True},
+    }
+    source = {"engine.backend": "pytorch", "model.source.uri": "pvc://models/llama", "model.cache": _DELETE}
+    _create(kubectl, namespace, _manifest({**source, "runtime": pytorch}))
 
 
 @pytest.mark.parametrize(

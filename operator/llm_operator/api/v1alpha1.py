@@ -1315,6 +1315,32 @@ class LLMDeploymentSpec(Spec):
                 "at s3://, pvc:// or hf://",
             ),
             cel(
+                "self.engine.backend != 'pytorch' || !has(self.runtime) || ((!has(self.runtime.batching) "
+                "|| (!has(self.runtime.batching.strategy) "
+                "&& !has(self.runtime.batching.maxQueueDelayMicroseconds) "
+                "&& !has(self.runtime.batching.maxQueueSize) "
+                "&& !has(self.runtime.batching.schedulerPolicy))) "
+                "&& (!has(self.runtime.kvCache) || !has(self.runtime.kvCache.hostMemoryBytes)))",
+                "the pytorch backend batches and queues inside TensorRT-LLM's LLM API, which the operator "
+                "configures with maxBatchSize, maxNumTokens, runtime.chunkedContext and runtime.kvCache "
+                "(freeGpuMemoryPercent, maxTokens, blockReuse) only: remove runtime.batching and "
+                "runtime.kvCache.hostMemoryBytes",
+            ),
+            cel(
+                "self.engine.backend != 'cpu-reference' || !has(self.runtime) "
+                "|| ((!has(self.runtime.kvCache) "
+                "|| (!has(self.runtime.kvCache.freeGpuMemoryPercent) "
+                "&& !has(self.runtime.kvCache.maxTokens) "
+                "&& !has(self.runtime.kvCache.blockReuse) "
+                "&& !has(self.runtime.kvCache.hostMemoryBytes))) "
+                "&& !has(self.runtime.chunkedContext) "
+                "&& (!has(self.runtime.batching) || (!has(self.runtime.batching.strategy) "
+                "&& !has(self.runtime.batching.schedulerPolicy))))",
+                "the cpu-reference backend decodes each batch whole and has no KV-cache pool, so it takes "
+                "runtime.batching.maxQueueDelayMicroseconds and .maxQueueSize only: remove "
+                "runtime.batching.strategy, .schedulerPolicy, runtime.kvCache and runtime.chunkedContext",
+            ),
+            cel(
                 "self.engine.backend != 'pytorch' || !has(self.autoscaling) "
                 "|| self.autoscaling.metric != 'kv-cache-utilization'",
                 "kv-cache-utilization comes from the tensorrt-engine backend's metrics, which the "
