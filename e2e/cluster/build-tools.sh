@@ -38,6 +38,10 @@ VERSITYGW_VERSION=v1.8.0
 # (and to any registry: scripts/push-images.sh, `make images REGISTRY=...`).
 DISTRIBUTION_VERSION=v3.1.2
 CRANE_VERSION=v0.22.1 # github.com/google/go-containerregistry
+# Istio (istiod + pilot-agent), the conformant inference gateway of one test (tests/e2e/test_routing.py):
+# the module's master pseudo-version (tools/istio/go.mod says why), reported as its VERSION file's 1.31-dev.
+ISTIO_VERSION=v0.0.0-20260827124520-eed52ebb66ad
+ISTIO_RELEASE=1.31-dev
 
 key() { sha256sum "$here/tools/$1/go.sum" | cut -c1-12; }
 
@@ -202,13 +206,31 @@ versitygw_dir=$(build versitygw "$VERSITYGW_VERSION" "-s -w -X main.Version=$VER
   github.com/versity/versitygw/cmd/versitygw)
 hf_mirror_dir=$("$here/../../scripts/ensure-tool-venv.sh" hf-mirror olah-cli --help) || die "creating olah's environment failed"
 
+# Istio: pilot-discovery (istiod) and pilot-agent, with the release in the version ldflags as Istio's
+# own build sets them (common/scripts/report_build_info.sh). Its base and istiod charts (CRDs, the
+# kube-gateway template) and the Envoy bootstrap template pilot-agent renders come from the same
+# module, copied beside the binaries (never into the repo).
+istio_dir=$(build istio "$ISTIO_VERSION" \
+  "-s -w -X istio.io/istio/pkg/version.buildVersion=$ISTIO_RELEASE -X istio.io/istio/pkg/version.buildTag=$ISTIO_VERSION" \
+  istio.io/istio/pilot/cmd/pilot-discovery istio.io/istio/pilot/cmd/pilot-agent)
+if [ ! -f "$istio_dir/files/.complete" ]; then
+  istio_src=$(cd "$here/tools/istio" && go list -m -f '{{.Dir}}' istio.io/istio) \
+    || die "locating the istio module for its charts failed"
+  mkdir -p "$istio_dir/files/charts"
+  cp -r "$istio_src"/manifests/charts/base "$istio_src"/manifests/charts/istio-control/istio-discovery "$istio_dir/files/charts/"
+  cp "$istio_src"/tools/packaging/common/envoy_bootstrap.json "$istio_dir/files/"
+  chmod -R u+w "$istio_dir/files"
+  touch "$istio_dir/files/.complete"
+fi
+
 registry_dir=$(build registry "$DISTRIBUTION_VERSION" \
   "-s -w -X github.com/distribution/distribution/v3/version.version=$DISTRIBUTION_VERSION" \
   github.com/distribution/distribution/v3/cmd/registry)
 crane_dir=$(crane_tool)
 
 # One directory per line, in this order: etcd, kwok, kubernetes, coredns, kubectl-helm, prometheus,
-# prometheus-adapter, traefik, kube-router, epp, envoy, versitygw, hf-mirror (olah-cli), registry, crane.
+# prometheus-adapter, traefik, kube-router, epp, envoy, versitygw, hf-mirror (olah-cli), registry, crane, istio.
 printf "%s\n" "$etcd_dir" "$kwok_dir" "$k8s_dir" "$coredns_dir" "$kc" "$prometheus_dir" "$adapter_dir" \
-  "$traefik_dir" "$kube_router_dir" "$epp_dir" "$envoy_dir" "$versitygw_dir" "$hf_mirror_dir" "$registry_dir" "$crane_dir"
+  "$traefik_dir" "$kube_router_dir" "$epp_dir" "$envoy_dir" "$versitygw_dir" "$hf_mirror_dir" "$registry_dir" "$crane_dir" \
+  "$istio_dir"
 gitops_tools # two more lines: kstatus, argocd-lua

@@ -23,7 +23,18 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import artifacts, enforcer, flags, gateway, kubeconfig, monitoring, netns, registry, routing
+from e2e.cluster import (
+    artifacts,
+    enforcer,
+    flags,
+    gateway,
+    istio,
+    kubeconfig,
+    monitoring,
+    netns,
+    registry,
+    routing,
+)
 from e2e.cluster import containerd_images as images_mod
 from e2e.cluster import node as node_mod
 from e2e.cluster import pki as pki_mod
@@ -40,7 +51,7 @@ COMPONENTS = (
 BINARIES = (
     "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
     "kubelet", "kube-proxy", "coredns", "kubectl", "helm", *enforcer.BINARIES, *monitoring.BINARIES,
-    *gateway.BINARIES, *routing.BINARIES, *registry.BINARIES, *artifacts.BINARIES,
+    *gateway.BINARIES, *routing.BINARIES, *registry.BINARIES, *artifacts.BINARIES, *istio.BINARIES,
 )  # fmt: skip
 # From Debian (scripts/ensure-system-packages.sh): containerd, runc, CNI plugins, nft, iptables, ipset.
 SYSTEM_BINARIES = ("containerd", "runc", "ctr", "nft", "nsenter", "ip", "iptables", "ipset")

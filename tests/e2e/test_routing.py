@@ -7,6 +7,9 @@ on the embedded cluster's real node; every request comes from inside the cluster
 - The picker avoids the straggler: the same bounded load through the router and through the client
   Service (kube-proxy's blind choice), each replica's share read from its own Triton counters.
 
+- A real Istio gateway (tests/e2e/istio_gateway.py, installed for this module only) routes the
+  documented HTTPRoute to the deployment's InferencePool through the same picker.
+
 - A picker that hangs, stopped for real on the node while Envoy runs on: FailClose answers 503 at
   once, FailOpen answers through the client Service, and the status says PickerReady=False and
   what the failure mode does; killed, the kubelet restarts it and requests go through it again.
@@ -26,13 +29,15 @@ from typing import Any
 
 import pytest
 from llm_operator.contract import OPENAI_PORT
+from llm_operator.render import names
 
 from e2e.chat import base_url
+from e2e.cluster import istio as istio_mod
 from e2e.cluster import straggler
 from e2e.cluster.load import Load, LoadStats
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, pod_ready, wait_for
 from e2e.generate import connection
-from tests.e2e import openai_sdk
+from tests.e2e import istio_gateway, openai_sdk
 
 pytestmark = pytest.mark.e2e
 
@@ -124,6 +129,7 @@ def test_the_picker_sends_the_straggler_a_small_share_and_the_service_a_third(
 PICKER_HEADER = "x-went-into-resp-headers"
 ANSWER_S = 5  # an answer, not a hang: the straggler's 1 s included
 FALLBACK_REQUESTS = 8
+GATEWAY_REQUESTS = 8  # plain completions through Istio's gateway, each checked for the picker's mark
 # The EPP's answer when its pool has no ready pod (GIE v1.5.0 pkg/epp/requestcontrol/director.go).
 NO_CANDIDATES = "failed to find endpoint candidates"
 
@@ -136,9 +142,9 @@ class Answer:
     body: str
 
 
-def ask(routed: Routed, ip: str, timeout: float = 30) -> Answer:
-    """One OpenAI completion through the router."""
-    conn = connection(ip, OPENAI_PORT, inside=routed.netns, timeout=timeout)
+def ask(routed: Routed, ip: str, timeout: float = 30, port: int = OPENAI_PORT) -> Answer:
+    """One OpenAI completion through the router (or the Gateway at `ip`:`port`)."""
+    conn = connection(ip, port, inside=routed.netns, timeout=timeout)
     body = json.dumps({"model": straggler.MODEL, "prompt": "Once upon a time", "max_tokens": 2})
     began = time.monotonic()
     try:
@@ -216,6 +222,81 @@ def no_ready_leader(routed: Routed, cluster: E2ECluster, kubectl: Kubectl, ip: s
     assert is_true(ld, "PickerReady"), "the picker itself is fine"
     assert (condition(ld, "Ready") or {}).get("reason") == "WaitingForReplicas", "the replicas are why"
     wait_for("the replicas ready again, through the picker", lambda: ask(routed, ip), picked, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def istio(routed: Routed, cluster: E2ECluster, kubectl: Kubectl) -> Iterator[str]:
+    """Istio for this module only (tests/e2e/istio_gateway.py): istiod, a Gateway of class istio
+    and examples/httproute-inference-pool.yaml to the deployment's InferencePool, with the
+    DestinationRule for the picker's TLS. Yields the Gateway's namespace."""
+    assert cluster.launcher is not None
+    began = time.monotonic()
+    objects: list[dict[str, Any]] = []
+    ns = kubectl.create_namespace("istio-gateway", pod_security="baseline")  # its sysctl: port 80
+    pool = names.inference_pool(straggler.NAME)
+    try:
+        objects = istio_gateway.install(cluster.launcher, kubectl, print)
+        kubectl.apply(istio_gateway.gateway(ns))
+        kubectl.apply([istio_gateway.route(pool, ns), istio_gateway.picker_tls(straggler.router(),
+                      routed.namespace)], routed.namespace)  # fmt: skip
+        print(f"istiod ready and the Gateway's objects applied in {time.monotonic() - began:.1f} s")
+        yield ns
+    finally:
+        removing = time.monotonic()
+        kubectl.delete("httproute", pool, routed.namespace)
+        istio_gateway.uninstall(kubectl, objects)  # first: istiod would redeploy the Gateway's proxy
+        kubectl.delete_namespace(ns)
+        print(f"istio removed in {time.monotonic() - removing:.1f} s")
+
+
+def _parent(obj: dict[str, Any] | None, name: str, controller: str | None = None) -> dict[str, str]:
+    """{condition type: status} of the status.parents entry for the Gateway `name`."""
+    for parent in ((obj or {}).get("status") or {}).get("parents", []):
+        if parent["parentRef"]["name"] == name and controller in (None, parent.get("controllerName")):
+            return {c["type"]: c["status"] for c in parent.get("conditions", [])}
+    return {}
+
+
+def test_a_real_istio_gateway_routes_the_documented_httproute_through_the_picker(
+    istio: str, routed: Routed, cluster: E2ECluster, kubectl: Kubectl
+) -> None:
+    """A conformant Inference Extension gateway (Istio, with upstream Envoy 1.40 as its proxy)
+    routes to the operator's InferencePool by its endpoint picker: the Gateway is Programmed, the
+    route and the pool are accepted by Istio's controller, the openai SDK is answered through it
+    (chat, streamed chat, completions), every answer carries the picker's mark and was served by
+    a leader (their own Triton counters), and the proxy rejected no configuration istiod sent."""
+    assert cluster.launcher is not None
+    began = time.monotonic()
+    pool, gw = names.inference_pool(straggler.NAME), istio_gateway.GATEWAY
+    wait_for("the Gateway Programmed", lambda: kubectl.get("gateway", gw, istio),
+             lambda g: is_true(g, "Programmed"), timeout=90)  # fmt: skip
+    accepted = {"Accepted": "True", "ResolvedRefs": "True"}.items()
+    wait_for("the HTTPRoute accepted by Istio", lambda: kubectl.get("httproute", pool, routed.namespace),
+             lambda r: accepted <= _parent(r, gw, istio_mod.CONTROLLER_NAME).items(), timeout=30)  # fmt: skip
+    wait_for("the InferencePool's parent: the Gateway", lambda: kubectl.get("inferencepool", pool,
+             routed.namespace), lambda p: _parent(p, gw).get("Accepted") == "True", timeout=30)  # fmt: skip
+    ip = straggler.cluster_ip(kubectl, istio, istio_gateway.SERVICE)
+    # Until the proxy has the route and the pool's endpoints: 404 or 503, from Envoy itself.
+    wait_for("a completion through the Gateway", lambda: ask(routed, ip, port=istio_gateway.PORT),
+             picked, timeout=60)  # fmt: skip
+    print(f"the Gateway answered {time.monotonic() - began:.1f} s after it was applied")
+    ips = straggler.pod_ips(kubectl, routed.namespace)
+    before = straggler.counts(routed.netns, ips)
+    answers = [ask(routed, ip, port=istio_gateway.PORT) for _ in range(GATEWAY_REQUESTS)]
+    assert all(picked(a) for a in answers), answers
+    with base_url(
+        cluster.launcher, f"http://{istio_gateway.SERVICE}.{istio}.svc:{istio_gateway.PORT}/v1"
+    ) as base:
+        text = openai_sdk.chat_with_usage(base, straggler.MODEL)
+        openai_sdk.streams_the_same_text(base, straggler.MODEL, text)
+        openai_sdk.answers_concurrent_async_completions(base, straggler.MODEL)
+    _, total = straggler.shares(before, straggler.counts(routed.netns, ips))
+    assert total == GATEWAY_REQUESTS + 4, "every request was served by a leader, once"
+    assert istio_gateway.xds_rejects(kubectl, routed.netns) == 0
+    for proxy in kubectl.items("pods", istio, f"gateway.networking.k8s.io/gateway-name={gw}"):
+        log = kubectl("logs", proxy["metadata"]["name"], namespace=istio).stdout  # Envoy's warnings too
+        assert "rejected" not in log.lower(), log[-3000:]
+    print(f"through Istio's gateway in {time.monotonic() - began:.1f} s: {answers[0]}")
 
 
 def test_a_hung_picker_is_refused_or_bypassed_as_the_failure_mode_says_and_status_says_so(
