@@ -94,6 +94,8 @@ def test_the_pool_selects_the_leaders_of_both_slots_and_the_router_is_no_replica
     # The Service the pool's endpointPickerRef names serves the picker's ext_proc port.
     ports = {p["port"]: p["targetPort"] for p in objs[("Service", ROUTER)]["spec"]["ports"]}
     assert ports == {8080: "openai", 9002: "grpc"}
+    # It is TLS: a gateway that trusts appProtocol must not be told cleartext HTTP/2 (h2c).
+    assert all("appProtocol" not in p for p in objs[("Service", ROUTER)]["spec"]["ports"])
 
 
 @pytest.mark.parametrize("failure_mode", ["FailClose", "FailOpen"])

@@ -246,8 +246,10 @@ def router_service(ld: LLMDeployment) -> dict[str, Any]:
         "selector": router_pod_labels(ld.name),
         "ports": [
             {"name": "openai", "port": OPENAI_PORT, "targetPort": "openai", "protocol": "TCP"},
-            {"name": "grpc-picker", "port": PICKER_GRPC_PORT, "targetPort": "grpc", "protocol": "TCP",
-             "appProtocol": "kubernetes.io/h2c"},
+            # No appProtocol: the picker speaks gRPC over TLS (a self-signed certificate), which
+            # kubernetes.io/h2c (cleartext) would misname to a gateway that reads it (GIE v1.5.0's
+            # own chart sets none: config/charts/epplib/templates/_service.yaml).
+            {"name": "grpc-picker", "port": PICKER_GRPC_PORT, "targetPort": "grpc", "protocol": "TCP"},
         ],
     }  # fmt: skip
     return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(ld), "spec": spec}
