@@ -16,8 +16,6 @@ Istio's build knows is turned off by ISTIOD_ENV and `telemetry.enabled=false`.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -109,8 +107,8 @@ def _files(name: str, tools: Mapping[str, Path]) -> dict[str, Path]:
 
 def archive(name: str, tools: Mapping[str, Path], log: Callable[[str], None]) -> Path:
     """The OCI archive of image `name` ("pilot" or "proxyv2"), written unless cached."""
-    from images.builder.cache import build_lock, cache_root, inputs_hash, scratch
-    from images.builder.oci import ImageConfig, write_archive, write_layer
+    from images.builder.cache import cache_root, inputs_hash
+    from images.builder.oci import ImageConfig
 
     files = _files(name, tools)
     parts = [("ref", IMAGES[name].encode()), ("writer", Path(__file__).read_bytes())]
@@ -120,23 +118,11 @@ def archive(name: str, tools: Mapping[str, Path], log: Callable[[str], None]) ->
     dest = cache_root() / f"istio-{name}-{inputs_hash(parts)[:16]}.oci.tar"
     if dest.is_file():
         return dest
-    with build_lock(), scratch(f"work-istio-{name}") as work:
-        if dest.is_file():
-            return dest
-        rootfs = work / "rootfs"
-        for arc, path in files.items():
-            target = rootfs / arc
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
-            os.chmod(target, 0o755 if "/bin/" in f"/{arc}" or ".so" in arc else 0o644)
-        (rootfs / "etc").mkdir()
-        for arc, text in (("etc/passwd", PASSWD), ("etc/group", GROUP)):
-            (rootfs / arc).write_text(text)
-        (rootfs / "tmp").mkdir(mode=0o1777)
-        os.chmod(rootfs / "tmp", 0o1777)
-        binary = "pilot-discovery" if name == "pilot" else "pilot-agent"
-        config = ImageConfig([f"/usr/local/bin/{binary}"], [], {"PATH": routing.PATH}, user=f"{ISTIO_PROXY}")
-        layer = write_layer(rootfs, work / "layer.tar.gz")
-        write_archive(dest, [IMAGES[name]], config, [layer], history=f"e2e.cluster.istio {name}")
+    binary = "pilot-discovery" if name == "pilot" else "pilot-agent"
+    config = ImageConfig([f"/usr/local/bin/{binary}"], [], {"PATH": routing.PATH}, user=f"{ISTIO_PROXY}")
+    routing.write_image(
+        dest, IMAGES[name], files, (PASSWD, GROUP), config, f"e2e.cluster.istio {name}",
+        executable=lambda arc: "/bin/" in f"/{arc}" or ".so" in arc,
+    )  # fmt: skip
     log(f"wrote the {IMAGES[name]} image {dest}")
     return dest

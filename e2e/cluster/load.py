@@ -6,7 +6,9 @@ generate endpoint at a Service's ClusterIP, or with `openai_model` to the OpenAI
 /v1/completions (port 8080: the serving pods' front door, or a router in front of them). Every
 request opens its own connection, so kube-proxy picks a backend per request and new replicas get
 traffic as soon as they are endpoints. It stops at `max_requests` or `max_seconds`, whichever
-comes first: never an unbounded loop.
+comes first: never an unbounded loop. With `pace_seconds` each worker starts at most one request
+per that many seconds: a load that only has to be there (a canary's analysis) then leaves the
+machine's cores to the cluster instead of taking as many as the model serves.
 """
 
 from __future__ import annotations
@@ -58,8 +60,10 @@ class Load:
         body: dict[str, Any] | None = None,
         timeout: float = 60.0,
         openai_model: str | None = None,
+        pace_seconds: float = 0.0,
     ) -> None:
         self.ns, self.host, self.port, self.timeout = ns, host, port, timeout
+        self.pace_seconds = pace_seconds
         if openai_model is None:
             self.path, self.answer = f"/v2/models/{model}/generate", "text_output"
             body = body or {"text_input": "Once upon a time", "max_tokens": 16}
@@ -129,7 +133,9 @@ class Load:
                 continue
             if not self._take():
                 return
+            started = time.monotonic()
             self._record(self._request())
+            self._stop.wait(self.pace_seconds - (time.monotonic() - started))
 
     def _request(self) -> str | None:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)

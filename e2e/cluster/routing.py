@@ -16,6 +16,7 @@ import shutil
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from llm_operator.images import DEFAULT_ENVOY_IMAGE, DEFAULT_PICKER_IMAGE
 
@@ -92,37 +93,64 @@ def _inputs(name: str, files: Mapping[str, Path]) -> list[tuple[str, bytes]]:
 def archive(name: str, binary: Path, log: Callable[[str], None]) -> Path:
     """The OCI archive of node image `name` ("epp" or "envoy") around `binary`, written unless one
     with the same inputs is cached."""
-    from images.builder.cache import build_lock, cache_root, inputs_hash, scratch
-    from images.builder.oci import ImageConfig, write_archive, write_layer
+    from images.builder.cache import cache_root, inputs_hash
+    from images.builder.oci import ImageConfig
 
     files = _epp_files(binary) if name == "epp" else _envoy_files(binary)
     dest = cache_root() / f"{name}-{inputs_hash(_inputs(name, files))[:16]}.oci.tar"
     if dest.is_file():
         return dest
-    with build_lock(), scratch(f"work-{name}") as work:
+
+    def finish(rootfs: Path) -> None:
+        if name == "envoy":
+            (rootfs / "etc/envoy").mkdir()
+            (rootfs / "etc/envoy/envoy.yaml").write_text(DEFAULT_ENVOY_CONFIG)
+        (rootfs / "home/nonroot").mkdir(parents=True)
+        os.chown(rootfs / "home/nonroot", NONROOT, NONROOT)
+
+    entrypoint, cmd = _config(name)
+    config = ImageConfig(entrypoint, cmd, {"PATH": PATH}, user=str(NONROOT))
+    write_image(
+        dest, IMAGES[name], files, (PASSWD, GROUP), config, f"e2e.cluster.routing {name}", finish=finish
+    )
+    log(f"real node: wrote the {IMAGES[name]} image {dest}")
+    return dest
+
+
+def write_image(
+    dest: Path,
+    ref: str,
+    files: Mapping[str, Path],
+    users: tuple[str, str],
+    config: Any,
+    history: str,
+    executable: Callable[[str], bool] = lambda arc: True,
+    finish: Callable[[Path], None] = lambda rootfs: None,
+) -> None:
+    """Writes `dest`, the OCI archive of the one-layer image `ref` (config: an ImageConfig): `files`
+    (path in the image -> file here; mode 0755 where `executable(path)`, else 0644), /etc/passwd
+    and /etc/group (`users`), a sticky /tmp, and what `finish(rootfs)` adds. Under the image
+    builder's lock, and not again if another process wrote it meanwhile."""
+    from images.builder.cache import build_lock, scratch
+    from images.builder.oci import write_archive, write_layer
+
+    with build_lock(), scratch(f"work-{dest.name}") as work:
         if dest.is_file():  # written while we waited for the lock
-            return dest
+            return
         rootfs = work / "rootfs"
         for arc, path in files.items():
             target = rootfs / arc
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
-            os.chmod(target, 0o755)
-        (rootfs / "etc/envoy" if name == "envoy" else rootfs / "etc").mkdir(parents=True)
-        for arc, text in (("etc/passwd", PASSWD), ("etc/group", GROUP)):
+            os.chmod(target, 0o755 if executable(arc) else 0o644)
+        (rootfs / "etc").mkdir(exist_ok=True)
+        for arc, text in zip(("etc/passwd", "etc/group"), users, strict=True):
             (rootfs / arc).write_text(text)
-        if name == "envoy":
-            (rootfs / "etc/envoy/envoy.yaml").write_text(DEFAULT_ENVOY_CONFIG)
         (rootfs / "tmp").mkdir(mode=0o1777)
         os.chmod(rootfs / "tmp", 0o1777)
-        (rootfs / "home/nonroot").mkdir(parents=True)
-        os.chown(rootfs / "home/nonroot", NONROOT, NONROOT)
-        entrypoint, cmd = _config(name)
-        config = ImageConfig(entrypoint, cmd, {"PATH": PATH}, user=str(NONROOT))
+        finish(rootfs)
         layer = write_layer(rootfs, work / "layer.tar.gz")
-        write_archive(dest, [IMAGES[name]], config, [layer], history=f"e2e.cluster.routing {name}")
-    log(f"real node: wrote the {IMAGES[name]} image {dest}")
-    return dest
+        write_archive(dest, [ref], config, [layer], history=history)
 
 
 def archives(tools: Mapping[str, Path], names: Sequence[str], log: Callable[[str], None]) -> list[Path]:

@@ -27,6 +27,9 @@ from tests.e2e.test_operator import wait_ready
 
 pytestmark = pytest.mark.e2e
 ROLLOUT_TIMEOUT = 420
+# Each of the 2 load workers starts a request at most every 0.25 s (8 requests/s in all): enough for
+# every analysis interval, and the cores stay with the cluster, whose pods start during the rollout.
+PACE_S = 0.25
 SCALE_DOWN_DELAY_S = 10  # gateway-api: the replaced slot's pods outlive the promotion this long
 
 
@@ -65,7 +68,7 @@ def load(embedded: E2ECluster, kubectl: Kubectl, namespace: str, seconds: float)
     assert service is not None and embedded.launcher is not None
     return Load(
         embedded.launcher.netns, service["spec"]["clusterIP"], 8000,
-        concurrency=2, max_requests=20_000, max_seconds=seconds,
+        concurrency=2, max_requests=20_000, max_seconds=seconds, pace_seconds=PACE_S,
     )  # fmt: skip
 
 
@@ -295,7 +298,7 @@ def test_c_gateway_api_routes_by_weight_through_a_real_gateway_and_promotes(
     wait_for("/v1/models through the Gateway", lambda: served_names(embedded.launcher), lambda n: n == names)
     traffic = Load(
         embedded.launcher.netns, netns.NODE_IP, gateway.PORT,
-        concurrency=2, max_requests=20_000, max_seconds=ROLLOUT_TIMEOUT,
+        concurrency=2, max_requests=20_000, max_seconds=ROLLOUT_TIMEOUT, pace_seconds=PACE_S,
     )  # fmt: skip
     # (seconds into the rollout, phase, route weights, slots with pods): what a failure is read against
     seen: list[tuple[float, str, dict[str, int], list[str]]] = []
@@ -380,7 +383,7 @@ def test_g_through_the_picker_an_aborted_canary_gets_no_request_and_a_good_one_i
     ip = straggler.cluster_ip(kubectl, namespace, straggler.router(NAME))
     traffic = Load(
         embedded.launcher.netns, ip, OPENAI_PORT, concurrency=2, max_requests=20_000,
-        max_seconds=ROLLOUT_TIMEOUT, openai_model=straggler.MODEL,
+        max_seconds=ROLLOUT_TIMEOUT, openai_model=straggler.MODEL, pace_seconds=PACE_S,
     )  # fmt: skip
     with Recorder(kubectl, namespace) as rec, traffic:
         kubectl.apply(canary.with_env(v1, LLMOP_FAULT_ERROR_PERCENT="50"), namespace=namespace)
