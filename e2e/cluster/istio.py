@@ -111,10 +111,7 @@ def archive(name: str, tools: Mapping[str, Path], log: Callable[[str], None]) ->
     from images.builder.oci import ImageConfig
 
     files = _files(name, tools)
-    parts = [("ref", IMAGES[name].encode()), ("writer", Path(__file__).read_bytes())]
-    for arc, path in files.items():
-        st = path.stat()
-        parts.append((arc, f"{path}\0{st.st_size}\0{st.st_mtime_ns}".encode()))
+    parts = routing.image_inputs(IMAGES[name], Path(__file__), files)
     dest = cache_root() / f"istio-{name}-{inputs_hash(parts)[:16]}.oci.tar"
     if dest.is_file():
         return dest

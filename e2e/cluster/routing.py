@@ -79,10 +79,11 @@ def _config(name: str) -> tuple[list[str], list[str]]:
     return ["/usr/local/bin/envoy"], ["-c", "/etc/envoy/envoy.yaml"]
 
 
-def _inputs(name: str, files: Mapping[str, Path]) -> list[tuple[str, bytes]]:
-    """What the image is made of. The binaries (tens of MiB, in the version-keyed build cache) by
-    size and mtime, so a warm `up` need not read them; the rest by content."""
-    parts = [("ref", IMAGES[name].encode()), ("writer", Path(__file__).read_bytes())]
+def image_inputs(ref: str, writer: Path, files: Mapping[str, Path]) -> list[tuple[str, bytes]]:
+    """What a node image is made of: its reference, the module that writes it, and its files. The
+    binaries (tens of MiB, in the version-keyed build cache) by size and mtime, so a warm `up` need
+    not read them; the rest by content."""
+    parts = [("ref", ref.encode()), ("writer", writer.read_bytes())]
     for arc, path in files.items():
         st = path.stat()
         stamp = f"{path}\0{st.st_size}\0{st.st_mtime_ns}".encode()
@@ -97,7 +98,9 @@ def archive(name: str, binary: Path, log: Callable[[str], None]) -> Path:
     from images.builder.oci import ImageConfig
 
     files = _epp_files(binary) if name == "epp" else _envoy_files(binary)
-    dest = cache_root() / f"{name}-{inputs_hash(_inputs(name, files))[:16]}.oci.tar"
+    dest = (
+        cache_root() / f"{name}-{inputs_hash(image_inputs(IMAGES[name], Path(__file__), files))[:16]}.oci.tar"
+    )
     if dest.is_file():
         return dest
 
