@@ -23,7 +23,7 @@ from e2e.cluster.testing import condition, is_true, wait_for
 
 NAMESPACE = "bench-autoscaling"
 NAME = "tiny-llama"
-HPA_SYNC_S = 2  # components.py: --horizontal-pod-autoscaler-sync-period
+HPA_SYNC_S = 2  # e2e/cluster/flags.py: --horizontal-pod-autoscaler-sync-period
 FLOOR_S = (
     monitoring.SCRAPE_INTERVAL_S + monitoring.RATE_WINDOW_S / 2 + monitoring.ADAPTER_RELIST_S + HPA_SYNC_S
 )

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from e2e.cluster import netns
-from e2e.cluster.components import ClusterError
 from e2e.cluster.containerd_images import image_names
 from e2e.cluster.launcher import Cluster
 from e2e.cluster.pki import NODE_NAME
+from e2e.cluster.readiness import ClusterError
 from images.builder.images import build
 
 REPO = Path(__file__).resolve().parents[1]

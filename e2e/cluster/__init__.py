@@ -5,8 +5,8 @@ CLI: `python -m e2e.cluster up|down|status` (make cluster-up / cluster-down). Py
 `Cluster().up()`, `Cluster().kubeconfig`, `Cluster().down()`. Details: docs/development.md.
 """
 
-from e2e.cluster.components import ClusterError
 from e2e.cluster.launcher import Cluster, UpReport
+from e2e.cluster.readiness import ClusterError
 from e2e.cluster.state import DEFAULT_STATE_DIR
 
 __all__ = ["DEFAULT_STATE_DIR", "Cluster", "ClusterError", "UpReport"]

@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 
 from e2e.cluster import enforcer, gateway, registry
-from e2e.cluster.components import CONTROL_PLANE, ClusterError
+from e2e.cluster.components import CONTROL_PLANE
 from e2e.cluster.launcher import Cluster, UpReport
 from e2e.cluster.monitoring import COMPONENTS as MONITORING
 from e2e.cluster.monitoring import PROMETHEUS_URL
 from e2e.cluster.node import NODE_COMPONENTS
+from e2e.cluster.readiness import ClusterError
 from e2e.cluster.state import DEFAULT_STATE_DIR
 
 

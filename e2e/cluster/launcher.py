@@ -21,21 +21,9 @@ from typing import Any
 from e2e.cluster import artifacts, containerd_images, monitoring, netns, node_cache, pki, registry
 from e2e.cluster import node as node_mod
 from e2e.cluster import nodes as node_pools
-from e2e.cluster.components import (
-    COMPONENTS,
-    STARTUP_TIMEOUT_S,
-    Api,
-    ClusterError,
-    Log,
-    create_nodes,
-    node_layout,
-    node_ready,
-    nodes_ready,
-    run_build_tools,
-    start,
-    wait,
-)
+from e2e.cluster.components import COMPONENTS, STARTUP_TIMEOUT_S, Log, node_layout, run_build_tools, start
 from e2e.cluster.processes import Children, find_owned, owned_by, proc_args, rss_kib
+from e2e.cluster.readiness import Api, ClusterError, create_nodes, node_ready, nodes_ready, wait
 from e2e.cluster.state import DEFAULT_STATE_DIR, StateDir
 from images.push import Crane
 

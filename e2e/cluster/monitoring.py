@@ -39,7 +39,7 @@ ADAPTER_PORT = 4443  # on the node address; its Service listens on 443
 PROMETHEUS_URL = f"http://prometheus.{NAMESPACE}.svc:{PROMETHEUS_PORT}"
 
 # Test-speed timings (production: 15 s scrapes, 1 m rate windows, 10 min relist). The HPA's own
-# sync period (2 s) is the controller manager's flag (components.py).
+# sync period (2 s) is the controller manager's flag (flags.py).
 SCRAPE_INTERVAL_S = 2
 RATE_WINDOW_S = 4 * SCRAPE_INTERVAL_S  # a rate needs >= 2 samples; 4 tolerate a missed scrape
 ADAPTER_RELIST_S = 2

@@ -103,6 +103,25 @@ def obj_key(obj: dict[str, Any]) -> ObjKey:
     return obj["kind"], meta.get("namespace", ""), meta["name"]
 
 
+def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) from old to new: merging keeps nested keys a patch does not
+    name, so every key that went away (a finished canary's fields) is named with null."""
+    patch: dict[str, Any] = {k: None for k in old if k not in new}
+    for k, v in new.items():
+        before = old.get(k)
+        patch[k] = merge_patch(before, v) if isinstance(v, dict) and isinstance(before, dict) else v
+    return patch
+
+
+def namespace_terminating(e: ApiError) -> bool:
+    """The API server refused a write because the namespace is being deleted (403, cause
+    NamespaceTerminating)."""
+    details = e.status.details
+    return e.status.code == 403 and any(
+        c.reason == "NamespaceTerminating" for c in (details.causes if details and details.causes else [])
+    )
+
+
 class KubeApi(Protocol):
     """The requests the reconcile makes (watches are wired separately, in handlers.py)."""
 

@@ -27,7 +27,7 @@ from llm_operator.controller.admin_key import AdminKeys
 from llm_operator.controller.apply import Applier
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.groups import GroupFailures, group_pods
-from llm_operator.controller.kube import KubeApi, NotLeading, obj_key
+from llm_operator.controller.kube import KubeApi, NotLeading, merge_patch, namespace_terminating, obj_key
 from llm_operator.controller.metrics import RECONCILE_ERRORS, RECONCILE_SECONDS, ConditionCounts
 from llm_operator.controller.model_cache import ModelCache
 from llm_operator.controller.observe import (
@@ -415,16 +415,6 @@ def _condition(status: dict[str, Any], type_: str) -> str | None:
     return None
 
 
-def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """The JSON merge patch (RFC 7386) from old to new: merging keeps nested keys a patch does not
-    name, so every key that went away (a finished canary's fields) is named with null."""
-    patch: dict[str, Any] = {k: None for k in old if k not in new}
-    for k, v in new.items():
-        before = old.get(k)
-        patch[k] = merge_patch(before, v) if isinstance(v, dict) and isinstance(before, dict) else v
-    return patch
-
-
 def _comparable(status: dict[str, Any]) -> str:
     return json.dumps(status, sort_keys=True)
 
@@ -433,12 +423,3 @@ def _first_error(e: ValidationError) -> str:
     err = e.errors()[0]
     where = ".".join(str(p) for p in err["loc"])
     return f"{where}: {err['msg']}"
-
-
-def namespace_terminating(e: ApiError) -> bool:
-    """The API server refused a write because the namespace is being deleted (403, cause
-    NamespaceTerminating)."""
-    details = e.status.details
-    return e.status.code == 403 and any(
-        c.reason == "NamespaceTerminating" for c in (details.causes if details and details.causes else [])
-    )
