@@ -40,24 +40,13 @@ class Chunk:
     at: float  # seconds after the request was sent
 
 
-class _NetnsConnection(http.client.HTTPConnection):
-    """An HTTP connection whose socket belongs to the cluster's network namespace."""
-
-    def __init__(self, namespace: str, host: str, port: int, timeout: float) -> None:
-        super().__init__(host, port, timeout=timeout)
-        self.netns = namespace
-
-    def connect(self) -> None:
-        self.sock = netns.connect(self.netns, self.host, self.port, timeout=self.timeout or 60.0)
-
-
 def connection(host: str, port: int = HTTP_PORT, *, inside: str | None = None, timeout: float = 60.0) -> (
     http.client.HTTPConnection
 ):  # fmt: skip
     """A connection to host:port; `inside`: the network namespace to connect from."""
     if inside is None:
         return http.client.HTTPConnection(host, port, timeout=timeout)
-    return _NetnsConnection(inside, host, port, timeout)
+    return netns.HTTPConnection(inside, host, port, timeout)
 
 
 def stream(conn: http.client.HTTPConnection, prompt: str, max_tokens: int, **params: Any) -> Iterator[Chunk]:

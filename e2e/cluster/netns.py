@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import http.client
 import ipaddress
 import os
 import socket
+import ssl
 import subprocess
 import threading
 from collections.abc import Sequence
@@ -114,6 +116,20 @@ def connect(name: str, host: str, port: int, timeout: float = 2.0) -> socket.soc
             sock.close()
         raise
     return sock
+
+
+class HTTPConnection(http.client.HTTPConnection):
+    """An HTTP connection, over TLS when given a context, whose socket belongs to the namespace."""
+
+    def __init__(
+        self, name: str, host: str, port: int, timeout: float, tls: ssl.SSLContext | None = None
+    ) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self.netns, self.tls = name, tls
+
+    def connect(self) -> None:
+        sock = connect(self.netns, self.host, self.port, self.timeout or 60.0)
+        self.sock = self.tls.wrap_socket(sock, server_hostname=self.host) if self.tls else sock
 
 
 def private_in_host() -> list[str]:

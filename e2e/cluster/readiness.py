@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import socket
 import ssl
 import time
 from collections.abc import Callable, Sequence
@@ -48,19 +47,6 @@ class Api:
             return resp.status, data.decode(errors="replace")
 
 
-class _NetnsHTTPConnection(http.client.HTTPConnection):
-    """An HTTP(S) connection made from inside a network namespace."""
-
-    def __init__(self, ns: str, host: str, port: int, tls: ssl.SSLContext | None) -> None:
-        super().__init__(host, port, timeout=2)
-        self.ns = ns
-        self.tls = tls
-
-    def connect(self) -> None:
-        sock: socket.socket = netns.connect(self.ns, self.host, self.port, 2.0)
-        self.sock = self.tls.wrap_socket(sock, server_hostname=self.host) if self.tls else sock
-
-
 def http_ok(url: str, ns: str | None = None) -> bool:
     """GET url (TLS unverified: the component serves a throwaway self-signed cert) and expect 200;
     from inside network namespace `ns` if given."""
@@ -74,7 +60,7 @@ def http_ok(url: str, ns: str | None = None) -> bool:
         ctx.verify_mode = ssl.CERT_NONE
     conn: http.client.HTTPConnection
     if ns is not None:
-        conn = _NetnsHTTPConnection(ns, host, int(port), ctx)
+        conn = netns.HTTPConnection(ns, host, int(port), 2.0, ctx)
     elif ctx is not None:
         conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=2)
     else:

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,16 +20,9 @@ from typing import Any
 from e2e.cluster import artifacts
 from e2e.cluster.components import run_build_tools
 from e2e.cluster.processes import free_ports
+from e2e.cluster.readiness import http_ok
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
 
 
 @contextmanager
@@ -52,7 +44,7 @@ def local_stores(root: Path) -> Iterator[artifacts.Stores]:
         ]
     try:
         deadline = time.monotonic() + 60
-        while not artifacts.ready(_ok, stores):
+        while not artifacts.ready(http_ok, stores):
             if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
                 raise RuntimeError(f"the stores did not start; see {root}/versitygw.log and {stores.hf_log}")
             time.sleep(0.2)
