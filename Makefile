@@ -12,16 +12,16 @@ help: ## list targets
 venv: ## create/reuse the Python environment (cached outside the repo, keyed by the lock file)
 	@scripts/ensure-venv.sh
 
-tools: ## build/reuse etcd, kube-*, kwok, CoreDNS, Prometheus, prometheus-adapter, versitygw, the registry and crane (Go, cached by version), olah's venv and fetch kubectl/helm
-	@e2e/cluster/build-tools.sh >/dev/null
+tools: ## build/reuse every test-world binary (Go, cached by version; GROUPS="core monitoring ..." for some): e2e/cluster/build-tools.sh
+	@e2e/cluster/build-tools.sh $(GROUPS) >/dev/null
 
 images: venv ## build/reuse the OCI image archives without Docker (root), push them with crane to REGISTRY=host/path (default: the test world's registry)
 	@e2e/cluster/build-tools.sh crane >/dev/null
 	@$(PY) -m images.builder --all
 	@$(PY) -m images.push $(if $(REGISTRY),--registry $(REGISTRY)) $(if $(VERSION),--version $(VERSION))
 
-cluster-up: venv ## start the embedded control plane with simulated GPU node pools
-	@$(PY) -m e2e.cluster up
+cluster-up: venv ## start the embedded cluster (control plane, GPU node pools, a real node); ADDONS="monitoring ..." or all adds add-ons
+	@$(PY) -m e2e.cluster up $(if $(ADDONS),--with $(ADDONS))
 
 cluster-down: venv ## stop the embedded cluster (and the operator installed in it), remove its state
 	@$(PY) -m e2e.cluster down
@@ -37,8 +37,8 @@ lint: venv ## ruff (lint + format check) and mypy --strict; helm lint runs in te
 	@$(PY) -m ruff format --check .
 	@$(PY) -m mypy
 
-demo: venv ## local cluster, the operator (chart), sample LLMDeployments, status, a prompt streamed back
-	@scripts/demo.sh
+demo: ## local cluster, the operator (chart), sample LLMDeployments, the openai SDK streaming, a canary, autoscaling, routing
+	@export LLMOP_DEMO_START=$$EPOCHREALTIME; scripts/ensure-venv.sh && scripts/demo.sh
 
 test: venv tools ## every test: lint, then the e2e tier on the embedded cluster beside unit, Triton on CPU, images and gitops
 	@$(MAKE) --no-print-directory lint

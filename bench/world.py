@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from e2e import operator_release
+from e2e.cluster import addons
 from e2e.cluster.launcher import Cluster
 from e2e.cluster.testing import Kubectl, wait_for
 from tests.e2e.operator_fixtures import CPU_RUNTIME_IMAGE, OPERATOR_IMAGE
@@ -35,7 +36,7 @@ def operator_in(
     log is `<state>/logs/operator-<namespace>.log`. One operator per cluster: a chart install
     (`make operator-up`) is removed first."""
     cluster = Cluster()
-    cluster.up()
+    cluster.up(addons=addons.ALL)  # the benches route, analyse and fetch as the tests do
     if operator_release.uninstall(cluster):
         print_fn(f"{namespace}: uninstalled the operator `make operator-up` installed")
     kubectl = Kubectl(cluster.kubeconfig, cluster.bin_dir / "kubectl", timeout=120)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# `make demo`: the embedded cluster, the operator installed from the Helm chart (make operator-up),
-# sample LLMDeployments, their status, a prompt answered by the real cpu-reference pod, and at the
-# end a chat completion through the official openai SDK.
+# `make demo`: the embedded cluster's core, the operator installed from the Helm chart (make
+# operator-up), sample LLMDeployments, a chat completion streamed through the official openai SDK
+# first, then status, a canary rollout, autoscaling and LLM-aware routing, each once the components
+# it needs are built and started (the cluster's add-ons, e2e/cluster/addons.py: they build in the
+# background while the first steps run).
 #
 # Leaves the cluster and the operator running so you can explore (`source .cluster/env`, then
 # `kubectl get llmd -A`); `make cluster-down` stops both. Re-running upgrades the operator.
@@ -10,9 +12,25 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 py=.venv/bin/python
 ns=${DEMO_NAMESPACE:-llm-demo}
+started=${LLMOP_DEMO_START:-$EPOCHREALTIME} # `make demo` sets it before the Python environment
 
 step() { printf '\n== %s\n' "$*"; }
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
+elapsed() { awk -v a="$started" -v b="$EPOCHREALTIME" 'BEGIN { s = b - a; printf "%d min %02d s", s / 60, s % 60 }'; }
+
+step "building what the first steps need (a warm run only checks the caches; cold builds print their times)"
+# The images (debootstrap and pip: mostly downloads and disk) build beside the Go builds (CPU).
+$py -m images.builder pause operator cpu-runtime fetch 2>&1 >/dev/null | sed 's/^/  /' &
+images=$!
+e2e/cluster/build-tools.sh core 2>&1 >/dev/null | sed 's/^/  /'
+# What the later steps need builds next, at the lowest priority, beside the cluster's start and the
+# first answer: Prometheus and prometheus-adapter for autoscaling, the endpoint picker and Envoy
+# for routing.
+mkdir -p "${LLMOP_CACHE:-$HOME/.cache/llm-operator}/logs"
+addons_log=${LLMOP_CACHE:-$HOME/.cache/llm-operator}/logs/demo-addons.log
+nice -n 19 e2e/cluster/build-tools.sh monitoring routing >/dev/null 2>"$addons_log" &
+echo "  building in the background for the later steps: monitoring, routing (log: $addons_log)"
+wait "$images"
 
 step "cluster (real etcd, kube-apiserver, controller-manager, scheduler; KWOK GPU nodes; real node real-0)"
 $py -m e2e.cluster up
@@ -49,10 +67,17 @@ for f in llama3-8b-h100 llama3-70b-fp8; do
       -e '/cache: {claimName: llm-model-cache}/d' "examples/$f.yaml" | k -n "$ns" apply --server-side -f -
 done
 
-step "waiting for Ready (kubectl wait --for=condition=Ready llmd --all)"
+step "waiting for tiny-llama Ready (kubectl wait --for=condition=Ready llmd/tiny-llama)"
 # tiny-llama runs for real on real-0: its pod is Ready once Triton has loaded the model.
 k -n "$ns" wait --for=condition=Ready llmd/tiny-llama --timeout=180s >/dev/null
 echo "  tiny-llama (cpu-reference, a real pod) applied -> Ready in $(since "$applied") s"
+
+step "the OpenAI API: the official openai SDK at status.endpoints.openai, a chat completion streamed"
+# The base URL is the status's (kubectl get llmd shows it as URL); the answer is printed as it arrives.
+# tiny-llama's weights are random (drawn from a seed): the text is deterministic gibberish.
+$py -m e2e.chat -n "$ns" tiny-llama "Tell me a story about a tiny llama." --model tiny-llama --max-tokens 60
+echo "  (the first answer, $(elapsed) after make demo started)"
+
 k -n "$ns" wait --for=condition=Ready llmd --all --timeout=180s >/dev/null
 echo "  all Ready in $(since "$applied") s"
 
@@ -67,25 +92,8 @@ k -n "$ns" get llmd llama3-70b -o jsonpath='{range .status.conditions[*]}  {.typ
 echo "  placement: $(k -n "$ns" get llmd llama3-70b -o jsonpath='{.status.placement.reason}')"
 echo "  engine:    $(k -n "$ns" get llmd llama3-70b -o jsonpath='{.status.engine.cacheKey}')"
 
-step "a prompt to tiny-llama through its Service (ClusterIP, kube-proxy), the text streamed back"
-# tiny-llama's weights are random (drawn from a seed): the text is deterministic gibberish.
+step "Triton's own API: a prompt to tiny-llama through its Service (ClusterIP, kube-proxy), streamed back"
 $py -m e2e.generate -n "$ns" tiny-llama "Once upon a time" --max-tokens 120
-
-step "autoscaling on Triton's queue: Prometheus (recording rules) -> prometheus-adapter -> the real HPA"
-# Turned on live, as a user would: the HPA scales tiny-llama through its scale subresource.
-k -n "$ns" patch llmd tiny-llama --type=merge -p \
-  '{"spec":{"autoscaling":{"minReplicas":1,"maxReplicas":2,"metric":"pending-requests","target":"4"}}}' >/dev/null
-if k -n "$ns" wait --for=condition=AutoscalingActive llmd/tiny-llama --timeout=120s >/dev/null; then
-  k -n "$ns" get hpa tiny-llama | sed 's/^/  /'
-  k get --raw "/apis/custom.metrics.k8s.io/v1beta2/namespaces/$ns/pods/*/triton_pending_requests" \
-    | $py -c 'import json, sys
-for i in json.load(sys.stdin)["items"]:
-    print("  custom metric", i["metric"]["name"], "of pod", i["describedObject"]["name"], "=", i["value"])'
-else
-  k -n "$ns" get llmd tiny-llama -o jsonpath='  {.status.conditions[?(@.type=="AutoscalingActive")].message}{"\n"}'
-fi
-# The simulated GPU pods run nothing, so their HPA has no metric: the condition says so.
-echo "  llama3-70b: $(k -n "$ns" get llmd llama3-70b -o jsonpath='{.status.conditions[?(@.type=="AutoscalingActive")].reason}: {.status.conditions[?(@.type=="AutoscalingActive")].message}')"
 
 step "a canary rollout: a new revision of tiny-llama beside the old one, 50 % for 10 s, then promoted"
 # The new revision asks for half a CPU: it must fit on the real node beside the one it replaces.
@@ -116,15 +124,48 @@ else:
 PY
 k -n "$ns" get pods -l llmoperator.io/deployment=tiny-llama -L llmoperator.io/slot,llmoperator.io/revision | sed 's/^/  /'
 
-step "the OpenAI API: the official openai SDK at status.endpoints.openai, a chat completion streamed"
-# The base URL is the status's (kubectl get llmd shows it as URL); the answer is printed as it arrives.
-$py -m e2e.chat -n "$ns" tiny-llama "Tell me a story about a tiny llama." --model tiny-llama --max-tokens 60
 
+step "autoscaling on Triton's queue: Prometheus (recording rules) -> prometheus-adapter -> the real HPA"
+echo "  waiting for the monitoring add-on: built in the background (log: $addons_log), then started"
+begun=$EPOCHREALTIME
+$py -m e2e.cluster up --with monitoring | grep -E '^(cold build|cluster|prometheus)' | sed 's/^/  /'
+echo "  monitoring ready after $(since "$begun") s"
+# Turned on live, as a user would: the HPA scales tiny-llama through its scale subresource.
+k -n "$ns" patch llmd tiny-llama --type=merge -p \
+  '{"spec":{"autoscaling":{"minReplicas":1,"maxReplicas":2,"metric":"pending-requests","target":"4"}}}' >/dev/null
+if k -n "$ns" wait --for=condition=AutoscalingActive llmd/tiny-llama --timeout=120s >/dev/null; then
+  k -n "$ns" get hpa tiny-llama | sed 's/^/  /'
+  k get --raw "/apis/custom.metrics.k8s.io/v1beta2/namespaces/$ns/pods/*/triton_pending_requests" \
+    | $py -c 'import json, sys
+for i in json.load(sys.stdin)["items"]:
+    print("  custom metric", i["metric"]["name"], "of pod", i["describedObject"]["name"], "=", i["value"])'
+else
+  k -n "$ns" get llmd tiny-llama -o jsonpath='  {.status.conditions[?(@.type=="AutoscalingActive")].message}{"\n"}'
+fi
+# The simulated GPU pods run nothing, so their HPA has no metric: the condition says so.
+echo "  llama3-70b: $(k -n "$ns" get llmd llama3-70b -o jsonpath='{.status.conditions[?(@.type=="AutoscalingActive")].reason}: {.status.conditions[?(@.type=="AutoscalingActive")].message}')"
+
+step "LLM-aware routing: the endpoint picker (Gateway API Inference Extension) and Envoy in front of tiny-llama"
+echo "  waiting for the routing add-on: built in the background (log: $addons_log), then started"
+begun=$EPOCHREALTIME
+$py -m e2e.cluster up --with routing | grep -E '^(cold build|cluster)' | sed 's/^/  /'
+echo "  routing ready after $(since "$begun") s"
+# spec.routing.mode inference-pool: an InferencePool of the serving pods, and a router (Envoy asking
+# the picker which replica has the shortest queue and the most free KV cache); status.endpoints.openai
+# becomes the router's URL.
+k -n "$ns" patch llmd tiny-llama --type=merge -p '{"spec":{"routing":{"mode":"inference-pool"}}}' >/dev/null
+k -n "$ns" wait --for=condition=Ready llmd/tiny-llama --timeout=180s >/dev/null
+k -n "$ns" get inferencepool,deploy -l llmoperator.io/deployment=tiny-llama --no-headers | sed 's/^/  /'
+echo "  status.endpoints.openai: $(k -n "$ns" get llmd tiny-llama -o jsonpath='{.status.endpoints.openai}')"
+$py -m e2e.chat -n "$ns" tiny-llama "Where do llamas live?" --model tiny-llama --max-tokens 40
+
+echo
+echo "make demo done in $(elapsed)."
 cat <<EOF
 
 Explore: source .cluster/env && kubectl -n $ns get llmd,pods
   the operator:  kubectl -n llm-operator-system logs deploy/llm-operator
-  Triton:        kubectl -n $ns logs tiny-llama-0
+  Triton:        kubectl -n $ns logs -l llmoperator.io/deployment=tiny-llama,llmoperator.io/role=leader
   from the host: kubectl -n $ns port-forward svc/tiny-llama 8000:8000 8080:8080 &
                  curl -N localhost:8000/v2/models/ensemble/generate_stream -d '{"text_input": "Hi", "max_tokens": 40, "stream": true}'
                  curl localhost:8080/v1/chat/completions -H 'Content-Type: application/json' \\

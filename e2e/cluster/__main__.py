@@ -1,5 +1,6 @@
-"""`python -m e2e.cluster up|down|status|import-image [ARCHIVE...] [--state-dir DIR]`: exit 0 on
-success, 1 with one line on error."""
+"""`python -m e2e.cluster up [--with ADDON...]|down|status|import-image [ARCHIVE...] [--state-dir
+DIR]`: exit 0 on success, 1 with one line on error. `up` starts the core (control plane, registry,
+real node); `--with` adds add-ons (addons.py; `all`: every one), to a running cluster too."""
 
 from __future__ import annotations
 
@@ -7,10 +8,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from e2e.cluster import enforcer, gateway, registry
+from e2e.cluster import addons, gateway, registry
 from e2e.cluster.components import CONTROL_PLANE
 from e2e.cluster.launcher import Cluster, UpReport
-from e2e.cluster.monitoring import COMPONENTS as MONITORING
 from e2e.cluster.monitoring import PROMETHEUS_URL
 from e2e.cluster.node import NODE_COMPONENTS
 from e2e.cluster.readiness import ClusterError
@@ -26,31 +26,36 @@ def _print_up(cluster: Cluster, report: UpReport) -> None:
         per = ", ".join(f"{tool} {seconds} s" for tool, seconds in report.builds.items())
         print(f"cold build (binaries not cached): {per}; build-tools.sh {report.build_seconds:.0f} s in all")
     state = "already running, healthy" if report.already_running else "started"
+    if report.added:
+        state += f"; added {', '.join(report.added)}"
     print(
         f"cluster {state} in {report.seconds:.1f} s (apiserver https://127.0.0.1:{report.ports.get('kube-apiserver')})"
     )
-    for what, names in (
-        ("control plane", CONTROL_PLANE),
-        ("real node", NODE_COMPONENTS),
-        ("policy enforcer", enforcer.COMPONENTS),
-        ("monitoring", MONITORING),
-        ("gateway", gateway.COMPONENTS),
-    ):
+    groups = [("control plane", CONTROL_PLANE), ("real node", NODE_COMPONENTS)]
+    for name, what in (("enforcer", "policy enforcer"), ("monitoring", "monitoring"), ("gateway", "gateway")):
+        if name in report.addons:
+            groups.append((what, addons.ADDONS[name].components))
+    for what, names in groups:
         per = ", ".join(f"{c} {_mib(report.rss_kib.get(c, 0))}" for c in names)
         print(f"{what} RSS {_mib(sum(report.rss_kib.get(c, 0) for c in names))}: {per}")
-    print(
-        f"prometheus: http://127.0.0.1:{report.ports.get('prometheus')} (in-cluster {PROMETHEUS_URL}); "
-        "custom metrics: kubectl get --raw /apis/custom.metrics.k8s.io/v1beta2"
-    )
-    print(
-        f"gateway {gateway.NAMESPACE}/{gateway.GATEWAY} (listener {gateway.LISTENER}): "
-        f"http://127.0.0.1:{report.ports.get('gateway')} (in-cluster {gateway.URL})"
-    )
+    if "monitoring" in report.addons:
+        print(
+            f"prometheus: http://127.0.0.1:{report.ports.get('prometheus')} (in-cluster {PROMETHEUS_URL}); "
+            "custom metrics: kubectl get --raw /apis/custom.metrics.k8s.io/v1beta2"
+        )
+    if "gateway" in report.addons:
+        print(
+            f"gateway {gateway.NAMESPACE}/{gateway.GATEWAY} (listener {gateway.LISTENER}): "
+            f"http://127.0.0.1:{report.ports.get('gateway')} (in-cluster {gateway.URL})"
+        )
     print(
         f"registry: https://{registry.HOST} inside the namespace (user {registry.PUSH_USER}, CA "
         f"{cluster.state_dir / 'pki' / 'ca.crt'}); `make images` pushes there; "
         f"{', '.join(registry.MIRRORED)} names mirror to it on the node"
     )
+    absent = [name for name in addons.ALL if name not in report.addons]
+    if absent:
+        print(f"add-ons not started: {', '.join(absent)} (python -m e2e.cluster up --with NAME, or all)")
     print(f"kubeconfig: export KUBECONFIG={cluster.kubeconfig}  (or: source {cluster.state_dir / 'env'})")
     print(f"shell inside the cluster's network namespace: nsenter --net=/run/netns/{cluster.netns} bash")
 
@@ -59,12 +64,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m e2e.cluster", description=__doc__)
     parser.add_argument("command", choices=("up", "down", "status", "import-image"))
     parser.add_argument("archives", nargs="*", type=Path, help="import-image: OCI archives (.oci.tar)")
+    parser.add_argument(
+        "--with",
+        dest="addons",
+        nargs="+",
+        default=[],
+        choices=(*addons.ALL, "all"),
+        metavar="ADDON",
+        help=f"up: add-ons to start as well: {', '.join(addons.ALL)}, or all",
+    )
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="default: %(default)s")
     args = parser.parse_args(argv)
     cluster = Cluster(args.state_dir)
     try:
         if args.command == "up":
-            _print_up(cluster, cluster.up())
+            wanted = addons.ALL if "all" in args.addons else args.addons
+            _print_up(cluster, cluster.up(addons=wanted))
         elif args.command == "import-image":
             for archive in args.archives:
                 print(f"{archive}: {', '.join(cluster.import_image(archive))}")

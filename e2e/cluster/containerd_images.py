@@ -137,7 +137,8 @@ def drop_moved(layout: NodeLayout, names: Mapping[str, str]) -> list[str]:
 # images.builder the sandbox, the operator (the chart's pod), the CPU runtime (cpu-reference
 # serving pods) and the fetch image (the model cache's fetch Jobs); from routing.py the router
 # pod's endpoint picker and Envoy, under their upstream names.
-NODE_IMAGES = ("pause", "operator", "cpu-runtime", "fetch", "epp", "envoy")
+# The router's images (epp, envoy) come with the routing add-on (addons.py).
+NODE_IMAGES = ("pause", "operator", "cpu-runtime", "fetch")
 LOCAL_REGISTRY = "localhost/llm-operator/"
 
 

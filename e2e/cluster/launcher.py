@@ -10,18 +10,30 @@ is state.py, the components and their start order components.py, the processes p
 from __future__ import annotations
 
 import contextlib
+import functools
 import shutil
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from e2e.cluster import addons as addons_mod
 from e2e.cluster import artifacts, containerd_images, monitoring, netns, node_cache, pki, registry
 from e2e.cluster import node as node_mod
 from e2e.cluster import nodes as node_pools
-from e2e.cluster.components import COMPONENTS, STARTUP_TIMEOUT_S, Log, node_layout, run_build_tools, start
+from e2e.cluster.components import (
+    COMPONENTS,
+    CORE,
+    STARTUP_TIMEOUT_S,
+    Log,
+    extend,
+    node_layout,
+    run_build_tools,
+    start,
+)
 from e2e.cluster.processes import Children, find_owned, owned_by, proc_args, rss_kib
 from e2e.cluster.readiness import Api, ClusterError, create_nodes, node_ready, nodes_ready, wait
 from e2e.cluster.state import DEFAULT_STATE_DIR, StateDir
@@ -30,6 +42,33 @@ from images.push import Crane
 __all__ = ["DEFAULT_STATE_DIR", "RESTARTABLE", "Cluster", "ClusterError", "UpReport"]
 
 RESTARTABLE = ("etcd", "kube-apiserver")  # what Cluster.restart() may stop and start again
+
+
+T = TypeVar("T")
+
+
+def _in_background(work: Callable[[], T]) -> Callable[[], T]:
+    """Start `work` in a daemon thread (a failed `up` does not wait for it); the returned call
+    waits for its result or raises its exception."""
+    outcome: list[T] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(work())
+        except BaseException as e:  # handed to the caller of the result
+            failure.append(e)
+
+    thread = threading.Thread(target=run, name="node-images", daemon=True)
+    thread.start()
+
+    def result() -> T:
+        thread.join()
+        if failure:
+            raise failure[0]
+        return outcome[0]
+
+    return result
 
 
 def _stderr(message: str) -> None:
@@ -46,6 +85,9 @@ class UpReport:
     build_seconds: float = 0.0
     rss_kib: dict[str, int] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
+    # The add-ons running (addons.py), and those this call started in a running cluster.
+    addons: list[str] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
 
 
 class Cluster:
@@ -58,9 +100,10 @@ class Cluster:
 
     `extra_args` appends flags per component (later flags win), `tools` replaces the binaries that
     build-tools.sh would provide ({binary name: path}); both exist for tests and experiments.
-    `node_images` names the images the real node has at `up` (images.builder's, the sandbox image
-    always, and the router's, routing.IMAGES), pushed to the test registry and pulled from it; they
-    stay in `node_cache` (containerd's root, the registry's blobs) across `down`.
+    `node_images` names the images.builder images the real node has at `up` (the sandbox image
+    always; the router's come with the routing add-on), built while build-tools.sh builds, pushed to
+    the test registry and pulled from it; they stay in `node_cache` (containerd's root, the
+    registry's blobs) across `down`.
     """
 
     def __init__(
@@ -118,49 +161,78 @@ class Cluster:
         """The model stores' endpoints (inside the namespace), keys and access logs."""
         return artifacts.load(self._state.root / "stores")
 
-    def up(self, *, session: int | None = None) -> UpReport:
-        """Start (or verify) the cluster.
+    def up(self, *, session: int | None = None, addons: Sequence[str] = ()) -> UpReport:
+        """Start (or verify) the cluster: the core, and the add-ons named in `addons` (addons.py;
+        a running cluster that lacks some gets them, built first if they never were).
 
         session: pid of a test session borrowing the cluster; it holds a lease until release().
         A cluster first brought up by a session is stopped when the last live lease is released;
         `up` without a session (a person, `make cluster-up`) pins it until `down`.
         """
+        wanted = addons_mod.named(addons)
         begin = time.monotonic()
         with self._state.lock():
             if self._healthy():
+                missing = [a for a in wanted if a.name not in self._state.addons()]
+                builds, build_seconds = self._extend(missing) if missing else ({}, 0.0)
                 api, nodes = self._api(), self._nodes()
                 create_nodes(api, nodes)
                 wait("node-pool nodes Ready", lambda: nodes_ready(api, nodes), 30.0, self._children)
                 self._state.claim(session)
-                return UpReport(
-                    time.monotonic() - begin, True, rss_kib=self._rss(), ports=self._state.ports()
-                )
+                seconds = time.monotonic() - begin - build_seconds
+                return UpReport(seconds, True, builds, build_seconds, self._rss(), self._state.ports(),
+                                self._state.addons(), [a.name for a in missing])  # fmt: skip
             # Half-dead or stopped: start from scratch (no old etcd data), keeping the leases of
             # sessions that were using the old instance and will use this one.
             self._stop_all()
             self._state.clear(keep=("leases",))
             node_cache.mark(self._state)
             self._prune_caches()
-            build_start = time.monotonic()
-            tools, builds = (self.tools, {}) if self.tools is not None else run_build_tools(self.log)
-            build_seconds = time.monotonic() - build_start
+            archives: Callable[[], tuple[list[Path], str]] = functools.partial(
+                containerd_images.node_archives, self.state_dir, self.log, self.node_images
+            )
+            if self.tools is None:  # the images build while build-tools.sh compiles: I/O beside CPU
+                archives = _in_background(archives)
+            tools, builds, build_seconds = self._build(["core", *(a.name for a in wanted)])
             try:
                 ports = start(
-                    self._state,
-                    tools,
-                    self._children,
-                    self._nodes(),
-                    self.extra_args,
-                    self.log,
-                    self.node_images,
-                )
+                    self._state, tools, self._children, self._nodes(), self.extra_args, self.log,
+                    archives, wanted,
+                )  # fmt: skip
             except BaseException:
                 self._stop_all()
                 self._state.clear(keep=("logs", "leases"))  # the error names a log: keep it
                 raise
             self._state.claim(session)
             seconds = time.monotonic() - begin - build_seconds
-            return UpReport(seconds, False, builds, build_seconds, self._rss(), ports)
+            return UpReport(seconds, False, builds, build_seconds, self._rss(), ports, self._state.addons())
+
+    def _build(self, groups: Sequence[str]) -> tuple[dict[str, Path], dict[str, int], float]:
+        """build-tools.sh's `groups` (or the tools given to the constructor): the binaries, the
+        tools it had to build with their seconds, and the seconds it took in all."""
+        if self.tools is not None:
+            return self.tools, {}, 0.0
+        start_time = time.monotonic()
+        tools, builds = run_build_tools(self.log, groups=groups)
+        return tools, builds, time.monotonic() - start_time
+
+    def _extend(self, missing: Sequence[addons_mod.Addon]) -> tuple[dict[str, int], float]:
+        """Build and start `missing` add-ons in the running cluster; on failure stop what they
+        started (the rest keeps running). Returns the builds and their seconds."""
+        names = [a.name for a in missing]
+        tools, builds, build_seconds = self._build(names)
+        known = {k: Path(v) for k, v in self._state.meta().get("tools", {}).items()}
+        try:
+            extend(self._state, {**known, **tools}, self._children, self.log, missing)
+        except BaseException:
+            pids = {c: self._state.read_pid(c) for c in addons_mod.components(names)}
+            started = {c: p for c, p in pids.items() if p is not None and self._is_ours(p)}
+            if "prometheus-adapter" in started:  # a gone aggregated API breaks discovery for all
+                with contextlib.suppress(OSError, ClusterError):
+                    monitoring.unregister(self._api().request)
+            self._children.terminate(list(started.values()))
+            raise
+        return builds, build_seconds
 
     def import_image(self, archive: Path) -> list[str]:
         """Put an OCI image archive (e.g. busybox_image's) on the real node the way `up` puts the
@@ -278,7 +350,7 @@ class Cluster:
     def status(self) -> dict[str, Any]:
         """{'components': {name: {'pid', 'running', 'rss_kib'}}, 'apiserver_ready', 'nodes_ready', ...}."""
         components = {}
-        for name in COMPONENTS:
+        for name in self._components():
             pid = self._state.read_pid(name)
             up = self._is_ours(pid)
             components[name] = {"pid": pid, "running": up, "rss_kib": rss_kib(pid) if pid and up else 0}
@@ -294,13 +366,17 @@ class Cluster:
         result["kubeconfig"] = str(self.kubeconfig)
         return result
 
+    def _components(self) -> tuple[str, ...]:
+        """The processes this cluster runs: the core's and its add-ons'."""
+        return (*CORE, *addons_mod.components(self._state.addons()))
+
     def _is_ours(self, pid: int | None) -> bool:
         return pid is not None and owned_by(pid, COMPONENTS, self.state_dir) is not None
 
     def _healthy(self) -> bool:
         if not netns.exists(self._state.netns):
             return False
-        if not all(self._is_ours(self._state.read_pid(c)) for c in COMPONENTS):
+        if not all(self._is_ours(self._state.read_pid(c)) for c in self._components()):
             return False
         try:
             return self._api().request("GET", "/readyz")[0] == 200
@@ -344,7 +420,7 @@ class Cluster:
         return [c for c in COMPONENTS if c in found.values()]
 
     def _rss(self) -> dict[str, int]:
-        pids = {name: self._state.read_pid(name) for name in COMPONENTS}
+        pids = {name: self._state.read_pid(name) for name in self._components()}
         return {name: rss_kib(pid) if pid else 0 for name, pid in pids.items()}
 
     def _api(self) -> Api:

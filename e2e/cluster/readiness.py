@@ -86,6 +86,16 @@ def create_nodes(api: Api, nodes: Sequence[dict[str, Any]]) -> None:
             raise ClusterError(f"creating node {node['metadata']['name']} failed: HTTP {code}: {body}")
 
 
+def create_rbac(api: Api, objects: Sequence[dict[str, Any]]) -> None:
+    """ClusterRoles and ClusterRoleBindings (existing ones are fine)."""
+    for obj in objects:
+        kind = "clusterroles" if obj["kind"] == "ClusterRole" else "clusterrolebindings"
+        code, body = api.request("POST", f"/apis/rbac.authorization.k8s.io/v1/{kind}", obj)
+        if code not in (201, 409):
+            name = obj["metadata"]["name"]
+            raise ClusterError(f"creating {obj['kind']} {name} failed: HTTP {code}: {body}")
+
+
 def nodes_ready(api: Api, nodes: Sequence[dict[str, Any]], real: Sequence[str] = ()) -> bool:
     """Every node of `nodes` (manifests) is Ready; every node named in `real` too, and rid of the
     node.kubernetes.io/not-ready taint (the node lifecycle controller lifts it a moment after

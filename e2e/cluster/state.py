@@ -3,7 +3,7 @@
 Layout: pki/, kubeconfig (admin), kubeconfigs/<component>.kubeconfig, env, bin/ (kubectl and helm
 links), run/<component>.pid, logs/<component>.log, etcd/, node/ (the real node's configs, kubelet
 root, containerd root, pod logs), leases/<pid> (test sessions using the cluster), cluster.json
-(ports, binaries, pinned). Outside it, named by a hash of its path: the network namespace
+(ports, binaries, add-ons, pinned). Outside it, named by a hash of its path: the network namespace
 /run/netns/llmop-<key>, the node's sockets and runtime state /run/llmop-<key>/, and the cgroup
 /sys/fs/cgroup/<hierarchy>/llmop-<key>/. Kept across `down`, in the cache dir: the node's
 containerd root, <cache>/node/<key>/containerd (imported images).
@@ -128,6 +128,20 @@ class StateDir:
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         meta = {"ports": dict(ports), "tools": {k: str(v) for k, v in tools.items()}}
         self._meta_file.write_text(json.dumps(meta, indent=2))
+
+    def record(self, ports: Mapping[str, int], tools: Mapping[str, Path], addons: list[str]) -> None:
+        """What a start or an added add-on changed: the host ports, the binaries (merged), the
+        add-ons running."""
+        meta = self.meta()
+        meta["ports"] = dict(ports)
+        meta["tools"] = {**meta.get("tools", {}), **{k: str(v) for k, v in tools.items()}}
+        meta["addons"] = list(dict.fromkeys(addons))
+        self._meta_file.write_text(json.dumps(meta, indent=2))
+
+    def addons(self) -> list[str]:
+        """The add-ons (addons.py) this cluster runs."""
+        found: list[str] = self.meta().get("addons", [])
+        return found
 
     def meta(self) -> dict[str, Any]:
         try:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from e2e import operator_release
+from e2e.cluster import addons
 from e2e.cluster.launcher import Cluster
 from e2e.cluster.state import DEFAULT_STATE_DIR
 
@@ -269,7 +270,8 @@ class E2ECluster:
                     f"KUBECONFIG={env} names an external cluster but kubectl is not on PATH"
                 )
             return cls(Path(env), Kubectl(Path(env), kubectl_bin), embedded=False)
-        launcher.up(session=os.getpid())
+        # The whole test world: a cluster `make demo` left with the core only gets the rest.
+        launcher.up(session=os.getpid(), addons=addons.ALL)
         if operator_release.uninstall(launcher):
             print("uninstalled the operator `make operator-up` installed: the tests run their own")
         return cls(

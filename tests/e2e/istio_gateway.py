@@ -28,11 +28,11 @@ _REJECTS = re.compile(r"^pilot_total_xds_rejects(?:\{[^}]*\})?\s+(\S+)", re.MULT
 
 
 def tools(cluster: Cluster) -> dict[str, Path]:
-    """The binaries this needs, as the running cluster's `up` found them (a cluster started
-    before build-tools.sh built Istio runs it again: a warm run only checks the cache)."""
+    """The binaries this needs, as the running cluster's `up` found them; Istio's are built here,
+    the first time a test needs them (a warm run only checks the cache)."""
     found = {k: Path(v) for k, v in StateDir(cluster.state_dir).meta()["tools"].items()}
     if not all(name in found for name in (*istio.BINARIES, "envoy", "helm")):
-        found = run_build_tools(lambda line: None)[0]
+        found = run_build_tools(lambda line: None, groups=("core", "routing", "istio"))[0]
     return found
 
 

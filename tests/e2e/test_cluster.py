@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster, ClusterError, busybox_image, netns
+from e2e.cluster import Cluster, ClusterError, addons, busybox_image, netns
 from e2e.cluster.components import COMPONENTS, run_build_tools
 from e2e.cluster.node import SHIM, mounts_under
 from e2e.cluster.nodes import build_nodes, load_pools
@@ -163,7 +163,7 @@ def up_with_a_bad_flag(tmp_path: Path, component: str) -> tuple[Path, str]:
     )
     try:
         with pytest.raises(ClusterError) as info:
-            failing.up()
+            failing.up(addons=["enforcer"] if component == "kube-router" else [])
     finally:
         shutil.rmtree(failing.node_cache, ignore_errors=True)
     message = str(info.value)
@@ -380,11 +380,13 @@ def test_version_is_pinned_kubernetes(cluster: E2ECluster, kubectl: Kubectl) -> 
 def test_up_on_running_cluster_is_a_fast_no_op(cluster: E2ECluster) -> None:
     if cluster.launcher is None:
         pytest.skip("external cluster")
-    pids = {c: cluster.launcher.status()["components"][c]["pid"] for c in COMPONENTS}
-    report = Cluster(cluster.launcher.state_dir).up(session=os.getpid())
+    pids = {c: s["pid"] for c, s in cluster.launcher.status()["components"].items()}
+    assert set(pids) == set(COMPONENTS)  # a test session runs every add-on
+    report = Cluster(cluster.launcher.state_dir).up(session=os.getpid(), addons=addons.ALL)
     assert report.already_running
+    assert report.added == []
     assert report.seconds < 5
-    assert {c: cluster.launcher.status()["components"][c]["pid"] for c in COMPONENTS} == pids
+    assert {c: s["pid"] for c, s in cluster.launcher.status()["components"].items()} == pids
 
 
 def test_build_tools_reports_missing_binaries(tmp_path: Path) -> None:
@@ -566,3 +568,43 @@ def test_down_leaves_no_process_mount_cgroup_or_namespace(cluster: E2ECluster, t
     assert _leftovers(state) == NOTHING_LEFT
     assert not state.exists()
     assert took < 30, json.dumps(took)
+
+
+@pytest.mark.e2e
+def test_an_add_on_joins_a_running_core_cluster_and_one_that_fails_leaves_the_core_serving(
+    cluster: E2ECluster, tmp_path: Path
+) -> None:
+    """What `make demo` does on the way (`up --with NAME` on the core it started) and a test
+    session after it: the add-on starts beside the running processes, none of which restarts;
+    an add-on that cannot start is stopped again and the core keeps serving."""
+    _launcher(cluster)
+    state = tmp_path / "state"
+    core = Cluster(state, node_images=("pause",), log=lambda _: None)
+    try:
+        first = core.up()
+        assert not first.already_running and first.addons == []
+        assert "kube-router" not in core.status()["components"]
+        pids = {c: s["pid"] for c, s in core.status()["components"].items()}
+
+        broken = Cluster(state, extra_args={"kube-router": ["--no-such-flag"]}, log=lambda _: None)
+        with pytest.raises(ClusterError, match=r"^kube-router exited with code 2 during startup"):
+            broken.up(addons=["enforcer"])
+        assert _processes_named(state, "kube-router") == []
+        after = core.status()
+        assert after["apiserver_ready"] and after["nodes_ready"] == after["nodes_total"]
+        assert {c: s["pid"] for c, s in after["components"].items()} == pids  # nothing restarted
+
+        added = core.up(addons=["enforcer"])
+        assert added.already_running and added.added == ["enforcer"] and added.addons == ["enforcer"]
+        status = core.status()["components"]
+        assert status["kube-router"]["running"]
+        assert {c: status[c]["pid"] for c in pids} == pids
+        again = core.up(addons=["enforcer"])
+        assert again.added == [] and again.seconds < 5
+    finally:
+        core.down(keep_images=False)
+    assert _leftovers(state) == NOTHING_LEFT
+
+
+def _processes_named(state_dir: Path, name: str) -> list[int]:
+    return [p for p, n in find_owned({name}, StateDir(state_dir).root).items()]

@@ -1,0 +1,109 @@
+"""build-tools.sh builds what a group needs and nothing else, once, with the next tools' modules
+fetched while one compiles; the add-ons name their groups. Pure: a `go` stand-in on PATH records
+what the script asks of Go, in an empty cache (the real builds run in every cluster `up`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from e2e.cluster import ClusterError, addons
+from e2e.cluster.components import BUILD_TOOLS, CORE_BINARIES, binaries
+
+FAKE_GO = r"""#!/usr/bin/env bash
+# Records "<tool dir> <args>" and does what the script relies on: `build -o DEST PKG...` writes
+# the binaries, `list -m -f ... MODULE` names a module directory, the rest succeeds.
+echo "$(basename "$PWD") $*" >>"$GO_CALLS"
+if [ "$1" = build ]; then
+  sleep 0.5  # a compile takes a while: the background `go list` of the next tools runs meanwhile
+  shift; while [ "$1" != -o ]; do shift; done; dest=$2; shift 2
+  if [[ "$dest" == */ ]]; then for p in "$@"; do : >"$dest${p##*/}"; chmod +x "$dest${p##*/}"; done
+  else : >"$dest"; chmod +x "$dest"; fi
+elif [ "$1" = list ] && [ "$2" = -m ]; then echo "$FAKE_MODULE"
+fi
+"""
+
+
+def _run(tmp_path: Path, *groups: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    bindir = tmp_path / "fakebin"
+    bindir.mkdir(exist_ok=True)
+    (bindir / "go").write_text(FAKE_GO)
+    (bindir / "go").chmod(0o755)
+    module = tmp_path / "module"
+    (module / "config/crd/standard").mkdir(parents=True, exist_ok=True)
+    (module / "config/crd/standard/gateway.yaml").write_text("kind: CustomResourceDefinition\n")
+    calls = tmp_path / "calls"
+    env = {
+        **os.environ,
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "LLMOP_CACHE": str(tmp_path / "cache"),
+        "GO_CALLS": str(calls),
+        "FAKE_MODULE": str(module),
+    }
+    proc = subprocess.run(
+        ["bash", str(BUILD_TOOLS), *groups], env=env, capture_output=True, text=True, timeout=120
+    )
+    return proc, calls.read_text().splitlines() if calls.exists() else []
+
+
+def _built(calls: list[str]) -> list[str]:
+    return [c.split()[0] for c in calls if c.split()[1] == "build"]
+
+
+def test_a_group_builds_its_tools_only_and_fetches_the_next_ones_modules_meanwhile(tmp_path: Path) -> None:
+    proc, calls = _run(tmp_path, "monitoring")
+    assert proc.returncode == 0, proc.stderr
+    assert _built(calls) == ["prometheus", "prometheus-adapter"]
+    # The adapter's packages are listed (so their modules downloaded) while Prometheus compiles.
+    prefetch = [c for c in calls if " list -deps " in c]
+    assert prefetch == ["prometheus-adapter list -deps sigs.k8s.io/prometheus-adapter/cmd/adapter"]
+    build = next(c for c in calls if c.startswith("prometheus build"))
+    assert "-tags remove_all_sd,enable_kubernetes_sd" in build
+    dirs = [Path(d) for d in proc.stdout.split()]
+    assert sorted(p.name for d in dirs for p in d.iterdir() if p.name != ".complete") == [
+        "prometheus",
+        "prometheus-adapter",
+        "promtool",
+    ]
+    assert "build-tools: prometheus built in" in proc.stderr
+
+
+def test_a_second_run_builds_nothing_and_prints_the_same_directories(tmp_path: Path) -> None:
+    first, _ = _run(tmp_path, "gateway")
+    assert first.returncode == 0, first.stderr
+    (tmp_path / "calls").unlink()
+    again, calls = _run(tmp_path, "gateway")
+    assert again.returncode == 0, again.stderr
+    assert calls == []  # not even a `go list`: the cache answers
+    assert again.stdout == first.stdout
+    traefik = Path(again.stdout.split()[0])
+    assert (traefik / "traefik").is_file()
+    assert (traefik / "crds" / "gateway.yaml").is_file()  # the CRDs copied beside it once
+
+
+def test_an_unknown_group_is_refused_with_the_groups_there_are(tmp_path: Path) -> None:
+    proc, calls = _run(tmp_path, "monitoring", "grafana")
+    assert proc.returncode == 1
+    assert calls == []
+    assert proc.stderr.strip() == (
+        "build-tools: error: unknown group 'grafana' "
+        "(groups: core monitoring gateway routing enforcer stores istio gitops crane)"
+    )
+
+
+def test_every_add_on_is_a_group_and_names_binaries_its_group_provides() -> None:
+    script = BUILD_TOOLS.read_text()
+    for name, addon in addons.ADDONS.items():
+        assert f"[{name}]=" in script, f"build-tools.sh has no group {name}"
+        assert binaries([name]) == addon.binaries
+    assert binaries(["core"]) == CORE_BINARIES
+    assert "prometheus" not in CORE_BINARIES and "traefik" not in CORE_BINARIES
+
+
+def test_unknown_add_ons_are_one_clear_error() -> None:
+    with pytest.raises(ClusterError, match=r"^unknown add-on grafana \(add-ons: monitoring, gateway, "):
+        addons.named(["monitoring", "grafana"])
+    assert [a.name for a in addons.named(["stores", "monitoring"])] == ["monitoring", "stores"]
