@@ -173,7 +173,7 @@ class Cluster:
         begin = time.monotonic()
         with self._state.lock():
             if self._healthy():
-                missing = [a for a in wanted if a.name not in self._state.addons()]
+                missing = [a for a in wanted if a.name not in self._addons()]
                 builds, build_seconds = self._extend(missing) if missing else ({}, 0.0)
                 api, nodes = self._api(), self._nodes()
                 create_nodes(api, nodes)
@@ -181,7 +181,7 @@ class Cluster:
                 self._state.claim(session)
                 seconds = time.monotonic() - begin - build_seconds
                 return UpReport(seconds, True, builds, build_seconds, self._rss(), self._state.ports(),
-                                self._state.addons(), [a.name for a in missing])  # fmt: skip
+                                self._addons(), [a.name for a in missing])  # fmt: skip
             # Half-dead or stopped: start from scratch (no old etcd data), keeping the leases of
             # sessions that were using the old instance and will use this one.
             self._stop_all()
@@ -205,7 +205,7 @@ class Cluster:
                 raise
             self._state.claim(session)
             seconds = time.monotonic() - begin - build_seconds
-            return UpReport(seconds, False, builds, build_seconds, self._rss(), ports, self._state.addons())
+            return UpReport(seconds, False, builds, build_seconds, self._rss(), ports, self._addons())
 
     def _build(self, groups: Sequence[str]) -> tuple[dict[str, Path], dict[str, int], float]:
         """build-tools.sh's `groups` (or the tools given to the constructor): the binaries, the
@@ -366,9 +366,12 @@ class Cluster:
         result["kubeconfig"] = str(self.kubeconfig)
         return result
 
+    def _addons(self) -> list[str]:
+        return self._state.addons(before_addons=addons_mod.ALL)
+
     def _components(self) -> tuple[str, ...]:
         """The processes this cluster runs: the core's and its add-ons'."""
-        return (*CORE, *addons_mod.components(self._state.addons()))
+        return (*CORE, *addons_mod.components(self._addons()))
 
     def _is_ours(self, pid: int | None) -> bool:
         return pid is not None and owned_by(pid, COMPONENTS, self.state_dir) is not None

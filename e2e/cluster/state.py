@@ -138,9 +138,10 @@ class StateDir:
         meta["addons"] = list(dict.fromkeys(addons))
         self._meta_file.write_text(json.dumps(meta, indent=2))
 
-    def addons(self) -> list[str]:
-        """The add-ons (addons.py) this cluster runs."""
-        found: list[str] = self.meta().get("addons", [])
+    def addons(self, before_addons: tuple[str, ...] = ()) -> list[str]:
+        """The add-ons (addons.py) this cluster runs; `before_addons` for a cluster started before
+        there were add-ons (its cluster.json names none: it runs what they are now)."""
+        found: list[str] = self.meta().get("addons", list(before_addons))
         return found
 
     def meta(self) -> dict[str, Any]:

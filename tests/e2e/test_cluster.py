@@ -100,6 +100,19 @@ def test_node_pools_are_valid_nodes() -> None:
     assert all(cliques.count(c) >= 2 for c in cliques)
 
 
+def test_a_cluster_records_its_add_ons_and_one_from_before_add_ons_runs_them_all(tmp_path: Path) -> None:
+    state = StateDir(tmp_path / "state")
+    state.create({"kube-apiserver": 6443}, {})
+    # cluster.json of a cluster started before there were add-ons: it ran the whole test world.
+    assert state.addons(before_addons=addons.ALL) == list(addons.ALL)
+    state.record({"kube-apiserver": 6443, "prometheus": 9090}, {}, [])
+    assert state.addons(before_addons=addons.ALL) == []
+    state.record(state.ports(), {"prometheus": Path("/bin/true")}, ["monitoring", "monitoring"])
+    assert state.addons() == ["monitoring"]
+    assert state.ports() == {"kube-apiserver": 6443, "prometheus": 9090}
+    assert state.meta()["tools"] == {"prometheus": "/bin/true"}
+
+
 # -- launcher failure paths (pure: fake binaries) ---------------------------------------------------
 
 
