@@ -232,12 +232,19 @@ def start(
     return ports
 
 
-def extend(state: StateDir, tools: Mapping[str, Path], children: Children, log: Log,
-           wanted: Sequence[addons_mod.Addon]) -> dict[str, int]:  # fmt: skip
-    """Start the `wanted` add-ons in the running cluster of `state`; returns the host ports."""
+def extend(
+    state: StateDir,
+    tools: Mapping[str, Path],
+    children: Children,
+    log: Log,
+    wanted: Sequence[addons_mod.Addon],
+    extra_args: Mapping[str, Sequence[str]],
+) -> dict[str, int]:
+    """Start the `wanted` add-ons in the running cluster of `state` (`extra_args` as for start());
+    returns the host ports."""
     pki = pki_mod.paths(state.pki_dir)
     ports = state.ports()
-    s = Starter(state, tools, children, pki, Api(ports["kube-apiserver"], pki), log, {}, ports)
+    s = Starter(state, tools, children, pki, Api(ports["kube-apiserver"], pki), log, extra_args, ports)
     for addon in wanted:
         addon.begin(s)()
         state.record(ports=ports, tools=tools, addons=[*state.addons(), addon.name])

@@ -223,7 +223,7 @@ class Cluster:
         tools, builds, build_seconds = self._build(names)
         known = {k: Path(v) for k, v in self._state.meta().get("tools", {}).items()}
         try:
-            extend(self._state, {**known, **tools}, self._children, self.log, missing)
+            extend(self._state, {**known, **tools}, self._children, self.log, missing, self.extra_args)
         except BaseException:
             pids = {c: self._state.read_pid(c) for c in addons_mod.components(names)}
             started = {c: p for c, p in pids.items() if p is not None and self._is_ours(p)}

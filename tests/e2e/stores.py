@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 @contextmanager
 def local_stores(root: Path) -> Iterator[artifacts.Stores]:
     """versitygw and olah on free 127.0.0.1 ports, seeded; stopped on exit."""
-    tools, _ = run_build_tools(lambda _: None)
+    tools, _ = run_build_tools(lambda _: None, groups=("stores",))
     s3_port, hf_port = free_ports(2)
     stores = artifacts.prepare(root, "127.0.0.1", s3_port, hf_port, root / "olah.log", root / "cache")
     argv, env = artifacts.versitygw_command(tools["versitygw"], stores)

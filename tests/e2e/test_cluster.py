@@ -168,15 +168,15 @@ def test_missing_go_fails_with_one_line(tmp_path: Path) -> None:
 
 
 def up_with_a_bad_flag(tmp_path: Path, component: str) -> tuple[Path, str]:
-    """`up` of a fresh cluster whose `component` gets an unknown flag: its state directory and the
-    one-line error it fails with."""
+    """`up` of a fresh cluster (with the add-on `component` belongs to, if any) whose `component`
+    gets an unknown flag: its state directory and the one-line error it fails with."""
     state = tmp_path / "state"
     failing = Cluster(
         state, extra_args={component: ["--no-such-flag"]}, node_images=("pause",), log=lambda _: None
     )
     try:
         with pytest.raises(ClusterError) as info:
-            failing.up(addons=["enforcer"] if component == "kube-router" else [])
+            failing.up(addons=[a.name for a in addons.ADDONS.values() if component in a.components])
     finally:
         shutil.rmtree(failing.node_cache, ignore_errors=True)
     message = str(info.value)
