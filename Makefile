@@ -12,8 +12,8 @@ help: ## list targets
 venv: ## create/reuse the Python environment (cached outside the repo, keyed by the lock file)
 	@scripts/ensure-venv.sh
 
-tools: ## build/reuse every test-world binary (Go, cached by version; GROUPS="core monitoring ..." for some): e2e/cluster/build-tools.sh
-	@e2e/cluster/build-tools.sh $(GROUPS) >/dev/null
+tools: ## build/reuse every test-world binary (Go, cached by version; BUILD_GROUPS="core monitoring" for some): e2e/cluster/build-tools.sh
+	@e2e/cluster/build-tools.sh $(BUILD_GROUPS) >/dev/null
 
 images: venv ## build/reuse the OCI image archives without Docker (root), push them with crane to REGISTRY=host/path (default: the test world's registry)
 	@e2e/cluster/build-tools.sh crane >/dev/null
