@@ -84,15 +84,11 @@ def _routing(s: Starter) -> Finish:
         raise _fail("preparing the Inference Extension", e) from None
 
     def finish() -> None:
-        layout = node_layout(s.state)
         try:  # the router's images, as the node has the others: pushed to the registry, pulled
             archives = routing.archives(s.tools, list(routing.IMAGES), s.log)
             registry.push_images(s.state, s.tools["crane"], archives, s.log)
-            has = images_mod.node_images(layout)
-            for archive in archives:
-                for name, digest in images_mod.archive_refs(archive).items():
-                    if has.get(name) != digest:
-                        images_mod.pull_image(layout, s.netns, name)
+            refs = {name: digest for a in archives for name, digest in images_mod.archive_refs(a).items()}
+            images_mod.pull_missing(node_layout(s.state), s.netns, refs, s.log)
         except (ImportError, RuntimeError, OSError, ValueError, subprocess.CalledProcessError) as e:
             raise _fail("putting the router's images on the real node", e) from None
         try:

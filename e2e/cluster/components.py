@@ -9,6 +9,8 @@ add-ons' Prometheus and gateway) there."""
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import os
 import re
 import shutil
@@ -19,10 +21,10 @@ from typing import Any
 
 from e2e.cluster import addons as addons_mod
 from e2e.cluster import containerd_images as images_mod
-from e2e.cluster import flags, istio, kubeconfig, netns, registry
+from e2e.cluster import flags, istio, kubeconfig, monitoring, netns, registry
 from e2e.cluster import node as node_mod
 from e2e.cluster import pki as pki_mod
-from e2e.cluster.processes import Children, free_ports
+from e2e.cluster.processes import Children, free_ports, owned_by
 from e2e.cluster.readiness import Api, ClusterError, create_nodes, create_rbac, nodes_ready, wait
 from e2e.cluster.starter import STARTUP_TIMEOUT_S, Log, Starter, node_layout
 from e2e.cluster.state import StateDir
@@ -240,12 +242,23 @@ def extend(
     wanted: Sequence[addons_mod.Addon],
     extra_args: Mapping[str, Sequence[str]],
 ) -> dict[str, int]:
-    """Start the `wanted` add-ons in the running cluster of `state` (`extra_args` as for start());
-    returns the host ports."""
+    """Start the `wanted` add-ons in the running cluster of `state` with their `tools` beside the
+    ones it runs (`extra_args` as for start()); returns the host ports. An add-on that fails is
+    stopped again (the rest keeps running)."""
     pki = pki_mod.paths(state.pki_dir)
     ports = state.ports()
+    tools = {**{k: Path(v) for k, v in state.meta().get("tools", {}).items()}, **tools}
     s = Starter(state, tools, children, pki, Api(ports["kube-apiserver"], pki), log, extra_args, ports)
     for addon in wanted:
-        addon.begin(s)()
+        try:
+            addon.begin(s)()
+        except BaseException:
+            pids = [state.read_pid(c) for c in addon.components]
+            started = [p for p in pids if p is not None and owned_by(p, COMPONENTS, state.root)]
+            if addon.name == "monitoring":  # a gone aggregated API breaks discovery for everyone
+                with contextlib.suppress(OSError, http.client.HTTPException):
+                    monitoring.unregister(s.api.request)
+            children.terminate(started)
+            raise
         state.record(ports=ports, tools=tools, addons=[*state.addons(), addon.name])
     return ports

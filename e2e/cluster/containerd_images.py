@@ -86,6 +86,25 @@ def remove_old_pods(layout: NodeLayout) -> int:
     return len(ids)
 
 
+def pull_missing(
+    layout: NodeLayout,
+    netns_name: str,
+    wanted: Mapping[str, str],
+    log: Callable[[str], None],
+    have: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Pull (from the test registry, which must have them) each name of `wanted` (name -> digest)
+    that the node lacks or has at another digest; `have`: the node's images if already listed.
+    Returns the names pulled."""
+    have = node_images(layout) if have is None else have
+    pulled = [name for name, digest in wanted.items() if have.get(name) != digest]
+    for name in pulled:
+        start = time.monotonic()
+        pull_image(layout, netns_name, name)
+        log(f"real node: pulled {name} in {time.monotonic() - start:.1f} s")
+    return pulled
+
+
 def sync_images(
     layout: NodeLayout,
     netns_name: str,
@@ -104,11 +123,7 @@ def sync_images(
     wanted: dict[str, str] = {}
     for archive in archives:
         wanted |= archive_refs(archive)
-    pulled = [name for name, digest in wanted.items() if have.get(name) != digest]
-    for name in pulled:
-        start = time.monotonic()
-        pull_image(layout, netns_name, name)
-        log(f"real node: pulled {name} in {time.monotonic() - start:.1f} s")
+    pulled = pull_missing(layout, netns_name, wanted, log, have)
     # Older builds, and the sha256:<config> names CRI gave them (they would keep their content).
     digests = set(wanted.values())
     stale = [

@@ -13,12 +13,11 @@ import contextlib
 import functools
 import shutil
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from e2e.cluster import addons as addons_mod
 from e2e.cluster import artifacts, containerd_images, monitoring, netns, node_cache, pki, registry
@@ -34,7 +33,7 @@ from e2e.cluster.components import (
     run_build_tools,
     start,
 )
-from e2e.cluster.processes import Children, find_owned, owned_by, proc_args, rss_kib
+from e2e.cluster.processes import Children, find_owned, in_background, owned_by, proc_args, rss_kib
 from e2e.cluster.readiness import Api, ClusterError, create_nodes, node_ready, nodes_ready, wait
 from e2e.cluster.state import DEFAULT_STATE_DIR, StateDir
 from images.push import Crane
@@ -42,33 +41,6 @@ from images.push import Crane
 __all__ = ["DEFAULT_STATE_DIR", "RESTARTABLE", "Cluster", "ClusterError", "UpReport"]
 
 RESTARTABLE = ("etcd", "kube-apiserver")  # what Cluster.restart() may stop and start again
-
-
-T = TypeVar("T")
-
-
-def _in_background(work: Callable[[], T]) -> Callable[[], T]:
-    """Start `work` in a daemon thread (a failed `up` does not wait for it); the returned call
-    waits for its result or raises its exception."""
-    outcome: list[T] = []
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            outcome.append(work())
-        except BaseException as e:  # handed to the caller of the result
-            failure.append(e)
-
-    thread = threading.Thread(target=run, name="node-images", daemon=True)
-    thread.start()
-
-    def result() -> T:
-        thread.join()
-        if failure:
-            raise failure[0]
-        return outcome[0]
-
-    return result
 
 
 def _stderr(message: str) -> None:
@@ -174,7 +146,11 @@ class Cluster:
         with self._state.lock():
             if self._healthy():
                 missing = [a for a in wanted if a.name not in self._addons()]
-                builds, build_seconds = self._extend(missing) if missing else ({}, 0.0)
+                builds: dict[str, int] = {}
+                build_seconds = 0.0
+                if missing:
+                    tools, builds, build_seconds = self._build([a.name for a in missing])
+                    extend(self._state, tools, self._children, self.log, missing, self.extra_args)
                 api, nodes = self._api(), self._nodes()
                 create_nodes(api, nodes)
                 wait("node-pool nodes Ready", lambda: nodes_ready(api, nodes), 30.0, self._children)
@@ -192,7 +168,7 @@ class Cluster:
                 containerd_images.node_archives, self.state_dir, self.log, self.node_images
             )
             if self.tools is None:  # the images build while build-tools.sh compiles: I/O beside CPU
-                archives = _in_background(archives)
+                archives = in_background(archives, name="node-images")
             tools, builds, build_seconds = self._build(["core", *(a.name for a in wanted)])
             try:
                 ports = start(
@@ -216,36 +192,18 @@ class Cluster:
         tools, builds = run_build_tools(self.log, groups=groups)
         return tools, builds, time.monotonic() - start_time
 
-    def _extend(self, missing: Sequence[addons_mod.Addon]) -> tuple[dict[str, int], float]:
-        """Build and start `missing` add-ons in the running cluster; on failure stop what they
-        started (the rest keeps running). Returns the builds and their seconds."""
-        names = [a.name for a in missing]
-        tools, builds, build_seconds = self._build(names)
-        known = {k: Path(v) for k, v in self._state.meta().get("tools", {}).items()}
-        try:
-            extend(self._state, {**known, **tools}, self._children, self.log, missing, self.extra_args)
-        except BaseException:
-            pids = {c: self._state.read_pid(c) for c in addons_mod.components(names)}
-            started = {c: p for c, p in pids.items() if p is not None and self._is_ours(p)}
-            if "prometheus-adapter" in started:  # a gone aggregated API breaks discovery for all
-                with contextlib.suppress(OSError, ClusterError):
-                    monitoring.unregister(self._api().request)
-            self._children.terminate(list(started.values()))
-            raise
-        return builds, build_seconds
-
     def import_image(self, archive: Path) -> list[str]:
         """Put an OCI image archive (e.g. busybox_image's) on the real node the way `up` puts the
         node's images there: pushed to the test registry, pulled by containerd through its
         registry host configuration. Pods then use it by name (IfNotPresent or Never). Returns its
         names."""
         self.push_images([archive])
+        refs = containerd_images.archive_refs(archive)
         try:
-            for name in containerd_images.image_names(archive):
-                containerd_images.pull_image(node_layout(self._state), self.netns, name)
+            containerd_images.pull_missing(node_layout(self._state), self.netns, refs, self.log)
         except (RuntimeError, OSError) as e:
             raise ClusterError(str(e)) from None
-        return containerd_images.image_names(archive)
+        return list(refs)
 
     def push_images(self, archives: Sequence[Path], version: str | None = None) -> list[str]:
         """Push archives to the running test registry under the names the node pulls and the

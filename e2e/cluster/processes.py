@@ -8,10 +8,12 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 STOP_TIMEOUT_S = 15.0
 
@@ -176,3 +178,30 @@ class Children:
 
     def forget(self) -> None:
         self._procs.clear()
+
+
+T = TypeVar("T")
+
+
+def in_background(work: Callable[[], T], name: str) -> Callable[[], T]:
+    """Start `work` in a daemon thread (a failed `up` does not wait for it); the returned call
+    waits for its result or raises its exception."""
+    outcome: list[T] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(work())
+        except BaseException as e:  # handed to the caller of the result
+            failure.append(e)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+
+    def result() -> T:
+        thread.join()
+        if failure:
+            raise failure[0]
+        return outcome[0]
+
+    return result
