@@ -25,6 +25,7 @@ class FakeKube:
     def __init__(self) -> None:
         self.objects: dict[ObjKey, dict[str, Any]] = {}
         self.writes: list[tuple[str, str, str]] = []  # (verb, kind, name)
+        self.reads: list[tuple[str, str]] = []  # (kind, name) read by name
         self.events: list[tuple[str, str, str]] = []  # (type, reason, message)
         self.logs: dict[tuple[str, str], str] = {}  # (namespace, pod) -> its log
         self._uids = itertools.count(1)
@@ -32,6 +33,7 @@ class FakeKube:
         self._versions = itertools.count(1)
         self.missing_kinds: set[str] = set()  # kinds whose API (CRD) is not installed
         self.unwatched_kinds: set[str] = set()  # kinds the operator does not watch (CRD came later)
+        self.unwatched_names: set[ObjKey] = set()  # objects without our labels (add_foreign)
 
     # -- KubeApi ---------------------------------------------------------------------------------
 
@@ -120,6 +122,11 @@ class FakeKube:
         cm["data"] = {**cm.get("data", {}), **data}
         self._store(k, cm)
 
+    async def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        self.reads.append((kind, name))
+        found = self.objects.get((kind, namespace, name))
+        return copy.deepcopy(found) if found else None
+
     async def read_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.objects.get(("PersistentVolumeClaim", namespace, name))
 
@@ -152,6 +159,14 @@ class FakeKube:
         if storage is not None:
             claim["spec"] = {"resources": {"requests": {"storage": storage}}}
         self._store(("PersistentVolumeClaim", namespace, name), claim)
+
+    def add_foreign(self, kind: str, namespace: str, name: str, **fields: Any) -> dict[str, Any]:
+        """An object someone else made, without the operator's labels (the watch never sees it)."""
+        obj = {"kind": kind, "metadata": {"name": name, "namespace": namespace, "labels": {}}, **fields}
+        obj["metadata"]["uid"] = f"uid-{next(self._uids)}"
+        self._store((kind, namespace, name), obj)
+        self.unwatched_names.add((kind, namespace, name))
+        return obj
 
     def add_configmap(self, namespace: str, name: str, data: dict[str, str]) -> None:
         """A ConfigMap written before the operator started (an index another operator wrote)."""
@@ -190,6 +205,7 @@ class FakeKube:
             k: v
             for k, v in self.objects.items()
             if k[0] not in ("LLMDeployment", "Secret", "PersistentVolumeClaim", "Pod", *self.unwatched_kinds)
+            and k not in self.unwatched_names
         }
         for k, obj in children.items():
             version = obj["metadata"]["resourceVersion"]

@@ -117,6 +117,7 @@ async def drive_every_kube_method(recorder: Recorder) -> None:
         "create": [partial(kube.create, meta(kind)) for kind in CREATED_KINDS],
         "delete": [partial(kube.delete, kind, "n", "x") for kind in CHILD_KINDS],
         "add_labels": [partial(kube.add_labels, kind, "n", {}, "u", {"a": "b"}) for kind in RELABELED_KINDS],
+        "read": [partial(kube.read, kind, "n", "x") for kind in CHILD_KINDS],
         "read_claim": [lambda: kube.read_claim("n", "x")],
         "pod_log": [lambda: kube.pod_log("n", "x", 5)],
         "has_leader_worker_set": [kube.has_leader_worker_set],

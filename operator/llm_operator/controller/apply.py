@@ -21,6 +21,7 @@ from llm_operator.api import v1alpha1 as api
 from llm_operator.controller.kube import KubeApi, MissingApi, ObjKey, obj_key
 from llm_operator.controller.metrics import REPLACED
 from llm_operator.controller.observe import Applied, ChildCache, Key, drifted, owner_key
+from llm_operator.plan.types import PlanningError
 from llm_operator.render.model_fetch import MODEL_INDEX
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,46 @@ class Applier:
     def forget(self, key: Key) -> None:
         for k, _ in self.children.owned_by(key):
             self.applied.pop(k, None)
+
+    async def check_names(self, objs: list[dict[str, Any]]) -> None:
+        """Before a child is first applied, make sure its name is free or already the deployment's.
+        Server-side apply with force would otherwise take over a same-named object someone else
+        made: rewrite it, add our controller reference (the garbage collector then deletes it with
+        the deployment) and prune it later. Raises PlanningError NameConflict naming each object
+        held by someone else; nothing is applied then. One read per new child, once: what the
+        operator applied or the watch shows as the deployment's needs none."""
+        owner: dict[str, Any] | None = None
+        new: list[dict[str, Any]] = []
+        for obj in objs:
+            ref = _controller_ref(obj)
+            if ref is not None and not self._known_as(obj, ref["uid"]):
+                owner = ref
+                new.append(obj)
+        if owner is None:
+            return
+
+        async def holder(obj: dict[str, Any]) -> dict[str, Any] | None:
+            async with self._in_flight:
+                return await self.kube.read(*obj_key(obj))
+
+        found = await asyncio.gather(*(holder(o) for o in new))
+        taken = {
+            obj_key(obj): existing
+            for obj, existing in zip(new, found, strict=True)
+            if existing is not None and _controller_uid(existing) != owner["uid"]
+        }
+        if not taken:
+            return
+        if all(_held_by_predecessor(existing, owner) for existing in taken.values()):
+            # A deployment of this name was deleted and made again: its children go with the
+            # garbage collector's next pass. Retried with backoff, not a conflict to report.
+            raise PredecessorChildren(f"{len(taken)} children of a deleted {api.KIND} {owner['name']} remain")
+        raise PlanningError("NameConflict", name_conflict_message(owner["name"], taken))
+
+    def _known_as(self, obj: dict[str, Any], uid: str) -> bool:
+        k = obj_key(obj)
+        seen = self.children.get(k)
+        return k in self.applied or (seen is not None and _controller_uid(seen) == uid)
 
     async def apply(self, obj: dict[str, Any]) -> None:
         k = obj_key(obj)
@@ -250,6 +291,39 @@ def _immutable_changed(obj: dict[str, Any], seen: dict[str, Any]) -> bool:
         return False
     want, have = obj.get("spec", {}), seen.get("spec", {})
     return any(f in want and want[f] != have.get(f) for f in _FIXED_AT_CREATION)
+
+
+class PredecessorChildren(Exception):
+    """Children of a deleted deployment of the same name still hold their names (briefly)."""
+
+
+def name_conflict_message(deployment: str, held: dict[ObjKey, dict[str, Any]]) -> str:
+    def who(key: ObjKey, obj: dict[str, Any]) -> str:
+        ref = _controller_ref(obj)
+        holder = f"controlled by {ref.get('kind')} {ref.get('name')}" if ref else "made by someone else"
+        return f"{key[0]} {key[2]} ({holder})"
+
+    shown = [who(k, o) for k, o in list(held.items())[:5]]
+    names = ", ".join(shown) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+    return (
+        f"{names} {'already exist' if len(held) > 1 else 'already exists'} in this namespace; the "
+        "operator does not take over objects it did not create. Delete or rename "
+        f"{'them' if len(held) > 1 else 'it'}, or give this LLMDeployment a name other than {deployment}"
+    )
+
+
+def _controller_ref(obj: dict[str, Any]) -> dict[str, Any] | None:
+    return next((r for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
+
+
+def _controller_uid(obj: dict[str, Any]) -> str | None:
+    ref = _controller_ref(obj)
+    return ref.get("uid") if ref is not None and ref.get("kind") == api.KIND else None
+
+
+def _held_by_predecessor(existing: dict[str, Any], owner: dict[str, Any]) -> bool:
+    ref = _controller_ref(existing)
+    return ref is not None and ref.get("kind") == api.KIND and ref.get("name") == owner["name"]
 
 
 def _controlled_by(obj: dict[str, Any], owner: Key) -> bool:

@@ -127,6 +127,7 @@ class KubeApi(Protocol):
 
     async def apply(self, obj: dict[str, Any]) -> dict[str, Any]: ...
     async def create(self, obj: dict[str, Any]) -> bool: ...
+    async def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None: ...
     async def delete(self, kind: str, namespace: str, name: str, *, orphan: bool = False) -> None: ...
     async def add_labels(
         self, kind: str, namespace: str, selector: dict[str, str], owner_uid: str, labels: dict[str, str]
@@ -189,6 +190,20 @@ class Kube:
                 raise
             return False
         return True
+
+    async def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """A child's kind and name as the API server has it, whoever made it (the watch sees only
+        objects with our labels); None when there is none, or when its API is not installed."""
+        try:
+            return _as_dict(await self.client.get(CHILD_KINDS[kind], name, namespace=namespace))
+        except ApiError as e:
+            if e.status.code == 404:
+                return None
+            raise
+        except httpx.HTTPStatusError as e:  # a plain-text 404: no CRD, so no such object
+            if e.response.status_code == 404:
+                return None
+            raise
 
     async def read_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The claim (its size: spec.resources, status.capacity); None when it does not exist."""

@@ -284,7 +284,12 @@ class Reconciler:
             await self._write_status(body, self._stalled(body, e))
             self.queue.add_after((namespace, name), CLAIM_RECHECK_SECONDS)  # Secrets are not watched
             return
-        missing_apis = await self._apply(ld, wants, rollout.objects)
+        try:
+            missing_apis = await self._apply(ld, wants, rollout.objects)
+        except PlanningError as e:  # a child's name is taken by an object the operator did not make
+            await self._write_status(body, self._stalled(body, e))
+            self.queue.add_after((namespace, name), CLAIM_RECHECK_SECONDS)  # not watched either
+            return
         fetched, model_later = await self.models.settle(self.applier.children, ld, wants, now())
         events = [Event(*e) for e in [*rollout.decision.events, *fetched]]
         observed = self._observe(ld, wants, rollout, missing_apis)
@@ -298,7 +303,10 @@ class Reconciler:
 
     async def _apply(self, ld: LLMDeployment, wants: list[Desired], extra: list[dict[str, Any]]) -> set[str]:
         """Apply and prune; returns the optional kinds whose API is missing (KEDA's ScaledObject,
-        the Gateway API's HTTPRoute): the rest is applied all the same."""
+        the Gateway API's HTTPRoute): the rest is applied all the same. PlanningError NameConflict
+        when a child's name is held by an object the operator did not make: nothing is applied."""
+        objs = wants[0].shared + [o for want in wants for o in want.children] + extra
+        await self.applier.check_names(objs)
         for want in wants:
             await engines.record_built(self.kube, ld.namespace, want.record, now())
         for job in (job for want in wants for job in want.jobs):
@@ -306,7 +314,6 @@ class Reconciler:
             # does not change the engine (its key, so its Job name) must not try to change it.
             if obj_key(job) not in self.applier.children:
                 await self.kube.create(job)
-        objs = wants[0].shared + [o for want in wants for o in want.children] + extra
         missing = await self.applier.apply_all(objs, OPTIONAL_KINDS)
         keep = {obj_key(o) for o in objs}
         await self.applier.prune((ld.namespace, ld.name), keep, frozenset().union(*(w.held for w in wants)))
