@@ -11,15 +11,16 @@ lock="$root/requirements/dev.lock"
 py=${PYTHON:-python3.11}
 "$root/scripts/ensure-system-packages.sh"
 command -v "$py" >/dev/null || { echo "ensure-venv: $py not found (Python 3.11 is required)" >&2; exit 1; }
-key=$( (cat "$lock"; "$py" -c 'import sys; print(sys.version)') | sha256sum | cut -c1-16)
+key=$( (cat "$lock" "$root/requirements/pip.lock"; "$py" -c 'import sys; print(sys.version)') | sha256sum | cut -c1-16)
 venv="$cache/venvs/$key"
 if [ ! -f "$venv/.complete" ]; then
   echo "ensure-venv: creating $venv from $lock" >&2
   rm -rf "$venv"; mkdir -p "$cache/venvs"
   start=$SECONDS
   "$py" -m venv "$venv"
-  "$venv/bin/pip" install -q --upgrade pip
-  "$venv/bin/pip" install -q --no-deps -r "$lock"
+  # Hash-checked (scripts/lock.sh): pip first, then exactly the lock's files.
+  "$venv/bin/pip" install -q --require-hashes --no-deps -r "$root/requirements/pip.lock"
+  "$venv/bin/pip" install -q --require-hashes --no-deps -r "$lock"
   # torch is Debian's CPU-only build (ensure-system-packages.sh). Only it is linked in, so Debian's
   # other python3-* packages never shadow or mix with the locked ones.
   mkdir -p "$venv/debian"

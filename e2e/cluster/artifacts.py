@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.cluster import netns
+from e2e.cluster.pki import write_private
 from e2e.cluster.processes import Children
 from e2e.cluster.state import StateDir
 
@@ -97,8 +98,7 @@ def new(root: Path, host: str, s3_port: int, hf_port: int, hf_log: Path) -> Stor
     stores = Stores(
         str(root), host, s3_port, hf_port, "e2e" + secrets.token_hex(8), secrets.token_hex(20), str(hf_log)
     )
-    (root / "stores.json").write_text(json.dumps(asdict(stores), indent=1))
-    os.chmod(root / "stores.json", 0o600)
+    write_private(root / "stores.json", json.dumps(asdict(stores), indent=1))
     return stores
 
 

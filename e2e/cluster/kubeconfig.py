@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from e2e.cluster.pki import Pki
+from e2e.cluster.pki import Pki, write_private
 
 CLUSTER_NAME = "llmop-e2e"
 
@@ -41,8 +41,7 @@ def write(path: Path, port: int, pki: Pki, client: str, host: str = "127.0.0.1")
         "contexts": [{"name": CLUSTER_NAME, "context": {"cluster": CLUSTER_NAME, "user": client}}],
         "current-context": CLUSTER_NAME,
     }
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    path.chmod(0o600)
+    write_private(path, yaml.safe_dump(config, sort_keys=False))
 
 
 def write_env(path: Path, kubeconfig: Path, bin_dir: Path) -> None:

@@ -133,7 +133,7 @@ def prepare(root: Path, storage: Path, pki_dir: Path) -> list[str]:
     htpasswd(root / "htpasswd", made)
     (root / "config.yml").write_text(yaml.safe_dump(config(root, storage, tls)))
     (root / "docker").mkdir(exist_ok=True)
-    (root / "docker" / "config.json").write_text(dockerconfigjson(PUSH_USER, made.push))
+    pki_mod.write_private(root / "docker" / "config.json", dockerconfigjson(PUSH_USER, made.push))
     return ["serve", str(root / "config.yml")]
 
 
@@ -192,7 +192,7 @@ def write_hosts(certs_d: Path, ca: Path, node_password: str) -> None:
         # containerd looks a host:port up as host_port_ first, then host:port (hostDirFromRoots).
         directory = certs_d / host
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / "hosts.toml").write_text(text)
+        pki_mod.write_private(directory / "hosts.toml", text)  # the node's Basic header
 
 
 def local_name(ref: str) -> str:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from images.builder import locks
 from images.builder.cache import atomic_path, cache_root, inputs_hash, remove
 
 SUITE, MIRROR, VARIANT = "bookworm", "http://deb.debian.org/debian", "minbase"
@@ -116,9 +118,12 @@ def wheelhouse() -> Path:
 def download(requirements: Sequence[str | Path], constraints: Path | None = None, deps: bool = True) -> None:
     """Fetch wheels into the shared wheelhouse (pip skips those already there). The host's python
     is 3.11 on glibc 2.36 too, so it picks the wheels the rootfs's python3 accepts."""
-    extra = (["-c", str(constraints)] if constraints else []) + ([] if deps else ["--no-deps"])
-    run(sys.executable, "-m", "pip", "download", "--quiet", "--only-binary", ":all:", "--dest", wheelhouse(),
-        *extra, *requirements)  # fmt: skip
+    with tempfile.TemporaryDirectory() as scratch:
+        extra = [] if deps else ["--no-deps"]
+        if constraints:
+            extra += ["-c", str(locks.write_constraints(constraints, Path(scratch) / "constraints.txt"))]
+        run(sys.executable, "-m", "pip", "download", "--quiet", "--only-binary", ":all:", "--dest",
+            wheelhouse(), *extra, *requirements)  # fmt: skip
 
 
 def pip_install(rootfs: Path, requirements: Sequence[str | Path], constraints: Path | None = None,
@@ -133,7 +138,7 @@ def pip_install(rootfs: Path, requirements: Sequence[str | Path], constraints: P
     shutil.copytree(wheelhouse(), tools / "wheels", copy_function=_link_or_copy)
     args = [] if deps else ["--no-deps"]
     if constraints:
-        shutil.copy(constraints, tools / "constraints.txt")
+        locks.write_constraints(constraints, tools / "constraints.txt")
         args += ["-c", "/tmp/build-tools/constraints.txt"]
     for requirement in requirements:
         if isinstance(requirement, Path):

@@ -19,6 +19,8 @@ from llm_operator import cli, contract, releases
 from llm_operator.api.v1alpha1 import Backend
 from llm_operator.controller.config import DEFAULT_RUNTIME_IMAGE, DEFAULT_TRTLLM_VERSION
 
+from images.builder import locks
+
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILES = sorted((REPO / "images").glob("*.Dockerfile"))
 IDS = [d.stem for d in DOCKERFILES]
@@ -152,10 +154,10 @@ def test_the_cpu_runtime_image_has_the_front_doors_libraries_and_the_cpu_referen
     model's checkpoints); the tokenizer directory is written where the contract says."""
     dockerfile = REPO / "images" / "cpu-runtime.Dockerfile"
     runs = " ".join(rest for op, rest in instructions(dockerfile) if op == "RUN")
-    lock = (REPO / "requirements" / "dev.lock").read_text().lower().splitlines()
+    lock = locks.pins(REPO / "requirements" / "dev.lock")
     for package in ("jinja2", "markupsafe", "tokenizers", "safetensors"):
         pin = re.search(rf'"{package}==([^"]+)"', runs, re.IGNORECASE)
         assert pin, f"{package} is pinned in the cpu-runtime image"
-        assert f"{package}=={pin.group(1)}" in lock, f"{package} is pinned as requirements/dev.lock pins it"
+        assert lock[package] == pin.group(1), f"{package} is pinned as requirements/dev.lock pins it"
     writer = "-m llm_operator.runtime.cpu_reference.tokenizer_files"
     assert f"{writer} {contract.CPU_REFERENCE_TOKENIZER_DIR} " in f"{runs} "

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.cluster import busybox_image, registry
+from e2e.cluster import busybox_image, pki, registry
 from images.push import manifest_digest, project_version, repository
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,6 +24,7 @@ def test_hosts_files_trust_the_ca_and_only_mirrors_carry_the_nodes_credentials(t
     found = {}
     for path in (tmp_path / "certs.d").glob("*/hosts.toml"):
         found[path.parent.name] = tomllib.loads(path.read_text())
+        assert path.stat().st_mode & 0o777 == 0o600, "the node's Basic header: its owner's alone"
     assert set(found) == {registry.HOST, *registry.MIRRORED}
     for host, config in found.items():
         # containerd 1.6.20 refuses a file without a [host] table and then ignores its CA.
@@ -38,6 +39,16 @@ def test_hosts_files_trust_the_ca_and_only_mirrors_carry_the_nodes_credentials(t
                 b":"
             )
             assert (user.decode(), password.decode()) == (registry.NODE_USER, "the-node-password")
+
+
+def test_a_private_file_is_its_owners_alone_also_when_it_replaces_a_readable_one(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text("old")
+    path.chmod(0o644)
+    pki.write_private(path, '{"auths": {}}')
+    assert path.stat().st_mode & 0o777 == 0o600 and path.read_text() == '{"auths": {}}'
+    pki.write_private(tmp_path / "new.key", b"key")
+    assert (tmp_path / "new.key").stat().st_mode & 0o777 == 0o600
 
 
 def test_each_up_makes_new_passwords_kept_from_other_users_and_htpasswd_checks_them(tmp_path: Path) -> None:
