@@ -31,6 +31,9 @@ MODEL_CACHE_MOUNT = "/var/lib/llm-operator/model-cache"
 # with its chat template), written into the cpu-runtime image when it is built
 # (runtime/cpu_reference/tokenizer_files.py): the tokenizer directory of every cpu-reference pod.
 CPU_REFERENCE_TOKENIZER_DIR = "/opt/llm-operator/cpu-reference-tokenizer"
+# spec.routing.apiKeys: the Secret's keys, one file each, read by the front door (leaders only).
+API_KEYS_DIR = "/etc/llm-operator/api-keys"
+API_KEYS_VOLUME = "api-keys"
 SSH_DIR = "/etc/llm-operator/ssh"  # multi-node pods: their role's keys from the SSH Secret, read-only
 RUNTIME_DIR = "/tmp/llm-operator"  # 0700: private copies of keys, sshd config, the workers' environment
 TMP_DIR = "/tmp"  # an emptyDir (the root filesystem is read-only): RUNTIME_DIR lives in it
@@ -56,6 +59,9 @@ SSH_VOLUME = "ssh"
 # this header (gRPC: `triton-grpc-protocol-<header>` metadata) with the key from the deployment's
 # admin-key Secret (controller/admin_key.py), which reaches the leader as ADMIN_KEY_ENV.
 ADMIN_KEY_ENV = "LLMOP_ADMIN_KEY"
+# The launcher runs itself again without ADMIN_KEY_ENV, handing the key over a pipe (this names
+# its descriptor), so that no process's startup environment keeps it (runtime/launcher.py).
+ADMIN_KEY_FD_ENV = "LLMOP_ADMIN_KEY_FD"
 ADMIN_KEY_HEADER = "llm-operator-admin-key"
 ADMIN_KEY_SECRET_KEY = "admin-key"  # the key of the Secret's data
 
@@ -92,6 +98,7 @@ ENV: dict[str, str] = {
     # The names /v1/models lists and requests may name (comma-separated): spec.model.name, then
     # spec.model.alias when set.
     "LLMOP_SERVED_MODEL_NAMES": "",
+    "LLMOP_API_KEYS_DIR": "",
     # The engine's limits, which the front door checks before Triton would refuse less helpfully
     # ("" = not checked there): spec.engine.maxInputLen and maxSeqLen.
     "LLMOP_MAX_INPUT_LEN": "",

@@ -81,9 +81,15 @@ def test_the_sources_the_cpu_reference_backend_serves_are_accepted(
         ({"source": {"uri": "s3://models/tiny-llama/", "endpoint": "http://key:secret@10.240.0.10:7070"},
           "cache": CACHE}, "model.source.endpoint must be http://HOST[:PORT][/PATH] or https://..., with no "
          "credentials in it"),
+        ({"source": {"uri": "s3://AKIAEXAMPLE:secret@models/tiny-llama/"}, "cache": CACHE},
+         "model.source.uri must not carry credentials (USER:SECRET@)"),
+        ({"source": {"uri": "hf://llm-operator/tiny-llama?token=hf_secret"}, "cache": CACHE},
+         "model.source.uri takes no query or fragment (a ?token= would show in the fetch Job, status and "
+         "Events)"),
     ],
     ids=["revision-s3", "revision-builtin", "gs", "s3-without-cache", "hf-without-cache", "cache-pvc",
-         "region-hf", "path-style-hf", "endpoint-pvc", "credentials-pvc", "endpoint-with-credentials"],
+         "region-hf", "path-style-hf", "endpoint-pvc", "credentials-pvc", "endpoint-with-credentials",
+         "uri-with-userinfo", "uri-with-token-query"],
 )  # fmt: skip
 def test_what_the_cache_cannot_fetch_is_refused_naming_the_field(
     crd: None, kubectl: Kubectl, namespace: str, model: dict[str, Any], message: str
@@ -91,4 +97,5 @@ def test_what_the_cache_cannot_fetch_is_refused_naming_the_field(
     with pytest.raises(KubectlError) as err:
         create(kubectl, namespace, tiny(model))
     assert message in err.value.stderr, err.value.stderr
-    assert "secret@" not in err.value.stderr, "a credential in a URL is never echoed"
+    for credential in ("secret@", "AKIAEXAMPLE", "hf_secret"):
+        assert credential not in err.value.stderr, "a credential in a URL is never echoed"

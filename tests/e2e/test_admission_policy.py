@@ -1,7 +1,9 @@
 """The chart's ValidatingAdmissionPolicy on the embedded cluster's real API server: the objects
 `helm template` renders from the chart's values are installed (bound to this test's namespace
-only: the cluster is shared), then every field that names an image, a ServiceAccount or a Secret is
-refused outside the allowed lists with the policy's message, an allowed spec is accepted, and an
+only: the cluster is shared), then every field that names an image, a ServiceAccount, a Secret, the
+model store's endpoint, environment names that load code, a scheduling privilege, or pod
+annotations and labels is refused outside the allowed lists with the policy's message, an allowed
+spec is accepted, and an
 object admitted before the policy can still be relabelled (kopf's metadata patches) but not
 changed. Server-side dry runs: nothing is stored but the one pre-existing object."""
 
@@ -30,6 +32,12 @@ VALUES: dict[str, Any] = {
         "allowedImagePrefixes": ["registry.example/llm/"],
         "allowedServiceAccountNames": ["llm-serving"],
         "allowedSecretNames": ["hf-token", "regcred"],
+        "allowedEndpoints": ["https://hub-mirror.example"],
+        "allowedConfigMapNames": ["serving-env"],
+        "allowedPriorityClassNames": ["llm-serving"],
+        "allowedTolerationKeys": ["dedicated"],
+        "allowedPodAnnotations": ["prometheus.io/", "example.com/team"],
+        "allowedPodLabels": ["team"],
     }
 }
 # One field each, outside the lists, and the start of the policy's message for it.
@@ -49,9 +57,33 @@ DENIED: list[tuple[str, dict[str, Any], str]] = [
         {"model": {"source": {"credentialsSecretRef": {"name": "db"}}}},
         "spec.model.source.credentialsSecretRef.name",
     ),
-]
+    ("api keys", {"routing": {"apiKeys": {"secretRef": {"name": "db"}}}}, "spec.routing.apiKeys.secretRef"),
+    ("endpoint", {"model": {"source": {"endpoint": "http://127.0.0.1:9"}}}, "spec.model.source.endpoint"),
+    ("LD_PRELOAD", {"runtime": {"env": [{"name": "LD_PRELOAD", "value": "/m/x.so"}]}}, "spec.runtime.env[]"),
+    ("NCCL plugin", {"runtime": {"env": [{"name": "NCCL_NET_PLUGIN", "value": "x"}]}}, "spec.runtime.env[]"),
+    ("PYTHONPATH", {"runtime": {"env": [{"name": "PYTHONPATH", "value": "/models"}]}}, "spec.runtime.env[]"),
+    ("unprefixed ConfigMap", {"runtime": {"envFrom": [{"configMapRef": {"name": "any"}}]}},
+     "spec.runtime.envFrom[].configMapRef"),
+    # "L" + a key "D_PRELOAD" would make LD_PRELOAD: a prefix that starts a denied one is refused.
+    ("prefix L", {"runtime": {"envFrom": [{"configMapRef": {"name": "any"}, "prefix": "L"}]}},
+     "spec.runtime.envFrom[].prefix"),
+    ("prefix LLMOP_X", {"runtime": {"envFrom": [{"secretRef": {"name": "hf-token"}, "prefix": "LLMOP_X"}]}},
+     "spec.runtime.envFrom[].prefix"),
+    ("priority class", {"placement": {"priorityClassName": "system-node-critical"}},
+     "spec.placement.priorityClassName"),
+    ("toleration", {"placement": {"tolerations": [{"key": "node-role.kubernetes.io/control-plane",
+                                                   "operator": "Exists"}]}}, "spec.placement.tolerations[]"),
+    ("wildcard toleration", {"placement": {"tolerations": [{"operator": "Exists"}]}},
+     "spec.placement.tolerations[]"),
+    ("mesh annotation", {"runtime": {"podAnnotations": {"sidecar.istio.io/inject": "false"}}},
+     "spec.runtime.podAnnotations"),
+    ("IAM annotation", {"runtime": {"podAnnotations": {"iam.amazonaws.com/role": "admin"}}},
+     "spec.runtime.podAnnotations"),
+    ("label", {"runtime": {"podLabels": {"role": "db-client"}}}, "spec.runtime.podLabels"),
+]  # fmt: skip
 ALLOWED: dict[str, Any] = {
     "model": {"source": {"credentialsSecretRef": {"name": "hf-token"}}},
+    "routing": {"apiKeys": {"secretRef": {"name": "regcred"}}},
     "engine": {"build": {"image": "registry.example/llm/builder:1"}},
     "runtime": {
         "image": "registry.example/llm/triton:1",
@@ -60,10 +92,22 @@ ALLOWED: dict[str, Any] = {
             {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}},
             {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "any", "key": "mode"}}},
         ],
-        "envFrom": [{"secretRef": {"name": "hf-token"}}, {"configMapRef": {"name": "any"}}],
+        "envFrom": [
+            {"secretRef": {"name": "hf-token"}},
+            {"configMapRef": {"name": "serving-env"}},
+            {"configMapRef": {"name": "any"}, "prefix": "APP_"},
+        ],
         "imagePullSecrets": [{"name": "regcred"}],
+        "podAnnotations": {"prometheus.io/scrape": "true", "example.com/team": "ml"},
+        "podLabels": {"team": "ml"},
+    },
+    "placement": {
+        "priorityClassName": "llm-serving",
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"}],
     },
 }
+ALLOWED_HUB = {"model": {"source": {"uri": "hf://meta-llama/Llama-3.1-70B-Instruct",
+                                    "endpoint": "https://hub-mirror.example/"}}}  # fmt: skip
 
 
 def merged(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
@@ -130,7 +174,7 @@ def test_the_policy_refuses_what_the_lists_do_not_allow(
             result = dry_run_create(kubectl, deployment("denied", change), namespace)
             assert result.returncode != 0, f"{what}: admitted"
             assert f"denied request: {message}" in result.stderr, (what, result.stderr)
-        for spec in ({}, ALLOWED):  # the operator's default images, and everything the lists allow
+        for spec in ({}, ALLOWED, ALLOWED_HUB):  # the operator's defaults, and all the lists allow
             result = dry_run_create(kubectl, deployment("allowed", spec), namespace)
             assert result.returncode == 0, result.stderr
         # The object admitted earlier: metadata-only updates pass (kopf removes a finalizer this

@@ -239,13 +239,13 @@ def s3_counts(world: World, prefix: str) -> dict[str, int]:
     return {name: s3_gets(world.stores, f"{prefix}/{name}") for name in S3_FILES}
 
 
-def test_sources_that_cannot_be_read_stall_with_the_servers_words(world: World) -> None:
+def test_sources_that_cannot_be_read_stall_with_the_servers_status_and_code(world: World) -> None:
     """The three side by side, each Stalled from its Job's first and only pod. First in the module:
     a source the claim already holds is served whatever the credentials (the index is keyed by
     claim, source and revision), so the wrong keys must meet a model not fetched yet."""
     stores = world.stores
     cases = {
-        # name: (source, revision, the fetcher's reason, the server's words)
+        # name: (source, revision, the fetcher's reason, the server's error code)
         "wrong-keys": (s3_source(stores, artifacts.BUCKET, "tiny-llama", WRONG_CREDENTIALS), None,
                        "SourceUnauthorized", "SignatureDoesNotMatch"),
         "no-bucket": (s3_source(stores, "no-such-bucket", "tiny-llama"), None,

@@ -14,8 +14,10 @@ monitoring path, not that the ipBlock rule is what admits it.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import secrets
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -24,9 +26,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 import yaml
 
+from e2e.chat import base_url
 from e2e.cluster import busybox_image
 from e2e.cluster.netns import NODE_IP
 from e2e.cluster.pki import NODE_NAME
@@ -44,12 +48,16 @@ PROBE_TIMEOUT_S = 3  # nc gives up then on a dropped SYN; an open port answers i
 ENFORCED_WITHIN_S = 30
 
 
-def tiny_llama(enabled: bool, client_namespaces: dict[str, Any] | None = None) -> dict[str, Any]:
+def tiny_llama(
+    enabled: bool, client_namespaces: dict[str, Any] | None = None, api_keys: str | None = None
+) -> dict[str, Any]:
     doc: dict[str, Any] = yaml.safe_load((EXAMPLES / "cpu-reference.yaml").read_text())
     doc["spec"]["resources"]["cpu"] = "250m"
     doc["spec"]["networkPolicy"] = {"enabled": enabled}
     if client_namespaces is not None:
         doc["spec"]["networkPolicy"]["clientNamespaceSelector"] = client_namespaces
+    if api_keys is not None:
+        doc["spec"]["routing"] = {"apiKeys": {"secretRef": {"name": api_keys}}}
     return doc
 
 
@@ -93,12 +101,18 @@ def selected(kubectl: Kubectl, ns: str, policy: dict[str, Any]) -> set[str]:
     return {p["metadata"]["name"] for p in kubectl.items("pods", ns, labels)}
 
 
+def answer(kubectl: Kubectl, world: World, ip: str, port: int, path: str, key: str | None = None) -> int:
+    """The HTTP status the client pod gets from ip:port within PROBE_TIMEOUT_S, 0 for none. (nc:
+    busybox's `wget -T` crashes in the static build.)"""
+    auth = f"Authorization: Bearer {key}\\r\\n" if key else ""
+    request = f"printf 'GET {path} HTTP/1.0\\r\\n{auth}\\r\\n' | nc -w {PROBE_TIMEOUT_S} {ip} {port}"
+    out = kubectl("exec", "-n", world.client, "client", "--", "sh", "-c", request, check=False).stdout.split()
+    return int(out[1]) if len(out) > 1 and out[0].startswith("HTTP/1.") and out[1].isdigit() else 0
+
+
 def reaches(kubectl: Kubectl, world: World, ip: str, port: int, path: str) -> bool:
-    """Whether the client pod gets HTTP 200 from ip:port within PROBE_TIMEOUT_S. (nc: busybox's
-    `wget -T` crashes in the static build.)"""
-    request = f"printf 'GET {path} HTTP/1.0\\r\\n\\r\\n' | nc -w {PROBE_TIMEOUT_S} {ip} {port}"
-    out = kubectl("exec", "-n", world.client, "client", "--", "sh", "-c", request, check=False).stdout
-    return out.split()[:2] in (["HTTP/1.1", "200"], ["HTTP/1.0", "200"])
+    """Whether the client pod gets HTTP 200 from ip:port within PROBE_TIMEOUT_S."""
+    return answer(kubectl, world, ip, port, path) == 200
 
 
 def scraped_since(world: World, ip: str, since: float) -> bool:
@@ -214,3 +228,83 @@ def test_the_policy_is_enforced_on_the_live_pod_and_goes_when_switched_off(
         timeout=ENFORCED_WITHIN_S,
     )
     assert not reaches(kubectl, world, ip, 8002, "/metrics")
+
+
+def test_api_keys_guard_the_openai_port_close_tritons_and_rotate_without_a_restart(
+    world: World, cluster: E2ECluster, kubectl: Kubectl
+) -> None:
+    """spec.routing.apiKeys on the same live deployment: the policy now admits the client pod to
+    the OpenAI port only (Triton's own APIs check no key); there a request without an accepted key
+    is 401 in OpenAI's format and the openai SDK with the key is answered. A rotated Secret (new
+    key in, old key out) reaches the front door through the kubelet's update of the volume with
+    no restart: a pod update makes the kubelet sync the volume at once instead of at its next
+    periodic sync (up to a minute)."""
+    ns, first, second = world.namespace, "sk-e2e-" + secrets.token_hex(8), "sk-e2e-" + secrets.token_hex(8)
+    kubectl.apply(api_key_secret({"first": first}), namespace=ns)
+    kubectl.apply(tiny_llama(enabled=True, api_keys="llm-api-keys"), namespace=ns)
+
+    def keyed_and_ready(d: dict[str, Any] | None) -> bool:
+        pods = kubectl.items("pods", ns, SELECTOR)
+        current = d is not None and d["status"]["observedGeneration"] == d["metadata"]["generation"]
+        keyed = all("LLMOP_API_KEYS_DIR" in json.dumps(p["spec"]) and pod_ready(p) for p in pods)
+        return current and is_true(d, "Ready") and len(pods) == 1 and keyed
+
+    ld = wait_for(
+        f"{NAME} Ready with API keys",
+        lambda: kubectl.get("llmdeployment", NAME, ns),
+        keyed_and_ready,
+        timeout=240,
+    )
+    (pod,) = kubectl.items("pods", ns, SELECTOR)
+    ip = pod["status"]["podIP"]
+    wait_for(
+        "8000 closed to clients while API keys are on",
+        lambda: reaches(kubectl, world, ip, 8000, "/v2/health/ready"),
+        lambda ok: not ok,
+        timeout=ENFORCED_WITHIN_S,
+    )
+    assert answer(kubectl, world, ip, 8080, "/v1/models") == 401
+    assert answer(kubectl, world, ip, 8080, "/v1/models", key="sk-wrong") == 401
+    assert answer(kubectl, world, ip, 8080, "/v1/models", key=first) == 200
+    wait_for(
+        "/health answered without a key (readiness only)",
+        lambda: answer(kubectl, world, ip, 8080, "/health"),
+        lambda status: status == 200,
+        timeout=15,
+    )
+
+    assert cluster.launcher is not None and ld is not None
+    with base_url(cluster.launcher, ld["status"]["endpoints"]["openai"]) as base:
+        sdk = openai.OpenAI(base_url=base, api_key=first, max_retries=0, timeout=60)
+        done = sdk.completions.create(model="tiny-llama", prompt="Once", max_tokens=4, temperature=0)
+        assert done.choices[0].text
+        with pytest.raises(openai.AuthenticationError) as refused:
+            openai.OpenAI(base_url=base, api_key=second, max_retries=0).models.list()
+        assert refused.value.response.json()["error"]["code"] == "invalid_api_key"
+
+    kubectl.apply(api_key_secret({"second": second}), namespace=ns)
+    kubectl("annotate", "pod", pod["metadata"]["name"], f"e2e/rotated={int(time.time())}", "--overwrite",
+            namespace=ns)  # fmt: skip
+    wait_for(
+        "the rotated key accepted",
+        lambda: answer(kubectl, world, ip, 8080, "/v1/models", key=second),
+        lambda status: status == 200,
+        timeout=60,
+    )
+    assert answer(kubectl, world, ip, 8080, "/v1/models", key=first) == 401, "the removed key is refused"
+    (still,) = kubectl.items("pods", ns, SELECTOR)
+    assert (
+        still["metadata"]["uid"] == pod["metadata"]["uid"]
+        and still["status"]["containerStatuses"][0]["restartCount"]
+        == pod["status"]["containerStatuses"][0]["restartCount"]
+    ), "rotated without a restart"
+    log = kubectl("logs", pod["metadata"]["name"], "-c", "triton", namespace=ns).stdout
+    assert "API key(s) accepted" in log and first not in log and second not in log, "keys never logged"
+
+
+def api_key_secret(keys: dict[str, str]) -> dict[str, Any]:
+    """`data`, not `stringData`: server-side apply then removes a key the next apply leaves out
+    (stringData is write-only, so no field manager would own, and remove, the key it wrote)."""
+    data = {name: base64.b64encode(key.encode()).decode() for name, key in keys.items()}
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "llm-api-keys"}, "data": data,
+            "type": "Opaque"}  # fmt: skip

@@ -100,6 +100,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "allowedImagePrefixes": ["registry.example/llm/"],
             "allowedServiceAccountNames": ["llm-serving"],
             "allowedSecretNames": ["hf-token", "regcred"],
+            "allowedEndpoints": ["https://hub-mirror.example"],
+            "allowedPriorityClassNames": ["llm-serving"],
             "validationActions": ["Warn", "Audit"],
             "namespaceSelector": {"matchLabels": {"llm.example/tenant": "true"}},
         },
@@ -535,7 +537,11 @@ def test_admission_policy_is_off_by_default_and_carries_the_values_lists() -> No
     variables = {v["name"]: yaml.safe_load(v["expression"]) for v in policy["spec"]["variables"]}
     assert variables == {
         "imagePrefixes": ["registry.example/llm/"], "serviceAccounts": ["llm-serving"],
-        "secrets": ["hf-token", "regcred"],
+        "secrets": ["hf-token", "regcred"], "endpoints": ["https://hub-mirror.example"],
+        "deniedEnvPrefixes": ["LD_", "PYTHON", "PATH", "LLMOP_", "OMPI_", "OPAL_", "PMIX_", "UCX_", "NCCL_",
+                              "TLLM_", "TRTLLM_"],
+        "configMaps": [], "priorityClasses": ["llm-serving"], "tolerationKeys": [], "podAnnotations": [],
+        "podLabels": [],
     }  # fmt: skip
     assert binding["spec"] == {
         "policyName": policy["metadata"]["name"],
@@ -547,6 +553,10 @@ def test_admission_policy_is_off_by_default_and_carries_the_values_lists() -> No
         "spec.runtime.image", "spec.engine.build.image", "spec.runtime.serviceAccountName",
         "spec.runtime.env[].valueFrom.secretKeyRef.name", "spec.runtime.envFrom[].secretRef.name",
         "spec.runtime.imagePullSecrets[].name", "spec.model.source.credentialsSecretRef.name",
+        "spec.routing.apiKeys.secretRef.name", "spec.model.source.endpoint", "spec.runtime.env[].name",
+        "spec.runtime.envFrom[].prefix",
+        "spec.runtime.envFrom[].configMapRef", "spec.placement.priorityClassName",
+        "spec.placement.tolerations[].key", "spec.runtime.podAnnotations", "spec.runtime.podLabels",
     ]  # fmt: skip
     enabled = ("--set", "admissionPolicy.enabled=true")
     old = helm("template", "rel", str(CHART), "--kube-version", "1.29.9", *enabled, check=False)
@@ -645,12 +655,15 @@ def test_every_value_is_documented_and_in_the_schema() -> None:
         (["--set", "admissionPolicy.validationActions={Deny,Warn}"], "/admissionPolicy/validationActions"),
         (["--set", "admissionPolicy.allowedSecretNames={Bad_Name}"], "/admissionPolicy/allowedSecretNames/0"),
         (["--set", "admissionPolicy.allowedImagePrefixs={x}"], "allowedImagePrefixs"),
+        (["--set", "admissionPolicy.allowedImagePrefixes={nvcr.io}"], "allowedImagePrefixes/0"),
+        (["--set", "admissionPolicy.allowedEndpoints={http://u:p@hub}"], "allowedEndpoints/0"),
         (["--set", "networkPolicy.metricsPeers={10.0.0.0/40}"], "/networkPolicy/metricsPeers/0"),
     ],
     ids=["unknown-top", "unknown-nested", "wrong-type-int", "wrong-type-bool", "enum", "repeated-namespace",
          "bad-namespace", "shadowed-env", "duration", "typo-resources", "no-replicas", "election-bool",
          "shadowed-election", "prometheus-url", "analysis-query", "analysis-userinfo", "analysis-repeated",
-         "rate-window", "deny-and-warn", "bad-secret-name", "unknown-policy-key", "metrics-peer"],
+         "rate-window", "deny-and-warn", "bad-secret-name", "unknown-policy-key", "prefix-without-slash",
+         "endpoint-with-credentials", "metrics-peer"],
 )  # fmt: skip
 def test_values_schema_rejects_bad_values(args: list[str], message: str) -> None:
     result = helm("template", "rel", str(CHART), *args, check=False)

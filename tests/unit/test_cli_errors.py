@@ -155,10 +155,11 @@ CASES = [
         yaml.safe_load(edited(CPU, with_env({"name": "HF_TOKEN", "value": 5, "x": SECRET})))]}),
         r"document 1, items\[0\] \(tiny-llama\), spec.runtime.env\[0\].value", "valid string"),
     Case("List items not a list", "apiVersion: v1\nkind: List\nitems: {a: 1}\n", "document 1, items", "list"),
+    # a credential in a URI is refused where it is, and not echoed
+    doc_case("credentials in the model uri", lambda d: d["spec"]["model"]["source"].update(
+             uri=f"https://user:{SECRET}@example.com/m"),
+             r"document 1 \(tiny-llama\), spec\.model\.source\.uri", "must not carry credentials"),
     # specs that validate but cannot be placed
-    doc_case("not a builtin model", lambda d: d["spec"]["model"]["source"].update(
-             uri=f"https://user:{SECRET}@example.com/m"), r"document 1 \(tiny-llama\)",
-             "cannot be placed (UnknownBuiltinModel)"),
     Case("unplaceable", UNPLACEABLE, r"document 1 \(llama3-8b\)", "cannot be placed (InvalidParallelism)"),
     Case("unplaceable, model-repo", UNPLACEABLE, r"document 1 \(llama3-8b\)", "cannot be placed",
          command="model-repo"),

@@ -177,6 +177,9 @@ def test_the_launcher_hands_triton_the_key_in_argv_only_and_logs_it_redacted(
         server = Pod(tmp_path, proc).pid("rank0")
         argv = Path(f"/proc/{server}/cmdline").read_bytes().decode().split("\0")
         environ = Path(f"/proc/{server}/environ").read_bytes().decode()
+        # The launcher itself ran again without it: its startup environment (what any process of
+        # the container's user can read) holds no key either.
+        launcher = Path(f"/proc/{proc.pid}/environ").read_bytes().decode()
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=20)
@@ -184,6 +187,8 @@ def test_the_launcher_hands_triton_the_key_in_argv_only_and_logs_it_redacted(
     given = setting.rsplit("=", 1)[1]
     assert given == key if key else len(given) == 64, "unset: a random key nobody holds"
     assert ADMIN_KEY_ENV not in environ, "Triton and its backends do not inherit it"
+    names = {entry.partition("=")[0] for entry in launcher.split("\0")}
+    assert ADMIN_KEY_ENV not in names and (not key or key not in launcher), "nor /proc/1/environ"
     text = log.read_text()
     assert "--http-restricted-api=" in text and given not in text, text
 

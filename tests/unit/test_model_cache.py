@@ -79,6 +79,9 @@ def model_spec(model: dict[str, Any]) -> LLMDeploymentSpec:
          "credentialsSecretRef is for s3"),
         ({"source": {"uri": "s3://b/m", "endpoint": "http://k:secret@host:7070"}, "cache": CACHE},
          "with no credentials in it"),
+        ({"source": {"uri": "s3://AKIA:secret@b/m"}, "cache": CACHE}, "uri must not carry credentials"),
+        ({"source": {"uri": "hf://org/m?token=hf_x"}, "cache": CACHE}, "takes no query or fragment"),
+        ({"source": {"uri": "hf://org/m#main"}, "cache": CACHE}, "takes no query or fragment"),
     ],
 )  # fmt: skip
 def test_what_admission_refuses_the_models_refuse_too_naming_the_field(

@@ -159,7 +159,9 @@ def _answers(url: str) -> bool:
 BYPASSED = {FailureMode.FAIL_OPEN: (200, "service"), FailureMode.FAIL_CLOSE: (503, "no healthy upstream")}
 
 
-def _local_config(mode: FailureMode, service_port: int) -> tuple[dict[str, Any], dict[str, int]]:
+def _local_config(
+    mode: FailureMode, service_port: int, **limits: int
+) -> tuple[dict[str, Any], dict[str, int]]:
     ports = {p: _free_port() for p in ("listen", "ready", "picker", "health", "picking")}
     config = envoy_config(
         mode,
@@ -171,6 +173,7 @@ def _local_config(mode: FailureMode, service_port: int) -> tuple[dict[str, Any],
         picker_port=ports["picker"],
         picker_health_port=ports["health"],
         picking_port=ports["picking"],
+        **limits,
     )
     return config, ports
 
@@ -186,6 +189,34 @@ def test_failure_mode_with_no_picker(mode: FailureMode, upstreams: dict[str, int
         forged_status, forged_body = _post(url, {DESTINATION_HEADER: f"127.0.0.1:{upstreams['elsewhere']}"})
     assert (status, body) == BYPASSED[mode]
     assert (forged_status, forged_body) == BYPASSED[mode]
+
+
+@needs_envoy
+def test_connections_beyond_the_cap_are_closed_and_served_again_below_it(
+    upstreams: dict[str, int], tmp_path: Path
+) -> None:
+    """Envoy's downstream connection cap (the overload manager's global monitor): idle connections
+    up to it are held; one more is closed at once; once some close, requests are served again."""
+    config, ports = _local_config(FailureMode.FAIL_OPEN, upstreams["service"], max_connections=3)
+    url = f"http://127.0.0.1:{ports['listen']}/v1/completions"
+    with _running_envoy(config, ports["ready"], tmp_path):
+        held = [socket.create_connection(("127.0.0.1", ports["listen"]), timeout=5) for _ in range(3)]
+        try:
+            time.sleep(0.5)  # accepted and counted
+            with socket.create_connection(("127.0.0.1", ports["listen"]), timeout=5) as extra:
+                try:
+                    extra.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+                    answered = extra.recv(1024)
+                except ConnectionResetError:  # closed before (or while) the request was written
+                    answered = b""
+                assert answered == b"", "over the cap: closed, not answered"
+        finally:
+            for connection in held:
+                connection.close()
+        deadline = time.monotonic() + 10
+        while (answer := _post(url))[0] != 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert answer == (200, "service")
 
 
 class _KeepAlive(_Named):

@@ -112,6 +112,18 @@ def test_the_router_stays_behind_its_service_while_its_picker_is_not_ready(failu
     assert objs[("Service", ROUTER)]["spec"]["publishNotReadyAddresses"] is True
 
 
+def test_only_the_picker_holds_an_api_token_envoy_which_faces_clients_holds_none() -> None:
+    ld = LLMDeployment.model_validate({**pool_example(), "metadata": {"name": NAME, "namespace": NS}})
+    objs = {(o["kind"], o["metadata"]["name"]): o for o in all_rendered(ld)}
+    pod = objs[("Deployment", ROUTER)]["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False, "no token in every container by default"
+    mounts = {c["name"]: {m["mountPath"] for m in c["volumeMounts"]} for c in pod["containers"]}
+    assert routing.TOKEN_MOUNT in mounts["epp"] and routing.TOKEN_MOUNT not in mounts["envoy"]
+    (token,) = [v for v in pod["volumes"] if v["name"] == routing.TOKEN_VOLUME]
+    kinds = [next(iter(source)) for source in token["projected"]["sources"]]
+    assert kinds == ["serviceAccountToken", "configMap", "downwardAPI"], "what the API server would mount"
+
+
 def test_service_mode_renders_no_router() -> None:
     body = pool_example()
     del body["spec"]["routing"]

@@ -158,6 +158,17 @@ ENDPOINT_MESSAGE = (
     "model.source.endpoint must be http://HOST[:PORT][/PATH] or https://..., with no credentials in "
     "it (they come from model.source.credentialsSecretRef)"
 )
+URI_USERINFO = r"^[a-z0-9]+://[^/]*@"
+URI_USERINFO_MESSAGE = (
+    "model.source.uri must not carry credentials (USER:SECRET@): they would show in the fetch Job, "
+    "status and Events; put them in the Secret model.source.credentialsSecretRef names"
+)
+URI_QUERY = r"[?#]"
+URI_QUERY_MESSAGE = (
+    "model.source.uri takes no query or fragment (a ?token= would show in the fetch Job, status and "
+    "Events): credentials go in the Secret model.source.credentialsSecretRef names, a revision in "
+    "model.revision"
+)
 # Sources the fetch Job downloads into spec.model.cache (pvc:// is read in place, builtin:// ships
 # in the cpu-runtime image).
 CACHED_SCHEMES = ("s3://", "hf://")
@@ -199,6 +210,8 @@ class ModelSource(Spec):
                 "model.source.uri must start with s3://, pvc://, hf:// or builtin://",
             ),
             cel("!self.startsWith('gs://')", f"model.source.uri: {GS_REFUSED}"),
+            cel(f"!self.matches('{URI_USERINFO}')", URI_USERINFO_MESSAGE),
+            cel(f"!self.matches('{URI_QUERY}')", URI_QUERY_MESSAGE),
         ),
     )
     endpoint: str | None = Field(
@@ -237,6 +250,15 @@ class ModelSource(Spec):
         if endpoint is not None and not re.match(ENDPOINT, endpoint):
             raise ValueError(ENDPOINT_MESSAGE)
         return endpoint
+
+    @field_validator("uri")
+    @classmethod
+    def _uri_without_credentials(cls, uri: str) -> str:  # the CEL rules' twins
+        if re.match(URI_USERINFO, uri):
+            raise ValueError(URI_USERINFO_MESSAGE)
+        if re.search(URI_QUERY, uri):
+            raise ValueError(URI_QUERY_MESSAGE)
+        return uri
 
     @model_validator(mode="after")
     def _fields_of_scheme(self) -> ModelSource:  # the CEL rules' twins
@@ -1232,6 +1254,26 @@ class PickerSpec(Spec):
     )
 
 
+class TritonPorts(StrEnum):
+    CLOSED = "Closed"
+    OPEN = "Open"
+
+
+class ApiKeysSpec(Spec):
+    secret_ref: LocalObjectReference = Field(
+        description="A Secret in the LLMDeployment's namespace: each of its keys holds one accepted "
+        "API key (several keys: rotate by adding the new one, moving clients, then removing the old). "
+        "The front door reads it from a volume and follows changes without a restart (about a minute "
+        "for the kubelet to update the volume); the operator never reads it."
+    )
+    triton_ports: TritonPorts = Field(
+        default=TritonPorts.CLOSED,
+        description="Closed: the NetworkPolicy admits clients to the OpenAI port (8080) only, so "
+        "nothing bypasses the key through Triton's own HTTP (8000) and gRPC (8001) APIs, which have "
+        "none. Open: they stay open to the clients networkPolicy admits (they ask for no key).",
+    )
+
+
 class RoutingSpec(Spec):
     model_config = ConfigDict(
         json_schema_extra=rules(
@@ -1252,6 +1294,13 @@ class RoutingSpec(Spec):
         "gateway that supports InferencePool can route to the pool instead (docs/routing.md).",
     )
     picker: PickerSpec | None = None
+    api_keys: ApiKeysSpec | None = Field(
+        default=None,
+        description="Require an API key on the OpenAI port (`Authorization: Bearer KEY`, the openai "
+        "SDK's api_key): requests without an accepted one get 401 in OpenAI's error format. The "
+        "router passes the header through. Unset: no key is checked (put an authenticating gateway "
+        "in front, docs/serving-api.md).",
+    )
 
     @model_validator(mode="after")
     def _picker_with_pool(self) -> RoutingSpec:  # the CEL rule's twin, for `llm-operator render`

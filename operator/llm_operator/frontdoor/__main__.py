@@ -10,8 +10,10 @@ import os
 import signal
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 from llm_operator.contract import CPU_REFERENCE_TOKENIZER_DIR, ENV
+from llm_operator.frontdoor.api_keys import ApiKeys
 from llm_operator.frontdoor.protocol import Limits
 from llm_operator.frontdoor.server import FrontDoor, Settings, serve
 from llm_operator.frontdoor.tokenizer import Tokenizer, TokenizerError
@@ -52,7 +54,27 @@ def settings(environ: Mapping[str, str]) -> Settings:
         triton_model=triton_model,
         backend=backend,
         limits=Limits(_int(environ, "LLMOP_MAX_INPUT_LEN"), _int(environ, "LLMOP_MAX_SEQ_LEN")),
+        api_keys=api_keys(environ),
     )
+
+
+def api_keys(environ: Mapping[str, str]) -> ApiKeys | None:
+    """spec.routing.apiKeys' Secret, mounted: it must hold a key, or nobody could be let in."""
+    directory = _get(environ, "LLMOP_API_KEYS_DIR")
+    if not directory:
+        return None
+    try:
+        keys = ApiKeys(Path(directory))
+    except OSError as e:
+        raise ConfigError(
+            f"LLMOP_API_KEYS_DIR={directory}: cannot read the API keys ({e.strerror})"
+        ) from None
+    if not keys.count:
+        raise ConfigError(
+            f"LLMOP_API_KEYS_DIR={directory} holds no key: put at least one in the Secret that "
+            "spec.routing.apiKeys.secretRef names"
+        )
+    return keys
 
 
 def tokenizer_dir(environ: Mapping[str, str]) -> str:
@@ -72,8 +94,10 @@ async def run(door: FrontDoor, port: int) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    keys = door.settings.api_keys
+    auth = f", {keys.count} API key(s) accepted" if keys is not None else ", no API key required"
     print(f"{NAME}: serving {', '.join(door.settings.names)} on port {port} "
-          f"(Triton model {door.settings.triton_model})", file=sys.stderr, flush=True)  # fmt: skip
+          f"(Triton model {door.settings.triton_model}{auth})", file=sys.stderr, flush=True)  # fmt: skip
     await stop.wait()
     # The launcher stops us once Triton is gone: nothing is left to finish.
     server.close()

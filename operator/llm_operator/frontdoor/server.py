@@ -22,13 +22,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_operator.frontdoor import protocol as P
+from llm_operator.frontdoor.api_keys import ApiKeys
 from llm_operator.frontdoor.chat import ChatTemplateError, render_chat
 from llm_operator.frontdoor.tokenizer import Tokenizer
 from llm_operator.frontdoor.upstream import Upstream, UpstreamError
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 16 * 1024 * 1024
-REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
            408: "Request Timeout", 411: "Length Required", 413: "Payload Too Large",
            500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}  # fmt: skip
 
@@ -39,6 +40,7 @@ class Settings:
     triton_model: str  # ensemble | tensorrt_llm
     backend: str  # contract.ENV LLMOP_BACKEND
     limits: P.Limits
+    api_keys: ApiKeys | None = None  # spec.routing.apiKeys: every request but /health needs one
 
 
 class Gone(Exception):
@@ -106,6 +108,7 @@ class FrontDoor:
             return False
         try:
             method, path, headers = _head(await peer.until(b"\r\n\r\n", MAX_HEAD))
+            self._authorize(path, headers)  # before the body: a stranger's bytes are not read
             body = await _read_body(peer, headers)
         except P.ApiError as e:
             await self._json(peer, e.status, e.body(), close=True)
@@ -157,6 +160,14 @@ class FrontDoor:
             error = P.ApiError(500, f"the front door failed ({type(e).__name__})", kind="server_error")
             await self._json(peer, 500, error.body(), close=True)
             return False
+
+    def _authorize(self, path: str, headers: dict[str, str]) -> None:
+        keys = self.settings.api_keys
+        if keys is None or path.split("?", 1)[0] == "/health":
+            return
+        if not keys.accepts(headers.get("authorization", "")):
+            raise P.ApiError(401, "a valid API key is required: send it as `Authorization: Bearer KEY` "
+                             "(the openai SDK's api_key)", code="invalid_api_key")  # fmt: skip
 
     async def _ready(self) -> bool:
         try:

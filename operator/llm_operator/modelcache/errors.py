@@ -1,9 +1,11 @@
 """Why a fetch failed, as the termination message says it: a reason, one line, the field to fix.
 
-A message may quote the server, but only from the protocol's structured error fields (S3's error
-Code and Message, the Hub's X-Error-Code / X-Error-Message headers, an HTTP status line), never a
-response body; sanitize() makes it one printable line of at most MAX_MESSAGE characters, without
-URL credentials or the values of the credential variables the pod has.
+The message reaches the LLMDeployment's status and Events, so nothing a server wrote is copied into
+it (the endpoint is user-named): of an error response only the HTTP status number and the
+protocol's error code, when it is one of the codes S3 or the Hub define (KNOWN_CODES), are kept;
+messages, reason phrases and unknown codes are dropped. sanitize() makes the message one printable
+line of at most MAX_MESSAGE characters, without URL credentials or the values of the credential
+variables the pod has.
 """
 
 from __future__ import annotations
@@ -60,9 +62,21 @@ def sanitize(text: str, environ: dict[str, str] | None = None) -> str:
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
 
 
-def server_words(code: str | None, message: str | None, status: int | None = None, phrase: str = "") -> str:
-    """What the server said: `Code: Message` from its error fields, else its HTTP status line."""
-    said = ": ".join(part for part in (code, message) if part)
-    if said:
-        return said
-    return f"HTTP {status} {phrase}".strip() if status else "no error details"
+# Error codes the protocols define (S3's Error/Code, the Hub's X-Error-Code): a server's answer is
+# reduced to one of these and its HTTP status.
+S3_CODES = frozenset({
+    "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken",
+    "AllAccessDisabled", "AuthorizationHeaderMalformed", "InvalidSecurity", "NoSuchBucket", "NoSuchKey",
+    "NotFound", "InvalidBucketName", "PermanentRedirect", "SlowDown", "InternalError",
+    "ServiceUnavailable", "RequestTimeout", "InvalidRequest", "InvalidRange", "XAdminUserNotFound",
+})  # fmt: skip
+HUB_CODES = frozenset({"RepoNotFound", "RevisionNotFound", "EntryNotFound", "GatedRepo", "DisabledRepo"})
+KNOWN_CODES = S3_CODES | HUB_CODES
+
+
+def server_words(code: str | None, status: int | None) -> str:
+    """What the server answered, in fixed words: `HTTP 404 RepoNotFound`, the code only when the
+    protocol defines it."""
+    known = code if code in KNOWN_CODES else None
+    said = " ".join(part for part in (f"HTTP {status}" if status else None, known) if part)
+    return said or "no error details"

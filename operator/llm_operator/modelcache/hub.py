@@ -6,7 +6,8 @@ that commit (hf_hub_url), read here with urllib so that this program decides abo
 bandwidth cap and the partial file: the token (HF_TOKEN) goes with build_hf_headers, and is not
 forwarded on a redirect (the Hub redirects LFS files to its CDN).
 
-Errors keep only the Hub's X-Error-Code / X-Error-Message headers or the status line. As olah
+Errors keep only the HTTP status and the Hub's X-Error-Code when it is one the Hub defines
+(errors.py: nothing else the server wrote reaches status). As olah
 0.5.4 answers from a local mirror (olah/errors.py, olah/mirror/repos.py): an unknown repository is
 401 with X-Error-Code RepoNotFound, an unknown revision 404 with X-Error-Code RevisionNotFound,
 and a file is served whole (200, no Range support), which the fetcher then restarts from byte 0.
@@ -81,14 +82,15 @@ class HubSource:
         if failure.reason != "SourceNotFound":
             return failure
         try:
-            refs = self.api.list_repo_refs(self.repo)
+            self.api.list_repo_refs(self.repo)
         except (HfHubHTTPError, OSError, ValueError):
             return failure
-        names = ", ".join(r.name for r in [*refs.branches, *refs.tags][:10])
+        # Its branch and tag names are the server's words: not quoted.
         return FetchFailure(
             "RevisionNotFound",
-            f"{self.repo} has no revision {self.revision} (its branches and tags: {names}); "
-            f"the server said {failure.said}",
+            f"{self.repo} has no revision {self.revision} (the repository is readable: see its branches "
+            f"and tags); the server answered {failure.said}",
+            failure.said,
         )
 
     def open(self, entry: Entry, offset: int, commit: str) -> tuple[BinaryIO, int]:
@@ -107,7 +109,7 @@ class HubSource:
         try:
             response = urllib.request.urlopen(request, timeout=TIMEOUT_S)
         except urllib.error.HTTPError as e:
-            raise self.failure(_Status(e.code, e.reason, e.headers)) from None
+            raise self.failure(_Status(e.code, e.headers)) from None
         except OSError as e:
             raise FetchFailure(
                 "SourceUnreachable",
@@ -120,8 +122,7 @@ class HubSource:
         status = getattr(response, "status_code", None)
         headers = getattr(response, "headers", {}) or {}
         code = headers.get("X-Error-Code")
-        phrase = getattr(response, "reason", None) or getattr(response, "reason_phrase", "") or ""
-        words = server_words(code, headers.get("X-Error-Message"), status, str(phrase))
+        words = server_words(code, status)
         if code == "RevisionNotFound":
             return FetchFailure(
                 "RevisionNotFound", f"{self.repo} has no revision {self.revision}: {words}", words
@@ -141,5 +142,5 @@ class HubSource:
 class _Status:
     """urllib's HTTPError in the shape failure() reads."""
 
-    def __init__(self, status: int, reason: str, headers: Any) -> None:
-        self.status_code, self.reason, self.headers = status, reason, headers
+    def __init__(self, status: int, headers: Any) -> None:
+        self.status_code, self.headers = status, headers

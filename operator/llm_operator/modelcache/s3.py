@@ -138,7 +138,7 @@ def failure(response: dict[str, Any], uri: str) -> FetchFailure:
     error = response.get("Error", {})
     meta = response.get("ResponseMetadata", {})
     code, status = str(error.get("Code", "")), meta.get("HTTPStatusCode")
-    words = server_words(code, error.get("Message"), status)
+    words = server_words(code, status)
     if code in UNAUTHORIZED or status in (401, 403):
         return FetchFailure("SourceUnauthorized", f"S3 refused {uri}: {words}")
     if code in NOT_FOUND or status == 404:

@@ -130,7 +130,8 @@ def shared_children(
     pool = ld.spec.routing.mode == RoutingMode.INFERENCE_POOL
     if ld.spec.network_policy.enabled:
         policy_spec = ld.spec.network_policy
-        objs.append(network.network_policy(ld.name, ld.namespace, policy_spec, metrics_peers, router=pool))
+        objs.append(network.network_policy(ld.name, ld.namespace, policy_spec, metrics_peers, router=pool,
+                                           triton_closed=network.triton_closed(ld)))  # fmt: skip
         if pool:
             objs.append(network.router_network_policy(ld.name, ld.namespace, policy_spec, metrics_peers))
     objs += routing.routing_children(ld, images)

@@ -2,7 +2,8 @@
 
 One policy selects every serving pod (all pools, both slots of a rollout, leaders and workers),
 so a canary's pods are covered from their first start. It admits the client ports (Triton's HTTP
-and gRPC, the OpenAI API) from any source (or the namespaces the spec selects), its metrics port
+and gRPC, the OpenAI API; only the OpenAI API when spec.routing.apiKeys closes Triton's, which check
+no key) from any source (or the namespaces the spec selects), its metrics port
 from the monitoring peers the operator is configured with, and every port between the pods of the
 deployment's multi-node groups: sshd (2222) for the leader's mpirun, and the ports MPI and NCCL
 pick at run time. Nothing else. Those pods share one SSH key per deployment, so narrowing the last
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from llm_operator import labels as L
-from llm_operator.api.v1alpha1 import DNS_LABEL, NetworkPolicySpec
+from llm_operator.api.v1alpha1 import DNS_LABEL, LLMDeployment, NetworkPolicySpec, TritonPorts
 from llm_operator.contract import GRPC_PORT, HTTP_PORT, METRICS_PORT, OPENAI_PORT
 from llm_operator.render import names
 from llm_operator.render.router_config import PICKER_GRPC_PORT, PICKER_METRICS_PORT
@@ -56,6 +57,12 @@ def peer(entry: str) -> dict[str, Any]:
     return {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME: entry}}}
 
 
+def triton_closed(ld: LLMDeployment) -> bool:
+    """spec.routing.apiKeys keeps clients off Triton's own ports, which check no key."""
+    keys = ld.spec.routing.api_keys
+    return keys is not None and keys.triton_ports == TritonPorts.CLOSED
+
+
 def _tcp(*ports: int) -> list[dict[str, Any]]:
     return [{"protocol": "TCP", "port": p} for p in ports]
 
@@ -75,8 +82,12 @@ def network_policy(
     metrics_peers: Sequence[str],
     *,
     router: bool = False,
+    triton_closed: bool = False,
 ) -> dict[str, Any]:
-    clients = _clients(spec, HTTP_PORT, GRPC_PORT, OPENAI_PORT)
+    # With API keys (unless the spec opens them), Triton's own APIs, which check no key, are not
+    # client ports: only the key-checking OpenAI port is.
+    client_ports = (OPENAI_PORT,) if triton_closed else (HTTP_PORT, GRPC_PORT, OPENAI_PORT)
+    clients = _clients(spec, *client_ports)
     group_members = {
         "matchLabels": L.selector_labels(deployment),
         "matchExpressions": [{"key": L.GROUP_SIZE, "operator": "Exists"}],  # multi-node pods only

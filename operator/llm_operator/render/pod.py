@@ -113,13 +113,22 @@ def served_names(spec: LLMDeploymentSpec) -> list[str]:
 
 
 def front_door_env(spec: LLMDeploymentSpec) -> list[dict[str, str]]:
-    """The leader's OpenAI API: the names it serves and the limits it checks requests against."""
+    """The leader's OpenAI API: the names it serves, the limits it checks requests against, and
+    where its API keys are (spec.routing.apiKeys)."""
     max_input_len, max_seq_len = sequence_limits(spec)
-    return [
+    env = [
         {"name": "LLMOP_SERVED_MODEL_NAMES", "value": ",".join(served_names(spec))},
         {"name": "LLMOP_MAX_INPUT_LEN", "value": str(max_input_len)},
         {"name": "LLMOP_MAX_SEQ_LEN", "value": str(max_seq_len)},
     ]
+    if api_keys_secret(spec):
+        env.append({"name": "LLMOP_API_KEYS_DIR", "value": contract.API_KEYS_DIR})
+    return env
+
+
+def api_keys_secret(spec: LLMDeploymentSpec) -> str | None:
+    keys = spec.routing.api_keys
+    return keys.secret_ref.name if keys is not None else None
 
 
 def _container(
@@ -168,6 +177,9 @@ def _container(
         mounts.append({"name": model.volume, "mountPath": model.mount, "readOnly": True})
     if pool.pods_per_replica > 1:
         mounts.append({"name": contract.SSH_VOLUME, "mountPath": contract.SSH_DIR, "readOnly": True})
+    if leader and api_keys_secret(spec):
+        keys = {"name": contract.API_KEYS_VOLUME, "mountPath": contract.API_KEYS_DIR, "readOnly": True}
+        mounts.append(keys)
     user_env, user_env_from = spec.runtime.container_env()
     container: dict[str, Any] = {
         "name": "triton",
@@ -273,6 +285,11 @@ def _volumes(
                 },
             }
         )
+    secret = api_keys_secret(spec)
+    if leader and secret:  # every key of the Secret, updated in place by the kubelet (no items)
+        volumes.append(
+            {"name": contract.API_KEYS_VOLUME, "secret": {"secretName": secret, "defaultMode": SSH_KEY_MODE}}
+        )
     return volumes
 
 
@@ -317,9 +334,9 @@ def pod_template(
     }
     if spec.engine.backend != Backend.CPU_REFERENCE:
         pod_spec["securityContext"].update(runAsUser=NVIDIA_UID, runAsGroup=NVIDIA_UID)
-    if pool.pods_per_replica > 1:
-        # OnRootMismatch: a volume whose root already has the group is not walked again (the
-        # engine cache is large, and mounted read-only).
+    if pool.pods_per_replica > 1 or (leader and api_keys_secret(spec)):
+        # The Secret volumes' group (SSH keys, API keys). OnRootMismatch: a volume whose root
+        # already has the group is not walked again (the engine cache is large, and read-only).
         pod_spec["securityContext"].update(fsGroup=SSH_FS_GROUP, fsGroupChangePolicy="OnRootMismatch")
     if spec.engine.backend != Backend.CPU_REFERENCE:
         pod_spec.update(

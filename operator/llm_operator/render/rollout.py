@@ -21,6 +21,7 @@ from llm_operator.contract import HTTP_PORT, OPENAI_PORT
 from llm_operator.images import Images
 from llm_operator.render import names, services
 from llm_operator.render.children import owned
+from llm_operator.render.network import triton_closed
 from llm_operator.rollout.revision import NOT_SERVING_IMAGES
 
 GATEWAY_API_VERSION = "gateway.networking.k8s.io/v1"
@@ -92,7 +93,8 @@ def http_route(
         "spec": {
             "parentRefs": parent_refs(ld) if refs is None else [dict(r) for r in refs],
             "rules": [
-                {"backendRefs": backends},
+                # Triton's own API, unless spec.routing.apiKeys closes it to clients.
+                *([] if triton_closed(ld) else [{"backendRefs": backends}]),
                 # The OpenAI API on its own port, same Services and weights: its longer path prefix
                 # wins over the catch-all rule above (HTTPRoute match precedence).
                 {

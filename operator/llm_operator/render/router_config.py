@@ -25,6 +25,17 @@ PICKING_PORT = 18080  # Envoy's second listener, on 127.0.0.1, where the picker 
 # Set by the EPP on the request it picked an endpoint for (GIE v1.5.0
 # docs/proposals/004-endpoint-picker-protocol): `podIP:targetPort`.
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
+# Client-facing limits of the router's Envoy (docs/routing.md, "The router's limits"): at most
+# MAX_CONNECTIONS downstream connections (Envoy has none by default, and warns so), each request's
+# headers within HEADERS_TIMEOUT, a kept-alive connection closed after IDLE_TIMEOUT without a
+# request. A response may stay silent for STREAM_IDLE_TIMEOUT: an unstreamed answer sends nothing
+# until generation ends, so Envoy's default of 5 minutes would cut a long one. The clusters' circuit
+# breakers are raised to the connection cap, so Envoy's default of 1,024 requests per cluster does
+# not cap concurrent streams first.
+MAX_CONNECTIONS = 10_000
+HEADERS_TIMEOUT = "10s"
+IDLE_TIMEOUT = "300s"
+STREAM_IDLE_TIMEOUT = "3600s"
 # The triton-tensorrt-llm engine profile of the EPP's core metrics extractor (GIE v1.5.0
 # pkg/epp/framework/plugins/datalayer/extractor/metrics/factories.go): queue
 # nv_trt_llm_request_metrics{request_type=waiting}, running {request_type=scheduled}, KV use
@@ -116,7 +127,12 @@ def _listener(
         "http_filters": [*filters, _ROUTER],
         "normalize_path": True,
         "merge_slashes": True,
-        "common_http_protocol_options": {"headers_with_underscores_action": "REJECT_REQUEST"},
+        "request_headers_timeout": HEADERS_TIMEOUT,
+        "stream_idle_timeout": STREAM_IDLE_TIMEOUT,
+        "common_http_protocol_options": {
+            "headers_with_underscores_action": "REJECT_REQUEST",
+            "idle_timeout": IDLE_TIMEOUT,
+        },
     }
     chain = {"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}]}
     return {
@@ -191,6 +207,7 @@ def envoy_config(
     picker_port: int = PICKER_GRPC_PORT,
     picker_health_port: int = PICKER_HEALTH_PORT,
     picking_port: int = PICKING_PORT,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> dict[str, Any]:
     """Envoy's bootstrap. The OpenAI listener forwards each request to the picking listener
     (127.0.0.1 only), where the picker takes it over ext_proc, sets the destination header, and the
@@ -301,7 +318,21 @@ def envoy_config(
         _listener("openai", bind, listen_port, forward, [_STRIP_DESTINATION]),
         _listener("picking", "127.0.0.1", picking_port, picking, [_ext_proc(picker_port)]),
     ]
-    return {"static_resources": {"listeners": listeners, "clusters": clusters}}
+    for cluster in clusters:
+        cluster["circuit_breakers"] = {"thresholds": [{
+            "max_connections": max_connections, "max_pending_requests": max_connections,
+            "max_requests": max_connections,
+        }]}  # fmt: skip
+    overload = {
+        "resource_monitors": [{
+            "name": "envoy.resource_monitors.global_downstream_max_connections",
+            "typed_config": {
+                "@type": f"{_TYPES}.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig",
+                "max_active_downstream_connections": max_connections,
+            },
+        }]
+    }  # fmt: skip
+    return {"static_resources": {"listeners": listeners, "clusters": clusters}, "overload_manager": overload}
 
 
 class _Plain(yaml.SafeDumper):

@@ -166,8 +166,23 @@ def _epp(ld: LLMDeployment, image: str) -> dict[str, Any]:
         "readinessProbe": {**copy.deepcopy(health), "periodSeconds": 2},
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
         "securityContext": copy.deepcopy(RESTRICTED),
-        "volumeMounts": [{"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True}],
+        "volumeMounts": [
+            {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
+            {"name": TOKEN_VOLUME, "mountPath": TOKEN_MOUNT, "readOnly": True},
+        ],
     }
+
+
+# The picker's API credentials, as the API server would mount them into every container, mounted
+# into the picker's only: Envoy, which faces clients, holds no token (automountServiceAccountToken
+# is off for the pod).
+TOKEN_VOLUME = "picker-token"
+TOKEN_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+TOKEN_SOURCES = [
+    {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+]
 
 
 def _envoy(image: str) -> dict[str, Any]:
@@ -218,6 +233,7 @@ def router_deployment(ld: LLMDeployment, images: Images, config: dict[str, Any])
                 },
                 "spec": {
                     "serviceAccountName": names.router(ld.name),
+                    "automountServiceAccountToken": False,
                     "terminationGracePeriodSeconds": 60,
                     "securityContext": {
                         "runAsNonRoot": True,
@@ -226,7 +242,10 @@ def router_deployment(ld: LLMDeployment, images: Images, config: dict[str, Any])
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
                     "containers": [_epp(ld, images.picker), _envoy(images.envoy)],
-                    "volumes": [{"name": "config", "configMap": {"name": names.router(ld.name)}}],
+                    "volumes": [
+                        {"name": "config", "configMap": {"name": names.router(ld.name)}},
+                        {"name": TOKEN_VOLUME, "projected": {"sources": copy.deepcopy(TOKEN_SOURCES)}},
+                    ],
                 },
             },
         },

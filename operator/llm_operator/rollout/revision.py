@@ -28,8 +28,12 @@ def revision_of(spec: LLMDeploymentSpec, images: Images) -> str:
 
     Fields left at their defaults are left out, so an operator version that adds a defaulted
     field does not make every deployment a new revision (nor restart its pods). The one rollout
-    field the pods see, the TTFT budget (a histogram bucket edge in the model repository), is in."""
+    field the pods see, the TTFT budget (a histogram bucket edge in the model repository), is in, and
+    so is the one routing field they see, the API keys' Secret (the leaders mount it; the keys in
+    it change without a new revision)."""
     serving = spec.model_dump(mode="json", by_alias=True, exclude_defaults=True, exclude=set(NOT_SERVING))
+    if spec.routing.api_keys is not None:
+        serving["apiKeysSecret"] = spec.routing.api_keys.secret_ref.name
     budget = ttft_budget_ms(spec)
     if budget is not None:
         serving["ttftBudgetMilliseconds"] = budget

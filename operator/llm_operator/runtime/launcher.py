@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from llm_operator.contract import ADMIN_KEY_ENV, ENV, LAUNCHER
+from llm_operator.contract import ADMIN_KEY_ENV, ADMIN_KEY_FD_ENV, ENV, LAUNCHER
 from llm_operator.runtime.commands import (
     engine_problems,
     rank_id,
@@ -134,16 +134,18 @@ def main(argv: list[str] | None = None) -> int:
     if args not in ([], ["drain"]):
         print(f"usage: {LAUNCHER} [drain]", file=sys.stderr)
         return EXIT_USAGE
+    handed = os.environ.pop(ADMIN_KEY_FD_ENV, None)
+    environ = os.environ if handed is None else {**os.environ, ADMIN_KEY_ENV: _read_key(int(handed))}
     try:
-        c = PodConfig.from_env(os.environ)
+        c = PodConfig.from_env(environ)
     except ConfigError as e:
         log(str(e))
         _last_words(os.environ.get("LLMOP_TERMINATION_LOG") or ENV["LLMOP_TERMINATION_LOG"])
         return EXIT_CONFIG
     if args == ["drain"]:
         return drain(c)
-    # Triton, its backends and the workers' environment file (runtime/ssh.py) do not inherit it.
-    os.environ.pop(ADMIN_KEY_ENV, None)
+    if ADMIN_KEY_ENV in os.environ:
+        _again_without_the_key(os.environ.pop(ADMIN_KEY_ENV))
     stop = Stop()
     stop.install()
     become_subreaper()
@@ -151,6 +153,24 @@ def main(argv: list[str] | None = None) -> int:
     if code != 0:
         _last_words(c.termination_log)
     return code
+
+
+def _again_without_the_key(key: str) -> None:
+    """Run this launcher again (same PID) from an environment without the admin key, handing the
+    key over a pipe: the environment a process started with stays readable for as long as it runs
+    (/proc/PID/environ; os.environ.pop changes only the interpreter's copy), and any process of
+    the container's user, the front door among them, can read it. Triton, its backends and the
+    workers' environment file (runtime/ssh.py) inherit the cleaned environment too."""
+    read, write = os.pipe()
+    os.write(write, key.encode())
+    os.close(write)
+    os.set_inheritable(read, True)
+    os.execve(sys.executable, sys.orig_argv, {**os.environ, ADMIN_KEY_FD_ENV: str(read)})
+
+
+def _read_key(fd: int) -> str:
+    with os.fdopen(fd, "rb") as pipe:
+        return pipe.read().decode()
 
 
 def _last_words(path: str) -> None:
