@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from llm_operator.controller.deployment_body import LAST_APPLIED, kept_of_deployment
 from llm_operator.controller.engines import job_state
 from llm_operator.controller.metrics import ConditionCounts
 from llm_operator.controller.observe import (
@@ -17,7 +18,6 @@ from llm_operator.controller.observe import (
     pod_problem,
     rolled_out,
 )
-from llm_operator.controller.reconciler import LAST_APPLIED, kept_of_deployment
 from llm_operator.engine.state import BuildFact, BuildObserved
 from llm_operator.rollout.revision import Slot
 from llm_operator.storage import engine_location

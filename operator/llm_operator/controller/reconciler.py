@@ -26,6 +26,12 @@ from llm_operator.controller import analysis, autoscaling, engines, router_statu
 from llm_operator.controller.admin_key import AdminKeys
 from llm_operator.controller.apply import Applier
 from llm_operator.controller.config import OperatorConfig
+from llm_operator.controller.deployment_body import (
+    condition_status,
+    first_error,
+    kept_of_deployment,
+    without_version,
+)
 from llm_operator.controller.groups import GroupFailures, group_pods
 from llm_operator.controller.kube import KubeApi, NotLeading, merge_patch, namespace_terminating, obj_key
 from llm_operator.controller.metrics import RECONCILE_ERRORS, RECONCILE_SECONDS, ConditionCounts
@@ -69,19 +75,6 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-# Written by kubectl's client-side apply: the whole spec again, as a string the operator never reads.
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
-
-
-def kept_of_deployment(body: dict[str, Any]) -> dict[str, Any]:
-    """What the reconcile reads of an LLMDeployment: not who wrote which field (managedFields, half
-    of a converged object) nor client-side apply's copy of the spec."""
-    meta = {k: v for k, v in body["metadata"].items() if k != "managedFields"}
-    if LAST_APPLIED in meta.get("annotations", {}):
-        meta["annotations"] = {k: v for k, v in meta["annotations"].items() if k != LAST_APPLIED}
-    return {**body, "metadata": meta}
-
-
 class Reconciler:
     def __init__(self, kube: KubeApi, config: OperatorConfig) -> None:
         self.kube = kube
@@ -123,7 +116,7 @@ class Reconciler:
             kept = kept_of_deployment(body)
             before = self.bodies.get(key)
             self.bodies[key] = kept
-            if before is not None and _without_version(before) == _without_version(kept):
+            if before is not None and without_version(before) == without_version(kept):
                 return
         self.queue.add(key)
 
@@ -153,7 +146,7 @@ class Reconciler:
             # Only deployments that could not be placed are re-planned: a running deployment is
             # not moved because a node appeared.
             for key, status in self.statuses.items():
-                if _condition(status, "Stalled") == "True":
+                if condition_status(status, "Stalled") == "True":
                     self.queue.add(key)
 
     async def pod_event(self, event: str, pod: dict[str, Any]) -> None:
@@ -233,7 +226,7 @@ class Reconciler:
         except ValidationError as e:
             # Admission normally prevents this (CEL mirrors the models); an object stored under an
             # older CRD can still disagree. Report it; touch nothing that runs.
-            error = _first_error(e)
+            error = first_error(e)
             generation = int(body["metadata"].get("generation", 0))
             obs = Observation(generation, PlanningError("InvalidSpec", error), invalid_spec=error)
             await self._write_status(body, obs)
@@ -269,26 +262,21 @@ class Reconciler:
         unusable = await engines.claims_problem(
             self.kube, ld, jobs, needs, self._claims, self.applier.children
         )
-        if unusable is not None:
-            await self._write_status(body, self._stalled(body, unusable))
-            self.queue.add_after((namespace, name), CLAIM_RECHECK_SECONDS)
-            return
         if self.pod_problems.of((namespace, name)):
             self.admin_keys.forget((namespace, name))  # a deleted Secret is one reason pods fail
         owned = [self.admin_keys, *([self.ssh] if any(needs_ssh(want.plan) for want in wants) else [])]
         try:
+            if unusable is not None:
+                raise unusable
             for secret in owned:
                 if written := await secret.ensure(ld):
                     body = self._status_written(body, written)
-        except PlanningError as e:  # someone else's Secret under the operator's name
-            await self._write_status(body, self._stalled(body, e))
-            self.queue.add_after((namespace, name), CLAIM_RECHECK_SECONDS)  # Secrets are not watched
-            return
-        try:
             missing_apis = await self._apply(ld, wants, rollout.objects)
-        except PlanningError as e:  # a child's name is taken by an object the operator did not make
+        except PlanningError as e:
+            # A claim missing, or a Secret or a child's name held by an object the operator did not
+            # make: none of them is watched, so look again later.
             await self._write_status(body, self._stalled(body, e))
-            self.queue.add_after((namespace, name), CLAIM_RECHECK_SECONDS)  # not watched either
+            self.queue.add_after((namespace, name), CLAIM_RECHECK_SECONDS)
             return
         fetched, model_later = await self.models.settle(self.applier.children, ld, wants, now())
         events = [Event(*e) for e in [*rollout.decision.events, *fetched]]
@@ -410,23 +398,5 @@ class Reconciler:
         self.statuses[key] = status
 
 
-def _without_version(body: dict[str, Any]) -> dict[str, Any]:
-    meta = {k: v for k, v in body["metadata"].items() if k != "resourceVersion"}
-    return {**body, "metadata": meta}
-
-
-def _condition(status: dict[str, Any], type_: str) -> str | None:
-    for c in status.get("conditions", []):
-        if c.get("type") == type_:
-            return str(c.get("status"))
-    return None
-
-
 def _comparable(status: dict[str, Any]) -> str:
     return json.dumps(status, sort_keys=True)
-
-
-def _first_error(e: ValidationError) -> str:
-    err = e.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
-    return f"{where}: {err['msg']}"
