@@ -9,20 +9,17 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)")
 
 
-def normalized(name: str) -> str:
-    """PEP 503: case and runs of -_. do not matter."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def pins(lock: Path) -> dict[str, str]:
-    """{normalized name: version} of every requirement of the lock."""
-    found = {}
+    """{canonical name (PEP 503): version} of every requirement of the lock."""
+    found: dict[str, str] = {}
     for line in lock.read_text().splitlines():
         if match := _PIN.match(line):
-            found[normalized(match.group(1))] = match.group(2)
+            found[canonicalize_name(match.group(1))] = match.group(2)
     return found
 
 

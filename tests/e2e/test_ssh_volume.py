@@ -22,7 +22,7 @@ from llm_operator.controller.ssh import ssh_secret
 from llm_operator.images import Images
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render.inject import INJECT_VOLUME
-from llm_operator.render.pod import NVIDIA_UID, SSH_FS_GROUP
+from llm_operator.render.pod import NVIDIA_UID, SECRET_FS_GROUP
 from llm_operator.render.serving import workloads
 from llm_operator.storage import engine_location
 
@@ -110,9 +110,11 @@ def test_each_role_reads_only_its_half_of_the_identity_through_the_fs_group(
 
     for role, keys in (("leader", contract.LEADER_SSH_KEYS), ("worker", contract.WORKER_SSH_KEYS)):
         out = seen[role]
-        assert out["uid"] == NVIDIA_UID and SSH_FS_GROUP in out["groups"], "the pod's user, with the fsGroup"
+        assert out["uid"] == NVIDIA_UID and SECRET_FS_GROUP in out["groups"], (
+            "the pod's user, with the fsGroup"
+        )
         # The kubelet's layout: root's files, readable by the fsGroup only, this role's keys only.
-        assert out["secret"] == {k: [0o440, 0, SSH_FS_GROUP] for k in keys}
+        assert out["secret"] == {k: [0o440, 0, SECRET_FS_GROUP] for k in keys}
         # The launcher's copies: 0400 files of the user's in a 0700 directory.
         assert out["run_mode"] == 0o700
         copies = {k: v for k, v in out["run"].items() if k in keys}

@@ -13,8 +13,6 @@ from typing import Any
 
 import pytest
 from llm_operator import contract
-from llm_operator.desired import desired, plan_for
-from llm_operator.engine.state import BuildFact, BuildObserved
 from llm_operator.frontdoor import __main__ as frontdoor_main
 from llm_operator.frontdoor.api_keys import ApiKeys
 from llm_operator.frontdoor.protocol import Limits
@@ -22,11 +20,11 @@ from llm_operator.frontdoor.server import FrontDoor, Settings, serve
 from llm_operator.frontdoor.tokenizer import Tokenizer
 from llm_operator.frontdoor.upstream import Upstream
 from llm_operator.render import rollout
-from llm_operator.rollout.revision import Slot, revision_of
+from llm_operator.rollout.revision import revision_of
 from llm_operator.runtime.cpu_reference import tokenizer_files
 
-from tests.unit.model_cache_fixtures import cached
 from tests.unit.test_render_rollout import IMAGES, deployment
+from tests.unit.test_routing import all_rendered
 
 KEY, OTHER = "sk-first-3f9a", "sk-second-77c1"
 
@@ -142,10 +140,7 @@ def rendered(kind: str, objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def render_all(routing: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every object of the cpu-reference example, shared ones (policy, Services) included."""
-    ld = deployment("cpu-reference", **({"routing": routing} if routing else {}))
-    built = lambda *_: BuildObserved(BuildFact.RECORDED)  # noqa: E731
-    want = desired(ld, plan_for(ld, None), IMAGES, built, models=cached, slot=Slot.A)
-    return want.shared + want.children
+    return all_rendered(deployment("cpu-reference", **({"routing": routing} if routing else {})))
 
 
 def test_the_leader_mounts_the_keys_secret_and_the_policy_admits_clients_to_the_openai_port_only() -> None:

@@ -18,7 +18,7 @@ from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
 from llm_operator.render.children import PoolEngine, serving_pool
 from llm_operator.render.inject import INJECT_VOLUME
-from llm_operator.render.pod import SSH_FS_GROUP, memory_bytes
+from llm_operator.render.pod import SECRET_FS_GROUP, memory_bytes
 from llm_operator.render.serving import LWS_GROUP_INDEX, POD_INDEX, workloads
 from llm_operator.rollout.revision import Slot
 from llm_operator.runtime.config import PodConfig
@@ -143,7 +143,7 @@ def test_the_launcher_reads_what_the_builder_renders(
     want = contract.LEADER_SSH_KEYS if role == "leader" else contract.WORKER_SSH_KEYS
     assert [i["key"] for i in secret["items"]] == [i["path"] for i in secret["items"]] == list(want)
     assert secret["defaultMode"] == 0o440 and all("mode" not in i for i in secret["items"])
-    assert pod["securityContext"]["fsGroup"] == SSH_FS_GROUP
+    assert pod["securityContext"]["fsGroup"] == SECRET_FS_GROUP
 
 
 @pytest.mark.parametrize(("shape", "pool", "role", "pod"), SHAPES, ids=[f"{s[0]}-{s[2]}" for s in SHAPES])

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from images.builder import locks
 
@@ -34,7 +35,7 @@ def test_every_requirement_is_pinned_with_the_hashes_of_its_files(lock: Path) ->
             assert requirement is not None, f"{lock.name}: a hash before any requirement"
             hashes[requirement] += 1
     assert all(hashes.values()), f"{lock.name}: without hashes: {[n for n, c in hashes.items() if not c]}"
-    assert set(locks.pins(lock)) == {locks.normalized(n) for n in hashes}
+    assert set(locks.pins(lock)) == {canonicalize_name(n) for n in hashes}
 
 
 @pytest.mark.parametrize("script", ["ensure-venv.sh", "ensure-tool-venv.sh"])

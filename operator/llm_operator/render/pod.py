@@ -32,12 +32,12 @@ def template_hash(obj: Any) -> str:
 # Kubernetes quantity suffixes of memory sizes.
 _SUFFIX = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}  # fmt: skip
-# Mode of the SSH key files: owner and the pod's fsGroup (the kubelet adds group read anyway when
-# it applies an fsGroup to a Secret volume), nobody else.
-SSH_KEY_MODE = 0o440
-# The group that may read the SSH keys: Secret volume files belong to root, so a non-root
-# container user reads them through this supplementary group only.
-SSH_FS_GROUP = 1000
+# Mode of the files of the Secret volumes (SSH keys, API keys): owner and the pod's fsGroup (the
+# kubelet adds group read anyway when it applies an fsGroup to a Secret volume), nobody else.
+SECRET_FILE_MODE = 0o440
+# The group that may read them: Secret volume files belong to root, so a non-root container user
+# reads them through this supplementary group only.
+SECRET_FS_GROUP = 1000
 # NVIDIA's images run as root unless told otherwise: their pods run as uid 1000, Triton's own
 # non-root user `triton-server` (triton-inference-server/server build.py creates it with uid and gid
 # 1000, removing Ubuntu's `ubuntu`); ssh and sshd need that passwd entry (multi-node workers). The
@@ -178,8 +178,9 @@ def _container(
     if pool.pods_per_replica > 1:
         mounts.append({"name": contract.SSH_VOLUME, "mountPath": contract.SSH_DIR, "readOnly": True})
     if leader and api_keys_secret(spec):
-        keys = {"name": contract.API_KEYS_VOLUME, "mountPath": contract.API_KEYS_DIR, "readOnly": True}
-        mounts.append(keys)
+        mounts.append(
+            {"name": contract.API_KEYS_VOLUME, "mountPath": contract.API_KEYS_DIR, "readOnly": True}
+        )
     user_env, user_env_from = spec.runtime.container_env()
     container: dict[str, Any] = {
         "name": "triton",
@@ -280,7 +281,7 @@ def _volumes(
                 "name": contract.SSH_VOLUME,
                 "secret": {
                     "secretName": ssh_secret,
-                    "defaultMode": SSH_KEY_MODE,
+                    "defaultMode": SECRET_FILE_MODE,
                     "items": [{"key": k, "path": k} for k in keys],
                 },
             }
@@ -288,7 +289,10 @@ def _volumes(
     secret = api_keys_secret(spec)
     if leader and secret:  # every key of the Secret, updated in place by the kubelet (no items)
         volumes.append(
-            {"name": contract.API_KEYS_VOLUME, "secret": {"secretName": secret, "defaultMode": SSH_KEY_MODE}}
+            {
+                "name": contract.API_KEYS_VOLUME,
+                "secret": {"secretName": secret, "defaultMode": SECRET_FILE_MODE},
+            }
         )
     return volumes
 
@@ -337,7 +341,7 @@ def pod_template(
     if pool.pods_per_replica > 1 or (leader and api_keys_secret(spec)):
         # The Secret volumes' group (SSH keys, API keys). OnRootMismatch: a volume whose root
         # already has the group is not walked again (the engine cache is large, and read-only).
-        pod_spec["securityContext"].update(fsGroup=SSH_FS_GROUP, fsGroupChangePolicy="OnRootMismatch")
+        pod_spec["securityContext"].update(fsGroup=SECRET_FS_GROUP, fsGroupChangePolicy="OnRootMismatch")
     if spec.engine.backend != Backend.CPU_REFERENCE:
         pod_spec.update(
             pod_scheduling(
