@@ -27,7 +27,6 @@ class FakeKube:
         self.writes: list[tuple[str, str, str]] = []  # (verb, kind, name)
         self.reads: list[tuple[str, str]] = []  # (kind, name) read by name
         self.events: list[tuple[str, str, str]] = []  # (type, reason, message)
-        self.logs: dict[tuple[str, str], str] = {}  # (namespace, pod) -> its log
         self._uids = itertools.count(1)
         self._delivered: dict[ObjKey, str] = {}  # resourceVersion last handed to the reconciler
         self._versions = itertools.count(1)
@@ -129,10 +128,6 @@ class FakeKube:
 
     async def read_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.objects.get(("PersistentVolumeClaim", namespace, name))
-
-    async def pod_log(self, namespace: str, name: str, tail_lines: int) -> str:
-        lines = self.logs.get((namespace, name), "").splitlines(keepends=True)
-        return "".join(lines[-tail_lines:])
 
     async def event(self, involved: dict[str, Any], type_: str, reason: str, message: str, now: str) -> None:
         self.events.append((type_, reason, message))

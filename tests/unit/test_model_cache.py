@@ -321,18 +321,14 @@ def test_a_failed_fetch_carries_the_fetchers_reason_words_and_field() -> None:
     assert crashed.reason == "FetchFailed" and "BackoffLimitExceeded" in crashed.message
 
 
-def test_progress_is_the_last_progress_line_of_the_log() -> None:
-    log = "\n".join([
-        json.dumps({"progress": {"bytes": 1, "totalBytes": 100, "files": 0, "totalFiles": 4}}),
-        "resuming: 2 files verified",
-        json.dumps({"progress": {"bytes": 60, "totalBytes": 100, "files": 2, "totalFiles": 4}}),
-        "{not json",
-    ])  # fmt: skip
-    values = mc.progress(log)
-    assert values == {"bytes": 60, "totalBytes": 100, "files": 2, "totalFiles": 4}
-    seen = mc.observed(None, job(), pod(), "k", values)
-    assert seen == ModelObserved(ModelFact.RUNNING, bytes=60, total_bytes=100, files=2, total_files=4)
-    assert mc.progress("no progress yet\n") is None
+def test_a_running_fetch_names_its_jobs_start_and_where_its_progress_is() -> None:
+    running = job()
+    running["status"]["startTime"] = "2026-11-26T06:58:00Z"
+    seen = mc.observed(None, running, pod(), "k")
+    assert seen == ModelObserved(ModelFact.RUNNING, started="2026-11-26T06:58:00Z")
+    message = model_status.fetching_message(ModelStatus(ModelState.FETCHING, "k", "tiny-fetch-k", seen))
+    assert "Job tiny-fetch-k started 2026-11-26T06:58:00Z" in message
+    assert "kubectl logs job/tiny-fetch-k" in message
 
 
 def test_the_index_wins_over_any_job_and_an_unreadable_entry_is_fetched_again() -> None:
@@ -383,13 +379,12 @@ def conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_status_shows_a_fetch_in_progress() -> None:
-    seen = ModelObserved(ModelFact.RUNNING, bytes=3 * 2**30, total_bytes=12 * 2**30, files=1, total_files=4)
+    seen = ModelObserved(ModelFact.RUNNING, started="2026-11-26T06:58:00Z")
     status = reduced(ModelStatus(ModelState.FETCHING, "k", "tiny-fetch-k", seen))
-    assert status["model"] == {"cacheKey": "k", "bytesFetched": 3 * 2**30, "bytesTotal": 12 * 2**30,
-                               "filesFetched": 1, "filesTotal": 4}  # fmt: skip
+    assert status["model"] == {"cacheKey": "k"}
     c = conditions(status)
     assert (c["ModelCached"]["status"], c["ModelCached"]["reason"]) == ("False", "Fetching")
-    assert "3.00 GiB of 12.00 GiB, 1 of 4 files" in c["ModelCached"]["message"]
+    assert "started 2026-11-26T06:58:00Z" in c["ModelCached"]["message"]
     assert (c["Ready"]["reason"], c["Stalled"]["status"], status["phase"]) == (
         "FetchingModel",
         "False",

@@ -86,14 +86,6 @@ class Recorder:
 
         return Listing()
 
-    def log(self, name: str, **_: Any) -> AsyncIterator[str]:
-        self.seen.add(Permission("", "pods/log", "get"))
-
-        async def lines() -> AsyncIterator[str]:
-            yield '{"progress": {}}\n'
-
-        return lines()
-
     async def watch(self, res: Any, **_: Any) -> AsyncIterator[Any]:
         self._see(res, "watch")
         await asyncio.Event().wait()  # a stream with nothing to say
@@ -119,7 +111,6 @@ async def drive_every_kube_method(recorder: Recorder) -> None:
         "add_labels": [partial(kube.add_labels, kind, "n", {}, "u", {"a": "b"}) for kind in RELABELED_KINDS],
         "read": [partial(kube.read, kind, "n", "x") for kind in CHILD_KINDS],
         "read_claim": [lambda: kube.read_claim("n", "x")],
-        "pod_log": [lambda: kube.pod_log("n", "x", 5)],
         "has_leader_worker_set": [kube.has_leader_worker_set],
         "has_crd": [lambda: kube.has_crd("x")],
         "delete_pod": [lambda: kube.delete_pod("n", "x")],

@@ -137,7 +137,6 @@ class KubeApi(Protocol):
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
     async def add_configmap_keys(self, namespace: str, name: str, data: dict[str, str]) -> None: ...
     async def read_claim(self, namespace: str, name: str) -> dict[str, Any] | None: ...
-    async def pod_log(self, namespace: str, name: str, tail_lines: int) -> str: ...
     async def event(
         self, involved: dict[str, Any], type_: str, reason: str, message: str, now: str
     ) -> None: ...
@@ -214,11 +213,6 @@ class Kube:
                 return None
             raise
         return _as_dict(claim)
-
-    async def pod_log(self, namespace: str, name: str, tail_lines: int) -> str:
-        """The last lines of a pod's log (a model fetch's progress); ApiError until it started."""
-        lines = [line async for line in self.client.log(name, namespace=namespace, tail_lines=tail_lines)]
-        return "".join(lines)
 
     async def delete(self, kind: str, namespace: str, name: str, *, orphan: bool = False) -> None:
         """Delete a child; its dependents go too (in the background), or stay with `orphan`."""

@@ -1,9 +1,11 @@
 """The model cache as the cluster shows it: the namespace's index of fetched models, the fetch
 Jobs and their pods (render/model_fetch.py renders the Jobs; llm_operator/modelcache/ runs in them).
 
-A fetch Job's result is its pod's termination message (one JSON object: the resolved revision
-and directory, or the fetcher's failure reason and message); its progress is the last JSON line
-of its log, read (pods/log, tailLines) only while the pod runs. A finished fetch goes into the
+A fetch Job's result is its pod's termination message (one JSON object: the resolved revision,
+directory, bytes and files, or the fetcher's failure reason and message). While it runs, status
+names the Job and when it started; its byte progress is in its log, which the operator does not
+read (that would take `pods/log` on every pod of the cluster): `kubectl logs job/<Job>` shows it
+with the user's own rights. A finished fetch goes into the
 namespace's `llm-model-cache-index` ConfigMap, so later deployments of the same claim, source and
 revision start no Job. A failed fetch is tried again every RETRY_SECONDS while the spec stays the
 same (its Job is deleted; the next pass creates it again), so a fixed Secret heals by itself.
@@ -18,8 +20,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from lightkube import ApiError
-
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.controller.engines import job_state
@@ -33,8 +33,6 @@ from llm_operator.render.model_fetch import MODEL_INDEX, model_request
 
 log = logging.getLogger(__name__)
 
-PROGRESS_SECONDS = 5.0  # how often a running fetch's progress is read into status
-LOG_TAIL_LINES = 5  # the fetcher prints a progress line at most every 2 s; a few suffice
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set by the Job controller on its pods
 COMPONENT = "model-fetch"
 
@@ -104,19 +102,6 @@ def termination(message: str) -> dict[str, Any] | None:
     return result if isinstance(result, dict) else None
 
 
-def progress(log_text: str) -> dict[str, int] | None:
-    """The last progress line of the fetcher's log: {"bytes", "totalBytes", "files", "totalFiles"}."""
-    for line in reversed(log_text.splitlines()):
-        try:
-            found = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(found, dict) and isinstance(found.get("progress"), dict):
-            values = found["progress"]
-            return {k: v for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool)}
-    return None
-
-
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -142,7 +127,6 @@ def observed(
     job: dict[str, Any] | None,
     pod: FetchPod | None,
     key: str,
-    running: dict[str, int] | None = None,
 ) -> ModelObserved:
     """What the cluster shows for one fetch key: the index, else the Job and its newest pod."""
     entry = ((index or {}).get("data") or {}).get(key)
@@ -178,14 +162,8 @@ def observed(
                 message = f"{message} (fix {field})" if message else f"fix {field}"
             return ModelObserved(ModelFact.FAILED, reason=result["reason"], message=message)
         return ModelObserved(ModelFact.FAILED, reason="FetchFailed", message=f"fetch Job: {build.message}")
-    values = running or {}
-    return ModelObserved(
-        ModelFact.RUNNING,
-        bytes=values.get("bytes"),
-        total_bytes=values.get("totalBytes"),
-        files=values.get("files"),
-        total_files=values.get("totalFiles"),
-    )
+    started = ((job or {}).get("status") or {}).get("startTime")
+    return ModelObserved(ModelFact.RUNNING, started=started if isinstance(started, str) else "")
 
 
 def failed_at(job: dict[str, Any] | None) -> str | None:
@@ -205,8 +183,8 @@ def retry_in(job: dict[str, Any] | None, now: str) -> float:
 
 
 class ModelCache:
-    """Per reconcile: what each slot's model looks like (with progress read from the pod's log),
-    the index writes, and the retries of failed fetches."""
+    """Per reconcile: what each slot's model looks like, the index writes, and the retries of
+    failed fetches."""
 
     def __init__(self, kube: KubeApi) -> None:
         self.kube = kube
@@ -229,20 +207,8 @@ class ModelCache:
             index = children.get(("ConfigMap", ld.namespace, MODEL_INDEX))
             job = children.get(("Job", ld.namespace, job_name))
             pod = self.pods.of(ld.namespace, job_name)
-            found = observed(index, job, pod, request.fetch_key)
-            if found.fact == ModelFact.RUNNING and pod is not None and pod.phase == "Running":
-                found = observed(
-                    index, job, pod, request.fetch_key, await self._progress(ld.namespace, pod.name)
-                )
-            seen[key] = found
+            seen[key] = observed(index, job, pod, request.fetch_key)
         return seen
-
-    async def _progress(self, namespace: str, pod: str) -> dict[str, int] | None:
-        try:
-            return progress(await self.kube.pod_log(namespace, pod, LOG_TAIL_LINES))
-        except ApiError as e:  # not started yet, or gone: no progress to show
-            log.debug("no log of fetch pod %s/%s: %s", namespace, pod, e.status.message)
-            return None
 
     async def retry(self, children: Children, namespace: str, job_name: str, now: str) -> float:
         """A failed fetch: delete its Job once RETRY_SECONDS have passed (the next pass creates it
@@ -271,9 +237,7 @@ class ModelCache:
             if want.model_record:
                 await self.record(ld.namespace, want.model_record)
                 events.append(("Normal", "ModelFetched", fetched_message(ld, model.observed)))
-            if model.state == ModelState.FETCHING:
-                later.append(PROGRESS_SECONDS)
-            elif model.state == ModelState.FAILED:
+            if model.state == ModelState.FAILED:
                 later.append(await self.retry(children, ld.namespace, model.job, now))
         return events, min(later) if later else None
 

@@ -30,18 +30,13 @@ def fields(model: ModelStatus | None) -> dict[str, Any] | None:
     return {k: v for k, v in values.items() if v is not None}
 
 
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB"
-
-
 def fetching_message(model: ModelStatus) -> str:
-    seen = model.observed
-    parts = [f"fetching model {model.cache_key} (Job {model.job})"]
-    if seen.bytes is not None and seen.total_bytes:
-        parts.append(f"{_gib(seen.bytes)} of {_gib(seen.total_bytes)}")
-    if seen.files is not None and seen.total_files is not None:
-        parts.append(f"{seen.files} of {seen.total_files} files")
-    return ", ".join(parts)
+    """The Job and its start; its byte progress is in its log (`kubectl logs job/<Job>`), which
+    the operator does not read (that takes pods/log on every pod)."""
+    started = f" started {model.observed.started}" if model.observed.started else ""
+    return (
+        f"fetching model {model.cache_key} (Job {model.job}{started}; progress: kubectl logs job/{model.job})"
+    )
 
 
 def failure(model: ModelStatus | None) -> tuple[str, str] | None:

@@ -54,12 +54,13 @@ class ModelObserved:
     fact: ModelFact
     directory: str = ""  # models/<source key>/<resolved revision>, inside the claim
     resolved_revision: str = ""
-    bytes: int | None = None  # fetched so far (RUNNING) or in all (RECORDED, COMPLETE)
+    bytes: int | None = None  # in all (RECORDED, COMPLETE)
     total_bytes: int | None = None
     files: int | None = None
     total_files: int | None = None
     reason: str = ""  # FAILED: the fetcher's reason (SourceUnauthorized, ...) or the Job's
     message: str = ""  # FAILED: the fetcher's one line, naming the field to fix
+    started: str = ""  # RUNNING: the Job's startTime
 
 
 class ModelState(StrEnum):
