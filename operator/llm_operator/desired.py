@@ -174,11 +174,13 @@ def desired(  # raises PlanningError for a spec the images cannot serve
     metrics_peers: Sequence[str] = DEFAULT_METRICS_PEERS,
     models: ModelLookup | None = None,
     fetch_max_bytes_per_second: int | None = None,
+    keep_any_source: bool = False,
 ) -> Desired:
     """`ld` rendered into `slot` at the plan's replica counts. `revision` labels its pods; None:
     `revision_of(ld.spec, images)`. A stable slot rendered from its snapshot passes the revision
     it was started under (the operator's images may have changed since). `models`: None, no
-    model is cached yet."""
+    model is cached yet. `keep_any_source`: the applied NetworkPolicy admits clients from any
+    source (render/network.py, upgrades)."""
     check_release(ld, images)
     _check_multi_node_image(ld, plan, images)
     revision = revision or revision_of(ld.spec, images)
@@ -218,7 +220,8 @@ def desired(  # raises PlanningError for a spec the images cannot serve
         ld, plan, images, engines, slot=slot, revision=revision, leader_worker_set=leader_worker_set,
         model=location,
     )  # fmt: skip
-    shared = shared_children(ld, images, prometheus_url=prometheus_url, metrics_peers=metrics_peers)
+    shared = shared_children(ld, images, prometheus_url=prometheus_url, metrics_peers=metrics_peers,
+                             keep_any_source=keep_any_source)  # fmt: skip
     return Desired(
         plan, jobs, children, shared, statuses, tuple(dict.fromkeys(record)), slot, revision, tuple(needs),
         model, model_record,

@@ -3,13 +3,14 @@ the test world's enforcer (kube-router's network policy controller, e2e/cluster/
 
 What this proves: the API server accepts the policy the operator renders, with the operator's
 metrics peers as the e2e world configures them; its podSelector selects the live serving pod; under
-it a client pod in another namespace reaches Triton's client port 8000 but not its metrics port
+it a client pod in another namespace reaches neither Triton's client port 8000 nor its metrics port
 8002, while Prometheus (the metrics peer, a process on the node address) still scrapes 8002;
 switching `spec.networkPolicy.enabled` off deletes the policy without restarting the pod and opens
-8002 to the client; a clientNamespaceSelector that excludes the client's namespace cuts it off
-8000 too. Sources on the node itself are admitted whatever the policy says (kube-router admits a
-pod's own node, as kubelet probes need): Prometheus's scrape shows that the policy does not cut the
-monitoring path, not that the ipBlock rule is what admits it.
+8002 to the client; a clientNamespaceSelector that selects the client's namespace opens it 8000
+(not 8002); a policy an earlier operator applied open to any source stays open through an upgrade,
+until the spec names its clients. Sources on the node itself are admitted whatever the policy says
+(kube-router admits a pod's own node, as kubelet probes need): Prometheus's scrape shows that the
+policy does not cut the monitoring path, not that the ipBlock rule is what admits it.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ CLIENT_IMAGE = "localhost/llm-operator/busybox:e2e"
 PROBE_TIMEOUT_S = 3  # nc gives up then on a dropped SYN; an open port answers in milliseconds
 # kube-router applies a policy change within a second or two of the watch event.
 ENFORCED_WITHIN_S = 30
+KEPT = "llmoperator.io/clients-from-any-source"  # render/network.py KEPT_ANY_SOURCE
 
 
 def tiny_llama(
@@ -115,6 +117,13 @@ def reaches(kubectl: Kubectl, world: World, ip: str, port: int, path: str) -> bo
     return answer(kubectl, world, ip, port, path) == 200
 
 
+def ports_reached(kubectl: Kubectl, world: World, ip: str) -> tuple[bool, bool]:
+    """(client port 8000, metrics port 8002) answered 200 to the client pod."""
+    return reaches(kubectl, world, ip, 8000, "/v2/health/ready"), reaches(
+        kubectl, world, ip, 8002, "/metrics"
+    )
+
+
 def scraped_since(world: World, ip: str, since: float) -> bool:
     """Whether Prometheus's last scrape of ip:8002 succeeded and is newer than `since` (epoch s)."""
     with urllib.request.urlopen(f"{world.prometheus_url}/api/v1/targets", timeout=5) as r:
@@ -172,12 +181,11 @@ def test_the_policy_is_enforced_on_the_live_pod_and_goes_when_switched_off(
     metrics = {"from": [{"ipBlock": {"cidr": f"{NODE_IP}/32"}}], "ports": [{"port": 8002, "protocol": "TCP"}]}
     assert metrics in rules, "the e2e world's Prometheus: a process on the node address"
 
-    # Enforced: the client port is open to a pod of another namespace, the metrics port is not.
-    assert reaches(kubectl, world, ip, 8000, "/v2/health/ready"), "client port 8000 from another namespace"
+    # Enforced: neither the client port nor the metrics port is open to a pod of another namespace.
     wait_for(
-        "8002 closed to the client pod",
-        lambda: reaches(kubectl, world, ip, 8002, "/metrics"),
-        lambda ok: not ok,
+        "8000 and 8002 closed to a pod of another namespace",
+        lambda: ports_reached(kubectl, world, ip),
+        lambda found: found == (False, False),
         timeout=ENFORCED_WITHIN_S,
     )
     # ...while Prometheus scrapes it, and the Service (kube-proxy) serves from the cluster's network.
@@ -211,37 +219,73 @@ def test_the_policy_is_enforced_on_the_live_pod_and_goes_when_switched_off(
         timeout=ENFORCED_WITHIN_S,
     )
 
-    # Client ports only from the namespaces selected: the client's is not.
-    kubectl.apply(
-        tiny_llama(enabled=True, client_namespaces={"matchLabels": {"serving-clients": "yes"}}), namespace=ns
-    )
+    # Client ports from the namespaces selected: the client's is.
+    clients = {"matchLabels": {"kubernetes.io/metadata.name": world.client}}
+    kubectl.apply(tiny_llama(enabled=True, client_namespaces=clients), namespace=ns)
     wait_for(
-        "the NetworkPolicy back",
+        "8000 open to the namespace selected, 8002 closed",
+        lambda: ports_reached(kubectl, world, ip),
+        lambda found: found == (True, False),
+        timeout=60 + ENFORCED_WITHIN_S,
+    )
+
+
+def test_an_upgrade_keeps_a_policy_open_to_any_source_until_the_spec_names_clients(
+    world: World, kubectl: Kubectl
+) -> None:
+    """Operators before clients were limited applied the client rule without `from`. Given such a
+    policy (made here by removing `from` as that operator's apply would have left it), the operator
+    keeps it, marked, so no client of a running deployment is cut off by the upgrade; naming the
+    clients ends it."""
+    ns = world.namespace
+    kubectl.apply(tiny_llama(enabled=True), namespace=ns)
+    wait_for(f"{NAME} Ready", lambda: kubectl.get("llmdeployment", NAME, ns),
+             lambda d: d is not None and is_true(d, "Ready"), timeout=240)  # fmt: skip
+    (pod,) = kubectl.items("pods", ns, SELECTOR)
+    ip = pod["status"]["podIP"]
+    policy = kubectl.get("networkpolicy", NAME, ns)
+    assert policy is not None
+    _, *others = policy["spec"]["ingress"]
+    kubectl("patch", "networkpolicy", NAME, "-n", ns, "--type=json", "-p",
+            json.dumps([{"op": "remove", "path": "/spec/ingress/0/from"}]))  # fmt: skip
+    # The operator sees the change (its child watch) and applies again: the mark is its apply's.
+    kept = wait_for(
+        "the policy applied again, kept open and marked",
         lambda: kubectl.get("networkpolicy", NAME, ns),
-        lambda p: p is not None,
+        lambda p: KEPT in (p["metadata"].get("annotations") or {}),
         timeout=60,
     )
+    assert "from" not in kept["spec"]["ingress"][0], "not narrowed by the operator"
+    assert kept["spec"]["ingress"][1:] == others
     wait_for(
-        "8000 closed to a namespace the selector leaves out",
+        "8000 open to a pod of another namespace, as before the upgrade",
         lambda: reaches(kubectl, world, ip, 8000, "/v2/health/ready"),
-        lambda ok: not ok,
         timeout=ENFORCED_WITHIN_S,
     )
-    assert not reaches(kubectl, world, ip, 8002, "/metrics")
+
+    kubectl.apply(tiny_llama(enabled=True, client_namespaces={"matchLabels": {"serving-clients": "yes"}}),
+                  namespace=ns)  # fmt: skip
+    wait_for("8000 closed once the spec names its clients",
+             lambda: reaches(kubectl, world, ip, 8000, "/v2/health/ready"), lambda ok: not ok,
+             timeout=60 + ENFORCED_WITHIN_S)  # fmt: skip
+    narrowed = kubectl.get("networkpolicy", NAME, ns)
+    assert narrowed is not None and "from" in narrowed["spec"]["ingress"][0]
+    assert KEPT not in (narrowed["metadata"].get("annotations") or {})
 
 
 def test_api_keys_guard_the_openai_port_close_tritons_and_rotate_without_a_restart(
     world: World, cluster: E2ECluster, kubectl: Kubectl
 ) -> None:
-    """spec.routing.apiKeys on the same live deployment: the policy now admits the client pod to
-    the OpenAI port only (Triton's own APIs check no key); there a request without an accepted key
-    is 401 in OpenAI's format and the openai SDK with the key is answered. A rotated Secret (new
-    key in, old key out) reaches the front door through the kubelet's update of the volume with
-    no restart: a pod update makes the kubelet sync the volume at once instead of at its next
-    periodic sync (up to a minute)."""
+    """spec.routing.apiKeys on the same live deployment: the policy now admits the client pod's
+    namespace (selected) to the OpenAI port only (Triton's own APIs check no key); there a request
+    without an accepted key is 401 in OpenAI's format and the openai SDK with the key is answered.
+    A rotated Secret (new key in, old key out) reaches the front door through the kubelet's update
+    of the volume with no restart: a pod update makes the kubelet sync the volume at once instead
+    of at its next periodic sync (up to a minute)."""
     ns, first, second = world.namespace, "sk-e2e-" + secrets.token_hex(8), "sk-e2e-" + secrets.token_hex(8)
     kubectl.apply(api_key_secret({"first": first}), namespace=ns)
-    kubectl.apply(tiny_llama(enabled=True, api_keys="llm-api-keys"), namespace=ns)
+    clients = {"matchLabels": {"kubernetes.io/metadata.name": world.client}}
+    kubectl.apply(tiny_llama(enabled=True, client_namespaces=clients, api_keys="llm-api-keys"), namespace=ns)
 
     def keyed_and_ready(d: dict[str, Any] | None) -> bool:
         pods = kubectl.items("pods", ns, SELECTOR)
@@ -258,20 +302,14 @@ def test_api_keys_guard_the_openai_port_close_tritons_and_rotate_without_a_resta
     (pod,) = kubectl.items("pods", ns, SELECTOR)
     ip = pod["status"]["podIP"]
     wait_for(
-        "8000 closed to clients while API keys are on",
-        lambda: reaches(kubectl, world, ip, 8000, "/v2/health/ready"),
-        lambda ok: not ok,
+        "the client's namespace admitted to 8080 (/health asks no key), 8000 closed while API keys are on",
+        lambda: (answer(kubectl, world, ip, 8080, "/health"), ports_reached(kubectl, world, ip)[0]),
+        lambda found: found == (200, False),
         timeout=ENFORCED_WITHIN_S,
     )
     assert answer(kubectl, world, ip, 8080, "/v1/models") == 401
     assert answer(kubectl, world, ip, 8080, "/v1/models", key="sk-wrong") == 401
     assert answer(kubectl, world, ip, 8080, "/v1/models", key=first) == 200
-    wait_for(
-        "/health answered without a key (readiness only)",
-        lambda: answer(kubectl, world, ip, 8080, "/health"),
-        lambda status: status == 200,
-        timeout=15,
-    )
 
     assert cluster.launcher is not None and ld is not None
     with base_url(cluster.launcher, ld["status"]["endpoints"]["openai"]) as base:

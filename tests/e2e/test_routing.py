@@ -234,6 +234,14 @@ def istio(routed: Routed, cluster: E2ECluster, kubectl: Kubectl) -> Iterator[str
     objects: list[dict[str, Any]] = []
     ns = kubectl.create_namespace("istio-gateway", pod_security="baseline")  # its sysctl: port 80
     pool = names.inference_pool(straggler.NAME)
+    # The gateway's pods ask the picker (9002) and send to the leaders (8080): the spec names their
+    # namespace for both, as docs/routing.md says (the test world enforces NetworkPolicy).
+    gateway_ns = {"matchLabels": {"kubernetes.io/metadata.name": ns}}
+    picker = {"gatewayNamespaceSelector": gateway_ns}
+    admitted = {"networkPolicy": {"clientNamespaceSelector": gateway_ns},
+                "routing": {"mode": "inference-pool", "picker": picker}}  # fmt: skip
+    kubectl("patch", "llmdeployment", straggler.NAME, "-n", routed.namespace, "--type=merge", "-p",
+            json.dumps({"spec": admitted}))  # fmt: skip
     try:
         objects = istio_gateway.install(cluster.launcher, kubectl, print)
         kubectl.apply(istio_gateway.gateway(ns))

@@ -118,20 +118,84 @@ MONITORING = Source("monitoring", {"app": "prometheus"})
 NODE_PROMETHEUS = Source(None, ip="192.0.2.7")
 
 
-def test_clients_reach_the_serving_ports_and_only_monitoring_the_metrics_of_every_slot() -> None:
+NEIGHBOUR = Source("default", {"app": "chat"})  # a pod of the deployment's own namespace
+
+
+def test_clients_of_its_namespace_reach_the_serving_ports_and_only_monitoring_the_metrics() -> None:
     ld = deployment("cpu-reference")
     for slot in (Slot.A, Slot.B):  # a canary's pods are covered from their first start
         policies, pods = render(ld, slot)
         assert len(policies) == 1 and pods
+        assert network.KEPT_ANY_SOURCE not in (policies[0]["metadata"].get("annotations") or {})
         for pod in pods:
-            assert admitted(policies, pod, CLIENT, 8000) and admitted(policies, pod, CLIENT, 8001)
-            assert admitted(policies, pod, CLIENT, 8080), "the OpenAI API"
-            assert admitted(policies, pod, NODE_PROMETHEUS, 8000), "a gateway outside pods too"
-            assert not admitted(policies, pod, CLIENT, 8002)
+            assert admitted(policies, pod, NEIGHBOUR, 8000) and admitted(policies, pod, NEIGHBOUR, 8001)
+            assert admitted(policies, pod, NEIGHBOUR, 8080), "the OpenAI API"
+            assert not admitted(policies, pod, CLIENT, 8080), "another namespace: named in the spec only"
+            assert not admitted(policies, pod, Source(None, ip="192.0.2.9"), 8000), "nor any address"
+            assert not admitted(policies, pod, NEIGHBOUR, 8002)
             assert admitted(policies, pod, MONITORING, 8002)
             assert not admitted(policies, pod, NODE_PROMETHEUS, 8002), "not a configured peer"
-            assert not admitted(policies, pod, CLIENT, 2222), "single-node pods run no sshd: closed"
+            assert not admitted(policies, pod, NEIGHBOUR, 2222), "single-node pods run no sshd: closed"
             assert not admitted(policies, pod, Source("default", pod), 2222), "not even from its own kind"
+
+
+def test_clients_by_namespace_and_address_and_any_source_only_when_named() -> None:
+    ld = deployment("cpu-reference", networkPolicy={
+        "clientNamespaceSelector": {"matchLabels": {"team": "ml"}}, "clientCIDRs": ["192.0.2.0/24"]})  # fmt: skip
+    policies, (pod,) = render(ld)
+    kubernetes_validate.validate(policies[0], "1.34.0", strict=True)
+    assert admitted(policies, pod, Source("apps", namespace_labels={"team": "ml"}), 8080)
+    assert admitted(policies, pod, NEIGHBOUR, 8080), "its own namespace always"
+    assert admitted(policies, pod, Source(None, ip="192.0.2.9"), 8000), "a gateway outside pods"
+    assert not admitted(policies, pod, Source(None, ip="198.51.100.1"), 8000)
+    assert not admitted(policies, pod, CLIENT, 8080)
+    anywhere = deployment("cpu-reference", networkPolicy={"clientCIDRs": ["0.0.0.0/0", "::/0"]})
+    policies, (pod,) = render(anywhere)
+    assert admitted(policies, pod, Source(None, ip="198.51.100.1"), 8000)
+    assert not admitted(policies, pod, Source(None, ip="198.51.100.1"), 8002), "metrics stay closed"
+
+
+@pytest.mark.parametrize("cidr", ["192.0.2.7/24", "10.0.0.0/33", "fd00::1/200", "not-a-cidr"])
+def test_a_bad_client_cidr_is_refused_naming_it(cidr: str) -> None:
+    with pytest.raises(ValueError, match="networkPolicy.clientCIDRs|String should match pattern"):
+        deployment("cpu-reference", networkPolicy={"clientCIDRs": [cidr]})
+
+
+def test_a_policy_that_admitted_any_source_keeps_doing_so_until_the_spec_names_clients() -> None:
+    ld = deployment("cpu-reference-inference-pool")
+    policies, (pod,) = render(ld, keep_any_source=True)
+    serving, router = policies
+    assert network.opened_to_any_source(serving), "stable: the kept policy is found again"
+    assert admitted(policies, pod, CLIENT, 8080) and admitted(
+        policies, pod, Source(None, ip="198.51.100.1"), 8000
+    )
+    assert network.KEPT_ANY_SOURCE in serving["metadata"]["annotations"]
+    router_pod = router["spec"]["podSelector"]["matchLabels"]
+    assert admitted([router], router_pod, CLIENT, 9002), "a gateway that used the picker keeps it"
+    # Naming clients ends it; the new policy is not found open, so it stays ended.
+    named = deployment("cpu-reference-inference-pool", networkPolicy={"clientCIDRs": ["192.0.2.0/24"]})
+    policies, (pod,) = render(named, keep_any_source=True)
+    assert not network.opened_to_any_source(policies[0])
+    assert not admitted(policies, pod, CLIENT, 8080) and not admitted(policies[1:], router_pod, CLIENT, 9002)
+    assert "annotations" not in policies[0]["metadata"]
+
+
+def test_the_pickers_port_only_from_the_gateways_namespaces() -> None:
+    gateways = {"matchLabels": {"kubernetes.io/metadata.name": "istio-gateway"}}
+    plain = deployment("cpu-reference-inference-pool")
+    (_, router), _ = render(plain)
+    router_pod = router["spec"]["podSelector"]["matchLabels"]
+    gateway = Source("istio-gateway", {"app": "gateway"})
+    assert admitted([router], router_pod, NEIGHBOUR, 8080), "clients of the router's OpenAI port"
+    assert not admitted([router], router_pod, NEIGHBOUR, 9002), "its Envoy asks the picker on 127.0.0.1"
+    assert not admitted([router], router_pod, gateway, 9002)
+    routing = {"mode": "inference-pool", "picker": {"gatewayNamespaceSelector": gateways}}
+    (_, router), _ = render(deployment("cpu-reference-inference-pool", routing=routing))
+    kubernetes_validate.validate(router, "1.34.0", strict=True)
+    assert admitted([router], router_pod, gateway, 9002)
+    assert not admitted([router], router_pod, gateway, 8080) and not admitted(
+        [router], router_pod, CLIENT, 9002
+    )
 
 
 @pytest.mark.parametrize("lws", [False, True], ids=["statefulsets", "leaderworkerset"])
@@ -216,3 +280,28 @@ async def test_the_operator_applies_the_policy_and_removes_it_when_switched_off(
     await reconcile(kube, reconciler, key)
     writes = [w for w in kube.take_writes() if w[0] != "status"]
     assert writes == [("delete", "NetworkPolicy", "tiny-llama")], "pruned, and the pods left alone"
+
+
+async def test_upgrading_the_operator_keeps_a_policy_open_to_any_source_until_clients_are_named() -> None:
+    from tests.unit.test_reconciler import example, operator_with_nodes, reconcile
+
+    kube, reconciler = await operator_with_nodes()
+    key = kube.add_deployment(example("cpu-reference"))
+    await reconcile(kube, reconciler, key)
+    policy = kube.objects[("NetworkPolicy", "default", "tiny-llama")]
+    assert not network.opened_to_any_source(policy), "a new deployment: its namespace only"
+    # What an operator before clients were limited applied: the client rule without `from`.
+    client_rule, *others = policy["spec"]["ingress"]
+    ingress = [{"ports": client_rule["ports"]}, *others]
+    kube.edit("NetworkPolicy", "default", "tiny-llama", spec={**policy["spec"], "ingress": ingress})
+    await reconcile(kube, reconciler, key)
+    kept = kube.objects[("NetworkPolicy", "default", "tiny-llama")]
+    assert network.opened_to_any_source(kept) and network.KEPT_ANY_SOURCE in kept["metadata"]["annotations"]
+
+    body = kube.objects[("LLMDeployment", *key)]
+    spec = {**body["spec"], "networkPolicy": {"clientCIDRs": ["192.0.2.0/24"]}}
+    kube.edit("LLMDeployment", *key, spec=spec)
+    await reconcile(kube, reconciler, key)
+    named = kube.objects[("NetworkPolicy", "default", "tiny-llama")]
+    assert not network.opened_to_any_source(named)
+    assert {"ipBlock": {"cidr": "192.0.2.0/24"}} in named["spec"]["ingress"][0]["from"]

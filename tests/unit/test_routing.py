@@ -90,7 +90,7 @@ def test_the_pool_selects_the_leaders_of_both_slots_and_the_router_is_no_replica
     assert [p["port"] for p in from_router[0]["ports"]] == [8080, 8002]
     router_policy = objs[("NetworkPolicy", ROUTER)]["spec"]
     assert router_policy["podSelector"]["matchLabels"] == router_pod
-    assert [p["port"] for p in router_policy["ingress"][0]["ports"]] == [8080, 9002]
+    assert [p["port"] for p in router_policy["ingress"][0]["ports"]] == [8080], "9002: gateways named only"
     # The Service the pool's endpointPickerRef names serves the picker's ext_proc port.
     ports = {p["port"]: p["targetPort"] for p in objs[("Service", ROUTER)]["spec"]["ports"]}
     assert ports == {8080: "openai", 9002: "grpc"}

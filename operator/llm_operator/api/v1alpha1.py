@@ -9,6 +9,7 @@ in spec (fractions are integer percents), lists of named objects rather than map
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from datetime import datetime
 from enum import StrEnum
@@ -1212,21 +1213,54 @@ class LabelSelector(Spec):
     match_expressions: list[LabelSelectorRequirement] | None = Field(default=None, max_length=32)
 
 
+# An IPv4 or IPv6 CIDR; the pydantic validator below checks it exactly (the API server's CEL CIDR
+# functions need Kubernetes 1.31, the chart supports 1.29).
+CIDR_PATTERN = r"^[0-9a-fA-F.:]+/[0-9]{1,3}$"
+
+
 class NetworkPolicySpec(Spec):
     enabled: bool = Field(
         default=True,
         description="A NetworkPolicy admits to the serving pods only the client ports (Triton's "
-        "HTTP 8000 and gRPC 8001, the OpenAI API 8080), Triton's metrics port (8002) from the "
-        "monitoring peers the operator is configured with, and any port between the deployment's "
-        "multi-node pods (sshd on 2222, MPI, NCCL). false: no NetworkPolicy, every port is open "
-        "to whatever can reach the pods. Enforced only where the cluster's network plugin "
-        "implements NetworkPolicy.",
+        "HTTP 8000 and gRPC 8001, the OpenAI API 8080) from the clients below, Triton's metrics "
+        "port (8002) from the monitoring peers the operator is configured with, and any port "
+        "between the deployment's multi-node pods (sshd on 2222, MPI, NCCL). false: no "
+        "NetworkPolicy, every port is open to whatever can reach the pods. Enforced only where the "
+        "cluster's network plugin implements NetworkPolicy.",
     )
     client_namespace_selector: LabelSelector | None = Field(
         default=None,
-        description="Namespaces whose pods may reach the client ports; absent: any source. {} selects "
-        "every namespace (pods only: a gateway or ingress running outside pods is cut off).",
+        description="Namespaces whose pods may reach the client ports, besides the LLMDeployment's "
+        "own namespace (always admitted). Absent: only its own namespace. {} selects every "
+        "namespace (pods only: a gateway or load balancer outside the pod network needs "
+        "clientCIDRs).",
     )
+    client_cidrs: list[Annotated[str, Field(max_length=43, pattern=CIDR_PATTERN)]] = Field(
+        default_factory=list,
+        alias="clientCIDRs",
+        max_length=32,
+        description="Addresses that may reach the client ports (NetworkPolicy ipBlocks): a gateway, "
+        "ingress or load balancer outside the pod network. [0.0.0.0/0, ::/0] admits any source, "
+        "which was the default before clients were limited to the namespace.",
+    )
+
+    @field_validator("client_cidrs")
+    @classmethod
+    def _cidrs(cls, cidrs: list[str]) -> list[str]:
+        for cidr in cidrs:
+            try:
+                ipaddress.ip_network(cidr)
+            except ValueError as e:
+                raise ValueError(
+                    f"networkPolicy.clientCIDRs: {cidr} is not a CIDR such as 192.0.2.0/24 ({e})"
+                ) from None
+        return cidrs
+
+    @property
+    def limits_clients(self) -> bool:
+        """Whether the spec names its clients (else a policy that admitted any source before
+        clients were limited keeps doing so: render/network.py)."""
+        return self.client_namespace_selector is not None or bool(self.client_cidrs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1251,6 +1285,13 @@ class PickerSpec(Spec):
         description="What the router does while the endpoint picker cannot answer. FailClose (the "
         "InferencePool default): the request fails with a 5xx. FailOpen: it goes to the client "
         "Service, which picks a ready replica at random, as routing.mode service does.",
+    )
+    gateway_namespace_selector: LabelSelector | None = Field(
+        default=None,
+        description="Namespaces whose pods (a gateway that routes to the InferencePool, such as "
+        "Istio's) may reach the endpoint picker's ext_proc port 9002; they then also need the "
+        "client ports (networkPolicy.clientNamespaceSelector). Absent: only the router's own Envoy "
+        "asks the picker.",
     )
 
 

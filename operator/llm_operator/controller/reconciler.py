@@ -52,7 +52,9 @@ from llm_operator.desired import Desired, desired, plan_for
 from llm_operator.engine.state import ModelFact, ModelObserved
 from llm_operator.plan.inventory import Inventory
 from llm_operator.plan.types import PlanningError
+from llm_operator.render import names
 from llm_operator.render.children import serving_selector
+from llm_operator.render.network import opened_to_any_source
 from llm_operator.render.routing import openai_endpoint
 from llm_operator.render.services import endpoints
 
@@ -237,6 +239,7 @@ class Reconciler:
             rollout = await self.rollouts.decide(ld, self.config.images, self.applier.children, problems)
             seen = await self.models.observe(self.applier.children, [s.ld for s in rollout.slots])
             models = lambda *key: seen.get(key, ModelObserved(ModelFact.ABSENT))  # noqa: E731
+            applied = self.applier.children.get(("NetworkPolicy", namespace, names.network_policy(name)))
             wants = [
                 desired(
                     s.ld,
@@ -250,6 +253,7 @@ class Reconciler:
                     metrics_peers=self.config.metrics_peers,
                     models=models,
                     fetch_max_bytes_per_second=self.config.fetch_max_bytes_per_second,
+                    keep_any_source=opened_to_any_source(applied),
                 )
                 for s in rollout.slots
             ]

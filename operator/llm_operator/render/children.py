@@ -116,11 +116,13 @@ def shared_children(
     *,
     prometheus_url: str = autoscaling.DEFAULT_PROMETHEUS_URL,
     metrics_peers: Sequence[str] = network.DEFAULT_METRICS_PEERS,
+    keep_any_source: bool = False,
 ) -> list[dict[str, Any]]:
     """Once per deployment, whatever its slots: the client Service (leaders of both slots, so the
     replica ratio is the traffic split), the headless Service, the autoscaler (of the total), the
     NetworkPolicy (of every serving pod), and in routing.mode inference-pool the InferencePool
-    (leaders of both slots) and its router."""
+    (leaders of both slots) and its router. `keep_any_source`: the applied policy admits clients
+    from any source (render/network.py, upgrades)."""
     objs: list[dict[str, Any]] = [
         services.client_service(ld.name, ld.namespace),
         services.headless_service(ld.name, ld.namespace),
@@ -131,9 +133,13 @@ def shared_children(
     if ld.spec.network_policy.enabled:
         policy_spec = ld.spec.network_policy
         objs.append(network.network_policy(ld.name, ld.namespace, policy_spec, metrics_peers, router=pool,
-                                           triton_closed=network.triton_closed(ld)))  # fmt: skip
+                                           triton_closed=network.triton_closed(ld),
+                                           keep_any_source=keep_any_source))  # fmt: skip
         if pool:
-            objs.append(network.router_network_policy(ld.name, ld.namespace, policy_spec, metrics_peers))
+            gateways = ld.spec.routing.picker.gateway_namespace_selector if ld.spec.routing.picker else None
+            objs.append(network.router_network_policy(
+                ld.name, ld.namespace, policy_spec, metrics_peers, gateways, keep_any_source=keep_any_source
+            ))  # fmt: skip
     objs += routing.routing_children(ld, images)
     return owned(ld, objs)
 
