@@ -252,10 +252,10 @@ def test_an_upgrade_keeps_a_policy_open_to_any_source_until_the_spec_names_clien
     kept = wait_for(
         "the policy applied again, kept open and marked",
         lambda: kubectl.get("networkpolicy", NAME, ns),
-        lambda p: KEPT in (p["metadata"].get("annotations") or {}),
+        lambda p: p is not None and KEPT in (p["metadata"].get("annotations") or {}),
         timeout=60,
     )
-    assert "from" not in kept["spec"]["ingress"][0], "not narrowed by the operator"
+    assert kept is not None and "from" not in kept["spec"]["ingress"][0], "not narrowed by the operator"
     assert kept["spec"]["ingress"][1:] == others
     wait_for(
         "8000 open to a pod of another namespace, as before the upgrade",

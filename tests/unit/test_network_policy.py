@@ -140,8 +140,8 @@ def test_clients_of_its_namespace_reach_the_serving_ports_and_only_monitoring_th
 
 
 def test_clients_by_namespace_and_address_and_any_source_only_when_named() -> None:
-    ld = deployment("cpu-reference", networkPolicy={
-        "clientNamespaceSelector": {"matchLabels": {"team": "ml"}}, "clientCIDRs": ["192.0.2.0/24"]})  # fmt: skip
+    named = {"clientNamespaceSelector": {"matchLabels": {"team": "ml"}}, "clientCIDRs": ["192.0.2.0/24"]}
+    ld = deployment("cpu-reference", networkPolicy=named)
     policies, (pod,) = render(ld)
     kubernetes_validate.validate(policies[0], "1.34.0", strict=True)
     assert admitted(policies, pod, Source("apps", namespace_labels={"team": "ml"}), 8080)
@@ -157,7 +157,7 @@ def test_clients_by_namespace_and_address_and_any_source_only_when_named() -> No
 
 @pytest.mark.parametrize("cidr", ["192.0.2.7/24", "10.0.0.0/33", "fd00::1/200", "not-a-cidr"])
 def test_a_bad_client_cidr_is_refused_naming_it(cidr: str) -> None:
-    with pytest.raises(ValueError, match="networkPolicy.clientCIDRs|String should match pattern"):
+    with pytest.raises(ValueError, match=r"networkPolicy\.clientCIDRs|String should match pattern"):
         deployment("cpu-reference", networkPolicy={"clientCIDRs": [cidr]})
 
 

@@ -13,16 +13,19 @@ or ~/.cache/llm-operator/bin/envoy-1.40.0/envoy; absent, these tests skip and sa
 from __future__ import annotations
 
 import contextlib
+import functools
 import http.server
 import os
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from concurrent import futures
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +33,8 @@ import grpc
 import pytest
 import yaml
 from llm_operator.api.v1alpha1 import FailureMode, LLMDeployment
-from llm_operator.render.router_config import DESTINATION_HEADER, envoy_config, envoy_yaml
+from llm_operator.controller.picker_tls import picker_certificates
+from llm_operator.render.router_config import DESTINATION_HEADER, PICKER_CA_MOUNT, envoy_config, envoy_yaml
 from llm_operator.render.routing import router_config
 
 
@@ -65,7 +69,9 @@ def _deployment(mode: FailureMode) -> LLMDeployment:
 @pytest.mark.parametrize("mode", list(FailureMode))
 def test_rendered_config_validates(mode: FailureMode, tmp_path: Path) -> None:
     config = tmp_path / "envoy.yaml"
-    config.write_text(router_config(_deployment(mode))["data"]["envoy.yaml"])
+    rendered = router_config(_deployment(mode))["data"]["envoy.yaml"]
+    # The router pod mounts the picker's authority there (render/routing.py); Envoy reads it.
+    config.write_text(rendered.replace(f"{PICKER_CA_MOUNT}/ca.crt", str(_picker_tls() / "ca.crt")))
     run = subprocess.run(
         [str(ENVOY), "--mode", "validate", "-c", str(config), "--disable-hot-restart", "-l", "warn"],
         capture_output=True,
@@ -159,8 +165,18 @@ def _answers(url: str) -> bool:
 BYPASSED = {FailureMode.FAIL_OPEN: (200, "service"), FailureMode.FAIL_CLOSE: (503, "no healthy upstream")}
 
 
+@functools.cache
+def _picker_tls(authority: str = "ours") -> Path:
+    """A picker certificate as controller/picker_tls.py makes it (tls.crt, tls.key, ca.crt), once
+    per authority for the module's tests."""
+    files = Path(tempfile.mkdtemp(prefix=f"picker-tls-{authority}-"))
+    for name, text in picker_certificates("tiny-router", "team", datetime.now(UTC)).items():
+        (files / name).write_text(text)
+    return files
+
+
 def _local_config(
-    mode: FailureMode, service_port: int, **limits: int
+    mode: FailureMode, service_port: int, picker_ca: Path | None = None, **limits: int
 ) -> tuple[dict[str, Any], dict[str, int]]:
     ports = {p: _free_port() for p in ("listen", "ready", "picker", "health", "picking")}
     config = envoy_config(
@@ -173,6 +189,7 @@ def _local_config(
         picker_port=ports["picker"],
         picker_health_port=ports["health"],
         picking_port=ports["picking"],
+        picker_ca=str(picker_ca or _picker_tls() / "ca.crt"),
         **limits,
     )
     return config, ports
@@ -285,6 +302,58 @@ def _hung(port: int) -> Iterator[None]:
         s.bind(("127.0.0.1", port))
         s.listen(16)
         yield
+
+
+def _tls_picker(port: int, files: Path) -> grpc.Server:
+    """A TLS gRPC server on the picker's port with the certificate in `files` and no ext_proc
+    service (every call UNIMPLEMENTED): what Envoy's handshake meets is the point."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    chain = [((files / "tls.key").read_bytes(), (files / "tls.crt").read_bytes())]
+    server.add_secure_port(f"127.0.0.1:{port}", grpc.ssl_server_credentials(chain))
+    server.start()
+    return server
+
+
+SSL = "cluster.picker.ssl."  # Envoy's TLS counters of the picker cluster
+
+
+def _stats(admin: int, prefix: str) -> dict[str, int]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/stats?filter=^{prefix}", timeout=5) as r:
+        lines = r.read().decode().splitlines()
+    return {k: int(v) for k, v in (line.split(": ", 1) for line in lines) if v.strip().isdigit()}
+
+
+@needs_envoy
+def test_envoy_talks_to_the_picker_only_over_tls_it_verifies(
+    upstreams: dict[str, int], tmp_path: Path
+) -> None:
+    """The picker serving the deployment's certificate: Envoy's handshake succeeds. One signed by
+    another authority (what a process that took the port would serve): refused, and no request
+    goes to it. Envoy's own counters say which (an admin listener added for the test only)."""
+    config, ports = _local_config(FailureMode.FAIL_CLOSE, upstreams["service"])
+    admin = _free_port()
+    config["admin"] = {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin}}}
+    url = f"http://127.0.0.1:{ports['listen']}/v1/completions"
+    health = _health_server(ports["health"])
+    try:
+        with _running_envoy(config, ports["ready"], tmp_path):
+            for files, verified in ((_picker_tls("impostor"), False), (_picker_tls(), True)):
+                picker = _tls_picker(ports["picker"], files)
+                try:
+                    before = _stats(admin, SSL)
+                    started = time.monotonic()
+                    while (answer := _post(url)) == BYPASSED[FailureMode.FAIL_CLOSE]:
+                        assert time.monotonic() - started < 10, "the picker's health was not seen"
+                        time.sleep(0.2)
+                    assert answer == (500, ""), "ext_proc failed: no ext_proc service, or no trust"
+                    after = _stats(admin, SSL)
+                finally:
+                    picker.stop(None).wait()
+                grew = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+                handshakes, refused = grew.get(f"{SSL}handshake", 0), grew.get(f"{SSL}fail_verify_error", 0)
+                assert (handshakes > 0, refused > 0) == (verified, not verified), (files, after)
+    finally:
+        health.stop(None).wait()
 
 
 @needs_envoy

@@ -1689,6 +1689,12 @@ class LLMDeploymentStatus(Spec):
         "repository, shared memory, logging, trace) in this deployment's pods: a Secret under that "
         "name that it did not create is never used.",
     )
+    picker_tls_secret: str | None = Field(
+        default=None,
+        description="The Secret the operator created with the endpoint picker's certificate "
+        "(routing.mode inference-pool; ca.crt verifies it): a Secret under that name that it did "
+        "not create is never mounted.",
+    )
 
 
 class LLMDeployment(BaseModel):

@@ -21,7 +21,7 @@ from typing import Any
 from lightkube import ApiError
 from pydantic import ValidationError
 
-from llm_operator.api.v1alpha1 import LLMDeployment
+from llm_operator.api.v1alpha1 import LLMDeployment, RoutingMode
 from llm_operator.controller import analysis, autoscaling, engines, router_status
 from llm_operator.controller.admin_key import AdminKeys
 from llm_operator.controller.apply import Applier
@@ -44,6 +44,7 @@ from llm_operator.controller.observe import (
     existing_pools,
     pool_observed,
 )
+from llm_operator.controller.picker_tls import PickerTls
 from llm_operator.controller.queue import WorkQueue
 from llm_operator.controller.rollout import Rollout, Rollouts
 from llm_operator.controller.ssh import SshIdentities, needs_ssh
@@ -89,6 +90,7 @@ class Reconciler:
         self.group_failures = GroupFailures()
         self.ssh = SshIdentities(kube)
         self.admin_keys = AdminKeys(kube)
+        self.picker_tls = PickerTls(kube)
         self.models = ModelCache(kube)
         self.rollouts = Rollouts(analysis.measure, config.analysis_prometheus_urls)
         self.statuses: dict[Key, dict[str, Any]] = {}  # last status written, for the gauge
@@ -133,6 +135,7 @@ class Reconciler:
         self.group_failures.forget(key)
         self.ssh.forget(key)
         self.admin_keys.forget(key)
+        self.picker_tls.forget(key)
         self.applier.forget(key)
         self.queue.forget(key)
 
@@ -268,7 +271,9 @@ class Reconciler:
         )
         if self.pod_problems.of((namespace, name)):
             self.admin_keys.forget((namespace, name))  # a deleted Secret is one reason pods fail
-        owned = [self.admin_keys, *([self.ssh] if any(needs_ssh(want.plan) for want in wants) else [])]
+        routed = ld.spec.routing.mode == RoutingMode.INFERENCE_POOL
+        owned = [self.admin_keys, *([self.ssh] if any(needs_ssh(want.plan) for want in wants) else []),
+                 *([self.picker_tls] if routed else [])]  # fmt: skip
         try:
             if unusable is not None:
                 raise unusable

@@ -93,6 +93,12 @@ def admin_key_secret(deployment: str, uid: str) -> str:
     return _fit(f"{deployment}-adminkey-{uid[:8]}" if uid else f"{deployment}-adminkey")
 
 
+def picker_tls_secret(deployment: str, uid: str) -> str:
+    """The endpoint picker's certificate (controller/picker_tls.py); one per incarnation, like
+    ssh_secret."""
+    return _fit(f"{deployment}-pickertls-{uid[:8]}" if uid else f"{deployment}-pickertls")
+
+
 def engine_job(deployment: str, pool: PoolPlan, cache_key: str) -> str:
     """Per deployment, not per slot: a build is keyed by its engine, whichever slot waits for it."""
     return _fit(f"{serving(deployment, pool)}-engine-{cache_key[-10:]}")

@@ -21,6 +21,10 @@ PICKER_GRPC_PORT = 9002  # ext_proc (EPP --grpc-port default, GIE v1.5.0 pkg/epp
 PICKER_HEALTH_PORT = 9003  # gRPC health (--grpc-health-port)
 PICKER_METRICS_PORT = 9090  # the EPP's own Prometheus metrics (--metrics-port)
 ENVOY_READY_PORT = 19001  # Envoy's /ready listener (the port upstream's standalone chart uses)
+# The picker's certificate (controller/picker_tls.py): Envoy trusts only the authority that signed
+# it, and asks for this name, which the certificate carries beside the router Service's.
+PICKER_SERVER_NAME = "localhost"
+PICKER_CA_MOUNT = "/etc/llm-operator/picker-ca"
 PICKING_PORT = 18080  # Envoy's second listener, on 127.0.0.1, where the picker runs
 # Set by the EPP on the request it picked an endpoint for (GIE v1.5.0
 # docs/proposals/004-endpoint-picker-protocol): `podIP:targetPort`.
@@ -208,6 +212,7 @@ def envoy_config(
     picker_health_port: int = PICKER_HEALTH_PORT,
     picking_port: int = PICKING_PORT,
     max_connections: int = MAX_CONNECTIONS,
+    picker_ca: str = f"{PICKER_CA_MOUNT}/ca.crt",
 ) -> dict[str, Any]:
     """Envoy's bootstrap. The OpenAI listener forwards each request to the picking listener
     (127.0.0.1 only), where the picker takes it over ext_proc, sets the destination header, and the
@@ -233,8 +238,8 @@ def envoy_config(
     }
     picking = [picked, unpicked]
     clusters: list[dict[str, Any]] = [
-        # The EPP serves ext_proc over TLS with a self-signed certificate (--secure-serving, its
-        # default): encrypted, not verified, as upstream's standalone chart does; it is 127.0.0.1.
+        # The EPP serves ext_proc over TLS with the deployment's own certificate, verified here
+        # (upstream's standalone chart lets the EPP make a self-signed one and verifies nothing).
         _cluster(
             "picker",
             "127.0.0.1",
@@ -245,7 +250,16 @@ def envoy_config(
                 "name": "envoy.transport_sockets.tls",
                 "typed_config": {
                     "@type": f"{_TYPES}.transport_sockets.tls.v3.UpstreamTlsContext",
-                    "common_tls_context": {"alpn_protocols": ["h2"]},
+                    "sni": PICKER_SERVER_NAME,
+                    "common_tls_context": {
+                        "alpn_protocols": ["h2"],
+                        "validation_context": {
+                            "trusted_ca": {"filename": picker_ca},
+                            "match_typed_subject_alt_names": [
+                                {"san_type": "DNS", "matcher": {"exact": PICKER_SERVER_NAME}}
+                            ],
+                        },
+                    },
                 },
             },
             typed_extension_protocol_options=_H2,

@@ -20,9 +20,10 @@ from llm_operator.api.v1alpha1 import LLMDeployment, RoutingMode
 from llm_operator.contract import METRICS_PORT, OPENAI_PORT
 from llm_operator.images import Images
 from llm_operator.render import names
-from llm_operator.render.pod import template_hash
+from llm_operator.render.pod import SECRET_FILE_MODE, template_hash
 from llm_operator.render.router_config import (
     ENVOY_READY_PORT,
+    PICKER_CA_MOUNT,
     PICKER_GRPC_PORT,
     PICKER_HEALTH_PORT,
     PICKER_METRICS_PORT,
@@ -152,6 +153,11 @@ def _epp(ld: LLMDeployment, image: str) -> dict[str, Any]:
             "--tracing=false",  # no OpenTelemetry collector is configured
             "--zap-encoder",
             "json",
+            # The deployment's certificate (controller/picker_tls.py), which Envoy verifies, and
+            # a replaced Secret is served without a restart.
+            "--cert-path",
+            PICKER_TLS_MOUNT,
+            "--enable-cert-reload",
         ],
         "env": [
             {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
@@ -169,6 +175,7 @@ def _epp(ld: LLMDeployment, image: str) -> dict[str, Any]:
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
             {"name": TOKEN_VOLUME, "mountPath": TOKEN_MOUNT, "readOnly": True},
+            {"name": PICKER_TLS_VOLUME, "mountPath": PICKER_TLS_MOUNT, "readOnly": True},
         ],
     }
 
@@ -183,6 +190,24 @@ TOKEN_SOURCES = [
     {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
     {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
 ]
+
+
+# The picker's certificate and key to the picker, the authority's certificate alone to Envoy; the
+# pod's fsGroup makes them readable to the containers' user and to no other.
+PICKER_TLS_VOLUME = "picker-tls"
+PICKER_TLS_MOUNT = "/etc/llm-operator/picker-tls"
+PICKER_CA_VOLUME = "picker-ca"
+
+
+def _picker_tls_volumes(ld: LLMDeployment) -> list[dict[str, Any]]:
+    secret = names.picker_tls_secret(ld.name, ld.metadata.get("uid", ""))
+
+    def volume(name: str, *keys: str) -> dict[str, Any]:
+        items = [{"key": k, "path": k} for k in keys]
+        source = {"secretName": secret, "items": items, "defaultMode": SECRET_FILE_MODE}
+        return {"name": name, "secret": source}
+
+    return [volume(PICKER_TLS_VOLUME, "tls.crt", "tls.key"), volume(PICKER_CA_VOLUME, "ca.crt")]
 
 
 def _envoy(image: str) -> dict[str, Any]:
@@ -209,7 +234,10 @@ def _envoy(image: str) -> dict[str, Any]:
         "readinessProbe": {"httpGet": {"path": "/ready", "port": ENVOY_READY_PORT}, "periodSeconds": 5},
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
         "securityContext": copy.deepcopy(RESTRICTED),
-        "volumeMounts": [{"name": "config", "mountPath": ENVOY_CONFIG_MOUNT, "readOnly": True}],
+        "volumeMounts": [
+            {"name": "config", "mountPath": ENVOY_CONFIG_MOUNT, "readOnly": True},
+            {"name": PICKER_CA_VOLUME, "mountPath": PICKER_CA_MOUNT, "readOnly": True},
+        ],
     }
 
 
@@ -239,12 +267,15 @@ def router_deployment(ld: LLMDeployment, images: Images, config: dict[str, Any])
                         "runAsNonRoot": True,
                         "runAsUser": NONROOT_UID,
                         "runAsGroup": NONROOT_UID,
+                        "fsGroup": NONROOT_UID,
+                        "fsGroupChangePolicy": "OnRootMismatch",
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
                     "containers": [_epp(ld, images.picker), _envoy(images.envoy)],
                     "volumes": [
                         {"name": "config", "configMap": {"name": names.router(ld.name)}},
                         {"name": TOKEN_VOLUME, "projected": {"sources": copy.deepcopy(TOKEN_SOURCES)}},
+                        *_picker_tls_volumes(ld),
                     ],
                 },
             },
