@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Writes requirements/NAME.lock with the sha256 of every file PyPI has for each pinned version, so
-# that `pip install --require-hashes` (scripts/ensure-venv.sh, ensure-tool-venv.sh) refuses any
-# other bytes. usage: scripts/lock.sh NAME... [--upgrade]
+# that `pip install --require-hashes` (scripts/ensure-venv.sh, ensure-tool-venv.sh, the images'
+# Dockerfiles and images.builder) refuses any other bytes. usage: scripts/lock.sh NAME... [--upgrade]
 #   dev        the project's environment: pyproject.toml's dependencies and dev extra, plus setuptools
 #              and wheel (the editable install builds without isolation)
 #   bench      aiperf, make bench's P9 client         hf-mirror  olah, the test world's Hub mirror
@@ -24,15 +24,15 @@ for arg in "$@"; do
     *) echo "lock: unknown lock '$arg' (see $0)" >&2; exit 2 ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { sed -n '2,16p' "$0" >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { sed -n '2,15p' "$0" >&2; exit 2; }
 uv="$("$root/scripts/ensure-tool-venv.sh" uv uv --version)/uv"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+pins() { grep -v '^\s*#' "$1" | grep -E '^[A-Za-z0-9]' | sed 's/ .*//' || true; }  # name==version lines
 
 for name in "${names[@]}"; do
   lock="$root/requirements/$name.lock"
   inputs=()
   options=()
-  pins() { grep -v '^\s*#' "$1" | grep -E '^[A-Za-z0-9]' | sed 's/ .*//' || true; }
   case $name in
     dev) printf 'setuptools\nwheel\n' >"$work/build.in"; inputs=("$root/pyproject.toml" --extra dev "$work/build.in") ;;
     bench) echo aiperf >"$work/$name.in"; inputs=("$work/$name.in") ;;
