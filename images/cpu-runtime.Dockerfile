@@ -9,13 +9,17 @@ FROM python:3.11.11-slim-bookworm
 # finds torch in this site-packages and its own package under /opt/llm-operator/cpu-reference
 # (modelrepo.CPU_RUNTIME_PYTHON_PATH).
 ENV LLMOP_BACKEND=cpu-reference PYTHONDONTWRITEBYTECODE=1
-# torch from PyTorch's CPU index: the PyPI wheel bundles CUDA. Same version as the tests use. The
-# front door needs jinja2 (chat templates) and tokenizers (token counts), as NVIDIA's images have
-# them; tokenizers without its hub client (reading tokenizer.json needs none). The model reads
-# cached checkpoints' model.safetensors with safetensors (no dependencies of its own).
-RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu \
-        "torch==1.13.1+cpu" "numpy==1.26.4" "nvidia-pytriton==0.7.0" "jinja2==3.1.6" "markupsafe==3.0.4" \
-    && pip install --no-cache-dir --no-deps "tokenizers==0.22.2" "safetensors==0.8.0" \
+# torch from PyTorch's CPU index (the PyPI wheel bundles CUDA), same version as the tests use, pinned
+# by version only: that index was out of reach where the lock was written, so its hash is not in it.
+# Everything else exactly as the lock pins it, every file checked against its sha256, each without
+# its dependencies: Triton's files from nvidia-pytriton (not its python API), numpy and
+# typing-extensions for torch, the front door's jinja2 (chat templates) and tokenizers (token
+# counts; without its hub client, which reading tokenizer.json does not need), as NVIDIA's images
+# have them, and safetensors for the model's cached checkpoints.
+COPY requirements/image-cpu-runtime.lock /tmp/
+RUN pip install --no-cache-dir --no-deps --index-url https://download.pytorch.org/whl/cpu "torch==1.13.1+cpu" \
+    && pip install --no-cache-dir --require-hashes --no-deps -r /tmp/image-cpu-runtime.lock \
+    && rm /tmp/image-cpu-runtime.lock \
     && SP=/usr/local/lib/python3.11/site-packages/pytriton/tritonserver \
     && cp "$SP/python_backend_stubs/3.11/triton_python_backend_stub" "$SP/backends/python/"
 # The model's package (runtime/cpu_reference/), whole packages above it so that it is found first

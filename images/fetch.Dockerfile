@@ -22,11 +22,14 @@ RUN for version in ${TRTLLM_VERSIONS}; do \
     done
 
 FROM python:3.12-slim
-# Store tools and the fetcher's libraries in their own environment, pinned (boto3 and
-# huggingface_hub at the versions requirements/dev.lock pins, which the tests run).
+# Store tools and the fetcher's libraries in their own environment, exactly as the locks pin them,
+# every file checked against its sha256 (boto3 and huggingface_hub at the versions
+# requirements/dev.lock pins, which the tests run; awscli and gsutil at those locks' versions).
+COPY requirements/image-fetch.lock requirements/image-fetch-tools.lock /tmp/locks/
 RUN python -m venv /opt/tools \
-    && /opt/tools/bin/pip install --no-cache-dir "awscli==1.46.2" "gsutil==5.38" "huggingface_hub==0.36.2" \
-        "boto3==1.44.8"
+    && /opt/tools/bin/pip install --no-cache-dir --require-hashes --no-deps \
+        -r /tmp/locks/image-fetch.lock -r /tmp/locks/image-fetch-tools.lock \
+    && rm -rf /tmp/locks
 # The python image's PATH with the tools first (no $PATH: images.builder reads ENV literally).
 ENV PATH=/opt/tools/bin:/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin \
     PYTHONPATH=/opt/llm-operator PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1

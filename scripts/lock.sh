@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Writes requirements/NAME.lock with the sha256 of every file PyPI has for each pinned version, so
-# that `pip install --require-hashes` (scripts/ensure-venv.sh, ensure-tool-venv.sh) refuses any
-# other bytes. usage: scripts/lock.sh NAME... [--upgrade]
+# that `pip install --require-hashes` (scripts/ensure-venv.sh, ensure-tool-venv.sh, the images'
+# Dockerfiles and images.builder) refuses any other bytes. usage: scripts/lock.sh NAME... [--upgrade]
 #   dev        the project's environment: pyproject.toml's dependencies and dev extra, plus setuptools
 #              and wheel (the editable install builds without isolation)
 #   bench      aiperf, make bench's P9 client         hf-mirror  olah, the test world's Hub mirror
 #   pip        the pip every environment is upgraded to first   uv  this script's own resolver
-# Without --upgrade each lock keeps the versions it pins (only its hashes are written anew); with
-# it, the newest versions the inputs allow. The resolver is uv, from requirements/uv.lock.
+#   image-operator     the operator image: pyproject.toml's runtime dependencies (not the project)
+#   image-fetch        the fetch image's fetcher libraries: boto3, huggingface_hub
+#   image-fetch-tools  the fetch image's store tools (awscli, gsutil), at image-fetch's versions
+#   image-cpu-runtime  the CPU runtime's wheels, each without its dependencies (images/cpu-runtime.Dockerfile)
+# The image locks take the versions dev.lock pins wherever it pins a package, so an image runs what
+# the tests ran. Without --upgrade each lock keeps the versions it pins (only its hashes are written
+# anew); with it, the newest versions the inputs allow. The resolver is uv, from requirements/uv.lock.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 upgrade=()
@@ -15,27 +20,36 @@ names=()
 for arg in "$@"; do
   case $arg in
     --upgrade) upgrade=(--upgrade) ;;
-    dev|bench|hf-mirror|pip|uv) names+=("$arg") ;;
-    *) echo "lock: unknown lock '$arg' (dev, bench, hf-mirror, pip, uv)" >&2; exit 2 ;;
+    dev|bench|hf-mirror|pip|uv|image-operator|image-fetch|image-fetch-tools|image-cpu-runtime) names+=("$arg") ;;
+    *) echo "lock: unknown lock '$arg' (see $0)" >&2; exit 2 ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { sed -n '2,10p' "$0" >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { sed -n '2,15p' "$0" >&2; exit 2; }
 uv="$("$root/scripts/ensure-tool-venv.sh" uv uv --version)/uv"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+pins() { grep -v '^\s*#' "$1" | grep -E '^[A-Za-z0-9]' | sed 's/ .*//' || true; }  # name==version lines
 
 for name in "${names[@]}"; do
   lock="$root/requirements/$name.lock"
   inputs=()
+  options=()
   case $name in
     dev) printf 'setuptools\nwheel\n' >"$work/build.in"; inputs=("$root/pyproject.toml" --extra dev "$work/build.in") ;;
     bench) echo aiperf >"$work/$name.in"; inputs=("$work/$name.in") ;;
     hf-mirror) echo olah >"$work/$name.in"; inputs=("$work/$name.in") ;;
     pip|uv) echo "$name" >"$work/$name.in"; inputs=("$work/$name.in") ;;
+    image-operator) inputs=("$root/pyproject.toml") ;;
+    image-fetch) printf 'boto3\nhuggingface_hub\n' >"$work/$name.in"; inputs=("$work/$name.in") ;;
+    image-fetch-tools) printf 'awscli\ngsutil\n' >"$work/$name.in"; inputs=("$work/$name.in")
+      options=(-c "$work/image-fetch.pins"); pins "$root/requirements/image-fetch.lock" >"$work/image-fetch.pins" ;;
+    image-cpu-runtime) printf 'nvidia-pytriton\nnumpy\ntyping-extensions\njinja2\nmarkupsafe\ntokenizers\nsafetensors\n' >"$work/$name.in"
+      inputs=("$work/$name.in"); options=(--no-deps) ;;
   esac
-  grep -v '^\s*#' "$lock" | grep -E '^[A-Za-z0-9]' | sed 's/ .*//' >"$work/$name.pins" || true
+  if [[ $name == image-* ]]; then pins "$root/requirements/dev.lock" >"$work/dev.pins"; options+=(-c "$work/dev.pins"); fi
+  pins "$lock" >"$work/$name.pins"
   header=$(grep '^#' "$lock" || true)
   "$uv" pip compile --quiet --generate-hashes --no-header --python-version 3.11 \
-    --python-platform x86_64-manylinux_2_36 --no-annotate "${upgrade[@]}" -c "$work/$name.pins" "${inputs[@]}" \
+    --python-platform x86_64-manylinux_2_36 --no-annotate "${upgrade[@]}" "${options[@]}" -c "$work/$name.pins" "${inputs[@]}" \
     -o "$work/$name.lock"
   { echo "$header"; cat "$work/$name.lock"; } >"$lock"
   echo "lock: wrote $lock ($(grep -cE '^[A-Za-z0-9]' "$lock") packages)" >&2

@@ -1,9 +1,12 @@
 """Debian rootfs steps: debootstrap (cached per package set), pip inside a chroot, trimming.
 
 The images are made from Debian bookworm packages and PyPI wheels instead of a base image (no
-registry here). Network access happens on the host only: debootstrap fetches .debs into a shared
-cache, `pip download` fetches wheels into another; pip inside the chroot installs offline from
-them, so it writes the rootfs's own paths and `#!/usr/bin/python3` shebangs.
+registry here). Network access happens on the host only. debootstrap fetches .debs into a shared
+cache, each checked against the suite's Release file, which Debian's archive key signs; the suite
+is the live one, not a snapshot, so a rebuild picks up point releases (Base.key pins nothing, its
+packages.txt records what was resolved). `pip download` fetches the wheels of a hash-pinned lock
+into another cache; pip inside the chroot installs offline from it, hash-checked, so it writes the
+rootfs's own paths and `#!/usr/bin/python3` shebangs.
 """
 
 from __future__ import annotations
@@ -11,12 +14,10 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from images.builder import locks
 from images.builder.cache import atomic_path, cache_root, inputs_hash, remove
 
 SUITE, MIRROR, VARIANT = "bookworm", "http://deb.debian.org/debian", "minbase"
@@ -65,7 +66,8 @@ class Base:
                 rootfs = tmp / "rootfs"
                 debs = cache_root() / "debs"
                 debs.mkdir(parents=True, exist_ok=True)
-                run("debootstrap", f"--variant={VARIANT}", f"--cache-dir={debs}",
+                # --force-check-gpg: a missing keyring fails the build instead of a warning.
+                run("debootstrap", f"--variant={VARIANT}", "--force-check-gpg", f"--cache-dir={debs}",
                     f"--include={','.join(sorted(self.packages))}", SUITE, rootfs, MIRROR)  # fmt: skip
                 versions = run(
                     "chroot", rootfs, "dpkg-query", "-W", "-f=${Package} ${Version}\\n", env=CHROOT_ENV
@@ -115,41 +117,44 @@ def wheelhouse() -> Path:
     return path
 
 
-def download(requirements: Sequence[str | Path], constraints: Path | None = None, deps: bool = True) -> None:
-    """Fetch wheels into the shared wheelhouse (pip skips those already there). The host's python
-    is 3.11 on glibc 2.36 too, so it picks the wheels the rootfs's python3 accepts."""
-    with tempfile.TemporaryDirectory() as scratch:
-        extra = [] if deps else ["--no-deps"]
-        if constraints:
-            extra += ["-c", str(locks.write_constraints(constraints, Path(scratch) / "constraints.txt"))]
-        run(sys.executable, "-m", "pip", "download", "--quiet", "--only-binary", ":all:", "--dest",
-            wheelhouse(), *extra, *requirements)  # fmt: skip
+def download(lock: Path) -> None:
+    """Fetch the lock's wheels into the shared wheelhouse (pip skips those already there), each
+    checked against the lock's hashes. The host's python is 3.11 on glibc 2.36 too, so it picks
+    the wheels the rootfs's python3 accepts."""
+    run(sys.executable, "-m", "pip", "download", "--quiet", "--only-binary", ":all:", "--no-deps",
+        "--require-hashes", "--dest", wheelhouse(), "-r", lock)  # fmt: skip
 
 
-def pip_install(rootfs: Path, requirements: Sequence[str | Path], constraints: Path | None = None,
-                deps: bool = True) -> None:  # fmt: skip
+def pip_install(rootfs: Path, lock: Path) -> None:
+    """Exactly the lock's wheels (--no-deps), offline from the wheelhouse, hash-checked again there:
+    the wheelhouse is a cache shared by builds."""
+    _chroot_pip(rootfs, lock, "--require-hashes", "--no-deps", "-r", f"{_TOOLS}/{lock.name}")
+
+
+def pip_install_wheel(rootfs: Path, wheel: Path) -> None:
+    """A wheel built in this build (our package) without its dependencies, which come from a lock:
+    apart from the lock's install, since hash-checking mode would demand a hash for it too."""
+    _chroot_pip(rootfs, wheel, "--no-deps", f"{_TOOLS}/{wheel.name}")
+
+
+_TOOLS = "/tmp/build-tools"
+
+
+def _chroot_pip(rootfs: Path, file: Path, *args: str) -> None:
     """pip (this interpreter's own copy, not left behind) inside the chroot, offline from the
-    wheelhouse; Debian's python3 then owns the paths (/usr/local/lib/python3.11/dist-packages).
-    Requirements that are paths (local wheels) are copied in."""
+    wheelhouse, with `file` copied in; Debian's python3 then owns the paths
+    (/usr/local/lib/python3.11/dist-packages)."""
     import pip  # the host's pip, copied in: Debian's python3 has none and needs none at run time
 
-    tools = rootfs / "tmp/build-tools"
+    tools = rootfs / _TOOLS.lstrip("/")
     shutil.copytree(Path(pip.__file__).parent, tools / "pip")
     shutil.copytree(wheelhouse(), tools / "wheels", copy_function=_link_or_copy)
-    args = [] if deps else ["--no-deps"]
-    if constraints:
-        locks.write_constraints(constraints, tools / "constraints.txt")
-        args += ["-c", "/tmp/build-tools/constraints.txt"]
-    for requirement in requirements:
-        if isinstance(requirement, Path):
-            shutil.copy(requirement, tools / requirement.name)
-            requirement = f"/tmp/build-tools/{requirement.name}"
-        args.append(requirement)
+    shutil.copy(file, tools / file.name)
     try:
         run("chroot", rootfs, "/usr/bin/python3", "-m", "pip", "install", "--quiet", "--no-index",
-            "--find-links", "/tmp/build-tools/wheels", "--no-compile", "--break-system-packages",
+            "--find-links", f"{_TOOLS}/wheels", "--no-compile", "--break-system-packages",
             "--root-user-action=ignore", "--disable-pip-version-check", *args,
-            env={**CHROOT_ENV, "PYTHONPATH": "/tmp/build-tools"})  # fmt: skip
+            env={**CHROOT_ENV, "PYTHONPATH": _TOOLS})  # fmt: skip
     finally:
         shutil.rmtree(tools)
 

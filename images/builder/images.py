@@ -13,11 +13,12 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from images.builder import debian
+from images.builder import debian, locks
 from images.builder.cache import atomic_path, build_lock, cache_root, files_under, inputs_hash, scratch
 from images.builder.dockerfile import runtime_config
 from images.builder.oci import ImageConfig, Layer, write_archive, write_layer
@@ -30,11 +31,13 @@ PROJECT = ("pyproject.toml", "README.md", "operator", "model_repo_templates")
 INPUTS_LABEL = "io.llmoperator.image-inputs"
 # Base image install paths (python:3.11-slim) -> Debian's python3 with pip's default scheme.
 SITE_PACKAGES = {"/usr/local/lib/python3.11/site-packages": "/usr/local/lib/python3.11/dist-packages"}
-# Runtime wheels of the CPU image, at the versions requirements/dev.lock pins: Triton, the front
-# door's chat templates (jinja2) and token counts (tokenizers, without its hub client), and the
-# model's cached checkpoints (safetensors).
-CPU_RUNTIME_WHEELS = ("nvidia-pytriton==0.7.0", "Jinja2==3.1.6", "MarkupSafe==3.0.4", "tokenizers==0.22.2",
-                      "safetensors==0.8.0")  # fmt: skip
+# Every third-party wheel an image installs comes from a hash-pinned lock (scripts/lock.sh), the
+# one its Dockerfile installs, checked by pip; our own wheel, built in the same build, goes in apart.
+# The CPU image's wheels, each without its dependencies: Triton's files, the front door's chat
+# templates (jinja2) and token counts (tokenizers, without its hub client), the model's cached
+# checkpoints (safetensors); not numpy and typing-extensions, which come from Debian with torch.
+CPU_RUNTIME_LOCK = "requirements/image-cpu-runtime.lock"
+CPU_RUNTIME_FROM_DEBIAN = ("numpy", "typing-extensions")
 # What of our package the CPU image carries: the cpu_reference model's package and the packages
 # above it (the launcher and the front door arrive through the pod's init container,
 # render/inject.py). As the Dockerfile COPYs them, under CPU_REFERENCE_ROOT.
@@ -47,10 +50,11 @@ CPU_REFERENCE_ROOT = "opt/llm-operator/cpu-reference"
 # libexpat and libstdc++ come with python3.
 CPU_RUNTIME_BASE = debian.Base(("python3", "libpython3.11", "python3-torch", "python3-numpy"))
 OPERATOR_BASE = debian.Base(("python3",))
-# The fetch image as the test world runs it: the model cache's fetcher and its two libraries, at the
-# versions requirements/dev.lock pins (their dependencies too). Not the engine builds' store tools
-# nor TensorRT-LLM's examples: build pods never run on the test world's real node (images/README.md).
-FETCH_WHEELS = ("boto3", "huggingface_hub")
+OPERATOR_LOCK = "requirements/image-operator.lock"
+# The fetch image as the test world runs it: the model cache's fetcher and its two libraries with
+# their dependencies. Not the engine builds' store tools (image-fetch-tools.lock) nor TensorRT-LLM's
+# examples: build pods never run on the test world's real node (images/README.md).
+FETCH_LOCK = "requirements/image-fetch.lock"
 FETCH_FILES = ("operator/llm_operator/__init__.py", "operator/llm_operator/modelcache")
 FETCH_ROOT = "opt/llm-operator"
 
@@ -119,7 +123,7 @@ def _pause_assemble(rootfs: Path, work: Path) -> ImageConfig:
 
 def _cpu_runtime_base_inputs() -> Inputs:
     CPU_RUNTIME_BASE.ensure()
-    return [("debian", CPU_RUNTIME_BASE.packages_txt()), ("wheels", " ".join(CPU_RUNTIME_WHEELS).encode())]
+    return [("debian", CPU_RUNTIME_BASE.packages_txt()), *_files(CPU_RUNTIME_LOCK)]
 
 
 def _cpu_runtime_inputs() -> Inputs:
@@ -128,9 +132,12 @@ def _cpu_runtime_inputs() -> Inputs:
 
 def _cpu_runtime_base(rootfs: Path) -> None:
     CPU_RUNTIME_BASE.copy_to(rootfs)
-    # --no-deps: the image needs tritonserver's files from the wheel, not pytriton's python API.
-    debian.download(CPU_RUNTIME_WHEELS, deps=False)
-    debian.pip_install(rootfs, CPU_RUNTIME_WHEELS, deps=False)
+    with tempfile.TemporaryDirectory() as scratch:
+        lock = locks.write_without(
+            REPO / CPU_RUNTIME_LOCK, CPU_RUNTIME_FROM_DEBIAN, Path(scratch) / "cpu-runtime.lock"
+        )
+        debian.download(lock)
+        debian.pip_install(rootfs, lock)
     # As the Dockerfile does: the stub built for python 3.11 goes where the python backend looks.
     triton = rootfs / "usr/local/lib/python3.11/dist-packages/pytriton/tritonserver"
     shutil.copy2(triton / "python_backend_stubs/3.11/triton_python_backend_stub", triton / "backends/python/")
@@ -160,15 +167,15 @@ def _operator_inputs() -> Inputs:
     OPERATOR_BASE.ensure()
     return [
         ("debian", OPERATOR_BASE.packages_txt()),
-        *_files("images/operator.Dockerfile", "requirements/dev.lock", *PROJECT),
+        *_files("images/operator.Dockerfile", OPERATOR_LOCK, *PROJECT),
     ]
 
 
 def _operator_assemble(rootfs: Path, work: Path) -> ImageConfig:
     OPERATOR_BASE.copy_to(rootfs)
-    wheel, lock = _project_wheel(work), REPO / "requirements/dev.lock"
-    debian.download([wheel], constraints=lock)  # the runtime dependencies at their locked versions
-    debian.pip_install(rootfs, [wheel], constraints=lock)
+    debian.download(REPO / OPERATOR_LOCK)
+    debian.pip_install(rootfs, REPO / OPERATOR_LOCK)
+    debian.pip_install_wheel(rootfs, _project_wheel(work))
     config = runtime_config(REPO / "images/operator.Dockerfile")
     debian.add_nonroot_user(rootfs)
     debian.trim(rootfs)
@@ -182,16 +189,14 @@ def _fetch_inputs() -> Inputs:
     OPERATOR_BASE.ensure()
     return [
         ("debian", OPERATOR_BASE.packages_txt()),
-        ("wheels", " ".join(FETCH_WHEELS).encode()),
-        *_files("images/fetch.Dockerfile", "requirements/dev.lock", *FETCH_FILES),
+        *_files("images/fetch.Dockerfile", FETCH_LOCK, *FETCH_FILES),
     ]
 
 
 def _fetch_assemble(rootfs: Path, work: Path) -> ImageConfig:
     OPERATOR_BASE.copy_to(rootfs)
-    lock = REPO / "requirements/dev.lock"
-    debian.download(FETCH_WHEELS, constraints=lock)
-    debian.pip_install(rootfs, FETCH_WHEELS, constraints=lock)
+    debian.download(REPO / FETCH_LOCK)
+    debian.pip_install(rootfs, REPO / FETCH_LOCK)
     for path in files_under(REPO, *FETCH_FILES):
         if path.suffix == ".py":
             target = rootfs / FETCH_ROOT / path.relative_to(REPO / "operator")

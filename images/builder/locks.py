@@ -1,12 +1,11 @@
 """requirements/*.lock read as pins. scripts/lock.sh writes each requirement with the hashes of
-its files (`name==version \\` then `--hash=sha256:...` lines), which pip checks when the
-environments are made (--require-hashes). The image builder takes the versions only: its wheels
-come from a constraints file of plain `name==version` lines, since pip's hash-checking mode would
-also demand hashes for the project's own freshly built wheel."""
+its files (`name==version \\` then `--hash=sha256:...` lines), which pip checks wherever a lock is
+installed (--require-hashes): the environments, the Dockerfiles and images.builder."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -23,7 +22,14 @@ def pins(lock: Path) -> dict[str, str]:
     return found
 
 
-def write_constraints(lock: Path, dest: Path) -> Path:
-    """The lock as a constraints file without hashes, at `dest`."""
-    dest.write_text("".join(f"{name}=={version}\n" for name, version in sorted(pins(lock).items())))
+def write_without(lock: Path, names: Collection[str], dest: Path) -> Path:
+    """The lock at `dest` without the requirements `names` (PEP 503 names) and their hash lines;
+    every other requirement keeps its hashes."""
+    kept, keep = [], True
+    for line in lock.read_text().splitlines(keepends=True):
+        if match := _PIN.match(line):
+            keep = canonicalize_name(match.group(1)) not in names
+        if keep:
+            kept.append(line)
+    dest.write_text("".join(kept))
     return dest
