@@ -34,7 +34,7 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import StatefulSet
 from lightkube.types import PatchType
 from llm_operator import labels as L
-from llm_operator.controller.apply import APPLIES_IN_FLIGHT
+from llm_operator.controller.cluster.apply import APPLIES_IN_FLIGHT
 from llm_operator.manifests import MAX_MANIFEST_OBJECTS
 
 from e2e import operator_release

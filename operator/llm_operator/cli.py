@@ -179,7 +179,8 @@ def model_repo(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     import kopf
 
-    from llm_operator.controller import handlers, leader
+    from llm_operator.controller import handlers
+    from llm_operator.controller.cluster import leader
     from llm_operator.controller.http_server import serve_metrics
 
     level = logging.getLevelName(os.environ.get("LLMOP_LOG_LEVEL", "INFO"))

@@ -57,7 +57,7 @@ SSH_VOLUME = "ssh"
 
 # Triton's admin APIs (runtime/commands.py restricted_api_args) answer only requests that carry
 # this header (gRPC: `triton-grpc-protocol-<header>` metadata) with the key from the deployment's
-# admin-key Secret (controller/admin_key.py), which reaches the leader as ADMIN_KEY_ENV.
+# admin-key Secret (controller/secrets/admin_key.py), which reaches the leader as ADMIN_KEY_ENV.
 ADMIN_KEY_ENV = "LLMOP_ADMIN_KEY"
 # The launcher runs itself again without ADMIN_KEY_ENV, handing the key over a pipe (this names
 # its descriptor), so that no process's startup environment keeps it (runtime/launcher.py).

@@ -257,7 +257,7 @@ def _model(
 
 
 def index_value(seen: ModelObserved) -> str:
-    """The llm-model-cache-index entry of a fetched model (controller/model_cache.py reads it)."""
+    """The llm-model-cache-index entry of a fetched model (controller/observe/model_cache.py reads it)."""
     return json.dumps(
         {"directory": seen.directory, "resolvedRevision": seen.resolved_revision, "bytes": seen.bytes,
          "files": seen.files},

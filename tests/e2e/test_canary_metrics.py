@@ -1,6 +1,6 @@
 """Canary analysis measurements on real pods: two cpu-reference LLMDeployments under the same
 bounded load, one of them with the CPU runtime's TEST-ONLY fault knob on (spec.runtime.env), are
-scraped by the test world's Prometheus; controller/analysis.measure() reads each revision's window
+scraped by the test world's Prometheus; controller/rollout/analysis.measure() reads each revision's window
 and sees the faulty one fail its error-rate and TTFT budgets while the good one stays within them.
 A Prometheus that cannot be reached, or a server that is not Prometheus, gives errors, never values.
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from llm_operator.api.v1alpha1 import CanaryAnalysis
-from llm_operator.controller.analysis import measure, measured_metrics
+from llm_operator.controller.rollout.analysis import measure, measured_metrics
 from llm_operator.rollout import queries
 from llm_operator.rollout.types import Measurement
 

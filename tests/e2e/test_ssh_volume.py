@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from llm_operator import contract
 from llm_operator.api.v1alpha1 import LLMDeployment, LLMDeploymentSpec
-from llm_operator.controller.ssh import ssh_secret
+from llm_operator.controller.secrets.ssh import ssh_secret
 from llm_operator.images import Images
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render.inject import INJECT_VOLUME

@@ -1,6 +1,6 @@
 """LLMDeployments in every phase GitOps tools must judge, with the status the operator writes.
 
-Every status comes from the operator's own status reducer (controller/status.py `reduce`), canary
+Every status comes from the operator's own status reducer (controller/status/status.py `reduce`), canary
 phases included, so the checks follow what it really writes.
 
 These objects are also Argo CD's test inputs (charts/llm-operator/argocd/.../testdata), written
@@ -15,7 +15,7 @@ from typing import Any
 
 from llm_operator.api.crd import openapi_schema
 from llm_operator.api.v1alpha1 import RevisionsStatus
-from llm_operator.controller.status import Observation, PoolObserved, reduce
+from llm_operator.controller.status.status import Observation, PoolObserved, reduce
 from llm_operator.engine.state import EngineState, PoolEngineStatus
 from llm_operator.plan.types import Plan, PlanningError, PoolPlan
 

@@ -14,7 +14,7 @@ from typing import Any
 from lightkube import ApiError
 from lightkube.models.meta_v1 import Status
 from llm_operator import labels as L
-from llm_operator.controller.kube import CREATED_KINDS, MissingApi, ObjKey, obj_key
+from llm_operator.controller.cluster.kube import CREATED_KINDS, MissingApi, ObjKey, obj_key
 from llm_operator.controller.reconciler import Reconciler
 
 WITH_GENERATION = {"StatefulSet", "Job", "PodDisruptionBudget", "HorizontalPodAutoscaler", "LeaderWorkerSet",
@@ -65,7 +65,9 @@ class FakeKube:
 
     async def create(self, obj: dict[str, Any]) -> bool:
         k = obj_key(obj)
-        assert k[0] in CREATED_KINDS, f"Kube.create cannot create a {k[0]} (controller/kube.py CREATED_KINDS)"
+        assert k[0] in CREATED_KINDS, (
+            f"Kube.create cannot create a {k[0]} (controller/cluster/kube.py CREATED_KINDS)"
+        )
         self.writes.append(("create", k[0], k[2]))
         if k in self.objects:
             return False

@@ -1,5 +1,5 @@
 """Canary analysis queries only the operator's allowed Prometheus endpoints
-(controller/prometheus_urls.py): the matching rules on the URLs that try to get around them, the
+(controller/rollout/prometheus_urls.py): the matching rules on the URLs that try to get around them, the
 setting as the operator reads it, and the reconcile refusing a spec URL outside the list before
 anything is queried (Stalled, a Warning Event, the URL never repeated, what serves kept)."""
 
@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 from llm_operator.api.v1alpha1 import CanaryAnalysis
 from llm_operator.controller.config import OperatorConfig
-from llm_operator.controller.prometheus_urls import Endpoint, allowed, analysis_endpoint, parse, parse_list
+from llm_operator.controller.rollout.prometheus_urls import (
+    Endpoint,
+    allowed,
+    analysis_endpoint,
+    parse,
+    parse_list,
+)
 from llm_operator.plan.types import PlanningError
 
 from e2e.cluster.testing import local_http_server

@@ -1,4 +1,4 @@
-"""controller/analysis.py against a real HTTP server on 127.0.0.1 that answers what a hostile or
+"""controller/rollout/analysis.py against a real HTTP server on 127.0.0.1 that answers what a hostile or
 broken endpoint would: nothing of an answer's body reaches a Measurement, the status words made
 of it or the logs, and a redirect is never followed.
 """
@@ -15,7 +15,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 from llm_operator.api.v1alpha1 import AnalysisPhase, CanaryAnalysis
-from llm_operator.controller import analysis
+from llm_operator.controller.rollout import analysis
 from llm_operator.rollout import analysis as verdicts
 from llm_operator.rollout.types import Measurement
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from llm_operator.controller.analysis import QueryError, _value
+from llm_operator.controller.rollout.analysis import QueryError, _value
 from llm_operator.rollout import queries as q
 
 from tests.unit.test_monitoring_rules import needs_promtool, promtool
@@ -140,7 +140,7 @@ def answer(*values: str, result_type: str = "vector") -> dict[str, Any]:
 
 
 def test_an_answer_is_one_number_no_data_or_an_error() -> None:
-    """How measure() reads Prometheus's instant-query answers (controller/analysis.py)."""
+    """How measure() reads Prometheus's instant-query answers (controller/rollout/analysis.py)."""
     assert _value(answer("12.5")) == 12.5
     # No series, 0/0 (NaN) and x/0 (Inf): no data, never a number the analysis could pass.
     for no_data in (answer(), answer("NaN"), answer("+Inf"), answer("-Inf")):

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from lightkube import ApiError
 from lightkube.models.meta_v1 import Status
-from llm_operator.controller.apply import APPLIES_IN_FLIGHT, Applier
-from llm_operator.controller.kube import obj_key
+from llm_operator.controller.cluster.apply import APPLIES_IN_FLIGHT, Applier
+from llm_operator.controller.cluster.kube import obj_key
 from llm_operator.controller.reconciler import Reconciler
 
 from tests.unit.fake_kube import FakeKube

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 from llm_operator.api.v1alpha1 import AutoscalingSpec
-from llm_operator.controller import autoscaling
-from llm_operator.controller.autoscaling import AutoscalerObserved, condition, observe
-from llm_operator.controller.status import Observation, reduce
+from llm_operator.controller.status import autoscaling
+from llm_operator.controller.status.autoscaling import AutoscalerObserved, condition, observe
+from llm_operator.controller.status.status import Observation, reduce
 
 from tests.unit.test_status import PLAN
 

@@ -362,7 +362,7 @@ def test_entry_point_args_parse_with_the_operators_cli(name: str, monkeypatch: p
 def test_environment_is_what_the_operator_reads(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every LLMOP_* value the chart sets changes the operator's config the way values.yaml says."""
     from llm_operator.controller.config import OperatorConfig
-    from llm_operator.controller.prometheus_urls import parse_list
+    from llm_operator.controller.rollout.prometheus_urls import parse_list
 
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     for key, val in VALUE_SETS[name].items():  # two-level merge is enough for these value sets

@@ -10,8 +10,8 @@ import copy
 from typing import Any
 
 import pytest
-from llm_operator.controller.apply import Applier
-from llm_operator.controller.kube import obj_key
+from llm_operator.controller.cluster.apply import Applier
+from llm_operator.controller.cluster.kube import obj_key
 
 from tests.unit.fake_kube import FakeKube
 from tests.unit.test_reconciler import NS, example, operator_with_nodes, reconcile

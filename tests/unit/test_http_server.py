@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from llm_operator.controller import leader
+from llm_operator.controller.cluster import leader
 from llm_operator.controller.http_server import BoundedServer, Threaded, metrics_route, serve_metrics
 
 from e2e.cluster.processes import free_port
@@ -145,7 +145,7 @@ async def test_health_is_served_standing_by_and_leading_by_the_bounded_server() 
 
 
 def test_health_says_whether_this_replica_leads() -> None:
-    from llm_operator.controller.lease import ElectionConfig
+    from llm_operator.controller.cluster.lease import ElectionConfig
 
     health = leader.Health(ElectionConfig("op", "ops", "me", 15, 10, 2))
     assert health.route({}) == (

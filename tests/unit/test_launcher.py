@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
 from llm_operator.contract import ADMIN_KEY_ENV, ADMIN_KEY_HEADER, KILL_GRACE_SECONDS
-from llm_operator.controller.ssh import key_pair
+from llm_operator.controller.secrets.ssh import key_pair
 from llm_operator.runtime import launcher, supervisor
 from llm_operator.runtime.commands import (
     engine_problems,

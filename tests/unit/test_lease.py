@@ -1,4 +1,4 @@
-"""Leader election (controller/lease.py): the Lease records written, expiry on the candidate's own
+"""Leader election (controller/cluster/lease.py): the Lease records written, expiry on the candidate's own
 clock, the fence, and two electors against an in-memory Lease store with optimistic concurrency
 and an injected clock (the e2e tier runs the same code against the real API server)."""
 
@@ -13,9 +13,8 @@ from typing import Any, cast
 import pytest
 from lightkube import ApiError, AsyncClient
 from lightkube.models.meta_v1 import Status
-from llm_operator.controller.config import election_from_env
-from llm_operator.controller.kube import Kube, NotLeading
-from llm_operator.controller.lease import (
+from llm_operator.controller.cluster.kube import Kube, NotLeading
+from llm_operator.controller.cluster.lease import (
     Clock,
     ElectionConfig,
     Leadership,
@@ -25,6 +24,7 @@ from llm_operator.controller.lease import (
     claim,
     released,
 )
+from llm_operator.controller.config import election_from_env
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

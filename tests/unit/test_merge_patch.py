@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_operator.controller.kube import merge_patch
+from llm_operator.controller.cluster.kube import merge_patch
 
 
 def apply(target: Any, patch: Any) -> Any:

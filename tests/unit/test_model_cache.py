@@ -13,10 +13,10 @@ import kubernetes_validate
 import pytest
 import yaml
 from llm_operator.api.v1alpha1 import LLMDeployment, LLMDeploymentSpec
-from llm_operator.controller import model_cache as mc
-from llm_operator.controller import model_status
 from llm_operator.controller.config import OperatorConfig
-from llm_operator.controller.status import Observation, reduce
+from llm_operator.controller.observe import model_cache as mc
+from llm_operator.controller.status import model_status
+from llm_operator.controller.status.status import Observation, reduce
 from llm_operator.desired import desired, index_value, plan_for
 from llm_operator.engine.state import (
     BuildFact,

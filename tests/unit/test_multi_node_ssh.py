@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 from llm_operator import contract
-from llm_operator.controller.ssh import key_pair
+from llm_operator.controller.secrets.ssh import key_pair
 from llm_operator.runtime import launcher, supervisor
 from llm_operator.runtime.commands import rsh_args, worker_command
 from llm_operator.runtime.config import PodConfig

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from llm_operator.controller.apply import PredecessorChildren
+from llm_operator.controller.cluster.apply import PredecessorChildren
 
 from tests.unit.fake_kube import FakeKube
 from tests.unit.test_reconciler import example, operator_with_nodes, reconcile

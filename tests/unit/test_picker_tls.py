@@ -1,4 +1,4 @@
-"""The endpoint picker's certificate (controller/picker_tls.py): what it is valid for, that nothing
+"""The endpoint picker's certificate (controller/secrets/picker_tls.py): what it is valid for, that nothing
 else can be signed by its authority, and how the reconciler makes it once, mounts it and refuses a
 Secret it did not make. tests/unit/test_router_envoy.py has the real Envoy verify it (and refuse
 another authority's); the routing e2e tests serve through it on the real node."""
@@ -12,7 +12,7 @@ import pytest
 import yaml
 from cryptography import x509
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
-from llm_operator.controller.picker_tls import REASON, picker_certificates
+from llm_operator.controller.secrets.picker_tls import REASON, picker_certificates
 
 from tests.unit.test_reconciler import condition, example, operator_with_nodes, reconcile
 

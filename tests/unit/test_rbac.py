@@ -1,7 +1,7 @@
 """The chart's RBAC is exactly what the operator calls: every request of the one API client
-(controller/kube.py: every method driven over every kind its tables allow, and the watches the
-startup handler opens), of leader election (controller/lease.py), plus kopf's own needs
-(controller/rbac.py), recorded as (group, resource, verb) and compared with the rendered rules in
+(controller/cluster/kube.py: every method driven over every kind its tables allow, and the watches the
+startup handler opens), of leader election (controller/cluster/lease.py), plus kopf's own needs
+(controller/cluster/rbac.py), recorded as (group, resource, verb) and compared with the rendered rules in
 both watch modes. A rule the code does not use fails, and so does a call without a rule."""
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from lightkube.core.resource import NamespacedResource
 from lightkube.models.meta_v1 import Status
 from lightkube.types import PatchType
 from llm_operator.controller import handlers
+from llm_operator.controller.cluster.kube import CHILD_KINDS, CREATED_KINDS, RELABELED_KINDS, Kube
+from llm_operator.controller.cluster.lease import ElectionConfig, LeaseElector
+from llm_operator.controller.cluster.rbac import Permission, granted_permissions, kopf_permissions
 from llm_operator.controller.config import OperatorConfig
-from llm_operator.controller.kube import CHILD_KINDS, CREATED_KINDS, RELABELED_KINDS, Kube
-from llm_operator.controller.lease import ElectionConfig, LeaseElector
-from llm_operator.controller.rbac import Permission, granted_permissions, kopf_permissions
 from llm_operator.images import Images
 
 from tests.unit.test_chart import needs_helm, render

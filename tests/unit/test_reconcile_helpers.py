@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 from llm_operator.controller.deployment_body import LAST_APPLIED, kept_of_deployment
-from llm_operator.controller.engines import job_state
 from llm_operator.controller.metrics import ConditionCounts
-from llm_operator.controller.observe import (
+from llm_operator.controller.observe.engines import job_state
+from llm_operator.controller.observe.observe import (
     MAX_PROBLEM,
     Applied,
     ChildCache,
@@ -234,7 +234,7 @@ def test_a_long_termination_message_keeps_its_end_on_one_line() -> None:
 
 def test_cached_objects_keep_who_wrote_them_but_not_the_fields_each_owns() -> None:
     from lightkube.resources.core_v1 import ConfigMap
-    from llm_operator.controller.kube import _as_dict
+    from llm_operator.controller.cluster.kube import _as_dict
 
     managed = [
         {"manager": "llm-operator", "operation": "Apply", "fieldsV1": {"f:data": {}}},
@@ -309,7 +309,7 @@ def test_a_refused_pod_is_reported_until_its_controller_has_created_every_pod() 
 
 
 def test_the_cache_keeps_what_the_reconcile_reads_and_still_sees_drift() -> None:
-    from llm_operator.controller.apply import cached
+    from llm_operator.controller.cluster.apply import cached
 
     repo: dict[str, Any] = {
         "kind": "ConfigMap",

@@ -19,12 +19,12 @@ from lightkube.models.meta_v1 import Status, StatusCause, StatusDetails
 from llm_operator import labels as L
 from llm_operator import releases
 from llm_operator.api.v1alpha1 import LLMDeployment
+from llm_operator.controller.cluster.kube import NotLeading
+from llm_operator.controller.cluster.queue import WorkQueue
 from llm_operator.controller.config import OperatorConfig
-from llm_operator.controller.engines import ENGINE_INDEX
-from llm_operator.controller.kube import NotLeading
-from llm_operator.controller.queue import WorkQueue
+from llm_operator.controller.observe.engines import ENGINE_INDEX
 from llm_operator.controller.reconciler import REPORT_AFTER_FAILURES, Reconciler
-from llm_operator.controller.status import UNPLACED_GRACE_SECONDS
+from llm_operator.controller.status.status import UNPLACED_GRACE_SECONDS
 from llm_operator.desired import index_value
 from llm_operator.render.model_fetch import MODEL_INDEX, model_request
 

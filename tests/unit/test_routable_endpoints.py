@@ -8,8 +8,8 @@ from typing import Any
 
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import LLMDeployment
-from llm_operator.controller.observe import ChildCache
-from llm_operator.controller.rollout import ReadyPods, RoutableEndpoints, observe_slots
+from llm_operator.controller.observe.observe import ChildCache
+from llm_operator.controller.rollout.rollout import ReadyPods, RoutableEndpoints, observe_slots
 from llm_operator.rollout.types import Slot, SlotObserved
 
 KEY = ("ns", "tiny")

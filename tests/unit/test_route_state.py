@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from llm_operator.api.v1alpha1 import LLMDeployment
-from llm_operator.controller.rollout import ROUTE_GRACE_SECONDS, route_state
+from llm_operator.controller.rollout.rollout import ROUTE_GRACE_SECONDS, route_state
 
 NOW = datetime(2026, 11, 23, 20, 0, tzinfo=UTC)
 LD = LLMDeployment.model_validate(

@@ -33,7 +33,7 @@ import grpc
 import pytest
 import yaml
 from llm_operator.api.v1alpha1 import FailureMode, LLMDeployment
-from llm_operator.controller.picker_tls import picker_certificates
+from llm_operator.controller.secrets.picker_tls import picker_certificates
 from llm_operator.render.router_config import DESTINATION_HEADER, PICKER_CA_MOUNT, envoy_config, envoy_yaml
 from llm_operator.render.routing import router_config
 
@@ -167,7 +167,7 @@ BYPASSED = {FailureMode.FAIL_OPEN: (200, "service"), FailureMode.FAIL_CLOSE: (50
 
 @functools.cache
 def _picker_tls(authority: str = "ours") -> Path:
-    """A picker certificate as controller/picker_tls.py makes it (tls.crt, tls.key, ca.crt), once
+    """A picker certificate as controller/secrets/picker_tls.py makes it (tls.crt, tls.key, ca.crt), once
     per authority for the module's tests."""
     files = Path(tempfile.mkdtemp(prefix=f"picker-tls-{authority}-"))
     for name, text in picker_certificates("tiny-router", "team", datetime.now(UTC)).items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from llm_operator.controller.status import (
+from llm_operator.controller.status.status import (
     UNPLACED_GRACE_SECONDS,
     Event,
     Observation,

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llm_operator import releases
-from llm_operator.controller.lease import ElectionConfig
-from llm_operator.controller.prometheus_urls import Endpoint, parse_list
+from llm_operator.controller.cluster.lease import ElectionConfig
+from llm_operator.controller.rollout.prometheus_urls import Endpoint, parse_list
 from llm_operator.images import (
     DEFAULT_ENVOY_IMAGE,
     DEFAULT_FETCH_IMAGE,
@@ -38,7 +38,7 @@ class OperatorConfig:
     prometheus_url: str = DEFAULT_PROMETHEUS_URL  # what KEDA ScaledObjects' triggers query
     # Who may scrape serving pods' metrics port: namespace names and CIDRs (render/network.py).
     metrics_peers: tuple[str, ...] = DEFAULT_METRICS_PEERS
-    # What canary analysis may query (controller/prometheus_urls.py); empty: no analysis runs.
+    # What canary analysis may query (controller/rollout/prometheus_urls.py); empty: no analysis runs.
     analysis_prometheus_urls: tuple[Endpoint, ...] = parse_list(DEFAULT_PROMETHEUS_URL, "default")
     # The model fetch Jobs' bandwidth cap (chart value fetch.maxBytesPerSecond); None: no cap.
     fetch_max_bytes_per_second: int | None = None

@@ -20,17 +20,17 @@ from lightkube.resources.discovery_v1 import EndpointSlice
 
 from llm_operator import labels as L
 from llm_operator.api import v1alpha1 as api
-from llm_operator.controller.config import OperatorConfig
-from llm_operator.controller.kube import (
+from llm_operator.controller.cluster.kube import (
     CHILD_KINDS,
     HTTP_ROUTE_CRD,
     INFERENCE_POOL_CRD,
     SCALED_OBJECT_CRD,
     Kube,
 )
-from llm_operator.controller.leader import Term
+from llm_operator.controller.cluster.leader import Term
+from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.reconciler import Reconciler
-from llm_operator.controller.status import REFUSED
+from llm_operator.controller.status.status import REFUSED
 from llm_operator.render.rollout import REVISION_SERVICE_COMPONENT, SNAPSHOT_COMPONENT
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class Runtime:
     """What the handlers share: set up in on.startup, torn down in on.cleanup."""
 
     config: OperatorConfig | None = None
-    term: Term = Term(asyncio.Event())  # leader election's fence and step-down (controller/leader.py)
+    term: Term = Term(asyncio.Event())  # leader election's fence and step-down (controller/cluster/leader.py)
     reconciler: Reconciler | None = None
     tasks: list[asyncio.Task[None]] = []
 

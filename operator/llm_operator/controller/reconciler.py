@@ -22,9 +22,15 @@ from lightkube import ApiError
 from pydantic import ValidationError
 
 from llm_operator.api.v1alpha1 import LLMDeployment, RoutingMode
-from llm_operator.controller import analysis, autoscaling, engines, router_status
-from llm_operator.controller.admin_key import AdminKeys
-from llm_operator.controller.apply import Applier
+from llm_operator.controller.cluster.apply import Applier
+from llm_operator.controller.cluster.kube import (
+    KubeApi,
+    NotLeading,
+    merge_patch,
+    namespace_terminating,
+    obj_key,
+)
+from llm_operator.controller.cluster.queue import WorkQueue
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.deployment_body import (
     condition_status,
@@ -32,11 +38,11 @@ from llm_operator.controller.deployment_body import (
     kept_of_deployment,
     without_version,
 )
-from llm_operator.controller.groups import GroupFailures, group_pods
-from llm_operator.controller.kube import KubeApi, NotLeading, merge_patch, namespace_terminating, obj_key
 from llm_operator.controller.metrics import RECONCILE_ERRORS, RECONCILE_SECONDS, ConditionCounts
-from llm_operator.controller.model_cache import ModelCache
-from llm_operator.controller.observe import (
+from llm_operator.controller.observe import engines
+from llm_operator.controller.observe.groups import GroupFailures, group_pods
+from llm_operator.controller.observe.model_cache import ModelCache
+from llm_operator.controller.observe.observe import (
     CompactDicts,
     CreateFailures,
     Key,
@@ -44,11 +50,13 @@ from llm_operator.controller.observe import (
     existing_pools,
     pool_observed,
 )
-from llm_operator.controller.picker_tls import PickerTls
-from llm_operator.controller.queue import WorkQueue
-from llm_operator.controller.rollout import Rollout, Rollouts
-from llm_operator.controller.ssh import SshIdentities, needs_ssh
-from llm_operator.controller.status import Event, Observation, reduce, unplaced_recheck_seconds
+from llm_operator.controller.rollout import analysis
+from llm_operator.controller.rollout.rollout import Rollout, Rollouts
+from llm_operator.controller.secrets.admin_key import AdminKeys
+from llm_operator.controller.secrets.picker_tls import PickerTls
+from llm_operator.controller.secrets.ssh import SshIdentities, needs_ssh
+from llm_operator.controller.status import autoscaling, router_status
+from llm_operator.controller.status.status import Event, Observation, reduce, unplaced_recheck_seconds
 from llm_operator.desired import Desired, desired, plan_for
 from llm_operator.engine.state import ModelFact, ModelObserved
 from llm_operator.plan.inventory import Inventory
@@ -183,7 +191,7 @@ class Reconciler:
             await self.reconcile(*key)
             self._failures.pop(key, None)
         except NotLeading:
-            raise  # not a failure to retry: this replica stops (controller/leader.py)
+            raise  # not a failure to retry: this replica stops (controller/cluster/leader.py)
         except ApiError as e:
             if namespace_terminating(e):
                 # The deployment goes with its namespace (its DELETED event forgets it): there is

@@ -69,7 +69,7 @@ def build_size(spec: LLMDeploymentSpec, pool: PoolPlan, gpus: int) -> BuildSize 
 @dataclass(frozen=True)
 class ClaimNeed:
     """What a build about to start needs on a claim it writes (the pvc:// engine cache): checked
-    against the claim's capacity before the Job is created (controller/engines.py)."""
+    against the claim's capacity before the Job is created (controller/observe/engines.py)."""
 
     claim: str
     bytes: int

@@ -72,7 +72,7 @@ class ModelState(StrEnum):
 
 @dataclass(frozen=True)
 class ModelStatus:
-    """What status.model and the ModelCached condition say (controller/status.py)."""
+    """What status.model and the ModelCached condition say (controller/status/status.py)."""
 
     state: ModelState
     cache_key: str = ""

@@ -1,7 +1,7 @@
 """The model's fetch Job: one CPU-only pod of the fetch image that downloads an s3:// or hf://
 source into spec.model.cache's claim (llm_operator/modelcache/, docs/architecture.md "The
 model's files, once"). Pure; the reconciler creates it once and reads its outcome
-(controller/model_cache.py).
+(controller/observe/model_cache.py).
 
 Its result is the termination message (JSON, terminationMessagePolicy File), its progress the
 last lines of its log. Exit 78 is a permanent failure (wrong credentials, a missing bucket or

@@ -88,13 +88,13 @@ def ssh_secret(deployment: str, uid: str) -> str:
 
 
 def admin_key_secret(deployment: str, uid: str) -> str:
-    """The key of Triton's admin APIs in a deployment's pods (controller/admin_key.py); one per
+    """The key of Triton's admin APIs in a deployment's pods (controller/secrets/admin_key.py); one per
     incarnation, like ssh_secret."""
     return _fit(f"{deployment}-adminkey-{uid[:8]}" if uid else f"{deployment}-adminkey")
 
 
 def picker_tls_secret(deployment: str, uid: str) -> str:
-    """The endpoint picker's certificate (controller/picker_tls.py); one per incarnation, like
+    """The endpoint picker's certificate (controller/secrets/picker_tls.py); one per incarnation, like
     ssh_secret."""
     return _fit(f"{deployment}-pickertls-{uid[:8]}" if uid else f"{deployment}-pickertls")
 

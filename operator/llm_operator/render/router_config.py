@@ -21,7 +21,7 @@ PICKER_GRPC_PORT = 9002  # ext_proc (EPP --grpc-port default, GIE v1.5.0 pkg/epp
 PICKER_HEALTH_PORT = 9003  # gRPC health (--grpc-health-port)
 PICKER_METRICS_PORT = 9090  # the EPP's own Prometheus metrics (--metrics-port)
 ENVOY_READY_PORT = 19001  # Envoy's /ready listener (the port upstream's standalone chart uses)
-# The picker's certificate (controller/picker_tls.py): Envoy trusts only the authority that signed
+# The picker's certificate (controller/secrets/picker_tls.py): Envoy trusts only the authority that signed
 # it, and asks for this name, which the certificate carries beside the router Service's.
 PICKER_SERVER_NAME = "localhost"
 PICKER_CA_MOUNT = "/etc/llm-operator/picker-ca"

@@ -51,7 +51,7 @@ NONROOT_UID = 65532
 # What the EPP reads in its own namespace: the GIE v1.5.0 charts grant exactly this
 # (config/charts/epplib/templates/_rbac.yaml: pods; config/charts/standalone/templates/rbac.yaml:
 # inferencepools, inferenceobjectives, inferencemodelrewrites). The operator holds each of these
-# itself, or the API server refuses it the Role (controller/rbac.py).
+# itself, or the API server refuses it the Role (controller/cluster/rbac.py).
 ROUTER_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [POOL_GROUP], "resources": ["inferencepools"], "verbs": ["get", "list", "watch"]},
@@ -153,7 +153,7 @@ def _epp(ld: LLMDeployment, image: str) -> dict[str, Any]:
             "--tracing=false",  # no OpenTelemetry collector is configured
             "--zap-encoder",
             "json",
-            # The deployment's certificate (controller/picker_tls.py), which Envoy verifies, and
+            # The deployment's certificate (controller/secrets/picker_tls.py), which Envoy verifies, and
             # a replaced Secret is served without a restart.
             "--cert-path",
             PICKER_TLS_MOUNT,

@@ -30,7 +30,7 @@ def _label_env(name: str, label: str) -> dict[str, Any]:
 
 
 def _admin_key_env(deployment: str, uid: str) -> dict[str, Any]:
-    """The leader's key of Triton's admin APIs (controller/admin_key.py makes the Secret); workers
+    """The leader's key of Triton's admin APIs (controller/secrets/admin_key.py makes the Secret); workers
     serve no HTTP or gRPC."""
     secret = names.admin_key_secret(deployment, uid)
     ref = {"name": secret, "key": contract.ADMIN_KEY_SECRET_KEY}
@@ -59,8 +59,8 @@ def workloads(
     leader StatefulSet whose pod i is rank 0 of group i (probes, Services, metrics) and one worker
     StatefulSet per group, its ordinals starting at 1 like LWS worker indexes, kept next to the
     leader by pod affinity. The launcher reads the same environment in both shapes. `uid`, the
-    LLMDeployment's, names the SSH Secret multi-node pods mount (controller/ssh.py creates it) and
-    the admin-key Secret of every leader (controller/admin_key.py).
+    LLMDeployment's, names the SSH Secret multi-node pods mount (controller/secrets/ssh.py creates it) and
+    the admin-key Secret of every leader (controller/secrets/admin_key.py).
     Every object and selector carries the slot, so the two slots of a canary never share pods;
     `revision` (the deployment's) is a label of the objects and their pods, in no selector.
     """

@@ -7,7 +7,7 @@ on the model clients call (Target.model): `ensemble` (the TensorRT-LLM ensemble,
 runtime's model of the same name), or `tensorrt_llm` (the pytorch backend's llmapi model). Every
 query answers one sample without labels, or nothing (no series: no data).
 
-What each value means (controller/analysis.py puts it in Measurement.value; the analysis fails a
+What each value means (controller/rollout/analysis.py puts it in Measurement.value; the analysis fails a
 window when value > the spec's bound):
 
 - requests: successful plus failed requests of `ensemble` in the window, cancelled ones (the

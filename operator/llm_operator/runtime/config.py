@@ -119,7 +119,7 @@ class PodConfig:
                 f"LLMOP_GPUS_PER_POD={self.gpus_per_pod}: the {self.backend} backend needs >= 1"
             )
         # Triton splits `--http-restricted-api=APIS:HEADER=KEY` at the first `:` and `=` and echoes
-        # the whole flag when it cannot: the operator's keys are hex (controller/admin_key.py).
+        # the whole flag when it cannot: the operator's keys are hex (controller/secrets/admin_key.py).
         if self.admin_key and not re.fullmatch(r"[A-Za-z0-9_-]+", self.admin_key):
             raise ConfigError(f"{ADMIN_KEY_ENV} may hold only letters, digits, '-' and '_'")
         if self.role not in ROLES:

@@ -1,5 +1,5 @@
 """The launcher's side of a multi-node group's SSH identity (the Secret at LLMOP_SSH_DIR, made by
-controller/ssh.py): a leader's mpirun logs in with the client key and knows its workers by their
+controller/secrets/ssh.py): a leader's mpirun logs in with the client key and knows its workers by their
 pinned host key; a worker's unprivileged sshd holds that host key and accepts the client key.
 
 What a pod's role needs is copied into LLMOP_RUNTIME_DIR (0700, owned by the container's user) at

@@ -1,7 +1,7 @@
 """The key of Triton's admin APIs: one Secret per LLMDeployment (runtime/commands.py says which
 APIs and why).
 
-Made once like the SSH identity (controller/owned_secret.py), owned by the LLMDeployment, its name
+Made once like the SSH identity (controller/secrets/owned_secret.py), owned by the LLMDeployment, its name
 carrying the UID, never read back, logged or rendered: the leader's container gets it through
 `env[].valueFrom.secretKeyRef` (render/serving.py), and `llm-operator render` shows only that
 reference. An admin reads it with kubectl (docs/runtime.md "Triton's admin APIs").
@@ -15,8 +15,8 @@ from typing import Any
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.contract import ADMIN_KEY_SECRET_KEY
-from llm_operator.controller.kube import KubeApi
-from llm_operator.controller.owned_secret import OwnedSecret
+from llm_operator.controller.cluster.kube import KubeApi
+from llm_operator.controller.secrets.owned_secret import OwnedSecret
 from llm_operator.plan.types import PlanningError
 from llm_operator.render import names
 from llm_operator.render.children import owner_reference

@@ -5,7 +5,7 @@ in the spec. Never a silent pass: an unreachable Prometheus, an HTTP error or an
 one number is a Measurement with `error` set (the analysis's consecutive-error limit applies); a
 query without data (no series, or no requests to divide by) is a Measurement with value None.
 
-The URL is one of the operator's allowed endpoints (controller/prometheus_urls.py; Rollouts
+The URL is one of the operator's allowed endpoints (controller/rollout/prometheus_urls.py; Rollouts
 refuses any other before anything is queried). Still, whatever answers there is not trusted:
 redirects are not followed, and no part of an answer's body reaches status, Events or logs. An
 error is a fixed sentence per kind of failure, with at most the HTTP status, a sample count and

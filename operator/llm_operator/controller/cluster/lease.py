@@ -26,7 +26,7 @@ from typing import Any
 from lightkube import ApiError, AsyncClient
 from lightkube.generic_resource import create_namespaced_resource
 
-from llm_operator.controller.kube import NotLeading
+from llm_operator.controller.cluster.kube import NotLeading
 from llm_operator.controller.metrics import LEADER
 
 log = logging.getLogger(__name__)

@@ -12,8 +12,8 @@ from typing import Any
 from lightkube.utils.quantity import parse_quantity
 
 from llm_operator.api.v1alpha1 import LLMDeployment, LLMDeploymentSpec
-from llm_operator.controller.kube import KubeApi
-from llm_operator.controller.observe import Children
+from llm_operator.controller.cluster.kube import KubeApi
+from llm_operator.controller.observe.observe import Children
 from llm_operator.engine.sizing import ClaimNeed, gib_quantity
 from llm_operator.engine.state import BuildFact, BuildObserved
 from llm_operator.plan.types import PlanningError

@@ -13,12 +13,12 @@ from datetime import datetime
 from typing import Any
 
 from llm_operator.api.v1alpha1 import Phase, RevisionsStatus, RolloutPhase
-from llm_operator.controller import autoscaling, model_status, router_status
-from llm_operator.controller.conditions import FAILED_POD as FAILED_POD
-from llm_operator.controller.conditions import LAUNCHER_REFUSED as LAUNCHER_REFUSED
-from llm_operator.controller.conditions import available as _available
-from llm_operator.controller.conditions import cond as _cond
-from llm_operator.controller.conditions import stalled as _stalled
+from llm_operator.controller.status import autoscaling, model_status, router_status
+from llm_operator.controller.status.conditions import FAILED_POD as FAILED_POD
+from llm_operator.controller.status.conditions import LAUNCHER_REFUSED as LAUNCHER_REFUSED
+from llm_operator.controller.status.conditions import available as _available
+from llm_operator.controller.status.conditions import cond as _cond
+from llm_operator.controller.status.conditions import stalled as _stalled
 from llm_operator.engine.state import EngineState, ModelState, ModelStatus, PoolEngineStatus
 from llm_operator.plan.types import Plan, PlanningError
 
@@ -77,7 +77,7 @@ def reduce(
     status: dict[str, Any] = {"observedGeneration": g, "selector": obs.selector}
     for owned in ("sshSecret", "adminKeySecret", "pickerTlsSecret"):
         if (old_status or {}).get(owned):
-            # Written once, when the operator creates the Secret (controller/owned_secret.py): its
+            # Written once, when the operator creates the Secret (controller/secrets/owned_secret.py): its
             # proof of whose the Secret is, as it never reads one.
             status[owned] = (old_status or {})[owned]
     ready_total = sum(p.ready for p in obs.pools.values())

@@ -18,9 +18,9 @@ from lightkube import ApiError
 
 from llm_operator import labels as L
 from llm_operator.api import v1alpha1 as api
-from llm_operator.controller.kube import KubeApi, MissingApi, ObjKey, obj_key
+from llm_operator.controller.cluster.kube import KubeApi, MissingApi, ObjKey, obj_key
 from llm_operator.controller.metrics import REPLACED
-from llm_operator.controller.observe import Applied, ChildCache, Key, drifted, owner_key
+from llm_operator.controller.observe.observe import Applied, ChildCache, Key, drifted, owner_key
 from llm_operator.plan.types import PlanningError
 from llm_operator.render.model_fetch import MODEL_INDEX
 

@@ -79,7 +79,7 @@ RELABELED_KINDS: dict[str, Any] = {"Pod": Pod, "ControllerRevision": ControllerR
 # (named by its engine's cache key; a Job's pod template is immutable).
 CREATED_KINDS: dict[str, Any] = {"Secret": Secret, "Job": Job}
 # The chart's RBAC grants exactly what these tables and the methods below call (and kopf's needs,
-# controller/rbac.py): tests/unit/test_rbac.py drives every method and compares.
+# controller/cluster/rbac.py): tests/unit/test_rbac.py drives every method and compares.
 
 ObjKey = tuple[str, str, str]  # kind, namespace, name
 LIST_PAGE = 250

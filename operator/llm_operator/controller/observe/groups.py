@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from llm_operator import labels as L
-from llm_operator.controller.observe import Children, Key
+from llm_operator.controller.observe.observe import Children, Key
 from llm_operator.render import names
 from llm_operator.render.serving import POD_INDEX
 from llm_operator.rollout.revision import Slot

@@ -14,10 +14,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from llm_operator.api.v1alpha1 import FailureMode, LLMDeployment, Phase, RoutingMode
-from llm_operator.controller.conditions import cond, stalled
+from llm_operator.controller.status.conditions import cond, stalled
 from llm_operator.render import names
 
-ObjKey = tuple[str, str, str]  # kind, namespace, name (controller/kube.py)
+ObjKey = tuple[str, str, str]  # kind, namespace, name (controller/cluster/kube.py)
 
 CONDITION = "PickerReady"
 POOL_API = "inference.networking.k8s.io/v1"

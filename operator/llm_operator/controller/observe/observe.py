@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import LLMDeployment
-from llm_operator.controller.kube import ObjKey, obj_key
-from llm_operator.controller.status import (
+from llm_operator.controller.cluster.kube import ObjKey, obj_key
+from llm_operator.controller.status.status import (
     FAILED_POD,
     LAUNCHER_REFUSED,
     MISSING_OBJECT,

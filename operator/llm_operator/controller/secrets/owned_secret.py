@@ -1,5 +1,5 @@
 """A Secret the operator makes once per LLMDeployment and never reads: the multi-node SSH identity
-(controller/ssh.py) and the key of Triton's admin APIs (controller/admin_key.py).
+(controller/secrets/ssh.py) and the key of Triton's admin APIs (controller/secrets/admin_key.py).
 
 The operator may create Secrets but never read one (docs/helm.md), so whose a Secret is is learnt
 from the create itself: when it succeeds, the operator records the name in a status field only it
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from llm_operator.api.v1alpha1 import LLMDeployment
-from llm_operator.controller.kube import KubeApi
+from llm_operator.controller.cluster.kube import KubeApi
 from llm_operator.plan.types import PlanningError
 
 

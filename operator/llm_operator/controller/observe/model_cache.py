@@ -22,10 +22,10 @@ from typing import Any
 
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import LLMDeployment
-from llm_operator.controller.engines import job_state
-from llm_operator.controller.kube import KubeApi
-from llm_operator.controller.model_status import RETRY_SECONDS
-from llm_operator.controller.observe import Children, Key
+from llm_operator.controller.cluster.kube import KubeApi
+from llm_operator.controller.observe.engines import job_state
+from llm_operator.controller.observe.observe import Children, Key
+from llm_operator.controller.status.model_status import RETRY_SECONDS
 from llm_operator.desired import Desired
 from llm_operator.engine.state import BuildFact, ModelFact, ModelObserved, ModelState
 from llm_operator.render import names

@@ -1,5 +1,5 @@
-"""What kopf itself asks of the API server, beyond the operator's own requests (controller/kube.py,
-controller/lease.py). tests/unit/test_rbac.py records the operator's requests, adds these, and
+"""What kopf itself asks of the API server, beyond the operator's own requests (controller/cluster/kube.py,
+controller/cluster/lease.py). tests/unit/test_rbac.py records the operator's requests, adds these, and
 compares the result with the chart's RBAC rule for rule, in both watch modes.
 
 kopf 1.45 as the operator runs it (cli.py, controller/handlers.py): standalone (no peering

@@ -24,8 +24,8 @@ from llm_operator.contract import (
     SSH_KNOWN_HOSTS,
     SSH_PRIVATE_KEY,
 )
-from llm_operator.controller.kube import KubeApi
-from llm_operator.controller.owned_secret import OwnedSecret
+from llm_operator.controller.cluster.kube import KubeApi
+from llm_operator.controller.secrets.owned_secret import OwnedSecret
 from llm_operator.plan.types import Plan, PlanningError
 from llm_operator.render import names
 from llm_operator.render.children import owner_reference
@@ -76,7 +76,7 @@ def ssh_secret(ld: LLMDeployment) -> dict[str, Any]:
 
 
 class SshIdentities(OwnedSecret):
-    """Each multi-node deployment's Secret, made once (controller/owned_secret.py); a Secret under
+    """Each multi-node deployment's Secret, made once (controller/secrets/owned_secret.py); a Secret under
     its name that the operator did not create is refused with SshSecretNotOwned."""
 
     def __init__(self, kube: KubeApi) -> None:

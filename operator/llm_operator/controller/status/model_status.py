@@ -1,11 +1,11 @@
 """What status says about the model cache (status.model, condition ModelCached): pure, for the
-status reducer (controller/status.py)."""
+status reducer (controller/status/status.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from llm_operator.controller.conditions import FAILED_POD, LAUNCHER_REFUSED, cond
+from llm_operator.controller.status.conditions import FAILED_POD, LAUNCHER_REFUSED, cond
 from llm_operator.engine.state import ModelState, ModelStatus
 
 CONDITION = "ModelCached"

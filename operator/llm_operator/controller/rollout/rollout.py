@@ -26,9 +26,9 @@ from llm_operator.api.v1alpha1 import (
     RolloutStrategy,
     TrafficRouting,
 )
-from llm_operator.controller.kube import ObjKey
-from llm_operator.controller.observe import ChildCache, Key, owner_key
-from llm_operator.controller.prometheus_urls import Endpoint, analysis_endpoint
+from llm_operator.controller.cluster.kube import ObjKey
+from llm_operator.controller.observe.observe import ChildCache, Key, owner_key
+from llm_operator.controller.rollout.prometheus_urls import Endpoint, analysis_endpoint
 from llm_operator.images import Images
 from llm_operator.modelrepo import client_model
 from llm_operator.plan.types import PlanningError

@@ -1,6 +1,6 @@
 """One operator process among several replicas: stand by, lead, stop.
 
-kopf starts only once this replica holds the Lease (controller/lease.py), so a standby has no
+kopf starts only once this replica holds the Lease (controller/cluster/lease.py), so a standby has no
 watch, no queue and no state to go stale: taking over is a fresh start, the path every restart
 takes. Until then it is hot: imports done, configuration read, the API client connected, the
 Lease polled every retry period, and its health endpoint answering.
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 from lightkube import AsyncClient
 
+from llm_operator.controller.cluster.lease import ElectionConfig, LeaseElector
 from llm_operator.controller.http_server import BoundedServer
-from llm_operator.controller.lease import ElectionConfig, LeaseElector
 from llm_operator.controller.metrics import LEADER
 
 log = logging.getLogger(__name__)

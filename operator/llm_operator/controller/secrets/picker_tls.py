@@ -2,7 +2,7 @@
 
 The picker serves ext_proc over TLS; its default is a self-signed certificate made at start, which
 nobody can verify. Instead the operator makes a certificate authority and a serving certificate
-signed by it, once (controller/owned_secret.py), and throws the authority's key away, so no other
+signed by it, once (controller/secrets/owned_secret.py), and throws the authority's key away, so no other
 certificate can ever be signed by it. The Secret (kubernetes.io/tls) holds tls.crt, tls.key and
 ca.crt: the picker serves tls.crt (`--cert-path`, reloaded on change), the router's Envoy verifies
 it against ca.crt and the name `localhost` (it asks the picker on 127.0.0.1), and a gateway that
@@ -23,8 +23,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import LLMDeployment
-from llm_operator.controller.kube import KubeApi
-from llm_operator.controller.owned_secret import OwnedSecret
+from llm_operator.controller.cluster.kube import KubeApi
+from llm_operator.controller.secrets.owned_secret import OwnedSecret
 from llm_operator.plan.types import PlanningError
 from llm_operator.render import names
 from llm_operator.render.children import owner_reference
