@@ -21,7 +21,7 @@ from typing import Any
 from lightkube import ApiError
 from pydantic import ValidationError
 
-from llm_operator.api.v1alpha1 import LLMDeployment, RoutingMode
+from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.controller.cluster.apply import Applier
 from llm_operator.controller.cluster.kube import (
     KubeApi,
@@ -52,9 +52,7 @@ from llm_operator.controller.observe.observe import (
 )
 from llm_operator.controller.rollout import analysis
 from llm_operator.controller.rollout.rollout import Rollout, Rollouts
-from llm_operator.controller.secrets.admin_key import AdminKeys
-from llm_operator.controller.secrets.picker_tls import PickerTls
-from llm_operator.controller.secrets.ssh import SshIdentities, needs_ssh
+from llm_operator.controller.secrets.deployment import DeploymentSecrets
 from llm_operator.controller.status import autoscaling, router_status
 from llm_operator.controller.status.status import Event, Observation, reduce, unplaced_recheck_seconds
 from llm_operator.desired import Desired, desired, plan_for
@@ -96,9 +94,7 @@ class Reconciler:
         self.pod_problems = PodProblems()
         self.create_failures = CreateFailures()
         self.group_failures = GroupFailures()
-        self.ssh = SshIdentities(kube)
-        self.admin_keys = AdminKeys(kube)
-        self.picker_tls = PickerTls(kube)
+        self.secrets = DeploymentSecrets(kube)
         self.models = ModelCache(kube)
         self.rollouts = Rollouts(analysis.measure, config.analysis_prometheus_urls)
         self.statuses: dict[Key, dict[str, Any]] = {}  # last status written, for the gauge
@@ -141,9 +137,7 @@ class Reconciler:
         self.pod_problems.forget(key)
         self.rollouts.forget(key)
         self.group_failures.forget(key)
-        self.ssh.forget(key)
-        self.admin_keys.forget(key)
-        self.picker_tls.forget(key)
+        self.secrets.forget(key)
         self.applier.forget(key)
         self.queue.forget(key)
 
@@ -278,16 +272,12 @@ class Reconciler:
             self.kube, ld, jobs, needs, self._claims, self.applier.children
         )
         if self.pod_problems.of((namespace, name)):
-            self.admin_keys.forget((namespace, name))  # a deleted Secret is one reason pods fail
-        routed = ld.spec.routing.mode == RoutingMode.INFERENCE_POOL
-        owned = [self.admin_keys, *([self.ssh] if any(needs_ssh(want.plan) for want in wants) else []),
-                 *([self.picker_tls] if routed else [])]  # fmt: skip
+            self.secrets.admin_keys.forget((namespace, name))  # a deleted Secret is one reason pods fail
         try:
             if unusable is not None:
                 raise unusable
-            for secret in owned:
-                if written := await secret.ensure(ld):
-                    body = self._status_written(body, written)
+            if written := await self.secrets.ensure(ld, [want.plan for want in wants]):
+                body = self._status_written(body, written)
             missing_apis = await self._apply(ld, wants, rollout.objects)
         except PlanningError as e:
             # A claim missing, or a Secret or a child's name held by an object the operator did not
@@ -326,7 +316,7 @@ class Reconciler:
 
     async def _recreate_broken_groups(self, namespace: str, name: str) -> None:
         for group in self.group_failures.take((namespace, name)):
-            self.ssh.forget((namespace, name))  # a missing key is a reason groups fail: check again
+            self.secrets.ssh.forget((namespace, name))  # a missing key is a reason groups fail: check again
             log.warning("a pod of group %s of %s/%s failed: recreating the group", group, namespace, name)
             for pod in group_pods(self.applier.children, namespace, name, group):
                 await self.kube.delete_pod(namespace, pod)
