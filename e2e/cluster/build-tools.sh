@@ -8,6 +8,7 @@
 #   routing     the endpoint picker (+ its CRDs), Envoy           enforcer  kube-router
 #   stores      versitygw, olah's environment                    istio     istiod, pilot-agent
 #   gitops      kstatus, argocd-lua                               crane     crane alone
+#   release     cosign: scripts/release.sh signs and attests what it pushes (tests/e2e/test_release.py)
 # The cluster's add-ons (e2e/cluster/addons.py) name the groups they need, so a component is built
 # the first time something starts it (python -m e2e.cluster up --with ADDON, a test session).
 #
@@ -56,9 +57,11 @@ CRANE_VERSION=v0.22.1 # github.com/google/go-containerregistry
 # the module's master pseudo-version (tools/istio/go.mod says why), reported as its VERSION file's 1.31-dev.
 ISTIO_VERSION=v0.0.0-20260827124520-eed52ebb66ad
 ISTIO_RELEASE=1.31-dev
+# cosign (sigstore): signs the released images and chart and attaches their SBOM and provenance.
+COSIGN_VERSION=v3.1.3
 
 mkdir -p "$cache/locks"
-GROUPS_ALL=(core monitoring gateway routing enforcer stores istio gitops)
+GROUPS_ALL=(core monitoring gateway routing enforcer stores istio gitops release)
 requested=("$@")
 [ ${#requested[@]} -gt 0 ] || requested=("${GROUPS_ALL[@]}")
 for g in "${requested[@]}"; do
@@ -116,11 +119,14 @@ GOPHER_LUA_VERSION=v1.1.2
 main_hash() { sha256sum "$here/tools/$1/main.go" | cut -c1-8; }
 tool kstatus "$KSTATUS_VERSION-$(main_hash kstatus)" "-s -w" .
 tool argocd-lua "$GOPHER_LUA_VERSION-$(main_hash argocd-lua)" "-s -w" .
+# The version as cosign's own release build sets it (`cosign version`).
+tool cosign "$COSIGN_VERSION" "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION" \
+  github.com/sigstore/cosign/v3/cmd/cosign
 
 declare -A GROUP_TOOLS=(
   [core]="etcd kwok kubernetes coredns registry crane" [monitoring]="prometheus prometheus-adapter"
   [gateway]=traefik [routing]=epp [enforcer]=kube-router [stores]=versitygw [istio]=istio
-  [gitops]="kstatus argocd-lua" [crane]=crane
+  [gitops]="kstatus argocd-lua" [crane]=crane [release]=cosign
 )
 
 out_dir() { echo "$cache/bin/$1-${VERSION[$1]}-$(sha256sum "$here/tools/$1/go.sum" | cut -c1-12)"; }
@@ -290,5 +296,6 @@ istio() {
 
 gitops() { build kstatus; build argocd-lua; }
 crane() { build crane; }
+release() { build cosign; }
 
 for g in "${requested[@]}"; do "$g"; done

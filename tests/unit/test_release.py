@@ -1,0 +1,108 @@
+"""scripts/release.sh's Python steps: the chart's values pinned to the pushed digests (and the
+chart rendering them), the local SLSA provenance predicate, and the images' CycloneDX SBOMs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from images.release import pin, provenance
+from images.sbom import packages, sbom
+from tests.unit.test_chart import CHART, helm, needs_helm
+
+OPERATOR, CPU, FETCH = ("sha256:" + c * 64 for c in "abc")
+VALUES = (CHART / "values.yaml").read_text()
+
+
+def test_pin_fills_the_shipped_defaults_and_keeps_the_rest() -> None:
+    pinned = pin(VALUES, {"operator": OPERATOR, "cpu-runtime": CPU, "fetch": FETCH})
+    values = yaml.safe_load(pinned)
+    assert values["image"]["digest"] == OPERATOR
+    assert values["image"]["digests"] == {"cpu-runtime": CPU, "fetch": FETCH}
+    original = yaml.safe_load(VALUES)
+    del values["image"]["digest"], values["image"]["digests"], original["image"]["digest"]
+    del original["image"]["digests"]
+    assert values == original
+    assert pinned.count("\n") == VALUES.count("\n") + 2  # a line per digest below image; the comments stay
+
+
+@needs_helm
+def test_the_pinned_chart_names_every_default_image_by_digest(tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"  # the packaged chart's own values: no -f in a user's install
+    values.write_text(pin(VALUES, {"operator": OPERATOR, "cpu-runtime": CPU, "fetch": FETCH}))
+    docs = yaml.safe_load_all(helm("template", "rel", str(CHART), "-f", str(values)).stdout)
+    (deployment,) = [d for d in docs if d and d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    prefix = "ghcr.io/llm-operator/llm-operator"
+    assert container["image"] == f"{prefix}/operator@{OPERATOR}"
+    assert env["LLMOP_CPU_RUNTIME_IMAGE"] == f"{prefix}/cpu-runtime@{CPU}"
+    assert env["LLMOP_FETCH_IMAGE"] == f"{prefix}/fetch@{FETCH}"
+
+
+@pytest.mark.parametrize(
+    "digests",
+    [{"cpu-runtime": CPU}, {"operator": "sha256:short"}, {"operator": OPERATOR.replace("sha256", "sha512")}],
+)
+def test_pin_refuses_what_is_not_a_release(digests: dict[str, str]) -> None:
+    with pytest.raises(ValueError, match="expected sha256 digests"):
+        pin(VALUES, digests)
+
+
+def test_pin_refuses_values_already_pinned() -> None:
+    with pytest.raises(ValueError, match="once"):
+        pin(pin(VALUES, {"operator": OPERATOR}), {"operator": OPERATOR})
+
+
+def test_provenance_names_the_workflow_run_or_this_machine() -> None:
+    github = {"GITHUB_SERVER_URL": "https://github.com", "GITHUB_REPOSITORY": "o/r", "GITHUB_RUN_ID": "7",
+              "GITHUB_REF": "refs/tags/v0.1.0"}  # fmt: skip
+    predicate = provenance("operator", OPERATOR, github, "f" * 40)
+    assert predicate["runDetails"]["builder"]["id"] == "https://github.com/o/r/actions/runs/7"
+    (source,) = predicate["buildDefinition"]["resolvedDependencies"]
+    assert source == {"uri": "git+https://github.com/o/r", "digest": {"gitCommit": "f" * 40}}
+    local = provenance("operator", OPERATOR, {}, "f" * 40)
+    assert local["runDetails"]["builder"]["id"] == "local:scripts/release.sh"
+    with pytest.raises(ValueError, match="not a sha256 digest"):
+        provenance("operator", "latest", {}, "f" * 40)
+
+
+STATUS = b"""Package: python3
+Status: install ok installed
+Architecture: amd64
+Version: 3.11.2-1+b1
+Description: interactive high-level object-oriented language
+ (default version)
+
+Package: gone
+Status: deinstall ok config-files
+Architecture: amd64
+Version: 1.0
+"""
+METADATA = b"Metadata-Version: 2.1\nName: Jinja2\nVersion: 3.1.6\n\nlong description\n"
+
+
+def test_sbom_lists_installed_debian_packages_and_python_distributions() -> None:
+    files = {
+        "var/lib/dpkg/status": STATUS,
+        "etc/os-release": b'ID=debian\nVERSION_ID="12"\n',
+        "usr/lib/python3/dist-packages/jinja2-3.1.6.dist-info/METADATA": METADATA,
+    }
+    assert [(p.kind, p.name, p.version) for p in packages(files)] == [
+        ("deb", "python3", "3.11.2-1+b1"),
+        ("pypi", "Jinja2", "3.1.6"),
+    ]
+    document = json.loads(sbom("operator", "0.1.0", files))
+    assert (document["bomFormat"], document["specVersion"]) == ("CycloneDX", "1.6")
+    assert document["metadata"]["component"]["name"] == "operator"
+    assert {c["purl"] for c in document["components"]} == {
+        "pkg:deb/debian/python3@3.11.2-1%2Bb1?arch=amd64&distro=debian-12",
+        "pkg:pypi/jinja2@3.1.6",
+    }
+
+
+def test_sbom_of_an_image_without_packages_is_empty() -> None:
+    assert json.loads(sbom("pause", "0.1.0", {})).get("components", []) == []
