@@ -48,29 +48,22 @@ chart_digest=$(sed -n 's/^Digest: //p' <<<"$pushed")
 [[ $chart_digest == sha256:* ]] || die "helm push printed no digest: $pushed"
 "$py" -m images.sbom --out "$out/sbom" >&2
 
-# sign REF [ATTEST_ARGS...]: sign REF (by digest), then each attestation given (TYPE FILE pairs).
+# sign REF NAME: sign REF (by digest); with a key, attest an SLSA provenance of it too (in CI
+# actions/attest-build-provenance writes that with the workflow's identity).
 sign() {
-  local ref=$1; shift
-  "$cosign" sign --yes "${signing[@]}" "$ref" >&2 || die "cosign sign $ref failed"
-  while [ $# -gt 0 ]; do
-    "$cosign" attest --yes "${signing[@]}" --type "$1" --predicate "$2" "$ref" >&2 \
-      || die "cosign attest --type $1 $ref failed"
-    shift 2
-  done
-}
-# provenance NAME DIGEST: with a key, the SLSA provenance attestation's arguments for sign; in CI,
-# none (actions/attest-build-provenance writes it with the workflow's identity).
-provenance() {
+  "$cosign" sign --yes "${signing[@]}" "$1" >&2 || die "cosign sign $1 failed"
   [ -n "${COSIGN_KEY:-}" ] || return 0
-  "$py" -m images.release provenance "$1" "$2" >"$out/$1.provenance.json"
-  echo slsaprovenance1 "$out/$1.provenance.json"
+  "$py" -m images.release provenance "$2" "${1#*@}" >"$out/$2.provenance.json"
+  attest "$1" slsaprovenance1 "$out/$2.provenance.json"
+}
+attest() { # REF TYPE PREDICATE_FILE
+  "$cosign" attest --yes "${signing[@]}" --type "$2" --predicate "$3" "$1" >&2 || die "cosign attest --type $2 $1 failed"
 }
 while read -r name digest; do
-  # shellcheck disable=SC2046 # provenance's two words
-  sign "$registry/$name@$digest" cyclonedx "$out/sbom/$name.cdx.json" $(provenance "$name" "$digest")
+  sign "$registry/$name@$digest" "$name"
+  attest "$registry/$name@$digest" cyclonedx "$out/sbom/$name.cdx.json"
   echo "$registry/$name@$digest"
 done < <("$py" -m images.release digests)
-# shellcheck disable=SC2046
-sign "$registry/charts/llm-operator@$chart_digest" $(provenance llm-operator "$chart_digest")
+sign "$registry/charts/llm-operator@$chart_digest" llm-operator
 echo "$registry/charts/llm-operator@$chart_digest"
 echo "release: $registry, $version in $((SECONDS - start)) s" >&2

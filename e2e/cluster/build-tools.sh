@@ -8,7 +8,7 @@
 #   routing     the endpoint picker (+ its CRDs), Envoy           enforcer  kube-router
 #   stores      versitygw, olah's environment                    istio     istiod, pilot-agent
 #   gitops      kstatus, argocd-lua                               crane     crane alone
-#   release     cosign: scripts/release.sh signs and attests what it pushes (tests/e2e/test_release.py)
+#   release     helm, crane, cosign: what scripts/release.sh pushes, signs and attests with
 # The cluster's add-ons (e2e/cluster/addons.py) name the groups they need, so a component is built
 # the first time something starts it (python -m e2e.cluster up --with ADDON, a test session).
 #
@@ -126,7 +126,7 @@ tool cosign "$COSIGN_VERSION" "-s -w -X sigs.k8s.io/release-utils/version.gitVer
 declare -A GROUP_TOOLS=(
   [core]="etcd kwok kubernetes coredns registry crane" [monitoring]="prometheus prometheus-adapter"
   [gateway]=traefik [routing]=epp [enforcer]=kube-router [stores]=versitygw [istio]=istio
-  [gitops]="kstatus argocd-lua" [crane]=crane [release]=cosign
+  [gitops]="kstatus argocd-lua" [crane]=crane [release]="crane cosign"
 )
 
 out_dir() { echo "$cache/bin/$1-${VERSION[$1]}-$(sha256sum "$here/tools/$1/go.sum" | cut -c1-12)"; }
@@ -296,6 +296,6 @@ istio() {
 
 gitops() { build kstatus; build argocd-lua; }
 crane() { build crane; }
-release() { build cosign; }
+release() { kubectl_helm; build crane; build cosign; }
 
 for g in "${requested[@]}"; do "$g"; done

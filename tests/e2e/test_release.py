@@ -43,7 +43,8 @@ def cosign_binary() -> Path:
     """cosign, built (or reused from the cache) by build-tools.sh's release group."""
     proc = subprocess.run(["bash", str(BUILD_TOOLS), "release"], capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return Path(proc.stdout.split()[-1]) / "cosign"
+    (cosign,) = [Path(d) / "cosign" for d in proc.stdout.split() if (Path(d) / "cosign").is_file()]
+    return cosign
 
 
 def key_pair(cosign: Path, directory: Path) -> tuple[Path, Path]:

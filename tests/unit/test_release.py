@@ -4,11 +4,13 @@ chart rendering them), the local SLSA provenance predicate, and the images' Cycl
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
+from images.push import REPO
 from images.release import pin, provenance
 from images.sbom import packages, sbom
 from tests.unit.test_chart import CHART, helm, needs_helm
@@ -106,3 +108,41 @@ def test_sbom_lists_installed_debian_packages_and_python_distributions() -> None
 
 def test_sbom_of_an_image_without_packages_is_empty() -> None:
     assert json.loads(sbom("pause", "0.1.0", {})).get("components", []) == []
+
+
+WORKFLOW_TEXT = (REPO / ".github" / "workflows" / "release.yml").read_text()
+WORKFLOW = yaml.safe_load(WORKFLOW_TEXT)
+
+
+def test_the_release_workflow_tests_read_only_then_publishes_from_a_clean_checkout() -> None:
+    assert WORKFLOW[True]["push"]["tags"] == ["v*"]  # YAML 1.1 reads the key `on` as True
+    assert WORKFLOW["permissions"] == {}
+    jobs = WORKFLOW["jobs"]
+    test, publish, attesting = jobs["test"], jobs["publish"], jobs["provenance"]
+    assert test["permissions"] == {"contents": "read"}
+    assert [s["run"].strip() for s in test["steps"] if s.get("run", "").strip() == ".ci/run"] == [".ci/run"]
+    assert (REPO / ".ci" / "run").read_text().strip().endswith("make test")
+    # Publishing: after the tests, its own token scopes only, runs no test code.
+    assert publish["needs"] == "test" and publish["environment"] == "release"
+    assert publish["permissions"] == {"packages": "write", "id-token": "write"}
+    runs = "\n".join(s.get("run", "") for s in publish["steps"])
+    assert not re.search(r"\.ci/run|make test|pytest", runs)
+    assert '"ghcr.io/$owner/llm-operator" "$version"' in runs and "auth login ghcr.io" in runs
+    assert attesting["needs"] == "publish"
+    assert set(attesting["permissions"]) == {"packages", "id-token", "attestations"}
+    (attest,) = [s for s in attesting["steps"] if "attest-build-provenance" in s.get("uses", "")]
+    assert attest["with"]["subject-digest"] == "${{ matrix.subject.digest }}"
+    for job in jobs.values():
+        for step in job["steps"]:
+            if step.get("uses", "").startswith("actions/checkout@"):
+                assert step["with"]["persist-credentials"] is False
+
+
+def test_every_action_is_pinned_by_commit_and_every_image_by_digest() -> None:
+    uses = re.findall(r"uses: (\S+)(.*)", WORKFLOW_TEXT)
+    assert uses
+    for action, comment in uses:
+        assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", action), action
+        assert re.fullmatch(r" # v\d+\.\d+\.\d+", comment), (action, comment)
+    images = [j["container"]["image"] for j in WORKFLOW["jobs"].values() if "container" in j]
+    assert images and all(re.search(r"@sha256:[0-9a-f]{64}$", i) for i in images), images
