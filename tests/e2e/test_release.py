@@ -84,8 +84,8 @@ def test_release_script_publishes_what_the_default_chart_installs(
     digests = {name: manifest_digest(archive) for name, archive in zip(SPECS, archives, strict=True)}
     *images, chart = run.stdout.split()
     assert images == [f"{registry.PREFIX}/{name}@{digest}" for name, digest in digests.items()], run.stdout
-    chart_ref = f"oci://{registry.PREFIX}/charts/llm-operator"
-    assert crane.check("digest", f"{chart_ref.removeprefix('oci://')}:{version}") == chart.partition("@")[2]
+    assert chart.startswith(f"{registry.PREFIX}/charts/llm-operator@sha256:"), run.stdout
+    assert crane.check("digest", f"{chart.partition('@')[0]}:{version}") == chart.partition("@")[2]
     for name, digest in digests.items():
         assert crane.check("digest", f"{registry.PREFIX}/{name}:{version}") == digest, name
 
@@ -115,11 +115,12 @@ def test_release_script_publishes_what_the_default_chart_installs(
     pushed = launcher.push_images(archives)
     assert all(f":{version}" not in ref for ref in pushed), "the script pushed the version tags"
 
-    # What a user does: install the published chart by its OCI reference, default values.
-    pulled = inside(launcher.netns, launcher.registry_env, helm.argv[0], "pull", chart_ref,
-                    "--version", version, "-d", str(tmp_path))  # fmt: skip
+    # What a user does (docs/helm.md): pull the published chart by the digest just verified and
+    # install it with default values.
+    pulled = inside(launcher.netns, launcher.registry_env, helm.argv[0], "pull", f"oci://{chart}",
+                    "-d", str(tmp_path))  # fmt: skip
     assert pulled.returncode == 0, pulled.stderr
-    package = tmp_path / f"llm-operator-{version}.tgz"
+    (package,) = tmp_path.glob("llm-operator*.tgz")
     with tarfile.open(package) as tar:
         member = tar.extractfile("llm-operator/Chart.yaml")
         assert member is not None
