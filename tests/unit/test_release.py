@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from images import sbom as sbom_module
 from images.push import REPO
 from images.release import pin, provenance
-from images.sbom import packages, sbom
+from images.sbom import cached, packages, sbom
 from tests.unit.test_chart import CHART, helm, needs_helm
 
 OPERATOR, CPU, FETCH = ("sha256:" + c * 64 for c in "abc")
@@ -104,6 +105,23 @@ def test_sbom_lists_installed_debian_packages_and_python_distributions() -> None
         "pkg:deb/debian/python3@3.11.2-1%2Bb1?arch=amd64&distro=debian-12",
         "pkg:pypi/jinja2@3.1.6",
     }
+
+
+def test_sbom_is_read_from_the_archive_once_per_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = tmp_path / "operator-0123.oci.tar"
+    reads: list[Path] = []
+
+    def read_files(path: Path) -> dict[str, bytes]:
+        reads.append(path)
+        return {}
+
+    monkeypatch.setattr(sbom_module, "read_files", read_files)
+    first = cached("operator", "0.1.0", archive)
+    assert cached("operator", "0.1.0", archive) == first and reads == [archive]
+    assert json.loads(cached("operator", "0.2.0", archive))["metadata"]["component"]["version"] == "0.2.0"
+    assert reads == [archive, archive]
 
 
 def test_sbom_of_an_image_without_packages_is_empty() -> None:
