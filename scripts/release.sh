@@ -59,11 +59,15 @@ sign() {
 attest() { # REF TYPE PREDICATE_FILE
   "$cosign" attest --yes "${signing[@]}" --type "$2" --predicate "$3" "$1" >&2 || die "cosign attest --type $2 $1 failed"
 }
+# Side by side: each step mostly waits on the registry.
+jobs=()
 while read -r name digest; do
-  sign "$registry/$name@$digest" "$name"
-  attest "$registry/$name@$digest" cyclonedx "$out/sbom/$name.cdx.json"
+  { sign "$registry/$name@$digest" "$name"; attest "$registry/$name@$digest" cyclonedx "$out/sbom/$name.cdx.json"; } &
+  jobs+=($!)
   echo "$registry/$name@$digest"
 done < <("$py" -m images.release digests)
-sign "$registry/charts/llm-operator@$chart_digest" llm-operator
+sign "$registry/charts/llm-operator@$chart_digest" llm-operator &
+jobs+=($!)
+for job in "${jobs[@]}"; do wait "$job" || die "signing failed (above)"; done
 echo "$registry/charts/llm-operator@$chart_digest"
 echo "release: $registry, $version in $((SECONDS - start)) s" >&2
