@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Builds (or reuses) the binaries of the embedded test cluster, by group:
 #
-#   build-tools.sh [GROUP...]     no GROUP: every group (`make tools`)
+#   build-tools.sh [GROUP...]     no GROUP: every group but release (`make tools`)
 #   core        etcd, kwok, Kubernetes, CoreDNS, kubectl + helm, the registry, crane: the cluster
 #               `make demo` and `make cluster-up` start
 #   monitoring  Prometheus (+ promtool), prometheus-adapter      gateway   Traefik + Gateway API CRDs
 #   routing     the endpoint picker (+ its CRDs), Envoy           enforcer  kube-router
 #   stores      versitygw, olah's environment                    istio     istiod, pilot-agent
 #   gitops      kstatus, argocd-lua                               crane     crane alone
-#   release     helm, crane, cosign: what scripts/release.sh pushes, signs and attests with
+#   release     helm, crane, cosign: what scripts/release.sh pushes, signs and attests with; built
+#               beside the tests (scripts/test.sh) rather than before them: cold, cosign takes minutes
 # The cluster's add-ons (e2e/cluster/addons.py) name the groups they need, so a component is built
 # the first time something starts it (python -m e2e.cluster up --with ADDON, a test session).
 #
@@ -61,11 +62,11 @@ ISTIO_RELEASE=1.31-dev
 COSIGN_VERSION=v3.1.3
 
 mkdir -p "$cache/locks"
-GROUPS_ALL=(core monitoring gateway routing enforcer stores istio gitops release)
+GROUPS_ALL=(core monitoring gateway routing enforcer stores istio gitops)
 requested=("$@")
 [ ${#requested[@]} -gt 0 ] || requested=("${GROUPS_ALL[@]}")
 for g in "${requested[@]}"; do
-  [[ " ${GROUPS_ALL[*]} crane " == *" $g "* ]] || die "unknown group '$g' (groups: ${GROUPS_ALL[*]} crane)"
+  [[ " ${GROUPS_ALL[*]} crane release " == *" $g "* ]] || die "unknown group '$g' (groups: ${GROUPS_ALL[*]} crane release)"
 done
 
 # Per Go tool: its packages (built from tools/<tool>), build tags, ldflags and cache key.
