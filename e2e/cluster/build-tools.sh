@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Builds (or reuses) the binaries of the embedded test cluster, by group:
 #
-#   build-tools.sh [GROUP...]     no GROUP: every group (`make tools`)
+#   build-tools.sh [GROUP...]     no GROUP: every group but release (`make tools`)
 #   core        etcd, kwok, Kubernetes, CoreDNS, kubectl + helm, the registry, crane: the cluster
 #               `make demo` and `make cluster-up` start
 #   monitoring  Prometheus (+ promtool), prometheus-adapter      gateway   Traefik + Gateway API CRDs
 #   routing     the endpoint picker (+ its CRDs), Envoy           enforcer  kube-router
 #   stores      versitygw, olah's environment                    istio     istiod, pilot-agent
 #   gitops      kstatus, argocd-lua                               crane     crane alone
+#   release     helm, crane, cosign: what scripts/release.sh pushes, signs and attests with; built
+#               beside the tests (scripts/test.sh) rather than before them: cold, cosign takes minutes
 # The cluster's add-ons (e2e/cluster/addons.py) name the groups they need, so a component is built
 # the first time something starts it (python -m e2e.cluster up --with ADDON, a test session).
 #
@@ -56,13 +58,15 @@ CRANE_VERSION=v0.22.1 # github.com/google/go-containerregistry
 # the module's master pseudo-version (tools/istio/go.mod says why), reported as its VERSION file's 1.31-dev.
 ISTIO_VERSION=v0.0.0-20260827124520-eed52ebb66ad
 ISTIO_RELEASE=1.31-dev
+# cosign (sigstore): signs the released images and chart and attaches their SBOM and provenance.
+COSIGN_VERSION=v3.1.3
 
 mkdir -p "$cache/locks"
 GROUPS_ALL=(core monitoring gateway routing enforcer stores istio gitops)
 requested=("$@")
 [ ${#requested[@]} -gt 0 ] || requested=("${GROUPS_ALL[@]}")
 for g in "${requested[@]}"; do
-  [[ " ${GROUPS_ALL[*]} crane " == *" $g "* ]] || die "unknown group '$g' (groups: ${GROUPS_ALL[*]} crane)"
+  [[ " ${GROUPS_ALL[*]} crane release " == *" $g "* ]] || die "unknown group '$g' (groups: ${GROUPS_ALL[*]} crane release)"
 done
 
 # Per Go tool: its packages (built from tools/<tool>), build tags, ldflags and cache key.
@@ -116,11 +120,14 @@ GOPHER_LUA_VERSION=v1.1.2
 main_hash() { sha256sum "$here/tools/$1/main.go" | cut -c1-8; }
 tool kstatus "$KSTATUS_VERSION-$(main_hash kstatus)" "-s -w" .
 tool argocd-lua "$GOPHER_LUA_VERSION-$(main_hash argocd-lua)" "-s -w" .
+# The version as cosign's own release build sets it (`cosign version`).
+tool cosign "$COSIGN_VERSION" "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION" \
+  github.com/sigstore/cosign/v3/cmd/cosign
 
 declare -A GROUP_TOOLS=(
   [core]="etcd kwok kubernetes coredns registry crane" [monitoring]="prometheus prometheus-adapter"
   [gateway]=traefik [routing]=epp [enforcer]=kube-router [stores]=versitygw [istio]=istio
-  [gitops]="kstatus argocd-lua" [crane]=crane
+  [gitops]="kstatus argocd-lua" [crane]=crane [release]="crane cosign"
 )
 
 out_dir() { echo "$cache/bin/$1-${VERSION[$1]}-$(sha256sum "$here/tools/$1/go.sum" | cut -c1-12)"; }
@@ -290,5 +297,6 @@ istio() {
 
 gitops() { build kstatus; build argocd-lua; }
 crane() { build crane; }
+release() { kubectl_helm; build crane; build cosign; }
 
 for g in "${requested[@]}"; do "$g"; done

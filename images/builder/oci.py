@@ -237,9 +237,9 @@ class _HashingReader(io.RawIOBase):
         return data
 
 
-def unpack(image: Image, dest: Path) -> None:
-    """Apply the layers in order into dest, as a runtime's snapshotter would, checking each diff_id
-    (no whiteouts: the builder writes none)."""
+def walk(image: Image) -> Iterator[tuple[tarfile.TarFile, tarfile.TarInfo]]:
+    """Every member of every layer in order, as a runtime's snapshotter applies them, checking each
+    diff_id (no whiteouts: the builder writes none). A member's data is readable until the next."""
     with tarfile.open(image.path) as outer:
         for descriptor, diff_id in zip(
             image.manifest["layers"], image.config["rootfs"]["diff_ids"], strict=True
@@ -251,10 +251,16 @@ def unpack(image: Image, dest: Path) -> None:
                 for member in tar:
                     if Path(member.name).name.startswith(".wh."):
                         raise ValueError(f"whiteouts are not supported: {member.name}")
-                    tar.extract(member, dest, numeric_owner=True, filter="fully_trusted")
+                    yield tar, member
             while plain.read(1 << 20):  # tar's end-of-archive padding
                 pass
             if f"sha256:{plain.sha.hexdigest()}" != diff_id:
                 raise ValueError(f"layer {descriptor['digest']} does not match its diff_id {diff_id}")
+
+
+def unpack(image: Image, dest: Path) -> None:
+    """Apply the layers in order into dest."""
+    for tar, member in walk(image):
+        tar.extract(member, dest, numeric_owner=True, filter="fully_trusted")
     for name in RUNTIME_DIRS:
         (dest / name).mkdir(exist_ok=True)

@@ -52,10 +52,14 @@ helm.sh/chart: {{ include "llm-operator.chart" . }}
 {{- end -}}
 
 {{/* One of the project's other images (dict "root" $ "name" "cpu-runtime" "value" <the value>):
-the value when set, else <image.repository's directory>/<name>:<appVersion>, where `make images`
-and the release workflow push it (ghcr.io/llm-operator/llm-operator/cpu-runtime:<appVersion> by default). */}}
+the value when set, else <image.repository's directory>/<name>@<image.digests[name]> when a release
+pinned it, else <image.repository's directory>/<name>:<appVersion>, where `make images` and the
+release workflow push it (ghcr.io/llm-operator/llm-operator/cpu-runtime:<appVersion> by default). */}}
 {{- define "llm-operator.ownImage" -}}
-{{- .value | default (printf "%s/%s:%s" (dir .root.Values.image.repository) .name .root.Chart.AppVersion) -}}
+{{- $digest := get (.root.Values.image.digests | default dict) .name -}}
+{{- $default := printf "%s/%s:%s" (dir .root.Values.image.repository) .name .root.Chart.AppVersion -}}
+{{- if $digest -}}{{- $default = printf "%s/%s@%s" (dir .root.Values.image.repository) .name $digest -}}{{- end -}}
+{{- .value | default $default -}}
 {{- end -}}
 
 {{/* repository@digest when a digest is given, else repository:tag (tag defaults to appVersion). */}}
