@@ -124,8 +124,8 @@ def test_helm_install_restricted_operator_and_uninstall(
                            ("bind", "roles.rbac.authorization.k8s.io"),
                            ("update", "pods")]:  # fmt: skip
         assert not can_i(kubectl, sa, verb, resource), (verb, resource)
-    # A model fetch's progress: its pod's last log lines; it never execs into a pod.
-    assert can_i(kubectl, sa, "get", "pods", subresource="log")
+    # It reads no pod's log (a model fetch's progress stays in its own log) and never execs.
+    assert not can_i(kubectl, sa, "get", "pods", subresource="log")
     assert not can_i(kubectl, sa, "create", "pods", subresource="exec")
     # The roles for people: Kubernetes aggregates them into its built-in view, edit and admin.
     for role, verb in [("view", "watch"), ("edit", "create"), ("admin", "deletecollection")]:

@@ -47,6 +47,9 @@ CLIENT_IMAGE = "localhost/llm-operator/busybox:e2e"
 PROBE_TIMEOUT_S = 3  # nc gives up then on a dropped SYN; an open port answers in milliseconds
 # kube-router applies a policy change within a second or two of the watch event.
 ENFORCED_WITHIN_S = 30
+# A new pod (the keys' Secret is part of the revision): kube-router adds its address to the
+# policy's sets at its next sync, slower under the e2e tier's load than a change to a known pod.
+NEW_POD_ENFORCED_WITHIN_S = 90
 KEPT = "llmoperator.io/clients-from-any-source"  # render/network.py KEPT_ANY_SOURCE
 
 
@@ -305,7 +308,7 @@ def test_api_keys_guard_the_openai_port_close_tritons_and_rotate_without_a_resta
         "the client's namespace admitted to 8080 (/health asks no key), 8000 closed while API keys are on",
         lambda: (answer(kubectl, world, ip, 8080, "/health"), ports_reached(kubectl, world, ip)[0]),
         lambda found: found == (200, False),
-        timeout=ENFORCED_WITHIN_S,
+        timeout=NEW_POD_ENFORCED_WITHIN_S,
     )
     assert answer(kubectl, world, ip, 8080, "/v1/models") == 401
     assert answer(kubectl, world, ip, 8080, "/v1/models", key="sk-wrong") == 401

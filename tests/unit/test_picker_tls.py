@@ -42,6 +42,14 @@ def test_the_certificate_serves_envoys_name_and_the_router_services_names() -> N
         _verify({**files, "ca.crt": other["ca.crt"]}, x509.DNSName("localhost"))
 
 
+def test_the_longest_names_kubernetes_allows_fit() -> None:
+    """A namespace and a Service name of 63 characters each (a common name holds at most 64)."""
+    service, namespace = "r" * 56 + "-router", "n" * 63
+    files = picker_certificates(service, namespace, NOW)
+    _verify(files, x509.DNSName(f"{service}.{namespace}.svc.cluster.local"))
+    _verify(files, x509.DNSName("localhost"))
+
+
 def test_only_the_serving_key_is_kept() -> None:
     files = picker_certificates("tiny-router", "team", NOW)
     assert set(files) == {"tls.crt", "tls.key", "ca.crt"}

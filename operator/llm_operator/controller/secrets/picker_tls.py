@@ -62,7 +62,9 @@ def picker_certificates(service: str, namespace: str, now: datetime) -> dict[str
     `localhost` and 127.0.0.1 (Envoy beside it) and the router Service's names (gateways), signed
     by an authority whose key is not kept."""
     authority_key = ec.generate_private_key(ec.SECP256R1())
-    authority = _name(f"llm-operator picker CA {namespace}/{service}")
+    # A common name holds at most 64 characters, a namespace and a Service name 63 each: the names
+    # go into the serving certificate's SANs, the subjects stay fixed.
+    authority = _name("llm-operator endpoint picker CA")
     ca = (
         _certificate(authority, authority, authority_key.public_key(), authority_key, now)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
@@ -76,7 +78,7 @@ def picker_certificates(service: str, namespace: str, now: datetime) -> dict[str
            f"{service}.{namespace}.svc.cluster.local"]  # fmt: skip
     sans = [x509.DNSName(n) for n in dns] + [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
     serving = (
-        _certificate(_name(service), authority, key.public_key(), authority_key, now)
+        _certificate(_name("llm-operator endpoint picker"), authority, key.public_key(), authority_key, now)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(True, False, False, False, False, False, False, False, False), critical=True
