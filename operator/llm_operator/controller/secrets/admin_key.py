@@ -12,32 +12,20 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.contract import ADMIN_KEY_SECRET_KEY
 from llm_operator.controller.cluster.kube import KubeApi
-from llm_operator.controller.secrets.owned_secret import OwnedSecret
+from llm_operator.controller.secrets.owned_secret import OwnedSecret, secret_of
 from llm_operator.plan.types import PlanningError
 from llm_operator.render import names
-from llm_operator.render.children import owner_reference
 
 REASON = "AdminKeySecretNotOwned"
 
 
 def admin_key_secret(ld: LLMDeployment) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": names.admin_key_secret(ld.name, ld.metadata.get("uid", "")),
-            "namespace": ld.namespace,
-            "labels": L.common_labels(ld.name, "admin-key"),
-            "ownerReferences": [owner_reference(ld)],
-        },
-        "type": "Opaque",
-        # 256 bits, hex: Triton's flag syntax (APIS:HEADER=KEY) needs no quoting of it.
-        "stringData": {ADMIN_KEY_SECRET_KEY: secrets.token_hex(32)},
-    }
+    name = names.admin_key_secret(ld.name, ld.metadata.get("uid", ""))
+    # 256 bits, hex: Triton's flag syntax (APIS:HEADER=KEY) needs no quoting of it.
+    return secret_of(ld, name, "admin-key", {ADMIN_KEY_SECRET_KEY: secrets.token_hex(32)})
 
 
 def foreign_secret_message(name: str) -> str:

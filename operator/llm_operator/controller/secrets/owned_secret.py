@@ -13,9 +13,29 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.controller.cluster.kube import KubeApi
 from llm_operator.plan.types import PlanningError
+from llm_operator.render.children import owner_reference
+
+
+def secret_of(
+    ld: LLMDeployment, name: str, component: str, data: dict[str, str], type_: str = "Opaque"
+) -> dict[str, Any]:
+    """A Secret of `ld`'s, owned by it (the garbage collector removes it with it)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": name,
+            "namespace": ld.namespace,
+            "labels": L.common_labels(ld.name, component),
+            "ownerReferences": [owner_reference(ld)],
+        },
+        "type": type_,
+        "stringData": data,
+    }
 
 
 class OwnedSecret:

@@ -21,13 +21,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.controller.cluster.kube import KubeApi
-from llm_operator.controller.secrets.owned_secret import OwnedSecret
+from llm_operator.controller.secrets.owned_secret import OwnedSecret, secret_of
 from llm_operator.plan.types import PlanningError
 from llm_operator.render import names
-from llm_operator.render.children import owner_reference
 from llm_operator.render.router_config import PICKER_SERVER_NAME
 
 REASON = "PickerTlsSecretNotOwned"
@@ -98,18 +96,9 @@ def picker_certificates(service: str, namespace: str, now: datetime) -> dict[str
 
 
 def picker_tls_secret(ld: LLMDeployment) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": names.picker_tls_secret(ld.name, ld.metadata.get("uid", "")),
-            "namespace": ld.namespace,
-            "labels": L.common_labels(ld.name, "picker-tls"),
-            "ownerReferences": [owner_reference(ld)],
-        },
-        "type": "kubernetes.io/tls",
-        "stringData": picker_certificates(names.router(ld.name), ld.namespace, datetime.now(UTC)),
-    }
+    name = names.picker_tls_secret(ld.name, ld.metadata.get("uid", ""))
+    files = picker_certificates(names.router(ld.name), ld.namespace, datetime.now(UTC))
+    return secret_of(ld, name, "picker-tls", files, "kubernetes.io/tls")
 
 
 def foreign_secret_message(name: str) -> str:

@@ -15,7 +15,6 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.contract import (
     SSH_AUTHORIZED_KEYS,
@@ -25,10 +24,9 @@ from llm_operator.contract import (
     SSH_PRIVATE_KEY,
 )
 from llm_operator.controller.cluster.kube import KubeApi
-from llm_operator.controller.secrets.owned_secret import OwnedSecret
+from llm_operator.controller.secrets.owned_secret import OwnedSecret, secret_of
 from llm_operator.plan.types import Plan, PlanningError
 from llm_operator.render import names
-from llm_operator.render.children import owner_reference
 
 
 def needs_ssh(plan: Plan) -> bool:
@@ -61,18 +59,8 @@ def key_pair() -> dict[str, str]:
 
 
 def ssh_secret(ld: LLMDeployment) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": names.ssh_secret(ld.name, ld.metadata.get("uid", "")),
-            "namespace": ld.namespace,
-            "labels": L.common_labels(ld.name, "ssh-identity"),
-            "ownerReferences": [owner_reference(ld)],
-        },
-        "type": "Opaque",
-        "stringData": key_pair(),
-    }
+    name = names.ssh_secret(ld.name, ld.metadata.get("uid", ""))
+    return secret_of(ld, name, "ssh-identity", key_pair())
 
 
 class SshIdentities(OwnedSecret):
