@@ -77,4 +77,7 @@ def prepare(state: StateDir, pki: pki_mod.Pki) -> list[str]:
         f"--service-cluster-ip-range={pki_mod.SERVICE_CLUSTER_IP_RANGE}",
         f"--health-port={HEALTH_PORT}",
         "--metrics-port=0",
+        # Each full sync and how long it took, in logs/kube-router.log: what a test that waits on
+        # enforcement reads when it times out.
+        "--v=1",
     ]

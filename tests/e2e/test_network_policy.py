@@ -35,7 +35,7 @@ from e2e.chat import base_url
 from e2e.cluster import busybox_image
 from e2e.cluster.netns import NODE_IP
 from e2e.cluster.pki import NODE_NAME
-from e2e.cluster.testing import E2ECluster, Kubectl, is_true, pod_ready, wait_for
+from e2e.cluster.testing import E2ECluster, Kubectl, WaitTimeout, is_true, pod_ready, wait_for
 from e2e.generate import connection, stream
 
 pytestmark = pytest.mark.e2e
@@ -304,12 +304,15 @@ def test_api_keys_guard_the_openai_port_close_tritons_and_rotate_without_a_resta
     )
     (pod,) = kubectl.items("pods", ns, SELECTOR)
     ip = pod["status"]["podIP"]
-    wait_for(
-        "the client's namespace admitted to 8080 (/health asks no key), 8000 closed while API keys are on",
-        lambda: (answer(kubectl, world, ip, 8080, "/health"), ports_reached(kubectl, world, ip)[0]),
-        lambda found: found == (200, False),
-        timeout=NEW_POD_ENFORCED_WITHIN_S,
-    )
+    try:
+        wait_for(
+            "the client's namespace admitted to 8080 (/health asks no key), 8000 closed under API keys",
+            lambda: (answer(kubectl, world, ip, 8080, "/health"), ports_reached(kubectl, world, ip)[0]),
+            lambda found: found == (200, False),
+            timeout=NEW_POD_ENFORCED_WITHIN_S,
+        )
+    except WaitTimeout as e:
+        raise WaitTimeout(f"{e}\n{enforcement(kubectl, cluster, ns, pod)}") from None
     assert answer(kubectl, world, ip, 8080, "/v1/models") == 401
     assert answer(kubectl, world, ip, 8080, "/v1/models", key="sk-wrong") == 401
     assert answer(kubectl, world, ip, 8080, "/v1/models", key=first) == 200
@@ -341,6 +344,18 @@ def test_api_keys_guard_the_openai_port_close_tritons_and_rotate_without_a_resta
     ), "rotated without a restart"
     log = kubectl("logs", pod["metadata"]["name"], "-c", "triton", namespace=ns).stdout
     assert "API key(s) accepted" in log and first not in log and second not in log, "keys never logged"
+
+
+def enforcement(kubectl: Kubectl, cluster: E2ECluster, ns: str, pod: dict[str, Any]) -> str:
+    """What decides whether a port is reached: the policy as applied, what the front door said, and
+    kube-router's last syncs."""
+    policy = kubectl.get("networkpolicy", NAME, ns)
+    log = kubectl("logs", pod["metadata"]["name"], "-c", "triton", namespace=ns, check=False).stdout
+    door = [line for line in log.splitlines() if "frontdoor" in line]
+    assert cluster.launcher is not None
+    syncs = cluster.launcher.log_file("kube-router").read_text().splitlines()[-30:]
+    return "\n".join([f"policy ingress: {json.dumps((policy or {}).get('spec', {}).get('ingress'))}",
+                      f"front door: {door}", "kube-router:", *syncs])  # fmt: skip
 
 
 def api_key_secret(keys: dict[str, str]) -> dict[str, Any]:

@@ -43,6 +43,7 @@ SECRET_FS_GROUP = 1000
 # 1000, removing Ubuntu's `ubuntu`); ssh and sshd need that passwd entry (multi-node workers). The
 # cpu-runtime image names its own non-root USER.
 NVIDIA_UID = 1000
+STARTUP_PROBE_PERIOD_SECONDS = 2
 
 
 def serving_image(spec: LLMDeploymentSpec, pool: PoolPlan, images: Images) -> str:
@@ -216,14 +217,22 @@ def _container(
     if resources:
         container["resources"] = resources
     if leader:
-        # Only rank 0 serves: probes belong to the leader.
-        health = {"path": "/v2/health/ready", "port": "http"}
+        # Only rank 0 serves: probes belong to the leader. Started means the OpenAI front door
+        # answers too (its /health asks Triton, and no API key): the two start side by side, and a
+        # pod must not join its Service with a closed OpenAI port. Asked every 2 s, since the probe
+        # period is added to every cold start. Then readiness asks Triton alone, so a front door
+        # busy with a request does not take the pod out of its Service (the launcher takes a front
+        # door that exits down with the pod).
         container["startupProbe"] = {
-            "httpGet": health,
-            "periodSeconds": 10,
-            "failureThreshold": max(1, spec.runtime.startup_timeout_seconds // 10),
+            "httpGet": {"path": "/health", "port": "openai"},
+            "periodSeconds": STARTUP_PROBE_PERIOD_SECONDS,
+            "failureThreshold": spec.runtime.startup_timeout_seconds // STARTUP_PROBE_PERIOD_SECONDS,
         }
-        container["readinessProbe"] = {"httpGet": dict(health), "periodSeconds": 5, "failureThreshold": 2}
+        container["readinessProbe"] = {
+            "httpGet": {"path": "/v2/health/ready", "port": "http"},
+            "periodSeconds": 5,
+            "failureThreshold": 2,
+        }
         container["livenessProbe"] = {
             "httpGet": {"path": "/v2/health/live", "port": "http"},
             "periodSeconds": 10,
