@@ -19,6 +19,7 @@ import base64
 import json
 import re
 import secrets
+import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -32,7 +33,7 @@ import pytest
 import yaml
 
 from e2e.chat import base_url
-from e2e.cluster import busybox_image
+from e2e.cluster import busybox_image, netns
 from e2e.cluster.netns import NODE_IP
 from e2e.cluster.pki import NODE_NAME
 from e2e.cluster.testing import E2ECluster, Kubectl, WaitTimeout, is_true, pod_ready, wait_for
@@ -312,7 +313,7 @@ def test_api_keys_guard_the_openai_port_close_tritons_and_rotate_without_a_resta
             timeout=NEW_POD_ENFORCED_WITHIN_S,
         )
     except WaitTimeout as e:
-        raise WaitTimeout(f"{e}\n{enforcement(kubectl, cluster, ns, pod)}") from None
+        raise WaitTimeout(f"{e}\n{enforcement(kubectl, world, cluster, ns, pod)}") from None
     assert answer(kubectl, world, ip, 8080, "/v1/models") == 401
     assert answer(kubectl, world, ip, 8080, "/v1/models", key="sk-wrong") == 401
     assert answer(kubectl, world, ip, 8080, "/v1/models", key=first) == 200
@@ -346,16 +347,33 @@ def test_api_keys_guard_the_openai_port_close_tritons_and_rotate_without_a_resta
     assert "API key(s) accepted" in log and first not in log and second not in log, "keys never logged"
 
 
-def enforcement(kubectl: Kubectl, cluster: E2ECluster, ns: str, pod: dict[str, Any]) -> str:
-    """What decides whether a port is reached: the policy as applied, what the front door said, and
-    kube-router's last syncs."""
+def enforcement(kubectl: Kubectl, world: World, cluster: E2ECluster, ns: str, pod: dict[str, Any]) -> str:
+    """What decides whether a port is reached: the probe's own words, the policy as applied, what
+    the front door said, every pod that holds either address, the enforcer's rules for the pod's
+    address and its last syncs."""
+    ip = pod["status"]["podIP"]
+    probe = kubectl("exec", "-n", world.client, "client", "--", "sh", "-c",
+                    f"printf 'GET /health HTTP/1.0\\r\\n\\r\\n' | nc -w {PROBE_TIMEOUT_S} {ip} 8080",
+                    check=False)  # fmt: skip
+    client = kubectl.get("pod", "client", world.client) or {}
+    addresses = {ip, (client.get("status") or {}).get("podIP")}
+    every_pod = kubectl.json("get", "pods", "--all-namespaces")["items"]
+    holders = [f"{p['metadata']['namespace']}/{p['metadata']['name']} {p['status'].get('podIP')} "
+               f"{p['status'].get('phase')} deleting={bool(p['metadata'].get('deletionTimestamp'))}"
+               for p in every_pod if (p.get("status") or {}).get("podIP") in addresses]  # fmt: skip
     policy = kubectl.get("networkpolicy", NAME, ns)
     log = kubectl("logs", pod["metadata"]["name"], "-c", "triton", namespace=ns, check=False).stdout
     door = [line for line in log.splitlines() if "frontdoor" in line]
+    rules = subprocess.run(netns.command(world.netns, ["iptables-save", "-t", "filter"]),
+                           capture_output=True, text=True, check=False).stdout  # fmt: skip
     assert cluster.launcher is not None
-    syncs = cluster.launcher.log_file("kube-router").read_text().splitlines()[-30:]
-    return "\n".join([f"policy ingress: {json.dumps((policy or {}).get('spec', {}).get('ingress'))}",
-                      f"front door: {door}", "kube-router:", *syncs])  # fmt: skip
+    syncs = cluster.launcher.log_file("kube-router").read_text().splitlines()[-10:]
+    return "\n".join([f"probe: rc {probe.returncode}, out {probe.stdout!r}, err {probe.stderr!r}",
+                      f"pods holding {addresses}: {holders}",
+                      f"policy ingress: {json.dumps((policy or {}).get('spec', {}).get('ingress'))}",
+                      f"front door: {door}", "rules naming the pod:",
+                      *[line for line in rules.splitlines() if ip in line],
+                      "kube-router:", *syncs])  # fmt: skip
 
 
 def api_key_secret(keys: dict[str, str]) -> dict[str, Any]:
