@@ -162,3 +162,42 @@ def test_curls_expect_continue_and_a_chunked_body_on_a_kept_alive_connection(tmp
     assert continued.startswith(b"HTTP/1.1 100 Continue")
     assert first.startswith(b"HTTP/1.1 404") and b'"code": "model_not_found"' in first
     assert second.startswith(b"HTTP/1.1 200") and b'"id": "m"' in second
+
+
+async def ready_after_a_while(w: asyncio.StreamWriter) -> None:
+    await asyncio.sleep(0.2)  # a Triton busy enough that the client's FIN arrives first
+    w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+    await w.drain()
+
+
+def test_a_client_that_half_closes_after_its_request_still_gets_health_and_models(tmp_path: Path) -> None:
+    """`printf 'GET /health ...' | nc` ends its side once the request is sent: /health and
+    /v1/models are answered all the same (only a generation is cancelled on EOF)."""
+    tokenizer_files.write(tmp_path)
+
+    async def ask(port: int, path: str) -> bytes:
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(b"GET %s HTTP/1.0\r\n\r\n" % path.encode())
+        await w.drain()
+        w.write_eof()
+        raw = await asyncio.wait_for(r.read(), 10)
+        w.close()
+        return raw
+
+    async def go() -> list[bytes]:
+        triton = await fake_triton(ready_after_a_while)
+        upstream = Upstream("127.0.0.1", triton.sockets[0].getsockname()[1])
+        door = FrontDoor(
+            Settings(["m"], "ensemble", "cpu-reference", Limits()), Tokenizer.load(tmp_path), upstream
+        )
+        server = await serve(door, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            return [await ask(port, "/health"), await ask(port, "/v1/models")]
+        finally:
+            server.close()
+            triton.close()
+
+    health, models = asyncio.run(go())
+    assert health.startswith(b"HTTP/1.1 200") and health.endswith(b'{"ready": true}'), health
+    assert models.startswith(b"HTTP/1.1 200") and b'"id": "m"' in models, models

@@ -43,6 +43,10 @@ class Settings:
     api_keys: ApiKeys | None = None  # spec.routing.apiKeys: every request but /health needs one
 
 
+# What Triton generates for: cancelled there when the client's connection ends (EOF) midway.
+GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
+
+
 class Gone(Exception):
     """The client closed its connection."""
 
@@ -114,7 +118,13 @@ class FrontDoor:
             await self._json(peer, e.status, e.body(), close=True)
             return False
         close = headers.get("connection", "").lower() == "close"
-        task = asyncio.create_task(self._route(peer, method, path.split("?", 1)[0], body, close))
+        route = path.split("?", 1)[0]
+        task = asyncio.create_task(self._route(peer, method, route, body, close))
+        if route not in GENERATION_ROUTES:
+            # Cheap, and answered even to a client that half-closed after its request (`printf |
+            # nc`, HTTP/1.0 tools): an EOF cannot tell that from a client gone, and only a
+            # generation is worth cancelling on a guess.
+            return await task and not close
         watch = asyncio.create_task(peer.fill())
         while True:
             done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
