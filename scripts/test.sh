@@ -2,13 +2,18 @@
 # `make test` after lint: the e2e tier and the other tiers (unit, Triton on CPU, images, gitops)
 # at the same time. The e2e tier spends most of its time waiting on the cluster (pods starting,
 # analysis windows, HPA syncs) while the other tiers need the CPU, so together they take about
-# the e2e tier's time instead of both one after the other. The e2e tier prints as it goes; the
-# other tiers' output follows it, whole. Either failing fails the run. PYTEST_ADDOPTS reaches both.
+# the e2e tier's time instead of both one after the other. The e2e tier runs in two parts: first
+# the modules marked `exclusive` (they need the cluster to themselves), then the rest in
+# E2E_STREAMS (default 2) pytest-xdist streams sharing one operator (tests/e2e/streams.py). This
+# script holds a lease on the embedded cluster across both, so it starts once. The e2e tier prints
+# as it goes; the other tiers' output follows it, whole. Any part failing fails the run.
+# PYTEST_ADDOPTS reaches every part.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+release_cluster=:
+trap 'rm -f "$log"; eval "$release_cluster"' EXIT
 
 # cosign, for the release test (late in the e2e tier, which waits on this build's lock): cold it
 # builds for minutes, at the lowest priority beside the tiers instead of before them in `make tools`.
@@ -17,8 +22,19 @@ release_tools=$!
 "$PY" -m pytest -p no:cacheprovider -m "not e2e" >"$log" 2>&1 &
 others=$!
 trap 'kill "$others" "$release_tools" 2>/dev/null; exit 130' INT TERM
-"$PY" -m pytest -p no:cacheprovider -m e2e
-e2e=$?
+embedded=1
+if [ -n "${KUBECONFIG:-}" ] && [ "$(realpath -m "$KUBECONFIG")" != "$(realpath -m .cluster/kubeconfig)" ]; then
+  embedded=0  # the tests use that cluster as it is (tests/e2e/conftest.py)
+fi
+if [ $embedded = 1 ]; then  # a failure here is the first test's to report
+  "$PY" -m e2e.cluster up --with all --session $$ >/dev/null
+  release_cluster="$PY -m e2e.cluster release --session $$ >/dev/null"
+fi
+"$PY" -m pytest -p no:cacheprovider -m "e2e and exclusive"
+exclusive=$?
+"$PY" -m pytest -p no:cacheprovider -m "e2e and not exclusive" -n "${E2E_STREAMS:-2}"
+streams=$?
+e2e=$((exclusive > streams ? exclusive : streams))
 wait "$others"
 rest=$?
 wait "$release_tools"

@@ -1,6 +1,9 @@
-"""`python -m e2e.cluster up [--with ADDON...]|down|status|import-image [ARCHIVE...] [--state-dir
-DIR]`: exit 0 on success, 1 with one line on error. `up` starts the core (control plane, registry,
-real node); `--with` adds add-ons (addons.py; `all`: every one), to a running cluster too."""
+"""`python -m e2e.cluster up [--with ADDON...] [--session PID]|down|release --session PID|status|
+import-image [ARCHIVE...] [--state-dir DIR]`: exit 0 on success, 1 with one line on error. `up`
+starts the core (control plane, registry, real node); `--with` adds add-ons (addons.py; `all`: every
+one), to a running cluster too. With `--session`, `up` takes a test session's lease for PID instead
+of pinning the cluster, and `release` drops it (stopping a cluster no one else holds), as the tests'
+own sessions do: scripts/test.sh holds one across its several pytest runs."""
 
 from __future__ import annotations
 
@@ -62,7 +65,7 @@ def _print_up(cluster: Cluster, report: UpReport) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m e2e.cluster", description=__doc__)
-    parser.add_argument("command", choices=("up", "down", "status", "import-image"))
+    parser.add_argument("command", choices=("up", "down", "release", "status", "import-image"))
     parser.add_argument("archives", nargs="*", type=Path, help="import-image: OCI archives (.oci.tar)")
     parser.add_argument(
         "--with",
@@ -73,13 +76,20 @@ def main(argv: list[str] | None = None) -> int:
         metavar="ADDON",
         help=f"up: add-ons to start as well: {', '.join(addons.ALL)}, or all",
     )
+    parser.add_argument("--session", type=int, help="up, release: a test session's pid (its lease)")
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="default: %(default)s")
     args = parser.parse_args(argv)
     cluster = Cluster(args.state_dir)
     try:
         if args.command == "up":
             wanted = addons.ALL if "all" in args.addons else args.addons
-            _print_up(cluster, cluster.up(addons=wanted))
+            _print_up(cluster, cluster.up(session=args.session, addons=wanted))
+        elif args.command == "release":
+            if args.session is None:
+                parser.error("release needs --session PID")
+            print(
+                "cluster stopped" if cluster.release(args.session) else "lease dropped; the cluster stays up"
+            )
         elif args.command == "import-image":
             for archive in args.archives:
                 print(f"{archive}: {', '.join(cluster.import_image(archive))}")

@@ -26,6 +26,7 @@ import pytest
 
 from e2e.cluster import ClusterError
 from e2e.cluster.testing import E2ECluster, Kubectl
+from tests.e2e import streams
 
 
 @pytest.fixture(scope="session")
@@ -71,6 +72,12 @@ def gpu_pools(cluster: E2ECluster) -> None:
     """For tests that place on the simulated GPU node pools (absent from kind or a real cluster)."""
     if not cluster.gpu_nodes():
         pytest.skip("this cluster has no simulated GPU node pools")
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` has deselected
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if streams.in_a_stream():
+        streams.refuse_exclusive(items)
 
 
 # Operator fixtures (crd, operator) live beside the tests that use them.

@@ -7,6 +7,8 @@ session's kubeconfig), so these tests work against the embedded cluster and agai
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import re
 import signal
@@ -21,8 +23,9 @@ import pytest
 from llm_operator.render.autoscaling import DEFAULT_PROMETHEUS_URL
 
 from e2e.cluster.netns import NODE_IP
-from e2e.cluster.processes import free_port
+from e2e.cluster.processes import Children, free_port
 from e2e.cluster.testing import E2ECluster, Kubectl, is_true, wait_for
+from tests.e2e import streams
 
 REPO = Path(__file__).resolve().parents[2]
 # cpu-reference serving pods run this image on the embedded cluster's real node, which has it
@@ -158,6 +161,38 @@ def operator_process(
             print(f"operator log ({op.log_path}):\n{op.log()[-5000:]}")
 
 
+def shared_operator(cluster: E2ECluster, directory: Path) -> None:
+    """The one operator of a run in streams (tests/e2e/streams.py): started by the first worker
+    that needs it, checked healthy by every module after; the xdist controller stops it."""
+    state = directory / "operator.json"
+    with (directory / "operator.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not state.exists():
+            op = OperatorProcess(cluster, directory / "operator.log")
+            op.wait_healthy()
+            state.write_text(json.dumps({"pid": op.proc.pid, "health": op.health}))
+            return
+    health = json.loads(state.read_text())["health"]
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=10) as r:
+            assert r.status == 200
+    except (OSError, AssertionError) as e:
+        log = (directory / "operator.log").read_text(errors="replace")[-3000:]
+        pytest.fail(f"the streams' shared operator is not healthy ({e}):\n{log}", pytrace=False)
+
+
+def stop_shared_operator(directory: Path) -> None:
+    """SIGTERM the run's shared operator (SIGKILL after 20 s), if one was started."""
+    state = directory / "operator.json"
+    if state.exists():
+        Children().terminate([json.loads(state.read_text())["pid"]], timeout=20)
+
+
 @pytest.fixture(scope="module")
-def operator(operator_process: OperatorProcess) -> None:
-    """The module's operator is running (tests that only need it to act)."""
+def operator(request: pytest.FixtureRequest, crd: None, cluster: E2ECluster) -> None:
+    """An operator is running (tests that only need it to act): the module's own, or in a run in
+    streams the run's shared one."""
+    if streams.in_a_stream():
+        shared_operator(cluster, Path(os.environ[streams.SHARED_OPERATOR_DIR]))
+    else:
+        request.getfixturevalue("operator_process")

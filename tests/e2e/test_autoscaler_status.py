@@ -18,7 +18,10 @@ import yaml
 from e2e.cluster.testing import Kubectl, condition, is_true, wait_for
 from tests.e2e.test_operator import example, get_llmd
 
-pytestmark = pytest.mark.e2e
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.exclusive,
+]  # adds and removes KEDA's CRD, which every autoscaling test reads
 
 TIMEOUT = 90
 KEDA_VERSION = "v2.21.0"

@@ -17,7 +17,7 @@ from e2e.cluster import scaling
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, pod_ready, wait_for
 from tests.e2e.test_operator import example, wait_ready
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]  # cuts Prometheus off, which other modules query
 HOLD_S = 30
 
 

@@ -25,7 +25,7 @@ from e2e.gitops import argocd_health, assert_kstatus
 from tests.e2e.operator_fixtures import OperatorProcess
 from tests.e2e.test_operator import wait_ready
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]  # kills and restarts the operator mid-rollout
 ROLLOUT_TIMEOUT = 420
 # Each of the 2 load workers starts a request at most every 0.25 s (8 requests/s in all): enough for
 # every analysis interval, and the cores stay with the cluster, whose pods start during the rollout.

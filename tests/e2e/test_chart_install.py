@@ -32,7 +32,7 @@ from tests.e2e import manifests
 from tests.e2e.operator_fixtures import CPU_RUNTIME_IMAGE, MULTI_NODE_RUNTIME_IMAGE
 from tests.unit.test_chart import CHART, HELM
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]  # the chart's operator watches every namespace
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 120

@@ -26,7 +26,10 @@ from e2e.cluster.testing import E2ECluster, Kubectl, is_true, wait_for
 from tests.e2e import manifests
 from tests.e2e.operator_fixtures import REPO, OperatorProcess, sample
 
-pytestmark = pytest.mark.e2e
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.exclusive,
+]  # restarts the API server and etcd; runs operators of its own
 
 GPU = {"gpu": {"products": ["NVIDIA-H100-80GB-HBM3"]}}
 CHILD_KINDS = ",".join(

@@ -28,7 +28,7 @@ from tests.e2e.operator_fixtures import OperatorProcess, sample
 from tests.e2e.test_chart_install import TIMEOUT, Helm
 from tests.unit.test_chart import CHART
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]  # the chart's operator replicas watch every namespace
 release = chart.release  # the fixture: a unique release name, uninstalled afterwards
 
 REPO = Path(__file__).resolve().parents[2]

@@ -25,7 +25,10 @@ from llm_operator.cli import dump_objects
 from e2e.cluster.testing import E2ECluster, Kubectl, KubectlError, is_true, wait_for
 from tests.e2e.operator_fixtures import MULTI_NODE_RUNTIME_IMAGE
 
-pytestmark = pytest.mark.e2e
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.exclusive,
+]  # adds and removes the LWS CRD, which an operator reads at start
 
 LWS_MODULE = "sigs.k8s.io/lws@v0.7.0"
 LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"

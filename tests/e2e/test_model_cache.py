@@ -53,7 +53,7 @@ from tests.e2e import openai_sdk
 from tests.e2e.operator_fixtures import OperatorProcess
 from tests.e2e.stores import hub_gets, s3_gets
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]  # an operator of its own, with a fetch rate cap
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CLAIM = "llm-model-cache"

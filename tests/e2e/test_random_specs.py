@@ -27,7 +27,11 @@ from tests.e2e.operator_fixtures import OperatorProcess
 from tests.e2e.spec_strategies import specs
 from tests.unit.model_cache_fixtures import CACHED
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("gpu_pools")]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.exclusive,
+    pytest.mark.usefixtures("gpu_pools"),
+]  # reads its operator's own log
 CAMEL_CASE = re.compile(r"^[A-Z][A-Za-z0-9]+$")
 # What the API server says when it refuses a manifest: the field and why, never an internal error.
 REFUSAL = re.compile(r"is invalid|Invalid value|Unsupported value|Required value|Too long|must be")

@@ -30,7 +30,7 @@ from images.push import manifest_digest, project_version
 from tests.e2e.operator_fixtures import OperatorProcess
 from tests.e2e.test_chart_install import TIMEOUT, Helm, serve_from_the_pod
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]  # runs the released operator
 REPO = Path(__file__).resolve().parents[2]
 
 
