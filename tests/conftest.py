@@ -32,7 +32,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     lost on pytest 9.2 (pytest-dev/pytest-xdist#1386), and tests would be split across workers."""
     from xdist.scheduler import LoadScopeScheduling
 
-    class ByScope(LoadScopeScheduling):
+    class ByScope(LoadScopeScheduling):  # type: ignore[misc]  # pytest-xdist ships no type information
         def _split_scope(self, nodeid: str) -> str:
             return streams.scope(nodeid)
 
