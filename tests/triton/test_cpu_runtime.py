@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import queue
 import threading
 import time
 import urllib.request
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import pytest
+import torch
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from llm_operator.runtime.cpu_reference.tiny_lm import Sampler
+from llm_operator.runtime.cpu_reference.tiny_lm import Penalties, Sampler, encode
 from tritonclient.utils import InferenceServerException
 
 from tests.triton.conftest import expected
@@ -190,6 +193,33 @@ def test_sampling_inputs_and_stop_words(streaming_server: TritonProcess) -> None
     cut = greedy[: greedy.index(stop) + len(stop)]
     stopped = stream(streaming_server, text_input="Once", max_tokens=16, stop_words=stop)
     assert "".join(t for t, _ in stopped) == cut, "generation ends with the stop word"
+
+
+def test_penalties_as_vllm_applies_them() -> None:
+    """Repetition scales the logit of every token seen (prompt and output) away from zero; presence
+    and frequency subtract for output tokens, once and per occurrence."""
+    logits = torch.tensor([2.0, -2.0, 1.0, 1.0], dtype=torch.float64)
+    counts = Counter({2: 3})
+    out = Penalties(repetition=2.0, presence=0.5, frequency=0.25).apply(logits, [0, 1], counts)
+    assert out.tolist() == [1.0, -4.0, 1.0 / 2 - 0.5 - 0.75, 1.0]
+    assert logits.tolist() == [2.0, -2.0, 1.0, 1.0], "the batch's logits are left as they were"
+    assert Penalties(repetition=0.0).problem() and Penalties(presence=math.nan).problem()
+
+
+def test_penalty_min_tokens_and_end_id_inputs(streaming_server: TritonProcess) -> None:
+    """The knobs clients send (the front door maps ignore_eos to end_id -1): penalties change the
+    text exactly as the reference applies them; min_tokens and an end id change nothing on a model
+    with no end token, and are accepted as the ensemble declares them."""
+    prompt, knobs = "Once upon a time", {"repetition_penalty": 1.8, "presence_penalty": 1.5}
+    penalized = stream(streaming_server, text_input=prompt, max_tokens=24, **knobs)
+    fp32 = {k: float(np.float32(v)) for k, v in knobs.items()}  # as the FP32 inputs carry them
+    as_sent = Penalties(repetition=fp32["repetition_penalty"], presence=fp32["presence_penalty"])
+    reference = expected(prompt, 24, Sampler(penalties=as_sent, prompt=tuple(encode(prompt))))
+    assert "".join(t for t, _ in penalized) == reference != expected(prompt, 24)
+    ended = stream(streaming_server, text_input=prompt, max_tokens=24, min_tokens=8, end_id=-1)
+    assert "".join(t for t, _ in ended) == expected(prompt, 24)
+    with pytest.raises(InferenceServerException, match="repetition_penalty must be"):
+        stream(streaming_server, text_input=prompt, max_tokens=4, repetition_penalty=0.0)
 
 
 def test_http_generate_endpoint_on_the_streaming_server(streaming_server: TritonProcess) -> None:

@@ -18,12 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import openai
 import pytest
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
 from llm_operator.frontdoor.chat import render_chat
 from llm_operator.frontdoor.upstream import SPARE_IDLE_S
 from llm_operator.runtime.cpu_reference import tokenizer_files
+from llm_operator.runtime.cpu_reference.tiny_lm import Penalties, Sampler, encode
 
 from e2e.cluster.processes import free_port
 from tests.triton.conftest import cpu_spec, expected
@@ -131,6 +133,27 @@ def test_seeded_sampling_is_reproducible_and_differs_from_greedy(client: openai.
     assert {sample(7), sample(8)} != {expected("Hello", 16)}
 
 
+def test_benchmark_clients_knobs_reach_the_model(leader: LeaderPod, client: openai.OpenAI) -> None:
+    """What inference-perf and guidellm send (ignore_eos, min_tokens) is served, and the penalties
+    and top_k clients add change the text exactly as the model's sampler applies them."""
+    knobs = {"ignore_eos": True, "min_tokens": 12, "top_k": 1, "repetition_penalty": 1.8,
+             "presence_penalty": 1.5}  # fmt: skip
+    r = client.completions.create(model="tiny", prompt="Once upon a time", max_tokens=24, extra_body=knobs)
+    fp32 = Penalties(repetition=float(np.float32(1.8)), presence=float(np.float32(1.5)))  # the FP32 inputs
+    sampler = Sampler(top_k=1, penalties=fp32, prompt=tuple(encode("Once upon a time")))
+    assert r.choices[0].text == expected("Once upon a time", 24, sampler) != expected("Once upon a time", 24)
+    assert r.usage is not None and r.usage.completion_tokens == 24
+    every = {"include_usage": True, "continuous_usage_stats": True}  # guidellm's
+    stream = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=6, stream=True,
+        extra_body={"ignore_eos": False, "top_k": -1, "stream_options": every},
+    )  # fmt: skip
+    counts = [
+        c.usage.completion_tokens for c in stream if c.choices and c.choices[0].delta.content and c.usage
+    ]
+    assert counts == list(range(1, 7))
+
+
 def test_the_async_client_gets_concurrent_answers(leader: LeaderPod) -> None:
     async def run() -> list[str]:
         async with openai.AsyncOpenAI(base_url=leader.base_url, api_key="unused", timeout=TIMEOUT,
@@ -173,16 +196,16 @@ LONG = "x" * (MAX_INPUT_LEN + 1)
      ("/completions", b'{"model": "tiny", "prompt": "hi", "n": 2}', 400, "n", "unsupported_parameter"),
      ("/completions", b'{"model": "tiny", "prompt": "hi", "logprobs": 3}', 400, "logprobs",
       "unsupported_parameter"),
-     ("/completions", b'{"model": "tiny", "prompt": "hi", "presence_penalty": 0.5}', 400, "presence_penalty",
-      "unsupported_parameter"),
+     ("/completions", b'{"model": "tiny", "prompt": "hi", "repetition_penalty": 0}', 400,
+      "repetition_penalty", None),
      ("/chat/completions", b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "tools": '
       b'[{"type": "function", "function": {"name": "f"}}]}', 400, "tools", "unsupported_parameter"),
      ("/chat/completions", b'{"model": "tiny", "messages": []}', 400, "messages", None),
      ("/chat/completions", b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "top_p": 3}',
       400, "top_p", None)],
     ids=["malformed-json", "unknown-model", "prompt-too-long", "max-tokens-beyond-max-seq-len",
-         "prompt-plus-max-tokens-too-long", "n", "logprobs", "presence-penalty", "tools", "no-messages",
-         "top-p-out-of-range"],
+         "prompt-plus-max-tokens-too-long", "n", "logprobs", "repetition-penalty-zero", "tools",
+         "no-messages", "top-p-out-of-range"],
 )  # fmt: skip
 def test_bad_requests_get_a_4xx_in_openais_format(
     leader: LeaderPod, path: str, body: bytes, status: int, param: str | None, code: str | None

@@ -10,13 +10,13 @@ from llm_operator.frontdoor import protocol as P
 LIMITS = P.Limits(max_input_len=100, max_seq_len=200)
 
 
-def check(kind: str = "completion", penalties: bool = False, **body: Any) -> P.Generation:
-    return P.check({"model": "m", **body}, kind, LIMITS, penalties=penalties)
+def check(kind: str = "completion", backend: str = "tensorrt-engine", **body: Any) -> P.Generation:
+    return P.check({"model": "m", **body}, kind, LIMITS, backend=backend)
 
 
-def refused(**body: Any) -> P.ApiError:
+def refused(kind: str = "completion", backend: str = "tensorrt-engine", **body: Any) -> P.ApiError:
     with pytest.raises(P.ApiError) as e:
-        check(**body)
+        check(kind, backend, **body)
     return e.value
 
 
@@ -27,7 +27,7 @@ def refused(**body: Any) -> P.ApiError:
      ({"top_logprobs": 2}, "top_logprobs"),
      ({"tools": [{"type": "function"}]}, "tools"), ({"tool_choice": "auto"}, "tool_choice"),
      ({"response_format": {"type": "json_object"}}, "response_format"), ({"functions": [{}]}, "functions"),
-     ({"presence_penalty": 0.5}, "presence_penalty"), ({"frequency_penalty": -1}, "frequency_penalty")],
+     ({"skip_special_tokens": False}, "skip_special_tokens"), ({"stop_token_ids": [2]}, "stop_token_ids")],
 )  # fmt: skip
 def test_what_the_backend_cannot_honour_is_refused_by_name(body: dict[str, Any], param: str) -> None:
     e = refused(**body)
@@ -37,15 +37,69 @@ def test_what_the_backend_cannot_honour_is_refused_by_name(body: dict[str, Any],
 
 def test_defaults_of_unsupported_parameters_pass_as_sdks_send_them() -> None:
     gen = check(
-        n=1, best_of=1, logprobs=None, echo=False, presence_penalty=0, frequency_penalty=0.0, user="u"
-    )
+        n=1, best_of=1, logprobs=None, echo=False, presence_penalty=0, frequency_penalty=0.0, user="u",
+        skip_special_tokens=True, stop_token_ids=[],
+    )  # fmt: skip
     assert gen.max_tokens == 16  # OpenAI's default for completions
 
 
-def test_penalties_pass_where_the_engine_takes_them() -> None:
-    gen = check(penalties=True, presence_penalty=0.5, frequency_penalty=-1)
-    inputs = P.triton_inputs(gen, "tensorrt-engine", stream=True)
-    assert (inputs["presence_penalty"], inputs["frequency_penalty"]) == (0.5, -1.0)
+# What inference-perf, guidellm and Qwen3 users send (shared/reference/review-front-door.md D4).
+CLIENT_KNOBS: dict[str, Any] = {"ignore_eos": True, "min_tokens": 8, "top_k": 20, "repetition_penalty": 1.1,
+                "presence_penalty": 0.5, "frequency_penalty": -1}  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["tensorrt-engine", "cpu-reference"])
+def test_the_ensembles_take_every_knob_clients_send_as_their_own_inputs(backend: str) -> None:
+    gen = check(backend=backend, temperature=0.8, **CLIENT_KNOBS)
+    inputs = P.triton_inputs(gen, backend, stream=True)
+    assert {k: inputs.get(k) for k in ("end_id", "min_tokens", "top_k", "repetition_penalty",
+                                       "presence_penalty", "frequency_penalty")} == {
+        "end_id": -1, "min_tokens": 8, "top_k": 20, "repetition_penalty": 1.1, "presence_penalty": 0.5,
+        "frequency_penalty": -1.0}  # fmt: skip
+
+
+def test_neutral_knobs_send_nothing_to_the_engine() -> None:
+    """inference-perf sends ignore_eos false on every request; vLLM's top_k -1 is no top-k."""
+    gen = check(ignore_eos=False, min_tokens=0, top_k=-1, repetition_penalty=1.0, temperature=0.5)
+    inputs = P.triton_inputs(gen, "tensorrt-engine", stream=False)
+    assert not {"end_id", "min_tokens", "top_k", "repetition_penalty"} & set(inputs)
+    assert "sampling_param_top_k" not in P.triton_inputs(check(backend="pytorch", top_k=0), "pytorch", False)
+
+
+@pytest.mark.parametrize("param", ["ignore_eos", "min_tokens", "repetition_penalty"])
+def test_what_the_llmapi_model_cannot_take_is_refused_by_name_for_pytorch(param: str) -> None:
+    e = refused(backend="pytorch", **{param: CLIENT_KNOBS[param]})
+    assert (e.status, e.param, e.code) == (400, param, "unsupported_parameter")
+    assert "(pytorch)" in e.message
+    gen = check(backend="pytorch", temperature=0.5, top_k=5, presence_penalty=0.5, ignore_eos=False)
+    inputs = P.triton_inputs(gen, "pytorch", stream=False)
+    assert (inputs["sampling_param_top_k"], inputs["sampling_param_presence_penalty"]) == (5, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [({"ignore_eos": "yes"}, "ignore_eos"), ({"top_k": -2}, "top_k"), ({"min_tokens": -1}, "min_tokens"),
+     ({"repetition_penalty": 0}, "repetition_penalty"), ({"repetition_penalty": 3}, "repetition_penalty")],
+)  # fmt: skip
+def test_knobs_out_of_range_are_refused_with_the_field(body: dict[str, Any], param: str) -> None:
+    assert refused(**body).param == param
+
+
+def test_chat_template_kwargs_are_chats_and_cannot_replace_what_the_server_sets() -> None:
+    gen = check("chat", messages=[], chat_template_kwargs={"enable_thinking": False})
+    assert gen.template_kwargs == {"enable_thinking": False}
+    assert refused("completion", chat_template_kwargs={"x": 1}).code == "unknown_parameter"
+    e = refused("chat", messages=[], chat_template_kwargs={"bos_token": "<s>"})
+    assert e.param == "chat_template_kwargs" and "bos_token" in e.message
+    assert refused("chat", messages=[], chat_template_kwargs=[1]).param == "chat_template_kwargs"
+
+
+def test_continuous_usage_stats_puts_the_counts_so_far_in_every_chunk() -> None:
+    counts = P.usage(3, 1)
+    plain = check(stream=True, stream_options={"include_usage": True})
+    assert P.chunk(plain, "a", None, counts=counts)["usage"] is None
+    every = check(stream=True, stream_options={"include_usage": True, "continuous_usage_stats": True})
+    assert P.chunk(every, "a", None, counts=counts)["usage"] == counts
 
 
 def test_unknown_parameters_are_named() -> None:
@@ -133,7 +187,7 @@ def test_stop_sequences_cut_streamed_text_before_them(
 def test_chat_content_parts_are_joined_and_other_parts_refused() -> None:
     parts = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
     messages = P.chat_messages({"messages": [{"role": "user", "content": parts}]})
-    assert messages == [{"role": "user", "content": "ab"}]
+    assert messages == [{"role": "user", "content": "a\nb"}]  # one part a line, as vLLM joins them
     with pytest.raises(P.ApiError, match="only text parts"):
         P.chat_messages({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})
 

@@ -5,8 +5,9 @@ refuses the request. A stream that fails mid-way must end with an error event an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +53,17 @@ async def refuses(w: asyncio.StreamWriter) -> None:
     await w.drain()
 
 
-async def fake_triton(behaviour: Behaviour) -> asyncio.Server:
+async def fake_triton(behaviour: Behaviour, seen: list[dict[str, Any]]) -> asyncio.Server:
+    """Triton's model config says decoupled; every other request gets `behaviour`, its JSON body
+    appended to `seen`."""
+
     async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         head = (await r.readuntil(b"\r\n\r\n")).decode()
         length = int(next((line.split(":")[1] for line in head.split("\r\n")
                            if line.lower().startswith("content-length")), "0"))  # fmt: skip
-        await r.readexactly(length)
+        body = await r.readexactly(length)
+        if body:
+            seen.append(json.loads(body))
         if head.startswith("GET /v2/models/ensemble/config"):
             body = json.dumps({"model_transaction_policy": {"decoupled": True}}).encode()
             w.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
@@ -69,30 +75,46 @@ async def fake_triton(behaviour: Behaviour) -> asyncio.Server:
     return await asyncio.start_server(handle, "127.0.0.1", 0)
 
 
-async def exchange(port: int, body: dict[str, Any]) -> tuple[int, bytes]:
+async def exchange(port: int, body: dict[str, Any], path: str = "/v1/completions") -> tuple[int, bytes]:
     r, w = await asyncio.open_connection("127.0.0.1", port)
     data = json.dumps(body).encode()
-    w.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
-            % (len(data), data))  # fmt: skip
+    w.write(b"POST %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+            % (path.encode(), len(data), data))  # fmt: skip
     raw = await asyncio.wait_for(r.read(), 10)
     w.close()
     return int(raw.split(b" ", 2)[1]), raw
 
 
-def run(behaviour: Behaviour, body: dict[str, Any], tmp_path: Path) -> tuple[int, bytes]:
+@contextlib.asynccontextmanager
+async def front_door(
+    behaviour: Behaviour,
+    tmp_path: Path,
+    limits: Limits | None = None,
+    seen: list[dict[str, Any]] | None = None,
+    template_suffix: str = "",
+) -> AsyncIterator[int]:
+    """A front door for the cpu-reference tokenizer (its chat template + template_suffix) before a
+    Triton stand-in; yields its port."""
     tokenizer_files.write(tmp_path)
+    config = tmp_path / "tokenizer_config.json"
+    doc = json.loads(config.read_text())
+    config.write_text(json.dumps({**doc, "chat_template": doc["chat_template"] + template_suffix}))
+    triton = await fake_triton(behaviour, [] if seen is None else seen)
+    upstream = Upstream("127.0.0.1", triton.sockets[0].getsockname()[1])
+    settings = Settings(["m"], "ensemble", "cpu-reference", limits or Limits())
+    door = FrontDoor(settings, Tokenizer.load(tmp_path), upstream)
+    server = await serve(door, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+        triton.close()
 
+
+def run(behaviour: Behaviour, body: dict[str, Any], tmp_path: Path) -> tuple[int, bytes]:
     async def go() -> tuple[int, bytes]:
-        triton = await fake_triton(behaviour)
-        upstream = Upstream("127.0.0.1", triton.sockets[0].getsockname()[1])
-        settings = Settings(["m"], "ensemble", "cpu-reference", Limits(64, 128))
-        door = FrontDoor(settings, Tokenizer.load(tmp_path), upstream)
-        server = await serve(door, "127.0.0.1", 0)
-        try:
-            return await exchange(server.sockets[0].getsockname()[1], body)
-        finally:
-            server.close()
-            triton.close()
+        async with front_door(behaviour, tmp_path, Limits(64, 128)) as port:
+            return await exchange(port, body)
 
     return asyncio.run(go())
 
@@ -135,28 +157,19 @@ def test_tritons_refusal_before_the_first_token_is_a_400_not_a_stream(tmp_path: 
 
 
 def test_curls_expect_continue_and_a_chunked_body_on_a_kept_alive_connection(tmp_path: Path) -> None:
-    tokenizer_files.write(tmp_path)
-
     async def go() -> list[bytes]:
-        triton = await fake_triton(refuses)
-        upstream = Upstream("127.0.0.1", triton.sockets[0].getsockname()[1])
-        door = FrontDoor(
-            Settings(["m"], "ensemble", "cpu-reference", Limits()), Tokenizer.load(tmp_path), upstream
-        )
-        server = await serve(door, "127.0.0.1", 0)
-        r, w = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
-        body = b'{"model": "nope", "prompt": "hi"}'
-        w.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-                b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
-        continued = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 10)
-        w.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
-        first = await asyncio.wait_for(r.readuntil(b"}}"), 10)
-        w.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")  # the same connection, kept alive
-        second = await asyncio.wait_for(r.readuntil(b"]}"), 10)
-        w.close()
-        server.close()
-        triton.close()
-        return [continued, first, second]
+        async with front_door(refuses, tmp_path) as port:
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            body = b'{"model": "nope", "prompt": "hi"}'
+            w.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                    b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+            continued = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 10)
+            w.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+            first = await asyncio.wait_for(r.readuntil(b"}}"), 10)
+            w.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")  # the same connection, kept alive
+            second = await asyncio.wait_for(r.readuntil(b"]}"), 10)
+            w.close()
+            return [continued, first, second]
 
     continued, first, second = asyncio.run(go())
     assert continued.startswith(b"HTTP/1.1 100 Continue")
@@ -173,7 +186,6 @@ async def ready_after_a_while(w: asyncio.StreamWriter) -> None:
 def test_a_client_that_half_closes_after_its_request_still_gets_health_and_models(tmp_path: Path) -> None:
     """`printf 'GET /health ...' | nc` ends its side once the request is sent: /health and
     /v1/models are answered all the same (only a generation is cancelled on EOF)."""
-    tokenizer_files.write(tmp_path)
 
     async def ask(port: int, path: str) -> bytes:
         r, w = await asyncio.open_connection("127.0.0.1", port)
@@ -185,19 +197,36 @@ def test_a_client_that_half_closes_after_its_request_still_gets_health_and_model
         return raw
 
     async def go() -> list[bytes]:
-        triton = await fake_triton(ready_after_a_while)
-        upstream = Upstream("127.0.0.1", triton.sockets[0].getsockname()[1])
-        door = FrontDoor(
-            Settings(["m"], "ensemble", "cpu-reference", Limits()), Tokenizer.load(tmp_path), upstream
-        )
-        server = await serve(door, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        try:
+        async with front_door(ready_after_a_while, tmp_path) as port:
             return [await ask(port, "/health"), await ask(port, "/v1/models")]
-        finally:
-            server.close()
-            triton.close()
 
     health, models = asyncio.run(go())
     assert health.startswith(b"HTTP/1.1 200") and health.endswith(b'{"ready": true}'), health
     assert models.startswith(b"HTTP/1.1 200") and b'"id": "m"' in models, models
+
+
+async def answers_one_token(w: asyncio.StreamWriter) -> None:
+    w.write(STREAM_HEAD + sse({"text_output": "a"}) + b"0\r\n\r\n")
+    await w.drain()
+
+
+def test_what_benchmark_clients_and_qwen3_users_send_reaches_triton(tmp_path: Path) -> None:
+    """inference-perf's and guidellm's ignore_eos, Qwen3's chat_template_kwargs (its thinking
+    switch): each reaches the engine, as the end id no token has and as a template variable."""
+    thinking_switch = "{%- if enable_thinking is defined and not enable_thinking %}/no_think{%- endif %}"
+    seen: list[dict[str, Any]] = []
+
+    async def go() -> tuple[int, bytes]:
+        async with front_door(
+            answers_one_token, tmp_path, seen=seen, template_suffix=thinking_switch
+        ) as port:
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                    "ignore_eos": True, "min_tokens": 4, "top_k": 20,
+                    "chat_template_kwargs": {"enable_thinking": False}}  # fmt: skip
+            return await exchange(port, body, "/v1/chat/completions")
+
+    status, raw = asyncio.run(go())
+    assert status == 200, raw
+    (generate,) = [b for b in seen if "text_input" in b]
+    assert generate["text_input"].endswith("<|im_start|>assistant\n/no_think")
+    assert (generate["end_id"], generate["min_tokens"], generate["top_k"]) == (-1, 4, 20)

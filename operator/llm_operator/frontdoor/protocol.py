@@ -63,11 +63,35 @@ UNSUPPORTED: dict[str, tuple[object, ...]] = {
 }
 # Accepted and without effect on generation: what OpenAI uses for its own bookkeeping.
 IGNORED = ("user", "metadata", "store", "service_tier", "stream_options", "stream")
-PENALTIES = ("presence_penalty", "frequency_penalty")
-COMMON = ("model", "max_tokens", "stop", "temperature", "top_p", "seed", *PENALTIES, *IGNORED)
+# What vLLM and trtllm-serve take beyond OpenAI's parameters, with the value that leaves generation
+# as it is (sent by clients that set nothing: inference-perf sends ignore_eos false every time).
+ENGINE_KNOBS: dict[str, object] = {
+    "top_k": 0,
+    "min_tokens": 0,
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "ignore_eos": False,
+}
+# The knobs each backend's Triton model takes. The ensembles (model_repo_templates/: TensorRT-LLM's
+# inflight_batcher_llm and the CPU runtime, which speaks its contract) have an input for each; the
+# llmapi model reads only the sampling params upstream's helpers.py lists (triton_backend/all_models/
+# llmapi/tensorrt_llm/1/helpers.py, get_sampling_params_from_request).
+BACKEND_KNOBS: dict[str, frozenset[str]] = {
+    "tensorrt-engine": frozenset(ENGINE_KNOBS),
+    "cpu-reference": frozenset(ENGINE_KNOBS),
+    "pytorch": frozenset({"top_k", "presence_penalty", "frequency_penalty"}),
+}
+# Accepted at the value every backend has; any other value is refused (the postprocessing model
+# and the llmapi model decode with their own settings, and take no stop ids).
+FIXED = {"skip_special_tokens": (True,), "spaces_between_special_tokens": (True,), "stop_token_ids": ([],)}
+# Chat template variables the server sets itself (chat.py's render_chat).
+TEMPLATE_RESERVED = frozenset({"messages", "add_generation_prompt", "bos_token", "eos_token", "tools",
+                               "documents", "raise_exception", "strftime_now"})  # fmt: skip
+COMMON = ("model", "max_tokens", "stop", "temperature", "top_p", "seed", *ENGINE_KNOBS, *FIXED, *IGNORED)
 KNOWN = {
     "completion": {*COMMON, "prompt", *UNSUPPORTED},
-    "chat": {*COMMON, "messages", "max_completion_tokens", *UNSUPPORTED},
+    "chat": {*COMMON, "messages", "max_completion_tokens", "chat_template_kwargs", *UNSUPPORTED},
 }
 
 
@@ -93,8 +117,14 @@ class Generation:
     temperature: float | None = None
     top_p: float | None = None
     seed: int | None = None
+    top_k: int | None = None
+    min_tokens: int | None = None
+    repetition_penalty: float | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    ignore_eos: bool = False
+    usage_every_chunk: bool = False  # stream_options.continuous_usage_stats (vLLM's)
+    template_kwargs: dict[str, Any] = field(default_factory=dict)  # chat_template_kwargs
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -147,25 +177,35 @@ def _stop(body: Mapping[str, Any]) -> list[str]:
     return [s for s in stops if s]
 
 
-def refuse_unsupported(body: Mapping[str, Any], kind: str, penalties: bool) -> None:
+def refuse_unsupported(body: Mapping[str, Any], kind: str, backend: str) -> None:
     for name, defaults in UNSUPPORTED.items():
         if name in body and body[name] is not None and body[name] not in defaults:
             raise bad(f"{name} is not supported by this server; remove it from the request", name,
                       "unsupported_parameter")  # fmt: skip
-    if not penalties:
-        for name in PENALTIES:
-            if body.get(name) not in (None, 0, 0.0):
-                raise bad(f"{name} is not supported by this model's backend; remove it or send 0",
-                          name, "unsupported_parameter")  # fmt: skip
+    for name, values in FIXED.items():
+        if body.get(name) is not None and body[name] not in values:
+            raise bad(f"{name} can only be {json.dumps(values[0])} on this server; remove it", name,
+                      "unsupported_parameter")  # fmt: skip
+    takes = BACKEND_KNOBS.get(backend, frozenset())
+    for name, neutral in ENGINE_KNOBS.items():
+        value = body.get(name)
+        if (
+            name not in takes
+            and value is not None
+            and value != neutral
+            and not (name == "top_k" and value == -1)
+        ):
+            raise bad(f"{name} is not supported by this model's backend ({backend}); remove it or "
+                      f"send {json.dumps(neutral)}", name, "unsupported_parameter")  # fmt: skip
     unknown = sorted(set(body) - KNOWN[kind])
     if unknown:
         raise bad(f"unknown parameter {unknown[0]}; remove it from the request", unknown[0],
                   "unknown_parameter")  # fmt: skip
 
 
-def check(body: Mapping[str, Any], kind: str, limits: Limits, *, penalties: bool) -> Generation:
+def check(body: Mapping[str, Any], kind: str, limits: Limits, *, backend: str) -> Generation:
     """The request's Generation, prompt not yet known (the server renders or reads it), or ApiError."""
-    refuse_unsupported(body, kind, penalties)
+    refuse_unsupported(body, kind, backend)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad("model is required: name one of the models GET /v1/models lists", "model")
@@ -179,6 +219,16 @@ def check(body: Mapping[str, Any], kind: str, limits: Limits, *, penalties: bool
     most = limits.max_seq_len - 1 if limits.max_seq_len else 2**31 - 1
     names = ("max_completion_tokens", "max_tokens") if kind == "chat" else ("max_tokens",)
     max_tokens = next((v for n in names if (v := _integer_limit(body, n, most, limits)) is not None), None)
+    ignore_eos = body.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool | None):
+        raise bad("ignore_eos must be true or false", "ignore_eos")
+    template_kwargs = body.get("chat_template_kwargs") or {}
+    if not isinstance(template_kwargs, dict):
+        raise bad("chat_template_kwargs must be an object (variables for the chat template)",
+                  "chat_template_kwargs")  # fmt: skip
+    if taken := sorted(set(template_kwargs) & TEMPLATE_RESERVED):
+        raise bad(f"chat_template_kwargs cannot set {taken[0]}: the server sets it", "chat_template_kwargs")
+    top_k = _integer(body, "top_k", -1, 2**31 - 1)
     return Generation(
         kind=kind,
         model=model,
@@ -190,9 +240,20 @@ def check(body: Mapping[str, Any], kind: str, limits: Limits, *, penalties: bool
         temperature=_number(body, "temperature", 0.0, 2.0),
         top_p=_number(body, "top_p", 0.0, 1.0),
         seed=_integer(body, "seed", 0, UINT64_MAX),
-        presence_penalty=_number(body, "presence_penalty", -2.0, 2.0),
-        frequency_penalty=_number(body, "frequency_penalty", -2.0, 2.0),
+        top_k=top_k if top_k and top_k > 0 else None,  # vLLM's -1 and TensorRT-LLM's 0: no top-k
+        min_tokens=_integer(body, "min_tokens", 0, most) or None,
+        repetition_penalty=_nonneutral(_number(body, "repetition_penalty", 0.01, 2.0), 1.0),
+        presence_penalty=_nonneutral(_number(body, "presence_penalty", -2.0, 2.0), 0.0),
+        frequency_penalty=_nonneutral(_number(body, "frequency_penalty", -2.0, 2.0), 0.0),
+        ignore_eos=bool(ignore_eos),
+        usage_every_chunk=include_usage and bool(options and options.get("continuous_usage_stats")),
+        template_kwargs=template_kwargs,
     )
+
+
+def _nonneutral(value: float | None, neutral: float) -> float | None:
+    """None for the value that changes nothing: such inputs are not sent to the engine."""
+    return None if value is None or value == neutral else value
 
 
 def _integer_limit(body: Mapping[str, Any], name: str, most: int, limits: Limits) -> int | None:
@@ -236,7 +297,8 @@ def completion_prompt(body: Mapping[str, Any]) -> str:
 
 def chat_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The messages as the chat template takes them: content parts of type text joined into one
-    string (templates expect strings; other part types cannot be served by a text model)."""
+    string, one part a line (templates expect strings; other part types cannot be served by a text
+    model)."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad("messages must be a non-empty list of {role, content} objects", "messages")
@@ -249,7 +311,7 @@ def chat_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
             if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
                        for p in content):  # fmt: skip
                 raise bad(f"messages[{i}].content: only text parts are supported", "messages")
-            content = "".join(p["text"] for p in content)
+            content = "\n".join(p["text"] for p in content)  # as vLLM joins a message's text parts
         elif content is not None and not isinstance(content, str):
             raise bad(f"messages[{i}].content must be a string or a list of text parts", "messages")
         out.append({**message, "content": content})
@@ -259,10 +321,12 @@ def chat_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 def triton_inputs(gen: Generation, backend: str, stream: bool) -> dict[str, Any]:
     """The body of Triton's generate / generate_stream for this request. OpenAI's temperature 0 is
     greedy decoding, which TensorRT-LLM's samplers spell top_k 1; parameters the client leaves out
-    keep the backend's defaults (greedy for TensorRT-LLM and the cpu reference)."""
+    keep the backend's defaults (greedy for TensorRT-LLM and the cpu reference). ignore_eos is an
+    end id no token has (-1), as TensorRT-LLM's own LLM API sends its executor for it
+    (tensorrt_llm/executor/base_worker.py: `end_id=-1 if request.sampling_params.ignore_eos`)."""
     greedy = gen.temperature == 0.0
     sampling: dict[str, Any] = {
-        "top_k": 1 if greedy else None,
+        "top_k": 1 if greedy else gen.top_k,
         "temperature": None if greedy else gen.temperature,
         "top_p": None if greedy else gen.top_p,
         "seed": gen.seed,
@@ -280,6 +344,8 @@ def triton_inputs(gen: Generation, backend: str, stream: bool) -> dict[str, Any]
     body = {"text_input": gen.prompt, "max_tokens": gen.max_tokens, "exclude_input_in_output": True}
     if stream:
         body["stream"] = True
+    sampling |= {"min_tokens": gen.min_tokens, "repetition_penalty": gen.repetition_penalty,
+                 "end_id": -1 if gen.ignore_eos else None}  # fmt: skip
     body.update({k: v for k, v in sampling.items() if v is not None})
     if gen.stop:
         body["stop_words"] = gen.stop  # the engine stops early; the server cuts the text (Stops)
@@ -333,8 +399,12 @@ def response(gen: Generation, text: str, finish: str, counts: dict[str, int]) ->
             "choices": [choice], "usage": counts}  # fmt: skip
 
 
-def chunk(gen: Generation, text: str | None, finish: str | None, *, first: bool = False) -> dict[str, Any]:
-    """One streamed event; with include_usage every chunk carries "usage": null but the last."""
+def chunk(
+    gen: Generation, text: str | None, finish: str | None, *, first: bool = False,
+    counts: dict[str, int] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """One streamed event. With include_usage every chunk carries "usage": null but the last, or
+    with continuous_usage_stats (vLLM's) the counts so far."""
     if gen.kind == "chat":
         delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
         if text:
@@ -347,7 +417,7 @@ def chunk(gen: Generation, text: str | None, finish: str | None, *, first: bool 
     out = {"id": gen.response_id, "object": obj, "created": gen.created, "model": gen.model,
            "choices": [choice]}  # fmt: skip
     if gen.include_usage:
-        out["usage"] = None
+        out["usage"] = counts if gen.usage_every_chunk else None
     return out
 
 

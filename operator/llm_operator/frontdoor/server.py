@@ -202,13 +202,14 @@ class FrontDoor:
                         "messages")  # fmt: skip
         try:
             tok = self.tokenizer
-            return render_chat(template, messages, bos_token=tok.bos_token, eos_token=tok.eos_token)
+            return render_chat(template, messages, bos_token=tok.bos_token, eos_token=tok.eos_token,
+                               **gen.template_kwargs)  # fmt: skip
         except ChatTemplateError as e:
             raise P.bad(e.message, "messages") from None
 
     async def _generate(self, peer: Peer, kind: str, body: dict[str, Any], close: bool) -> bool:
         s = self.settings
-        gen = P.check(body, kind, s.limits, penalties=s.backend in ("tensorrt-engine", "pytorch"))
+        gen = P.check(body, kind, s.limits, backend=s.backend)
         self._model(gen.model)
         gen.prompt = self._prompt(gen, body)
         prompt_tokens = self.tokenizer.count(gen.prompt)
@@ -233,6 +234,12 @@ class FrontDoor:
         # first token, not two.
         peer.held = _stream_head(close)
         text, count, sent = "", 0, False
+
+        def so_far(text: str) -> dict[str, int] | None:
+            if not gen.usage_every_chunk:
+                return None
+            return P.usage(prompt_tokens, self.tokenizer.count(text, add_special_tokens=False))
+
         try:
             piece = first
             while piece is not None:
@@ -240,16 +247,16 @@ class FrontDoor:
                 out = stops.feed(piece)
                 text += out
                 if out or not sent:
-                    await _event(peer, P.chunk(gen, out, None, first=not sent))
+                    await _event(peer, P.chunk(gen, out, None, first=not sent, counts=so_far(text)))
                     sent = True
                 if stops.hit:
                     break
                 piece = await _next(pieces)
             text += (tail := stops.flush())
             if tail:
-                await _event(peer, P.chunk(gen, tail, None))
+                await _event(peer, P.chunk(gen, tail, None, counts=so_far(text)))
             counts = P.usage(prompt_tokens, self.tokenizer.count(text, add_special_tokens=False))
-            await _event(peer, P.chunk(gen, None, _finish(stops, count, counts, gen)))
+            await _event(peer, P.chunk(gen, None, _finish(stops, count, counts, gen), counts=counts))
             if gen.include_usage:
                 await _event(peer, P.usage_chunk(gen, counts))
         except UpstreamError as e:  # headers are sent: the error is an event, then [DONE]

@@ -55,7 +55,7 @@ import triton_python_backend_utils as pb_utils  # noqa: E402
 
 from llm_operator.runtime.cpu_reference import BUILTIN_MODELS, checkpoint  # noqa: E402
 from llm_operator.runtime.cpu_reference.faults import ERROR_PERCENT, Faults  # noqa: E402
-from llm_operator.runtime.cpu_reference.tiny_lm import Sampler, TinyLM, encode  # noqa: E402
+from llm_operator.runtime.cpu_reference.tiny_lm import Penalties, Sampler, TinyLM, encode  # noqa: E402
 
 
 def _optional(request: Any, name: str) -> Any:
@@ -287,9 +287,20 @@ class TritonPythonModel:
             return "stream=true needs a decoupled model (runtime.streaming: true)"
         temperature = float(_first(request, "temperature", 1.0))
         top_k, top_p = int(_first(request, "top_k", 0)), float(_first(request, "top_p", 0.0))
-        problem = Sampler.problem(temperature, top_k, top_p)
+        penalties = Penalties(
+            repetition=float(_first(request, "repetition_penalty", 1.0)),
+            presence=float(_first(request, "presence_penalty", 0.0)),
+            frequency=float(_first(request, "frequency_penalty", 0.0)),
+        )
+        problem = Sampler.problem(temperature, top_k, top_p) or penalties.problem()
         if problem is not None:
             return problem
+        # An end id (ignore_eos sends -1) and min_tokens only hold back an end token, which this
+        # model never generates (its tokenizer has no EOS): checked as the engine checks them, and
+        # every generation runs to max_tokens or a stop word either way.
+        if int(_first(request, "min_tokens", 0)) < 0:
+            return "min_tokens must be >= 0"
+        _first(request, "end_id", -1)
         return Job(
             request=request,
             prompt=prompt,
@@ -298,7 +309,12 @@ class TritonPythonModel:
             exclude_input=bool(_first(request, "exclude_input_in_output", self.exclude_input)),
             stop_words=[w.decode("utf-8", "replace") for w in words if w] if words is not None else [],
             sampler=Sampler(
-                temperature=temperature, top_k=top_k, top_p=top_p, seed=int(_first(request, "seed", 0))
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                seed=int(_first(request, "seed", 0)),
+                penalties=penalties,
+                prompt=tuple(encode(prompt)),
             ),
         )
 

@@ -12,6 +12,7 @@ one character on its own and streamed pieces are always valid text.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -32,16 +33,52 @@ def decode(tokens: Sequence[int]) -> str:
     return bytes(tokens).decode("utf-8", errors="replace")
 
 
+@dataclass(frozen=True)
+class Penalties:
+    """Repetition (CTRL's: positive logits divided, negative multiplied, for every token of the
+    prompt and the output), presence and frequency (OpenAI's: subtracted for each output token, once
+    and per occurrence), as vLLM applies them. 1, 0, 0: none."""
+
+    repetition: float = 1.0
+    presence: float = 0.0
+    frequency: float = 0.0
+
+    def problem(self) -> str | None:
+        """Why these penalties cannot be used (None: they can); TensorRT-LLM's bounds."""
+        if not (math.isfinite(self.repetition) and self.repetition > 0.0):
+            return "repetition_penalty must be a finite number > 0 (1: off)"
+        if not (math.isfinite(self.presence) and math.isfinite(self.frequency)):
+            return "presence_penalty and frequency_penalty must be finite numbers (0: off)"
+        return None
+
+    def apply(self, logits: torch.Tensor, prompt: Sequence[int], output: Counter[int]) -> torch.Tensor:
+        if self.repetition != 1.0:
+            seen = torch.tensor(sorted({*prompt, *output}), dtype=torch.long)
+            values = logits[seen]
+            logits = logits.index_put(
+                (seen,), torch.where(values > 0, values / self.repetition, values * self.repetition)
+            )
+        if output and (self.presence or self.frequency):
+            ids = torch.tensor(list(output), dtype=torch.long)
+            counts = torch.tensor(list(output.values()), dtype=logits.dtype)
+            logits = logits.index_put((ids,), logits[ids] - self.frequency * counts - self.presence)
+        return logits
+
+
 @dataclass
 class Sampler:
     """TensorRT-LLM's semantics: greedy unless top_k > 1 or top_p > 0; temperature scales sampling.
-    Each request draws from its own generator, so its text depends on its seed alone."""
+    Each request draws from its own generator, so its text depends on its seed alone. Penalties
+    apply before either; they need the request's prompt, and the sampler keeps count of its output."""
 
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 0.0
     seed: int = 0
+    penalties: Penalties = field(default_factory=Penalties)
+    prompt: tuple[int, ...] = ()
     generator: torch.Generator = field(init=False)
+    output: Counter[int] = field(init=False, default_factory=Counter)
 
     def __post_init__(self) -> None:
         self.generator = torch.Generator().manual_seed(self.seed)
@@ -60,6 +97,11 @@ class Sampler:
         return None
 
     def pick(self, logits: torch.Tensor) -> int:
+        token = self._pick(self.penalties.apply(logits, self.prompt, self.output))
+        self.output[token] += 1
+        return token
+
+    def _pick(self, logits: torch.Tensor) -> int:
         logits = logits[PRINTABLE_FIRST : PRINTABLE_LAST + 1]
         if self.top_k == 1 or (self.top_k <= 0 and self.top_p <= 0.0):
             return PRINTABLE_FIRST + int(torch.argmax(logits))
