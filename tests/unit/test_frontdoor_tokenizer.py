@@ -228,3 +228,52 @@ def test_a_broken_directory_is_refused_naming_the_file(tmp_path: Path, broken: A
     broken(directory)
     with pytest.raises(TokenizerError, match=message):
         Tokenizer.load(directory)
+
+
+WRITES_BOS = [t for t in json.loads((Path(__file__).parent / "upstream" / "chat_templates.json").read_text())[
+    "templates"] if "bos_token" in t["template"]]  # fmt: skip
+
+
+@pytest.mark.parametrize("upstream", WRITES_BOS, ids=[t["name"] for t in WRITES_BOS])
+def test_a_template_that_writes_bos_reaches_the_engine_with_one(
+    tmp_path: Path, upstream: dict[str, Any]
+) -> None:
+    """Byte-level BPE with a BOS post-processor (Llama 3's shape) under each upstream template that
+    writes bos_token: the ids the engine makes of the front door's text (adding special tokens, as
+    preprocessing does) are apply_chat_template(tokenize=True)'s: one BOS, not the engine's and the
+    template's."""
+    backend = tokenizer_files.tokenizer()
+    bos, eos = upstream["bos_token"], upstream["eos_token"]
+    backend.add_special_tokens([bos, eos])
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, backend.token_to_id(bos))]
+    )
+    backend.save(str(tmp_path / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": bos, "eos_token": eos,
+              "chat_template": upstream["template"]}  # fmt: skip
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    tok, hf = Tokenizer.load(tmp_path), hf_load(tmp_path)
+    messages = [{"role": "user", "content": "Hello there"}, {"role": "assistant", "content": "Hi."},
+                {"role": "user", "content": "Grüß dich 🙂"}]  # fmt: skip
+    assert tok.chat_template is not None
+    rendered = render_chat(tok.chat_template, messages, bos_token=bos, eos_token=eos)
+    engine_ids = tok.encode(tok.chat_prompt(rendered))
+    assert engine_ids == hf.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+    bos_id = backend.token_to_id(bos)
+    assert engine_ids[0] == bos_id != engine_ids[1]  # one BOS first (Llama 2 writes one per turn)
+
+
+def test_bos_text_is_kept_where_dropping_it_would_change_the_first_word(tmp_path: Path) -> None:
+    """SentencePiece marking only the text's first word (Metaspace, prepend_scheme "first"): after
+    the template's BOS the word is not first; without it, it would be. Only ids can fix that."""
+    vocab = {"<s>": 0, "</s>": 1, "<unk>": 2, "▁hi": 3, "hi": 4}
+    backend = RustTokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
+    backend.add_special_tokens(["<s>", "</s>"])
+    backend.post_processor = BOS_FIRST
+    backend.save(str(tmp_path / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>"}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    tok = Tokenizer.load(tmp_path)
+    assert tok.encode("<s>hi", add_special_tokens=False) == [0, 4] and tok.encode("hi") == [0, 3]
+    assert tok.chat_prompt("<s>hi") == "<s>hi"

@@ -202,8 +202,9 @@ class FrontDoor:
                         "messages")  # fmt: skip
         try:
             tok = self.tokenizer
-            return render_chat(template, messages, bos_token=tok.bos_token, eos_token=tok.eos_token,
-                               **gen.template_kwargs)  # fmt: skip
+            rendered = render_chat(template, messages, bos_token=tok.bos_token, eos_token=tok.eos_token,
+                                   **gen.template_kwargs)  # fmt: skip
+            return tok.chat_prompt(rendered)
         except ChatTemplateError as e:
             raise P.bad(e.message, "messages") from None
 

@@ -129,6 +129,20 @@ class Tokenizer:
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         return list(self.backend.encode(text, add_special_tokens=add_special_tokens).ids)
 
+    def chat_prompt(self, rendered: str) -> str:
+        """The text to send for a rendered chat prompt. The engine encodes it adding the special
+        tokens (preprocessing's add_special_tokens, the LLM API's default), so a template that writes
+        BOS itself (Llama 2 and 3, Mistral, Gemma) would give two. Its BOS text is dropped where the
+        engine's ids are then exactly what apply_chat_template(tokenize=True) makes; kept where they
+        would differ (a SentencePiece tokenizer that marks only the text's first word changes that
+        word), which only sending token ids can fix."""
+        if not self.bos_token or not rendered.startswith(self.bos_token):
+            return rendered
+        without = rendered[len(self.bos_token) :]
+        return (
+            without if self.encode(without) == self.encode(rendered, add_special_tokens=False) else rendered
+        )
+
     def count(self, text: str, *, add_special_tokens: bool = True) -> int:
         """How many tokens the engine receives for `text` (the prompt's share of maxInputLen)."""
         return len(self.encode(text, add_special_tokens=add_special_tokens))
