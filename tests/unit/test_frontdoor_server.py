@@ -64,7 +64,7 @@ async def fake_triton(behaviour: Behaviour, seen: list[dict[str, Any]]) -> async
         body = await r.readexactly(length)
         if body:
             seen.append(json.loads(body))
-        if head.startswith("GET /v2/models/ensemble/config"):
+        if head.startswith("GET /v2/models/") and head.split(" ", 2)[1].endswith("/config"):
             body = json.dumps({"model_transaction_policy": {"decoupled": True}}).encode()
             w.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
             await w.drain()
@@ -92,6 +92,7 @@ async def front_door(
     limits: Limits | None = None,
     seen: list[dict[str, Any]] | None = None,
     template_suffix: str = "",
+    backend: str = "cpu-reference",
 ) -> AsyncIterator[int]:
     """A front door for the cpu-reference tokenizer (its chat template + template_suffix) before a
     Triton stand-in; yields its port."""
@@ -101,7 +102,8 @@ async def front_door(
     config.write_text(json.dumps({**doc, "chat_template": doc["chat_template"] + template_suffix}))
     triton = await fake_triton(behaviour, [] if seen is None else seen)
     upstream = Upstream("127.0.0.1", triton.sockets[0].getsockname()[1])
-    settings = Settings(["m"], "ensemble", "cpu-reference", limits or Limits())
+    triton_model = "tensorrt_llm" if backend == "pytorch" else "ensemble"
+    settings = Settings(["m"], triton_model, backend, limits or Limits())
     door = FrontDoor(settings, Tokenizer.load(tmp_path), upstream)
     server = await serve(door, "127.0.0.1", 0)
     try:
@@ -230,3 +232,27 @@ def test_what_benchmark_clients_and_qwen3_users_send_reaches_triton(tmp_path: Pa
     (generate,) = [b for b in seen if "text_input" in b]
     assert generate["text_input"].endswith("<|im_start|>assistant\n/no_think")
     assert (generate["end_id"], generate["min_tokens"], generate["top_k"]) == (-1, 4, 20)
+
+
+async def sends_the_text_so_far(w: asyncio.StreamWriter) -> None:
+    texts = ("Hel", "Hello", "Hello, wo", "Hello, world")
+    w.write(STREAM_HEAD + b"".join(sse({"text_output": t}) for t in texts) + b"0\r\n\r\n")
+    await w.drain()
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_the_llmapi_models_text_so_far_is_sent_once(tmp_path: Path, stream: bool) -> None:
+    """The pytorch backend's model answers each step with the whole text so far: the client gets
+    each new part once, streamed or not."""
+
+    async def go() -> tuple[int, bytes]:
+        async with front_door(sends_the_text_so_far, tmp_path, backend="pytorch") as port:
+            return await exchange(port, {"model": "m", "prompt": "hi", "max_tokens": 5, "stream": stream})
+
+    status, raw = asyncio.run(go())
+    assert status == 200, raw
+    if stream:
+        text = "".join(json.loads(e)["choices"][0]["text"] for e in events(raw)[:-1])
+    else:
+        text = json.loads(raw.split(b"\r\n\r\n", 1)[1])["choices"][0]["text"]
+    assert text == "Hello, world"

@@ -224,6 +224,8 @@ class FrontDoor:
             raise P.bad("this deployment does not stream (runtime.streaming: false); send stream: false",
                         "stream")  # fmt: skip
         pieces = self.upstream.generate(s.triton_model, P.triton_inputs(gen, s.backend, decoupled), decoupled)
+        if s.backend == "pytorch":
+            pieces = _deltas(pieces)
         stops = P.Stops(gen.stop)
         try:
             first = await _next(pieces)
@@ -321,6 +323,22 @@ def _refusal(e: UpstreamError) -> P.ApiError:
     if e.status in (502, 503):
         return P.ApiError(503, f"{e.message}; retry shortly", kind="server_error", code="model_not_ready")
     return P.ApiError(500, f"the model failed: {e.message}", kind="server_error")
+
+
+async def _deltas(texts: AsyncGenerator[str, None]) -> AsyncGenerator[str, None]:
+    """The new text of each response of Triton's llmapi model, which sends the text so far in each
+    (NVIDIA/TensorRT-LLM triton_backend/all_models/llmapi/tensorrt_llm/1/model.py, _create_response:
+    `output.text`, the LLM API's whole text, not its `text_diff`)."""
+    sent = ""
+    try:
+        async for text in texts:
+            # The LLM API's text only grows; were an earlier part revised, what was sent stays sent.
+            common = next((i for i, (a, b) in enumerate(zip(sent, text, strict=False)) if a != b),
+                          min(len(sent), len(text)))  # fmt: skip
+            yield text[common:]
+            sent = text
+    finally:
+        await texts.aclose()
 
 
 async def _next(pieces: AsyncGenerator[str, None]) -> str | None:
