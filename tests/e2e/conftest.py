@@ -7,6 +7,8 @@ sessions share the embedded cluster; the last one to finish stops it, unless it 
 `make cluster-up`, which keeps it up until `make cluster-down`.
 
 Fixtures:
+- state_dir (function) -> Path: a short path for a second cluster's state directory
+- prometheus (function) -> str: the test world's Prometheus URL as a host process reaches it
 - cluster (session) -> E2ECluster: .kubeconfig, .kubectl, .embedded, .gpu_nodes(product=None)
 - kubeconfig (session) -> Path of the admin kubeconfig
 - kubectl (session) -> Kubectl: kubectl(*args), .json(), .get(), .items(), .apply(), .delete(),
@@ -19,6 +21,8 @@ Waiting: `from e2e.cluster.testing import wait_for, pod_ready, condition, is_tru
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,6 +69,23 @@ def embedded(cluster: E2ECluster) -> E2ECluster:
     if cluster.launcher is None:
         pytest.skip("needs the embedded cluster's real node and monitoring stack")
     return cluster
+
+
+@pytest.fixture
+def state_dir() -> Iterator[Path]:
+    """A directory for a second cluster's state, short enough for its kubelet's unix sockets (108
+    bytes at most), which tmp_path under pytest-xdist (.../popen-gw0/test_...) is not. Removed
+    after the test."""
+    directory = Path(tempfile.mkdtemp(prefix="llmop-", dir="/tmp"))
+    yield directory / "state"
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def prometheus(embedded: E2ECluster) -> str:
+    """The test world's Prometheus as the operator (a process on this host) reaches it."""
+    assert embedded.launcher is not None
+    return str(embedded.launcher.prometheus_url)
 
 
 @pytest.fixture

@@ -22,22 +22,14 @@ from e2e.cluster.load import Load
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, wait_for
 from e2e.generate import connection
 from e2e.gitops import argocd_health, assert_kstatus
-from tests.e2e.operator_fixtures import OperatorProcess
 from tests.e2e.test_operator import wait_ready
 
-pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]  # kills and restarts the operator mid-rollout
+pytestmark = pytest.mark.e2e
 ROLLOUT_TIMEOUT = 420
 # Each of the 2 load workers starts a request at most every 0.25 s (8 requests/s in all): enough for
 # every analysis interval, and the cores stay with the cluster, whose pods start during the rollout.
 PACE_S = 0.25
 SCALE_DOWN_DELAY_S = 10  # gateway-api: the replaced slot's pods outlive the promotion this long
-
-
-@pytest.fixture
-def prometheus(embedded: E2ECluster) -> str:
-    """Prometheus as the operator (a process on this host) reaches it."""
-    assert embedded.launcher is not None
-    return str(embedded.launcher.prometheus_url)
 
 
 def get(kubectl: Kubectl, namespace: str) -> dict[str, Any]:
@@ -240,32 +232,7 @@ def test_e_a_new_spec_mid_canary_restarts_it_and_the_stable_spec_rolls_back_at_o
     assert {"CanaryRestarted", "CanaryRolledBack"} <= set(reasons(kubectl, namespace))
 
 
-def test_f_a_restarted_operator_resumes_the_same_step_with_the_time_left(
-    operator_process: OperatorProcess, prometheus: str, kubectl: Kubectl, namespace: str
-) -> None:
-    pause, down = 30, 12  # the operator is away for `down` s of the step's `pause`
-    v1 = canary.without_analysis(canary.deployment(prometheus, steps=[{"weight": 50, "pauseSeconds": pause}]))
-    start(kubectl, namespace, v1)
-    kubectl.apply(canary.with_env(v1, RELEASE_NOTE="v2"), namespace=namespace)
-    step = wait_revisions(kubectl, namespace, "the step's timer started", lambda r: r.get("stepStartedAt"))
-    operator_process.kill()
-    time.sleep(max(0.0, _seconds(step["stepStartedAt"]) + down - time.time()))
-    operator_process.start()
-    operator_process.wait_healthy()
-    back = time.time() - _seconds(step["stepStartedAt"])
-    resumed = revisions(get(kubectl, namespace))
-    assert resumed["phase"] == "Progressing" and resumed["stepStartedAt"] == step["stepStartedAt"], resumed
-    done = wait_revisions(kubectl, namespace, "promoted", lambda r: r.get("stable") == step["canary"])
-    assert done["stableSlot"] == "b", done
-    # When the step ended, by the Event the restarted operator posted: after the whole pause, and
-    # before a whole pause after the restart (the timer lives in status, not in the process).
-    (completed,) = [e for e in kubectl.events(namespace, NAME) if e.get("reason") == "CanaryStepCompleted"]
-    ended = _seconds(completed["lastTimestamp"]) - _seconds(step["stepStartedAt"])
-    print(f"operator back {back:.0f} s into a {pause} s step: the step ended {ended:.0f} s after it started")
-    assert pause <= ended < back + pause - 2, (ended, back)
-
-
-def _seconds(stamp: str) -> float:
+def epoch_seconds(stamp: str) -> float:
     return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
 

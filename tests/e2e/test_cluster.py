@@ -167,10 +167,9 @@ def test_missing_go_fails_with_one_line(tmp_path: Path) -> None:
 # -- against the real programs ------------------------------------------------------------------
 
 
-def up_with_a_bad_flag(tmp_path: Path, component: str) -> tuple[Path, str]:
-    """`up` of a fresh cluster (with the add-on `component` belongs to, if any) whose `component`
-    gets an unknown flag: its state directory and the one-line error it fails with."""
-    state = tmp_path / "state"
+def up_with_a_bad_flag(state: Path, component: str) -> tuple[Path, str]:
+    """`up` of a fresh cluster in `state` (with the add-on `component` belongs to, if any) whose
+    `component` gets an unknown flag: its state directory and the one-line error it fails with."""
     failing = Cluster(
         state, extra_args={component: ["--no-such-flag"]}, node_images=("pause",), log=lambda _: None
     )
@@ -189,12 +188,12 @@ def up_with_a_bad_flag(tmp_path: Path, component: str) -> tuple[Path, str]:
     ("component", "code"),
     [("kube-apiserver", 1), ("kube-controller-manager", 1), ("kubelet", 1), ("kube-router", 2)],
 )
-def test_real_component_failure_stops_everything(tmp_path: Path, component: str, code: int) -> None:
+def test_real_component_failure_stops_everything(state_dir: Path, component: str, code: int) -> None:
     """An unknown flag: the apiserver exits at once (etcd must be stopped), the controller manager
     after the apiserver is up, the kubelet after containerd is up, kube-router (the last node
     component) once the real node is Ready: everything started before it, the namespace, mounts
     and cgroups included, must be gone."""
-    state, message = up_with_a_bad_flag(tmp_path, component)
+    state, message = up_with_a_bad_flag(state_dir, component)
     assert message.startswith(f"{component} exited with code {code} during startup")
     assert "unknown flag: --no-such-flag" in message
     assert f"(log: {state / 'logs' / component}.log)" in message
@@ -557,11 +556,13 @@ def test_pod_on_the_real_node_is_served_probed_resolved_and_reachable(
 
 
 @pytest.mark.e2e
-def test_down_leaves_no_process_mount_cgroup_or_namespace(cluster: E2ECluster, tmp_path: Path) -> None:
+def test_down_leaves_no_process_mount_cgroup_or_namespace(
+    cluster: E2ECluster, tmp_path: Path, state_dir: Path
+) -> None:
     """A second instance (own state dir, namespace, cgroup, containerd) with a running pod, then
     `down`: nothing of it may remain, and the host namespace has no private address or route."""
     _launcher(cluster)
-    state = tmp_path / "state"
+    state = state_dir
     other = Cluster(state, node_images=("pause",), log=lambda _: None)
     try:
         report = other.up()
@@ -585,13 +586,13 @@ def test_down_leaves_no_process_mount_cgroup_or_namespace(cluster: E2ECluster, t
 
 @pytest.mark.e2e
 def test_an_add_on_joins_a_running_core_cluster_and_one_that_fails_leaves_the_core_serving(
-    cluster: E2ECluster, tmp_path: Path
+    cluster: E2ECluster, state_dir: Path
 ) -> None:
     """What `make demo` does on the way (`up --with NAME` on the core it started) and a test
     session after it: the add-on starts beside the running processes, none of which restarts;
     an add-on that cannot start is stopped again and the core keeps serving."""
     _launcher(cluster)
-    state = tmp_path / "state"
+    state = state_dir
     core = Cluster(state, node_images=("pause",), log=lambda _: None)
     try:
         first = core.up()

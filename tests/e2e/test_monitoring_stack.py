@@ -163,8 +163,8 @@ def test_custom_metrics_api_is_available_in_both_versions(embedded: Cluster, kub
         ("prometheus-adapter", "unknown flag: --no-such-flag"),
     ],
 )
-def test_monitoring_component_failure_stops_everything(tmp_path: Path, component: str, says: str) -> None:
-    state, message = up_with_a_bad_flag(tmp_path, component)
+def test_monitoring_component_failure_stops_everything(state_dir: Path, component: str, says: str) -> None:
+    state, message = up_with_a_bad_flag(state_dir, component)
     assert message.startswith(f"{component} exited with code ")
     assert says in message
     assert message.endswith(f"(log: {state / 'logs' / component}.log)")

@@ -288,6 +288,8 @@ def test_a_stop_after_openai_traffic_waits_on_no_idle_connection_nor_logs_a_trac
     took = time.monotonic() - stopping
     client.close()
     log = pod.log.read_text()
+    # An idle connection would hold the stop for the whole exit timeout, and Triton says so: its
+    # words are the check; the time only bounds it (a loaded machine stops slower, 4.1 s seen).
     assert "HTTP service connections" not in log and "Exit timeout expired" not in log, log[-2000:]
     assert "Traceback" not in log, log[-2000:]
-    assert took < 4, f"the pod took {took:.1f} s to stop"
+    assert took < 10, f"the pod took {took:.1f} s to stop"
