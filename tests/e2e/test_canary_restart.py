@@ -12,10 +12,10 @@ import time
 import pytest
 
 from e2e.cluster import canary
-from e2e.cluster.canary import NAME
+from e2e.cluster.canary import NAME, revisions
 from e2e.cluster.testing import Kubectl
 from tests.e2e.operator_fixtures import OperatorProcess
-from tests.e2e.test_canary import epoch_seconds, get, revisions, start, wait_revisions
+from tests.e2e.test_canary import epoch_seconds, get, start, wait_revisions
 
 pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]  # kills and restarts the operator mid-rollout
 
