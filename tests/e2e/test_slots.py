@@ -8,6 +8,7 @@ and adopted by the new StatefulSet, which rolls them one at a time.
 from __future__ import annotations
 
 import copy
+import json
 import threading
 import time
 from pathlib import Path
@@ -66,7 +67,8 @@ def as_before_slots(kubectl: Kubectl, namespace: str) -> dict[str, Any]:
     del old["metadata"]["labels"][SLOT]
     del old["spec"]["selector"]["matchLabels"][SLOT]
     del old["spec"]["template"]["metadata"]["labels"][SLOT]
-    kubectl("create", "-f", "-", namespace=namespace, input=yaml.safe_dump(old))
+    # JSON, not PyYAML: a hash label like 5e123456 is a string to PyYAML and a number to kubectl.
+    kubectl("create", "-f", "-", namespace=namespace, input=json.dumps(old))
     made = wait_for(
         "the old-style StatefulSet rolled out",
         lambda: kubectl.get("statefulset", "tiny-llama", namespace),
