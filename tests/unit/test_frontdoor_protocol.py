@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from llm_operator.frontdoor import protocol as P
+from llm_operator.frontdoor import responses as R
 
 LIMITS = P.Limits(max_input_len=100, max_seq_len=200)
 
@@ -95,11 +96,11 @@ def test_chat_template_kwargs_are_chats_and_cannot_replace_what_the_server_sets(
 
 
 def test_continuous_usage_stats_puts_the_counts_so_far_in_every_chunk() -> None:
-    counts = P.usage(3, 1)
+    counts = R.usage(3, 1)
     plain = check(stream=True, stream_options={"include_usage": True})
-    assert P.chunk(plain, "a", None, counts=counts)["usage"] is None
+    assert R.chunk(plain, "a", None, counts=counts)["usage"] is None
     every = check(stream=True, stream_options={"include_usage": True, "continuous_usage_stats": True})
-    assert P.chunk(every, "a", None, counts=counts)["usage"] == counts
+    assert R.chunk(every, "a", None, counts=counts)["usage"] == counts
 
 
 def test_unknown_parameters_are_named() -> None:
@@ -174,7 +175,7 @@ def test_llmapi_inputs_are_its_sampling_params() -> None:
 def test_stop_sequences_cut_streamed_text_before_them(
     pieces: list[str], stops: list[str], sent: str, hit: bool
 ) -> None:
-    s = P.Stops(stops)
+    s = R.Stops(stops)
     out = ""
     for piece in pieces:
         out += s.feed(piece)

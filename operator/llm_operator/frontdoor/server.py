@@ -21,17 +21,13 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
+from llm_operator.frontdoor import http1 as H
 from llm_operator.frontdoor import protocol as P
+from llm_operator.frontdoor import responses as R
 from llm_operator.frontdoor.api_keys import ApiKeys
 from llm_operator.frontdoor.chat import ChatTemplateError, render_chat
 from llm_operator.frontdoor.tokenizer import Tokenizer
 from llm_operator.frontdoor.upstream import Upstream, UpstreamError
-
-MAX_HEAD = 64 * 1024
-MAX_BODY = 16 * 1024 * 1024
-REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
-           408: "Request Timeout", 411: "Length Required", 413: "Payload Too Large",
-           500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -47,73 +43,33 @@ class Settings:
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
 
 
-class Gone(Exception):
-    """The client closed its connection."""
-
-
-class Peer:
-    """A client connection's bytes, buffered so that data read while watching for EOF during a
-    response is kept for the next request."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer, self.buf = reader, writer, bytearray()
-        self.held = b""  # written ahead of the next write (a stream's head, with its first event)
-
-    async def fill(self) -> bool:
-        """False at EOF (the client is gone)."""
-        try:
-            data = await self.reader.read(65536)
-        except OSError:
-            data = b""
-        self.buf += data
-        return bool(data)
-
-    async def until(self, sep: bytes, limit: int) -> bytes:
-        while (i := self.buf.find(sep)) < 0:
-            if len(self.buf) > limit:
-                raise P.ApiError(413, "the request's headers are too large")
-            if not await self.fill():
-                raise Gone
-        out = bytes(self.buf[: i + len(sep)])
-        del self.buf[: i + len(sep)]
-        return out
-
-    async def exactly(self, n: int) -> bytes:
-        while len(self.buf) < n:
-            if not await self.fill():
-                raise Gone
-        out = bytes(self.buf[:n])
-        del self.buf[:n]
-        return out
-
-
 class FrontDoor:
     def __init__(self, settings: Settings, tokenizer: Tokenizer, upstream: Upstream) -> None:
         self.settings, self.tokenizer, self.upstream = settings, tokenizer, upstream
         self.created = int(time.time())
 
     async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = Peer(reader, writer)
+        peer = H.Peer(reader, writer)
         try:
             while await self._one(peer):
                 pass
         # The stop cancels the handler of a kept-alive connection: it ends like a client that went
         # away, not with a traceback in the pod's log (nothing awaits this task).
-        except (Gone, ConnectionError, asyncio.CancelledError):
+        except (H.Gone, ConnectionError, asyncio.CancelledError):
             pass
         finally:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _one(self, peer: Peer) -> bool:
+    async def _one(self, peer: H.Peer) -> bool:
         """Serve one request; False when the connection is to be closed."""
         if not peer.buf and not await peer.fill():
             return False
         try:
-            method, path, headers = _head(await peer.until(b"\r\n\r\n", MAX_HEAD))
+            method, path, headers = H.parse_head(await peer.until(b"\r\n\r\n", H.MAX_HEAD))
             self._authorize(path, headers)  # before the body: a stranger's bytes are not read
-            body = await _read_body(peer, headers)
+            body = await H.read_body(peer, headers)
         except P.ApiError as e:
             await self._json(peer, e.status, e.body(), close=True)
             return False
@@ -135,19 +91,19 @@ class FrontDoor:
                 return task.result() and not close
             if not watch.result():  # EOF: the client left, cancel its generation in Triton
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Gone, ConnectionError):
+                with contextlib.suppress(asyncio.CancelledError, H.Gone, ConnectionError):
                     await task
                 return False
             watch = asyncio.create_task(peer.fill())  # a pipelined request: keep it, keep watching
 
-    async def _route(self, peer: Peer, method: str, path: str, body: bytes, close: bool) -> bool:
+    async def _route(self, peer: H.Peer, method: str, path: str, body: bytes, close: bool) -> bool:
         routes = {"/v1/models": "GET", "/v1/completions": "POST", "/v1/chat/completions": "POST",
                   "/health": "GET"}  # fmt: skip
         try:
             if path.startswith("/v1/models/") and method == "GET":
                 name = urllib.parse.unquote(path.removeprefix("/v1/models/"))
                 self._model(name)
-                listing = P.models_list([name], self.created)["data"][0]
+                listing = R.models_list([name], self.created)["data"][0]
                 return await self._json(peer, 200, listing, close)
             if path not in routes:
                 raise P.ApiError(404, f"no such endpoint {path}; this server serves /v1/models, "
@@ -155,7 +111,7 @@ class FrontDoor:
             if method != routes[path]:
                 raise P.ApiError(405, f"{path} takes {routes[path]}, not {method}")
             if path == "/v1/models":
-                return await self._json(peer, 200, P.models_list(self.settings.names, self.created), close)
+                return await self._json(peer, 200, R.models_list(self.settings.names, self.created), close)
             if path == "/health":
                 ready = await self._ready()
                 return await self._json(peer, 200 if ready else 503, {"ready": ready}, close)
@@ -163,7 +119,7 @@ class FrontDoor:
             return await self._generate(peer, kind, P.parse_json(body), close)
         except P.ApiError as e:
             return await self._json(peer, e.status, e.body(), close)
-        except (Gone, ConnectionError, asyncio.CancelledError):
+        except (H.Gone, ConnectionError, asyncio.CancelledError):
             raise
         except Exception as e:  # a defect here, before any byte of the response: a 500, logged
             traceback.print_exc()
@@ -208,7 +164,7 @@ class FrontDoor:
         except ChatTemplateError as e:
             raise P.bad(e.message, "messages") from None
 
-    async def _generate(self, peer: Peer, kind: str, body: dict[str, Any], close: bool) -> bool:
+    async def _generate(self, peer: H.Peer, kind: str, body: dict[str, Any], close: bool) -> bool:
         s = self.settings
         gen = P.check(body, kind, s.limits, backend=s.backend)
         self._model(gen.model)
@@ -226,7 +182,7 @@ class FrontDoor:
         pieces = self.upstream.generate(s.triton_model, P.triton_inputs(gen, s.backend, decoupled), decoupled)
         if s.backend == "pytorch":
             pieces = _deltas(pieces)
-        stops = P.Stops(gen.stop)
+        stops = R.Stops(gen.stop)
         try:
             first = await _next(pieces)
         except UpstreamError as e:
@@ -235,13 +191,13 @@ class FrontDoor:
             return await self._whole(peer, gen, first, pieces, stops, prompt_tokens, close)
         # The head goes out with the first event: one segment, one wake-up of the client before its
         # first token, not two.
-        peer.held = _stream_head(close)
+        peer.held = H.stream_head(close)
         text, count, sent = "", 0, False
 
         def so_far(text: str) -> dict[str, int] | None:
             if not gen.usage_every_chunk:
                 return None
-            return P.usage(prompt_tokens, self.tokenizer.count(text, add_special_tokens=False))
+            return R.usage(prompt_tokens, self.tokenizer.count(text, add_special_tokens=False))
 
         try:
             piece = first
@@ -250,33 +206,33 @@ class FrontDoor:
                 out = stops.feed(piece)
                 text += out
                 if out or not sent:
-                    await _event(peer, P.chunk(gen, out, None, first=not sent, counts=so_far(text)))
+                    await H.event(peer, R.chunk(gen, out, None, first=not sent, counts=so_far(text)))
                     sent = True
                 if stops.hit:
                     break
                 piece = await _next(pieces)
             text += (tail := stops.flush())
             if tail:
-                await _event(peer, P.chunk(gen, tail, None, counts=so_far(text)))
-            counts = P.usage(prompt_tokens, self.tokenizer.count(text, add_special_tokens=False))
-            await _event(peer, P.chunk(gen, None, _finish(stops, count, counts, gen), counts=counts))
+                await H.event(peer, R.chunk(gen, tail, None, counts=so_far(text)))
+            counts = R.usage(prompt_tokens, self.tokenizer.count(text, add_special_tokens=False))
+            await H.event(peer, R.chunk(gen, None, _finish(stops, count, counts, gen), counts=counts))
             if gen.include_usage:
-                await _event(peer, P.usage_chunk(gen, counts))
+                await H.event(peer, R.usage_chunk(gen, counts))
         except UpstreamError as e:  # headers are sent: the error is an event, then [DONE]
-            await _event(peer, _refusal(e).body())
-        except (Gone, ConnectionError):
+            await H.event(peer, _refusal(e).body())
+        except (H.Gone, ConnectionError):
             raise
         except Exception as e:  # a defect here: the client still gets an ending, and the log the trace
             traceback.print_exc()
-            await _event(peer, P.ApiError(500, f"the front door failed ({type(e).__name__})",
+            await H.event(peer, P.ApiError(500, f"the front door failed ({type(e).__name__})",
                                           kind="server_error").body())  # fmt: skip
         finally:
             await pieces.aclose()  # closes Triton's stream: a stop sequence ends the generation there
-        await _write(peer, _chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await H.write(peer, H.chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         return True
 
-    async def _whole(self, peer: Peer, gen: P.Generation, first: str | None,
-                     pieces: AsyncGenerator[str, None], stops: P.Stops, prompt_tokens: int,
+    async def _whole(self, peer: H.Peer, gen: P.Generation, first: str | None,
+                     pieces: AsyncGenerator[str, None], stops: R.Stops, prompt_tokens: int,
                      close: bool) -> bool:  # fmt: skip
         text, count, piece = "", 0, first
         try:
@@ -291,21 +247,21 @@ class FrontDoor:
         finally:
             await pieces.aclose()
         text += stops.flush()
-        counts = P.usage(prompt_tokens, self.tokenizer.count(text, add_special_tokens=False))
+        counts = R.usage(prompt_tokens, self.tokenizer.count(text, add_special_tokens=False))
         return await self._json(
-            peer, 200, P.response(gen, text, _finish(stops, count, counts, gen), counts), close
+            peer, 200, R.response(gen, text, _finish(stops, count, counts, gen), counts), close
         )
 
-    async def _json(self, peer: Peer, status: int, body: dict[str, Any], close: bool) -> bool:
+    async def _json(self, peer: H.Peer, status: int, body: dict[str, Any], close: bool) -> bool:
         data = json.dumps(body).encode()
-        head = (f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\nContent-Type: application/json\r\n"
+        head = (f"HTTP/1.1 {status} {H.REASONS.get(status, 'Error')}\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(data)}\r\n{'Connection: close' if close else 'Connection: keep-alive'}"
                 "\r\n\r\n")  # fmt: skip
-        await _write(peer, head.encode() + data)
+        await H.write(peer, head.encode() + data)
         return True
 
 
-def _finish(stops: P.Stops, responses: int, counts: dict[str, int], gen: P.Generation) -> str:
+def _finish(stops: R.Stops, responses: int, counts: dict[str, int], gen: P.Generation) -> str:
     """ "stop": a stop sequence, or the model ended (its end token) before max_tokens."""
     if stops.hit:
         return "stop"
@@ -348,63 +304,6 @@ async def _next(pieces: AsyncGenerator[str, None]) -> str | None:
         return None
 
 
-def _head(raw: bytes) -> tuple[str, str, dict[str, str]]:
-    lines = raw.decode("latin-1").split("\r\n")
-    parts = lines[0].split()
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        raise P.ApiError(400, "malformed HTTP request line")
-    headers = {
-        k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)
-    }
-    return parts[0], parts[1], headers
-
-
-async def _read_body(peer: Peer, headers: dict[str, str]) -> bytes:
-    if headers.get("expect", "").lower() == "100-continue":
-        await _write(peer, b"HTTP/1.1 100 Continue\r\n\r\n")
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        body = bytearray()
-        while True:
-            try:
-                size = int((await peer.until(b"\r\n", 1024)).split(b";")[0], 16)
-            except ValueError:
-                raise P.ApiError(400, "malformed chunked request body") from None
-            if size == 0:
-                await peer.until(b"\r\n", MAX_HEAD)  # no trailers are expected
-                return bytes(body)
-            if len(body) + size > MAX_BODY:
-                raise P.ApiError(413, f"the request body is larger than {MAX_BODY // 2**20} MiB")
-            body += (await peer.exactly(size + 2))[:-2]
-    try:
-        length = int(headers.get("content-length", "0"))
-    except ValueError:
-        raise P.ApiError(400, "malformed Content-Length") from None
-    if length > MAX_BODY:
-        raise P.ApiError(413, f"the request body is larger than {MAX_BODY // 2**20} MiB")
-    return await peer.exactly(length)
-
-
-def _stream_head(close: bool) -> bytes:
-    connection = "close" if close else "keep-alive"
-    return ("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-            f"Transfer-Encoding: chunked\r\nConnection: {connection}\r\n\r\n").encode()  # fmt: skip
-
-
-def _chunked(data: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(data), data)
-
-
-async def _event(peer: Peer, obj: dict[str, Any]) -> None:
-    await _write(peer, _chunked(b"data: " + json.dumps(obj).encode() + b"\n\n"))
-
-
-async def _write(peer: Peer, data: bytes) -> None:
-    if peer.held:
-        data, peer.held = peer.held + data, b""
-    peer.writer.write(data)
-    await peer.writer.drain()
-
-
 async def serve(door: FrontDoor, host: str | None, port: int) -> asyncio.Server:
     # Nagle would hold small SSE chunks back; asyncio sets TCP_NODELAY on its sockets already.
-    return await asyncio.start_server(door.connection, host, port, limit=MAX_HEAD, reuse_address=True)
+    return await asyncio.start_server(door.connection, host, port, limit=H.MAX_HEAD, reuse_address=True)

@@ -295,12 +295,10 @@ class TritonPythonModel:
         problem = Sampler.problem(temperature, top_k, top_p) or penalties.problem()
         if problem is not None:
             return problem
-        # An end id (ignore_eos sends -1) and min_tokens only hold back an end token, which this
-        # model never generates (its tokenizer has no EOS): checked as the engine checks them, and
-        # every generation runs to max_tokens or a stop word either way.
+        # end_id (ignore_eos sends -1) and min_tokens only concern an end token, which this model
+        # never generates (its tokenizer has none): every output runs to max_tokens or a stop word.
         if int(_first(request, "min_tokens", 0)) < 0:
             return "min_tokens must be >= 0"
-        _first(request, "end_id", -1)
         return Job(
             request=request,
             prompt=prompt,

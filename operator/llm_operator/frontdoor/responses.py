@@ -1,0 +1,88 @@
+"""The OpenAI API's responses (pure): whole answers, streamed chunks, usage, the model list, and
+stop sequences cut out of streamed text. Requests and their translation are protocol.py's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llm_operator.frontdoor.protocol import Generation
+
+
+class Stops:
+    """OpenAI's stop sequences on streamed text: text is released as soon as it cannot be the start
+    of a stop sequence, and the output ends before the first stop sequence (excluded)."""
+
+    def __init__(self, stops: list[str]) -> None:
+        self.stops, self.held, self.hit = stops, "", False
+        self.longest = max((len(s) for s in stops), default=0)
+
+    def feed(self, piece: str) -> str:
+        """The text that may be sent now."""
+        if not self.stops:
+            return piece
+        text = self.held + piece
+        found = [i for i in (text.find(s) for s in self.stops) if i >= 0]
+        if found:
+            self.hit, self.held = True, ""
+            return text[: min(found)]
+        keep = 0  # the longest tail of text that begins some stop sequence
+        for n in range(min(self.longest - 1, len(text)), 0, -1):
+            if any(s.startswith(text[-n:]) for s in self.stops):
+                keep = n
+                break
+        self.held = text[len(text) - keep :]
+        return text[: len(text) - keep]
+
+    def flush(self) -> str:
+        held, self.held = self.held, ""
+        return held
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}  # fmt: skip
+
+
+def response(gen: Generation, text: str, finish: str, counts: dict[str, int]) -> dict[str, Any]:
+    if gen.kind == "chat":
+        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+                                  "logprobs": None, "finish_reason": finish}  # fmt: skip
+        obj = "chat.completion"
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        obj = "text_completion"
+    return {"id": gen.response_id, "object": obj, "created": gen.created, "model": gen.model,
+            "choices": [choice], "usage": counts}  # fmt: skip
+
+
+def chunk(
+    gen: Generation, text: str | None, finish: str | None, *, first: bool = False,
+    counts: dict[str, int] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """One streamed event. With include_usage every chunk carries "usage": null but the last, or
+    with continuous_usage_stats (vLLM's) the counts so far."""
+    if gen.kind == "chat":
+        delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
+        if text:
+            delta["content"] = text
+        choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        obj = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+        obj = "text_completion"
+    out = {"id": gen.response_id, "object": obj, "created": gen.created, "model": gen.model,
+           "choices": [choice]}  # fmt: skip
+    if gen.include_usage:
+        out["usage"] = counts if gen.usage_every_chunk else None
+    return out
+
+
+def usage_chunk(gen: Generation, counts: dict[str, int]) -> dict[str, Any]:
+    obj = "chat.completion.chunk" if gen.kind == "chat" else "text_completion"
+    return {"id": gen.response_id, "object": obj, "created": gen.created, "model": gen.model,
+            "choices": [], "usage": counts}  # fmt: skip
+
+
+def models_list(names: list[str], created: int) -> dict[str, Any]:
+    return {"object": "list", "data": [{"id": n, "object": "model", "created": created,
+                                        "owned_by": "llm-operator"} for n in names]}  # fmt: skip
