@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -75,11 +76,13 @@ async def fake_triton(behaviour: Behaviour, seen: list[dict[str, Any]]) -> async
     return await asyncio.start_server(handle, "127.0.0.1", 0)
 
 
-async def exchange(port: int, body: dict[str, Any], path: str = "/v1/completions") -> tuple[int, bytes]:
+async def exchange(
+    port: int, body: dict[str, Any], path: str = "/v1/completions", headers: bytes = b""
+) -> tuple[int, bytes]:
     r, w = await asyncio.open_connection("127.0.0.1", port)
     data = json.dumps(body).encode()
-    w.write(b"POST %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
-            % (path.encode(), len(data), data))  # fmt: skip
+    w.write(b"POST %s HTTP/1.1\r\nHost: x\r\n%sConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+            % (path.encode(), headers, len(data), data))  # fmt: skip
     raw = await asyncio.wait_for(r.read(), 10)
     w.close()
     return int(raw.split(b" ", 2)[1]), raw
@@ -256,3 +259,23 @@ def test_the_llmapi_models_text_so_far_is_sent_once(tmp_path: Path, stream: bool
     else:
         text = json.loads(raw.split(b"\r\n\r\n", 1)[1])["choices"][0]["text"]
     assert text == "Hello, world"
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_x_request_id_is_honoured_and_returned(tmp_path: Path, stream: bool) -> None:
+    """A client's X-Request-Id comes back in a header and in the response's id; one that is not a
+    short visible token is replaced, never echoed."""
+    body = {"model": "m", "prompt": "hi", "max_tokens": 1, "stream": stream}
+
+    async def go(sent: bytes) -> tuple[int, bytes]:
+        async with front_door(answers_one_token, tmp_path) as port:
+            return await exchange(port, body, headers=sent)
+
+    status, raw = asyncio.run(go(b"X-Request-Id: trace-42\r\n"))
+    assert status == 200 and b"\r\nX-Request-Id: trace-42\r\n" in raw.split(b"\r\n\r\n", 1)[0]
+    first = json.loads(events(raw)[0]) if stream else json.loads(raw.split(b"\r\n\r\n", 1)[1])
+    assert first["id"] == "cmpl-trace-42"
+    status, raw = asyncio.run(go(b"X-Request-Id: " + b"x" * 200 + b"\r\n"))
+    head = raw.split(b"\r\n\r\n", 1)[0].decode()
+    assert status == 200 and "x" * 200 not in head
+    assert re.search(r"\r\nX-Request-Id: [0-9a-f]{32}\r\n", head), head

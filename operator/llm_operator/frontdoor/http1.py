@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from typing import Any
 
 from llm_operator.frontdoor import protocol as P
@@ -29,6 +30,7 @@ class Peer:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer, self.buf = reader, writer, bytearray()
         self.held = b""  # written ahead of the next write (a stream's head, with its first event)
+        self.request_id = ""  # of the request being answered: X-Request-Id on its response
 
     async def fill(self) -> bool:
         """False at EOF (the client is gone)."""
@@ -94,10 +96,18 @@ async def read_body(peer: Peer, headers: dict[str, str]) -> bytes:
     return await peer.exactly(length)
 
 
-def stream_head(close: bool) -> bytes:
+def request_id(headers: dict[str, str]) -> str:
+    """The client's X-Request-Id when it is one token of at most 128 visible ASCII characters (it is
+    echoed in a header), else a new one."""
+    sent = headers.get("x-request-id", "")
+    return sent if 0 < len(sent) <= 128 and all("!" <= c <= "~" for c in sent) else uuid.uuid4().hex
+
+
+def stream_head(close: bool, request_id: str) -> bytes:
     connection = "close" if close else "keep-alive"
     return ("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-            f"Transfer-Encoding: chunked\r\nConnection: {connection}\r\n\r\n").encode()  # fmt: skip
+            f"Transfer-Encoding: chunked\r\nX-Request-Id: {request_id}\r\n"
+            f"Connection: {connection}\r\n\r\n").encode()  # fmt: skip
 
 
 def chunked(data: bytes) -> bytes:

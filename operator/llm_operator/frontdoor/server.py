@@ -66,8 +66,10 @@ class FrontDoor:
         """Serve one request; False when the connection is to be closed."""
         if not peer.buf and not await peer.fill():
             return False
+        peer.request_id = ""  # a request that cannot be read has none
         try:
             method, path, headers = H.parse_head(await peer.until(b"\r\n\r\n", H.MAX_HEAD))
+            peer.request_id = H.request_id(headers)
             self._authorize(path, headers)  # before the body: a stranger's bytes are not read
             body = await H.read_body(peer, headers)
         except P.ApiError as e:
@@ -167,6 +169,7 @@ class FrontDoor:
     async def _generate(self, peer: H.Peer, kind: str, body: dict[str, Any], close: bool) -> bool:
         s = self.settings
         gen = P.check(body, kind, s.limits, backend=s.backend)
+        gen.id = peer.request_id  # the response's id carries it: chatcmpl-<X-Request-Id>
         self._model(gen.model)
         gen.prompt = self._prompt(gen, body)
         prompt_tokens = self.tokenizer.count(gen.prompt)
@@ -191,7 +194,7 @@ class FrontDoor:
             return await self._whole(peer, gen, first, pieces, stops, prompt_tokens, close)
         # The head goes out with the first event: one segment, one wake-up of the client before its
         # first token, not two.
-        peer.held = H.stream_head(close)
+        peer.held = H.stream_head(close, peer.request_id)
         text, count, sent = "", 0, False
 
         def so_far(text: str) -> dict[str, int] | None:
@@ -254,9 +257,10 @@ class FrontDoor:
 
     async def _json(self, peer: H.Peer, status: int, body: dict[str, Any], close: bool) -> bool:
         data = json.dumps(body).encode()
+        rid = f"X-Request-Id: {peer.request_id}\r\n" if peer.request_id else ""
+        connection = "close" if close else "keep-alive"
         head = (f"HTTP/1.1 {status} {H.REASONS.get(status, 'Error')}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(data)}\r\n{'Connection: close' if close else 'Connection: keep-alive'}"
-                "\r\n\r\n")  # fmt: skip
+                f"Content-Length: {len(data)}\r\n{rid}Connection: {connection}\r\n\r\n")  # fmt: skip
         await H.write(peer, head.encode() + data)
         return True
 
