@@ -39,7 +39,7 @@ from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, pod_rea
 from e2e.generate import connection
 from tests.e2e import istio_gateway, openai_sdk
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]  # compares pods' latencies: load skews them
 
 REQUESTS, CONCURRENCY = 90, 6  # per side; bounded in time too (LOAD_S)
 # 4-token completions: the straggler (SLOW_STEP_MS per token per sequence) spends 0.48 s of its two
