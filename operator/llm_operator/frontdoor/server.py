@@ -292,9 +292,13 @@ async def _deltas(texts: AsyncGenerator[str, None]) -> AsyncGenerator[str, None]
     sent = ""
     try:
         async for text in texts:
-            # The LLM API's text only grows; were an earlier part revised, what was sent stays sent.
-            common = next((i for i, (a, b) in enumerate(zip(sent, text, strict=False)) if a != b),
-                          min(len(sent), len(text)))  # fmt: skip
+            # The LLM API's text only grows (a C-level prefix check per response, not a Python loop
+            # over the whole text); were an earlier part revised, what was sent stays sent.
+            if text.startswith(sent):
+                common = len(sent)
+            else:
+                common = next((i for i, (a, b) in enumerate(zip(sent, text, strict=False)) if a != b),
+                              min(len(sent), len(text)))  # fmt: skip
             yield text[common:]
             sent = text
     finally:
