@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import subprocess
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -78,6 +79,24 @@ def build_lock() -> Iterator[None]:
         for stale in root.rglob(".*.tmp"):
             remove(stale)
         yield
+
+
+def keep_recent(directory: Path, name: re.Pattern[str], keep: int) -> list[Path]:
+    """Remove all but the `keep` most recently used files whose names match `name` (a build marks
+    what it reuses as used: its mtime), with the files named after them (an archive's SBOMs), so the
+    cache holds a few checkouts' builds rather than every build it ever made. Returns the removed."""
+    matching = [p for p in directory.glob("*") if p.is_file() and name.fullmatch(p.name)]
+    matching.sort(key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    removed = []
+    for old in matching[keep:]:
+        for path in [old, *directory.glob(f"{glob_escape(old.name)}.*")]:
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", text)
 
 
 def files_under(root: Path, *relative: str) -> list[Path]:

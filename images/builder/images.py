@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from images.builder import debian, locks
-from images.builder.cache import atomic_path, build_lock, cache_root, files_under, inputs_hash, scratch
+from images.builder.cache import (
+    atomic_path,
+    build_lock,
+    cache_root,
+    files_under,
+    inputs_hash,
+    keep_recent,
+    scratch,
+)
 from images.builder.dockerfile import runtime_config
 from images.builder.oci import ImageConfig, Layer, write_archive, write_layer
 
@@ -29,6 +38,9 @@ REGISTRY = "localhost/llm-operator"
 # operator/llm_operator/modelrepo/templates.
 PROJECT = ("pyproject.toml", "README.md", "operator", "model_repo_templates")
 INPUTS_LABEL = "io.llmoperator.image-inputs"
+# Archives (and base layers) kept per image, the most recently used: a few checkouts' builds, not
+# every build ever made (a cpu-runtime archive is 400 MB).
+KEEP_ARCHIVES = 3
 # Base image install paths (python:3.11-slim) -> Debian's python3 with pip's default scheme.
 SITE_PACKAGES = {"/usr/local/lib/python3.11/site-packages": "/usr/local/lib/python3.11/dist-packages"}
 # Every third-party wheel an image installs comes from a hash-pinned lock (scripts/lock.sh), the
@@ -239,6 +251,7 @@ def build(name: str, log: Callable[[str], None] = print) -> Path:
         digest = inputs_digest(spec)
         dest = cache_root() / f"{name}-{digest[:16]}.oci.tar"
         if dest.is_file():
+            os.utime(dest)  # used: keep_recent keeps it
             log(f"{name}: reused {dest}")
             return dest
         with scratch(f"work-{name}") as work:
@@ -254,6 +267,7 @@ def build(name: str, log: Callable[[str], None] = print) -> Path:
             history = f"python -m images.builder {name}"
             write_archive(dest, refs(name, digest), config, layers, history=history)
         log(f"{name}: built {dest}")
+        keep_recent(cache_root(), re.compile(rf"{re.escape(name)}-[0-9a-f]{{16}}\.oci\.tar"), KEEP_ARCHIVES)
         return dest
 
 
@@ -264,6 +278,7 @@ def _base_layer(spec: Spec, rootfs: Path, log: Callable[[str], None]) -> Layer:
     blob = cache_root() / "layers" / f"{spec.name}-base-{key}.tar.gz"
     described = blob.with_suffix(".json")
     if blob.is_file() and described.is_file():
+        os.utime(blob)
         d = json.loads(described.read_text())
         return Layer(blob, d["digest"], d["diff_id"], d["size"])
     blob.parent.mkdir(parents=True, exist_ok=True)
@@ -271,6 +286,8 @@ def _base_layer(spec: Spec, rootfs: Path, log: Callable[[str], None]) -> Layer:
     with atomic_path(described) as tmp:
         tmp.write_text(json.dumps({"digest": layer.digest, "diff_id": layer.diff_id, "size": layer.size}))
     log(f"{spec.name}: packed its base layer {blob}")
+    base = re.compile(rf"{re.escape(spec.name)}-base-[0-9a-f]{{16}}\.tar\.gz")
+    keep_recent(blob.parent, base, KEEP_ARCHIVES)
     return layer
 
 

@@ -39,12 +39,13 @@ from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, pod_rea
 from e2e.generate import connection
 from tests.e2e import istio_gateway, openai_sdk
 
-pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]  # compares pods' latencies: load skews them
+pytestmark = pytest.mark.e2e
 
 REQUESTS, CONCURRENCY = 90, 6  # per side; bounded in time too (LOAD_S)
 # 4-token completions: the straggler (SLOW_STEP_MS per token per sequence) spends 0.48 s of its two
 # instances' time on each, so the Service's third of 90 keeps it busy for ~7 s, not ~29 s.
 TOKENS = 4
+ALONE_TRIES = 3
 LOAD_S = 120
 # The straggler's share through the picker; a blind choice gives it a third. Measured on the 2-core
 # machine (2026-11-26): 0.07 through the router (90 requests in 3.0 s), 0.30 through the Service (7.5 s).
@@ -103,12 +104,16 @@ def drive(routed: Routed, kubectl: Kubectl, service: str) -> tuple[dict[str, flo
 def test_the_picker_sends_the_straggler_a_small_share_and_the_service_a_third(
     routed: Routed, kubectl: Kubectl
 ) -> None:
-    # The fault knob slowed that pod alone (LLMOP_FAULT_PODS), asked of each pod directly.
-    alone = {pod: straggler.completion_seconds(routed.netns, ip, TOKENS)
+    # The fault knob slowed that pod alone (LLMOP_FAULT_PODS), asked of each pod directly. The
+    # best of a few tries, compared with each other: the other stream's load slows every pod alike
+    # (one pod of the cold run's took 0.52 s), but never by the straggler's added sleep.
+    alone = {pod: min(straggler.completion_seconds(routed.netns, ip, TOKENS) for _ in range(ALONE_TRIES))
              for pod, ip in straggler.pod_ips(kubectl, routed.namespace).items()}  # fmt: skip
     slow = TOKENS * straggler.SLOW_STEP_MS / 1000
     assert alone[straggler.SLOW_POD] >= slow, alone
-    assert all(s < slow for p, s in alone.items() if p != straggler.SLOW_POD), alone
+    assert all(
+        alone[straggler.SLOW_POD] - s >= slow / 2 for p, s in alone.items() if p != straggler.SLOW_POD
+    ), alone
     router_share, router_stats, router_s = drive(routed, kubectl, straggler.router())
     service_share, service_stats, service_s = drive(routed, kubectl, straggler.NAME)
     for side, share, stats, took in (("router", router_share, router_stats, router_s),

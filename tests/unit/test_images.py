@@ -7,6 +7,7 @@ import contextlib
 import importlib
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ from llm_operator.api.v1alpha1 import Backend
 from llm_operator.controller.config import DEFAULT_RUNTIME_IMAGE, DEFAULT_TRTLLM_VERSION
 
 from images.builder import locks
+from images.builder.cache import keep_recent
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILES = sorted((REPO / "images").glob("*.Dockerfile"))
@@ -161,3 +163,24 @@ def test_the_cpu_runtime_image_has_the_front_doors_libraries_and_the_cpu_referen
         assert image.get(package) == dev[package], f"{package} is pinned as requirements/dev.lock pins it"
     writer = "-m llm_operator.runtime.cpu_reference.tokenizer_files"
     assert f"{writer} {contract.CPU_REFERENCE_TOKENIZER_DIR} " in f"{runs} "
+
+
+def test_the_build_cache_keeps_the_most_recently_used_archives_of_each_image(tmp_path: Path) -> None:
+    archive = re.compile(r"cpu-runtime-[0-9a-f]{16}\.oci\.tar")
+    names = [f"cpu-runtime-{i:016x}.oci.tar" for i in range(5)]
+    for age, name in enumerate(names):  # names[0] the newest
+        (tmp_path / name).write_bytes(b"x")
+        (tmp_path / f"{name}.0.1.0.cdx.json").write_text("{}")
+        os.utime(tmp_path / name, ns=(10**18 - age * 10**9, 10**18 - age * 10**9))
+    os.utime(tmp_path / names[4])  # the oldest just reused
+    other = tmp_path / "operator-0000000000000000.oci.tar"
+    other.write_bytes(b"x")
+    os.utime(other, ns=(1, 1))
+
+    removed = keep_recent(tmp_path, archive, 3)
+
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted(
+        [other.name, *(n for i in (0, 1, 4) for n in (names[i], f"{names[i]}.0.1.0.cdx.json"))]
+    )
+    assert len(removed) == 4
