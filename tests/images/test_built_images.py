@@ -129,7 +129,7 @@ def test_cpu_runtime_has_the_model_but_not_the_launcher(image: Callable[[str], R
 def test_cpu_runtime_reads_a_checkpoint_as_the_host_writes_it(image: Callable[[str], Rootfs]) -> None:
     """The image's safetensors and torch load a cached checkpoint (seed 1) into the same model the
     host's builtin seed 1 is: same text."""
-    from llm_operator.runtime.cpu_reference import BUILTIN_MODELS, checkpoint
+    from llm_operator.runtime.cpu_reference import TINY_MODELS, checkpoint
     from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM
 
     runtime = image("cpu-runtime")
@@ -141,8 +141,29 @@ def test_cpu_runtime_reads_a_checkpoint_as_the_host_writes_it(image: Callable[[s
     )
     loaded = runtime.run(["python3", "-c", probe])
     assert loaded.returncode == 0, loaded.stdout
-    expected = "".join(TinyLM(BUILTIN_MODELS["tiny-llama"], 1).generate("cache", 12))
+    expected = "".join(TinyLM(TINY_MODELS["tiny-llama"], 1).generate("cache", 12))
     assert loaded.stdout.splitlines()[-1] == expected
+
+
+def test_cpu_runtime_serves_its_packaged_model_from_its_own_files(image: Callable[[str], Rootfs]) -> None:
+    """The image's base layer holds SmolLM2's GGUF and its build wrote the tokenizer beside it: the
+    image's own torch, gguf and tokenizers load them as the pod's model does, and the model answers
+    a factual question in words."""
+    runtime = image("cpu-runtime")
+    probe = (
+        f"import sys; sys.path.insert(0, {CPU_RUNTIME_PYTHON_PATH[0]!r})\n"
+        "from llm_operator.runtime.cpu_reference import served\n"
+        "from llm_operator.runtime.cpu_reference.tiny_lm import Sampler\n"
+        "lm, codec = served.load('smollm2-135m-instruct', 0, '')\n"
+        "prompt = codec.encode('<|im_start|>user\\nWhat is the capital of France?<|im_end|>\\n'\n"
+        "                      '<|im_start|>assistant\\n')\n"
+        "pieces = codec.pieces()\n"
+        "sampler = Sampler(pickable=lm.pickable, end_id=lm.end_id)\n"
+        "print(repr(''.join(pieces(t) for t in lm.generate_ids(prompt, 24, sampler))))"
+    )
+    answered = runtime.run(["python3", "-c", probe], timeout=300)
+    assert answered.returncode == 0, answered.stdout[-3000:]
+    assert "Paris" in answered.stdout.splitlines()[-1], answered.stdout[-500:]
 
 
 def test_cpu_runtime_has_the_front_doors_tokenizer_and_chat_templates(image: Callable[[str], Rootfs]) -> None:

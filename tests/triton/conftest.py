@@ -15,7 +15,7 @@ from llm_operator.api.v1alpha1 import LLMDeploymentSpec
 from llm_operator.modelrepo import render_repository, to_configmap_data, weights_seed
 from llm_operator.plan.cpu import cpu_plan
 from llm_operator.plan.types import PoolPlan
-from llm_operator.runtime.cpu_reference import BUILTIN_MODELS
+from llm_operator.runtime.cpu_reference import TINY_MODELS
 from llm_operator.runtime.cpu_reference.tiny_lm import Sampler, TinyLM
 from llm_operator.runtime.repository import materialize
 
@@ -39,7 +39,7 @@ def cpu_spec(streaming: bool) -> LLMDeploymentSpec:
 
 def expected(prompt: str, max_tokens: int, sampler: Sampler | None = None) -> str:
     """What the server must answer: the same model run alone, in this process."""
-    lm = TinyLM(BUILTIN_MODELS["tiny-llama"], weights_seed(cpu_spec(True).model.revision or "main"))
+    lm = TinyLM(TINY_MODELS["tiny-llama"], weights_seed(cpu_spec(True).model.revision or "main"))
     return "".join(lm.generate(prompt, max_tokens, sampler))
 
 

@@ -61,10 +61,13 @@ def _ready(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def leader_pod(work: Path, spec: LLMDeploymentSpec, names: tuple[str, ...]) -> Iterator[LeaderPod]:
+def leader_pod(
+    work: Path, spec: LLMDeploymentSpec, names: tuple[str, ...], model_dir: Path | None = None
+) -> Iterator[LeaderPod]:
     """Ready when Triton's model and the front door both answer; stopped with SIGTERM, as the
     kubelet stops a pod. Raises RuntimeError (with the log's tail) if it does not become ready or
-    does not stop with status 0."""
+    does not stop with status 0. model_dir: a mounted model's directory (LLMOP_MODEL_DIR), which is
+    also its tokenizer's."""
     configmap = work / "configmap"
     configmap.mkdir()
     python_path = (str(REPO / "operator"), sysconfig.get_paths()["purelib"])
@@ -72,7 +75,9 @@ def leader_pod(work: Path, spec: LLMDeploymentSpec, names: tuple[str, ...]) -> I
                               python_path=python_path)  # fmt: skip
     for key, text in to_configmap_data(files).items():
         (configmap / key).write_text(text)
-    tokenizer_files.write(work / "tokenizer")
+    tokenizer = model_dir or work / "tokenizer"
+    if model_dir is None:
+        tokenizer_files.write(tokenizer)
     install = TritonInstall.from_wheel()
     http, grpc, metrics, api = free_ports(4)
     max_seq_len = spec.engine.max_seq_len
@@ -86,7 +91,8 @@ def leader_pod(work: Path, spec: LLMDeploymentSpec, names: tuple[str, ...]) -> I
         "LLMOP_BACKEND_DIR": str(install.backends(work / "backends")),
         "LLMOP_MODEL_REPO_SRC": str(configmap),
         "LLMOP_MODEL_REPO": str(work / "repo"),
-        "LLMOP_TOKENIZER_DIR": str(work / "tokenizer"),
+        "LLMOP_TOKENIZER_DIR": str(tokenizer),
+        **({"LLMOP_MODEL_DIR": str(model_dir)} if model_dir else {}),
         "LLMOP_HTTP_PORT": str(http),
         "LLMOP_GRPC_PORT": str(grpc),
         "LLMOP_METRICS_PORT": str(metrics),
@@ -102,7 +108,7 @@ def leader_pod(work: Path, spec: LLMDeploymentSpec, names: tuple[str, ...]) -> I
     with log.open("wb") as out:
         process = subprocess.Popen([sys.executable, "-m", "llm_operator.runtime.launcher"], env=env,
                                    stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
-    pod = LeaderPod(process, log, http, api, metrics, Tokenizer.load(work / "tokenizer"))
+    pod = LeaderPod(process, log, http, api, metrics, Tokenizer.load(tokenizer))
     deadline = time.monotonic() + 120
     while not (_ready(f"http://127.0.0.1:{http}/v2/health/ready") and _ready(f"{pod.base_url}/models")):
         if process.poll() is not None or time.monotonic() > deadline:

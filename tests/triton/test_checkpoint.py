@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
 from llm_operator.plan.cpu import cpu_plan
-from llm_operator.runtime.cpu_reference import BUILTIN_MODELS, checkpoint
+from llm_operator.runtime.cpu_reference import TINY_MODELS, checkpoint
 from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM
 
 from tests.triton.conftest import cpu_spec, serve
@@ -48,8 +48,8 @@ def test_the_model_serves_the_checkpoint_in_llmop_model_dir(tmp_path: Path) -> N
     server = serve(tmp_path / "server", cached_spec(), {"LLMOP_MODEL_DIR": str(model_dir)}, SAME_PLAN)
     running = next(server)
     try:
-        seed1 = "".join(TinyLM(BUILTIN_MODELS["tiny-llama"], 1).generate(PROMPT, MAX_TOKENS))
-        seed0 = "".join(TinyLM(BUILTIN_MODELS["tiny-llama"], 0).generate(PROMPT, MAX_TOKENS))
+        seed1 = "".join(TinyLM(TINY_MODELS["tiny-llama"], 1).generate(PROMPT, MAX_TOKENS))
+        seed0 = "".join(TinyLM(TINY_MODELS["tiny-llama"], 0).generate(PROMPT, MAX_TOKENS))
         assert seed1 != seed0
         assert generate(running, PROMPT) == seed1
     finally:

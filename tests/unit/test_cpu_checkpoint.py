@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 from llm_operator.frontdoor.tokenizer import Tokenizer
-from llm_operator.runtime.cpu_reference import BUILTIN_MODELS
+from llm_operator.runtime.cpu_reference import TINY_MODELS
 from llm_operator.runtime.cpu_reference.checkpoint import CheckpointError, load, write
 from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM, seeded_tensors
 from safetensors.torch import load_file, save_file
 
-TINY = BUILTIN_MODELS["tiny-llama"]
+TINY = TINY_MODELS["tiny-llama"]
 PROMPT = "The model cache"
 
 

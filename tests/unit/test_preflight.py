@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 from llm_operator.runtime.config import PodConfig
-from llm_operator.runtime.cpu_reference import checkpoint
+from llm_operator.runtime.cpu_reference import checkpoint, gguf_files
 from llm_operator.runtime.launcher import EXIT_CONFIG
 from llm_operator.runtime.preflight import (
     CPU_REFERENCE_CHECKPOINT_FILES,
     CPU_REFERENCE_MODEL_TYPE,
+    CPU_REFERENCE_PACKAGED_WEIGHTS,
     TOKENIZER_FILES,
     first_missing,
 )
@@ -147,3 +148,4 @@ def test_a_checkpoint_of_another_model_is_refused_before_triton_starts(
     )
     assert checkpoint.MODEL_TYPE == CPU_REFERENCE_MODEL_TYPE
     assert tuple(CPU_REFERENCE_CHECKPOINT_FILES) == (checkpoint.CONFIG_FILE, checkpoint.WEIGHTS_FILE)
+    assert CPU_REFERENCE_PACKAGED_WEIGHTS == gguf_files.WEIGHTS_FILE

@@ -11,7 +11,8 @@ llm-operator/tiny-llama is the CPU reference runtime's deterministic model
 (runtime/cpu_reference, BUILTIN_MODELS): 2 layers, hidden 64, 4 heads (head dim 16), 2 KV heads,
 MLP 128, byte vocabulary 256, 512 positions, untied embedding and LM head. Parameters:
 embedding 256*64 + 2 layers * (q 64*64 + k,v 2*64*32 + o 64*64 + gate,up,down 3*64*128)
-+ LM head 64*256 = 106,496. Change both together.
++ LM head 64*256 = 106,496. Change both together. llm-operator/smollm2-135m-instruct is its packaged
+SmolLM2-135M-Instruct (tied embedding and LM head).
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ ARCHITECTURES: dict[str, ModelArchitecture] = {
     "qwen2.5-72b": _arch(80, 8192, 64, 8, 152064, 72.7e9, 29568, 32768),
     "tinyllama-1.1b": _arch(22, 2048, 32, 4, 32000, 1.1e9, 5632, 2048),
     "tiny-llama": _arch(2, 64, 4, 2, 256, 106_496, 128, 512),
+    # Embedding 49152*576 + 30 layers * (q,o 2*576*576 + k,v 2*576*192 + MLP 3*576*1536 + 2 norms
+    # 576) + final norm 576.
+    "smollm2-135m": _arch(30, 576, 9, 3, 49152, 134_515_008, 1536, 8192),
 }
 
 _SUFFIX = re.compile(

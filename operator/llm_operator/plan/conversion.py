@@ -27,6 +27,7 @@ NAME_PREFIXES: tuple[tuple[str, ModelFamily], ...] = (
     ("llama", ModelFamily.LLAMA),
     ("tinyllama", ModelFamily.LLAMA),
     ("tiny-llama", ModelFamily.LLAMA),
+    ("smollm", ModelFamily.LLAMA),
     ("codellama", ModelFamily.LLAMA),
     ("mistral", ModelFamily.MISTRAL),
     ("mixtral", ModelFamily.MIXTRAL),

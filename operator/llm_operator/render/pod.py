@@ -21,6 +21,7 @@ from llm_operator.render import names
 from llm_operator.render.inject import inject_init_container, inject_mount, inject_volume, python_path_env
 from llm_operator.render.placement import pod_scheduling
 from llm_operator.rollout.revision import Slot
+from llm_operator.runtime.cpu_reference import PACKAGED_MODELS, packaged_dir
 from llm_operator.storage import EngineLocation, ModelLocation, tokenizer_dir, tokenizer_location
 
 
@@ -101,8 +102,10 @@ def _env(
     if model is not None:
         env.append({"name": "LLMOP_MODEL_DIR", "value": model.model_dir})
     tokenizer = tokenizer_dir(tokenizer_location(spec.runtime.tokenizer_uri), engine, model)
-    if not tokenizer and spec.engine.backend == Backend.CPU_REFERENCE:
-        tokenizer = contract.CPU_REFERENCE_TOKENIZER_DIR  # in the cpu-runtime image
+    if not tokenizer and spec.engine.backend == Backend.CPU_REFERENCE:  # in the cpu-runtime image
+        builtin = spec.model.source.uri.removeprefix("builtin://")
+        packaged = builtin in PACKAGED_MODELS
+        tokenizer = packaged_dir(builtin) if packaged else contract.CPU_REFERENCE_TOKENIZER_DIR
     if tokenizer:  # the launcher refuses to start without a tokenizer there
         env.append({"name": "LLMOP_TOKENIZER_DIR", "value": tokenizer})
     return env

@@ -33,6 +33,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt
 # checkpoint.py, which needs torch and is not in the launcher's copy: it checks their content).
 CPU_REFERENCE_CHECKPOINT_FILES = ("config.json", "model.safetensors")
 CPU_REFERENCE_MODEL_TYPE = "llm-operator-tiny"  # checkpoint.MODEL_TYPE (test_preflight: they agree)
+CPU_REFERENCE_PACKAGED_WEIGHTS = "model.gguf"  # gguf_files.WEIGHTS_FILE: a packaged model's layout
 
 
 def image_files(c: PodConfig) -> dict[str, Path]:
@@ -86,13 +87,18 @@ def first_missing(c: PodConfig) -> str | None:
         for rank in range(c.world_size):
             if not (engine / f"rank{rank}.engine").is_file():
                 return f"{engine}/rank{rank}.engine not found: tp*pp = {c.world_size} ranks, one engine each"
-    if c.backend == "cpu-reference" and c.model_dir:
+    if (
+        c.backend == "cpu-reference"
+        and c.model_dir
+        and not (Path(c.model_dir) / CPU_REFERENCE_PACKAGED_WEIGHTS).is_file()
+    ):
         cached = Path(c.model_dir)
         for name in CPU_REFERENCE_CHECKPOINT_FILES:
             if not (cached / name).is_file():
                 return (
                     f"{cached}/{name} not found: the cpu-reference backend serves checkpoints of "
-                    f"{' and '.join(CPU_REFERENCE_CHECKPOINT_FILES)} with the tokenizer files beside them"
+                    f"{' and '.join(CPU_REFERENCE_CHECKPOINT_FILES)} with the tokenizer files beside them "
+                    f"(or a packaged model's {CPU_REFERENCE_PACKAGED_WEIGHTS} and tokenizer files)"
                 )
         if _model_type(cached / "config.json") != CPU_REFERENCE_MODEL_TYPE:
             return (

@@ -25,7 +25,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save
 
-from llm_operator.runtime.cpu_reference import BUILTIN_MODELS, TinyConfig, tokenizer_files
+from llm_operator.runtime.cpu_reference import TINY_MODELS, TinyConfig, tokenizer_files
 from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM, seeded_tensors
 
 CONFIG_FILE = "config.json"
@@ -88,7 +88,7 @@ def parse_config(data: Any, where: Path) -> TinyConfig:
 
 def write(directory: str | Path, model: str = "tiny-llama", seed: int = 0) -> None:
     directory = Path(directory)
-    config = BUILTIN_MODELS[model]
+    config = TINY_MODELS[model]
     directory.mkdir(parents=True, exist_ok=True)
     text = json.dumps(config_json(config), indent=2) + "\n"
     (directory / CONFIG_FILE).write_text(text, encoding="utf-8")
@@ -132,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         description="Write a cpu-reference checkpoint directory (config, weights, tokenizer).",
     )
     parser.add_argument("directory", type=Path)
-    parser.add_argument("--model", choices=sorted(BUILTIN_MODELS), default="tiny-llama")
+    parser.add_argument("--model", choices=sorted(TINY_MODELS), default="tiny-llama")
     parser.add_argument("--seed", type=int, default=0, help="builtin://MODEL's weights_seed (default 0)")
     args = parser.parse_args(argv)
     write(args.directory, args.model, args.seed)

@@ -1,9 +1,6 @@
 """Triton python-backend model "ensemble" of the CPU reference runtime: the TensorRT-LLM ensemble's
-external contract (text_input, max_tokens, stream, sampling inputs -> text_output) on TinyLM.
-
-The weights: the checkpoint in LLMOP_MODEL_DIR when the operator sets it (a cached s3:// or hf://
-source, or a pvc:// directory, in checkpoint.py's format), else the builtin model config.pbtxt
-names, drawn from its weights_seed.
+external contract (text_input, max_tokens, stream, sampling inputs, end_id -> text_output) on the
+model served.py loads: LLMOP_MODEL_DIR's checkpoint, else the builtin model config.pbtxt names.
 
 A dynamic batch is decoded in lockstep; in decoupled mode a streaming request gets one response per
 token, the last one flagged final, and any request gets its final response as soon as it is done.
@@ -53,9 +50,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
-from llm_operator.runtime.cpu_reference import BUILTIN_MODELS, checkpoint  # noqa: E402
+from llm_operator.runtime.cpu_reference import served  # noqa: E402
 from llm_operator.runtime.cpu_reference.faults import ERROR_PERCENT, Faults  # noqa: E402
-from llm_operator.runtime.cpu_reference.tiny_lm import Penalties, Sampler, TinyLM, encode  # noqa: E402
+from llm_operator.runtime.cpu_reference.tiny_lm import Penalties, Sampler  # noqa: E402
 
 
 def _optional(request: Any, name: str) -> Any:
@@ -95,12 +92,15 @@ class Job:
 
     request: Any
     prompt: str
+    prompt_ids: list[int]
     max_tokens: int
     stream: bool
     exclude_input: bool
     stop_words: list[str]
     sampler: Sampler
+    pieces: served.Pieces  # its output's text, token by token
     generated: str = ""
+    tokens: int = 0  # generated
     done: bool = False
     answered: bool = False  # its first response is sent (time to first token observed)
 
@@ -220,31 +220,18 @@ def _delay(milliseconds: float) -> None:
         time.sleep(milliseconds / 1000.0)
 
 
-def _model(params: dict[str, str], model_dir: str) -> TinyLM:
-    """The cached checkpoint the operator mounted (LLMOP_MODEL_DIR), else the builtin model the
-    repository names, drawn from its weights_seed."""
-    if model_dir:
-        try:
-            return checkpoint.load(model_dir)
-        except checkpoint.CheckpointError as e:
-            raise pb_utils.TritonModelException(str(e)) from None
-    name = params.get("model", "")
-    if not name:  # the operator renders no builtin name for a cached source
-        raise pb_utils.TritonModelException(
-            "LLMOP_MODEL_DIR is not set: this repository serves a cached model, whose directory goes there"
-        )
-    if name not in BUILTIN_MODELS:
-        raise pb_utils.TritonModelException(f"unknown builtin model {name!r}")
-    return TinyLM(BUILTIN_MODELS[name], seed=int(params["weights_seed"]))
-
-
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config["parameters"].items()}
         # One thread per instance: Triton's instance count is the unit of CPU parallelism.
         torch.set_num_threads(1)
-        self.lm = _model(params, os.environ.get("LLMOP_MODEL_DIR", ""))
+        try:
+            self.lm, self.codec = served.load(
+                params.get("model", ""), int(params["weights_seed"]), os.environ.get("LLMOP_MODEL_DIR", "")
+            )
+        except ValueError as e:
+            raise pb_utils.TritonModelException(str(e)) from None
         self.max_input_len = int(params["max_input_len"])
         self.max_seq_len = int(params["max_seq_len"])
         self.exclude_input = params["exclude_input_in_output"] == "true"
@@ -276,7 +263,8 @@ class TritonPythonModel:
         max_tokens = int(_first(request, "max_tokens", 0))
         stream = bool(_first(request, "stream", False))
         words = _optional(request, "stop_words")
-        tokens = len(encode(prompt))
+        prompt_ids = self.codec.encode(prompt)
+        tokens = len(prompt_ids)
         if not tokens:
             return "text_input is empty"
         if tokens > self.max_input_len:
@@ -295,13 +283,17 @@ class TritonPythonModel:
         problem = Sampler.problem(temperature, top_k, top_p) or penalties.problem()
         if problem is not None:
             return problem
-        # end_id (ignore_eos sends -1) and min_tokens only concern an end token, which this model
-        # never generates (its tokenizer has none): every output runs to max_tokens or a stop word.
-        if int(_first(request, "min_tokens", 0)) < 0:
+        # end_id -1 (ignore_eos) never ends; min_tokens keeps the end token off until then. TinyLM
+        # has no end token: its every output runs to max_tokens or a stop word.
+        min_tokens, end_id = int(_first(request, "min_tokens", 0)), self.lm.end_id
+        if min_tokens < 0:
             return "min_tokens must be >= 0"
+        if int(_first(request, "end_id", end_id if end_id is not None else -1)) == -1:
+            end_id = None
         return Job(
             request=request,
             prompt=prompt,
+            prompt_ids=prompt_ids,
             max_tokens=max_tokens,
             stream=stream,
             exclude_input=bool(_first(request, "exclude_input_in_output", self.exclude_input)),
@@ -312,14 +304,18 @@ class TritonPythonModel:
                 top_p=top_p,
                 seed=int(_first(request, "seed", 0)),
                 penalties=penalties,
-                prompt=tuple(encode(prompt)),
+                prompt=tuple(prompt_ids),
+                pickable=self.lm.pickable,
+                end_id=end_id,
+                min_tokens=min_tokens,
             ),
+            pieces=self.codec.pieces(),
         )
 
     def _decode(self, jobs: list[Job], emit: Callable[[Job, str], None]) -> None:
         """emit(job, piece) sees every token; a job ends at max_tokens or on a stop word. The load
         gauges follow the batch: every sequence keeps its KV cache until the batch ends."""
-        prompts = [encode(j.prompt) for j in jobs]
+        prompts = [j.prompt_ids for j in jobs]
         # The prefill (context phase) starts with the prompts' blocks taken, as in TensorRT-LLM.
         self.load.update(len(jobs), context=len(jobs), used_blocks=sum(_blocks(len(p)) for p in prompts))
         try:
@@ -328,7 +324,7 @@ class TritonPythonModel:
         finally:
             self.load.update()
         for job, prompt in zip(jobs, prompts, strict=True):
-            self.load.completed(len(prompt), len(job.generated))
+            self.load.completed(len(prompt), job.tokens)
 
     def _steps(self, jobs: list[Job], prompts: list[list[int]], emit: Callable[[Job, str], None]) -> None:
         batch = self.lm.start(prompts)
@@ -339,11 +335,15 @@ class TritonPythonModel:
             tokens = batch.pick([j.sampler for j in jobs])
             for job, token in zip(jobs, tokens, strict=True):
                 if not job.done:
-                    job.generated += chr(token)
-                    job.done = len(job.generated) >= job.max_tokens or any(
-                        job.generated.endswith(w) for w in job.stop_words
-                    )
-                    emit(job, chr(token))
+                    piece = job.pieces(token)
+                    job.generated += piece
+                    job.tokens += 1
+                    job.done = (
+                        job.tokens >= job.max_tokens
+                        or token == job.sampler.end_id
+                        or any(w in job.generated[1 - len(w) - len(piece) :] for w in job.stop_words if piece)
+                    )  # a stop word ends in the new piece
+                    emit(job, piece)
             if all(j.done for j in jobs):
                 return
             batch.advance(tokens)
@@ -384,7 +384,7 @@ class TritonPythonModel:
                 )
             elif job.done and self.faults.latency_ms:
                 held.append((job, _text(piece) if job.stream else self._result(job)))
-            elif job.stream:
+            elif job.stream and (piece or job.done):  # (a token may complete no character yet)
                 send(job, _text(piece), final if job.done else 0)
             elif job.done:
                 send(job, self._result(job), final)

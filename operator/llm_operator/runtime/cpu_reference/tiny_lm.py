@@ -1,9 +1,10 @@
-"""A tiny Llama-shaped causal LM in torch whose weights are drawn from a seed: deterministic output,
-no downloads, fast on one CPU core.
+"""A Llama-architecture decoder in torch (Decoder), and the tiny model whose weights are drawn from
+a seed (TinyLM): deterministic output, no downloads, fast on one CPU core. gguf_lm serves real
+models' weights through the same Decoder.
 
 Batched like a real server: prompts are left-padded into one prefill, then every step decodes one
-token per sequence against a KV cache. Arithmetic is float64 so that a request's tokens do not depend
-on which requests it happened to be batched with (float32 rounding can flip an argmax).
+token per sequence against a KV cache. TinyLM's arithmetic is float64 so that a request's tokens do
+not depend on which requests it happened to be batched with (float32 rounding can flip an argmax).
 
 Tokenizer: UTF-8 bytes in. Generation is restricted to printable ASCII, so every token decodes to
 one character on its own and streamed pieces are always valid text.
@@ -77,6 +78,9 @@ class Sampler:
     seed: int = 0
     penalties: Penalties = field(default_factory=Penalties)
     prompt: tuple[int, ...] = ()
+    pickable: tuple[int, int] = (PRINTABLE_FIRST, PRINTABLE_LAST)  # the ids it may pick, both ends in
+    end_id: int | None = None  # the end token, which is not picked before min_tokens
+    min_tokens: int = 0
     generator: torch.Generator = field(init=False)
     output: Counter[int] = field(init=False, default_factory=Counter)
 
@@ -97,14 +101,17 @@ class Sampler:
         return None
 
     def pick(self, logits: torch.Tensor) -> int:
-        token = self._pick(self.penalties.apply(logits, self.prompt, self.output))
+        logits = self.penalties.apply(logits, self.prompt, self.output)
+        if self.end_id is not None and self.output.total() < self.min_tokens:
+            logits = logits.index_fill(0, torch.tensor([self.end_id]), -math.inf)
+        token = self.pickable[0] + self._pick(logits[self.pickable[0] : self.pickable[1] + 1])
         self.output[token] += 1
         return token
 
     def _pick(self, logits: torch.Tensor) -> int:
-        logits = logits[PRINTABLE_FIRST : PRINTABLE_LAST + 1]
+        """The index picked in `logits` (the pickable ids' logits)."""
         if self.top_k == 1 or (self.top_k <= 0 and self.top_p <= 0.0):
-            return PRINTABLE_FIRST + int(torch.argmax(logits))
+            return int(torch.argmax(logits))
         logits = torch.div(logits, max(self.temperature, 1e-5))
         if self.top_k > 1:
             kth = torch.topk(logits, min(self.top_k, logits.numel())).values[-1]
@@ -114,11 +121,13 @@ class Sampler:
             ordered, order = torch.sort(probs, descending=True)
             outside = torch.cumsum(ordered, dim=-1) - ordered >= self.top_p  # the nucleus ends before
             probs = probs.scatter(0, order, ordered.masked_fill(outside, 0.0))
-        return PRINTABLE_FIRST + int(torch.multinomial(probs, 1, generator=self.generator))
+        return int(torch.multinomial(probs, 1, generator=self.generator))
 
 
 @dataclass(frozen=True)
 class Layer:
+    """Projections [in, out]; RMSNorm gains (None: unit, as TinyLM's)."""
+
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
@@ -126,10 +135,13 @@ class Layer:
     gate: torch.Tensor
     up: torch.Tensor
     down: torch.Tensor
+    attn_norm: torch.Tensor | None = None
+    ffn_norm: torch.Tensor | None = None
 
 
-def _rms_norm(x: torch.Tensor) -> torch.Tensor:
-    return torch.mul(x, torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+def _rms_norm(x: torch.Tensor, gain: torch.Tensor | None, eps: float) -> torch.Tensor:
+    normed = torch.mul(x, torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+    return normed if gain is None else normed * gain
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -166,7 +178,43 @@ def seeded_tensors(config: TinyConfig, seed: int) -> dict[str, torch.Tensor]:
     return tensors
 
 
-class TinyLM:
+class Decoder:
+    """The decoder's weights (rotary positions in Hugging Face's rotate-half order) and what the
+    server needs to know about its vocabulary."""
+
+    config: TinyConfig
+    embed: torch.Tensor  # [vocab, hidden]
+    layers: list[Layer]
+    norm: torch.Tensor | None  # the final RMSNorm's gain
+    lm_head: torch.Tensor  # [hidden, vocab]
+    inv_freq: torch.Tensor
+    eps: float
+    dtype: torch.dtype
+    pickable: tuple[int, int]  # the ids generation may pick (Sampler.pickable)
+    end_id: int | None  # the token that ends an answer (None: none, every answer runs to its limit)
+
+    def start(self, prompts: Sequence[Sequence[int]]) -> Batch:
+        return Batch(self, prompts)
+
+    def generate_ids(self, prompt: Sequence[int], max_tokens: int, sampler: Sampler) -> Iterator[int]:
+        """One sequence alone, to its end token or max_tokens: the reference the batched server
+        must reproduce."""
+        batch = self.start([prompt])
+        for i in range(max_tokens):
+            token = batch.pick([sampler])[0]
+            yield token
+            if token == self.end_id or i + 1 == max_tokens:
+                return
+            batch.advance([token])
+
+
+class TinyLM(Decoder):
+    eps = 1e-6
+    dtype = DTYPE
+    pickable = (PRINTABLE_FIRST, PRINTABLE_LAST)
+    end_id = None
+    norm = None
+
     def __init__(self, config: TinyConfig, seed: int) -> None:
         """A builtin model: its weights drawn from a seed."""
         self._load(config, seeded_tensors(config, seed))
@@ -202,23 +250,15 @@ class TinyLM:
         self.lm_head = weight["lm_head"]
         self.inv_freq = ROPE_BASE ** (-torch.arange(0, c.head_dim, 2, dtype=DTYPE) / c.head_dim)
 
-    def start(self, prompts: Sequence[Sequence[int]]) -> Batch:
-        return Batch(self, prompts)
-
     def generate(self, prompt: str, max_tokens: int, sampler: Sampler | None = None) -> Iterator[str]:
-        """One sequence alone: the reference the batched server must reproduce."""
-        batch, sampler = self.start([encode(prompt)]), sampler or Sampler()
-        for i in range(max_tokens):
-            token = batch.pick([sampler])[0]
-            yield chr(token)
-            if i + 1 < max_tokens:
-                batch.advance([token])
+        """generate_ids on text: each token is one character."""
+        return map(chr, self.generate_ids(encode(prompt), max_tokens, sampler or Sampler()))
 
 
 class Batch:
     """Sequences decoded in lockstep: pick() a token for each, then advance() with them."""
 
-    def __init__(self, lm: TinyLM, prompts: Sequence[Sequence[int]]) -> None:
+    def __init__(self, lm: Decoder, prompts: Sequence[Sequence[int]]) -> None:
         if not all(prompts):
             raise ValueError("every prompt needs at least one token")
         self.lm = lm
@@ -228,8 +268,12 @@ class Batch:
         self.lengths = torch.tensor([len(p) for p in prompts])
         self.key_valid = torch.arange(width)[None, :] >= pad[:, None]  # [B, T]: False on padding
         c = lm.config
-        self.k_cache = [torch.zeros(len(prompts), c.kv_heads, 0, c.head_dim, dtype=DTYPE) for _ in lm.layers]
-        self.v_cache = [torch.zeros(len(prompts), c.kv_heads, 0, c.head_dim, dtype=DTYPE) for _ in lm.layers]
+        self.k_cache = [
+            torch.zeros(len(prompts), c.kv_heads, 0, c.head_dim, dtype=lm.dtype) for _ in lm.layers
+        ]
+        self.v_cache = [
+            torch.zeros(len(prompts), c.kv_heads, 0, c.head_dim, dtype=lm.dtype) for _ in lm.layers
+        ]
         positions = (torch.arange(width)[None, :] - pad[:, None]).clamp(min=0)
         self.logits = self._forward(ids, positions)
 
@@ -243,9 +287,10 @@ class Batch:
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Feed [B, S] tokens at [B, S] positions; return the next-token logits [B, vocab]."""
-        c, (b, s) = self.lm.config, ids.shape
+        lm = self.lm
+        c, (b, s) = lm.config, ids.shape
         past = self.k_cache[0].shape[2]
-        angles = positions[..., None].to(DTYPE) * self.lm.inv_freq  # [B, S, head_dim / 2]
+        angles = positions[..., None].to(lm.dtype) * lm.inv_freq  # [B, S, head_dim / 2]
         cos = torch.cat((angles.cos(), angles.cos()), dim=-1)[:, None]
         sin = torch.cat((angles.sin(), angles.sin()), dim=-1)[:, None]
         query_at = past + torch.arange(s)
@@ -253,9 +298,9 @@ class Batch:
         # Causal over valid keys; a padding query sees itself only, so no row is all -inf (NaN).
         allowed = (keys_at[None, :] <= query_at[:, None]) & self.key_valid[:, None, :]
         allowed |= keys_at[None, :] == query_at[:, None]
-        x = self.lm.embed[ids]
-        for i, layer in enumerate(self.lm.layers):
-            h = _rms_norm(x)
+        x = lm.embed[ids]
+        for i, layer in enumerate(lm.layers):
+            h = _rms_norm(x, layer.attn_norm, lm.eps)
             q = _rotate((h @ layer.q).view(b, s, c.heads, c.head_dim).transpose(1, 2), cos, sin)
             k = _rotate((h @ layer.k).view(b, s, c.kv_heads, c.head_dim).transpose(1, 2), cos, sin)
             v = (h @ layer.v).view(b, s, c.kv_heads, c.head_dim).transpose(1, 2)
@@ -267,6 +312,6 @@ class Batch:
             scores = (q @ keys.transpose(-1, -2)) / math.sqrt(c.head_dim)
             probs = torch.softmax(scores.masked_fill(~allowed[:, None], -math.inf), dim=-1)
             x = x + (probs @ values).transpose(1, 2).reshape(b, s, c.hidden) @ layer.o
-            h = _rms_norm(x)
+            h = _rms_norm(x, layer.ffn_norm, lm.eps)
             x = x + (torch.nn.functional.silu(h @ layer.gate) * (h @ layer.up)) @ layer.down
-        return torch.matmul(_rms_norm(x[:, -1]), self.lm.lm_head)
+        return torch.matmul(_rms_norm(x[:, -1], lm.norm, lm.eps), lm.lm_head)

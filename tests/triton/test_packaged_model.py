@@ -1,0 +1,76 @@
+"""The packaged SmolLM2-135M-Instruct on a real pod's processes (Triton's python backend and the
+front door, as tests/triton/test_frontdoor.py runs them), asked through the official openai SDK: it
+answers in words, ends on its own end token, streams the same text it answers whole, and takes the
+benchmark clients' ignore_eos and min_tokens for real."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+from llm_operator.api.v1alpha1 import LLMDeploymentSpec
+from llm_operator.runtime.cpu_reference import gguf_files
+from openai.types.chat import ChatCompletionMessageParam
+
+from tests.triton.leader import leader_pod
+
+pytestmark = pytest.mark.triton
+
+NAME = "smollm2-135m-instruct"
+QUESTION: list[ChatCompletionMessageParam] = [{"role": "user", "content": "What is the capital of France?"}]
+MAX_TOKENS = 48
+
+
+def spec() -> LLMDeploymentSpec:
+    return LLMDeploymentSpec.model_validate(
+        {
+            "model": {"name": "smollm2", "source": {"uri": f"builtin://{NAME}"}},
+            "engine": {"backend": "cpu-reference", "maxBatchSize": 4, "maxInputLen": 256, "maxSeqLen": 512,
+                       "maxNumTokens": 512},
+            "runtime": {"streaming": True},
+        }
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
+    cache = Path(os.environ.get("LLMOP_CACHE", "~/.cache/llm-operator")).expanduser() / "models"
+    model_dir = tmp_path_factory.mktemp("smollm2")
+    gguf_files.write(NAME, model_dir, cache)
+    try:
+        with leader_pod(tmp_path_factory.mktemp("pod"), spec(), ("smollm2",), model_dir) as pod:
+            yield openai.OpenAI(base_url=pod.base_url, api_key="unused", timeout=120, max_retries=0)
+    except RuntimeError as e:
+        pytest.fail(str(e))
+
+
+def ask(client: openai.OpenAI, **extra: object) -> tuple[str, str | None]:
+    done = client.chat.completions.create(
+        model="smollm2", messages=QUESTION, max_tokens=MAX_TOKENS, temperature=0, extra_body=extra or None
+    )
+    return done.choices[0].message.content or "", done.choices[0].finish_reason
+
+
+def test_it_answers_in_words_and_stops_on_its_end_token(client: openai.OpenAI) -> None:
+    text, finish = ask(client)
+    assert "Paris" in text
+    assert finish == "stop"
+
+
+def test_the_streamed_answer_is_the_whole_answer(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model="smollm2", messages=QUESTION, max_tokens=MAX_TOKENS, temperature=0, stream=True
+    )
+    parts = [c.choices[0].delta.content or "" for c in stream if c.choices]
+    assert "".join(parts) == ask(client)[0]
+    assert all("\ufffd" not in p for p in parts)
+
+
+def test_ignore_eos_and_min_tokens_run_past_the_natural_end(client: openai.OpenAI) -> None:
+    natural, _ = ask(client)
+    for knob in ({"ignore_eos": True}, {"min_tokens": MAX_TOKENS}):
+        longer, _ = ask(client, **knob)
+        assert longer.startswith(natural) and len(longer) > len(natural), knob
