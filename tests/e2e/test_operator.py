@@ -280,7 +280,8 @@ def test_scale_spec_change_drift_and_delete(operator: None, kubectl: Kubectl, na
         ),
         timeout=TIMEOUT,
     )
-    wait_ready(kubectl, namespace, "tiny-llama")
+    # Three real pods replaced one after another, each loading its model: 90 s ran out under load.
+    wait_ready(kubectl, namespace, "tiny-llama", timeout=3 * TIMEOUT)
 
     # Drift: a deleted child comes back, an edited one is restored.
     kubectl.delete("service", "tiny-llama", namespace, wait=True)
