@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import pytest
+from llm_operator.api.v1alpha1 import BUILTIN_URIS
 
 from e2e.cluster.testing import Kubectl, KubectlError
 
@@ -296,7 +297,7 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
             "model.source.uri": "builtin://no-such-model",
             "model.cache": _DELETE,
         },
-        "the cpu-reference backend serves its builtin models (builtin://tiny-llama) or a checkpoint",
+        f"the cpu-reference backend serves its builtin models ({' or '.join(BUILTIN_URIS)}) or a checkpoint",
     ),
     (
         "cpu-backend-parallel",
