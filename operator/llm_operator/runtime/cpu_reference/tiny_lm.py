@@ -102,7 +102,7 @@ class Sampler:
 
     def pick(self, logits: torch.Tensor) -> int:
         logits = self.penalties.apply(logits, self.prompt, self.output)
-        if self.end_id is not None and self.output.total() < self.min_tokens:
+        if self.min_tokens and self.end_id is not None and self.output.total() < self.min_tokens:
             logits = logits.index_fill(0, torch.tensor([self.end_id]), -math.inf)
         token = self.pickable[0] + self._pick(logits[self.pickable[0] : self.pickable[1] + 1])
         self.output[token] += 1
