@@ -19,7 +19,7 @@ trap 'rm -f "$log"; eval "$release_cluster"' EXIT
 # builds for minutes, at the lowest priority beside the tiers instead of before them in `make tools`.
 nice -n 19 e2e/cluster/build-tools.sh release >/dev/null 2>&1 &
 release_tools=$!
-"$PY" -m pytest -p no:cacheprovider -m "not e2e" >"$log" 2>&1 &
+"$PY" -m pytest -p no:cacheprovider --durations=10 -m "not e2e" >"$log" 2>&1 &
 others=$!
 trap 'kill "$others" "$release_tools" 2>/dev/null; exit 130' INT TERM
 embedded=1
@@ -30,9 +30,9 @@ if [ $embedded = 1 ]; then  # a failure here is the first test's to report
   "$PY" -m e2e.cluster up --with all --session $$ >/dev/null
   release_cluster="$PY -m e2e.cluster release --session $$ >/dev/null"
 fi
-"$PY" -m pytest -p no:cacheprovider -m "e2e and exclusive"
+"$PY" -m pytest -p no:cacheprovider --durations=12 -m "e2e and exclusive"
 exclusive=$?
-"$PY" -m pytest -p no:cacheprovider -m "e2e and not exclusive" -n "${E2E_STREAMS:-2}"
+"$PY" -m pytest -p no:cacheprovider --durations=15 -m "e2e and not exclusive" -n "${E2E_STREAMS:-2}"
 streams=$?
 e2e=$((exclusive > streams ? exclusive : streams))
 wait "$others"
