@@ -675,9 +675,9 @@ class EngineSpec(Spec):
     )
     cache: EngineCache = Field(
         default_factory=EngineCache,
-        description="Where built engines are kept, one directory per cache key (model, revision, "
-        "precision, parallelism, limits, GPU architecture, TensorRT-LLM version), so deployments "
-        "that name the same place share them.",
+        description="Where built engines are kept, one directory per cache key (model and revision, "
+        "precision and KV-cache type, parallelism, limits, GPU architecture, TensorRT-LLM version), "
+        "so deployments that name the same place share them.",
     )
 
 
@@ -1676,8 +1676,6 @@ class TritonPorts(StrEnum):
 
 
 class ApiKeysSpec(Spec):
-    """API keys the OpenAI port requires (docs/serving-api.md)."""
-
     secret_ref: LocalObjectReference = Field(
         description="A Secret in the LLMDeployment's namespace: each of its keys holds one accepted "
         "API key (several keys: rotate by adding the new one, moving clients, then removing the old). "
@@ -1940,7 +1938,7 @@ class MetricStatus(Spec):
 
 
 class AnalysisStatus(Spec):
-    """The canary analysis of the current step's run."""
+    """The canary analysis of the current rollout."""
 
     phase: AnalysisPhase = Field(
         default=AnalysisPhase.PENDING,
@@ -1960,8 +1958,8 @@ class RevisionsStatus(Spec):
 
     stable: str | None = Field(
         default=None,
-        description="The stable revision: 10 hex characters hashing what serves (the spec but its "
-        "replicas, autoscaling, rollout, networkPolicy and routing fields, and the images).",
+        description="The stable revision: 10 hex characters, a hash of what the serving pods run "
+        "(docs/api.md, Canary rollouts).",
     )
     stable_slot: Slot | None = Field(
         default=None,
@@ -2003,7 +2001,8 @@ class RevisionsStatus(Spec):
     aborted_at: datetime | None = Field(default=None, description="When the canary was aborted.")
     abort_reason: str | None = Field(
         default=None,
-        description="Why, e.g. the analysis bound the canary broke, or its pods that did not get ready.",
+        description="Why the canary was aborted, e.g. the analysis bound it broke, or its pods that did "
+        "not get ready in time.",
     )
     scale_down_at: datetime | None = Field(
         default=None,
@@ -2078,8 +2077,9 @@ class EndpointsStatus(Spec):
     metrics: str | None = Field(default=None, description="Triton's Prometheus metrics (port 8002).")
     openai: str | None = Field(
         default=None,
-        description="Base URL of the OpenAI-compatible API (http://SERVICE.NAMESPACE.svc:8080/v1): "
-        "what an OpenAI client's base_url takes.",
+        description="Base URL of the OpenAI-compatible API (http://SERVICE.NAMESPACE.svc:8080/v1; with "
+        "routing.mode inference-pool, the router <name>-router's): what an OpenAI client's base_url "
+        "takes.",
     )
 
 
