@@ -63,7 +63,12 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
         return node
     if "$ref" in node:
         target = defs[node["$ref"].rsplit("/", 1)[-1]]
-        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        extras = {k: v for k, v in node.items() if k != "$ref"}
+        merged = {**target, **extras}
+        if "description" in target and "description" in extras:
+            # The class docstring says what the object is, the field's description what it is for
+            # here: kubectl explain shows the field's node only, so it carries both.
+            merged["description"] = f"{target['description']} {extras['description']}"
         return _structural(merged, defs)
     any_of = node.get("anyOf")
     if any_of is not None:
@@ -82,6 +87,8 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
             continue  # extra=forbid: the API server prunes unknown fields anyway
         if key == "properties":
             out[key] = {name: _structural(prop, defs) for name, prop in value.items()}
+        elif key == "description" and isinstance(value, str):
+            out[key] = " ".join(value.split())  # docstrings wrap at the source's line length
         else:
             out[key] = _structural(value, defs)
     if "properties" in out and "type" not in out:

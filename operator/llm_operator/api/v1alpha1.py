@@ -66,7 +66,6 @@ ParallelDegree = Annotated[
     WithJsonSchema(
         {
             "x-kubernetes-int-or-string": True,
-            "description": "A power of two from 1 to 64, or 'auto' to let the planner choose.",
             "x-kubernetes-validations": [
                 cel(
                     "type(self) == string ? self == 'auto' : (self >= 1 && self <= 64)",
@@ -126,16 +125,51 @@ class ModelArchitecture(Spec):
         )
     )
 
-    num_layers: int = Field(ge=1, le=1024)
-    hidden_size: int = Field(ge=1, le=1 << 20)
-    num_attention_heads: int = Field(ge=1, le=4096)
-    num_key_value_heads: int | None = Field(
-        default=None, ge=1, le=4096, description="Defaults to numAttentionHeads (no GQA)."
+    num_layers: int = Field(
+        ge=1,
+        le=1024,
+        description="Transformer layers (num_hidden_layers in the checkpoint's config.json), 1-1024; "
+        "parallelism.pipeline must divide it.",
     )
-    vocab_size: int = Field(ge=1, le=1 << 24)
-    parameter_count: int = Field(ge=1, description="Total parameters, e.g. 70600000000.")
-    intermediate_size: int | None = Field(default=None, ge=1)
-    max_position_embeddings: int | None = Field(default=None, ge=1)
+    hidden_size: int = Field(
+        ge=1,
+        le=1 << 20,
+        description="Hidden size (hidden_size); must be divisible by numAttentionHeads.",
+    )
+    num_attention_heads: int = Field(
+        ge=1,
+        le=4096,
+        description="Attention heads per layer (num_attention_heads), 1-4096; parallelism.tensor must "
+        "divide it.",
+    )
+    num_key_value_heads: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="Key/value heads (num_key_value_heads: grouped-query attention), 1-4096; must "
+        "divide numAttentionHeads. Unset: numAttentionHeads (no GQA).",
+    )
+    vocab_size: int = Field(
+        ge=1,
+        le=1 << 24,
+        description="Vocabulary size (vocab_size); sizes the embeddings and logits in the memory plan.",
+    )
+    parameter_count: int = Field(
+        ge=1,
+        description="Total parameters as an integer, e.g. 70600000000; sizes the weights in the memory plan.",
+    )
+    intermediate_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="MLP size (intermediate_size); sizes activations in the memory plan. Unset: 4 x "
+        "hiddenSize.",
+    )
+    max_position_embeddings: int | None = Field(
+        default=None,
+        ge=1,
+        description="The model's trained context length (max_position_embeddings). Informational: "
+        "planning does not read it; engine.maxSeqLen bounds what is served.",
+    )
 
     @property
     def kv_heads(self) -> int:
@@ -147,7 +181,9 @@ class ModelArchitecture(Spec):
 
 
 class LocalObjectReference(Spec):
-    name: str = Field(min_length=1, max_length=253)
+    name: str = Field(
+        min_length=1, max_length=253, description="The Secret's name, in the LLMDeployment's namespace."
+    )
 
 
 GS_REFUSED = (
@@ -176,6 +212,9 @@ CACHED_SCHEMES = ("s3://", "hf://")
 
 
 class ModelSource(Spec):
+    """Where the model's checkpoint and tokenizer are read from, and how to reach them. The fields
+    other than uri are refused where they do not apply to its scheme."""
+
     model_config = ConfigDict(
         json_schema_extra=rules(
             cel(
@@ -289,9 +328,8 @@ class ModelCache(Spec):
     )
 
 
+# Which TensorRT-LLM checkpoint converter an engine build runs (engine/build.py CONVERTERS).
 class ModelFamily(StrEnum):
-    """Which TensorRT-LLM checkpoint converter an engine build runs (engine/build.py CONVERTERS)."""
-
     LLAMA = "llama"
     MISTRAL = "mistral"
     MIXTRAL = "mixtral"
@@ -315,6 +353,8 @@ CACHE_REFUSED = (
 
 
 class ModelSpec(Spec):
+    """The model to serve: its name, where its checkpoint comes from and, optionally, its shape."""
+
     model_config = ConfigDict(
         json_schema_extra=rules(
             cel(
@@ -368,7 +408,9 @@ class ModelSpec(Spec):
     )
     architecture: ModelArchitecture | None = Field(
         default=None,
-        description="Optional when the model is in the operator's catalogue of known architectures.",
+        description="Optional when the model is in the operator's catalogue of known architectures "
+        "(docs/placement.md); given, it wins over the catalogue. Without either, parallelism 'auto' "
+        "is refused at planning and explicit tensor and pipeline skip the memory check.",
     )
     family: ModelFamily | None = Field(
         default=None,
@@ -403,7 +445,9 @@ class ModelSpec(Spec):
 class Backend(StrEnum):
     """tensorrt-engine: TensorRT engines (built by a Job, or prebuilt) behind Triton's
     inflight_batcher_llm models. pytorch: the checkpoint itself, loaded by TensorRT-LLM's LLM API on
-    its PyTorch backend behind Triton's llmapi model (no engine build; TensorRT-LLM 1.0 on)."""
+    its PyTorch backend behind Triton's llmapi model (no engine build; TensorRT-LLM 1.0 on).
+    cpu-reference: the operator's CPU runtime, for development and tests (its builtin:// models, or
+    a checkpoint in its format)."""
 
     TENSORRT_ENGINE = "tensorrt-engine"
     PYTORCH = "pytorch"
@@ -440,7 +484,8 @@ STORAGE_URI_RULE = cel(
 class PrebuiltEngine(Spec):
     uri: str = Field(
         max_length=1024,
-        description="Engines already built for this model, precision, tp, pp and GPU architecture.",
+        description="Engines already built for this model, precision, tp, pp and GPU architecture: "
+        "pvc://CLAIM/PATH on a ReadWriteMany claim (other schemes are refused).",
         json_schema_extra=rules(STORAGE_URI_RULE),
     )
 
@@ -470,7 +515,9 @@ class Calibration(Spec):
             )
         ),
     )
-    size: int = Field(default=512, ge=1, le=65536, description="Calibration samples (--calib_size).")
+    size: int = Field(
+        default=512, ge=1, le=65536, description="Calibration samples (--calib_size), 1-65536; default 512."
+    )
 
 
 class EngineBuild(Spec):
@@ -482,10 +529,24 @@ class EngineBuild(Spec):
     tensorrt_llm_version: str | None = Field(
         default=None,
         max_length=32,
-        description="TensorRT-LLM version of the builder and runtime; part of the cache key.",
+        description="TensorRT-LLM version of the builder and runtime; part of the cache key (an "
+        "engine loads only in the version that built it). Unset: the operator's default release's. "
+        "Another version needs runtime.image and engine.build.image of that version, else the "
+        "deployment is Stalled at planning.",
     )
-    active_deadline_seconds: int = Field(default=14400, ge=60, le=7 * 86400)
-    backoff_limit: int = Field(default=1, ge=0, le=10)
+    active_deadline_seconds: int = Field(
+        default=14400,
+        ge=60,
+        le=7 * 86400,
+        description="Seconds an engine-build Job may run before it fails (the Job's "
+        "activeDeadlineSeconds), 60 to 604800; default 14400 (4 h).",
+    )
+    backoff_limit: int = Field(
+        default=1,
+        ge=0,
+        le=10,
+        description="Retries of a failed engine-build pod (the Job's backoffLimit), 0-10; default 1.",
+    )
     calibration: Calibration | None = Field(
         default=None,
         description="Required to build quantized precisions and quantized KV caches (checked at "
@@ -498,12 +559,17 @@ class EngineCache(Spec):
     uri: str = Field(
         default="pvc://llm-engine-cache/engines",
         max_length=1024,
-        description="Where built engines are stored, under one directory per cache key.",
+        description="Where built engines are stored, under one directory per cache key: "
+        "pvc://CLAIM/PATH on a ReadWriteMany claim (other schemes are refused); default "
+        "pvc://llm-engine-cache/engines.",
         json_schema_extra=rules(STORAGE_URI_RULE),
     )
 
 
 class EngineSpec(Spec):
+    """How the model is served: the backend, the numeric precision and the engine's limits (batch,
+    sequence and token counts), and where engines come from (built by a Job, or prebuilt)."""
+
     model_config = ConfigDict(
         json_schema_extra=rules(
             cel(
@@ -541,17 +607,78 @@ class EngineSpec(Spec):
         )
     )
 
-    backend: Backend = Backend.TENSORRT_ENGINE
-    precision: Precision = Precision.FP16
-    kv_cache_dtype: KvCacheDtype = KvCacheDtype.AUTO
-    max_batch_size: int = Field(default=64, ge=1, le=4096)
-    max_input_len: int = Field(default=4096, ge=1, le=1 << 20)
-    max_seq_len: int = Field(default=8192, ge=1, le=1 << 21)
-    max_num_tokens: int = Field(default=8192, ge=1, le=1 << 20)
-    max_beam_width: int = Field(default=1, ge=1, le=8)
-    prebuilt: PrebuiltEngine | None = None
-    build: EngineBuild | None = None
-    cache: EngineCache = Field(default_factory=EngineCache)
+    backend: Backend = Field(
+        default=Backend.TENSORRT_ENGINE,
+        description="Default tensorrt-engine. pytorch and cpu-reference refuse the settings they cannot "
+        "apply (docs/api.md, Backends).",
+    )
+    precision: Precision = Field(
+        default=Precision.FP16,
+        description="Numeric format of the weights: fp16 (default), bf16, or the quantized fp8, "
+        "int8-sq (SmoothQuant), int4-awq and w4a8-awq, which an engine build calibrates "
+        "(engine.build.calibration). fp8 and w4a8-awq need Ada/Hopper or newer GPU products; the "
+        "pytorch and cpu-reference backends take fp16 or bf16 only.",
+    )
+    kv_cache_dtype: KvCacheDtype = Field(
+        default=KvCacheDtype.AUTO,
+        description="Element type of the KV cache: auto (default: 16 bits; the pytorch backend's is the "
+        "checkpoint's), fp16, bf16, "
+        "or the quantized fp8 and int8 (half the KV memory; built with engine.build.calibration). "
+        "fp8 needs Ada/Hopper or newer GPU products; the pytorch backend takes auto only.",
+    )
+    max_batch_size: int = Field(
+        default=64,
+        ge=1,
+        le=4096,
+        description="Most requests served at once, 1-4096; default 64. Sizes the KV cache and "
+        "activations in the memory plan; part of the engine's cache key.",
+    )
+    max_input_len: int = Field(
+        default=4096,
+        ge=1,
+        le=1 << 20,
+        description="Longest prompt in tokens, 1 to 1048576; default 4096. Longer prompts are refused. "
+        "engine.maxSeqLen must be at least this, and so must engine.maxNumTokens unless "
+        "runtime.chunkedContext is true.",
+    )
+    max_seq_len: int = Field(
+        default=8192,
+        ge=1,
+        le=1 << 21,
+        description="Longest sequence in tokens, prompt and output together, 1 to 2097152; default "
+        "8192. Must be at least engine.maxInputLen.",
+    )
+    max_num_tokens: int = Field(
+        default=8192,
+        ge=1,
+        le=1 << 20,
+        description="Most tokens processed in one step over the whole batch, 1 to 1048576; default "
+        "8192. Sizes activations; must be at least engine.maxInputLen unless runtime.chunkedContext "
+        "is true.",
+    )
+    max_beam_width: int = Field(
+        default=1,
+        ge=1,
+        le=8,
+        description="Most beams of beam search, 1-8; default 1 (sampling only). The pytorch backend "
+        "takes 1 only.",
+    )
+    prebuilt: PrebuiltEngine | None = Field(
+        default=None,
+        description="Serve engines that already exist instead of building them (the tensorrt-engine "
+        "backend). Refused together with engine.build, and with the pytorch backend.",
+    )
+    build: EngineBuild | None = Field(
+        default=None,
+        description="How the engine-build Job runs. Unset, and no engine.prebuilt: the "
+        "tensorrt-engine backend builds with the defaults. Refused with the pytorch backend.",
+    )
+    cache: EngineCache = Field(
+        default_factory=EngineCache,
+        description="Where built engines are kept, one directory per cache key (model and revision, "
+        "precision and KV-cache type, parallelism, limits, GPU architecture, TensorRT-LLM version), "
+        "so deployments that name the same place share them.",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -559,6 +686,8 @@ class EngineSpec(Spec):
 
 
 class ParallelismSpec(Spec):
+    """How many GPUs one replica shards the model over: tensor x pipeline, at most 64."""
+
     model_config = ConfigDict(
         json_schema_extra=rules(
             cel(
@@ -569,8 +698,18 @@ class ParallelismSpec(Spec):
         )
     )
 
-    tensor: ParallelDegree = 1
-    pipeline: ParallelDegree = 1
+    tensor: ParallelDegree = Field(
+        default=1,
+        description="GPUs each layer is split over (tensor parallelism): a power of two from 1 to 64, "
+        "or 'auto' for the planner to choose from the model's shape and the cluster's GPUs; default "
+        "1. Must divide model.architecture.numAttentionHeads.",
+    )
+    pipeline: ParallelDegree = Field(
+        default=1,
+        description="Stages the layers are split into (pipeline parallelism): a power of two from 1 "
+        "to 64, or 'auto' for the planner to choose; default 1. Must divide "
+        "model.architecture.numLayers.",
+    )
 
     @property
     def is_auto(self) -> bool:
@@ -599,32 +738,65 @@ class SchedulerPolicy(StrEnum):
 
 
 class BatchingSpec(Spec):
-    """Unset fields take the profile's documented defaults (docs/runtime.md)."""
+    """How Triton batches and queues requests; unset fields take the profile's values
+    (docs/runtime.md). The pytorch backend refuses all of it, cpu-reference all but
+    maxQueueDelayMicroseconds and maxQueueSize."""
 
-    strategy: BatchingStrategy | None = None
-    max_queue_delay_microseconds: int | None = Field(default=None, ge=0, le=10_000_000)
+    strategy: BatchingStrategy | None = Field(
+        default=None,
+        description="inflight-fused, inflight or static (the tensorrt_llm model's gpt_model_type: "
+        "inflight_fused_batching, inflight_batching, V1). Unset: the profile's (inflight-fused).",
+    )
+    max_queue_delay_microseconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=10_000_000,
+        description="Microseconds Triton's dynamic batcher may hold a request to form a larger batch, "
+        "0 to 10000000. Unset: the profile's (0, 500 or 2000).",
+    )
     max_queue_size: int | None = Field(
         default=None,
         ge=0,
         le=1_000_000,
-        description="The engine's queue bound, 0 for none. Unset: the profile's for TensorRT-LLM, none for "
-        "cpu-reference (a bound costs its requests up to 500 ms: docs/runtime.md).",
+        description="The engine's queue bound, 0 for none, up to 1000000. Unset: the profile's for "
+        "TensorRT-LLM, none for cpu-reference (a bound costs its requests up to 500 ms: "
+        "docs/runtime.md).",
     )
-    scheduler_policy: SchedulerPolicy | None = None
+    scheduler_policy: SchedulerPolicy | None = Field(
+        default=None,
+        description="TensorRT-LLM's batch scheduler policy: guaranteed-no-evict admits a request only "
+        "when the KV cache can hold it to the end; max-utilization admits more and pauses requests "
+        "when the cache runs out. Unset: the profile's.",
+    )
 
 
 class KvCacheSpec(Spec):
+    """The paged KV cache; unset fields take the profile's values (docs/runtime.md). The pytorch
+    backend refuses hostMemoryBytes, cpu-reference all of it (it has no KV-cache pool)."""
+
     free_gpu_memory_percent: int | None = Field(
         default=None,
         ge=1,
         le=99,
-        description="Percent of GPU memory left after weights that the KV cache may take.",
+        description="Percent of GPU memory left after weights that the KV cache may take, 1-99. Unset: "
+        "the profile's (85, 90 or 95).",
     )
     max_tokens: int | None = Field(
-        default=None, ge=1, description="Upper bound on KV-cache tokens (the pool is the smaller)."
+        default=None,
+        ge=1,
+        description="Upper bound on KV-cache tokens (the pool is the smaller of this and "
+        "freeGpuMemoryPercent's share). Unset: no bound below what the engine can hold at once.",
     )
-    block_reuse: bool | None = Field(default=None, description="Prefix caching.")
-    host_memory_bytes: int | None = Field(default=None, ge=0)
+    block_reuse: bool | None = Field(
+        default=None,
+        description="Prefix caching: KV-cache blocks of a prompt prefix served before are reused. "
+        "Unset: the profile's (on).",
+    )
+    host_memory_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="Bytes of host memory KV-cache blocks may be offloaded to. Unset: 0, none.",
+    )
 
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -635,12 +807,20 @@ RESERVED_LABEL_PREFIXES = (f"{GROUP}/", "app.kubernetes.io/")
 
 
 class KeyReference(Spec):
-    name: str = Field(min_length=1, max_length=253, description="The Secret or ConfigMap.")
-    key: str = Field(min_length=1, max_length=253)
-    optional: bool | None = None
+    name: str = Field(
+        min_length=1, max_length=253, description="The Secret or ConfigMap, in the LLMDeployment's namespace."
+    )
+    key: str = Field(min_length=1, max_length=253, description="The key whose value the variable takes.")
+    optional: bool | None = Field(
+        default=None,
+        description="true: a missing object or key leaves the variable unset. Unset or false: the "
+        "container does not start without it.",
+    )
 
 
 class EnvVarSource(Spec):
+    """A value read from a Secret or a ConfigMap: exactly one of secretKeyRef and configMapKeyRef."""
+
     model_config = ConfigDict(
         json_schema_extra=rules(
             cel(
@@ -650,8 +830,8 @@ class EnvVarSource(Spec):
         )
     )
 
-    secret_key_ref: KeyReference | None = None
-    config_map_key_ref: KeyReference | None = None
+    secret_key_ref: KeyReference | None = Field(default=None, description="A key of a Secret.")
+    config_map_key_ref: KeyReference | None = Field(default=None, description="A key of a ConfigMap.")
 
 
 class EnvVar(Spec):
@@ -669,8 +849,16 @@ class EnvVar(Spec):
         )
     )
 
-    name: str = Field(min_length=1, max_length=128, pattern=ENV_NAME)
-    value: str | None = Field(default=None, max_length=32768)
+    name: str = Field(
+        min_length=1,
+        max_length=128,
+        pattern=ENV_NAME,
+        description="The variable's name: letters, digits and _, not starting with a digit. LLMOP_* "
+        "names are refused, except LLMOP_FAULT_*.",
+    )
+    value: str | None = Field(
+        default=None, max_length=32768, description="The value; refused together with valueFrom."
+    )
     value_from: EnvVarSource | None = None
 
     @field_validator("name")
@@ -682,8 +870,14 @@ class EnvVar(Spec):
 
 
 class NameReference(Spec):
-    name: str = Field(min_length=1, max_length=253)
-    optional: bool | None = None
+    name: str = Field(
+        min_length=1, max_length=253, description="The object's name, in the LLMDeployment's namespace."
+    )
+    optional: bool | None = Field(
+        default=None,
+        description="true: a missing object adds no variables. Unset or false: the container does "
+        "not start without it.",
+    )
 
 
 class EnvFromSource(Spec):
@@ -696,9 +890,18 @@ class EnvFromSource(Spec):
         )
     )
 
-    prefix: str | None = Field(default=None, max_length=128, pattern=ENV_NAME)
-    secret_ref: NameReference | None = None
-    config_map_ref: NameReference | None = None
+    prefix: str | None = Field(
+        default=None,
+        max_length=128,
+        pattern=ENV_NAME,
+        description="Put before every key to make the variable's name.",
+    )
+    secret_ref: NameReference | None = Field(
+        default=None, description="A Secret whose keys become variables (this or configMapRef)."
+    )
+    config_map_ref: NameReference | None = Field(
+        default=None, description="A ConfigMap whose keys become variables (this or secretRef)."
+    )
 
 
 def _not_reserved(what: str) -> Rule:
@@ -719,32 +922,61 @@ TOKENIZER_URI_RULE = cel(
 
 
 class RuntimeSpec(Spec):
+    """How the serving pods run: image, tuning profile and overrides, timeouts, tokenizer, and the
+    pod settings of the deployment's pods (env, pull secrets, service account, labels)."""
+
     image: str | None = Field(
         default=None,
         max_length=512,
         description="Serving image; defaults to the operator's Triton TensorRT-LLM runtime image "
         "(or the CPU runtime image for the cpu-reference backend).",
     )
-    profile: Profile = Profile.BALANCED
+    profile: Profile = Field(
+        default=Profile.BALANCED,
+        description="Tuning preset for what runtime.batching, runtime.kvCache and "
+        "runtime.chunkedContext leave unset: latency, balanced (default) or throughput "
+        "(docs/runtime.md lists each one's values).",
+    )
     batching: BatchingSpec = Field(default_factory=BatchingSpec)
     kv_cache: KvCacheSpec = Field(default_factory=KvCacheSpec)
-    chunked_context: bool | None = None
-    streaming: bool = Field(default=True, description="Decoupled mode: tokens stream back.")
-    exclude_input_in_output: bool = True
+    chunked_context: bool | None = Field(
+        default=None,
+        description="Process long prompts in chunks over several steps, so engine.maxNumTokens may be "
+        "below engine.maxInputLen. Unset: the profile's (off for latency, else on). Refused by the "
+        "cpu-reference backend.",
+    )
+    streaming: bool = Field(
+        default=True,
+        description="Decoupled mode: tokens stream back as they are generated (requests with "
+        "stream=true need it). Default true.",
+    )
+    exclude_input_in_output: bool = Field(
+        default=True,
+        description="Return only the generated text, without the prompt before it. Default true.",
+    )
     tokenizer_uri: str | None = Field(
         default=None,
         max_length=1024,
         description="pvc://CLAIM/PATH of a Hugging Face tokenizer directory (tokenizer.json or "
         "tokenizer.model, with tokenizer_config.json) for pre/postprocessing, mounted read-only. "
-        "Unset: <engine>/tokenizer, where engine builds copy the checkpoint's tokenizer; a prebuilt "
-        "engine needs one of the two. The launcher refuses to start without a tokenizer there.",
+        "Other schemes are refused. Unset: the model's own directory where the serving pods mount "
+        "it, else <engine>/tokenizer, where engine builds copy the checkpoint's tokenizer "
+        "(docs/runtime.md). The launcher refuses to start without a tokenizer there.",
         json_schema_extra=rules(TOKENIZER_URI_RULE),
     )
     exit_timeout_seconds: int = Field(
-        default=30, ge=1, le=3600, description="How long Triton drains in-flight requests on stop."
+        default=30,
+        ge=1,
+        le=3600,
+        description="Seconds Triton drains in-flight requests on stop, 1-3600; default 30. The pod's "
+        "termination grace period allows for it.",
     )
     startup_timeout_seconds: int = Field(
-        default=1200, ge=60, le=7200, description="How long model loading may take before restart."
+        default=1200,
+        ge=60,
+        le=7200,
+        description="Seconds model loading may take before the container is restarted (its startup "
+        "probe), 60-7200; default 1200.",
     )
     env: list[EnvVar] = Field(
         default_factory=list,
@@ -759,26 +991,32 @@ class RuntimeSpec(Spec):
         description="Secrets or ConfigMaps whose keys become environment variables, as envFrom.",
     )
     image_pull_secrets: list[LocalObjectReference] = Field(
-        default_factory=list, max_length=16, description="Pull secrets for the serving and build images."
+        default_factory=list,
+        max_length=16,
+        description="Secrets (kubernetes.io/dockerconfigjson) to pull the images of the serving, "
+        "engine-build and model-fetch pods with, at most 16.",
     )
     service_account_name: str | None = Field(
         default=None,
         max_length=253,
         pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
-        description="ServiceAccount of the serving and build pods (e.g. for workload identity to an "
-        "object store); its API token is not mounted.",
+        description="ServiceAccount of the serving, engine-build and model-fetch pods (e.g. for "
+        "workload identity to an object store); its API token is not mounted. Unset: the "
+        "namespace's default.",
     )
     pod_labels: dict[str, str] = Field(
         default_factory=dict,
         max_length=32,
         json_schema_extra=rules(_not_reserved("labels")),
-        description="Extra labels of the serving and engine-build pods.",
+        description="Extra labels of the serving, engine-build and model-fetch pods, at most 32; keys "
+        "under llmoperator.io/ and app.kubernetes.io/ are the operator's and are refused.",
     )
     pod_annotations: dict[str, str] = Field(
         default_factory=dict,
         max_length=32,
         json_schema_extra=rules(_not_reserved("annotations")),
-        description="Extra annotations of the serving and engine-build pods.",
+        description="Extra annotations of the serving, engine-build and model-fetch pods, at most 32; "
+        "keys under llmoperator.io/ and app.kubernetes.io/ are the operator's and are refused.",
     )
 
     @field_validator("pod_labels", "pod_annotations")
@@ -841,11 +1079,21 @@ class GpuPool(Spec):
         min_length=1,
         max_length=20,
         pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
-        description="Short DNS label; part of the pool's StatefulSet name.",
+        description="Short DNS label, unique among the pools, at most 20 characters; part of the "
+        "pool's StatefulSet name. b, b-*, stable and canary are reserved.",
     )
-    products: list[GpuProduct] = Field(min_length=1, max_length=16)
-    weight: int = Field(default=1, ge=1, le=100, description="Share of replicas under the weighted policy.")
-    max_replicas: int | None = Field(default=None, ge=0, le=1000)
+    products: list[GpuProduct] = Field(
+        min_length=1,
+        max_length=16,
+        description="The nvidia.com/gpu.product values (GPU Feature Discovery) this pool may use, best "
+        "first, 1-16.",
+    )
+    weight: int = Field(
+        default=1, ge=1, le=100, description="Share of replicas under the weighted policy, 1-100; default 1."
+    )
+    max_replicas: int | None = Field(
+        default=None, ge=0, le=1000, description="Most replicas this pool takes, 0-1000. Unset: no cap."
+    )
 
     @field_validator("name")
     @classmethod
@@ -856,6 +1104,9 @@ class GpuPool(Spec):
 
 
 class GpuResources(Spec):
+    """The GPU products the pods may use: one list (products) or several pools, not both. How many
+    GPUs a pod gets comes from the plan (tensor x pipeline)."""
+
     model_config = ConfigDict(
         json_schema_extra=rules(
             cel(
@@ -868,18 +1119,47 @@ class GpuResources(Spec):
     products: list[GpuProduct] | None = Field(
         default=None,
         max_length=16,
-        description="Allowed nvidia.com/gpu.product values (GPU Feature Discovery), best first.",
+        description="Allowed nvidia.com/gpu.product values (GPU Feature Discovery), best first, at "
+        "most 16: one pool named main. Unset, and no pools: any product the usable nodes have. fp8 "
+        "precisions refuse products older than Ada.",
     )
-    min_memory_mib: int | None = Field(default=None, alias="minMemoryMiB", ge=1)
-    pools: list[GpuPool] | None = Field(default=None, max_length=8)
-    pool_policy: PoolPolicy = PoolPolicy.ORDERED
+    min_memory_mib: int | None = Field(
+        default=None,
+        alias="minMemoryMiB",
+        ge=1,
+        description="Least memory per GPU, in MiB (GFD's nvidia.com/gpu.memory): products with less "
+        "are not planned on, and pods require nodes with at least this much.",
+    )
+    pools: list[GpuPool] | None = Field(
+        default=None,
+        max_length=8,
+        description="Up to 8 pools, each planned on its own (its own parallelism under 'auto', engine "
+        "and StatefulSets), replicas divided by poolPolicy.",
+    )
+    pool_policy: PoolPolicy = Field(
+        default=PoolPolicy.ORDERED,
+        description="How replicas are divided among pools: ordered (default) fills them in the listed "
+        "order, each up to its maxReplicas and capacity; weighted divides them by the pools' weights.",
+    )
 
 
 class ResourcesSpec(Spec):
+    """What each serving pod gets: GPUs of the allowed products, CPU, memory and /dev/shm."""
+
     gpu: GpuResources = Field(default_factory=GpuResources)
-    cpu: Quantity | None = Field(default=None, description="CPU request per pod.")
-    memory: Quantity | None = Field(default=None, description="Memory request per pod.")
-    shm_size: Quantity = Field(default="16Gi", description="/dev/shm size (python backend, NCCL).")
+    cpu: Quantity | None = Field(
+        default=None, description="CPU request of each serving pod, a quantity (4, 500m). Unset: none."
+    )
+    memory: Quantity | None = Field(
+        default=None,
+        description="Memory request of each serving pod, a quantity (64Gi); its limit is this plus "
+        "shmSize. Unset: neither.",
+    )
+    shm_size: Quantity = Field(
+        default="16Gi",
+        description="Size of /dev/shm (Triton's python backend, NCCL) in serving and engine-build pods, "
+        "a quantity; default 16Gi. It is memory, charged to the pod.",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -909,13 +1189,46 @@ class ReplicaSpread(StrEnum):
 
 
 class PlacementSpec(Spec):
-    tensor_parallel_domain: TensorParallelDomain = TensorParallelDomain.NVLINK
-    pipeline_parallel_domain: PipelineParallelDomain = PipelineParallelDomain.NETWORK_BLOCK
-    pipeline_parallel_strictness: Strictness = Strictness.REQUIRED
-    replica_spread: ReplicaSpread = ReplicaSpread.ZONE
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[PassThrough] = Field(default_factory=list)
-    priority_class_name: str | None = Field(default=None, max_length=253)
+    """Where the deployment's pods are scheduled (docs/placement.md)."""
+
+    tensor_parallel_domain: TensorParallelDomain = Field(
+        default=TensorParallelDomain.NVLINK,
+        description="nvlink (default) or node. Not read yet: the planner keeps a replica's "
+        "tensor-parallel ranks inside one node, or one nvidia.com/gpu.clique on multi-node NVLink "
+        "products.",
+    )
+    pipeline_parallel_domain: PipelineParallelDomain = Field(
+        default=PipelineParallelDomain.NETWORK_BLOCK,
+        description="What a replica's pods share when its pipeline stages span nodes: network-block "
+        "(default; the zone where nodes carry no block label), zone, or any.",
+    )
+    pipeline_parallel_strictness: Strictness = Field(
+        default=Strictness.REQUIRED,
+        description="required (default): the stages' pods must share pipelineParallelDomain, or the "
+        "plan fails; preferred: the scheduler prefers it.",
+    )
+    replica_spread: ReplicaSpread = Field(
+        default=ReplicaSpread.ZONE,
+        description="How replicas spread, as far as room allows: over zones (default), nodes, or not "
+        "at all (none).",
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="Node labels the serving, engine-build and model-fetch pods require; the planner "
+        "counts only nodes that carry them.",
+    )
+    tolerations: list[PassThrough] = Field(
+        default_factory=list,
+        description="Tolerations (core/v1) of the serving, engine-build and model-fetch pods, besides "
+        "the nvidia.com/gpu one the GPU pods get; the planner counts only nodes whose taints are "
+        "tolerated.",
+    )
+    priority_class_name: str | None = Field(
+        default=None,
+        max_length=253,
+        description="PriorityClass of the serving, engine-build and model-fetch pods. Unset: the "
+        "cluster's default.",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -935,6 +1248,9 @@ class AutoscalingProvider(StrEnum):
 
 
 class AutoscalingSpec(Spec):
+    """An autoscaler (HPA or KEDA) that sets spec.replicas from a per-pod serving metric
+    (docs/autoscaling.md). Unset: nothing changes spec.replicas but you."""
+
     model_config = ConfigDict(
         json_schema_extra=rules(
             cel(
@@ -950,11 +1266,19 @@ class AutoscalingSpec(Spec):
         "prometheus-adapter. keda: a KEDA ScaledObject with a prometheus trigger (KEDA must be "
         "installed; the operator's Prometheus URL is LLMOP_PROMETHEUS_URL).",
     )
-    min_replicas: int = Field(default=1, ge=1, le=1000)
-    max_replicas: int = Field(ge=1, le=1000)
-    metric: AutoscalingMetric = AutoscalingMetric.QUEUE_TO_COMPUTE_RATIO
+    min_replicas: int = Field(
+        default=1, ge=1, le=1000, description="Fewest replicas, 1-1000; default 1. At most maxReplicas."
+    )
+    max_replicas: int = Field(ge=1, le=1000, description="Most replicas, 1-1000.")
+    metric: AutoscalingMetric = Field(
+        default=AutoscalingMetric.QUEUE_TO_COMPUTE_RATIO,
+        description="queue-to-compute-ratio (default), pending-requests, queue-time or "
+        "kv-cache-utilization (not with the pytorch backend, which does not export it).",
+    )
     target: Quantity = Field(
-        default="1", description="Average value per serving pod, e.g. '1' for the ratio."
+        default="1",
+        description="Average value per serving pod, a quantity ('4', '800m'); default '1', e.g. for "
+        "the ratio.",
     )
     behavior: PassThrough | None = Field(
         default=None,
@@ -978,18 +1302,26 @@ class TrafficRouting(StrEnum):
 
 
 class CanaryStep(Spec):
-    weight: int = Field(ge=1, le=100, description="Percent of traffic sent to the canary.")
+    weight: int = Field(
+        ge=1, le=100, description="Percent of traffic sent to the canary, 1-100; above the previous step's."
+    )
     pause_seconds: int | None = Field(
         default=None,
         ge=0,
         le=86400,
-        description="How long the step holds once its weight is in effect. Absent: the rollout "
+        description="Seconds the step holds once its weight is in effect, 0-86400. Absent: the rollout "
         "pauses at this step until promoted (annotation llmoperator.io/rollout-action=promote).",
     )
 
 
 class PrometheusAnalysis(Spec):
-    url: str = Field(max_length=1024, pattern=r"^https?://")
+    url: str = Field(
+        max_length=1024,
+        pattern=r"^https?://",
+        description="Base URL (http:// or https://) of the Prometheus to query; it must be one of the "
+        "operator's allowed analysis endpoints (chart value operator.analysisPrometheusUrls), else "
+        "the deployment is Stalled (AnalysisEndpointNotAllowed).",
+    )
 
 
 ANALYSIS_BOUNDS = (
@@ -1002,7 +1334,8 @@ MAX_MILLISECONDS = 3_600_000
 
 
 class CanaryAnalysis(Spec):
-    """Argo Rollouts' background analysis over the canary revision's own Triton metrics."""
+    """Argo Rollouts' background analysis over the canary revision's own Triton metrics; at least
+    one max* bound is required."""
 
     model_config = ConfigDict(
         json_schema_extra=rules(
@@ -1015,63 +1348,74 @@ class CanaryAnalysis(Spec):
         )
     )
 
-    prometheus: PrometheusAnalysis
+    prometheus: PrometheusAnalysis = Field(description="Where the canary's metrics are queried.")
     interval_seconds: int = Field(
         default=60,
         ge=10,
         le=3600,
-        description="One measurement of every metric per interval, over a window of the same length.",
+        description="Seconds between measurements, 10-3600; default 60. One measurement of every "
+        "metric per interval, over a window of the same length.",
     )
     initial_delay_seconds: int = Field(
         default=0,
         ge=0,
         le=3600,
-        description="Wait after the first step's weight takes effect before the first window starts.",
+        description="Seconds to wait after the first step's weight takes effect before the first "
+        "window starts, 0-3600; default 0.",
     )
     min_requests: int = Field(
         default=20,
         ge=1,
         le=1_000_000,
         description="A window in which the canary answered fewer requests is Inconclusive, never "
-        "Successful: no traffic never promotes.",
+        "Successful: no traffic never promotes. Default 20.",
     )
     failure_limit: int = Field(
-        default=0, ge=0, le=100, description="The analysis fails (abort) when failed windows exceed this."
+        default=0,
+        ge=0,
+        le=100,
+        description="The analysis fails (abort) when failed windows exceed this, 0-100; default 0.",
     )
     inconclusive_limit: int = Field(
         default=0,
         ge=0,
         le=100,
-        description="The rollout pauses (until promoted) when inconclusive windows exceed this.",
+        description="The rollout pauses (until promoted) when inconclusive windows exceed this, "
+        "0-100; default 0.",
     )
     consecutive_error_limit: int = Field(
         default=4,
         ge=0,
         le=100,
         description="The analysis errs (abort) when more queries than this fail in a row "
-        "(Prometheus unreachable or a bad answer).",
+        "(Prometheus unreachable or a bad answer), 0-100; default 4.",
     )
     max_error_rate_percent: int | None = Field(
-        default=None, ge=0, le=100, description="Failed when the canary's error rate is above this."
+        default=None,
+        ge=0,
+        le=100,
+        description="A window fails when the canary's error rate, in percent, is above this (0-100).",
     )
     max_p99_latency_milliseconds: int | None = Field(
         default=None,
         ge=1,
         le=MAX_MILLISECONDS,
-        description="Failed when the canary's p99 request latency is above this.",
+        description="A window fails when the canary's p99 request latency, in milliseconds, is above this.",
     )
     max_time_to_first_token_milliseconds: int | None = Field(
         default=None,
         ge=1,
         le=MAX_MILLISECONDS,
-        description="Failed when the canary's p99 time to first token is above this (checked as "
-        "the share of first responses within a histogram bucket edge rendered at this budget).",
+        description="A window fails when the canary's p99 time to first token, in milliseconds, is "
+        "above this (checked as the share of first responses within a histogram bucket edge "
+        "rendered at this budget).",
     )
     max_mean_queue_time_milliseconds: int | None = Field(
         default=None,
         ge=1,
         le=MAX_MILLISECONDS,
-        description="Failed when the canary's mean time in Triton's queue is above this.",
+        description="A window fails when the canary's mean time in Triton's queue, in milliseconds, "
+        "is above this.",
     )
 
 
@@ -1083,7 +1427,7 @@ DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 class GatewayParentRef(Spec):
     """A Gateway the HTTPRoute attaches to (Gateway API ParentReference, kind Gateway)."""
 
-    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN, description="The Gateway's name.")
     namespace: str | None = Field(
         default=None,
         min_length=1,
@@ -1101,10 +1445,14 @@ class GatewayParentRef(Spec):
 
 
 class GatewayRouting(Spec):
-    parent_refs: list[GatewayParentRef] = Field(min_length=1, max_length=8)
+    parent_refs: list[GatewayParentRef] = Field(
+        min_length=1, max_length=8, description="The Gateways the HTTPRoute attaches to, 1-8."
+    )
 
 
 class CanarySpec(Spec):
+    """The canary's steps, how its traffic is split, and its optional analysis (docs/rollouts.md)."""
+
     model_config = ConfigDict(
         json_schema_extra=rules(
             cel(
@@ -1125,29 +1473,37 @@ class CanarySpec(Spec):
         )
     )
 
-    steps: list[CanaryStep] = Field(min_length=1, max_length=20)
+    steps: list[CanaryStep] = Field(
+        min_length=1,
+        max_length=20,
+        description="1-20 steps the canary goes through, weights strictly increasing up to 100; after "
+        "the last it is promoted.",
+    )
     traffic_routing: TrafficRouting = Field(
         default=TrafficRouting.REPLICA_RATIO,
         description="replica-ratio: one client Service over both revisions, the canary's share of "
         "ready replicas is its weight. gateway-api: an HTTPRoute with weighted backends per revision.",
     )
-    gateway: GatewayRouting | None = None
+    gateway: GatewayRouting | None = Field(
+        default=None,
+        description="Required with trafficRouting gateway-api, refused otherwise.",
+    )
     scale_down_delay_seconds: int = Field(
         default=30,
         ge=0,
         le=3600,
         description="gateway-api: how long the revision a promotion replaced keeps its pods (without "
         "traffic), so a gateway that has not loaded the new route yet still reaches live pods (Argo "
-        "Rollouts' scaleDownDelaySeconds). replica-ratio removes it at once: its pods leave the client "
-        "Service as they stop.",
+        "Rollouts' scaleDownDelaySeconds); 0-3600, default 30. replica-ratio removes it at once: its "
+        "pods leave the client Service as they stop.",
     )
     abort_scale_down_delay_seconds: int = Field(
         default=30,
         ge=0,
         le=3600,
         description="gateway-api: how long an aborted canary keeps its pods (without traffic) before "
-        "it is scaled to 0. replica-ratio takes an aborted canary's traffic away by scaling it to 0 "
-        "at once.",
+        "it is scaled to 0; 0-3600, default 30. replica-ratio takes an aborted canary's traffic away "
+        "by scaling it to 0 at once.",
     )
     progress_deadline_seconds: int = Field(
         default=1800,
@@ -1156,8 +1512,8 @@ class CanarySpec(Spec):
         description="How long a step, or the promotion, may wait for its weight once the canary's "
         "workloads exist: canary replicas not ready by then (a crash loop, an image that cannot be "
         "pulled, no room for their pods) abort the rollout as failed analysis does, and the stable "
-        "serves all traffic. An engine build for the canary does not count. The default allows for "
-        "loading a large engine.",
+        "serves all traffic. An engine build for the canary does not count. 10-86400; the default, "
+        "1800, allows for loading a large engine.",
     )
     analysis: CanaryAnalysis | None = Field(
         default=None,
@@ -1166,6 +1522,8 @@ class CanarySpec(Spec):
 
 
 class RolloutSpec(Spec):
+    """How a changed spec (a new revision) replaces the one serving (docs/api.md, Canary rollouts)."""
+
     model_config = ConfigDict(
         json_schema_extra=rules(
             cel(
@@ -1175,7 +1533,11 @@ class RolloutSpec(Spec):
         )
     )
 
-    strategy: RolloutStrategy = RolloutStrategy.ROLLING
+    strategy: RolloutStrategy = Field(
+        default=RolloutStrategy.ROLLING,
+        description="rolling (default): every change rolls out to all replicas. canary: a new revision "
+        "serves beside the stable one, step by step (rollout.canary is then required).",
+    )
     canary: CanarySpec | None = None
 
 
@@ -1201,16 +1563,26 @@ class LabelSelectorRequirement(Spec):
         )
     )
 
-    key: str = Field(min_length=1, max_length=317)
-    operator: SelectorOperator
-    values: list[Annotated[str, Field(max_length=63)]] | None = Field(default=None, max_length=64)
+    key: str = Field(min_length=1, max_length=317, description="The label's key.")
+    operator: SelectorOperator = Field(description="In, NotIn, Exists or DoesNotExist.")
+    values: list[Annotated[str, Field(max_length=63)]] | None = Field(
+        default=None,
+        max_length=64,
+        description="The values In and NotIn compare the label with (at least one); none with Exists "
+        "and DoesNotExist.",
+    )
 
 
 class LabelSelector(Spec):
-    """metav1.LabelSelector; every condition must hold."""
+    """A label selector (metav1.LabelSelector): every matchLabels entry and matchExpressions
+    requirement must hold."""
 
-    match_labels: dict[str, Annotated[str, Field(max_length=63)]] | None = Field(default=None, max_length=32)
-    match_expressions: list[LabelSelectorRequirement] | None = Field(default=None, max_length=32)
+    match_labels: dict[str, Annotated[str, Field(max_length=63)]] | None = Field(
+        default=None, max_length=32, description="Labels that must be present with these values."
+    )
+    match_expressions: list[LabelSelectorRequirement] | None = Field(
+        default=None, max_length=32, description="Requirements on the labels."
+    )
 
 
 # An IPv4 or IPv6 CIDR; the pydantic validator below checks it exactly (the API server's CEL CIDR
@@ -1219,6 +1591,8 @@ CIDR_PATTERN = r"^[0-9a-fA-F.:]+/[0-9]{1,3}$"
 
 
 class NetworkPolicySpec(Spec):
+    """The NetworkPolicy the operator applies to the serving pods. Editing it restarts no pod."""
+
     enabled: bool = Field(
         default=True,
         description="A NetworkPolicy admits to the serving pods only the client ports (Triton's "
@@ -1272,14 +1646,15 @@ class RoutingMode(StrEnum):
     INFERENCE_POOL = "inference-pool"
 
 
+# InferencePool v1's endpointPickerRef.failureMode (GIE api/v1/inferencepool_types.go).
 class FailureMode(StrEnum):
-    """InferencePool v1's endpointPickerRef.failureMode (GIE api/v1/inferencepool_types.go)."""
-
     FAIL_CLOSE = "FailClose"
     FAIL_OPEN = "FailOpen"
 
 
 class PickerSpec(Spec):
+    """The router's endpoint picker; only with routing.mode inference-pool."""
+
     failure_mode: FailureMode = Field(
         default=FailureMode.FAIL_CLOSE,
         description="What the router does while the endpoint picker cannot answer. FailClose (the "
@@ -1316,6 +1691,8 @@ class ApiKeysSpec(Spec):
 
 
 class RoutingSpec(Spec):
+    """How clients reach the replicas (docs/routing.md)."""
+
     model_config = ConfigDict(
         json_schema_extra=rules(
             cel(
@@ -1359,6 +1736,10 @@ class RoutingSpec(Spec):
 
 
 class LLMDeploymentSpec(Spec):
+    """One served LLM: the model and where it comes from, how it is built and served, on which GPUs
+    and nodes, how many replicas, how changes roll out, and who may reach it. Cross-field rules are
+    checked at admission, each with a message naming the fix."""
+
     model_config = ConfigDict(
         json_schema_extra=rules(
             cel(
@@ -1459,7 +1840,13 @@ class LLMDeploymentSpec(Spec):
     runtime: RuntimeSpec = Field(default_factory=RuntimeSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     placement: PlacementSpec = Field(default_factory=PlacementSpec)
-    replicas: int = Field(default=1, ge=0, le=1000)
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="Replicas to serve, each of tensor x pipeline GPUs, 0-1000; default 1. The scale "
+        "subresource's field: kubectl scale and spec.autoscaling set it.",
+    )
     autoscaling: AutoscalingSpec | None = None
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     network_policy: NetworkPolicySpec = Field(default_factory=NetworkPolicySpec)
@@ -1482,14 +1869,18 @@ class LLMDeploymentSpec(Spec):
 
 
 class Condition(Spec):
-    """metav1.Condition."""
+    """A condition (metav1.Condition)."""
 
-    type: str
-    status: Literal["True", "False", "Unknown"]
-    reason: str
-    message: str = ""
-    observed_generation: int | None = None
-    last_transition_time: str | None = None
+    type: str = Field(description="The condition's type, e.g. Ready or Stalled.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(description="CamelCase reason of the status.")
+    message: str = Field(default="", description="Human-readable detail; may be empty.")
+    observed_generation: int | None = Field(
+        default=None, description="The metadata.generation the condition was set for."
+    )
+    last_transition_time: str | None = Field(
+        default=None, description="When the status last changed (RFC 3339)."
+    )
 
 
 # One of the two sets of serving objects: a keeps the plain names, b adds "-b". A revision never
@@ -1531,47 +1922,69 @@ class AnalysisMetric(StrEnum):
 class MetricStatus(Spec):
     """Counters of one metric over the analysis run, with Argo Rollouts' semantics."""
 
-    name: AnalysisMetric
-    successful: int = 0
-    failed: int = 0
-    inconclusive: int = 0
-    errors: int = 0
-    consecutive_errors: int = 0
+    name: AnalysisMetric = Field(description="errorRate, p99Latency, timeToFirstToken or meanQueueTime.")
+    successful: int = Field(default=0, description="Successful windows.")
+    failed: int = Field(default=0, description="Failed windows.")
+    inconclusive: int = Field(default=0, description="Inconclusive windows.")
+    errors: int = Field(default=0, description="Failed queries (Prometheus unreachable or a bad answer).")
+    consecutive_errors: int = Field(default=0, description="Queries that failed in a row, up to now.")
     step_successful: int = Field(
         default=0, description="Successful windows since the current step's weight took effect."
     )
     last_value: float | None = Field(default=None, description="errorRate in percent, the others in ms.")
-    last_phase: AnalysisPhase | None = None
-    last_message: str | None = None
-    last_at: datetime | None = None
+    last_phase: AnalysisPhase | None = Field(default=None, description="The last measurement's result.")
+    last_message: str | None = Field(default=None, description="The last measurement in words.")
+    last_at: datetime | None = Field(default=None, description="When the last measurement was taken.")
 
 
 class AnalysisStatus(Spec):
-    phase: AnalysisPhase = AnalysisPhase.PENDING
-    started_at: datetime | None = None
-    next_measurement_at: datetime | None = None
-    metrics: list[MetricStatus] = Field(default_factory=list)
+    """The canary analysis of the current rollout."""
+
+    phase: AnalysisPhase = Field(
+        default=AnalysisPhase.PENDING,
+        description="Pending, Running, Successful, Inconclusive, Failed or Error.",
+    )
+    started_at: datetime | None = Field(default=None, description="When the analysis started.")
+    next_measurement_at: datetime | None = Field(default=None, description="When the next window ends.")
+    metrics: list[MetricStatus] = Field(
+        default_factory=list, description="One entry per bound set in rollout.canary.analysis."
+    )
 
 
-# Which revision serves in which slot and where a canary rollout stands (rollout/machine.py). All
-# of the rollout's state lives here, its timers included, so a restarted operator resumes in place.
+# rollout/machine.py writes it.
 class RevisionsStatus(Spec):
-    stable: str | None = None
-    stable_slot: Slot | None = None
-    canary: str | None = None
-    canary_slot: Slot | None = None
+    """Which revision serves in which slot and where a canary rollout stands. All of the rollout's
+    state is here, its timers included, so a restarted operator resumes in place."""
+
+    stable: str | None = Field(
+        default=None,
+        description="The stable revision: 10 hex characters, a hash of what the serving pods run "
+        "(docs/api.md, Canary rollouts).",
+    )
+    stable_slot: Slot | None = Field(
+        default=None,
+        description="The stable revision's slot: a (the plain object names) or b (names with -b).",
+    )
+    canary: str | None = Field(default=None, description="The canary revision, while there is one.")
+    canary_slot: Slot | None = Field(default=None, description="The canary's slot, the other one.")
     canary_step: int | None = Field(default=None, description="Index into rollout.canary.steps.")
     canary_weight: int | None = Field(
         default=None,
         description="Percent of traffic the canary actually gets: its share of ready replicas "
         "(replica-ratio) or its HTTPRoute weight (gateway-api).",
     )
-    stable_replicas: int | None = None
-    stable_ready_replicas: int | None = None
-    canary_replicas: int | None = None
-    canary_ready_replicas: int | None = None
-    phase: RolloutPhase | None = None
-    message: str | None = None
+    stable_replicas: int | None = Field(default=None, description="Replicas of the stable revision.")
+    stable_ready_replicas: int | None = Field(
+        default=None, description="Ready replicas of the stable revision."
+    )
+    canary_replicas: int | None = Field(default=None, description="Replicas of the canary revision.")
+    canary_ready_replicas: int | None = Field(
+        default=None, description="Ready replicas of the canary revision."
+    )
+    phase: RolloutPhase | None = Field(
+        default=None, description="Stable, Progressing, Paused, Promoting or Aborted."
+    )
+    message: str | None = Field(default=None, description="Where the rollout stands, in words.")
     step_started_at: datetime | None = Field(
         default=None, description="When the current step's weight took effect (its pause timer)."
     )
@@ -1580,9 +1993,17 @@ class RevisionsStatus(Spec):
         description="When the current step (or the promotion) began waiting for its weight with the "
         "canary's workloads in place: rollout.canary.progressDeadlineSeconds counts from here.",
     )
-    paused_reason: PausedReason | None = None
-    aborted_at: datetime | None = None
-    abort_reason: str | None = None
+    paused_reason: PausedReason | None = Field(
+        default=None,
+        description="Why the rollout is Paused: UntilPromoted (a step without pauseSeconds) or "
+        "Inconclusive (the analysis could not tell: a person decides).",
+    )
+    aborted_at: datetime | None = Field(default=None, description="When the canary was aborted.")
+    abort_reason: str | None = Field(
+        default=None,
+        description="Why the canary was aborted, e.g. the analysis bound it broke, or its pods that did "
+        "not get ready in time.",
+    )
     scale_down_at: datetime | None = Field(
         default=None,
         description="gateway-api, after a promotion: when the previous stable revision's slot is "
@@ -1595,33 +2016,41 @@ class RevisionsStatus(Spec):
 
 
 class PoolPlacementStatus(Spec):
-    name: str
-    gpu_product: str
-    replicas: int
-    ready_replicas: int = 0
+    name: str = Field(description="The pool's name.")
+    gpu_product: str = Field(description="The GPU product the pool's plan chose.")
+    replicas: int = Field(description="Replicas planned in the pool.")
+    ready_replicas: int = Field(default=0, description="Ready replicas of the pool.")
 
 
 class PlacementStatus(Spec):
-    gpu_product: str | None = None
-    tensor_parallelism: int | None = None
-    pipeline_parallelism: int | None = None
-    gpus_per_replica: int | None = None
-    gpus_per_pod: int | None = None
-    pods_per_replica: int | None = None
-    reason: str | None = None
+    """The planner's plan (docs/placement.md), of the first pool where there are several."""
+
+    gpu_product: str | None = Field(default=None, description="The chosen nvidia.com/gpu.product.")
+    tensor_parallelism: int | None = Field(default=None, description="Tensor parallelism (GPUs per layer).")
+    pipeline_parallelism: int | None = Field(default=None, description="Pipeline stages.")
+    gpus_per_replica: int | None = Field(default=None, description="GPUs of one replica (0 on CPU).")
+    gpus_per_pod: int | None = Field(default=None, description="GPUs each pod requests (0 on CPU).")
+    pods_per_replica: int | None = Field(
+        default=None, description="Pods of one replica: 1, or a multi-node group."
+    )
+    reason: str | None = Field(default=None, description="Why this plan, in one sentence.")
     warnings: list[str] | None = Field(
         default=None,
         description="Where the plan falls short of the spec (KV cache below the batch limits, "
         "memory not checked, more replicas than the nodes hold); posted as PlacementWarning Events.",
     )
-    pools: list[PoolPlacementStatus] | None = None
+    pools: list[PoolPlacementStatus] | None = Field(
+        default=None, description="How replicas are split among pools, where there are several."
+    )
 
 
 class EngineStatus(Spec):
-    cache_key: str | None = None
-    ready: bool | None = None
-    uri: str | None = None
-    build_job: str | None = None
+    """The engines of the first pool, for backends that build them."""
+
+    cache_key: str | None = Field(default=None, description="The engine's cache key.")
+    ready: bool | None = Field(default=None, description="Whether the engines exist.")
+    uri: str | None = Field(default=None, description="Where the engines are.")
+    build_job: str | None = Field(default=None, description="The engine-build Job, once one was created.")
 
 
 class ModelStatus(Spec):
@@ -1634,22 +2063,23 @@ class ModelStatus(Spec):
     resolved_revision: str | None = Field(
         default=None, description="hf://: the commit; s3://: etags-<digest of the objects' ETags>."
     )
-    bytes_fetched: int | None = None
-    bytes_total: int | None = None
-    files_fetched: int | None = None
-    files_total: int | None = None
+    bytes_fetched: int | None = Field(default=None, description="Bytes fetched so far.")
+    bytes_total: int | None = Field(default=None, description="Bytes of the whole model.")
+    files_fetched: int | None = Field(default=None, description="Files fetched so far.")
+    files_total: int | None = Field(default=None, description="Files of the whole model.")
 
 
 class EndpointsStatus(Spec):
     """In-cluster addresses of the client Service `<name>` (docs/serving-api.md)."""
 
-    http: str | None = None
-    grpc: str | None = None
-    metrics: str | None = None
+    http: str | None = Field(default=None, description="Triton's HTTP API (port 8000).")
+    grpc: str | None = Field(default=None, description="Triton's gRPC API (port 8001).")
+    metrics: str | None = Field(default=None, description="Triton's Prometheus metrics (port 8002).")
     openai: str | None = Field(
         default=None,
-        description="Base URL of the OpenAI-compatible API (http://SERVICE.NAMESPACE.svc:8080/v1): "
-        "what an OpenAI client's base_url takes.",
+        description="Base URL of the OpenAI-compatible API (http://SERVICE.NAMESPACE.svc:8080/v1; with "
+        "routing.mode inference-pool, the router <name>-router's): what an OpenAI client's base_url "
+        "takes.",
     )
 
 
@@ -1665,14 +2095,30 @@ class Phase(StrEnum):
 
 
 class LLMDeploymentStatus(Spec):
-    observed_generation: int | None = None
-    phase: Phase | None = None
+    """What the operator observed; written by it only (docs/api.md, Status)."""
+
+    observed_generation: int | None = Field(
+        default=None, description="The metadata.generation this status is about; 0 until the operator writes."
+    )
+    phase: Phase | None = Field(
+        default=None,
+        description="Pending, FetchingModel, BuildingEngine, Deploying, Ready, Progressing, Degraded or "
+        "Failed.",
+    )
     reason: str | None = Field(default=None, description="CamelCase reason of the phase.")
-    message: str | None = None
-    conditions: list[Condition] = Field(default_factory=list)
-    replicas: int = 0
-    ready_replicas: int = 0
-    selector: str | None = None
+    message: str | None = Field(default=None, description="The phase in words.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="One per type: Ready, Reconciling and Stalled (kstatus), Progressing, Degraded, "
+        "Available, EngineReady and, where they apply, ModelCached, PickerReady and "
+        "AutoscalingActive (docs/api.md says what each means).",
+    )
+    replicas: int = Field(default=0, description="Replicas planned, over all pools.")
+    ready_replicas: int = Field(default=0, description="Ready replicas, over all pools.")
+    selector: str | None = Field(
+        default=None,
+        description="Label selector of the serving leader pods (the scale subresource's, for an HPA).",
+    )
     revisions: RevisionsStatus | None = None
     placement: PlacementStatus | None = None
     engine: EngineStatus | None = None
