@@ -125,6 +125,20 @@ def test_multi_node_leader_runs_sixteen_ranks_eight_per_pod_over_ssh() -> None:
     assert sum("--http-port=8000" in r for r in per_rank) == 1
 
 
+def mca(cmd: list[str]) -> dict[str, str]:
+    """mpirun's `--mca NAME VALUE` settings."""
+    return {cmd[i + 1]: cmd[i + 2] for i, token in enumerate(cmd) if token == "--mca"}
+
+
+def test_mpirun_across_pods_uses_open_mpis_ob1_not_ucx_and_one_pod_keeps_the_default() -> None:
+    """Pods get no RDMA devices: across pods, Open MPI's ob1 PML (TCP), as Dynamo's operator forces."""
+    across = mca(serve_command(config(LLMOP_ROLE="leader", **MULTI)))
+    assert across["pml"] == "ob1"
+    assert across["orte_keep_fqdn_hostnames"] == "1"
+    one_pod = serve_command(config(LLMOP_TP="4", LLMOP_GPUS_PER_POD="4"))
+    assert one_pod[0] == "mpirun" and "pml" not in mca(one_pod)
+
+
 KEY = "0123abcd" * 8
 
 

@@ -8,14 +8,18 @@ from llm_operator.plan.types import PoolPlan
 from llm_operator.rollout.revision import Slot
 
 MAX_NAME = 63  # DNS label: Service and StatefulSet names become pod host names
+# A LeaderWorkerSet's worker StatefulSets are `<lws>-<group>` (group < 1000: 4 more characters), and
+# the StatefulSet controller labels their pods `controller-revision-hash: <statefulset>-<hash>`
+# (hash up to 10 characters), a label value of at most 63: 47 + 4 + 11 = 62.
+MAX_LWS_NAME = 47
 
 
-def _fit(name: str) -> str:
+def _fit(name: str, limit: int = MAX_NAME) -> str:
     """Shorten over-long names with a stable hash suffix instead of failing at apply time."""
-    if len(name) <= MAX_NAME:
+    if len(name) <= limit:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-    return f"{name[: MAX_NAME - 9].rstrip('-')}-{digest}"
+    return f"{name[: limit - 9].rstrip('-')}-{digest}"
 
 
 def slot_base(deployment: str, slot: Slot = Slot.A) -> str:
@@ -24,10 +28,20 @@ def slot_base(deployment: str, slot: Slot = Slot.A) -> str:
 
 
 def serving(deployment: str, pool: PoolPlan | str, slot: Slot = Slot.A) -> str:
-    """Leader StatefulSet (or LeaderWorkerSet) of a pool; a single pool keeps the plain name."""
+    """Leader StatefulSet of a pool; a single pool keeps the plain name."""
     name = pool if isinstance(pool, str) else pool.name
     base = slot_base(deployment, slot)
     return _fit(base if name == "main" else f"{base}-{name}")
+
+
+def leader_worker_set(deployment: str, pool: PoolPlan | str, slot: Slot = Slot.A) -> str:
+    """A pool's multi-node replicas as one LeaderWorkerSet, `<serving>-lws`. Not `<serving>`: LWS's
+    controller names a headless Service after the LWS (its pods' subdomain), and for pool main in
+    slot a that is the client Service's name, so the workers would get no DNS records. No Service
+    the operator renders ends in `-lws`. Renaming works with every LWS release; the alternative,
+    `networkConfig.subdomainPolicy: UniquePerReplica`, needs LWS v0.4.0 or newer (an older CRD
+    drops the field and the shared Service collides again). docs/launcher-and-engines.md."""
+    return _fit(f"{serving(deployment, pool, slot)}-lws", MAX_LWS_NAME)
 
 
 def group_prefix(deployment: str, pool: PoolPlan | str, slot: Slot = Slot.A) -> str:

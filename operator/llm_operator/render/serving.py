@@ -141,10 +141,11 @@ def _leader_worker_set(
     revision: str,
     model: ModelLocation | None,
 ) -> dict[str, Any]:
-    name = names.serving(deployment, pool, slot)
+    name = names.leader_worker_set(deployment, pool, slot)
     base = L.slot_labels(deployment, "serving", pool.name, slot)
-    # LWS names pods <name>-<group> (leader) and <name>-<group>-<worker> under a headless Service
-    # called <name>, and injects LWS_LEADER_ADDRESS into every container.
+    # LWS names pods <name>-<group> (leader) and <name>-<group>-<worker>, their subdomain the headless
+    # Service it creates, <name> (no networkConfig: the Shared subdomain policy of every release),
+    # and injects LWS_LEADER_ADDRESS into every container.
     pattern = f"{name}-{{group}}-{{worker}}.{name}.{namespace}.svc"
     # Narrowed to one group by its group-key.
     group = {L.DEPLOYMENT: deployment, L.POOL: pool.name, L.SLOT: slot.value}

@@ -117,6 +117,11 @@ def serve_command(c: PodConfig) -> list[str]:
             "--mca", "plm_rsh_no_tree_spawn", "1",
             # Pod names resolve only as FQDNs through the headless Service.
             "--mca", "orte_keep_fqdn_hostnames", "1",
+            # Open MPI's own point-to-point layer (TCP between pods, shared memory within one), not
+            # HPC-X's default UCX: the pods get no RDMA devices. Dynamo's operator forces the same for
+            # its mpirun across pods (ai-dynamo/dynamo deploy/cloud/operator/internal/dynamo/
+            # backend_trtllm.go at 396bbf11). MPI carries requests between ranks; tensors go by NCCL.
+            "--mca", "pml", "ob1",
         ]  # fmt: skip
     command = [*mpirun, "--host", ",".join(hosts)]
     for rank in range(c.world_size):

@@ -155,7 +155,7 @@ def pool_observed(
     pool: PoolPlan,
     slot: Slot = Slot.A,
 ) -> PoolObserved:
-    lws = children.get(("LeaderWorkerSet", ld.namespace, names.serving(ld.name, pool, slot)))
+    lws = children.get(("LeaderWorkerSet", ld.namespace, names.leader_worker_set(ld.name, pool, slot)))
     if lws is not None and pool.pods_per_replica > 1:
         st = lws.get("status") or {}
         ours = applied.get(obj_key(lws))
