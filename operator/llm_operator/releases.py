@@ -13,7 +13,7 @@ Sources, read at the commits named:
   r26.07, dockerfile/Dockerfile.triton.trt_llm_backend: `WORKDIR /app` and `COPY` of TensorRT-LLM's
   `triton_backend/all_models` to `/app/all_models` (inflight_batcher_llm/ and llmapi/), the
   TensorRT-LLM source being release/0.21 (r25.08), release/1.0 (r25.09, r25.10), release/1.1
-  (r25.12 to r26.02), release/1.2 (r26.03), release/1.2.1 (r26.04 to r26.07). tensorrtllm_backend's
+  (r25.12 to r26.02), release/1.2.1 (r26.04 to r26.07). tensorrtllm_backend's
   own all_models/ ends at v0.19.0 (removed by c4a49e8, #756); at v0.20.0 and v0.21.0 its
   docs/llmapi.md copies the llmapi model from `tensorrt_llm/triton_backend/all_models/llmapi/`.
   From 26.03 on the image's Python packages live in a venv, /opt/venv-tritonserver, first on PATH
@@ -25,8 +25,12 @@ Sources, read at the commits named:
 
 Left out: 25.11, whose TensorRT-LLM the matrix gives as "1.0.3.2510" (a release/1.0 build,
 tensorrtllm_backend r25.11), a version with no PyPI release and so no tag to fetch examples of or
-to check builds against; 25.05 and older, inside the range of Triton's August 2025 security
-bulletin (fixed from 25.07). The matrix read has no trtllm row after 26.07.
+to check builds against; 26.03, which the matrix gives as 1.2.0 while its image installs
+tensorrt_llm==1.2.0rc8 (tensorrtllm_backend r26.03 Dockerfile `TENSORRTLLM_VER`, 9736c4d; #853:
+"The previous build was pinned to release/1.2 / 1.2.0rc8"), so an engine key of either version
+may not match the image's own, which the builder checks; 25.05 and older, inside the range of
+Triton's August 2025 security bulletin (fixed from 25.07). The matrix read has no trtllm row
+after 26.07.
 """
 
 from __future__ import annotations
@@ -80,7 +84,6 @@ RELEASES: tuple[Release, ...] = (
         "3.12",
         "580",
     ),
-    Release("1.2.0", (NgcTag("26.03", "2.67.0"),), "26.03", "3.12", "590"),
     Release(
         "1.2.1",
         (
