@@ -20,12 +20,16 @@ Sources, read at the commits named:
   (r26.03 Dockerfile), where the pods' `python3` finds them.
 - The TensorRT-engine backend (trtllm-build engines behind inflight_batcher_llm): server build.py
   still builds the tensorrtllm backend at v2.71.0 (26.07). NVIDIA/TensorRT-LLM release v1.3.0rc20
-  says it is the last release candidate with the TensorRT backend, and later commits on main
-  remove it (not read here: the 2026-11 review, /work/shared/reference/review-gpu-path.md [U9]).
+  (2026-06-30) says it is the last release candidate with the TensorRT backend, and later
+  commits on main remove it (taken from the project's November 2026 review, not read here).
 
-Left out: 25.11, whose TensorRT-LLM the matrix gives as "1.0.3.2510" (a release/1.0 build,
-tensorrtllm_backend r25.11), a version with no PyPI release and so no tag to fetch examples of or
-to check builds against; 26.03, which the matrix gives as 1.2.0 while its image installs
+The image's tensorrt_llm pin (that Dockerfile's `TENSORRTLLM_VER`) agrees with the matrix for
+r25.09, r25.10 (1.0.0), r25.12 to r26.02 (1.1.0) and r26.04 to r26.07 (1.2.1); r25.07 and r25.08
+build the wheel from a branch (the matrix is the source for 0.20.0 and 0.21.0).
+
+Left out: 25.11, whose TensorRT-LLM the matrix gives as "1.0.3.2510" and its Dockerfile pins to
+1.2.0rc2 (model files from release/1.0), neither a release on PyPI, so no tag to fetch examples
+of or to check builds against; 26.03, which the matrix gives as 1.2.0 while its image installs
 tensorrt_llm==1.2.0rc8 (tensorrtllm_backend r26.03 Dockerfile `TENSORRTLLM_VER`, 9736c4d; #853:
 "The previous build was pinned to release/1.2 / 1.2.0rc8"), so an engine key of either version
 may not match the image's own, which the builder checks; 25.05 and older, inside the range of
