@@ -11,7 +11,7 @@
 # one directory per version: /opt/trtllm-examples/v<version>. Sparse, blob-less clones fetch only
 # examples/models and examples/quantization (and the files directly under examples/).
 FROM alpine/git:v2.49.1 AS examples
-ARG TRTLLM_VERSIONS="0.21.0 1.0.0 1.1.0"
+ARG TRTLLM_VERSIONS="0.20.0 0.21.0 1.0.0 1.1.0 1.2.1"
 RUN for version in ${TRTLLM_VERSIONS}; do \
         git clone --quiet --depth 1 --branch "v${version}" --filter=blob:none --sparse \
             https://github.com/NVIDIA/TensorRT-LLM.git "/src/${version}" \

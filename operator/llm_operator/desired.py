@@ -103,16 +103,39 @@ def plan_for(ld: LLMDeployment, inventory: Inventory | None) -> Plan:
 
 
 def check_release(ld: LLMDeployment, images: Images) -> None:
-    """Raises PlanningError when the serving image's release cannot serve the spec's backend."""
-    if ld.spec.engine.backend != Backend.PYTORCH:
-        return
-    release = releases.for_trtllm(images.trtllm_version)
-    if release is None or not release.has_pytorch_backend:
+    """Raises PlanningError when the release the spec's backend runs on cannot serve it: the
+    serving image's for pytorch, the engines' TensorRT-LLM (tensorrtLlmVersion, else the serving
+    image's) for tensorrt-engine."""
+    build = ld.spec.engine.build
+    version = images.trtllm_version
+    if ld.spec.engine.backend == Backend.TENSORRT_ENGINE and build and build.tensorrt_llm_version:
+        version = build.tensorrt_llm_version
+    check_backend(ld.spec.engine.backend, version, releases.for_trtllm(version))
+
+
+def check_backend(backend: Backend, version: str, release: releases.Release | None) -> None:
+    """Raises PlanningError when `release` (TensorRT-LLM `version`'s row; None: not in the table)
+    lacks `backend`. Engines of a version outside the table run on images the spec names, which
+    the operator cannot judge; pytorch needs the llmapi model where the table's images keep it."""
+    if backend == Backend.PYTORCH and (release is None or not release.has_pytorch_backend):
+        having = ", ".join(r.trtllm for r in releases.RELEASES if r.has_pytorch_backend)
         raise PlanningError(
             "BackendNotInRelease",
-            f"engine.backend pytorch needs TensorRT-LLM 1.0 or later (Triton's llmapi model), and "
-            f"the operator's serving image runs TensorRT-LLM {images.trtllm_version}: use engine."
-            "backend tensorrt-engine, or install the operator with a release of 1.0 or later",
+            f"engine.backend pytorch needs a release that ships Triton's llmapi model, and the "
+            f"operator's serving image runs TensorRT-LLM {version}, "
+            f"{'which is not in its release table' if release is None else 'which has none'}: use "
+            f"engine.backend tensorrt-engine, or run the operator with a release that has it "
+            f"(TensorRT-LLM {having})",
+        )
+    if backend == Backend.TENSORRT_ENGINE and release is not None and not release.has_tensorrt_engine_backend:
+        last = releases.last_with_tensorrt_engine()
+        raise PlanningError(
+            "BackendNotInRelease",
+            f"engine.backend tensorrt-engine (trtllm-build engines) is not in TensorRT-LLM {version}: "
+            f"upstream removed the TensorRT backend after v1.3.0rc20, and the newest release the "
+            f"operator knows with it is TensorRT-LLM {last.trtllm}: use engine.backend pytorch, or set "
+            f"runtime.image and engine.build.image to {last.image} and "
+            f"engine.build.tensorrtLlmVersion to {last.trtllm}",
         )
 
 

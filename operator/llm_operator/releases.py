@@ -1,67 +1,116 @@
-"""The Triton + TensorRT-LLM releases the operator knows: one row per NGC tag of NVIDIA's
-`tritonserver:<YY.MM>-trtllm-python-py3` container, which serving pods and engine builds run as
-published (the operator's own files arrive through an init container, render/pod.py).
+"""The Triton + TensorRT-LLM releases the operator knows: one row per TensorRT-LLM version NVIDIA
+shipped in its `nvcr.io/nvidia/tritonserver:<YY.MM>-trtllm-python-py3` container, naming every NGC
+tag that carries it and the one the operator runs. Serving pods and engine builds run that image
+as published (the operator's own files arrive through an init container, render/pod.py).
 
-Source of each row: NVIDIA's Triton release compatibility matrix, container trtllm-python-py3
-(docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/introduction/compatibility.html),
-which pairs each NGC tag with its Triton, TensorRT-LLM, Python and CUDA driver versions.
+Sources, read at the commits named:
+- NGC tag -> TensorRT-LLM, Python, CUDA driver: triton-inference-server/server
+  docs/introduction/compatibility.md, "Container Name: trtllm-python-py3", at e1db8a6 (table last
+  edited 4b54459, after 26.07).
+- NGC tag -> Triton: server build.py `DEFAULT_TRITON_VERSION_MAP` at tags v2.59.0 (25.06) to
+  v2.71.0 (26.07).
+- Model files in the image: triton-inference-server/tensorrtllm_backend, release branches r25.06 to
+  r26.07, dockerfile/Dockerfile.triton.trt_llm_backend: `WORKDIR /app` and `COPY` of TensorRT-LLM's
+  `triton_backend/all_models` to `/app/all_models` (inflight_batcher_llm/ and llmapi/), the
+  TensorRT-LLM source being release/0.21 (r25.08), release/1.0 (r25.09, r25.10), release/1.1
+  (r25.12 to r26.02), release/1.2.1 (r26.04 to r26.07). tensorrtllm_backend's
+  own all_models/ ends at v0.19.0 (removed by c4a49e8, #756); at v0.20.0 and v0.21.0 its
+  docs/llmapi.md copies the llmapi model from `tensorrt_llm/triton_backend/all_models/llmapi/`.
+  From 26.03 on the image's Python packages live in a venv, /opt/venv-tritonserver, first on PATH
+  (r26.03 Dockerfile), where the pods' `python3` finds them.
+- The TensorRT-engine backend (trtllm-build engines behind inflight_batcher_llm): server build.py
+  still builds the tensorrtllm backend at v2.71.0 (26.07). NVIDIA/TensorRT-LLM release v1.3.0rc20
+  (2026-06-30) says it is the last release candidate with the TensorRT backend, and later
+  commits on main remove it (taken from the project's November 2026 review, not read here).
+
+The image's tensorrt_llm pin (that Dockerfile's `TENSORRTLLM_VER`) agrees with the matrix for
+r25.09, r25.10 (1.0.0), r25.12 to r26.02 (1.1.0) and r26.04 to r26.07 (1.2.1); r25.07 and r25.08
+build the wheel from a branch (the matrix is the source for 0.20.0 and 0.21.0).
+
+Left out: 25.11, whose TensorRT-LLM the matrix gives as "1.0.3.2510" and its Dockerfile pins to
+1.2.0rc2 (model files from release/1.0), neither a release on PyPI, so no tag to fetch examples
+of or to check builds against; 26.03, which the matrix gives as 1.2.0 while its image installs
+tensorrt_llm==1.2.0rc8 (tensorrtllm_backend r26.03 Dockerfile `TENSORRTLLM_VER`, 9736c4d; #853:
+"The previous build was pinned to release/1.2 / 1.2.0rc8"), so an engine key of either version
+may not match the image's own, which the builder checks; 25.05 and older, inside the range of
+Triton's August 2025 security bulletin (fixed from 25.07). The matrix read has no trtllm row
+after 26.07.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 
-class BackendLayout(StrEnum):
-    """Where the release keeps the Triton backend's model repository files upstream.
-
-    TENSORRTLLM_BACKEND: triton-inference-server/tensorrtllm_backend, `all_models/` (TensorRT-LLM
-    up to 0.20). TRITON_BACKEND: NVIDIA/TensorRT-LLM, `triton_backend/all_models/` (TensorRT-LLM
-    1.0 on), which also carries `llmapi/` (the PyTorch backend through the LLM API)."""
-
-    TENSORRTLLM_BACKEND = "tensorrtllm_backend"
-    TRITON_BACKEND = "triton_backend"
+@dataclass(frozen=True)
+class NgcTag:
+    tag: str  # YY.MM
+    triton: str  # the Triton release of that tag
 
 
 @dataclass(frozen=True)
 class Release:
-    ngc_tag: str  # YY.MM
-    triton: str
     trtllm: str
+    tags: tuple[NgcTag, ...]  # every NGC tag whose trtllm image carries this version, oldest first
+    ngc_tag: str  # the tag the operator runs: the newest (most fixes) unless its row says otherwise
     python: str
     min_driver: str  # the CUDA driver the release's CUDA needs on a consumer GPU node
-    layout: BackendLayout
+    # Triton's llmapi model (TensorRT-LLM's PyTorch backend) at /app/all_models/llmapi.
+    has_pytorch_backend: bool = True
+    # trtllm-build engines served by the C++ inflight_batcher_llm backend.
+    has_tensorrt_engine_backend: bool = True
+
+    def __post_init__(self) -> None:
+        if self.ngc_tag not in {t.tag for t in self.tags}:
+            raise ValueError(f"TensorRT-LLM {self.trtllm}: NGC tag {self.ngc_tag} is not one of its tags")
 
     @property
     def image(self) -> str:
         return f"nvcr.io/nvidia/tritonserver:{self.ngc_tag}-trtllm-python-py3"
 
     @property
-    def upstream(self) -> tuple[str, str, str]:
-        """(repository, tag, path of all_models) holding this release's backend model files."""
-        if self.layout is BackendLayout.TENSORRTLLM_BACKEND:
-            return ("triton-inference-server/tensorrtllm_backend", f"v{self.trtllm}", "all_models")
-        return ("NVIDIA/TensorRT-LLM", f"v{self.trtllm}", "triton_backend/all_models")
-
-    @property
-    def has_pytorch_backend(self) -> bool:
-        """The llmapi model (TensorRT-LLM's PyTorch backend behind Triton) ships from 1.0 on."""
-        return self.layout is BackendLayout.TRITON_BACKEND
+    def triton(self) -> str:
+        """The Triton release of the tag the operator runs."""
+        return next(t.triton for t in self.tags if t.tag == self.ngc_tag)
 
 
 RELEASES: tuple[Release, ...] = (
-    # Triton versions: the release notes of each tag (25.07 has none and is left out; 25.06 and
-    # earlier are inside the range of Triton's August 2025 security bulletin, fixed from 25.07).
-    Release("25.08", "2.60.0", "0.21.0", "3.12", "575", BackendLayout.TENSORRTLLM_BACKEND),
-    Release("25.10", "2.62.0", "1.0.0", "3.12", "575", BackendLayout.TRITON_BACKEND),
-    Release("25.12", "2.64.0", "1.1.0", "3.12", "580", BackendLayout.TRITON_BACKEND),
+    # 25.06 is inside the range of the August 2025 security bulletin; 25.07 has the fixes.
+    Release("0.20.0", (NgcTag("25.06", "2.59.0"), NgcTag("25.07", "2.59.1")), "25.07", "3.12", "575"),
+    Release("0.21.0", (NgcTag("25.08", "2.60.0"),), "25.08", "3.12", "575"),
+    Release("1.0.0", (NgcTag("25.09", "2.61.0"), NgcTag("25.10", "2.62.0")), "25.10", "3.12", "575"),
+    # 25.12, not 26.02: the default release, and moving it rolls every serving pod (a later change
+    # with an upgrade path). 26.01 and 26.02 carry the same TensorRT-LLM and TensorRT 10.13.3.9.
+    Release(
+        "1.1.0",
+        (NgcTag("25.12", "2.64.0"), NgcTag("26.01", "2.65.0"), NgcTag("26.02", "2.66.0")),
+        "25.12",
+        "3.12",
+        "580",
+    ),
+    Release(
+        "1.2.1",
+        (
+            NgcTag("26.04", "2.68.0"),
+            NgcTag("26.05", "2.69.0"),
+            NgcTag("26.06", "2.70.0"),
+            NgcTag("26.07", "2.71.0"),
+        ),
+        "26.07",
+        "3.12",
+        "590",
+    ),
 )
-# The newest pairing the compatibility matrix lists.
-DEFAULT = RELEASES[-1]
 BY_TRTLLM: dict[str, Release] = {r.trtllm: r for r in RELEASES}
+# The serving image and TensorRT-LLM of engine keys unless the operator is configured otherwise.
+DEFAULT = BY_TRTLLM["1.1.0"]
 
 
 def for_trtllm(version: str) -> Release | None:
     """The release whose image runs TensorRT-LLM `version`; None for a version not in the table."""
     return BY_TRTLLM.get(version)
+
+
+def last_with_tensorrt_engine() -> Release:
+    """The newest release in the table that still serves trtllm-build engines."""
+    return [r for r in RELEASES if r.has_tensorrt_engine_backend][-1]

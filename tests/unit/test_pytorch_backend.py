@@ -107,14 +107,16 @@ def test_the_spec_kv_and_streaming_settings_reach_model_yaml() -> None:
     assert model["triton_config"]["decoupled"] is False
 
 
-def test_a_release_without_the_llmapi_model_is_refused_naming_backend_and_version() -> None:
+def test_a_release_outside_the_table_is_refused_naming_backend_and_version() -> None:
+    """Where the llmapi model is depends on the release (test_releases.py covers a row without
+    it); a version the table does not know is refused, every row serves."""
     ld = pytorch()
-    for version in ("0.21.0", "0.20.0"):
-        with pytest.raises(PlanningError) as err:
-            desired(ld, plan_for(ld, None), dataclasses.replace(IMAGES, trtllm_version=version), never_built)
-        assert err.value.reason == "BackendNotInRelease"
-        assert "engine.backend pytorch" in err.value.message and version in err.value.message
-    desired(ld, plan_for(ld, None), dataclasses.replace(IMAGES, trtllm_version="1.0.0"), never_built)
+    with pytest.raises(PlanningError) as err:
+        desired(ld, plan_for(ld, None), dataclasses.replace(IMAGES, trtllm_version="0.19.0"), never_built)
+    assert err.value.reason == "BackendNotInRelease"
+    assert "engine.backend pytorch" in err.value.message and "0.19.0" in err.value.message
+    for version in ("0.20.0", "0.21.0", "1.0.0", "1.2.1"):
+        desired(ld, plan_for(ld, None), dataclasses.replace(IMAGES, trtllm_version=version), never_built)
 
 
 def test_a_replica_larger_than_a_node_is_refused_at_planning() -> None:
@@ -175,10 +177,10 @@ def test_the_llmapi_code_is_taken_from_the_image_into_the_repository(tmp_path: P
     assert (repo / "1" / "helpers.py").read_text() == "# upstream helpers.py\n"
 
 
-async def test_the_reconciler_serves_it_without_a_build_or_stalls_on_an_old_release(
+async def test_the_reconciler_serves_it_without_a_build_or_stalls_on_an_unknown_release(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("LLMOP_TRTLLM_VERSION", "0.21.0")  # a release without the llmapi model
+    monkeypatch.setenv("LLMOP_TRTLLM_VERSION", "0.19.0")  # a version outside the release table
     kube, reconciler = await operator_with_nodes()
     key = kube.add_deployment(example("llama31-8b-pytorch"))
     await reconcile(kube, reconciler, key)

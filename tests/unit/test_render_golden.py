@@ -26,8 +26,8 @@ REPO = Path(__file__).resolve().parents[2]
 NOT_RENDERED = ("engine-cache.yaml", "httproute-inference-pool.yaml")
 EXAMPLES = sorted(p for p in (REPO / "examples").glob("*.yaml") if p.name not in NOT_RENDERED)
 GOLDEN = REPO / "tests" / "golden" / "render"
-# (example, TensorRT-LLM version of the serving image) rendered besides the default release: the
-# older layout (tensorrtllm_backend, 25.08) for the engine backend.
+# (example, TensorRT-LLM version of the serving image) rendered besides the default release: an
+# older release (0.21.0, NGC 25.08) for the engine backend, and one for the pytorch backend.
 RELEASE_GOLDENS = [("llama3-70b-fp8", "0.21.0"), ("llama31-8b-pytorch", "1.0.0")]
 
 

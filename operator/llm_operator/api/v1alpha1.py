@@ -445,7 +445,7 @@ class ModelSpec(Spec):
 class Backend(StrEnum):
     """tensorrt-engine: TensorRT engines (built by a Job, or prebuilt) behind Triton's
     inflight_batcher_llm models. pytorch: the checkpoint itself, loaded by TensorRT-LLM's LLM API on
-    its PyTorch backend behind Triton's llmapi model (no engine build; TensorRT-LLM 1.0 on).
+    its PyTorch backend behind Triton's llmapi model (no engine build; every release in releases.py).
     cpu-reference: the operator's CPU runtime, for development and tests (its builtin:// models, or
     a checkpoint in its format)."""
 

@@ -16,7 +16,7 @@ from llm_operator.runtime.repository import SEPARATOR
 
 # TensorRT-LLM's python models whose model.py ships in the serving image, under
 # LLMOP_TRTLLM_MODELS_DIR (NVIDIA/TensorRT-LLM triton_backend/all_models/inflight_batcher_llm/
-# <model>/1/model.py since 1.0; tensorrtllm_backend all_models/... before).
+# <model>/1/model.py since 0.20, releases.py; tensorrtllm_backend all_models/... up to v0.19.0).
 TRTLLM_PYTHON_MODELS = ("preprocessing", "postprocessing")
 # The llmapi model's code in the serving image (NVIDIA/TensorRT-LLM triton_backend/all_models/
 # llmapi/tensorrt_llm/1/, copied to /app/all_models/llmapi by NVIDIA's image): model.py imports
