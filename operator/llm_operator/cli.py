@@ -18,12 +18,14 @@ import yaml
 from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.bounded_yaml import InputError, display_name
 from llm_operator.controller.config import OperatorConfig
-from llm_operator.desired import desired, plan_for
+from llm_operator.desired import desired, in_place_model, plan_for
 from llm_operator.engine.state import BuildFact, BuildObserved, ModelFact, ModelObserved
-from llm_operator.manifests import env_values, load_deployments, load_nodes, mask
+from llm_operator.manifests import load_deployments, load_nodes, mask, secrets
 from llm_operator.modelcache.keys import source_key
 from llm_operator.plan.inventory import Inventory
 from llm_operator.plan.types import PlanningError
+from llm_operator.render.model_fetch import model_request
+from llm_operator.storage import ModelLocation, cached_model
 
 # A string another YAML parser may read as a number: kubectl's (YAML 1.1 in Go) reads `0578731095`,
 # which PyYAML writes plain, as the integer 578731095, and refuses it as a label value.
@@ -72,16 +74,16 @@ def _config() -> OperatorConfig:
 @contextlib.contextmanager
 def _refusals(source: str, where: str, document: Any) -> Iterator[None]:
     """A document the planner or builders refuse, as one line; anything else they raise too (its
-    message masked), rather than a traceback in a CI log."""
+    secrets masked), rather than a traceback in a CI log."""
     try:
         yield
     except InputError:
         raise
     except PlanningError as e:
-        what = mask(e.message, env_values(document))
+        what = mask(e.message, secrets(document))
         raise InputError(source, where, f"cannot be placed ({e.reason}): {what}") from None
     except Exception as e:
-        what = mask(str(e), document) or type(e).__name__
+        what = mask(str(e), secrets(document)) or type(e).__name__
         raise InputError(source, where, f"cannot be rendered: {what}") from None
 
 
@@ -96,6 +98,15 @@ def _as_rendered(ld: LLMDeployment, model: ModelObserved) -> ModelObserved:
     source = ld.spec.model.source
     directory = f"models/{source_key(source.uri, source.endpoint)}/{model.resolved_revision}"
     return ModelObserved(ModelFact.RECORDED, directory=directory, resolved_revision=model.resolved_revision)
+
+
+def _model_location(ld: LLMDeployment) -> ModelLocation | None:
+    """The model's files in a serving pod as `render` shows them: a pvc:// source read in place,
+    or the model cache's directory of the revision the fetch resolves."""
+    request = model_request(ld.spec)
+    if request is None:
+        return in_place_model(ld.spec)
+    return cached_model(request.claim, _as_rendered(ld, RENDERED_MODEL).directory)
 
 
 def render(args: argparse.Namespace) -> int:
@@ -157,10 +168,14 @@ def model_repo(args: argparse.Namespace) -> int:
             if engine_dir is None and d.ld.spec.engine.prebuilt is not None:
                 engine_dir = engine_location(d.ld.spec.engine.prebuilt.uri, None).engine_dir
             engine_dir = engine_dir or "/engine-cache/engine"
+            model = _model_location(d.ld)
+            model_dir = model.model_dir if model else ""
             tokenizer = tokenizer_location(d.ld.spec.runtime.tokenizer_uri)
-            tokenizer_dir = tokenizer.tokenizer_dir if tokenizer else f"{engine_dir}/tokenizer"
+            # The same choice as storage.tokenizer_dir, with the engine directory given here.
+            tokenizer_dir = tokenizer.tokenizer_dir if tokenizer else model_dir or f"{engine_dir}/tokenizer"
             for pool in plan.pools:
-                files = render_repository(d.ld.spec, pool, engine_dir=engine_dir, tokenizer_dir=tokenizer_dir)
+                files = render_repository(d.ld.spec, pool, engine_dir=engine_dir, tokenizer_dir=tokenizer_dir,
+                                          model_dir=model_dir)  # fmt: skip
                 dest = Path(args.output) / (pool.name if len(plan.pools) > 1 else "")
                 repositories.append((d.name, pool.name, files, dest, d.ld.spec.engine.backend.value))
     for name, pool_name, files, dest, backend in repositories:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from llm_operator import releases
-from llm_operator.api.v1alpha1 import Backend, LLMDeployment
+from llm_operator.api.v1alpha1 import Backend, LLMDeployment, LLMDeploymentSpec
 from llm_operator.engine import build_job, cache_key
 from llm_operator.engine.sizing import ClaimNeed, build_size
 from llm_operator.engine.state import (
@@ -251,6 +251,14 @@ def desired(  # raises PlanningError for a spec the images cannot serve
     )  # fmt: skip
 
 
+def in_place_model(spec: LLMDeploymentSpec) -> ModelLocation | None:
+    """A model that is not fetched, read in place: a pvc:// source of the backends that read a
+    checkpoint; None for builtin:// and for engine builds (their Job mounts the claim itself)."""
+    reads = spec.engine.backend in (Backend.PYTORCH, Backend.CPU_REFERENCE)
+    uri = spec.model.source.uri
+    return checkpoint_location(uri) if reads and uri.startswith("pvc://") else None
+
+
 def _model(
     ld: LLMDeployment, images: Images, models: ModelLookup | None, max_bytes_per_second: int | None
 ) -> tuple[ModelStatus, ModelLocation | None, dict[str, Any] | None, dict[str, str]]:
@@ -258,11 +266,8 @@ def _model(
     the index entry of a fetch that just succeeded."""
     spec = ld.spec
     request = model_request(spec)
-    if request is None:  # read in place: pvc:// (the backends that read a checkpoint) or builtin://
-        reads = spec.engine.backend in (Backend.PYTORCH, Backend.CPU_REFERENCE)
-        uri = spec.model.source.uri
-        location = checkpoint_location(uri) if reads and uri.startswith("pvc://") else None
-        return ModelStatus(ModelState.NOT_CACHED), location, None, {}
+    if request is None:
+        return ModelStatus(ModelState.NOT_CACHED), in_place_model(spec), None, {}
     job_name = names.model_fetch_job(ld.name, request.fetch_key)
     seen = models(ld.namespace, request.fetch_key, job_name) if models else ModelObserved(ModelFact.ABSENT)
     if seen.fact in (ModelFact.RECORDED, ModelFact.COMPLETE):

@@ -2,7 +2,8 @@
 
 A GitOps job may render every pull request with `llm-operator render`, so reading a file must stay
 cheap whatever it holds (bounded_yaml.py) and every refusal is one line, `FILE: where: what`, that
-never repeats a value from the file: an env entry may carry a token.
+never repeats what in the file may be a secret (`secrets`): env values, a URL's credentials or
+query, token-shaped strings. Names, URIs and paths are said as written: the reader needs them.
 """
 
 from __future__ import annotations
@@ -24,8 +25,15 @@ MAX_MANIFEST_OBJECTS = 100
 # `kubectl get nodes -o yaml` of a large cluster is tens of kilobytes per node.
 MAX_NODES_BYTES = 32 * MiB
 MAX_NODES_OBJECTS = 10_000
-# An input value this long or longer is masked wherever a message would repeat it.
+# A secret this long or longer is masked wherever a message would repeat it.
 MASK_MIN_LENGTH = 4
+# In any string of a document: a URL's user:password@ and its ?query (a presigned URL's signature).
+_URL_SECRETS = re.compile(r"://([^/@\s]+)@|://[^?\s]*\?(\S+)")
+# Tokens by their published prefixes: Hugging Face, GitHub, GitLab, Slack, OpenAI-style keys, AWS
+# access key ids.
+_TOKENS = re.compile(
+    r"\b(?:hf_|gh[opsur]_|github_pat_|glpat-|xox[abpr]-|sk-)[A-Za-z0-9_-]{8,}|\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"
+)
 
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -106,6 +114,16 @@ def mask(message: str, value: Any) -> str:
     return message
 
 
+def secrets(document: Any) -> list[str]:
+    """What a message must not repeat from `document`: env values, URL credentials and queries,
+    token-shaped strings. Not backend names, model names, claims or paths."""
+    found = env_values(document)
+    for text in _strings(document):
+        found += [m for pair in _URL_SECRETS.findall(text) for m in pair if m]
+        found += _TOKENS.findall(text)
+    return found
+
+
 def env_values(value: Any) -> list[str]:
     """Literal env values anywhere in a document: the one place the API takes a value that may be a
     secret (a token), masked even in the planner's own messages."""
@@ -143,7 +161,7 @@ def field_errors(source: str, obj: Obj, doc: dict[str, Any], error: ValidationEr
     found: dict[str, list[str]] = {}
     for e in error.errors(include_url=False):
         path = _path(doc, e["loc"], e["type"] == "missing")
-        message = mask(e["msg"].removeprefix("Value error, "), [e.get("input"), env_values(doc)])
+        message = mask(e["msg"].removeprefix("Value error, "), secrets(doc))
         if message not in found.setdefault(path, []):
             found[path].append(message)
     (path, messages), *others = found.items()

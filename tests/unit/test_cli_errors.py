@@ -1,6 +1,7 @@
 """Every bad input of the security review, through every command: one line `FILE: where: what` on
-stderr, exit 1, nothing on stdout, no traceback, and never a value from the file (an env entry's
-token). Cheap whatever the file holds: nested aliases are refused before they expand."""
+stderr, exit 1, nothing on stdout, no traceback, and never a secret from the file (an env entry's
+value, a URL's credentials, a token), while names and paths are said as written. Cheap whatever
+the file holds: nested aliases are refused before they expand."""
 
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ def doc_case(id: str, edit: Callable[[dict[str, Any]], object], where: str, what
 GOOD = yaml.safe_dump(CPU)
 TINY = r"document 1 \(tiny-llama\), "  # where, once metadata.name is valid
 UNPLACEABLE = edited(GPU, lambda d: d["spec"].update(parallelism={"tensor": 64}))
-MASKED_URI = r"cannot be rendered: engine storage '\*\*\*': serving pods mount pvc:// URIs only"
+MASKED_URI = r"cannot be rendered: engine storage 's3://\*\*\*/engines': serving pods mount pvc:// URIs only"
 NOT_PVC = edited(GPU, lambda d: d["spec"]["engine"]["prebuilt"].update(uri=f"s3://{SECRET}/engines"))
 NODE_LIST = {
     "apiVersion": "v1",
@@ -273,6 +274,41 @@ def test_a_token_a_validator_would_repeat_is_masked() -> None:
     assert manifests.mask(f"not {SECRET} here", {"env": [SECRET]}) == "not *** here"
     short = manifests.mask("Input should be 'fp8'", "fp")
     assert short == "Input should be 'fp8'", "too short to be a secret"
+
+
+def test_only_what_may_be_secret_is_masked() -> None:
+    doc = {"spec": {
+        "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "source": {"uri": "pvc://models/llama"}},
+        "engine": {"backend": "pytorch", "prebuilt": {"uri": "https://fetcher:pa55word@example.com/e"}},
+        "runtime": {"env": [{"name": "API_KEY", "value": "plain-looking-value"}],
+                    "tokenizerUri": "https://example.com/t?X-Amz-Signature=abc123&X-Amz-Expires=60"},
+        "notes": ["AKIAIOSFODNN7EXAMPLE", SECRET],
+    }}  # fmt: skip
+    said = manifests.mask(
+        "the pytorch backend reads pvc://models/llama, not https://fetcher:pa55word@example.com/e or "
+        "https://example.com/t?X-Amz-Signature=abc123&X-Amz-Expires=60 (env plain-looking-value, "
+        f"keys AKIAIOSFODNN7EXAMPLE {SECRET}) for meta-llama/Llama-3.1-8B-Instruct",
+        manifests.secrets(doc),
+    )
+    assert said == (
+        "the pytorch backend reads pvc://models/llama, not https://***@example.com/e or "
+        "https://example.com/t?*** (env ***, keys *** ***) for meta-llama/Llama-3.1-8B-Instruct"
+    )
+
+
+def test_a_refusal_through_the_cli_says_its_words_and_masks_credentials(tmp_path: Path) -> None:
+    """Once, a pytorch deployment's refusal read "the *** backend reads its checkpoint from a
+    directory, not ***": every string of the file was masked. Now only secrets are."""
+    uri = f"s3://builder:{SECRET}@engines-bucket/llama"
+    (tmp_path / "app.yaml").write_text(edited(GPU, lambda d: d["spec"]["engine"]["prebuilt"].update(uri=uri)))
+    for command in (["render"], ["model-repo", "-o", str(tmp_path / "repo")]):
+        code, out, err = run([*command, "-f", str(tmp_path / "app.yaml")])
+        assert (code, out) == (1, ""), err
+        assert err.endswith(
+            "cannot be rendered: engine storage 's3://***@engines-bucket/llama': serving pods mount "
+            "pvc:// URIs only\n"
+        ), err
+        assert SECRET not in err
 
 
 def test_nested_aliases_through_the_real_program_are_cheap(tmp_path: Path) -> None:

@@ -201,7 +201,7 @@ def args(precision: str, sm: str = "sm90", kv: str = "auto", *extra: str) -> lis
 
 
 def conversion(argv: list[str]) -> tuple[list[str], list[str]]:
-    convert, build = b.conversion(b.parse(argv), "/w/model", "/w")
+    convert, build = b.conversion(b.parse([*argv, "--dry-run"]), "/w/model", "/w")
     return convert, build
 
 
@@ -217,7 +217,8 @@ def flag(cmd: list[str], name: str) -> str:
 )  # fmt: skip
 def test_commands_per_precision(precision: str, tool: str, qformat: str | None, gemm: str) -> None:
     convert, build = conversion(args(precision))
-    assert convert[1].endswith(tool)
+    assert convert[0] == sys.executable and convert[1].endswith(tool)
+    # No checkpoint at /m: quantized formats fall back to float16 (test_build_inputs.py reads one).
     assert flag(convert, "--dtype") == ("bfloat16" if precision == "bf16" else "float16")
     assert (flag(convert, "--qformat") if qformat else "--qformat" not in convert) == (qformat or True)
     assert flag(convert, "--tp_size") == "2" and flag(convert, "--pp_size") == "1"
@@ -249,21 +250,27 @@ def test_a_world_spanning_pods_maps_ranks_to_each_pods_gpus() -> None:
 
 
 def test_convert_script_follows_the_model_family(tmp_path: Path) -> None:
-    assert b.convert_script(tmp_path, "mistral") == tmp_path / "models/core/llama/convert_checkpoint.py"
-    assert b.convert_script(tmp_path, "falcon") == tmp_path / "models/contrib/falcon/convert_checkpoint.py"
+    def script(family: str) -> Path:
+        return b.Examples([tmp_path], required=False).script(b.converter(family))
+
+    assert script("mistral") == tmp_path / "models/core/llama/convert_checkpoint.py"
+    assert script("falcon") == tmp_path / "models/contrib/falcon/convert_checkpoint.py"
     (tmp_path / "qwen").mkdir()
     (tmp_path / "qwen" / "convert_checkpoint.py").write_text("")  # the layout before 0.18
-    assert b.convert_script(tmp_path, "qwen") == tmp_path / "qwen/convert_checkpoint.py"
+    assert script("qwen") == tmp_path / "qwen/convert_checkpoint.py"
     with pytest.raises(b.BuildError, match="known are llama, mistral"):
-        b.convert_script(tmp_path, "mamba")
+        script("mamba")
 
 
 def test_dry_run_prints_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert b.main([*args("int4-awq", "sm90", "auto", "--upload", "s3://e/k"), "--dry-run"]) == 0
-    lines = [line.split() for line in capsys.readouterr().out.splitlines()]
+    said, *printed = capsys.readouterr().out.splitlines()
+    assert said == "activation dtype float16: /m/config.json does not exist: the default float16"
+    lines = [line.split() for line in printed]
     # The download and the upload are the fetch image's (engine/fetch.py), not NVIDIA's image's.
     assert [line[1] for line in lines] == ["HF_HUB_OFFLINE=1", "trtllm-build"]
-    assert lines[0][1:4] == ["HF_HUB_OFFLINE=1", "HF_DATASETS_OFFLINE=1", "python"], "a local dataset"
+    assert lines[0][1:4] == ["HF_HUB_OFFLINE=1", "HF_DATASETS_OFFLINE=1", sys.executable], "a local dataset"
+    assert lines[0][4] == "/app/examples/quantization/quantize.py", "where NVIDIA's image has it"
     assert "--qformat int4_awq" in " ".join(lines[0])
 
 
@@ -315,15 +322,13 @@ def test_the_build_runs_end_to_end_with_stand_in_tools(tmp_path: Path) -> None:
     examples = tmp_path / "examples" / "models" / "core" / "llama"
     examples.mkdir(parents=True)
     (examples / "convert_checkpoint.py").write_text("import sys; print('convert', sys.argv[1:])\n")
-    python = bin_dir / "python"
-    python.symlink_to(sys.executable)
     argv = args("fp16")
     for old, new in (("/m", str(model)), ("/out/k", str(tmp_path / "cache" / "k")),
                      ("/w", str(tmp_path / "cache" / ".scratch" / "k"))):  # fmt: skip
         argv[argv.index(old)] = new
     env = {
         **os.environ,
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PATH": str(bin_dir),  # no `python` on it: the converter runs on the build's own interpreter
         "LLMOP_TRTLLM_EXAMPLES": str(tmp_path / "examples"),
     }
     command = [sys.executable, "-m", "llm_operator.engine.build", *argv]

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from google.protobuf import text_format
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec, Profile
 from llm_operator.modelrepo import render_repository, to_configmap_data
@@ -141,6 +142,24 @@ def test_model_repo_command_writes_a_loadable_repository(
     assert all(
         (tmp_path / m / "1").is_dir() for m in ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble")
     )
+
+
+@pytest.mark.parametrize("example", ["llama31-8b-pytorch.yaml", "cpu-reference.yaml"])
+def test_model_repo_command_writes_what_render_puts_in_the_configmap(
+    example: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The pytorch backend's model.yaml names the checkpoint where the serving pod mounts its
+    pvc:// source (the command used to refuse it: no model directory)."""
+    from llm_operator.cli import main
+
+    path = Path(__file__).resolve().parents[2] / "examples" / example
+    assert main(["model-repo", "-f", str(path), "-o", str(tmp_path)]) == 0
+    written = {p.relative_to(tmp_path).as_posix(): p.read_text() for p in tmp_path.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert main(["render", "-f", str(path)]) == 0
+    rendered = [o for o in yaml.safe_load_all(capsys.readouterr().out) if o["kind"] == "ConfigMap"]
+    (configmap,) = [c for c in rendered if "-model-repo-" in c["metadata"]["name"]]
+    assert to_configmap_data(written) == configmap["data"]
 
 
 def test_a_cached_cpu_reference_model_names_no_builtin_weights() -> None:

@@ -1,11 +1,14 @@
 """What an engine-build Job runs in NVIDIA's tritonserver trtllm image, with that image's python3:
 `python3 -m llm_operator.engine.build ARGS` (args from build_job; the package arrives by
-injection, so this module is standard library only).
+injection, so this module is standard library only). The converters run on the same interpreter
+(sys.executable): NVIDIA's Dockerfiles install python3, not `python`.
 
 The fetch init container (engine/fetch.py, in our fetch image) ran first: it found the key in the
-cache (CACHED in the work directory: this ends at once) or put TensorRT-LLM's examples in
-`<work>/trtllm-examples`. The checkpoint (`--model`) is a mounted directory: the model cache's
-claim or a pvc:// source, read-only. This
+cache (CACHED in the work directory: this ends at once) or put TensorRT-LLM's examples of the
+key's version in `<work>/trtllm-examples` when it has them; the build takes its scripts from
+there, else from the image's own `/app/examples`. The checkpoint (`--model`) is a mounted
+directory: the model cache's claim or a pvc:// source, read-only; quantized builds take their
+activation dtype from its config.json. This
 checks that the image's TensorRT-LLM version and the GPUs' architecture are the ones in the key
 (exit 78 otherwise: the Job fails without retrying), converts the checkpoint with its family's
 converter or quantizes it with ModelOpt (calibrating on the dataset the spec names, offline unless
@@ -21,30 +24,31 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import json
 import os
 import shlex
 import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 MARKER = "llm-operator-engine.complete"
 EXIT_CONFIG = 78
 CACHED = ".llm-operator-cached"  # written by engine/fetch.py: the key is in the cache already
-# TensorRT-LLM's examples (convert_checkpoint.py, quantization/quantize.py): NVIDIA's tritonserver
-# trtllm image does not carry them (triton-inference-server/server build.py at v2.64.0 = 25.12
-# adds the backend and pip packages, no examples; NVIDIA's Triton guides run them from a clone),
-# so the fetch init container copies those of the key's version into the work directory
-# (LLMOP_TRTLLM_EXAMPLES). TensorRT-LLM's own release image keeps them in
-# /app/tensorrt_llm/examples (NVIDIA/TensorRT-LLM docker/Dockerfile.multi, release stage: WORKDIR
-# /app/tensorrt_llm, `COPY examples examples`; read on a 2025 main snapshot, not at a tag), the
-# fallback for an engine.build.image of that kind.
-IMAGE_EXAMPLES = "/app/tensorrt_llm/examples"
-EXAMPLES = next(
-    (p for p in (os.environ.get("LLMOP_TRTLLM_EXAMPLES"), IMAGE_EXAMPLES) if p and Path(p).is_dir()),
-    os.environ.get("LLMOP_TRTLLM_EXAMPLES", IMAGE_EXAMPLES),
-)
+# TensorRT-LLM's examples (convert_checkpoint.py, quantization/quantize.py), first found wins: the
+# copy of the key's version the fetch init container put in the work directory
+# (LLMOP_TRTLLM_EXAMPLES; optional: a fetch image without them copies none), then the build
+# image's own. NVIDIA's tritonserver trtllm image is built with `WORKDIR /app` and `COPY
+# .../tensorrt_llm/examples examples` (triton-inference-server/tensorrtllm_backend
+# dockerfile/Dockerfile.triton.trt_llm_backend, every commit since adc0cc0 of 2025-06-09; at
+# 49aba4a, the TensorRT-LLM 1.1 image, lines 184 and 189).
+IMAGE_EXAMPLES = "/app/examples"
+QUANTIZE = "quantization/quantize.py"
+# The converters run on this interpreter, the one with tensorrt_llm (no NVIDIA Dockerfile
+# installs a `python`).
+PYTHON = sys.executable or "python3"
 
 # precision -> ModelOpt quantize.py --qformat; fp16/bf16 go through the family's convert_checkpoint.py
 QFORMAT = {"fp8": "fp8", "int8-sq": "int8_sq", "int4-awq": "int4_awq", "w4a8-awq": "w4a8_awq"}
@@ -80,20 +84,72 @@ class BuildError(Exception):
     """This image or node cannot build this key: exit EXIT_CONFIG."""
 
 
-def dtype(precision: str) -> str:
-    return "bfloat16" if precision == "bf16" else "float16"
+class Examples:
+    """TensorRT-LLM's examples directories, searched in order; a dry run names the first place it
+    would look for a script none of them has, a build refuses."""
+
+    def __init__(self, roots: Sequence[str | Path], *, required: bool = True) -> None:
+        self.roots, self.required = tuple(Path(r) for r in roots), required
+
+    def script(self, candidates: Sequence[str]) -> Path:
+        """The first of `candidates` (paths relative to examples/) under the first root with one."""
+        for root in self.roots:
+            for candidate in candidates:
+                if (root / candidate).is_file():
+                    return root / candidate
+        if not self.required:
+            return self.roots[0] / candidates[0]
+        raise BuildError(
+            f"TensorRT-LLM's examples/{candidates[0]} is in none of {', '.join(map(str, self.roots))}: "
+            "the fetch image copies those of the key's TensorRT-LLM version when it carries them "
+            "(/opt/trtllm-examples/v<version>), NVIDIA's tritonserver trtllm image has its own; use a "
+            "fetch image or an engine.build.image that has them"
+        )
 
 
-def convert_script(examples: str | Path, family: str) -> Path:
-    """convert_checkpoint.py of the family: examples/models/{core,contrib}/<dir>/ since TensorRT-LLM
-    0.18, examples/<dir>/ before; the first that exists in this image."""
+def examples(required: bool = True) -> Examples:
+    """The fetch image's copy of the key's version when it made one, then the image's own."""
+    fetched = os.environ.get("LLMOP_TRTLLM_EXAMPLES")
+    return Examples([p for p in (fetched, IMAGE_EXAMPLES) if p], required=required)
+
+
+def activation_dtype(precision: str, model_dir: str | Path) -> tuple[str, str]:
+    """--dtype of the conversion, and why. fp16/bf16 say it; quantized formats keep the
+    checkpoint's own 16-bit type (config.json `torch_dtype`, `dtype` since transformers 4.56,
+    huggingface/transformers#39782), as upstream does: the 405B FP8 recipe converts a bf16 model
+    with --dtype bfloat16 (NVIDIA/TensorRT-LLM v1.1.0 examples/models/core/llama/README.md), and
+    quantize.py's default --dtype auto takes hf_config.torch_dtype (tensorrt_llm/quantization/
+    quantize_by_modelopt.py quantize_and_export, copy 042c510d). A float32 or undeclared checkpoint
+    gets float16: the engine's activations are 16-bit either way, and float16 is what every
+    quantized build used before."""
+    if precision in ("fp16", "bf16"):
+        return ("bfloat16" if precision == "bf16" else "float16"), f"precision {precision}"
+    config = Path(model_dir) / "config.json"
+    try:
+        declared = json.loads(config.read_text())
+    except FileNotFoundError:
+        return "float16", f"{config} does not exist: the default float16"
+    except (OSError, ValueError) as e:
+        raise BuildError(
+            f"{config} cannot be read as JSON ({e}): is {model_dir} a Hugging Face checkpoint?"
+        ) from None
+    found = declared.get("torch_dtype", declared.get("dtype")) if isinstance(declared, dict) else None
+    if found in ("bfloat16", "float16"):
+        return found, f"the checkpoint's torch_dtype {found}"
+    if found is None:
+        return "float16", f"{config} declares no torch_dtype: the default float16"
+    return "float16", f"the checkpoint's torch_dtype is {found}, not a 16-bit type: float16"
+
+
+def converter(family: str) -> list[str]:
+    """convert_checkpoint.py of the family, relative to examples/: models/{core,contrib}/<dir>/
+    since TensorRT-LLM 0.18, <dir>/ before."""
     if family not in CONVERTERS:
         raise BuildError(f"no TensorRT-LLM checkpoint converter known for family {family}: "
                          f"known are {', '.join(CONVERTERS)}")  # fmt: skip
     tier, name = CONVERTERS[family]
-    candidates = [Path(examples, "models", t, name) for t in (tier, "core", "contrib")]
-    candidates = [c / "convert_checkpoint.py" for c in (*candidates, Path(examples, name))]
-    return next((c for c in candidates if c.exists()), candidates[0])
+    paths = [f"models/{t}/{name}/convert_checkpoint.py" for t in (tier, "core", "contrib")]
+    return list(dict.fromkeys([*paths, f"{name}/convert_checkpoint.py"]))
 
 
 def calib_dataset(uri: str | None) -> str:
@@ -105,12 +161,15 @@ def calib_dataset(uri: str | None) -> str:
     return uri.removeprefix("hf://")
 
 
-def convert_command(a: argparse.Namespace, model_dir: str, checkpoint: str, script: str | Path) -> list[str]:
-    """Checkpoint -> TensorRT-LLM checkpoint sharded tp x pp, with the family's converter flags.
-    Quantized formats and quantized KV caches need calibration, which ModelOpt's quantize.py does
-    for every family, except on the large-model FP8 route (--fp8-rowwise), where the converter
-    quantizes shard by shard with no calibration (fp8 rowwise scales come from the weights, per
-    token at run time) and the KV cache stays unquantized."""
+def convert_command(
+    a: argparse.Namespace, model_dir: str, checkpoint: str, scripts: Examples, dtype: str
+) -> list[str]:
+    """Checkpoint -> TensorRT-LLM checkpoint sharded tp x pp, with the family's converter flags and
+    activation `dtype`. Quantized formats and quantized KV caches need calibration, which
+    ModelOpt's quantize.py does for every family, except on the large-model FP8 route
+    (--fp8-rowwise), where the converter quantizes shard by shard with no calibration (fp8
+    rowwise scales come from the weights, per token at run time) and the KV cache stays
+    unquantized."""
     qformat = QFORMAT.get(a.precision)
     quant_kv = a.kv_cache_dtype in QUANTIZED_KV
     if a.fp8_rowwise:
@@ -119,24 +178,25 @@ def convert_command(a: argparse.Namespace, model_dir: str, checkpoint: str, scri
         if a.family not in FP8_ROWWISE or a.precision != "fp8" or quant_kv:
             raise BuildError(f"the large-model fp8 route is for fp8 weights of the {', '.join(FP8_ROWWISE)} "
                              "families with an unquantized KV cache")  # fmt: skip
-        return ["python", str(script), "--model_dir", model_dir, "--output_dir", checkpoint,
-                "--dtype", dtype(a.precision), "--tp_size", str(a.tp), "--pp_size", str(a.pp),
-                "--use_fp8_rowwise", "--load_by_shard",
+        return [PYTHON, str(scripts.script(converter(a.family))), "--model_dir", model_dir,
+                "--output_dir", checkpoint, "--dtype", dtype, "--tp_size", str(a.tp),
+                "--pp_size", str(a.pp), "--use_fp8_rowwise", "--load_by_shard",
                 "--workers", str(min(a.tp * a.pp, a.gpus))]  # fmt: skip
     if qformat is None and not quant_kv:
+        script = str(scripts.script(converter(a.family)))
         if a.family in TENSOR_PARALLEL_ONLY:
             if a.pp != 1:
                 raise BuildError(f"the {a.family} converter shards tensor-parallel only: use pipeline 1")
-            return ["python", str(script), "--ckpt-type", "hf", "--model-dir", model_dir,
-                    "--output-model-dir", checkpoint, "--dtype", dtype(a.precision),
+            return [PYTHON, script, "--ckpt-type", "hf", "--model-dir", model_dir,
+                    "--output-model-dir", checkpoint, "--dtype", dtype,
                     "--world-size", str(a.tp)]  # fmt: skip
-        return ["python", str(script), "--model_dir", model_dir, "--output_dir", checkpoint,
-                "--dtype", dtype(a.precision), "--tp_size", str(a.tp), "--pp_size", str(a.pp)]  # fmt: skip
+        return [PYTHON, script, "--model_dir", model_dir, "--output_dir", checkpoint,
+                "--dtype", dtype, "--tp_size", str(a.tp), "--pp_size", str(a.pp)]  # fmt: skip
     # NVIDIA/TensorRT-LLM v1.1.0 examples/quantization/quantize.py: --calib_dataset takes a Hub name
     # or a local directory, read by tensorrt_llm/quantization/quantize_by_modelopt.py
     # get_calib_dataloader (a directory: its train split, text column).
-    cmd = ["python", f"{EXAMPLES}/quantization/quantize.py", "--model_dir", model_dir,
-           "--output_dir", checkpoint, "--dtype", dtype(a.precision), "--qformat", qformat or "full_prec",
+    cmd = [PYTHON, str(scripts.script([QUANTIZE])), "--model_dir", model_dir,
+           "--output_dir", checkpoint, "--dtype", dtype, "--qformat", qformat or "full_prec",
            "--calib_dataset", calib_dataset(a.calib_dataset), "--calib_size", str(a.calib_size),
            "--tp_size", str(a.tp), "--pp_size", str(a.pp)]  # fmt: skip
     if quant_kv:
@@ -182,8 +242,10 @@ def staging(a: argparse.Namespace) -> str:
 def conversion(a: argparse.Namespace, model_dir: str, work: str) -> list[list[str]]:
     """Convert or quantize, then build into the staging directory."""
     checkpoint = f"{work}/checkpoint"
-    script = convert_script(EXAMPLES, a.family)
-    return [convert_command(a, model_dir, checkpoint, script), build_command(a, checkpoint, staging(a))]
+    dtype, why = activation_dtype(a.precision, model_dir)
+    print(f"activation dtype {dtype}: {why}", flush=True)
+    convert = convert_command(a, model_dir, checkpoint, examples(required=not a.dry_run), dtype)
+    return [convert, build_command(a, checkpoint, staging(a))]
 
 
 def cached(a: argparse.Namespace) -> bool:

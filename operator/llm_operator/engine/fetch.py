@@ -2,15 +2,17 @@
 NVIDIA's: `python3 -m llm_operator.engine.fetch fetch ...` (an init container before the build)
 and `... publish ...` (the Job's main container after it, object-store caches only).
 
-NVIDIA's tritonserver trtllm image has neither the AWS CLI nor gsutil, and no TensorRT-LLM
-`examples/` (see FETCH_EXAMPLES_ROOT): this image brings both, so the build container runs
-NVIDIA's image as published. Standard library only (it arrives by injection, like build.py). The
+NVIDIA's tritonserver trtllm image has neither the AWS CLI nor gsutil: this image brings them, so
+the build container runs NVIDIA's image as published. It also brings TensorRT-LLM's examples of
+each release (FETCH_EXAMPLES_ROOT), which the build prefers to its image's own (`/app/examples` in
+NVIDIA's, engine/build.py IMAGE_EXAMPLES; another engine.build.image may have none); a fetch image
+without them copies nothing. Standard library only (it arrives by injection, like build.py). The
 checkpoint is not downloaded here: the build reads it from the model cache (the model's fetch Job,
 llm_operator/modelcache/) or a pvc:// source, mounted read-only.
 
 fetch: a cache hit (the key's marker already in the cache) writes CACHED in the work directory
 and does nothing else; the build and publish containers then exit at once. Otherwise it empties
-the work directory and copies TensorRT-LLM's examples of the key's version into
+the work directory and copies TensorRT-LLM's examples of the key's version, when it has them, into
 `<work>/trtllm-examples`. publish: the engine's files first, its marker last, so a reader that
 finds the marker finds the whole engine.
 """
@@ -63,7 +65,7 @@ def cached(a: argparse.Namespace) -> bool:
 
 def copy_examples(version: str | None, dest: Path, root: str = FETCH_EXAMPLES_ROOT) -> bool:
     """TensorRT-LLM's examples of `version` into dest; False when this image has none for it (the
-    build then looks for them in its own image, /app/tensorrt_llm/examples)."""
+    build then takes its image's own, /app/examples in NVIDIA's)."""
     source = Path(root, f"v{version}")
     if not version or not source.is_dir():
         return False

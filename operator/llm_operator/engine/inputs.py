@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_operator.api.v1alpha1 import Calibration, LLMDeploymentSpec
+from llm_operator.api.v1alpha1 import QUANTIZED_PRECISIONS, Calibration, LLMDeploymentSpec
 from llm_operator.plan import conversion
 from llm_operator.plan.types import PoolPlan
 
@@ -23,8 +23,13 @@ def calibration(spec: LLMDeploymentSpec, pool: PoolPlan) -> Calibration | None:
 
 def key_parts(spec: LLMDeploymentSpec, pool: PoolPlan) -> dict[str, Any]:
     """What of conversion changes the engine beyond the other key parts: a family set by hand
-    (a told one follows the model name), the calibration data, the large-model fp8 route."""
+    (a told one follows the model name), the calibration data, the large-model fp8 route, and for
+    quantized formats that build.py takes the activation dtype from the checkpoint (its config.json,
+    so the model and revision already decide it); their engines cached before were all float16,
+    so their keys change once. fp16/bf16 name their dtype: their keys stay."""
     parts: dict[str, Any] = {}
+    if spec.engine.precision.value in QUANTIZED_PRECISIONS:
+        parts["activationDtype"] = "checkpoint"
     if spec.model.family is not None:
         parts["family"] = spec.model.family.value
     calib = calibration(spec, pool)
