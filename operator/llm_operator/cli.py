@@ -121,7 +121,7 @@ def render(args: argparse.Namespace) -> int:
     notes = [f"# {source}: no LLMDeployment ({skipped} other objects)"] if not deployments else []
     for d in deployments:
         with _refusals(source, d.where, d.obj.body):
-            plan = plan_for(d.ld, inventory)
+            plan = plan_for(d.ld, inventory, config.images)
             # The Jobs while nothing is fetched, then while nothing is built, then everything the
             # operator applies once both exist. A cached model's directory is named by the revision
             # the fetch resolves, unknown here.
@@ -161,9 +161,10 @@ def model_repo(args: argparse.Namespace) -> int:
     deployments, _ = load_deployments(args.file, sys.stdin)
     source = display_name(args.file)
     repositories = []
+    images = _config().images
     for d in deployments:
         with _refusals(source, d.where, d.obj.body):
-            plan = plan_for(d.ld, inventory)
+            plan = plan_for(d.ld, inventory, images)
             engine_dir = args.engine_dir
             if engine_dir is None and d.ld.spec.engine.prebuilt is not None:
                 engine_dir = engine_location(d.ld.spec.engine.prebuilt.uri, None).engine_dir

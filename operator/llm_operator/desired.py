@@ -30,8 +30,8 @@ from llm_operator.engine.state import (
 )
 from llm_operator.images import Images
 from llm_operator.plan.cpu import cpu_plan
+from llm_operator.plan.driver import plan_within_floor
 from llm_operator.plan.inventory import Inventory
-from llm_operator.plan.planner import plan_deployment
 from llm_operator.plan.types import Plan, PlanningError, PoolPlan
 from llm_operator.render import names
 from llm_operator.render.autoscaling import DEFAULT_PROMETHEUS_URL
@@ -82,11 +82,13 @@ class Desired:
         )
 
 
-def plan_for(ld: LLMDeployment, inventory: Inventory | None) -> Plan:
-    """Raises PlanningError when the spec cannot be placed."""
+def plan_for(ld: LLMDeployment, inventory: Inventory | None, images: Images | None = None) -> Plan:
+    """Raises PlanningError when the spec cannot be placed. `images`: the operator's, whose
+    release sets the CUDA driver floor of GPU nodes (plan/driver.py); None plans without one."""
     if ld.spec.engine.backend == Backend.CPU_REFERENCE:
         return cpu_plan(ld.spec)
-    plan = plan_deployment(ld.spec, inventory, ld.spec.replicas)
+    release = serving_release(ld, images) if images is not None else None
+    plan = plan_within_floor(ld.spec, inventory, ld.spec.replicas, release)
     split = [p for p in plan.pools if p.pods_per_replica > 1]
     if ld.spec.engine.backend == Backend.PYTORCH and split:
         # Upstream serves the llmapi model from one tritonserver (triton_backend/llmapi docs and
@@ -100,6 +102,14 @@ def plan_for(ld: LLMDeployment, inventory: Inventory | None) -> Plan:
             "parallelism.tensor x parallelism.pipeline, or use engine.backend tensorrt-engine",
         )
     return plan
+
+
+def serving_release(ld: LLMDeployment, images: Images) -> releases.Release | None:
+    """The release of the TensorRT-LLM the pods run (engine.build.tensorrtLlmVersion, else the
+    operator's images'), whose CUDA needs its driver; None for a version the table lacks. Custom
+    images of a known version are held to its release: its wheels carry that CUDA."""
+    build = ld.spec.engine.build
+    return releases.for_trtllm((build and build.tensorrt_llm_version) or images.trtllm_version)
 
 
 def check_release(ld: LLMDeployment, images: Images) -> None:

@@ -34,6 +34,14 @@ GPU_FAMILY = "nvidia.com/gpu.family"
 GPU_CC_MAJOR = "nvidia.com/gpu.compute.major"
 GPU_CC_MINOR = "nvidia.com/gpu.compute.minor"
 GPU_CLIQUE = "nvidia.com/gpu.clique"
+# The node's CUDA driver (GPU Feature Discovery; NVIDIA/k8s-device-plugin internal/lm/nvml.go,
+# newVersionLabeler, at v0.20.0): (major, minor, revision) under the names GFD uses since v0.15.0,
+# then the older ones, which v0.20.0 still writes (marked deprecated) and older GFD writes alone.
+CUDA_DRIVER_LABELS = (
+    ("nvidia.com/cuda.driver-version.major", "nvidia.com/cuda.driver-version.minor",
+     "nvidia.com/cuda.driver-version.revision"),
+    ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev"),
+)  # fmt: skip
 ZONE = "topology.kubernetes.io/zone"
 HOSTNAME = "kubernetes.io/hostname"
 

@@ -248,7 +248,7 @@ class Reconciler:
             wants = [
                 desired(
                     s.ld,
-                    plan_for(s.ld, self.inventory),
+                    plan_for(s.ld, self.inventory, s.images),
                     s.images,
                     builds,
                     slot=s.slot,

@@ -23,6 +23,7 @@ from llm_operator.images import Images
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
 from llm_operator.render.inject import inject_init_container, inject_mount, inject_volume, python_path_env
+from llm_operator.render.placement import node_selector_terms
 from llm_operator.storage import ModelLocation, engine_location
 
 MODEL_MOUNT = "/model-source"
@@ -90,7 +91,8 @@ def engine_uri(spec: LLMDeploymentSpec, key: str | None) -> str:
 
 def _scheduling(spec: LLMDeploymentSpec, pool: PoolPlan) -> dict[str, Any]:
     """Built on the GPU products the pool serves on (required: an engine built elsewhere fails to
-    load), with the user's node selector, tolerations and priority like the serving pods."""
+    load) within the release's driver floor, with the user's node selector, tolerations and
+    priority like the serving pods."""
     term = {"key": L.GPU_PRODUCT, "operator": "In", "values": list(pool.allowed_products)}
     tolerations: list[dict[str, Any]] = []
     for t in [L.GPU_TOLERATION, *spec.placement.tolerations]:
@@ -101,7 +103,7 @@ def _scheduling(spec: LLMDeploymentSpec, pool: PoolPlan) -> dict[str, Any]:
         "affinity": {
             "nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [{"matchExpressions": [term]}]
+                    "nodeSelectorTerms": node_selector_terms([term], pool.driver_floor)
                 }
             }
         },

@@ -8,6 +8,7 @@ per (nodeSelector, tolerations) pair, so planning at 1,000 nodes reads a handful
 
 Labels read (keys configurable through LabelKeys where clouds differ):
   nvidia.com/gpu.product, .count, .memory (MiB), .family, .compute.major/.minor, .clique
+  nvidia.com/cuda.driver-version.major/.minor/.revision, else nvidia.com/cuda.driver.major/... (older GFD)
   topology.kubernetes.io/zone
   network block: topology.k8s.aws/network-node-layer-3 (EKS), else cloud.google.com/gce-topology-block (GKE)
 Other labels are kept for spec.placement.nodeSelector, except NFD's hardware-feature labels
@@ -84,17 +85,29 @@ class GpuNode:
     taints: tuple[Taint, ...]  # NoSchedule/NoExecute only: the ones that keep pods off
     unschedulable: bool
     ready: bool
+    driver_major: int | None  # the CUDA driver's branch (580); None: GFD did not label it
+    driver_version: str | None  # for messages (580.95.05)
     labels: Mapping[str, str]
 
     @property
     def usable(self) -> bool:
         return self.ready and not self.unschedulable and self.gpus > 0
 
-    def admits(self, node_selector: Mapping[str, str], tolerations: Sequence[Mapping[str, Any]]) -> bool:
+    def meets(self, driver_floor: int | None) -> bool:
+        """A node whose driver GFD did not label meets every floor: there is nothing to check."""
+        return driver_floor is None or self.driver_major is None or self.driver_major >= driver_floor
+
+    def admits(
+        self,
+        node_selector: Mapping[str, str],
+        tolerations: Sequence[Mapping[str, Any]],
+        driver_floor: int | None = None,
+    ) -> bool:
         return (
             self.usable
             and all(tolerates(tolerations, t) for t in self.taints)
             and all(_selects(self.labels, k, v) for k, v in node_selector.items())
+            and self.meets(driver_floor)
         )
 
 
@@ -107,6 +120,14 @@ def _int(value: Any, default: int = 0) -> int:
         return int(str(value))
     except (TypeError, ValueError):
         return default
+
+
+def _driver(labels: Mapping[str, str]) -> tuple[int | None, str | None]:
+    """The CUDA driver's major and version from GFD's labels, current names first."""
+    for major, *rest in L.CUDA_DRIVER_LABELS:
+        if labels.get(major, "").isdigit():
+            return int(labels[major]), ".".join(labels[k] for k in (major, *rest) if labels.get(k))
+    return None, None
 
 
 def gpu_node(node: Mapping[str, Any], keys: LabelKeys) -> GpuNode | None:
@@ -137,6 +158,7 @@ def gpu_node(node: Mapping[str, Any], keys: LabelKeys) -> GpuNode | None:
         for k, v in labels.items()
         if k not in VOLATILE_LABELS and not k.startswith(UNKEPT_LABEL_PREFIXES)
     }
+    driver_major, driver_version = _driver(labels)
     return GpuNode(
         name=meta["name"],
         product=product,
@@ -152,6 +174,8 @@ def gpu_node(node: Mapping[str, Any], keys: LabelKeys) -> GpuNode | None:
         taints=taints,
         unschedulable=bool(spec.get("unschedulable", False)),
         ready=ready,
+        driver_major=driver_major,
+        driver_version=driver_version,
         labels=kept,
     )
 
@@ -162,7 +186,7 @@ def _digest(record: GpuNode) -> int:
             record.name, record.product, record.gpu_count, record.gpus, record.memory_mib,
             record.compute_capability, record.family, record.clique, record.zone, record.block_key,
             record.block, [str(t) for t in record.taints], record.unschedulable, record.ready,
-            sorted(record.labels.items()),
+            record.driver_major, record.driver_version, sorted(record.labels.items()),
         ]
     )  # fmt: skip
     return int.from_bytes(hashlib.blake2b(canonical.encode(), digest_size=16).digest(), "big")
@@ -275,8 +299,10 @@ class ProductSummary:
         )
 
 
-def _filter_key(node_selector: Mapping[str, str], tolerations: Sequence[Mapping[str, Any]]) -> str:
-    return json.dumps([sorted(node_selector.items()), list(tolerations)], sort_keys=True)
+def _filter_key(
+    node_selector: Mapping[str, str], tolerations: Sequence[Mapping[str, Any]], driver_floor: int | None
+) -> str:
+    return json.dumps([sorted(node_selector.items()), list(tolerations), driver_floor], sort_keys=True)
 
 
 class Inventory:
@@ -333,17 +359,21 @@ class Inventory:
         return sorted({n.product for n in self.nodes.values()})
 
     def summaries(
-        self, node_selector: Mapping[str, str] | None = None, tolerations: Sequence[Mapping[str, Any]] = ()
+        self,
+        node_selector: Mapping[str, str] | None = None,
+        tolerations: Sequence[Mapping[str, Any]] = (),
+        driver_floor: int | None = None,
     ) -> dict[str, ProductSummary]:
-        """Per product, the nodes that pods with this nodeSelector and these tolerations may use."""
+        """Per product, the nodes that pods with this nodeSelector and these tolerations may use,
+        leaving out nodes whose CUDA driver is below `driver_floor` (None: no floor)."""
         selector = node_selector or {}
-        key = _filter_key(selector, tolerations)
+        key = _filter_key(selector, tolerations, driver_floor)
         cached = self._summaries.get(key)
         if cached is not None:
             return cached
         by_product: dict[str, list[GpuNode]] = {}
         for n in self.nodes.values():
-            if n.admits(selector, tolerations):
+            if n.admits(selector, tolerations, driver_floor):
                 by_product.setdefault(n.product, []).append(n)
         result = {p: ProductSummary.of_nodes(p, nodes, self.keys) for p, nodes in sorted(by_product.items())}
         if len(self._summaries) >= self.MAX_CACHED_FILTERS:
@@ -352,13 +382,17 @@ class Inventory:
         return result
 
     def left_out(
-        self, product: str, node_selector: Mapping[str, str] | None, tolerations: Sequence[Mapping[str, Any]]
+        self,
+        product: str,
+        node_selector: Mapping[str, str] | None,
+        tolerations: Sequence[Mapping[str, Any]],
+        driver_floor: int | None = None,
     ) -> str:
         """Why nodes of `product` cannot take the pods ('' when none are left out), for messages."""
         selector = node_selector or {}
         reasons: dict[str, int] = {}
         for n in self.nodes.values():
-            if n.product != product or n.admits(selector, tolerations):
+            if n.product != product or n.admits(selector, tolerations, driver_floor):
                 continue
             untolerated = [str(t) for t in n.taints if not tolerates(tolerations, t)]
             if not n.ready:
@@ -369,6 +403,8 @@ class Inventory:
                 why = "no allocatable nvidia.com/gpu"
             elif untolerated:
                 why = f"taint {', '.join(untolerated)} not tolerated"
+            elif not n.meets(driver_floor):
+                why = f"CUDA driver {n.driver_version} below {driver_floor}"
             else:
                 why = "not matched by placement.nodeSelector"
             reasons[why] = reasons.get(why, 0) + 1

@@ -129,13 +129,17 @@ class PoolRequest:
 class _PoolPlanner:
     """Plans one pool; holds what every pool of one spec shares."""
 
-    def __init__(self, spec: LLMDeploymentSpec, inventory: Inventory | None) -> None:
+    def __init__(self, spec: LLMDeploymentSpec, inventory: Inventory | None, floor: int | None) -> None:
         self.spec = spec
         self.inventory = inventory
+        self.driver_floor = floor
         self.keys = inventory.keys if inventory is not None else LabelKeys()
         self.arch = catalogue.lookup(spec.model)
         _check_architecture(spec, self.arch)
-        self.tolerations = [L.GPU_TOLERATION, *spec.placement.tolerations]
+        # Which nodes the pods may use (nodeSelector, tolerations, driver floor), as
+        # Inventory.summaries and left_out take them.
+        tolerations = [L.GPU_TOLERATION, *spec.placement.tolerations]
+        self.node_filter = (spec.placement.node_selector, tolerations, floor)
         self.shapes = _shapes(spec, self.arch)
         if not self.shapes:
             raise PlanningError("InvalidParallelism", f"tensor * pipeline must not exceed {MAX_WORLD_SIZE}")
@@ -152,7 +156,7 @@ class _PoolPlanner:
 
     def summaries(self) -> dict[str, ProductSummary]:
         if self.inventory is not None:
-            return self.inventory.summaries(self.spec.placement.node_selector, self.tolerations)
+            return self.inventory.summaries(*self.node_filter)
         return _typical(self.keys)
 
     def _products(self, pool: PoolRequest) -> list[ProductSummary]:
@@ -187,11 +191,7 @@ class _PoolPlanner:
             )
         present = self.inventory.products()
         wanted = " or ".join(products) if products else "any GPU product"
-        why = [
-            f"{p}: {out}"
-            for p in products
-            if (out := self.inventory.left_out(p, self.spec.placement.node_selector, self.tolerations))
-        ]
+        why = [f"{p}: {out}" for p in products if (out := self.inventory.left_out(p, *self.node_filter))]
         message = f"no schedulable node offers {wanted}"
         if why:
             message += f" ({'; '.join(why)})"
@@ -283,6 +283,7 @@ class _PoolPlanner:
             replicas=0,
             nvlink_clique=lay.clique,
             group_topology_key=lay.group_key if lay.pods > 1 else None,
+            driver_floor=self.driver_floor,
         )
         world = best.tp * best.pp
         if lay.pods == 1:
@@ -355,11 +356,14 @@ def _requests(spec: LLMDeploymentSpec) -> list[PoolRequest]:
     return [PoolRequest("main", tuple(gpu.products or ()))]
 
 
-def plan_deployment(spec: LLMDeploymentSpec, inventory: Inventory | None, replicas: int) -> Plan:
-    """Plan every GPU pool of the spec and divide `replicas` between them. Raises PlanningError
-    (CamelCase reason, a sentence saying what is missing) when any pool cannot be placed: a
-    partial plan would delete the pools that fail, so nothing is changed instead."""
-    planner = _PoolPlanner(spec, inventory)
+def plan_deployment(
+    spec: LLMDeploymentSpec, inventory: Inventory | None, replicas: int, driver_floor: int | None = None
+) -> Plan:
+    """Plan every GPU pool of the spec and divide `replicas` between them, on nodes whose CUDA
+    driver is at least `driver_floor` (plan/driver.py). Raises PlanningError (CamelCase reason, a
+    sentence saying what is missing) when any pool cannot be placed: a partial plan would delete
+    the pools that fail, so nothing is changed instead."""
+    planner = _PoolPlanner(spec, inventory, driver_floor)
     conversion.check(spec)
     requests = _requests(spec)
     planned: list[tuple[PoolPlan, str, int]] = []

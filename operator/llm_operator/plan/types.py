@@ -27,6 +27,9 @@ class PoolPlan:
     # Node label every pod of a multi-pod replica must share (nvidia.com/gpu.clique, the network
     # block or zone label the nodes carry); None: no co-location rule.
     group_topology_key: str | None = None
+    # The CUDA driver branch the serving release needs (releases.Release.min_driver): pods stay off
+    # nodes GFD reports an older driver on. None: no floor (CPU, or a release the table lacks).
+    driver_floor: int | None = None
 
     @property
     def world_size(self) -> int:

@@ -1,7 +1,8 @@
 """Scheduling fields of serving pods, derived from the plan and spec.placement (docs/placement.md).
 
 - Required node affinity to the pool's GPU products (the engine's architecture, and memory the
-  plan fits) and to spec.resources.gpu.minMemoryMiB; the nvidia.com/gpu toleration.
+  plan fits), to spec.resources.gpu.minMemoryMiB and to the release's CUDA driver floor (nodes
+  whose driver GFD did not label stay allowed); the nvidia.com/gpu toleration.
 - Workers of a multi-node replica follow their leader: required pod affinity on
   nvidia.com/gpu.clique when TP spans nodes (only NVLink is fast enough), else on the network
   block (or zone) label the planner found on the nodes, required or preferred per
@@ -37,19 +38,35 @@ def _tolerations(spec: LLMDeploymentSpec) -> list[dict[str, Any]]:
     return list(merged.values())
 
 
+def node_selector_terms(expressions: list[dict[str, Any]], driver_floor: int | None) -> list[dict[str, Any]]:
+    """`expressions` as required node affinity terms, each ANDed with one way a node meets the
+    driver floor (terms are ORed): GFD's current driver label at least the floor; else its older
+    label at least the floor; else neither label (an unknown driver is not checked). Gt is strict
+    and compares integers: at least N is "greater than N-1"."""
+    if driver_floor is None:
+        return [{"matchExpressions": expressions}]
+    (current, *_), (older, *_) = L.CUDA_DRIVER_LABELS
+    at_least = [str(driver_floor - 1)]
+    unlabeled = {"key": current, "operator": "DoesNotExist"}
+    return [
+        {"matchExpressions": [*expressions, *alternative]}
+        for alternative in (
+            [{"key": current, "operator": "Gt", "values": at_least}],
+            [unlabeled, {"key": older, "operator": "Gt", "values": at_least}],
+            [unlabeled, {"key": older, "operator": "DoesNotExist"}],
+        )
+    ]
+
+
 def _node_affinity(spec: LLMDeploymentSpec, pool: PoolPlan) -> dict[str, Any]:
     expressions: list[dict[str, Any]] = [
         {"key": L.GPU_PRODUCT, "operator": "In", "values": list(pool.allowed_products)}
     ]
     min_memory = spec.resources.gpu.min_memory_mib
     if min_memory:
-        # Gt is strict and compares integers: at least N MiB is "greater than N-1".
         expressions.append({"key": L.GPU_MEMORY, "operator": "Gt", "values": [str(min_memory - 1)]})
-    return {
-        "requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": expressions}]
-        }
-    }
+    terms = node_selector_terms(expressions, pool.driver_floor)
+    return {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
 
 
 def _group_affinity(
