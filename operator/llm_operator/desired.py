@@ -30,7 +30,7 @@ from llm_operator.engine.state import (
 )
 from llm_operator.images import Images
 from llm_operator.plan.cpu import cpu_plan
-from llm_operator.plan.driver import plan_within_floor
+from llm_operator.plan.floor import plan_within_floor
 from llm_operator.plan.inventory import Inventory
 from llm_operator.plan.types import Plan, PlanningError, PoolPlan
 from llm_operator.render import names
@@ -84,7 +84,7 @@ class Desired:
 
 def plan_for(ld: LLMDeployment, inventory: Inventory | None, images: Images | None = None) -> Plan:
     """Raises PlanningError when the spec cannot be placed. `images`: the operator's, whose
-    release sets the CUDA driver floor of GPU nodes (plan/driver.py); None plans without one."""
+    release sets the CUDA driver floor of GPU nodes (plan/floor.py); None plans without one."""
     if ld.spec.engine.backend == Backend.CPU_REFERENCE:
         return cpu_plan(ld.spec)
     release = serving_release(ld, images) if images is not None else None

@@ -15,7 +15,7 @@ from llm_operator.controller.status.status import Observation, reduce
 from llm_operator.desired import plan_for, serving_release
 from llm_operator.engine import build_job
 from llm_operator.images import Images
-from llm_operator.plan.driver import plan_within_floor
+from llm_operator.plan.floor import plan_within_floor
 from llm_operator.plan.inventory import Inventory
 from llm_operator.plan.types import PlanningError
 from llm_operator.render.placement import pod_scheduling

@@ -1,115 +1,16 @@
-"""The CUDA driver floor: a node whose driver is older than what the serving release's CUDA needs
-(releases.Release.min_driver) is no placement candidate.
-
-GPU Feature Discovery labels each node with its driver (labels.CUDA_DRIVER_LABELS). A node
-without those labels has an unknown driver and stays a candidate: there is nothing to check it
-against. The planner leaves nodes below the floor out (Inventory.summaries) and the pods' node
-affinity keeps them off (render/placement.py); this module tells the user: a plan warning names
-the nodes left out, and when the floor alone stands between the spec and a plan, the error is
-DriverBelowReleaseFloor, naming the nodes, their drivers and the way out.
-"""
+"""The CUDA driver GPU Feature Discovery reports on a node (labels.CUDA_DRIVER_LABELS)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from dataclasses import replace
+from collections.abc import Mapping
 
 from llm_operator import labels as L
-from llm_operator import releases
-from llm_operator.api.v1alpha1 import LLMDeploymentSpec
-from llm_operator.plan import gpus
-from llm_operator.plan.inventory import GpuNode, Inventory
-from llm_operator.plan.planner import plan_deployment
-from llm_operator.plan.types import Plan, PlanningError
-
-SHOWN = 5  # nodes a message names; the rest are counted
-REASON = "DriverBelowReleaseFloor"
 
 
-def plan_within_floor(
-    spec: LLMDeploymentSpec, inventory: Inventory | None, replicas: int, release: releases.Release | None
-) -> Plan:
-    """plan_deployment on the nodes whose CUDA driver the release runs on (None: no floor)."""
-    if release is None:
-        return plan_deployment(spec, inventory, replicas)
-    floor = int(release.min_driver)
-    try:
-        plan = plan_deployment(spec, inventory, replicas, floor)
-    except PlanningError:
-        if inventory is None:
-            raise
-        left_out = below(inventory, spec, floor, _considered(spec))
-        if not left_out:
-            raise
-        try:
-            without_floor = plan_deployment(spec, inventory, replicas)
-        except PlanningError as other:
-            # More than the driver is missing: say what, and that the driver is too.
-            raise PlanningError(
-                other.reason, f"{other.message}; besides, {_note(release, left_out)}"
-            ) from None
-        hosts = {p for pool in without_floor.pools for p in pool.allowed_products}
-        raise PlanningError(REASON, _refusal(spec, release, below(inventory, spec, floor, hosts))) from None
-    left_out = below(inventory, spec, floor, _considered(spec)) if inventory is not None else []
-    if not left_out:
-        return plan
-    return replace(plan, warnings=(*plan.warnings, _note(release, left_out)))
-
-
-def below(
-    inventory: Inventory, spec: LLMDeploymentSpec, floor: int, products: Collection[str] | None
-) -> list[GpuNode]:
-    """Nodes of `products` (None: any whole-GPU product) that the pods could use but for their
-    driver, by name."""
-    tolerations = [L.GPU_TOLERATION, *spec.placement.tolerations]
-    return sorted(
-        (
-            n
-            for n in inventory.nodes.values()
-            if not n.meets(floor)
-            and n.admits(spec.placement.node_selector, tolerations)
-            and (n.product in products if products is not None else not gpus.is_partitioned(n.product))
-        ),
-        key=lambda n: n.name,
-    )
-
-
-def _considered(spec: LLMDeploymentSpec) -> set[str] | None:
-    """The products the spec's pools may use; None: a pool that lists none takes any."""
-    gpu = spec.resources.gpu
-    lists = [p.products for p in gpu.pools] if gpu.pools else [gpu.products or []]
-    return None if any(not products for products in lists) else {p for ps in lists for p in ps}
-
-
-def _refusal(spec: LLMDeploymentSpec, release: releases.Release, nodes: Sequence[GpuNode]) -> str:
-    newest = max(n.driver_major or 0 for n in nodes)
-    runnable = [r for r in releases.RELEASES if int(r.min_driver) <= newest]
-    if runnable:
-        older = (
-            f", or serve a release their driver runs: {', '.join(_name(r) for r in runnable)} (the "
-            f"chart's operator.runtimeImage and operator.trtllmVersion, or this deployment's "
-            f"engine.build.tensorrtLlmVersion with runtime.image and engine.build.image)"
-        )
-    else:
-        older = f" (no release the operator knows runs on driver {newest})"
-    return (
-        f"no node can host {spec.model.name} within the CUDA driver floor: {_name(release)} needs "
-        f"driver {release.min_driver} or newer, and the nodes that could host it have older ones: "
-        f"{_nodes(nodes)}; upgrade their NVIDIA driver to {release.min_driver} or newer{older}"
-    )
-
-
-def _note(release: releases.Release, nodes: Sequence[GpuNode]) -> str:
-    return (
-        f"{_nodes(nodes)} left out: their CUDA driver is older than the {release.min_driver} that "
-        f"{_name(release)} needs; upgrade their NVIDIA driver to use them"
-    )
-
-
-def _name(release: releases.Release) -> str:
-    return f"tritonserver {release.ngc_tag} (TensorRT-LLM {release.trtllm})"
-
-
-def _nodes(nodes: Sequence[GpuNode]) -> str:
-    shown = ", ".join(f"{n.name} (driver {n.driver_version})" for n in nodes[:SHOWN])
-    return shown + (f" and {len(nodes) - SHOWN} more" if len(nodes) > SHOWN else "")
+def driver_of(labels: Mapping[str, str]) -> tuple[int | None, str | None]:
+    """The driver's major (580) and version (580.95.05), from GFD's current label names, else its
+    older ones; (None, None) for a node GFD did not label (or labelled with no number)."""
+    for major, *rest in L.CUDA_DRIVER_LABELS:
+        if labels.get(major, "").isdigit():
+            return int(labels[major]), ".".join(labels[k] for k in (major, *rest) if labels.get(k))
+    return None, None

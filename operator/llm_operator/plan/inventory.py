@@ -27,6 +27,7 @@ from typing import Any, Literal
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import POWERS_OF_TWO
 from llm_operator.plan import gpus
+from llm_operator.plan.driver import driver_of
 
 Scope = Literal["clique", "block", "zone"]  # a domain a multi-node group must stay inside
 UNBOUNDED = 1 << 30  # planning without an inventory: node counts are not the limit
@@ -122,14 +123,6 @@ def _int(value: Any, default: int = 0) -> int:
         return default
 
 
-def _driver(labels: Mapping[str, str]) -> tuple[int | None, str | None]:
-    """The CUDA driver's major and version from GFD's labels, current names first."""
-    for major, *rest in L.CUDA_DRIVER_LABELS:
-        if labels.get(major, "").isdigit():
-            return int(labels[major]), ".".join(labels[k] for k in (major, *rest) if labels.get(k))
-    return None, None
-
-
 def gpu_node(node: Mapping[str, Any], keys: LabelKeys) -> GpuNode | None:
     """The planning record of a Node object; None for nodes without a GPU product label."""
     meta = node.get("metadata") or {}
@@ -158,7 +151,7 @@ def gpu_node(node: Mapping[str, Any], keys: LabelKeys) -> GpuNode | None:
         for k, v in labels.items()
         if k not in VOLATILE_LABELS and not k.startswith(UNKEPT_LABEL_PREFIXES)
     }
-    driver_major, driver_version = _driver(labels)
+    driver_major, driver_version = driver_of(labels)
     return GpuNode(
         name=meta["name"],
         product=product,
@@ -299,12 +292,6 @@ class ProductSummary:
         )
 
 
-def _filter_key(
-    node_selector: Mapping[str, str], tolerations: Sequence[Mapping[str, Any]], driver_floor: int | None
-) -> str:
-    return json.dumps([sorted(node_selector.items()), list(tolerations), driver_floor], sort_keys=True)
-
-
 class Inventory:
     """GPU nodes by name, updated incrementally from Node watch events."""
 
@@ -367,7 +354,7 @@ class Inventory:
         """Per product, the nodes that pods with this nodeSelector and these tolerations may use,
         leaving out nodes whose CUDA driver is below `driver_floor` (None: no floor)."""
         selector = node_selector or {}
-        key = _filter_key(selector, tolerations, driver_floor)
+        key = json.dumps([sorted(selector.items()), list(tolerations), driver_floor], sort_keys=True)
         cached = self._summaries.get(key)
         if cached is not None:
             return cached

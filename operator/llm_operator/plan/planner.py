@@ -132,14 +132,11 @@ class _PoolPlanner:
     def __init__(self, spec: LLMDeploymentSpec, inventory: Inventory | None, floor: int | None) -> None:
         self.spec = spec
         self.inventory = inventory
-        self.driver_floor = floor
         self.keys = inventory.keys if inventory is not None else LabelKeys()
         self.arch = catalogue.lookup(spec.model)
         _check_architecture(spec, self.arch)
-        # Which nodes the pods may use (nodeSelector, tolerations, driver floor), as
-        # Inventory.summaries and left_out take them.
         tolerations = [L.GPU_TOLERATION, *spec.placement.tolerations]
-        self.node_filter = (spec.placement.node_selector, tolerations, floor)
+        self.node_filter = (spec.placement.node_selector, tolerations, floor)  # Inventory.summaries' filter
         self.shapes = _shapes(spec, self.arch)
         if not self.shapes:
             raise PlanningError("InvalidParallelism", f"tensor * pipeline must not exceed {MAX_WORLD_SIZE}")
@@ -283,7 +280,6 @@ class _PoolPlanner:
             replicas=0,
             nvlink_clique=lay.clique,
             group_topology_key=lay.group_key if lay.pods > 1 else None,
-            driver_floor=self.driver_floor,
         )
         world = best.tp * best.pp
         if lay.pods == 1:
@@ -359,10 +355,9 @@ def _requests(spec: LLMDeploymentSpec) -> list[PoolRequest]:
 def plan_deployment(
     spec: LLMDeploymentSpec, inventory: Inventory | None, replicas: int, driver_floor: int | None = None
 ) -> Plan:
-    """Plan every GPU pool of the spec and divide `replicas` between them, on nodes whose CUDA
-    driver is at least `driver_floor` (plan/driver.py). Raises PlanningError (CamelCase reason, a
-    sentence saying what is missing) when any pool cannot be placed: a partial plan would delete
-    the pools that fail, so nothing is changed instead."""
+    """Plan every GPU pool of the spec on nodes with a CUDA driver of at least `driver_floor` and
+    divide `replicas` between them. Raises PlanningError (CamelCase reason, a sentence saying what
+    is missing) when any pool cannot be placed: a partial plan would delete the pools that fail."""
     planner = _PoolPlanner(spec, inventory, driver_floor)
     conversion.check(spec)
     requests = _requests(spec)
