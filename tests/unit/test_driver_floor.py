@@ -100,8 +100,9 @@ def test_only_old_drivers_refuse_with_the_nodes_their_drivers_and_the_way_out() 
         "25.12 (TensorRT-LLM 1.1.0) needs driver 580 or newer, and the nodes that could host it have older "
         "ones: h0 (driver 575.57.08), h1 (driver 575.57.08), h2 (driver 575.57.08), h3 (driver 575.57.08), "
         "h4 (driver 575.57.08) and 2 more; upgrade their NVIDIA driver to 580 or newer, or serve a release "
-        "their driver runs: tritonserver 25.08 (TensorRT-LLM 0.21.0), tritonserver 25.10 (TensorRT-LLM "
-        "1.0.0) (the chart's operator.runtimeImage and operator.trtllmVersion, or this deployment's "
+        "their driver runs: tritonserver 25.07 (TensorRT-LLM 0.20.0), tritonserver 25.08 (TensorRT-LLM "
+        "0.21.0), tritonserver 25.10 (TensorRT-LLM 1.0.0) (the chart's operator.runtimeImage and "
+        "operator.trtllmVersion, or this deployment's "
         "engine.build.tensorrtLlmVersion with runtime.image and engine.build.image)"
     )
     old = Inventory([node("h0", H100, 8, **driver("535.183.01"))])
