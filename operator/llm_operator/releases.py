@@ -23,6 +23,22 @@ Sources, read at the commits named:
   (2026-06-30) says it is the last release candidate with the TensorRT backend, and later
   commits on main remove it (taken from the project's November 2026 review, not read here).
 
+- Data-center driver branches (`datacenter_drivers`): the "Driver Requirements" of Triton's release
+  notes (docs.nvidia.com/deeplearning/triton-inference-server/release-notes/rel-YY-MM.html) read
+  for 25.06, 25.08, 25.10, 25.12 and 26.02 all say a data-center GPU may run on 470.57 (R470),
+  525.85 (R525), 535.86 (R535) or 545.23 (R545). That paragraph is the one of 24.03 (it still names
+  CUDA 12.6, and driver 575 for CUDA 13.x, where the matrix above says 580): it does not describe
+  these CUDA versions. CUDA's forward-compatibility package (docs.nvidia.com/deploy/cuda-compatibility,
+  "Forward Compatibility") works only from NVIDIA's supported LTS and production branches; the
+  per-branch limits ComputeCanada/software-stack-config keeps from that page (lmod/SitePackage.lua
+  `driver_max_compat_cuda`, d4a7c57) stop R470 at CUDA 12.6 and R525 at 12.3 and list no R545
+  (a feature branch), so those rows of the notes are left out. NVIDIA's NGC notes of the same CUDA
+  13 releases (SGLang 25.10, 26.05: R535 535.86, R550 550.54) and that table (R535, R550, R570 at
+  570.26, the CUDA 12.8 GA driver) give the branches kept: R535, R550, R570 on every row, so no
+  node that may work is refused. 25.07 and 26.04 to 26.07 notes were not found: their rows take the
+  same rule, and 1.2.1 (26.07, CUDA driver 590) adds R580 from 580.65.06 (CUDA 13.0 GA, the LTS
+  branch whose own CUDA is 13.x).
+
 The image's tensorrt_llm pin (that Dockerfile's `TENSORRTLLM_VER`) agrees with the matrix for
 r25.09, r25.10 (1.0.0), r25.12 to r26.02 (1.1.0) and r26.04 to r26.07 (1.2.1); r25.07 and r25.08
 build the wheel from a branch (the matrix is the source for 0.20.0 and 0.21.0).
@@ -55,6 +71,9 @@ class Release:
     ngc_tag: str  # the tag the operator runs: the newest (most fixes) unless its row says otherwise
     python: str
     min_driver: str  # the CUDA driver the release's CUDA needs on a consumer GPU node
+    # Older long-term driver branches a data-center GPU runs it on through CUDA forward
+    # compatibility, each as its branch's minimum version ("535.86": 535.86 or a later R535).
+    datacenter_drivers: tuple[str, ...]
     # Triton's llmapi model (TensorRT-LLM's PyTorch backend) at /app/all_models/llmapi.
     has_pytorch_backend: bool = True
     # trtllm-build engines served by the C++ inflight_batcher_llm backend.
@@ -74,11 +93,28 @@ class Release:
         return next(t.triton for t in self.tags if t.tag == self.ngc_tag)
 
 
+# The data-center branches every row keeps (module docstring): R535, R550, R570.
+DATACENTER_BRANCHES = ("535.86", "550.54", "570.26")
+
 RELEASES: tuple[Release, ...] = (
     # 25.06 is inside the range of the August 2025 security bulletin; 25.07 has the fixes.
-    Release("0.20.0", (NgcTag("25.06", "2.59.0"), NgcTag("25.07", "2.59.1")), "25.07", "3.12", "575"),
-    Release("0.21.0", (NgcTag("25.08", "2.60.0"),), "25.08", "3.12", "575"),
-    Release("1.0.0", (NgcTag("25.09", "2.61.0"), NgcTag("25.10", "2.62.0")), "25.10", "3.12", "575"),
+    Release(
+        "0.20.0",
+        (NgcTag("25.06", "2.59.0"), NgcTag("25.07", "2.59.1")),
+        "25.07",
+        "3.12",
+        "575",
+        DATACENTER_BRANCHES,
+    ),
+    Release("0.21.0", (NgcTag("25.08", "2.60.0"),), "25.08", "3.12", "575", DATACENTER_BRANCHES),
+    Release(
+        "1.0.0",
+        (NgcTag("25.09", "2.61.0"), NgcTag("25.10", "2.62.0")),
+        "25.10",
+        "3.12",
+        "575",
+        DATACENTER_BRANCHES,
+    ),
     # 25.12, not 26.02: the default release, and moving it rolls every serving pod (a later change
     # with an upgrade path). 26.01 and 26.02 carry the same TensorRT-LLM and TensorRT 10.13.3.9.
     Release(
@@ -87,6 +123,7 @@ RELEASES: tuple[Release, ...] = (
         "25.12",
         "3.12",
         "580",
+        DATACENTER_BRANCHES,
     ),
     Release(
         "1.2.1",
@@ -99,6 +136,7 @@ RELEASES: tuple[Release, ...] = (
         "26.07",
         "3.12",
         "590",
+        (*DATACENTER_BRANCHES, "580.65.06"),
     ),
 )
 BY_TRTLLM: dict[str, Release] = {r.trtllm: r for r in RELEASES}

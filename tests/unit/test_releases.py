@@ -14,7 +14,7 @@ from llm_operator.releases import NgcTag, Release
 from tests.unit.test_render_rollout import IMAGES, deployment
 
 # A release after the TensorRT backend's removal upstream: none is in the table yet.
-PYTORCH_ONLY = Release("9.0.0", (NgcTag("27.01", "2.77.0"),), "27.01", "3.12", "600",
+PYTORCH_ONLY = Release("9.0.0", (NgcTag("27.01", "2.77.0"),), "27.01", "3.12", "600", ("580.65.06",),
                        has_tensorrt_engine_backend=False)  # fmt: skip
 
 

@@ -64,6 +64,16 @@ def lookup(product: str) -> GpuProduct | None:
     return PRODUCTS.get(product.removesuffix(SHARED_SUFFIX))
 
 
+def is_datacenter(product: str) -> bool:
+    """Whether CUDA forward compatibility runs on it (older long-term drivers run newer CUDA;
+    releases.Release.datacenter_drivers): NVIDIA's data-center GPUs, every product in the table.
+    The RTX 6000 Ada is a workstation card; the CUDA compatibility guide extends forward
+    compatibility to "select NGC Server Ready SKUs of RTX cards", so it is not refused for it.
+    Products the table lacks (GeForce) are held to the release's own driver floor. MIG slices are
+    of their whole GPU."""
+    return lookup(product.split(MIG_MARKER)[0]) is not None
+
+
 def is_partitioned(product: str) -> bool:
     """Time-sliced or MIG GPUs: a slice is not a whole GPU, so they are never chosen unasked."""
     return product.endswith(SHARED_SUFFIX) or MIG_MARKER in product

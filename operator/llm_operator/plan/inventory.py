@@ -21,13 +21,13 @@ import hashlib
 import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Any, Literal
 
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import POWERS_OF_TWO
 from llm_operator.plan import gpus
-from llm_operator.plan.driver import driver_of
+from llm_operator.plan.driver import DriverFloor, Version, driver_of
 
 Scope = Literal["clique", "block", "zone"]  # a domain a multi-node group must stay inside
 UNBOUNDED = 1 << 30  # planning without an inventory: node counts are not the limit
@@ -86,23 +86,23 @@ class GpuNode:
     taints: tuple[Taint, ...]  # NoSchedule/NoExecute only: the ones that keep pods off
     unschedulable: bool
     ready: bool
-    driver_major: int | None  # the CUDA driver's branch (580); None: GFD did not label it
-    driver_version: str | None  # for messages (580.95.05)
+    driver: Version | None  # the CUDA driver, (580, 95, 5); None: GFD did not label it
+    driver_version: str | None  # as written, for messages (580.95.05)
     labels: Mapping[str, str]
 
     @property
     def usable(self) -> bool:
         return self.ready and not self.unschedulable and self.gpus > 0
 
-    def meets(self, driver_floor: int | None) -> bool:
+    def meets(self, driver_floor: DriverFloor | None) -> bool:
         """A node whose driver GFD did not label meets every floor: there is nothing to check."""
-        return driver_floor is None or self.driver_major is None or self.driver_major >= driver_floor
+        return driver_floor is None or driver_floor.admits(self.product, self.driver)
 
     def admits(
         self,
         node_selector: Mapping[str, str],
         tolerations: Sequence[Mapping[str, Any]],
-        driver_floor: int | None = None,
+        driver_floor: DriverFloor | None = None,
     ) -> bool:
         return (
             self.usable
@@ -151,7 +151,7 @@ def gpu_node(node: Mapping[str, Any], keys: LabelKeys) -> GpuNode | None:
         for k, v in labels.items()
         if k not in VOLATILE_LABELS and not k.startswith(UNKEPT_LABEL_PREFIXES)
     }
-    driver_major, driver_version = driver_of(labels)
+    driver, driver_version = driver_of(labels)
     return GpuNode(
         name=meta["name"],
         product=product,
@@ -167,7 +167,7 @@ def gpu_node(node: Mapping[str, Any], keys: LabelKeys) -> GpuNode | None:
         taints=taints,
         unschedulable=bool(spec.get("unschedulable", False)),
         ready=ready,
-        driver_major=driver_major,
+        driver=driver,
         driver_version=driver_version,
         labels=kept,
     )
@@ -179,7 +179,7 @@ def _digest(record: GpuNode) -> int:
             record.name, record.product, record.gpu_count, record.gpus, record.memory_mib,
             record.compute_capability, record.family, record.clique, record.zone, record.block_key,
             record.block, [str(t) for t in record.taints], record.unschedulable, record.ready,
-            record.driver_major, record.driver_version, sorted(record.labels.items()),
+            record.driver, record.driver_version, sorted(record.labels.items()),
         ]
     )  # fmt: skip
     return int.from_bytes(hashlib.blake2b(canonical.encode(), digest_size=16).digest(), "big")
@@ -349,12 +349,13 @@ class Inventory:
         self,
         node_selector: Mapping[str, str] | None = None,
         tolerations: Sequence[Mapping[str, Any]] = (),
-        driver_floor: int | None = None,
+        driver_floor: DriverFloor | None = None,
     ) -> dict[str, ProductSummary]:
         """Per product, the nodes that pods with this nodeSelector and these tolerations may use,
-        leaving out nodes whose CUDA driver is below `driver_floor` (None: no floor)."""
+        leaving out nodes whose CUDA driver `driver_floor` does not admit (None: no floor)."""
         selector = node_selector or {}
-        key = json.dumps([sorted(selector.items()), list(tolerations), driver_floor], sort_keys=True)
+        floor = astuple(driver_floor) if driver_floor else None
+        key = json.dumps([sorted(selector.items()), list(tolerations), floor], sort_keys=True)
         cached = self._summaries.get(key)
         if cached is not None:
             return cached
@@ -373,7 +374,7 @@ class Inventory:
         product: str,
         node_selector: Mapping[str, str] | None,
         tolerations: Sequence[Mapping[str, Any]],
-        driver_floor: int | None = None,
+        driver_floor: DriverFloor | None = None,
     ) -> str:
         """Why nodes of `product` cannot take the pods ('' when none are left out), for messages."""
         selector = node_selector or {}
@@ -391,7 +392,7 @@ class Inventory:
             elif untolerated:
                 why = f"taint {', '.join(untolerated)} not tolerated"
             elif not n.meets(driver_floor):
-                why = f"CUDA driver {n.driver_version} below {driver_floor}"
+                why = f"CUDA driver {n.driver_version} below the release's floor"
             else:
                 why = "not matched by placement.nodeSelector"
             reasons[why] = reasons.get(why, 0) + 1

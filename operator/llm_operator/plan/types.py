@@ -27,8 +27,10 @@ class PoolPlan:
     # Node label every pod of a multi-pod replica must share (nvidia.com/gpu.clique, the network
     # block or zone label the nodes carry); None: no co-location rule.
     group_topology_key: str | None = None
-    # The CUDA driver branch the serving release needs (releases.Release.min_driver): pods stay off
-    # nodes GFD reports an older driver on. None: no floor (CPU, or a release the table lacks).
+    # The lowest CUDA driver major the serving release runs on (plan/driver.py DriverFloor.coarse):
+    # the pods' node affinity keeps them off nodes GFD reports an older driver on. None: no such
+    # term, as no node of the pool's products is below it (plan/floor.py), or no floor (CPU, or a
+    # release the table lacks).
     driver_floor: int | None = None
 
     @property
