@@ -1,8 +1,9 @@
 """Scheduling fields of serving pods, derived from the plan and spec.placement (docs/placement.md).
 
 - Required node affinity to the pool's GPU products (the engine's architecture, and memory the
-  plan fits), to spec.resources.gpu.minMemoryMiB and to the release's CUDA driver floor (nodes
-  whose driver GFD did not label stay allowed); the nvidia.com/gpu toleration.
+  plan fits), to spec.resources.gpu.minMemoryMiB and, where the plan's pool carries one, to the
+  release's coarse CUDA driver floor (plan/floor.py; nodes whose driver GFD did not label stay
+  allowed); the nvidia.com/gpu toleration.
 - Workers of a multi-node replica follow their leader: required pod affinity on
   nvidia.com/gpu.clique when TP spans nodes (only NVLink is fast enough), else on the network
   block (or zone) label the planner found on the nodes, required or preferred per
