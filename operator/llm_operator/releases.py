@@ -28,16 +28,16 @@ Sources, read at the commits named:
   for 25.06, 25.08, 25.10, 25.12 and 26.02 all say a data-center GPU may run on 470.57 (R470),
   525.85 (R525), 535.86 (R535) or 545.23 (R545). That paragraph is the one of 24.03 (it still names
   CUDA 12.6, and driver 575 for CUDA 13.x, where the matrix above says 580): it does not describe
-  these CUDA versions. CUDA's forward-compatibility package (docs.nvidia.com/deploy/cuda-compatibility,
-  "Forward Compatibility") works only from NVIDIA's supported LTS and production branches; the
-  per-branch limits ComputeCanada/software-stack-config keeps from that page (lmod/SitePackage.lua
-  `driver_max_compat_cuda`, d4a7c57) stop R470 at CUDA 12.6 and R525 at 12.3 and list no R545
-  (a feature branch), so those rows of the notes are left out. NVIDIA's NGC notes of the same CUDA
-  13 releases (SGLang 25.10, 26.05: R535 535.86, R550 550.54) and that table (R535, R550, R570 at
-  570.26, the CUDA 12.8 GA driver) give the branches kept: R535, R550, R570 on every row, so no
-  node that may work is refused. 25.07 and 26.04 to 26.07 notes were not found: their rows take the
-  same rule, and 1.2.1 (26.07, CUDA driver 590) adds R580 from 580.65.06 (CUDA 13.0 GA, the LTS
-  branch whose own CUDA is 13.x).
+  these CUDA versions. Forward compatibility (docs.nvidia.com/deploy/cuda-compatibility, "Forward
+  Compatibility"; NVIDIA's page itself was not readable here) works only from supported long-term
+  and production branches; the per-branch limits ComputeCanada/software-stack-config keeps from it
+  (lmod/SitePackage.lua `driver_max_compat_cuda`, d4a7c57) stop R470 at CUDA 12.6 and R525 at 12.3
+  and have no R545 (a feature branch), so those entries of the notes are left out. Kept on every
+  row, so that no node that may work is refused: R535 at 535.86 (the Triton notes), R550 at 550.54
+  (NVIDIA's SGLang container notes 25.10 and 26.05, CUDA 13.x) and R570 at 570.26 (the CUDA 12.8
+  GA driver; that table gives R570 up to CUDA 13.0 and marks R535, R550 and R570 "guess"). 25.07
+  and 26.04 to 26.07 notes were not found: their rows take the same branches, and 1.2.1 (26.07,
+  driver 590) adds R580 from 580.65.06 (CUDA 13.0's GA driver; a long-term branch of CUDA 13).
 
 The image's tensorrt_llm pin (that Dockerfile's `TENSORRTLLM_VER`) agrees with the matrix for
 r25.09, r25.10 (1.0.0), r25.12 to r26.02 (1.1.0) and r26.04 to r26.07 (1.2.1); r25.07 and r25.08
