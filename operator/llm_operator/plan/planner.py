@@ -33,7 +33,7 @@ from llm_operator.api.v1alpha1 import (
     Precision,
 )
 from llm_operator.plan import catalogue, conversion, gpus, memory
-from llm_operator.plan.driver import DriverFloor
+from llm_operator.plan.driver import DriverFloor as Floor
 from llm_operator.plan.inventory import UNBOUNDED, Inventory, LabelKeys, ProductSummary
 from llm_operator.plan.layout import Layout, layout
 from llm_operator.plan.types import Plan, PlanningError, PoolPlan
@@ -130,9 +130,7 @@ class PoolRequest:
 class _PoolPlanner:
     """Plans one pool; holds what every pool of one spec shares."""
 
-    def __init__(
-        self, spec: LLMDeploymentSpec, inventory: Inventory | None, floor: DriverFloor | None
-    ) -> None:
+    def __init__(self, spec: LLMDeploymentSpec, inventory: Inventory | None, floor: Floor | None) -> None:
         self.spec = spec
         self.inventory = inventory
         self.keys = inventory.keys if inventory is not None else LabelKeys()
@@ -356,10 +354,7 @@ def _requests(spec: LLMDeploymentSpec) -> list[PoolRequest]:
 
 
 def plan_deployment(
-    spec: LLMDeploymentSpec,
-    inventory: Inventory | None,
-    replicas: int,
-    driver_floor: DriverFloor | None = None,
+    spec: LLMDeploymentSpec, inventory: Inventory | None, replicas: int, driver_floor: Floor | None = None
 ) -> Plan:
     """Plan every GPU pool of the spec on nodes whose CUDA driver `driver_floor` admits and
     divide `replicas` between them. Raises PlanningError (CamelCase reason, a sentence saying what
