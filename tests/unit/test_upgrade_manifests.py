@@ -4,10 +4,10 @@ tightened it. Each is either refused with a message that names the field and wha
 instead, or still served as before.
 
 A refused manifest is checked on both paths a user meets it: `kubectl apply` (the CRD's CEL rule
-or schema bound, whose message is asserted here; e2e/test_admission.py runs the rules on a real API
-server) and an object stored before the upgrade, which the API server does not check again: the
-operator's parse (the CEL rule's pydantic twin, shown as Stalled InvalidSpec) or its planning
-(Stalled with the PlanningError's reason)."""
+or schema bound, whose message is asserted here; tests/e2e/test_admission.py evaluates the rules
+on a real API server) and an object stored before the upgrade, which the API server does not check
+again: the operator's parse (the CEL rule's pydantic twin, shown as Stalled InvalidSpec) or its
+planning (Stalled with the PlanningError's reason)."""
 
 from __future__ import annotations
 
@@ -115,6 +115,12 @@ CASES: dict[str, Old] = {
         analysis("http://prometheus.monitoring.svc:9090"),
         ("spec.rollout.canary.analysis", "rollout.canary.analysis needs at least one bound to check"),
         "rollout.canary.analysis needs at least one bound to check: set maxErrorRatePercent",
+    ),
+    "canary analysis bound above an hour": Old(
+        "a15fd94",
+        analysis(DEFAULT_PROMETHEUS_URL, maxP99LatencyMilliseconds=3_600_001),
+        ("spec.rollout.canary.analysis.maxP99LatencyMilliseconds", "maximum"),
+        "maxP99LatencyMilliseconds: Input should be less than or equal to 3600000",
     ),
     "canary analysis of a Prometheus the operator does not allow": Old(
         "5000d33",
