@@ -1460,16 +1460,6 @@ class GatewayRouting(Spec):
     )
 
 
-GATEWAY_REQUIRED = (
-    "rollout.canary.gateway.parentRefs is required with trafficRouting gateway-api: name the Gateway "
-    "the deployment's HTTPRoute attaches to"
-)
-GATEWAY_REFUSED = (
-    "rollout.canary.gateway is used only with trafficRouting gateway-api: remove it, or set "
-    "trafficRouting: gateway-api"
-)
-
-
 class CanarySpec(Spec):
     """The canary's steps, how its traffic is split, and its optional analysis (docs/rollouts.md)."""
 
@@ -1480,8 +1470,16 @@ class CanarySpec(Spec):
                 "self.steps.all(s, self.steps.exists_one(t, t.weight == s.weight))",
                 "rollout.canary.steps weights must increase strictly and stay <= 100, e.g. 10, 50, 100",
             ),
-            cel("self.trafficRouting != 'gateway-api' || has(self.gateway)", GATEWAY_REQUIRED),
-            cel("self.trafficRouting == 'gateway-api' || !has(self.gateway)", GATEWAY_REFUSED),
+            cel(
+                "self.trafficRouting != 'gateway-api' || has(self.gateway)",
+                "rollout.canary.gateway.parentRefs is required with trafficRouting gateway-api: name "
+                "the Gateway the deployment's HTTPRoute attaches to",
+            ),
+            cel(
+                "self.trafficRouting == 'gateway-api' || !has(self.gateway)",
+                "rollout.canary.gateway is used only with trafficRouting gateway-api: remove it, or set "
+                "trafficRouting: gateway-api",
+            ),
         )
     )
 
@@ -1531,14 +1529,6 @@ class CanarySpec(Spec):
         default=None,
         description="Without analysis, steps advance on their pauses alone.",
     )
-
-    @model_validator(mode="after")
-    def _gateway(self) -> CanarySpec:  # the CEL rules' twins: the first CRD had no gateway field
-        if self.traffic_routing == TrafficRouting.GATEWAY_API and self.gateway is None:
-            raise ValueError(GATEWAY_REQUIRED)
-        if self.traffic_routing != TrafficRouting.GATEWAY_API and self.gateway is not None:
-            raise ValueError(GATEWAY_REFUSED)
-        return self
 
 
 class RolloutSpec(Spec):
