@@ -10,12 +10,13 @@ the cache no engine is built and every pool is held, so a new revision never sto
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from llm_operator import releases
-from llm_operator.api.v1alpha1 import Backend, LLMDeployment, LLMDeploymentSpec
+from llm_operator.api.v1alpha1 import PVC_URI, STORAGE_URI_MESSAGE, Backend, LLMDeployment, LLMDeploymentSpec
 from llm_operator.engine import build_job, cache_key
 from llm_operator.engine.sizing import ClaimNeed, build_size
 from llm_operator.engine.state import (
@@ -87,6 +88,8 @@ def plan_for(ld: LLMDeployment, inventory: Inventory | None, images: Images | No
     release sets the CUDA driver floor of GPU nodes (plan/floor.py); None plans without one."""
     if ld.spec.engine.backend == Backend.CPU_REFERENCE:
         return cpu_plan(ld.spec)
+    if ld.spec.engine.backend == Backend.TENSORRT_ENGINE:
+        _check_engine_storage(ld.spec)
     release = serving_release(ld, images) if images is not None else None
     plan = plan_within_floor(ld.spec, inventory, ld.spec.replicas, release)
     split = [p for p in plan.pools if p.pods_per_replica > 1]
@@ -110,6 +113,18 @@ def serving_release(ld: LLMDeployment, images: Images) -> releases.Release | Non
     images of a known version are held to its release: its wheels carry that CUDA."""
     build = ld.spec.engine.build
     return releases.for_trtllm((build and build.tensorrt_llm_version) or images.trtllm_version)
+
+
+def _check_engine_storage(spec: LLMDeploymentSpec) -> None:
+    """The first CRD took s3:// and gs:// engine caches: one stored then is refused by name here
+    (admission refuses it now) rather than failing every reconcile where pods mount the cache."""
+    prebuilt = spec.engine.prebuilt
+    for name, uri in (
+        ("engine.prebuilt.uri", prebuilt.uri if prebuilt else None),
+        ("engine.cache.uri", spec.engine.cache.uri),
+    ):
+        if uri is not None and not re.match(PVC_URI, uri):
+            raise PlanningError("EngineStorageNotOnClaim", f"{name} {STORAGE_URI_MESSAGE}")
 
 
 def check_release(ld: LLMDeployment, images: Images) -> None:

@@ -90,7 +90,9 @@ def test_urls_that_two_parsers_could_read_differently_are_refused(url: str, why:
 
 
 def test_what_is_queried_is_the_lists_own_url() -> None:
-    spec = CanaryAnalysis.model_validate({"prometheus": {"url": "http://Prometheus.Monitoring.SVC:9090/"}})
+    spec = CanaryAnalysis.model_validate(
+        {"prometheus": {"url": "http://Prometheus.Monitoring.SVC:9090/"}, "maxErrorRatePercent": 1}
+    )
     assert analysis_endpoint(spec, ALLOWED) == PROM
     assert parse("http://[::1]:9090/p/").url == "http://[::1]:9090/p"
 
@@ -185,6 +187,6 @@ async def test_the_same_spec_with_its_endpoint_allowed_is_not_stalled(
 
 
 def test_an_empty_list_refuses_every_analysis() -> None:
-    spec = CanaryAnalysis.model_validate({"prometheus": {"url": PROM}})
+    spec = CanaryAnalysis.model_validate({"prometheus": {"url": PROM}, "maxErrorRatePercent": 1})
     with pytest.raises(PlanningError, match=r"endpoints \(none are configured\)"):
         analysis_endpoint(spec, ())

@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic.alias_generators import to_camel, to_snake
 
 from llm_operator.runtime.cpu_reference import BUILTIN_MODELS
 
@@ -474,11 +474,13 @@ class KvCacheDtype(StrEnum):
 # Serving pods and build Jobs mount engines from a ReadWriteMany claim; object-store caches would
 # need a sync step that does not exist yet, so they are refused here rather than failing in pods.
 PVC_URI = r"^pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?(/[^ ]*)?$"
-STORAGE_URI_RULE = cel(
-    f"self.matches('{PVC_URI}')",
+STORAGE_URI_MESSAGE = (
     "must be pvc://CLAIM/PATH (a ReadWriteMany PersistentVolumeClaim); object-store engine caches "
-    "are not supported yet",
+    "are not supported yet"
 )
+# No pydantic twin: an object stored under the first CRD (which took s3:// and gs://) is refused at
+# planning (desired.py), where it needs the engines.
+STORAGE_URI_RULE = cel(f"self.matches('{PVC_URI}')", STORAGE_URI_MESSAGE)
 
 
 class PrebuiltEngine(Spec):
@@ -1061,6 +1063,10 @@ class PoolPolicy(StrEnum):
 # Pool names that would collide with rollout objects: `<name>-b...` is the second slot's base name,
 # `<name>-stable` / `<name>-canary` the revision Services.
 RESERVED_POOL_NAMES = ("b", "stable", "canary")
+RESERVED_POOL_MESSAGE = (
+    "pool names b, b-*, stable and canary are reserved (the second rollout slot's objects and the "
+    "revision Services are named <name>-b... and <name>-stable/-canary); choose another name"
+)
 
 
 class GpuPool(Spec):
@@ -1068,9 +1074,7 @@ class GpuPool(Spec):
         json_schema_extra=rules(
             cel(
                 f"!(self.name in {list(RESERVED_POOL_NAMES)}) && !self.name.startsWith('b-')",
-                "pool names b, b-*, stable and canary are reserved (the second rollout slot's objects "
-                "and the revision Services are named <name>-b... and <name>-stable/-canary); choose "
-                "another name",
+                RESERVED_POOL_MESSAGE,
             ),
         )
     )
@@ -1099,7 +1103,7 @@ class GpuPool(Spec):
     @classmethod
     def _not_reserved(cls, name: str) -> str:  # the CEL rule's twin, for `llm-operator render`
         if name in RESERVED_POOL_NAMES or name.startswith("b-"):
-            raise ValueError("pool names b, b-*, stable and canary are reserved for rollout objects")
+            raise ValueError(RESERVED_POOL_MESSAGE)
         return name
 
 
@@ -1331,6 +1335,11 @@ ANALYSIS_BOUNDS = (
     "maxMeanQueueTimeMilliseconds",
 )
 MAX_MILLISECONDS = 3_600_000
+ANALYSIS_BOUND_MESSAGE = (
+    "rollout.canary.analysis needs at least one bound to check: set "
+    + ", ".join(ANALYSIS_BOUNDS[:-1])
+    + f" or {ANALYSIS_BOUNDS[-1]}"
+)
 
 
 class CanaryAnalysis(Spec):
@@ -1339,12 +1348,7 @@ class CanaryAnalysis(Spec):
 
     model_config = ConfigDict(
         json_schema_extra=rules(
-            cel(
-                " || ".join(f"has(self.{b})" for b in ANALYSIS_BOUNDS),
-                "rollout.canary.analysis needs at least one bound to check: set "
-                + ", ".join(ANALYSIS_BOUNDS[:-1])
-                + f" or {ANALYSIS_BOUNDS[-1]}",
-            ),
+            cel(" || ".join(f"has(self.{b})" for b in ANALYSIS_BOUNDS), ANALYSIS_BOUND_MESSAGE),
         )
     )
 
@@ -1417,6 +1421,12 @@ class CanaryAnalysis(Spec):
         description="A window fails when the canary's mean time in Triton's queue, in milliseconds, "
         "is above this.",
     )
+
+    @model_validator(mode="after")
+    def _bounded(self) -> CanaryAnalysis:  # the CEL rule's twin: the first CRD took none
+        if all(getattr(self, to_snake(b)) is None for b in ANALYSIS_BOUNDS):
+            raise ValueError(ANALYSIS_BOUND_MESSAGE)
+        return self
 
 
 # Gateway API names: ParentReference.name / sectionName and a namespace.

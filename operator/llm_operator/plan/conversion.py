@@ -122,7 +122,10 @@ def check_pool(spec: LLMDeploymentSpec, pool: PoolPlan) -> None:
     rowwise = fp8_rowwise(spec, pool)
     build = spec.engine.build
     if not rowwise and (build is None or build.calibration is None):
-        raise PlanningError("CalibrationDatasetMissing", f"a quantized engine build calibrates on a dataset: "
+        # Builds before engine.build.calibration let quantize.py fetch its default, cnn_dailymail,
+        # from the Hub; the message says so, since the same manifest built then.
+        raise PlanningError("CalibrationDatasetMissing", "a quantized engine build calibrates on the dataset "
+                            "the spec names (builds no longer download cnn_dailymail from the Hub unasked): "
                             f"{CALIBRATION_HINT}")  # fmt: skip
     if rowwise and spec.engine.kv_cache_dtype.value in QUANTIZED_KV_CACHES:
         gpus = min(pool.world_size, pool.gpus_per_pod)
