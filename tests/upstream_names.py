@@ -311,3 +311,22 @@ LLM_ARGS = frozenset(
 KV_CACHE_CONFIG = frozenset(
     {"free_gpu_memory_fraction", "enable_block_reuse", "max_tokens", "host_cache_size", "dtype"}
 )
+
+# The pytorch backend across pods (runtime/commands.py): TensorRT-LLM's multi-node launcher of the
+# LLM API, which the tensorrt_llm wheel installs on PATH (setup.py `scripts=`) and Triton's llmapi
+# docs run on every rank (tensorrtllm_backend docs/llmapi.md at r25.12 5419275f and r26.07
+# 3bc11537: `srun ... trtllm-llmapi-launch /opt/tritonserver/bin/tritonserver --model-repository
+# ...`). Read from the stored copies of tensorrt_llm/llmapi/trtllm-llmapi-launch (020c89e6),
+# mgmn_worker_node.py (8f91cff2), mgmn_leader_node.py (1033ea16) and setup.py (004da3c2), not
+# resolved to the v1.1.0 / v1.2.1 tags (re-check with `git show <tag>:<path>`): rank 0 (the rank
+# variables below, Slurm's first) runs the given command and the MPI session server
+# (LLMAPI_LEADER_MODULE), every other rank LLMAPI_WORKER_MODULE (an mpi4py MPICommExecutor).
+LLMAPI_LAUNCH = "trtllm-llmapi-launch"
+LLMAPI_LAUNCH_RANK = ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK")
+LLMAPI_LAUNCH_WORLD = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
+# What the script exports itself for the LLM API in the command (tensorrt_llm/executor/utils.py).
+LLMAPI_LAUNCH_SETS = (
+    "TLLM_SPAWN_PROXY_PROCESS", "TLLM_SPAWN_PROXY_PROCESS_IPC_ADDR", "TLLM_SPAWN_PROXY_PROCESS_IPC_HMAC_KEY"
+)  # fmt: skip
+LLMAPI_LEADER_MODULE = "tensorrt_llm.llmapi.mgmn_leader_node"
+LLMAPI_WORKER_MODULE = "tensorrt_llm.llmapi.mgmn_worker_node"

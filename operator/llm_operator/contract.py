@@ -117,6 +117,9 @@ ENV: dict[str, str] = {
     "LLMOP_TRITONSERVER": "tritonserver",
     "LLMOP_MPIRUN": "mpirun",
     "LLMOP_SSHD": "/usr/sbin/sshd",
+    # Installed on PATH by the tensorrt_llm wheel (setup.py `scripts`); the pytorch backend's
+    # multi-node ranks run under it (runtime/commands.py).
+    "LLMOP_LLMAPI_LAUNCH": "trtllm-llmapi-launch",
     "LLMOP_BACKEND_DIR": "",
     "LLMOP_TRTLLM_MODELS_DIR": "/app/all_models/inflight_batcher_llm",
     # Where NVIDIA's tritonserver trtllm image keeps the llmapi model (TensorRT-LLM's

@@ -92,17 +92,19 @@ def plan_for(ld: LLMDeployment, inventory: Inventory | None, images: Images | No
         _check_engine_storage(ld.spec)
     release = serving_release(ld, images) if images is not None else None
     plan = plan_within_floor(ld.spec, inventory, ld.spec.replicas, release)
-    split = [p for p in plan.pools if p.pods_per_replica > 1]
-    if ld.spec.engine.backend == Backend.PYTORCH and split:
-        # Upstream serves the llmapi model from one tritonserver (triton_backend/llmapi docs and
-        # scripts/launch_triton_server.py, world size 1, tp and pp in model.yaml), whose LLM spawns
-        # the tp*pp workers on its own node. model.py copies later than v1.1.0 also join a
-        # multi-rank MPI world (MpiCommSession); not verified at the release's tag, so refused.
+    across = [p for p in plan.pools if p.pods_per_replica > 1 and p.tensor > p.gpus_per_pod]
+    if ld.spec.engine.backend == Backend.PYTORCH and across:
+        # A replica spanning pods runs under trtllm-llmapi-launch (runtime/commands.py), whose
+        # Triton docs at TensorRT-LLM 1.1.0 say "inter-node tensor parallelism is not yet
+        # supported" (tensorrtllm_backend r25.12 docs/llmapi.md; later copies drop the sentence
+        # without saying it is).
+        p = across[0]
         raise PlanningError(
-            "PyTorchBackendSingleNode",
-            f"engine.backend pytorch runs all {split[0].world_size} GPUs of a replica on one node, "
-            "and no node of the allowed products has that many: lower "
-            "parallelism.tensor x parallelism.pipeline, or use engine.backend tensorrt-engine",
+            "PyTorchTensorParallelAcrossPods",
+            f"engine.backend pytorch spans pods by pipeline stages only, and tensor parallel "
+            f"{p.tensor} needs more GPUs than the {p.gpus_per_pod} of one pod (Triton's llmapi model "
+            "does not support tensor parallelism across nodes): lower parallelism.tensor to what one "
+            "node holds and raise parallelism.pipeline, or use engine.backend tensorrt-engine",
         )
     return plan
 

@@ -120,6 +120,7 @@ DEPLOYMENTS = {
     "one-pool": lambda: deployment("llama31-405b-multinode", replicas=2),
     "two-pools": two_pools,
     "inference-pool": lambda: deployment("llama31-405b-multinode", routing={"mode": "inference-pool"}),
+    "pytorch": lambda: deployment("llama31-405b-pytorch-multinode", replicas=2),
 }
 
 

@@ -1,6 +1,7 @@
 """engine.backend pytorch end to end through the pure layers: spec -> plan -> desired objects ->
 the launcher's command. No build Job, the checkpoint where the LLM API reads it, the spec's
-limits in model.yaml, one node per replica, a release that ships the llmapi model."""
+limits in model.yaml, a release that ships the llmapi model. A replica across pods:
+test_pytorch_multi_node.py."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from llm_operator.modelrepo import client_model
 from llm_operator.plan.types import PlanningError
 from llm_operator.rollout import queries
 from llm_operator.runtime.commands import serve_command
-from llm_operator.runtime.config import ConfigError, PodConfig
+from llm_operator.runtime.config import PodConfig
 from llm_operator.runtime.launcher import launch
 from llm_operator.runtime.preflight import image_files
 from llm_operator.runtime.repository import configmap_path
@@ -119,16 +120,6 @@ def test_a_release_outside_the_table_is_refused_naming_backend_and_version() -> 
         desired(ld, plan_for(ld, None), dataclasses.replace(IMAGES, trtllm_version=version), never_built)
 
 
-def test_a_replica_larger_than_a_node_is_refused_at_planning() -> None:
-    ld = pytorch(parallelism={"tensor": 8, "pipeline": 2})
-    with pytest.raises(PlanningError) as err:
-        plan_for(ld, None)
-    assert err.value.reason == "PyTorchBackendSingleNode" and "16 GPUs" in err.value.message
-    engine = {**ld.spec.engine.model_dump(by_alias=True, exclude_none=True), "backend": "tensorrt-engine"}
-    tensorrt = pytorch(parallelism={"tensor": 8, "pipeline": 2}, engine=engine)
-    assert plan_for(tensorrt, None).pools[0].pods_per_replica == 2  # the same shape, two nodes
-
-
 def test_canary_analysis_counts_requests_of_the_model_clients_call() -> None:
     assert client_model(pytorch().spec) == "tensorrt_llm"
     assert client_model(deployment("llama3-8b-h100").spec) == "ensemble"
@@ -148,9 +139,7 @@ def test_the_launcher_starts_one_tritonserver_under_mpirun_with_auto_complete() 
     assert "--disable-auto-complete-config" not in cmd  # model.py applies triton_config
     assert "--http-port=8000" in cmd and "--id=rank0" in cmd
     assert list(c.local_ranks) == [0]
-    with pytest.raises(ConfigError, match="one pod"):
-        config(LLMOP_TP="16", LLMOP_GPUS_PER_POD="8", LLMOP_PODS_PER_REPLICA="2",
-               LLMOP_WORKER_HOST_PATTERN="w{worker}")  # fmt: skip
+    assert "trtllm-llmapi-launch" not in cmd, "one pod: the LLM API spawns its workers itself"
 
 
 def test_the_llmapi_code_is_taken_from_the_image_into_the_repository(tmp_path: Path) -> None:

@@ -29,6 +29,8 @@ GOLDEN = REPO / "tests" / "golden" / "render"
 # (example, TensorRT-LLM version of the serving image) rendered besides the default release: an
 # older release (0.21.0, NGC 25.08) for the engine backend, and one for the pytorch backend.
 RELEASE_GOLDENS = [("llama3-70b-fp8", "0.21.0"), ("llama31-8b-pytorch", "1.0.0")]
+# Examples also rendered as LeaderWorkerSets (`<example>@lws.yaml`, `render --leader-worker-set`).
+LWS_GOLDENS = ["llama31-405b-pytorch-multinode"]
 
 
 @pytest.fixture(autouse=True)
@@ -38,10 +40,10 @@ def default_release(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LLMOP_TRTLLM_VERSION", raising=False)
 
 
-def _render(example: Path) -> str:
+def _render(example: Path, *flags: str) -> str:
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        assert main(["render", "-f", str(example)]) == 0
+        assert main(["render", "-f", str(example), *flags]) == 0
     return out.getvalue()
 
 
@@ -61,6 +63,13 @@ def test_render_for_another_release_matches_golden(
 def test_render_matches_golden(example: Path) -> None:
     rendered = _render(example)
     assert_golden(GOLDEN / f"{example.stem}.yaml", rendered, f"render of {example.name}")
+
+
+@pytest.mark.parametrize("example", LWS_GOLDENS)
+def test_render_as_leader_worker_sets_matches_golden(example: str) -> None:
+    rendered = _render(REPO / "examples" / f"{example}.yaml", "--leader-worker-set")
+    assert "kind: LeaderWorkerSet" in rendered and "kind: StatefulSet" not in rendered
+    assert_golden(GOLDEN / f"{example}@lws.yaml", rendered, f"LeaderWorkerSet render of {example}")
 
 
 def test_render_reports_an_impossible_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,5 +1,6 @@
 """What the launcher runs, built from its PodConfig (pure): one tritonserver per rank in
-TensorRT-LLM leader mode, one MPMD mpirun for a world of several ranks, sshd on workers.
+TensorRT-LLM leader mode, one MPMD mpirun for a world of several ranks (the pytorch backend: one
+tritonserver, under trtllm-llmapi-launch when the world spans pods), sshd on workers.
 
 The rank layout is documented in docs/launcher-and-engines.md.
 """
@@ -96,9 +97,9 @@ def rsh_args(c: PodConfig) -> str:
 
 def serve_command(c: PodConfig) -> list[str]:
     """What a leader (or single) pod runs: one tritonserver for a world of one, else ONE mpirun
-    launching every rank MPMD-style, so all of them form a single MPI world of tp*pp."""
+    launching every rank, so all of them form a single MPI world of tp*pp."""
     mpirun = [c.mpirun, "--allow-run-as-root", "--bind-to", "none", "--map-by", "slot"]
-    if c.backend == "pytorch":
+    if c.backend == "pytorch" and not c.multi_node:
         # One tritonserver, as upstream's launch_triton_server.py starts the llmapi model (mpirun
         # -n 1, TensorRT-LLM v1.1.0 triton_backend/scripts): the LLM API spawns its tp*pp workers
         # through MPI itself. Not bound: Open MPI would pin a world of one to a single core.
@@ -109,24 +110,36 @@ def serve_command(c: PodConfig) -> list[str]:
     hosts = [f"localhost:{c.gpus_per_pod if c.multi_node else c.world_size}"]
     if c.multi_node:
         hosts += [f"{h}:{c.gpus_per_pod}" for h in worker_hosts(c)]
-        mpirun += [
-            # orted is not on sshd's default PATH; Open MPI prepends PREFIX/bin and PREFIX/lib.
-            "--prefix", str(Path(c.mpirun).parent.parent),
-            "--mca", "plm_rsh_args", rsh_args(c),
-            # Only the leader holds the client key: no orted-to-orted tree spawn.
-            "--mca", "plm_rsh_no_tree_spawn", "1",
-            # Pod names resolve only as FQDNs through the headless Service.
-            "--mca", "orte_keep_fqdn_hostnames", "1",
-            # Open MPI's own point-to-point layer (TCP between pods, shared memory within one), not
-            # HPC-X's default UCX: the pods get no RDMA devices. Dynamo's operator forces the same for
-            # its mpirun across pods (ai-dynamo/dynamo deploy/cloud/operator/internal/dynamo/
-            # backend_trtllm.go at 396bbf11). MPI carries requests between ranks; tensors go by NCCL.
-            "--mca", "pml", "ob1",
-        ]  # fmt: skip
+        mpirun += across_pods(c)
     command = [*mpirun, "--host", ",".join(hosts)]
+    if c.backend == "pytorch":
+        # Upstream's multi-node llmapi launch (tensorrtllm_backend docs/llmapi.md: `srun ...
+        # trtllm-llmapi-launch tritonserver`; Dynamo's operator: mpirun over SSH): every rank runs
+        # the same line, and trtllm-llmapi-launch makes rank 0 the tritonserver (with the LLM API's
+        # MPI session server beside it) and every other rank an MPI worker of that session
+        # (tensorrt_llm.llmapi.mgmn_worker_node). docs/launcher-and-engines.md.
+        return [*command, "-n", str(c.world_size), c.llmapi_launch, *rank_args(c, 0)]
     for rank in range(c.world_size):
         command += [*([":"] if rank else []), "-n", "1", *rank_args(c, rank)]
     return command
+
+
+def across_pods(c: PodConfig) -> list[str]:
+    """mpirun's settings for a world spanning the pods of a group, whatever runs in it."""
+    return [
+        # orted is not on sshd's default PATH; Open MPI prepends PREFIX/bin and PREFIX/lib.
+        "--prefix", str(Path(c.mpirun).parent.parent),
+        "--mca", "plm_rsh_args", rsh_args(c),
+        # Only the leader holds the client key: no orted-to-orted tree spawn.
+        "--mca", "plm_rsh_no_tree_spawn", "1",
+        # Pod names resolve only as FQDNs through the headless Service.
+        "--mca", "orte_keep_fqdn_hostnames", "1",
+        # Open MPI's own point-to-point layer (TCP between pods, shared memory within one), not
+        # HPC-X's default UCX: the pods get no RDMA devices. Dynamo's operator forces the same for
+        # its mpirun across pods (ai-dynamo/dynamo deploy/cloud/operator/internal/dynamo/
+        # backend_trtllm.go at 396bbf11). MPI carries requests between ranks; tensors go by NCCL.
+        "--mca", "pml", "ob1",
+    ]  # fmt: skip
 
 
 def worker_command(c: PodConfig, config_file: str) -> list[str]:

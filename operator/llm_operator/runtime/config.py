@@ -49,6 +49,7 @@ class PodConfig:
     tritonserver: str
     mpirun: str
     sshd: str
+    llmapi_launch: str  # TensorRT-LLM's multi-node launcher of the LLM API (the pytorch backend)
     backend_dir: str
     trtllm_models_dir: str
     llmapi_models_dir: str
@@ -98,6 +99,7 @@ class PodConfig:
             tritonserver=get("LLMOP_TRITONSERVER"),
             mpirun=get("LLMOP_MPIRUN"),
             sshd=get("LLMOP_SSHD"),
+            llmapi_launch=get("LLMOP_LLMAPI_LAUNCH"),
             backend_dir=get("LLMOP_BACKEND_DIR"),
             trtllm_models_dir=get("LLMOP_TRTLLM_MODELS_DIR"),
             llmapi_models_dir=get("LLMOP_LLMAPI_MODELS_DIR"),
@@ -127,14 +129,19 @@ class PodConfig:
         if self.backend == "cpu-reference":
             if self.world_size != 1 or self.multi_node:
                 raise ConfigError("the cpu-reference backend runs one process: tp = pp = 1, one pod")
-        elif self.backend == "pytorch" and self.multi_node:
-            raise ConfigError("the pytorch backend runs a replica in one pod: LLMOP_PODS_PER_REPLICA = 1")
         elif self.multi_node:
             # Pod k of a group hosts ranks k*gpus_per_pod .. (k+1)*gpus_per_pod-1.
             if self.world_size != self.gpus_per_pod * self.pods_per_replica:
                 raise ConfigError(
                     f"tp*pp = {self.world_size} must equal LLMOP_GPUS_PER_POD * LLMOP_PODS_PER_REPLICA "
                     f"= {self.gpus_per_pod * self.pods_per_replica}: one rank per GPU in every pod"
+                )
+            # The llmapi model's multi-node docs at TensorRT-LLM 1.1.0: "inter-node tensor
+            # parallelism is not yet supported" (desired.py PyTorchTensorParallelAcrossPods).
+            if self.backend == "pytorch" and self.tp > self.gpus_per_pod:
+                raise ConfigError(
+                    f"LLMOP_TP={self.tp} > LLMOP_GPUS_PER_POD={self.gpus_per_pod}: the pytorch backend "
+                    "spans pods by pipeline stages only, each tensor-parallel group inside one pod"
                 )
             if self.role == "leader" and "{worker}" not in self.worker_host_pattern:
                 raise ConfigError(
@@ -161,7 +168,8 @@ class PodConfig:
         ranks k*gpus_per_pod .. (k+1)*gpus_per_pod-1 on worker k by host order, so a worker
         watches for any rank of the world."""
         if self.backend == "pytorch":
-            return range(1)  # one tritonserver; the LLM API's workers are not Triton ranks
+            # One tritonserver on the leader; the LLM API's workers are no Triton ranks.
+            return range(1) if self.role == "leader" else range(0)
         if not self.multi_node:
             return range(self.world_size)
         return range(self.gpus_per_pod) if self.role == "leader" else range(self.world_size)

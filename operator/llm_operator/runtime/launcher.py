@@ -75,10 +75,12 @@ def wait_for_workers(hosts: list[str], port: int, timeout: float, stop: Stop) ->
 def _resolve(c: PodConfig) -> PodConfig:
     """Absolute binaries: remote ranks run the same path, and --prefix is derived from mpirun's."""
     tritonserver, mpirun = shutil.which(c.tritonserver), shutil.which(c.mpirun)
+    llmapi_launch = shutil.which(c.llmapi_launch)
     return replace(
         c,
         tritonserver=tritonserver or c.tritonserver,
         mpirun=os.path.realpath(mpirun) if mpirun else c.mpirun,
+        llmapi_launch=llmapi_launch or c.llmapi_launch,
     )
 
 
@@ -118,7 +120,10 @@ def launch(c: PodConfig, stop: Stop, environ: Mapping[str, str]) -> int:
     companions = frontdoor_command(c)
     if c.world_size == 1 and c.backend != "pytorch":  # pytorch: tritonserver under mpirun
         return Supervisor(argv, Policy.SERVER, c.exit_timeout, stop, companions=companions).run()
-    return Supervisor(argv, Policy.RANK0_FIRST, c.exit_timeout, stop, ids, companions=companions).run()
+    # Under trtllm-llmapi-launch, mpirun's and the wrapper's command lines name rank 0 too.
+    wrappers = (c.llmapi_launch,) if c.llmapi_launch in argv else ()
+    return Supervisor(argv, Policy.RANK0_FIRST, c.exit_timeout, stop, ids, companions=companions,
+                      wrappers=wrappers).run()  # fmt: skip
 
 
 def frontdoor_command(c: PodConfig) -> tuple[tuple[str, ...], ...]:

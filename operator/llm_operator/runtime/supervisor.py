@@ -63,13 +63,20 @@ def descendants(table: Mapping[int, tuple[int, list[str]]], root: int) -> list[i
     return found
 
 
-def rank_pids(table: Mapping[int, tuple[int, list[str]]], root: int, ranks: Iterable[str]) -> dict[str, int]:
+def rank_pids(
+    table: Mapping[int, tuple[int, list[str]]], root: int, ranks: Iterable[str], wrappers: Iterable[str] = ()
+) -> dict[str, int]:
     """Live rank processes under root, by --id. mpirun puts each rank in its own process group,
-    so ranks are found in the process tree, not by signalling a group."""
+    so ranks are found in the process tree, not by signalling a group. A process whose command
+    line names one of `wrappers` (and mpirun's, which names it too) only starts a rank."""
     wanted = {f"--id={r}": r for r in ranks}
+    skip = set(wrappers)
     found: dict[str, int] = {}
     for pid in descendants(table, root):
-        ids = [arg for arg in table[pid][1] if arg.startswith("--id=")]
+        argv = table[pid][1]
+        ids = [arg for arg in argv if arg.startswith("--id=")]
+        if skip.intersection(argv):
+            continue
         if len(ids) == 1 and ids[0] in wanted:  # mpirun's own command line names every rank
             found[wanted[ids[0]]] = pid
     return found
@@ -153,6 +160,7 @@ class Supervisor:
     stop: Stop
     ranks: tuple[str, ...] = ()  # --id of the ranks this pod hosts (rank0 first)
     companions: tuple[tuple[str, ...], ...] = ()  # argv of processes served beside the server
+    wrappers: tuple[str, ...] = ()  # programs that start a rank without being it (rank_pids)
     poll: float = 0.2
 
     def run(self) -> int:
@@ -196,7 +204,7 @@ class Supervisor:
             table = process_table()
             if status is not None and not descendants(table, me):
                 break
-            live = rank_pids(table, me, self.ranks) if self.ranks else {}
+            live = rank_pids(table, me, self.ranks, self.wrappers) if self.ranks else {}
             seen.update({r: p for r, p in live.items() if r not in seen})
             gone = [r for r in seen if r not in live] if self.policy == Policy.RANK0_FIRST else []
             now = time.monotonic()
@@ -229,7 +237,10 @@ class Supervisor:
                     signal_all(table, signal.SIGTERM)  # rank 0 is not running: nothing to drain
                     phase, deadline = "terminating", now + KILL_GRACE_SECONDS
             elif phase == "draining":
-                drained = self.ranks[0] not in live if self.policy == Policy.RANK0_FIRST else not live
+                if self.policy == Policy.RANK0_FIRST:
+                    drained = self.ranks[0] not in live
+                else:  # a worker without Triton ranks (pytorch) waits for every process of the leader's
+                    drained = not live if self.ranks else descendants(table, me) == [child]
                 if drained or now > deadline:
                     signal_all(table, signal.SIGTERM)
                     phase, deadline = "terminating", now + KILL_GRACE_SECONDS
