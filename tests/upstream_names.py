@@ -306,7 +306,8 @@ TRITON_CONFIG_KEYS = TRITON_CONFIG_REQUIRED | {"cancellation_check_period_ms"}
 LLM_ARGS = frozenset(
     {"model", "tokenizer", "revision", "backend", "dtype", "tensor_parallel_size",
      "pipeline_parallel_size", "max_batch_size", "max_seq_len", "max_num_tokens", "max_input_len",
-     "max_beam_width", "enable_chunked_prefill", "kv_cache_config", "trust_remote_code"}
+     "max_beam_width", "enable_chunked_prefill", "kv_cache_config", "trust_remote_code",
+     "enable_iter_perf_stats"}
 )  # fmt: skip
 KV_CACHE_CONFIG = frozenset(
     {"free_gpu_memory_fraction", "enable_block_reuse", "max_tokens", "host_cache_size", "dtype"}
@@ -330,3 +331,23 @@ LLMAPI_LAUNCH_SETS = (
 )  # fmt: skip
 LLMAPI_LEADER_MODULE = "tensorrt_llm.llmapi.mgmn_leader_node"
 LLMAPI_WORKER_MODULE = "tensorrt_llm.llmapi.mgmn_worker_node"
+
+# What the operator's wrapper (runtime/llmapi_model.py) relies on in the llmapi model.py
+# (triton_backend/all_models/llmapi/tensorrt_llm/1/model.py, stored copy 044a90d2, newer than
+# v1.2.1; its _init_engine / _run_llm_engine set both attributes on rank 0 before initialize()
+# returns), and the LLM's stats method (tensorrt_llm/llmapi/llm.py: get_stats_async(timeout) ->
+# executor aget_stats -> tensorrt_llm/executor/result.py IterationResult, one json.loads'd dict
+# per iteration, ending after `timeout` seconds without one, and at once until a new request when
+# drained; the stored copies, not resolved to a tag: re-check at v1.1.0 and v1.2.1).
+LLMAPI_MODEL_CLASS = "TritonPythonModel"
+LLMAPI_MODEL_METHODS = ("initialize", "finalize")
+LLMAPI_MODEL_ATTRIBUTES = ("_llm_engine", "_event_loop")
+LLM_STATS_METHOD = "get_stats_async"
+# IterationStats as TensorRT-LLM serializes it (cpp/tensorrt_llm/executor/jsonSerialization.cpp,
+# NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE of IterationStats, InflightBatchingStats, KvCacheStats): the
+# fields the gauges read. The C++ backend builds its gauges from the same fields
+# (triton_backend/inflight_batcher_llm/src/model_instance_state.cc: "Waiting Requests" is
+# numActiveRequests - numScheduledRequests; custom_metrics_reporter.cc names the families).
+ITERATION_STATS = frozenset({"numActiveRequests", "numQueuedRequests", "maxNumActiveRequests"})
+INFLIGHT_BATCHING_STATS = frozenset({"numScheduledRequests", "numContextRequests"})
+KV_CACHE_STATS = frozenset({"maxNumBlocks", "freeNumBlocks", "usedNumBlocks", "tokensPerBlock"})

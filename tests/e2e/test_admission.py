@@ -354,14 +354,14 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "remove runtime.batching.strategy, .schedulerPolicy, runtime.kvCache and runtime.chunkedContext",
     ),
     (
-        "pytorch-kv-metric",
+        "cpu-contract-elsewhere",
         {
             "engine.backend": "pytorch",
             "model.source.uri": "pvc://models/llama",
             "model.cache": _DELETE,
-            "autoscaling": {"maxReplicas": 2, "metric": "kv-cache-utilization"},
+            "engine.cpuReference": {"contract": "pytorch"},
         },
-        "kv-cache-utilization comes from the tensorrt-engine backend's metrics",
+        "engine.cpuReference applies to the cpu-reference backend only",
     ),
     (
         "products-and-pools",

@@ -148,7 +148,10 @@ def test_the_llmapi_code_is_taken_from_the_image_into_the_repository(tmp_path: P
     (image / "model.py").write_text("# upstream model.py\n")
     (image / "helpers.py").write_text("# upstream helpers.py\n")
     c = config(LLMOP_LLMAPI_MODELS_DIR=str(tmp_path / "app" / "all_models" / "llmapi"))
-    assert set(image_files(c)) == {"tensorrt_llm/1/model.py", "tensorrt_llm/1/helpers.py"}
+    assert image_files(c) == {
+        "tensorrt_llm/1/base_model.py": Path(c.llmapi_models_dir) / "tensorrt_llm/1/model.py",
+        "tensorrt_llm/1/helpers.py": Path(c.llmapi_models_dir) / "tensorrt_llm/1/helpers.py",
+    }
     src = tmp_path / "cm"
     src.mkdir()
     for path, text in repository(render(pytorch())).items():
@@ -162,8 +165,13 @@ def test_the_llmapi_code_is_taken_from_the_image_into_the_repository(tmp_path: P
 
     launch(c, Stop(), {})  # type: ignore[arg-type]
     repo = tmp_path / "repo" / "tensorrt_llm"
-    assert sorted(p.name for p in (repo / "1").iterdir()) == ["helpers.py", "model.py", "model.yaml"]
+    assert sorted(p.name for p in (repo / "1").iterdir()) == [
+        "base_model.py", "helpers.py", "model.py", "model.yaml", "trtllm_metrics.py"
+    ]  # fmt: skip
     assert (repo / "1" / "helpers.py").read_text() == "# upstream helpers.py\n"
+    # Upstream's model is the base of the operator's wrapper, which the ConfigMap carries.
+    assert (repo / "1" / "base_model.py").read_text() == "# upstream model.py\n"
+    assert "from base_model import TritonPythonModel" in (repo / "1" / "model.py").read_text()
 
 
 async def test_the_reconciler_serves_it_without_a_build_or_stalls_on_an_unknown_release(

@@ -5,15 +5,21 @@ that drifts from the release, or a release that renames what the templates use, 
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 import yaml
 from google.protobuf import text_format
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
 from llm_operator.modelrepo import render_repository
 from llm_operator.plan.types import PoolPlan
+from llm_operator.runtime.trtllm_metrics import KV_CACHE_BLOCK_METRICS, REQUEST_METRICS, from_iteration_stats
 from tritonclient.grpc import model_config_pb2
 
 from tests import upstream_names as up
+
+REPO = Path(__file__).resolve().parents[2]
 
 POOL = PoolPlan("main", "NVIDIA-H100-80GB-HBM3", ("NVIDIA-H100-80GB-HBM3",), (9, 0), 81559, 2, 1, 2, 1, 1)
 TYPE = model_config_pb2.DataType.Name
@@ -107,7 +113,9 @@ def test_the_ensemble_accepts_the_spellings_upstream_accepts_at_the_tag() -> Non
 @pytest.mark.parametrize("uri", ["pvc://models/llama", "hf://meta-llama/Llama-3.1-8B-Instruct"])
 def test_llmapi_uses_only_upstream_names_and_all_it_requires(uri: str) -> None:
     files = render_repository(spec("pytorch", uri), POOL, engine_dir="", tokenizer_dir="", model_dir="/m")
-    assert set(files) == {"tensorrt_llm/config.pbtxt", "tensorrt_llm/1/model.yaml"}
+    # model.py: the operator's wrapper over upstream's (base_model.py, from the image).
+    assert set(files) == {"tensorrt_llm/config.pbtxt", "tensorrt_llm/1/model.yaml", "tensorrt_llm/1/model.py",
+                          "tensorrt_llm/1/trtllm_metrics.py"}  # fmt: skip
     cfg = configs(files)["tensorrt_llm"]
     assert held_against(cfg, up.LLMAPI_INPUTS, up.LLMAPI_OUTPUTS, up.LLMAPI_PARAMETERS) == []
     assert missing(cfg, up.LLMAPI_INPUTS, frozenset()) == []
@@ -119,6 +127,32 @@ def test_llmapi_uses_only_upstream_names_and_all_it_requires(uri: str) -> None:
     assert set(model_yaml) - {"triton_config"} <= up.LLM_ARGS
     assert set(model_yaml["kv_cache_config"]) <= up.KV_CACHE_CONFIG
     assert up.TRITON_CONFIG_REQUIRED <= set(model_yaml["triton_config"]) <= up.TRITON_CONFIG_KEYS
+    assert model_yaml["enable_iter_perf_stats"] is True  # the gauges' source
+
+
+def test_the_wrapper_uses_upstreams_model_by_its_pinned_names() -> None:
+    """What runtime/llmapi_model.py relies on in NVIDIA's model.py, and the IterationStats names
+    trtllm_metrics.py reads: a release that renames them fails here once the pins follow it."""
+    wrapper = (REPO / "operator/llm_operator/runtime/llmapi_model.py").read_text()
+    assert f"from base_model import {up.LLMAPI_MODEL_CLASS} as BaseModel" in wrapper
+    for name in (*up.LLMAPI_MODEL_ATTRIBUTES, *up.LLMAPI_MODEL_METHODS, up.LLM_STATS_METHOD):
+        assert name in wrapper, name
+    # The CPU base model provides the same, so the same wrapper runs on CPU pods.
+    cpu = (REPO / "operator/llm_operator/runtime/cpu_reference/llmapi.py").read_text()
+    for name in (f"class {up.LLMAPI_MODEL_CLASS}", *up.LLMAPI_MODEL_ATTRIBUTES, *up.LLMAPI_MODEL_METHODS):
+        assert name in cpu, name
+    stats: dict[str, Any] = {
+        "numActiveRequests": 5, "numQueuedRequests": 3, "maxNumActiveRequests": 8,
+        "inflightBatchingStats": {"numScheduledRequests": 4, "numContextRequests": 1},
+        "kvCacheStats": {"maxNumBlocks": 100, "freeNumBlocks": 75, "usedNumBlocks": 25, "tokensPerBlock": 32},
+    }  # fmt: skip
+    assert set(stats) - {"inflightBatchingStats", "kvCacheStats"} <= up.ITERATION_STATS
+    assert set(stats["inflightBatchingStats"]) <= up.INFLIGHT_BATCHING_STATS
+    assert set(stats["kvCacheStats"]) <= up.KV_CACHE_STATS
+    assert from_iteration_stats(stats) == {
+        REQUEST_METRICS: {"active": 5, "max": 8, "scheduled": 4, "context": 1, "waiting": 3 + 1},
+        KV_CACHE_BLOCK_METRICS: {"max": 100, "free": 75, "used": 25, "tokens_per": 32, "fraction": 0.25},
+    }
 
 
 def test_the_cpu_reference_ensemble_is_a_subset_of_upstreams() -> None:

@@ -568,6 +568,27 @@ class EngineCache(Spec):
     )
 
 
+class CpuContract(StrEnum):
+    """The GPU contract a cpu-reference deployment's CPU runtime speaks (docs/architecture.md, "Two
+    GPU contracts, one CPU runtime")."""
+
+    TENSORRT_ENGINE = "tensorrt-engine"
+    PYTORCH = "pytorch"
+
+
+class CpuReferenceSpec(Spec):
+    """Settings of the cpu-reference backend only."""
+
+    contract: CpuContract = Field(
+        default=CpuContract.TENSORRT_ENGINE,
+        description="Which GPU backend's Triton contract the CPU runtime speaks: tensorrt-engine "
+        "(default: the ensemble of inflight_batcher_llm, text in, a response per token) or pytorch "
+        "(the llmapi model `tensorrt_llm`: sampling_param_* inputs, the whole text so far in each "
+        "response, finish_reason; load gauges from the engine's iteration stats), so one CPU test "
+        "world runs either shape.",
+    )
+
+
 class EngineSpec(Spec):
     """How the model is served: the backend, the numeric precision and the engine's limits (batch,
     sequence and token counts), and where engines come from (built by a Job, or prebuilt)."""
@@ -600,6 +621,11 @@ class EngineSpec(Spec):
                 "self.backend != 'pytorch' || self.kvCacheDtype == 'auto'",
                 "the pytorch backend takes the KV-cache dtype from the checkpoint: set "
                 "engine.kvCacheDtype to auto",
+            ),
+            cel(
+                "self.backend == 'cpu-reference' || !has(self.cpuReference)",
+                "engine.cpuReference applies to the cpu-reference backend only: remove it, or set "
+                "engine.backend to cpu-reference",
             ),
             cel(
                 "self.backend != 'pytorch' || self.maxBeamWidth == 1",
@@ -674,6 +700,10 @@ class EngineSpec(Spec):
         default=None,
         description="How the engine-build Job runs. Unset, and no engine.prebuilt: the "
         "tensorrt-engine backend builds with the defaults. Refused with the pytorch backend.",
+    )
+    cpu_reference: CpuReferenceSpec | None = Field(
+        default=None,
+        description="Settings of the cpu-reference backend (refused with the others).",
     )
     cache: EngineCache = Field(
         default_factory=EngineCache,
@@ -1276,8 +1306,7 @@ class AutoscalingSpec(Spec):
     max_replicas: int = Field(ge=1, le=1000, description="Most replicas, 1-1000.")
     metric: AutoscalingMetric = Field(
         default=AutoscalingMetric.QUEUE_TO_COMPUTE_RATIO,
-        description="queue-to-compute-ratio (default), pending-requests, queue-time or "
-        "kv-cache-utilization (not with the pytorch backend, which does not export it).",
+        description="queue-to-compute-ratio (default), pending-requests, queue-time or kv-cache-utilization.",
     )
     target: Quantity = Field(
         default="1",
@@ -1820,12 +1849,6 @@ class LLMDeploymentSpec(Spec):
                 "the cpu-reference backend decodes each batch whole and has no KV-cache pool, so it takes "
                 "runtime.batching.maxQueueDelayMicroseconds and .maxQueueSize only: remove "
                 "runtime.batching.strategy, .schedulerPolicy, runtime.kvCache and runtime.chunkedContext",
-            ),
-            cel(
-                "self.engine.backend != 'pytorch' || !has(self.autoscaling) "
-                "|| self.autoscaling.metric != 'kv-cache-utilization'",
-                "kv-cache-utilization comes from the tensorrt-engine backend's metrics, which the "
-                "pytorch backend does not export: choose another autoscaling.metric",
             ),
             cel(
                 "(has(self.runtime) && has(self.runtime.chunkedContext) && self.runtime.chunkedContext) "

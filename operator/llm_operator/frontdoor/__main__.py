@@ -44,6 +44,8 @@ def _int(environ: Mapping[str, str], name: str) -> int:
 
 def settings(environ: Mapping[str, str]) -> Settings:
     backend = _get(environ, "LLMOP_BACKEND")
+    if environ.get("LLMOP_CONTRACT") == "pytorch":  # a CPU runtime speaking the LLM API contract
+        backend = "pytorch"
     # The model clients call (modelrepo.client_model): the llmapi model has no ensemble in front.
     triton_model = "tensorrt_llm" if backend == "pytorch" else "ensemble"
     names = [n.strip() for n in _get(environ, "LLMOP_SERVED_MODEL_NAMES").split(",") if n.strip()]

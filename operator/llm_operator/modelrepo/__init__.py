@@ -10,11 +10,12 @@ import hashlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import TypeVar
 
 import jinja2
 
-from llm_operator.api.v1alpha1 import Backend, LLMDeploymentSpec, Precision
+from llm_operator.api.v1alpha1 import Backend, CpuContract, LLMDeploymentSpec, Precision
 from llm_operator.plan.types import PoolPlan
 from llm_operator.profiles import GPT_MODEL_TYPE, PROFILES, SCHEDULER_POLICY, ProfileDefaults
 from llm_operator.runtime.cpu_reference import BUILTIN_MODELS
@@ -32,6 +33,14 @@ LOGITS_DATATYPE = "TYPE_FP32"
 CPU_RUNTIME_PYTHON_PATH = ("/opt/llm-operator/cpu-reference", "/usr/local/lib/python3.11/site-packages")
 # Shipped in the repository itself, so a materialized ConfigMap is a complete, loadable repository.
 CPU_MODEL_PY = resources.files("llm_operator.runtime.cpu_reference") / "model.py"
+# The llmapi model of either runtime: the operator's wrapper (model.py) with the gauges beside it,
+# over base_model.py (NVIDIA's model.py, which the launcher copies from the serving image, or the CPU
+# runtime's, shipped here).
+LLMAPI_MODEL_FILES = {
+    "tensorrt_llm/1/model.py": resources.files("llm_operator.runtime") / "llmapi_model.py",
+    "tensorrt_llm/1/trtllm_metrics.py": resources.files("llm_operator.runtime") / "trtllm_metrics.py",
+}
+CPU_LLMAPI_BASE_PY = resources.files("llm_operator.runtime.cpu_reference") / "llmapi.py"
 # nv_inference_first_response_histogram_ms's buckets in Triton's core (metric_model_reporter.h).
 TTFT_DEFAULT_BUCKETS_MS = (100, 500, 2000, 5000)
 
@@ -189,10 +198,25 @@ def sequence_limits(spec: LLMDeploymentSpec) -> tuple[int, int]:
     return min(engine.max_input_len, max_seq_len), max_seq_len
 
 
+def speaks_llmapi(spec: LLMDeploymentSpec) -> bool:
+    """Whether the serving pods speak the LLM API contract: the pytorch backend, or a cpu-reference
+    deployment whose CPU runtime speaks it (engine.cpuReference.contract)."""
+    cpu = spec.engine.cpu_reference
+    return spec.engine.backend == Backend.PYTORCH or (
+        spec.engine.backend == Backend.CPU_REFERENCE
+        and cpu is not None
+        and cpu.contract == CpuContract.PYTORCH
+    )
+
+
 def client_model(spec: LLMDeploymentSpec) -> str:
     """The model clients call, whose requests canary analysis counts: the llmapi model has no
     ensemble in front of it (upstream's llmapi repository is the one model `tensorrt_llm`)."""
-    return "tensorrt_llm" if spec.engine.backend == Backend.PYTORCH else "ensemble"
+    return "tensorrt_llm" if speaks_llmapi(spec) else "ensemble"
+
+
+def _files(paths: Mapping[str, Traversable]) -> dict[str, str]:
+    return {path: source.read_text(encoding="utf-8") for path, source in paths.items()}
 
 
 def checkpoint(spec: LLMDeploymentSpec, model_dir: str) -> str:
@@ -227,6 +251,23 @@ def llmapi_values(spec: LLMDeploymentSpec, pool: PoolPlan, model_dir: str) -> di
     }
 
 
+def cpu_llmapi_files(spec: LLMDeploymentSpec, python_path: Sequence[str]) -> dict[str, str]:
+    """The CPU runtime on the LLM API contract: upstream's config.pbtxt, completed with what the
+    llmapi model's auto_complete_config would set (the CPU runtime's Triton starts with
+    --disable-auto-complete-config) and the CPU model's parameters; model.yaml with the arguments
+    its engine reads; the wrapper over the CPU base model."""
+    env = _environment()
+    values = cpu_values(spec, python_path)
+    return {
+        "tensorrt_llm/config.pbtxt": env.get_template("llmapi/tensorrt_llm.pbtxt.j2").render(
+            values, cpu=True
+        ),
+        "tensorrt_llm/1/model.yaml": env.get_template("cpu_reference/model.yaml.j2").render(values),
+        **_files(LLMAPI_MODEL_FILES),
+        "tensorrt_llm/1/base_model.py": CPU_LLMAPI_BASE_PY.read_text(encoding="utf-8"),
+    }
+
+
 def render_repository(
     spec: LLMDeploymentSpec,
     pool: PoolPlan,
@@ -241,6 +282,8 @@ def render_repository(
     `python_path` matters to the cpu-reference backend only: where its model.py finds its imports.
     """
     env = _environment()
+    if spec.engine.backend == Backend.CPU_REFERENCE and speaks_llmapi(spec):
+        return cpu_llmapi_files(spec, python_path)
     if spec.engine.backend == Backend.CPU_REFERENCE:
         values = cpu_values(spec, python_path)
         return {
@@ -248,14 +291,16 @@ def render_repository(
             "ensemble/1/model.py": CPU_MODEL_PY.read_text(encoding="utf-8"),
         }
     if spec.engine.backend == Backend.PYTORCH:
-        # model.py and helpers.py ship in the serving image: the launcher adds them.
+        # NVIDIA's model.py (as base_model.py) and helpers.py ship in the serving image: the
+        # launcher adds them.
         return {
             "tensorrt_llm/config.pbtxt": env.get_template("llmapi/tensorrt_llm.pbtxt.j2").render(
-                _common(spec, PROFILES[spec.runtime.profile])
+                _common(spec, PROFILES[spec.runtime.profile]), cpu=False
             ),
             "tensorrt_llm/1/model.yaml": env.get_template("llmapi/model.yaml.j2").render(
                 llmapi_values(spec, pool, model_dir)
             ),
+            **_files(LLMAPI_MODEL_FILES),
         }
     values = trtllm_values(spec, pool, engine_dir, tokenizer_dir)
     return {

@@ -15,7 +15,7 @@ from llm_operator import contract
 from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import Backend, LLMDeploymentSpec
 from llm_operator.images import Images
-from llm_operator.modelrepo import sequence_limits
+from llm_operator.modelrepo import sequence_limits, speaks_llmapi
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
 from llm_operator.render.inject import inject_init_container, inject_mount, inject_volume, python_path_env
@@ -82,6 +82,11 @@ def _env(
     env: list[dict[str, Any]] = [
         {"name": contract.POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "LLMOP_BACKEND", "value": spec.engine.backend.value},
+        *(
+            [{"name": "LLMOP_CONTRACT", "value": "pytorch"}]
+            if speaks_llmapi(spec) and spec.engine.backend == Backend.CPU_REFERENCE
+            else []
+        ),
         {"name": "LLMOP_TP", "value": str(pool.tensor)},
         {"name": "LLMOP_PP", "value": str(pool.pipeline)},
         {"name": "LLMOP_GPUS_PER_POD", "value": str(pool.gpus_per_pod)},

@@ -19,9 +19,13 @@ from llm_operator.runtime.repository import SEPARATOR
 # <model>/1/model.py since 0.20, releases.py; tensorrtllm_backend all_models/... up to v0.19.0).
 TRTLLM_PYTHON_MODELS = ("preprocessing", "postprocessing")
 # The llmapi model's code in the serving image (NVIDIA/TensorRT-LLM triton_backend/all_models/
-# llmapi/tensorrt_llm/1/, copied to /app/all_models/llmapi by NVIDIA's image): model.py imports
-# helpers.py from its own directory.
-LLMAPI_FILES = ("tensorrt_llm/1/model.py", "tensorrt_llm/1/helpers.py")
+# llmapi/tensorrt_llm/1/, copied to /app/all_models/llmapi by NVIDIA's image), repository path ->
+# its path there: NVIDIA's model.py is the base class of the operator's model.py (runtime/
+# llmapi_model.py, which the ConfigMap carries), and imports helpers.py from its own directory.
+LLMAPI_FILES = {
+    "tensorrt_llm/1/base_model.py": "tensorrt_llm/1/model.py",
+    "tensorrt_llm/1/helpers.py": "tensorrt_llm/1/helpers.py",
+}
 # What transformers' AutoTokenizer.from_pretrained loads a tokenizer from, one of: a fast tokenizer
 # (tokenizer.json), a SentencePiece or tiktoken model (tokenizer.model), byte-level BPE
 # (vocab.json with merges.txt) or WordPiece (vocab.txt) vocabularies. Pre/postprocessing load
@@ -39,12 +43,12 @@ CPU_REFERENCE_PACKAGED_WEIGHTS = "model.gguf"  # gguf_files.WEIGHTS_FILE: a pack
 def image_files(c: PodConfig) -> dict[str, Path]:
     """Repository path -> file of the model code that ships in the serving image, not in the
     ConfigMap (the cpu-reference model's does): TensorRT-LLM's pre/postprocessing model.py for each
-    of them the repository holds, or the llmapi model's model.py and helpers.py."""
+    of them the repository holds, or the llmapi model's model.py (as base_model.py) and helpers.py."""
     if c.backend == "cpu-reference":
         return {}
     if c.backend == "pytorch":
         base = Path(c.llmapi_models_dir)
-        return {path: base / path for path in LLMAPI_FILES}
+        return {path: base / source for path, source in LLMAPI_FILES.items()}
     src = Path(c.model_repo_src)
     base = Path(c.trtllm_models_dir)
     return {
@@ -59,7 +63,7 @@ def image_file_paths(backend: str) -> dict[str, str]:
     `llm-operator model-repo` cannot write (the file is NVIDIA's, not ours)."""
     if backend == "pytorch":
         base = ENV["LLMOP_LLMAPI_MODELS_DIR"]
-        return {path: f"{base}/{path}" for path in LLMAPI_FILES}
+        return {path: f"{base}/{source}" for path, source in LLMAPI_FILES.items()}
     if backend == "tensorrt-engine":
         base = ENV["LLMOP_TRTLLM_MODELS_DIR"]
         return {f"{m}/1/model.py": f"{base}/{m}/1/model.py" for m in TRTLLM_PYTHON_MODELS}

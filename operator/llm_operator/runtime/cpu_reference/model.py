@@ -43,7 +43,6 @@ sys.path[:0] = [p for p in _python_path() if p not in sys.path]
 import json  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -51,8 +50,18 @@ import torch  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
 from llm_operator.runtime.cpu_reference import served  # noqa: E402
+from llm_operator.runtime.cpu_reference.decoding import (  # noqa: E402
+    TOKENS_PER_BLOCK,
+    Job,
+    Limits,
+    Sampling,
+    blocks,
+    job,
+    steps,
+)
 from llm_operator.runtime.cpu_reference.faults import ERROR_PERCENT, Faults  # noqa: E402
-from llm_operator.runtime.cpu_reference.tiny_lm import Penalties, Sampler  # noqa: E402
+from llm_operator.runtime.cpu_reference.tiny_lm import Batch, Penalties  # noqa: E402
+from llm_operator.runtime.trtllm_metrics import KV_CACHE_BLOCK_METRICS, REQUEST_METRICS, gauges  # noqa: E402
 
 
 def _optional(request: Any, name: str) -> Any:
@@ -86,27 +95,6 @@ def _error(message: str, code: Any = None) -> Any:
     return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message, code))
 
 
-@dataclass
-class Job:
-    """One request of the batch being decoded."""
-
-    request: Any
-    prompt: str
-    prompt_ids: list[int]
-    max_tokens: int
-    stream: bool
-    exclude_input: bool
-    stop_words: list[str]
-    sampler: Sampler
-    pieces: served.Pieces  # its output's text, token by token
-    generated: str = ""
-    tokens: int = 0  # generated
-    done: bool = False
-    answered: bool = False  # its first response is sent (time to first token observed)
-
-
-# TensorRT-LLM's paged KV cache hands out blocks of this many tokens (trtllm-build's default).
-TOKENS_PER_BLOCK = 32
 TOKEN_BUCKETS = [10.0, 50.0, 100.0, 500.0, 1000.0]
 
 
@@ -118,18 +106,8 @@ class LoadGauges:
     def __init__(self, args: dict[str, str], slots: int, blocks_per_slot: int) -> None:
         self.labels = {"model": args["model_name"], "version": args["model_version"]}
         self.families: list[Any] = []  # a family must outlive its metrics
-        self.requests = self._gauges(
-            "nv_trt_llm_request_metrics",
-            "TRT LLM request metrics",
-            "request_type",
-            ("active", "max", "scheduled", "context", "waiting"),
-        )
-        self.blocks = self._gauges(
-            "nv_trt_llm_kv_cache_block_metrics",
-            "TRT LLM KV cache block metrics",
-            "kv_cache_block_type",
-            ("max", "free", "used", "tokens_per", "fraction"),
-        )
+        self.requests = gauges(pb_utils, self.families, self.labels, REQUEST_METRICS)
+        self.blocks = gauges(pb_utils, self.families, self.labels, KV_CACHE_BLOCK_METRICS)
         self.shares: dict[str, float] = {}
         self.slots, self.capacity = slots, slots * blocks_per_slot
         self.blocks["tokens_per"].set(TOKENS_PER_BLOCK)
@@ -147,11 +125,6 @@ class LoadGauges:
     def completed(self, input_tokens: int, output_tokens: int) -> None:
         self.input_tokens.observe(input_tokens)
         self.output_tokens.observe(output_tokens)
-
-    def _gauges(self, name: str, description: str, label: str, kinds: tuple[str, ...]) -> dict[str, Any]:
-        family = pb_utils.MetricFamily(name=name, description=description, kind=pb_utils.MetricFamily.GAUGE)
-        self.families.append(family)
-        return {kind: family.Metric(labels={**self.labels, label: kind}) for kind in kinds}
 
     def _share(self, gauges: dict[str, Any], kind: str, value: float) -> None:
         key = f"{id(gauges)}/{kind}"
@@ -180,10 +153,6 @@ class LoadGauges:
 
 
 INJECTED = "injected fault"
-
-
-def _blocks(tokens: int) -> int:
-    return -(-tokens // TOKENS_PER_BLOCK)
 
 
 class FirstResponse:
@@ -232,11 +201,10 @@ class TritonPythonModel:
             )
         except ValueError as e:
             raise pb_utils.TritonModelException(str(e)) from None
-        self.max_input_len = int(params["max_input_len"])
-        self.max_seq_len = int(params["max_seq_len"])
+        self.limits = Limits(int(params["max_input_len"]), int(params["max_seq_len"]))
         self.exclude_input = params["exclude_input_in_output"] == "true"
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
-        self.load = LoadGauges(args, int(config["max_batch_size"]), _blocks(self.max_seq_len))
+        self.load = LoadGauges(args, int(config["max_batch_size"]), blocks(self.limits.max_seq_len))
         buckets = [float(b) for b in params["ttft_buckets_ms"].split(",")]
         self.first_response = FirstResponse(args, buckets)
         try:
@@ -258,99 +226,56 @@ class TritonPythonModel:
         return self._job(request)
 
     def _job(self, request: Any) -> Job | str:
-        """The request's job, or why it is refused (TensorRT-LLM refuses the same requests)."""
-        prompt = _first(request, "text_input", b"").decode("utf-8", "replace")
-        max_tokens = int(_first(request, "max_tokens", 0))
+        """The request's job (decoding.job), read from the ensemble's inputs."""
         stream = bool(_first(request, "stream", False))
-        words = _optional(request, "stop_words")
-        prompt_ids = self.codec.encode(prompt)
-        tokens = len(prompt_ids)
-        if not tokens:
-            return "text_input is empty"
-        if tokens > self.max_input_len:
-            return f"prompt has {tokens} tokens, more than max_input_len {self.max_input_len}"
-        if max_tokens < 1 or tokens + max_tokens > self.max_seq_len:
-            return f"max_tokens must be 1..{self.max_seq_len - tokens} for this prompt (max_seq_len)"
         if stream and not self.decoupled:
             return "stream=true needs a decoupled model (runtime.streaming: true)"
-        temperature = float(_first(request, "temperature", 1.0))
-        top_k, top_p = int(_first(request, "top_k", 0)), float(_first(request, "top_p", 0.0))
-        penalties = Penalties(
-            repetition=float(_first(request, "repetition_penalty", 1.0)),
-            presence=float(_first(request, "presence_penalty", 0.0)),
-            frequency=float(_first(request, "frequency_penalty", 0.0)),
-        )
-        problem = Sampler.problem(temperature, top_k, top_p) or penalties.problem()
-        if problem is not None:
-            return problem
-        # end_id -1 (ignore_eos) never ends; min_tokens keeps the end token off until then. TinyLM
-        # has no end token: its every output runs to max_tokens or a stop word.
-        min_tokens, end_id = int(_first(request, "min_tokens", 0)), self.lm.end_id
-        if min_tokens < 0:
-            return "min_tokens must be >= 0"
-        if int(_first(request, "end_id", end_id if end_id is not None else -1)) == -1:
-            end_id = None
-        return Job(
-            request=request,
-            prompt=prompt,
-            prompt_ids=prompt_ids,
-            max_tokens=max_tokens,
-            stream=stream,
-            exclude_input=bool(_first(request, "exclude_input_in_output", self.exclude_input)),
-            stop_words=[w.decode("utf-8", "replace") for w in words if w] if words is not None else [],
-            sampler=Sampler(
-                temperature=temperature,
-                top_k=top_k,
-                top_p=top_p,
-                seed=int(_first(request, "seed", 0)),
-                penalties=penalties,
-                prompt=tuple(prompt_ids),
-                pickable=self.lm.pickable,
-                end_id=end_id,
-                min_tokens=min_tokens,
+        words = _optional(request, "stop_words")
+        end_id = self.lm.end_id
+        sampling = Sampling(
+            max_tokens=int(_first(request, "max_tokens", 0)),
+            temperature=float(_first(request, "temperature", 1.0)),
+            top_k=int(_first(request, "top_k", 0)),
+            top_p=float(_first(request, "top_p", 0.0)),
+            seed=int(_first(request, "seed", 0)),
+            penalties=Penalties(
+                repetition=float(_first(request, "repetition_penalty", 1.0)),
+                presence=float(_first(request, "presence_penalty", 0.0)),
+                frequency=float(_first(request, "frequency_penalty", 0.0)),
             ),
-            pieces=self.codec.pieces(),
+            min_tokens=int(_first(request, "min_tokens", 0)),
+            # end_id -1 (ignore_eos) never ends.
+            ignore_end=int(_first(request, "end_id", end_id if end_id is not None else -1)) == -1,
+            stop_words=tuple(w.decode("utf-8", "replace") for w in words) if words is not None else (),
+        )
+        prompt = _first(request, "text_input", b"").decode("utf-8", "replace")
+        exclude = bool(_first(request, "exclude_input_in_output", self.exclude_input))
+        return job(
+            self.lm, self.codec, self.limits, request, prompt, sampling, stream=stream, exclude_input=exclude
         )
 
     def _decode(self, jobs: list[Job], emit: Callable[[Job, str], None]) -> None:
-        """emit(job, piece) sees every token; a job ends at max_tokens or on a stop word. The load
-        gauges follow the batch: every sequence keeps its KV cache until the batch ends."""
+        """emit(job, piece) sees every token. The load gauges follow the batch: every sequence
+        keeps its KV cache until the batch ends."""
         prompts = [j.prompt_ids for j in jobs]
         # The prefill (context phase) starts with the prompts' blocks taken, as in TensorRT-LLM.
-        self.load.update(len(jobs), context=len(jobs), used_blocks=sum(_blocks(len(p)) for p in prompts))
+        self.load.update(len(jobs), context=len(jobs), used_blocks=sum(blocks(len(p)) for p in prompts))
+
+        def before(batch: Batch, active: int) -> None:
+            self.load.update(active=active, used_blocks=sum(blocks(int(n)) for n in batch.lengths))
+            _delay(self.faults.step_delay_ms(active))  # a slower engine: every sequence's token costs more
+
         try:
             _delay(self.faults.ttft_ms)  # a slow prefill
-            self._steps(jobs, prompts, emit)
+            steps(self.lm, jobs, emit, before)
         finally:
             self.load.update()
-        for job, prompt in zip(jobs, prompts, strict=True):
-            self.load.completed(len(prompt), job.tokens)
-
-    def _steps(self, jobs: list[Job], prompts: list[list[int]], emit: Callable[[Job, str], None]) -> None:
-        batch = self.lm.start(prompts)
-        while True:
-            active = sum(not j.done for j in jobs)
-            self.load.update(active=active, used_blocks=sum(_blocks(int(n)) for n in batch.lengths))
-            _delay(self.faults.step_delay_ms(active))  # a slower engine: every sequence's token costs more
-            tokens = batch.pick([j.sampler for j in jobs])
-            for job, token in zip(jobs, tokens, strict=True):
-                if not job.done:
-                    piece = job.pieces(token)
-                    job.generated += piece
-                    job.tokens += 1
-                    job.done = (
-                        job.tokens >= job.max_tokens
-                        or token == job.sampler.end_id
-                        or any(w in job.generated[1 - len(w) - len(piece) :] for w in job.stop_words if piece)
-                    )  # a stop word ends in the new piece
-                    emit(job, piece)
-            if all(j.done for j in jobs):
-                return
-            batch.advance(tokens)
+        for job_, prompt in zip(jobs, prompts, strict=True):
+            self.load.completed(len(prompt), job_.tokens)
 
     @staticmethod
     def _result(job: Job) -> Any:
-        return _text(job.generated if job.exclude_input else job.prompt + job.generated)
+        return _text(job.text())
 
     def execute(self, requests: list[Any]) -> list[Any] | None:
         started = time.monotonic()

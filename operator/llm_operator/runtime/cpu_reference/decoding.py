@@ -1,0 +1,150 @@
+"""What both Triton contracts of the CPU reference runtime share: a request's job, checked as
+TensorRT-LLM checks it, and the lockstep decoding of a batch of jobs. The ensemble (model.py,
+engine contract) and the LLM API model (llmapi.py and engine.py) differ only in how requests
+arrive and answers leave."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from llm_operator.runtime.cpu_reference import served
+from llm_operator.runtime.cpu_reference.tiny_lm import Batch, Decoder, Penalties, Sampler
+
+# TensorRT-LLM's paged KV cache hands out blocks of this many tokens (trtllm-build's default).
+TOKENS_PER_BLOCK = 32
+
+
+def blocks(tokens: int) -> int:
+    return -(-tokens // TOKENS_PER_BLOCK)
+
+
+@dataclass
+class Job:
+    """One request of the batch being decoded."""
+
+    request: Any
+    prompt: str
+    prompt_ids: list[int]
+    max_tokens: int
+    stream: bool
+    exclude_input: bool
+    stop_words: list[str]
+    sampler: Sampler
+    pieces: served.Pieces  # its output's text, token by token
+    generated: str = ""
+    tokens: int = 0  # generated
+    done: bool = False
+    answered: bool = False  # its first response is sent (time to first token observed)
+    finish_reason: str | None = None  # the LLM API's: "stop", "length" or "cancelled"
+    stop_reason: str | None = None  # the stop word that ended it
+    logprob: float = 0.0  # cumulative log-probability of its tokens (the model's distribution)
+    extra: dict[str, Any] = field(default_factory=dict)  # the contract's own per-request state
+
+    def text(self) -> str:
+        return self.generated if self.exclude_input else self.prompt + self.generated
+
+    def end(self, token: int, piece: str) -> None:
+        """After its newest token: whether (and why) it is done. A stop word ends in the new piece."""
+        if token == self.sampler.end_id:
+            self.finish_reason = "stop"
+        elif word := next(
+            (w for w in self.stop_words if piece and w in self.generated[1 - len(w) - len(piece) :]), None
+        ):
+            self.finish_reason, self.stop_reason = "stop", word
+        elif self.tokens >= self.max_tokens:
+            self.finish_reason = "length"
+        self.done = self.finish_reason is not None
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_input_len: int
+    max_seq_len: int
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """A request's generation knobs, by meaning (each contract reads them under its own names)."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 0.0
+    seed: int = 0
+    penalties: Penalties = field(default_factory=Penalties)
+    min_tokens: int = 0
+    ignore_end: bool = False  # end_id -1: never ends on the end token
+    stop_words: tuple[str, ...] = ()
+
+
+def job(
+    lm: Decoder, codec: served.Codec, limits: Limits, request: Any, prompt: str, s: Sampling, *,
+    stream: bool, exclude_input: bool,
+) -> Job | str:  # fmt: skip
+    """The request's job, or why it is refused (TensorRT-LLM refuses the same requests)."""
+    prompt_ids = codec.encode(prompt)
+    tokens = len(prompt_ids)
+    if not tokens:
+        return "text_input is empty"
+    if tokens > limits.max_input_len:
+        return f"prompt has {tokens} tokens, more than max_input_len {limits.max_input_len}"
+    if s.max_tokens < 1 or tokens + s.max_tokens > limits.max_seq_len:
+        return f"max_tokens must be 1..{limits.max_seq_len - tokens} for this prompt (max_seq_len)"
+    problem = Sampler.problem(s.temperature, s.top_k, s.top_p) or s.penalties.problem()
+    if problem is not None:
+        return problem
+    if s.min_tokens < 0:
+        return "min_tokens must be >= 0"
+    # min_tokens keeps the end token off until then. TinyLM has no end token: its every output
+    # runs to max_tokens or a stop word.
+    return Job(
+        request=request,
+        prompt=prompt,
+        prompt_ids=prompt_ids,
+        max_tokens=s.max_tokens,
+        stream=stream,
+        exclude_input=exclude_input,
+        stop_words=[w for w in s.stop_words if w],
+        sampler=Sampler(
+            temperature=s.temperature,
+            top_k=s.top_k,
+            top_p=s.top_p,
+            seed=s.seed,
+            penalties=s.penalties,
+            prompt=tuple(prompt_ids),
+            pickable=lm.pickable,
+            end_id=None if s.ignore_end else lm.end_id,
+            min_tokens=s.min_tokens,
+        ),
+        pieces=codec.pieces(),
+    )
+
+
+def steps(
+    lm: Decoder, jobs: list[Job], emit: Callable[[Job, str], None], before: Callable[[Batch, int], None],
+    *, logprobs: bool = False,
+) -> None:  # fmt: skip
+    """Decode `jobs` in lockstep until each is done: emit(job, piece) sees every token (a done
+    job's last one flagged by job.done), before(batch, active) runs ahead of each step."""
+    batch = lm.start([j.prompt_ids for j in jobs])
+    while True:
+        before(batch, sum(not j.done for j in jobs))
+        tokens = batch.pick([j.sampler for j in jobs])
+        if logprobs:
+            logs = torch.log_softmax(batch.logits, dim=-1)
+        for i, (j, token) in enumerate(zip(jobs, tokens, strict=True)):
+            if not j.done:
+                piece = j.pieces(token)
+                j.generated += piece
+                j.tokens += 1
+                if logprobs:
+                    j.logprob += float(logs[i, token])
+                j.end(token, piece)
+                emit(j, piece)
+        if all(j.done for j in jobs):
+            return
+        batch.advance(tokens)

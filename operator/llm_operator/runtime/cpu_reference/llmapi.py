@@ -1,0 +1,196 @@
+"""Triton python-backend model "tensorrt_llm" of the CPU reference runtime on the LLM API contract:
+what NVIDIA's llmapi model.py is on GPU pods (NVIDIA/TensorRT-LLM triton_backend/all_models/llmapi/
+tensorrt_llm/1/model.py), on the decoder and codec the ensemble serves (decoding.py, served.py).
+
+The operator ships this file as the repository's tensorrt_llm/1/base_model.py, under the same
+wrapper as GPU pods (runtime/llmapi_model.py, the repository's model.py), so the load gauges come
+the same way on both: from the engine's iteration stats. Like upstream's model it
+- reads model.yaml (the engine's arguments; triton_config.decoupled) and config.pbtxt's inputs
+  `text_input`, `streaming`, the `sampling_param_*` that helpers.py reads (get_sampling_params_from_
+  request: max_tokens, temperature, top_k, top_p, frequency/presence penalties, seed, stop,
+  exclude_input_from_output) and the `return_*` flags (get_output_config_from_request);
+- starts its engine (engine.CpuLLM) on an asyncio loop in a thread of its own, and sets
+  `self._llm_engine` and `self._event_loop` once it runs (upstream's _init_engine);
+- returns from execute() at once: each request becomes a coroutine on that loop;
+- answers with `text_output` the WHOLE text so far in every streamed response, and
+  `finish_reason` / `stop_reason` / `cumulative_logprob` when the request's flag asks
+  (upstream's _create_response: str() of each).
+
+Triton's python stub ignores PYTHONPATH, so, as model.py does, this module first puts the
+`python_path` parameter of its config.pbtxt on sys.path.
+"""
+
+import os
+import re
+import sys
+from pathlib import Path
+
+
+def _python_path() -> list[str]:
+    config = (Path(__file__).resolve().parents[1] / "config.pbtxt").read_text()
+    found = re.search(r'key:\s*"python_path"\s*value:\s*\{\s*string_value:\s*"([^"]*)"', config)
+    return [p for p in (found.group(1) if found else "").split(os.pathsep) if p]
+
+
+sys.path[:0] = [p for p in _python_path() if p not in sys.path]
+
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import threading  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import triton_python_backend_utils as pb_utils  # noqa: E402
+import yaml  # noqa: E402
+
+from llm_operator.runtime.cpu_reference import served  # noqa: E402
+from llm_operator.runtime.cpu_reference.decoding import Job, Limits, Sampling, job  # noqa: E402
+from llm_operator.runtime.cpu_reference.engine import CpuLLM, Output  # noqa: E402
+from llm_operator.runtime.cpu_reference.tiny_lm import Penalties  # noqa: E402
+
+# SamplingParams' default max_tokens (tensorrt_llm/sampling_params.py).
+DEFAULT_MAX_TOKENS = 32
+# request flag -> (output, the output's field): upstream's _create_response.
+OUTPUT_FIELDS = {
+    "return_finish_reason": ("finish_reason", "finish_reason"),
+    "return_stop_reason": ("stop_reason", "stop_reason"),
+    "return_cumulative_logprob": ("cumulative_logprob", "cumulative_logprob"),
+}
+
+
+def _scalar(request: Any, name: str, default: Any) -> Any:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        return default
+    values = tensor.as_numpy().reshape(-1)
+    if values.size != 1:
+        raise ValueError(f"{name} must be one value")
+    return values[0].item() if isinstance(values[0], np.generic) else values[0]  # BYTES are bytes
+
+
+def _strings(request: Any, name: str) -> tuple[str, ...]:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        return ()
+    return tuple(
+        v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+        for v in tensor.as_numpy().reshape(-1)
+    )
+
+
+def _error(message: str, code: Any) -> Any:
+    return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message, code))
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        config = json.loads(args["model_config"])
+        params = {k: v["string_value"] for k, v in config["parameters"].items()}
+        llm_args = yaml.safe_load((Path(__file__).parent / "model.yaml").read_text())
+        self.decoupled = bool(llm_args["triton_config"]["decoupled"])
+        torch.set_num_threads(1)  # as the ensemble's instances: the same arithmetic, the same answers
+        try:
+            self.lm, self.codec = served.load(
+                params.get("model", ""), int(params["weights_seed"]), os.environ.get("LLMOP_MODEL_DIR", "")
+            )
+        except ValueError as e:
+            raise pb_utils.TritonModelException(str(e)) from None
+        self.limits = Limits(int(params["max_input_len"]), int(params["max_seq_len"]))
+        self._init_engine(int(llm_args["max_batch_size"]), bool(llm_args.get("enable_iter_perf_stats")))
+
+    def _init_engine(self, max_batch_size: int, iteration_stats: bool) -> None:
+        """The engine on its own asyncio loop, in a thread; returns once both are set."""
+        started = threading.Event()
+        self._llm_engine: CpuLLM | None = None
+        self._shutdown: asyncio.Event | None = None
+
+        async def run() -> None:
+            self._event_loop = asyncio.get_running_loop()
+            self._shutdown = asyncio.Event()
+            self._llm_engine = CpuLLM(
+                self.lm,
+                max_batch_size,
+                self.limits.max_seq_len,
+                self._event_loop,
+                iteration_stats=iteration_stats,
+            )
+            started.set()
+            await self._shutdown.wait()
+
+        self._event_thread = threading.Thread(target=asyncio.run, args=(run(),), name="cpu-llm-loop")
+        self._event_thread.start()
+        started.wait()
+
+    def finalize(self) -> None:
+        if self._llm_engine is not None and self._shutdown is not None:
+            self._llm_engine.shutdown()
+            self._event_loop.call_soon_threadsafe(self._shutdown.set)
+            self._event_thread.join()
+
+    def execute(self, requests: list[Any]) -> None:
+        for request in requests:
+            asyncio.run_coroutine_threadsafe(self._execute_single_request(request), self._event_loop)
+
+    def _job(self, request: Any) -> tuple[Job | str, bool, dict[str, bool]]:
+        """(the request's job or why it is refused, streaming, its output flags)."""
+        flags = {flag: bool(_scalar(request, flag, False)) for flag in OUTPUT_FIELDS}
+        streaming = bool(_scalar(request, "streaming", False))
+        if streaming and not self.decoupled:
+            return "Streaming is only supported in decoupled mode.", streaming, flags
+        prompt = _scalar(request, "text_input", b"")
+        sampling = Sampling(
+            max_tokens=int(_scalar(request, "sampling_param_max_tokens", DEFAULT_MAX_TOKENS)),
+            temperature=float(_scalar(request, "sampling_param_temperature", 1.0)),
+            top_k=int(_scalar(request, "sampling_param_top_k", 0)),
+            top_p=float(_scalar(request, "sampling_param_top_p", 0.0)),
+            seed=int(_scalar(request, "sampling_param_seed", 0)),
+            penalties=Penalties(
+                presence=float(_scalar(request, "sampling_param_presence_penalty", 0.0)),
+                frequency=float(_scalar(request, "sampling_param_frequency_penalty", 0.0)),
+            ),
+            stop_words=_strings(request, "sampling_param_stop"),
+        )
+        found = job(
+            self.lm,
+            self.codec,
+            self.limits,
+            request,
+            prompt.decode("utf-8", "replace") if isinstance(prompt, bytes) else str(prompt),
+            sampling,
+            stream=streaming,
+            # helpers.py's default, False: the prompt, then the answer.
+            exclude_input=bool(_scalar(request, "sampling_param_exclude_input_from_output", False)),
+        )
+        if isinstance(found, Job):
+            found.extra["logprob"] = flags["return_cumulative_logprob"]
+        return found, streaming, flags
+
+    async def _execute_single_request(self, request: Any) -> None:
+        sender = request.get_response_sender()
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        try:
+            found, streaming, flags = self._job(request)
+        except ValueError as e:
+            found, streaming, flags = str(e), False, {}
+        if isinstance(found, str):
+            sender.send(_error(found, pb_utils.TritonError.INVALID_ARG), flags=final)
+            return
+        assert self._llm_engine is not None
+        async for output in self._llm_engine.generate_async(found):
+            if output.finish_reason == "cancelled":
+                sender.send(
+                    _error("Request cancelled by client", pb_utils.TritonError.CANCELLED), flags=final
+                )
+            elif streaming or output.finished:
+                sender.send(self._response(output, flags), flags=final if output.finished else 0)
+
+    @staticmethod
+    def _response(output: Output, flags: dict[str, bool]) -> Any:
+        tensors = [pb_utils.Tensor("text_output", np.array([output.text.encode("utf-8")], dtype=np.object_))]
+        for flag, (name, field) in OUTPUT_FIELDS.items():
+            if flags.get(flag):
+                tensors.append(
+                    pb_utils.Tensor(name, np.array([str(getattr(output, field))], dtype=np.object_))
+                )
+        return pb_utils.InferenceResponse(tensors)
