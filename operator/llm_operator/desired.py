@@ -159,10 +159,10 @@ def trtllm_version(ld: LLMDeployment, images: Images) -> str:
     if wanted != images.trtllm_version and defaults:
         raise PlanningError(
             "TensorRtLlmVersionMismatch",
-            f"engine.build.tensorrtLlmVersion is {wanted}, but the operator's default "
+            f"engine.build.tensorrtLlmVersion is {wanted}, but the default "
             f"{' and '.join(defaults)} image{'s' if len(defaults) > 1 else ''} run TensorRT-LLM "
-            f"{images.trtllm_version}: set runtime.image and engine.build.image to images of "
-            f"{wanted}, or remove tensorrtLlmVersion",
+            f"{images.trtllm_version}, the deployment's release (status.release): set runtime.image "
+            f"and engine.build.image to images of {wanted}, or remove tensorrtLlmVersion",
         )
     return wanted
 
@@ -303,7 +303,8 @@ def _check_multi_node_image(ld: LLMDeployment, plan: Plan, images: Images) -> No
             "MultiNodeImageMissing",
             "this layout spans pods, whose ranks start through sshd, which NVIDIA's image lacks: "
             "set runtime.image to an image built from images/triton-trtllm-sshd.Dockerfile, or "
-            "the operator's multiNodeRuntimeImage (chart value operator.multiNodeRuntimeImage)",
+            "the operator's multiNodeRuntimeImage (chart value operator.multiNodeRuntimeImage; it "
+            "serves the deployments of the operator's own TensorRT-LLM version only)",
         )
 
 

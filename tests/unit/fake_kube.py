@@ -112,6 +112,11 @@ class FakeKube:
         merged = {**body.get("status", {}), **status}
         body["status"] = {k: v for k, v in merged.items() if v is not None}
 
+    async def annotate_deployment(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        self.writes.append(("annotate", "LLMDeployment", name))
+        meta = self.objects[("LLMDeployment", namespace, name)]["metadata"]
+        meta["annotations"] = {**meta.get("annotations", {}), **annotations}
+
     async def add_configmap_keys(self, namespace: str, name: str, data: dict[str, str]) -> None:
         self.writes.append(("merge", "ConfigMap", name))
         k = ("ConfigMap", namespace, name)
