@@ -114,8 +114,10 @@ class FakeKube:
 
     async def annotate_deployment(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         self.writes.append(("annotate", "LLMDeployment", name))
-        meta = self.objects[("LLMDeployment", namespace, name)]["metadata"]
-        meta["annotations"] = {**meta.get("annotations", {}), **annotations}
+        k = ("LLMDeployment", namespace, name)
+        body = self.objects[k]
+        body["metadata"]["annotations"] = {**body["metadata"].get("annotations", {}), **annotations}
+        self._store(k, body)  # a new resourceVersion, as any write
 
     async def add_configmap_keys(self, namespace: str, name: str, data: dict[str, str]) -> None:
         self.writes.append(("merge", "ConfigMap", name))
