@@ -303,8 +303,7 @@ def _check_multi_node_image(ld: LLMDeployment, plan: Plan, images: Images) -> No
             "MultiNodeImageMissing",
             "this layout spans pods, whose ranks start through sshd, which NVIDIA's image lacks: "
             "set runtime.image to an image built from images/triton-trtllm-sshd.Dockerfile, or "
-            "the operator's multiNodeRuntimeImage (chart value operator.multiNodeRuntimeImage; it "
-            "serves the deployments of the operator's own TensorRT-LLM version only)",
+            "the operator's multiNodeRuntimeImage (chart value operator.multiNodeRuntimeImage)",
         )
 
 

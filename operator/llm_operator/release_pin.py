@@ -4,10 +4,12 @@ The operator records its configured TensorRT-LLM version (LLMOP_TRTLLM_VERSION) 
 `llmoperator.io/tensorrt-llm-version` at a deployment's first reconcile. From then on the
 deployment's serving image and engine keys come from that version's row of the release table
 (releases.py), so an operator whose default moved rolls no existing pod and rebuilds no engine.
-The operator's own images (LLMOP_RUNTIME_IMAGE, LLMOP_ENGINE_BUILDER_IMAGE,
-LLMOP_MULTI_NODE_RUNTIME_IMAGE: possibly mirrors) are images of its own version: they serve the
-deployments recorded with that version, and a deployment recorded with another runs NVIDIA's
-images of its row. spec.runtime.image and spec.engine.build.* override as before.
+The operator's serving image (LLMOP_RUNTIME_IMAGE, possibly a mirror) is an image of its own
+version: it serves the deployments recorded with that version, and a deployment recorded with
+another runs NVIDIA's image of its row. Every other image is the operator's, whatever the
+deployment's release: those the revision hash covers (rollout/revision.py) stay the same, so
+nothing rolls; the builder image, unset, follows the engine's version (desired.builder_image).
+spec.runtime.image and spec.engine.build.* override as before.
 """
 
 from __future__ import annotations
@@ -52,11 +54,7 @@ def deployment_images(ld: LLMDeployment, images: Images) -> Images:
             f"operator knows ({known}): set it to one of those, or remove it to move the deployment "
             f"to the operator's default, TensorRT-LLM {images.trtllm_version} (its pods roll)",
         )
-    # NVIDIA's images of that row, as published: the builder follows the engine's version
-    # (desired.builder_image), and no sshd image of that release is configured.
-    return replace(
-        images, runtime=release.image, trtllm_version=version, engine_builder="", multi_node_runtime=""
-    )
+    return replace(images, runtime=release.image, trtllm_version=version)  # NVIDIA's, as published
 
 
 def release_status(images: Images, image: str) -> dict[str, str]:

@@ -50,17 +50,12 @@ def test_an_unrecorded_deployment_is_recorded_with_the_operators_version_and_ren
     assert revision_of(recorded.spec, deployment_images(recorded, MIRRORED)) == revision_of(ld.spec, MIRRORED)
 
 
-def test_a_deployment_of_another_release_runs_nvidias_images_of_its_row() -> None:
+def test_a_deployment_of_another_release_runs_nvidias_image_of_its_row() -> None:
     operator = replace(MIRRORED, runtime="mirror.example/triton:26.07", trtllm_version=NEW.trtllm)
     images = deployment_images(deployment({ANNOTATION: OLD.trtllm}), operator)
     assert (images.runtime, images.trtllm_version) == (OLD.image, OLD.trtllm)
-    # The operator's mirrors are images of its own version: none of them serves another release.
-    assert images.engine_builder == "" and images.multi_node_runtime == ""
-    assert replace(
-        images, runtime="", trtllm_version="", engine_builder="", multi_node_runtime=""
-    ) == replace(operator, runtime="", trtllm_version="", engine_builder="", multi_node_runtime=""), (
-        "every other image is the operator's"
-    )
+    # Every other image is the operator's: the revision hash covers them, and they did not change.
+    assert replace(images, runtime="", trtllm_version="") == replace(operator, runtime="", trtllm_version="")
 
 
 def test_a_recorded_version_outside_the_table_is_refused_with_the_way_out() -> None:
@@ -95,6 +90,8 @@ def image_of(template: dict[str, Any]) -> str:
 async def test_an_operator_with_a_new_default_leaves_existing_deployments_on_theirs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # Images that serve every release, configured all along: part of every revision, unchanged.
+    monkeypatch.setenv("LLMOP_MULTI_NODE_RUNTIME_IMAGE", "registry.example/triton-trtllm-sshd:1")
     kube, old_operator = await operator_with_nodes()
     assert old_operator.config.images.trtllm_version == OLD.trtllm
     first = kube.add_deployment(example("llama31-8b-pytorch"))
