@@ -24,6 +24,7 @@ from llm_operator.manifests import load_deployments, load_nodes, mask, secrets
 from llm_operator.modelcache.keys import source_key
 from llm_operator.plan.inventory import Inventory
 from llm_operator.plan.types import PlanningError
+from llm_operator.release_pin import deployment_images
 from llm_operator.render.model_fetch import model_request
 from llm_operator.storage import ModelLocation, cached_model
 
@@ -121,7 +122,8 @@ def render(args: argparse.Namespace) -> int:
     notes = [f"# {source}: no LLMDeployment ({skipped} other objects)"] if not deployments else []
     for d in deployments:
         with _refusals(source, d.where, d.obj.body):
-            plan = plan_for(d.ld, inventory, config.images)
+            images = deployment_images(d.ld, config.images)  # the annotation's release, else the default
+            plan = plan_for(d.ld, inventory, images)
             # The Jobs while nothing is fetched, then while nothing is built, then everything the
             # operator applies once both exist. A cached model's directory is named by the revision
             # the fetch resolves, unknown here.
@@ -133,7 +135,7 @@ def render(args: argparse.Namespace) -> int:
                 want = desired(
                     d.ld,
                     plan,
-                    config.images,
+                    images,
                     lambda *_, fact=fact: BuildObserved(fact),
                     leader_worker_set=args.leader_worker_set,
                     prometheus_url=config.prometheus_url,

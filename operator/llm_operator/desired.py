@@ -186,10 +186,10 @@ def trtllm_version(ld: LLMDeployment, images: Images) -> str:
     if wanted != images.trtllm_version and defaults:
         raise PlanningError(
             "TensorRtLlmVersionMismatch",
-            f"engine.build.tensorrtLlmVersion is {wanted}, but the operator's default "
+            f"engine.build.tensorrtLlmVersion is {wanted}, but the default "
             f"{' and '.join(defaults)} image{'s' if len(defaults) > 1 else ''} run TensorRT-LLM "
-            f"{images.trtllm_version}: set runtime.image and engine.build.image to images of "
-            f"{wanted}, or remove tensorrtLlmVersion",
+            f"{images.trtllm_version}, the deployment's release (status.release): set runtime.image "
+            f"and engine.build.image to images of {wanted}, or remove tensorrtLlmVersion",
         )
     return wanted
 

@@ -23,6 +23,9 @@ MODEL_FETCH_KEY = f"{GROUP}/model-fetch-key"  # a fetch Job and its pod: the mod
 # Annotation: digest of the rendered object last applied. A restarted or newly elected operator
 # finds its predecessor's work in it and writes nothing where nothing changed.
 APPLIED = f"{GROUP}/applied"
+# Annotation of an LLMDeployment: the TensorRT-LLM release it runs, recorded at its first
+# reconcile, so a later operator default moves no existing deployment (release_pin.py).
+TRTLLM_VERSION = f"{GROUP}/tensorrt-llm-version"
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # GPU nodes are commonly tainted with their resource name: every GPU pod tolerates it.

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from llm_operator.api.v1alpha1 import API_VERSION, GROUP, KIND, LLMDeployment
 from llm_operator.bounded_yaml import InputError, MiB, display_name, load_documents, read_text
+from llm_operator.labels import TRTLLM_VERSION
 
 # Far above any LLMDeployment manifest: the API server stores at most ~1.5 MiB per object.
 MAX_MANIFEST_BYTES = 1 * MiB
@@ -206,15 +207,33 @@ def _deployment(source: str, obj: Obj) -> Deployment:
         )
     obj = replace(obj, name=name)
     uid = meta.get("uid") if isinstance(meta.get("uid"), str) else ""
-    # Render reads only these of metadata (owner references; the cluster sets the uid).
+    # Render reads only these of metadata (owner references; the cluster sets the uid), and the
+    # release recorded on the deployment (release_pin.py).
     doc = {
         **body,
-        "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "annotations": _release(source, obj, meta),
+        },
     }
     try:
         return Deployment(obj, LLMDeployment.model_validate(doc))
     except ValidationError as e:
         raise field_errors(source, obj, doc, e) from None
+
+
+def _release(source: str, obj: Obj, meta: dict[str, Any]) -> dict[str, str]:
+    """The release annotation of a manifest, if it has one: a string, as the API server wants."""
+    annotations = meta.get("annotations") or {}
+    version = annotations.get(TRTLLM_VERSION) if isinstance(annotations, dict) else None
+    if version is None:
+        return {}
+    if not isinstance(version, str):
+        what = f"must be a string (the API server refuses other annotation values): quote it, '{version}'"
+        raise InputError(source, obj.at(f"metadata.annotations.{TRTLLM_VERSION}"), what)
+    return {TRTLLM_VERSION: version}
 
 
 def load_deployments(path: str, stdin: Any = None) -> tuple[list[Deployment], int]:

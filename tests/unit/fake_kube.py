@@ -112,6 +112,13 @@ class FakeKube:
         merged = {**body.get("status", {}), **status}
         body["status"] = {k: v for k, v in merged.items() if v is not None}
 
+    async def annotate_deployment(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        self.writes.append(("annotate", "LLMDeployment", name))
+        k = ("LLMDeployment", namespace, name)
+        body = self.objects[k]
+        body["metadata"]["annotations"] = {**body["metadata"].get("annotations", {}), **annotations}
+        self._store(k, body)  # a new resourceVersion, as any write
+
     async def add_configmap_keys(self, namespace: str, name: str, data: dict[str, str]) -> None:
         self.writes.append(("merge", "ConfigMap", name))
         k = ("ConfigMap", namespace, name)

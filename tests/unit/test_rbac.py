@@ -116,6 +116,7 @@ async def drive_every_kube_method(recorder: Recorder) -> None:
         "delete_pod": [lambda: kube.delete_pod("n", "x")],
         "get_deployment": [lambda: kube.get_deployment("n", "x")],
         "patch_status": [lambda: kube.patch_status("n", "x", {})],
+        "annotate_deployment": [lambda: kube.annotate_deployment("n", "x", {"k": "v"})],
         "add_configmap_keys": [lambda: kube.add_configmap_keys("n", "x", {"k": "v"})],
         "event": [lambda: kube.event(meta("LLMDeployment"), "Normal", "R", "m", "2026-01-01T00:00:00Z")],
     }  # fmt: skip

@@ -611,10 +611,10 @@ async def test_a_replica_that_lost_the_lease_stops_instead_of_retrying() -> None
     key = kube.add_deployment(example("cpu-reference"))
     reconciler.deployment_event("ADDED", *key)
 
-    async def refused(obj: dict[str, Any]) -> Any:
+    async def refused(*args: Any) -> Any:
         raise NotLeading("not the holder")
 
-    kube.apply = kube.create = refused  # type: ignore[method-assign]
+    kube.apply = kube.create = kube.annotate_deployment = refused  # type: ignore[method-assign,assignment]
     for _ in range(REPORT_AFTER_FAILURES + 1):
         with pytest.raises(NotLeading):
             await reconciler._run(key)

@@ -532,7 +532,8 @@ class EngineBuild(Spec):
         default=None,
         max_length=32,
         description="TensorRT-LLM version of the builder and runtime; part of the cache key (an "
-        "engine loads only in the version that built it). Unset: the operator's default release's. "
+        "engine loads only in the version that built it). Unset: the deployment's release's (annotation "
+        "llmoperator.io/tensorrt-llm-version, docs/upgrading.md). "
         "Another version needs runtime.image and engine.build.image of that version, else the "
         "deployment is Stalled at planning.",
     )
@@ -960,8 +961,9 @@ class RuntimeSpec(Spec):
     image: str | None = Field(
         default=None,
         max_length=512,
-        description="Serving image; defaults to the operator's Triton TensorRT-LLM runtime image "
-        "(or the CPU runtime image for the cpu-reference backend).",
+        description="Serving image; defaults to the Triton TensorRT-LLM image of the deployment's "
+        "release (status.release; docs/upgrading.md), or the CPU runtime image for the cpu-reference "
+        "backend.",
     )
     profile: Profile = Field(
         default=Profile.BALANCED,
@@ -2116,6 +2118,18 @@ class EndpointsStatus(Spec):
     )
 
 
+class ReleaseStatus(Spec):
+    """The Triton + TensorRT-LLM release the deployment runs (docs/upgrading.md)."""
+
+    tensorrt_llm_version: str | None = Field(
+        default=None,
+        description="The TensorRT-LLM version recorded on the deployment (annotation "
+        "llmoperator.io/tensorrt-llm-version) when it was first reconciled: its engines' and "
+        "default images' release, kept through operator upgrades.",
+    )
+    image: str | None = Field(default=None, description="The image its (first pool's) serving pods run.")
+
+
 class Phase(StrEnum):
     PENDING = "Pending"
     FETCHING_MODEL = "FetchingModel"
@@ -2157,6 +2171,7 @@ class LLMDeploymentStatus(Spec):
     engine: EngineStatus | None = None
     model: ModelStatus | None = None
     endpoints: EndpointsStatus | None = None
+    release: ReleaseStatus | None = None
     ssh_secret: str | None = Field(
         default=None,
         description="The SSH Secret the operator created for this deployment's multi-node groups: "

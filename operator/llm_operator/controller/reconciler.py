@@ -22,6 +22,7 @@ from lightkube import ApiError
 from pydantic import ValidationError
 
 from llm_operator.api.v1alpha1 import LLMDeployment
+from llm_operator.controller import release
 from llm_operator.controller.cluster.apply import Applier
 from llm_operator.controller.cluster.kube import (
     KubeApi,
@@ -59,6 +60,7 @@ from llm_operator.desired import Desired, desired, plan_for
 from llm_operator.engine.state import ModelFact, ModelObserved
 from llm_operator.plan.inventory import Inventory
 from llm_operator.plan.types import PlanningError
+from llm_operator.release_pin import deployment_images
 from llm_operator.render import names
 from llm_operator.render.children import serving_selector
 from llm_operator.render.network import opened_to_any_source
@@ -214,10 +216,9 @@ class Reconciler:
                 if body is not None and not body["metadata"].get("deletionTimestamp"):
                     failure = PlanningError("ReconcileFailed", f"{why} (attempt {attempt}, retrying)")
                     await self._write_status(body, self._stalled(body, failure))
-            except ApiError as e:
+            except ApiError as e:  # a 404: deleted meanwhile, and its DELETED event forgets it
                 if e.status.code != 404:
                     log.warning("cannot report the failure of %s/%s: %s", *key, e.status.message)
-                    # else: deleted meanwhile; its DELETED event forgets it
             except Exception:  # the API is what fails: the retry below is all that is left
                 log.exception("cannot report the failure of %s/%s", *key)
         self.queue.add_after(key, delay)
@@ -238,10 +239,12 @@ class Reconciler:
             obs = Observation(generation, PlanningError("InvalidSpec", error), invalid_spec=error)
             await self._write_status(body, obs)
             return
+        body, ld = await release.record(self.kube, self.bodies, body, ld, self.config.images)
         builds = lambda ns, key, job: engines.build_observed(self.applier.children, ns, key, job)  # noqa: E731
         try:
             problems = self.pod_problems.by_slot((ld.namespace, ld.name))
-            rollout = await self.rollouts.decide(ld, self.config.images, self.applier.children, problems)
+            images = deployment_images(ld, self.config.images)  # PlanningError ReleaseUnknown
+            rollout = await self.rollouts.decide(ld, images, self.applier.children, problems)
             seen = await self.models.observe(self.applier.children, [s.ld for s in rollout.slots])
             models = lambda *key: seen.get(key, ModelObserved(ModelFact.ABSENT))  # noqa: E731
             applied = self.applier.children.get(("NetworkPolicy", namespace, names.network_policy(name)))
@@ -357,6 +360,7 @@ class Reconciler:
             router=router_status.observe(
                 children, ld, missing_apis, self.applier.missing_words.get("InferencePool", "")
             ),
+            release=release.status(spec.ld, current.plan, spec.images),
         )
 
     def _stalled(self, body: dict[str, Any], error: PlanningError) -> Observation:
@@ -384,7 +388,7 @@ class Reconciler:
         status, events = reduce(obs, old, now())
         events = (decided or []) + events
         key = (body["metadata"]["namespace"], body["metadata"]["name"])
-        changed = _comparable(status) != _comparable(old)
+        changed = json.dumps(status, sort_keys=True) != json.dumps(old, sort_keys=True)
         stamp = now()
 
         async def tell() -> None:  # in order: `kubectl get events` lists them as they were decided
@@ -403,7 +407,3 @@ class Reconciler:
             self.bodies[key] = {**self.bodies[key], "status": status}
         self.counts.replace(self.statuses.get(key), status)
         self.statuses[key] = status
-
-
-def _comparable(status: dict[str, Any]) -> str:
-    return json.dumps(status, sort_keys=True)

@@ -135,6 +135,7 @@ class KubeApi(Protocol):
     async def delete_pod(self, namespace: str, name: str) -> None: ...
     async def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
+    async def annotate_deployment(self, namespace: str, name: str, annotations: dict[str, str]) -> None: ...
     async def add_configmap_keys(self, namespace: str, name: str, data: dict[str, str]) -> None: ...
     async def read_claim(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     async def event(
@@ -284,13 +285,16 @@ class Kube:
 
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self._write(api.KIND, "status")
-        await self.client.patch(
-            LLMDeploymentResource.Status,
-            name,
-            {"status": status},
-            namespace=namespace,
-            patch_type=PatchType.MERGE,
-        )
+        patch = {"status": status}
+        await self.client.patch(LLMDeploymentResource.Status, name, patch, namespace=namespace,
+                                patch_type=PatchType.MERGE)  # fmt: skip
+
+    async def annotate_deployment(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        """A merge patch of metadata only (never the spec), owned by the operator's field manager."""
+        self._write(api.KIND, "annotate")
+        patch = {"metadata": {"annotations": annotations}}
+        await self.client.patch(LLMDeploymentResource, name, patch, namespace=namespace,
+                                patch_type=PatchType.MERGE)  # fmt: skip
 
     async def add_configmap_keys(self, namespace: str, name: str, data: dict[str, str]) -> None:
         """Add keys to a ConfigMap shared by deployments (the engine index), creating it if absent."""

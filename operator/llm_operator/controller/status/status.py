@@ -59,6 +59,7 @@ class Observation:
     route_problem: str | None = None  # the gateway-api route cannot carry traffic: why
     router: router_status.RouterObserved | None = None  # routing.mode inference-pool only
     model: ModelStatus | None = None  # the model cache (s3:// and hf:// sources)
+    release: dict[str, str] | None = None  # status.release (release_pin.release_status)
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ def reduce(
     ready_total = sum(p.ready for p in obs.pools.values())
     serving = ready_total > 0
     status["readyReplicas"] = ready_total
+    status |= {"release": obs.release} if obs.release else {}
 
     if obs.invalid_spec is not None or isinstance(obs.plan, PlanningError):
         reason, message = (
@@ -396,12 +398,8 @@ def _rollout(
         _cond("Progressing", True, reason, message, g),
         degraded,
     ]
-    return (
-        rollout + kept,
-        Phase.DEGRADED if degraded["status"] == "True" else Phase.PROGRESSING,
-        reason,
-        message,
-    )
+    phase = Phase.DEGRADED if degraded["status"] == "True" else Phase.PROGRESSING
+    return rollout + kept, phase, reason, message
 
 
 _ROLLOUT_TYPES = ("Ready", "Reconciling", "Stalled", "Progressing", "Degraded")
