@@ -203,3 +203,20 @@ def test_for_slot_changes_the_replicas_not_the_revision() -> None:
     one = rollout.for_slot(ld, ld.spec, 5)
     assert one.spec.replicas == 5 and one.name == ld.name and ld.spec.replicas == 1
     assert revision_of(one.spec, IMAGES) == revision_of(ld.spec, IMAGES)
+
+
+def test_a_snapshot_written_while_the_default_backend_was_tensorrt_engine_reads_back_as_engines() -> None:
+    """Snapshots leave defaults out: one written before pytorch became the default has no
+    engine.backend, and its stable slot serves engines still (its fp8 is no pytorch refusal)."""
+    ld = deployment("llama31-405b-multinode")  # tensorrt-engine, fp8
+    revision = revision_of(ld.spec, IMAGES)
+    snapshot = rollout.controller_revision(ld, revision, 3, IMAGES)
+    assert snapshot["data"]["spec"]["engine"]["backend"] == "tensorrt-engine", "written out from now on"
+    older = copy.deepcopy(snapshot)
+    del older["data"]["spec"]["engine"]["backend"]
+    assert rollout.spec_from_snapshot(older) == ld.spec
+    assert revision_of(rollout.spec_from_snapshot(older), IMAGES) == revision
+    pytorch = deployment("llama31-8b-pytorch")  # the default backend, left out of the example
+    snap = rollout.controller_revision(pytorch, revision_of(pytorch.spec, IMAGES), 1, IMAGES)
+    assert snap["data"]["spec"]["engine"]["backend"] == "pytorch"
+    assert rollout.spec_from_snapshot(snap) == pytorch.spec

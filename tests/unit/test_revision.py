@@ -91,3 +91,20 @@ def test_the_ttft_budget_is_part_of_the_revision_as_the_pods_see_it() -> None:
         return {"strategy": "canary", "canary": {"steps": [{"weight": 10}], "analysis": analysis}}
 
     assert revision_of(spec(rollout=canary(1000)), IMAGES) != revision_of(spec(rollout=canary(500)), IMAGES)
+
+
+@pytest.mark.parametrize(
+    ("backend", "revisions"),
+    [("tensorrt-engine", ("4d3b5b8691", "19e0368731")), ("pytorch", ("49772f0a60", "58bba7b993"))],
+)
+def test_the_pytorch_default_makes_no_deployment_a_new_revision(
+    backend: str, revisions: tuple[str, ...]
+) -> None:
+    """The revisions an operator computed while engine.backend defaulted to tensorrt-engine (pinned
+    from it): a deployment of either backend keeps its revision, so the new default rolls nothing."""
+    model = {"name": "m", "source": {"uri": "pvc://models/m"}}
+    engines = [{"backend": backend}, {"backend": backend, "maxBatchSize": 8}]
+    got = tuple(
+        revision_of(LLMDeploymentSpec.model_validate({"model": model, "engine": e}), IMAGES) for e in engines
+    )
+    assert got == revisions

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -590,6 +591,37 @@ class CpuReferenceSpec(Spec):
     )
 
 
+# What the pytorch backend refuses in spec.engine: (CEL rule, message, the rule's pydantic twin).
+# engine.backend defaults to pytorch, so a manifest written for engines that leaves the backend out
+# meets these, and each names the way back to engines.
+KEEP_ENGINES = ", or set engine.backend: tensorrt-engine (engine.backend defaults to pytorch)"
+PYTORCH_ENGINE_RULES: tuple[tuple[str, str, Callable[[Any], bool]], ...] = (
+    (
+        "(!has(self.prebuilt) && !has(self.build))",
+        "the pytorch backend loads the checkpoint itself and builds no engine: remove "
+        "engine.prebuilt and engine.build",
+        lambda e: e.prebuilt is None and e.build is None,
+    ),
+    (
+        "self.precision in ['fp16', 'bf16']",
+        "the pytorch backend serves the checkpoint as stored (a pre-quantized checkpoint carries its "
+        "own quantization): set engine.precision to fp16 or bf16",
+        lambda e: e.precision in (Precision.FP16, Precision.BF16),
+    ),
+    (
+        "self.kvCacheDtype == 'auto'",
+        "the pytorch backend takes the KV-cache dtype from the checkpoint: set engine.kvCacheDtype to auto",
+        lambda e: e.kv_cache_dtype == KvCacheDtype.AUTO,
+    ),
+    (
+        "self.maxBeamWidth == 1",
+        "the pytorch backend serves sampling only (Triton's llmapi model has no beam outputs): set "
+        "engine.maxBeamWidth to 1",
+        lambda e: e.max_beam_width == 1,
+    ),
+)
+
+
 class EngineSpec(Spec):
     """How the model is served: the backend, the numeric precision and the engine's limits (batch,
     sequence and token counts), and where engines come from (built by a Job, or prebuilt)."""
@@ -609,37 +641,22 @@ class EngineSpec(Spec):
                 "the cpu-reference backend runs fp16/bf16 checkpoints only",
             ),
             cel(
-                "self.backend != 'pytorch' || (!has(self.prebuilt) && !has(self.build))",
-                "the pytorch backend loads the checkpoint itself and builds no engine: remove "
-                "engine.prebuilt and engine.build",
-            ),
-            cel(
-                "self.backend != 'pytorch' || self.precision in ['fp16', 'bf16']",
-                "the pytorch backend serves the checkpoint as stored (a pre-quantized checkpoint "
-                "carries its own quantization): set engine.precision to fp16 or bf16",
-            ),
-            cel(
-                "self.backend != 'pytorch' || self.kvCacheDtype == 'auto'",
-                "the pytorch backend takes the KV-cache dtype from the checkpoint: set "
-                "engine.kvCacheDtype to auto",
-            ),
-            cel(
                 "self.backend == 'cpu-reference' || !has(self.cpuReference)",
                 "engine.cpuReference applies to the cpu-reference backend only: remove it, or set "
                 "engine.backend to cpu-reference",
             ),
-            cel(
-                "self.backend != 'pytorch' || self.maxBeamWidth == 1",
-                "the pytorch backend serves sampling only (Triton's llmapi model has no beam "
-                "outputs): set engine.maxBeamWidth to 1",
+            *(
+                cel(f"self.backend != 'pytorch' || {rule}", message + KEEP_ENGINES)
+                for rule, message, _ in PYTORCH_ENGINE_RULES
             ),
         )
     )
 
     backend: Backend = Field(
-        default=Backend.TENSORRT_ENGINE,
-        description="Default tensorrt-engine. pytorch and cpu-reference refuse the settings they cannot "
-        "apply (docs/api.md, Backends).",
+        default=Backend.PYTORCH,
+        description="Default pytorch (tensorrt-engine before it: objects created then keep it, "
+        "docs/upgrading.md). pytorch and cpu-reference refuse the settings they cannot apply "
+        "(docs/api.md, Backends).",
     )
     precision: Precision = Field(
         default=Precision.FP16,
@@ -695,12 +712,13 @@ class EngineSpec(Spec):
     prebuilt: PrebuiltEngine | None = Field(
         default=None,
         description="Serve engines that already exist instead of building them (the tensorrt-engine "
-        "backend). Refused together with engine.build, and with the pytorch backend.",
+        "backend). Refused together with engine.build, and with the pytorch backend (the default).",
     )
     build: EngineBuild | None = Field(
         default=None,
         description="How the engine-build Job runs. Unset, and no engine.prebuilt: the "
-        "tensorrt-engine backend builds with the defaults. Refused with the pytorch backend.",
+        "tensorrt-engine backend builds with the defaults. Refused with the pytorch backend (the "
+        "default).",
     )
     cpu_reference: CpuReferenceSpec | None = Field(
         default=None,
@@ -712,6 +730,14 @@ class EngineSpec(Spec):
         "precision and KV-cache type, parallelism, limits, GPU architecture, TensorRT-LLM version), "
         "so deployments that name the same place share them.",
     )
+
+    @model_validator(mode="after")
+    def _pytorch_builds_no_engine(self) -> EngineSpec:  # the CEL rules' twins, for `llm-operator render`
+        if self.backend == Backend.PYTORCH:
+            for _, message, holds in PYTORCH_ENGINE_RULES:
+                if not holds(self):
+                    raise ValueError(message + KEEP_ENGINES)
+        return self
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1836,7 +1862,7 @@ class LLMDeploymentSpec(Spec):
                 "the pytorch backend batches and queues inside TensorRT-LLM's LLM API, which the operator "
                 "configures with maxBatchSize, maxNumTokens, runtime.chunkedContext and runtime.kvCache "
                 "(freeGpuMemoryPercent, maxTokens, blockReuse) only: remove runtime.batching and "
-                "runtime.kvCache.hostMemoryBytes",
+                "runtime.kvCache.hostMemoryBytes" + KEEP_ENGINES,
             ),
             cel(
                 "self.engine.backend != 'cpu-reference' || !has(self.runtime) "

@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from typing import Any
 
-from llm_operator.api.v1alpha1 import LLMDeploymentSpec, Slot
+from llm_operator.api.v1alpha1 import Backend, LLMDeploymentSpec, Slot
 from llm_operator.images import Images
 from llm_operator.modelrepo import ttft_budget_ms
 
@@ -32,6 +33,7 @@ def revision_of(spec: LLMDeploymentSpec, images: Images) -> str:
     so is the one routing field they see, the API keys' Secret (the leaders mount it; the keys in
     it change without a new revision)."""
     serving = spec.model_dump(mode="json", by_alias=True, exclude_defaults=True, exclude=set(NOT_SERVING))
+    _backend_as_first_defaulted(serving, spec.engine.backend)
     if spec.routing.api_keys is not None:
         serving["apiKeysSecret"] = spec.routing.api_keys.secret_ref.name
     budget = ttft_budget_ms(spec)
@@ -40,3 +42,16 @@ def revision_of(spec: LLMDeploymentSpec, images: Images) -> str:
     pods = {k: v for k, v in dataclasses.asdict(images).items() if k not in NOT_SERVING_IMAGES}
     canonical = json.dumps({"spec": serving, "images": pods}, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:10]
+
+
+def _backend_as_first_defaulted(serving: dict[str, Any], backend: Backend) -> None:
+    """engine.backend is hashed as when its default was tensorrt-engine (until pytorch became the
+    default): left out for tensorrt-engine, in for the others, so the new default makes no existing
+    deployment a new revision."""
+    engine = serving.setdefault("engine", {})
+    if backend == Backend.TENSORRT_ENGINE:
+        engine.pop("backend", None)
+    else:
+        engine["backend"] = backend.value
+    if not engine:
+        del serving["engine"]
