@@ -74,6 +74,7 @@ def random_spec(rng: random.Random, products: list[str] | None = None) -> LLMDep
     doc: dict[str, Any] = {
         "model": {"name": rng.choice(MODELS), "source": {"uri": "pvc://models/x"}},
         "engine": {
+            "backend": "tensorrt-engine",
             "precision": precision,
             "kvCacheDtype": rng.choice(["auto", "fp8"]) if precision == "fp8" else "auto",
             "maxBatchSize": rng.choice([1, 8, 64, 256]),

@@ -56,6 +56,9 @@ def engines(draw: st.DrawFn, cpu: bool) -> dict[str, Any]:
     if cpu:
         engine["backend"] = "cpu-reference"
         return engine
+    # Engines: named, or left to the default (pytorch), which refuses their fields by name.
+    if draw(mostly([True], [False])):
+        engine["backend"] = "tensorrt-engine"
     kv = draw(sometimes(mostly(["auto", "fp16", "int8"], ["fp8"])))
     if kv:
         engine["kvCacheDtype"] = kv

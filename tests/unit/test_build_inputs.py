@@ -135,7 +135,7 @@ def test_only_quantized_keys_change_with_the_checkpoint_dtype() -> None:
     def key(precision: str, kv: str) -> str:
         spec = LLMDeploymentSpec.model_validate({
             "model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "pvc://models/m"}},
-            "engine": {"precision": precision, "kvCacheDtype": kv,
+            "engine": {"backend": "tensorrt-engine", "precision": precision, "kvCacheDtype": kv,
                        "build": {"calibration": {"datasetUri": "pvc://calibration/cnn_dailymail"}}},
         })  # fmt: skip
         return cache_key(spec, H100, "1.1.0").rsplit("-", 1)[1]

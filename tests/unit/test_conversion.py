@@ -36,7 +36,7 @@ def spec(name: str = "meta-llama/Meta-Llama-3-70B-Instruct", *, build: dict[str,
          **engine: Any) -> LLMDeploymentSpec:  # fmt: skip
     return LLMDeploymentSpec.model_validate({
         "model": {"name": name, "source": {"uri": "pvc://models/m"}},
-        "engine": {"precision": "fp8", "kvCacheDtype": "fp8",
+        "engine": {"backend": "tensorrt-engine", "precision": "fp8", "kvCacheDtype": "fp8",
                    "build": CALIBRATION if build is None else build, **engine},
         "parallelism": {"tensor": "auto", "pipeline": "auto"},
         "resources": {"gpu": {"products": ["NVIDIA-H100-80GB-HBM3"]}},

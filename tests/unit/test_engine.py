@@ -36,7 +36,7 @@ def spec(model: dict[str, Any] | None = None, **engine: Any) -> LLMDeploymentSpe
     return LLMDeploymentSpec.model_validate({
         "model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "pvc://models/m"},
                   **(model or {})},
-        "engine": {"precision": "fp8", "kvCacheDtype": "fp8",
+        "engine": {"backend": "tensorrt-engine", "precision": "fp8", "kvCacheDtype": "fp8",
                    "build": {"calibration": {"datasetUri": "pvc://calibration/cnn_dailymail"}}, **engine},
     })  # fmt: skip
 
@@ -89,7 +89,8 @@ def test_key_label_is_a_valid_label_value_keeping_the_hash() -> None:
 def test_engine_uri_is_one_directory_per_key_or_the_prebuilt_one() -> None:
     assert engine_uri(spec(), "k1") == "pvc://llm-engine-cache/engines/k1"
     prebuilt = LLMDeploymentSpec.model_validate({
-        "model": {"name": "m", "source": {"uri": "pvc://models/m"}}, "engine": {"prebuilt": {"uri": "pvc://c/llama/tp4"}},
+        "model": {"name": "m", "source": {"uri": "pvc://models/m"}},
+        "engine": {"backend": "tensorrt-engine", "prebuilt": {"uri": "pvc://c/llama/tp4"}},
     })  # fmt: skip
     assert engine_uri(prebuilt, None) == "pvc://c/llama/tp4"
 
@@ -107,7 +108,7 @@ JOBS = {
     "fp16-tp8pp2-s3-cache": (
         LLMDeploymentSpec.model_validate({
             "model": {"name": "meta-llama/Llama-3.1-405B", "source": {"uri": "pvc://models/llama-405b"}},
-            "engine": {"precision": "fp16", "cache": {"uri": "s3://engines/llm"},
+            "engine": {"backend": "tensorrt-engine", "precision": "fp16", "cache": {"uri": "s3://engines/llm"},
                        "build": {"activeDeadlineSeconds": 28800, "backoffLimit": 2}},
             "placement": {"nodeSelector": {"pool": "gpu"}, "priorityClassName": "batch",
                           "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "llm",

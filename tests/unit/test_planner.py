@@ -34,8 +34,8 @@ LLAMA3_70B = "meta-llama/Meta-Llama-3-70B-Instruct"
 def spec(model: str = LLAMA3_70B, /, **overrides: Any) -> LLMDeploymentSpec:
     doc: dict[str, Any] = {
         "model": {"name": model, "source": {"uri": "pvc://models/x"}},
-        "engine": {"precision": "fp16", "maxBatchSize": 32, "maxInputLen": 2048, "maxSeqLen": 8192,
-                   "maxNumTokens": 8192, "build": {"calibration": {"datasetUri": "pvc://calibration/text"}}},
+        "engine": {"backend": "tensorrt-engine", "precision": "fp16", "maxBatchSize": 32, "maxInputLen": 2048,
+                   "maxSeqLen": 8192, "maxNumTokens": 8192, "build": {"calibration": {"datasetUri": "pvc://calibration/text"}}},
         "parallelism": {"tensor": "auto", "pipeline": "auto"},
     }  # fmt: skip
     for path, value in overrides.items():

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
-from llm_operator.api.v1alpha1 import LLMDeployment
+from llm_operator.api import crd
+from llm_operator.api.v1alpha1 import KEEP_ENGINES, Backend, LLMDeployment, LLMDeploymentSpec
 from llm_operator.desired import desired, plan_for
 from llm_operator.engine.state import BuildObserved, EngineState
 from llm_operator.modelrepo import client_model
@@ -22,6 +23,7 @@ from llm_operator.runtime.config import PodConfig
 from llm_operator.runtime.launcher import launch
 from llm_operator.runtime.preflight import image_files
 from llm_operator.runtime.repository import configmap_path
+from pydantic import ValidationError
 
 from tests.unit.model_cache_fixtures import CACHED, cached
 from tests.unit.test_reconciler import condition, example, operator_with_nodes, reconcile
@@ -193,3 +195,28 @@ async def test_the_reconciler_serves_it_without_a_build_or_stalls_on_an_unknown_
     engine_ready = condition(kube, "llama31-8b", "EngineReady")
     assert (engine_ready["status"], engine_ready["reason"]) == ("True", "EngineNotNeeded")
     assert "engine" not in kube.objects[("LLMDeployment", *key)]["status"]
+
+
+@pytest.mark.parametrize(
+    "engine",
+    [
+        {"build": {}},
+        {"prebuilt": {"uri": "pvc://engines/llama"}},
+        {"precision": "fp8"},
+        {"kvCacheDtype": "fp8"},
+        {"maxBeamWidth": 4},
+    ],
+)
+def test_engine_fields_without_a_backend_are_refused_naming_tensorrt_engine(engine: dict[str, Any]) -> None:
+    """pytorch is the default backend: a manifest written for engines that leaves engine.backend
+    out is refused by the CEL rule at admission and by its twin in `llm-operator render`, each
+    naming the way back; with the backend named it is an engine deployment."""
+    doc = {"model": {"name": "m", "source": {"uri": "pvc://models/m"}}, "engine": engine}
+    with pytest.raises(ValidationError, match=r"or set engine\.backend: tensorrt-engine"):
+        LLMDeploymentSpec.model_validate(doc)
+    named = LLMDeploymentSpec.model_validate({**doc, "engine": {**engine, "backend": "tensorrt-engine"}})
+    assert named.engine.backend == Backend.TENSORRT_ENGINE
+    assert LLMDeploymentSpec.model_validate({"model": doc["model"]}).engine.backend == Backend.PYTORCH
+    rules = crd.openapi_schema()["properties"]["spec"]["properties"]["engine"]["x-kubernetes-validations"]
+    twins = [r["message"] for r in rules if r["rule"].startswith("self.backend != 'pytorch'")]
+    assert len(twins) == 4 and all(m.endswith(KEEP_ENGINES) for m in twins)

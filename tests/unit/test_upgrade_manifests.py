@@ -34,8 +34,11 @@ from tests.unit.model_cache_fixtures import cached
 ALLOWED_ANALYSIS = parse_list(DEFAULT_PROMETHEUS_URL, "default")
 IMAGES = Images(releases.DEFAULT.image, "cpu-runtime:1", "builder:1", releases.DEFAULT.trtllm, "operator:1")
 H100 = "NVIDIA-H100-80GB-HBM3"
+# Stored objects: the API server wrote engine.backend's default of the day into each, and until
+# b4df78f that was tensorrt-engine.
 BASE: dict[str, Any] = {
     "model": {"name": "meta-llama/Meta-Llama-3-8B-Instruct", "source": {"uri": "pvc://models/llama3-8b"}},
+    "engine": {"backend": "tensorrt-engine"},
     "parallelism": {"tensor": 1, "pipeline": 1},
     "resources": {"gpu": {"products": [H100]}},
 }
@@ -218,6 +221,12 @@ CASES: dict[str, Old] = {
         None,
         "MultiNodeImageMissing: this layout spans pods, whose ranks start through sshd, which NVIDIA's "
         "image lacks: set runtime.image",
+    ),
+    "an engine manifest without engine.backend": Old(
+        "b4df78f",
+        {"engine": {"precision": "fp8", "build": {"calibration": {"datasetUri": "pvc://calibration/cnn"}}}},
+        ("spec.engine", "or set engine.backend: tensorrt-engine (engine.backend defaults to pytorch)"),
+        SERVED,  # stored with the backend of its day, tensorrt-engine: its engines stay
     ),
 }
 
