@@ -101,6 +101,7 @@ def deployments(n: int) -> list[dict[str, Any]]:
                         "source": {"uri": "pvc://engines/models/llama3-8b"},
                     },
                     "engine": {
+                        "backend": "tensorrt-engine",
                         "precision": "fp16",
                         "maxBatchSize": 8,
                         "maxInputLen": 2048,

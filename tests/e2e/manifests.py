@@ -10,8 +10,8 @@ from e2e.cluster.testing import Kubectl
 def deployment(name: str, **spec: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": {"name": "meta-llama/Meta-Llama-3-8B-Instruct", "source": {"uri": "pvc://engines/models/llama3-8b"}},
-        "engine": {"precision": "bf16", "maxBatchSize": 8, "maxInputLen": 2048, "maxSeqLen": 4096,
-                   "maxNumTokens": 4096, "prebuilt": {"uri": "pvc://engines/x"}},
+        "engine": {"backend": "tensorrt-engine", "precision": "bf16", "maxBatchSize": 8, "maxInputLen": 2048,
+                   "maxSeqLen": 4096, "maxNumTokens": 4096, "prebuilt": {"uri": "pvc://engines/x"}},
         "replicas": 1,
         **spec,
     }  # fmt: skip

@@ -35,7 +35,13 @@ BASE: dict[str, Any] = {
                 "parameterCount": 8030000000,
             },
         },
-        "engine": {"precision": "bf16", "maxInputLen": 4096, "maxSeqLen": 8192, "maxNumTokens": 8192},
+        "engine": {
+            "backend": "tensorrt-engine",
+            "precision": "bf16",
+            "maxInputLen": 4096,
+            "maxSeqLen": 8192,
+            "maxNumTokens": 8192,
+        },
         "parallelism": {"tensor": 2, "pipeline": 1},
         "resources": {"gpu": {"products": ["NVIDIA-H100-80GB-HBM3"]}},
         "replicas": 1,
@@ -362,6 +368,11 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
             "engine.cpuReference": {"contract": "pytorch"},
         },
         "engine.cpuReference applies to the cpu-reference backend only",
+    ),
+    (
+        "engine-build-on-the-default-backend",
+        {"engine.backend": _DELETE, "engine.build": {}},
+        "or set engine.backend: tensorrt-engine (engine.backend defaults to pytorch)",
     ),
     (
         "products-and-pools",

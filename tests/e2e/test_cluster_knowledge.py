@@ -37,6 +37,7 @@ def warning_events(kubectl: Kubectl, namespace: str, name: str) -> list[dict[str
 def building(name: str, source: str, build: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
     """A Llama-3.2-1B deployment whose engine is built (on an A10G) into the `engines` claim."""
     engine = {
+        "backend": "tensorrt-engine",
         "precision": "bf16",
         "maxBatchSize": 8,
         "maxInputLen": 1024,

@@ -35,6 +35,7 @@ spec:
     name: meta-llama/Llama-3.2-1B-Instruct
     source: {uri: pvc://llm-engine-cache/models/llama3.2-1b}
   engine:
+    backend: tensorrt-engine
     precision: bf16
     maxBatchSize: 8
     maxInputLen: 1024

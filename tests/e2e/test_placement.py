@@ -48,8 +48,8 @@ def remove(kubectl: Kubectl, namespace: str, name: str) -> None:
 def test_fp8_lands_only_on_ada_or_hopper_or_newer(operator: None, kubectl: Kubectl, namespace: str) -> None:
     engines_claim(kubectl, namespace)
     kubectl.apply(
-        deployment("fp8", engine={"precision": "fp8", "maxBatchSize": 8, "maxInputLen": 2048,
-                                  "maxSeqLen": 4096,
+        deployment("fp8", engine={"backend": "tensorrt-engine", "precision": "fp8", "maxBatchSize": 8,
+                                  "maxInputLen": 2048, "maxSeqLen": 4096,
                                   "maxNumTokens": 4096, "prebuilt": {"uri": "pvc://engines/x"}},
                    parallelism={"tensor": "auto", "pipeline": "auto"}, replicas=2),
         namespace,

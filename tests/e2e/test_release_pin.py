@@ -151,25 +151,25 @@ def test_a_changed_schema_default_leaves_stored_objects_as_created(
     crd: None, kubectl: Kubectl, namespace: str, tmp_path: Path
 ) -> None:
     """The API server writes a CRD's schema defaults into the object on create; on read it fills
-    only fields absent from storage. A later CRD whose engine.backend defaults to pytorch changes
-    no stored object that was created without naming a backend."""
-    kubectl.apply(manifests.deployment("stored"), namespace)  # names no backend
+    only fields absent from storage. engine.backend defaulted to tensorrt-engine before this CRD,
+    which defaults it to pytorch: an object created under the older CRD without naming a backend
+    keeps tensorrt-engine under this one, and only new objects get pytorch."""
+    real = yaml.safe_load(CRD.read_text())
+    older = copy.deepcopy(real)
+    schema = older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert schema["engine"]["properties"]["backend"]["default"] == "pytorch"
+    schema["engine"]["properties"]["backend"]["default"] = "tensorrt-engine"
+    schema["engine"]["default"]["backend"] = "tensorrt-engine"
+    path = tmp_path / "crd.yaml"
+    path.write_text(yaml.safe_dump(older))
+    stored = manifests.deployment("stored")  # engines, prebuilt
+    del stored["spec"]["engine"]["backend"]  # as written for the older operator
+    fresh = manifests.deployment("fresh", engine={k: v for k, v in PYTORCH.items() if k != "backend"})
 
     def backend(name: str) -> str:
         ld = kubectl.get("llmdeployment", name, namespace)
         assert ld is not None
         return str(ld["spec"]["engine"]["backend"])
-
-    assert backend("stored") == "tensorrt-engine"
-    changed = yaml.safe_load(CRD.read_text())
-    schema = changed["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-    assert schema["engine"]["properties"]["backend"]["default"] == "tensorrt-engine"
-    schema["engine"]["properties"]["backend"]["default"] = "pytorch"
-    schema["engine"]["default"]["backend"] = "pytorch"
-    path = tmp_path / "crd.yaml"
-    path.write_text(yaml.safe_dump(changed))
-    fresh = manifests.deployment("fresh")
-    fresh["spec"]["engine"] = {k: v for k, v in copy.deepcopy(PYTORCH).items() if k != "backend"}
 
     def created_now() -> str:
         """The backend a new object naming none gets (created in a dry run: nothing is stored)."""
@@ -178,11 +178,15 @@ def test_a_changed_schema_default_leaves_stored_objects_as_created(
         )
         return str(out["spec"]["engine"]["backend"])
 
-    assert created_now() == "tensorrt-engine"
+    assert created_now() == "pytorch"
     try:
         kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-        wait_for("the changed default in force", created_now, lambda b: b == "pytorch")
-        assert backend("stored") == "tensorrt-engine", "the stored object keeps what it was created with"
+        wait_for("the older default in force", created_now, lambda b: b == "tensorrt-engine")
+        kubectl.apply(stored, namespace)
+        assert backend("stored") == "tensorrt-engine"
     finally:
         kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    wait_for("the real CRD back", created_now, lambda b: b == "tensorrt-engine")
+    wait_for("the real CRD back", created_now, lambda b: b == "pytorch")
+    assert backend("stored") == "tensorrt-engine", "the stored object keeps what it was created with"
+    kubectl.apply(stored, namespace)  # re-applied, still without a backend
+    assert backend("stored") == "tensorrt-engine", "an update fills only absent fields"

@@ -17,7 +17,11 @@ H100_MIB = 81559
 def spec(**engine: Any) -> LLMDeploymentSpec:
     runtime = engine.pop("runtime", {})
     return LLMDeploymentSpec.model_validate(
-        {"model": {"name": "m", "source": {"uri": "pvc://models/m"}}, "engine": engine, "runtime": runtime}
+        {
+            "model": {"name": "m", "source": {"uri": "pvc://models/m"}},
+            "engine": {"backend": "tensorrt-engine", **engine},
+            "runtime": runtime,
+        }
     )
 
 
