@@ -32,6 +32,7 @@ GROUP = 1  # the replica (group) whose pods the tests address
 UID = "0f6c1d2e-5b7a-4c39-9e41-7d2b8a6f3c10"
 SPEC = LLMDeploymentSpec.model_validate({
     "model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "pvc://models/m"}},
+    "engine": {"backend": "tensorrt-engine"},  # ENGINE's: the pods read what the build wrote
     "runtime": {"exitTimeoutSeconds": 45},
 })  # fmt: skip
 SINGLE = PoolPlan("main", H100, (H100,), (9, 0), 81559, 4, 1, 4, 1, 2)
