@@ -217,7 +217,8 @@ class TritonPythonModel:
         assert self._llm_engine is not None
         generation = self._llm_engine.generate_async(found)
         request_id = request.request_id()
-        self._by_id.setdefault(request_id, set()).add(generation)
+        if request_id:  # a `stop` can name it
+            self._by_id.setdefault(request_id, set()).add(generation)
         try:
             async for output in generation:
                 if output.finish_reason == "cancelled" and not found.extra.get("aborted"):
