@@ -18,7 +18,7 @@ from pathlib import Path
 
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
 from llm_operator.frontdoor.tokenizer import Tokenizer
-from llm_operator.modelrepo import render_repository, to_configmap_data
+from llm_operator.modelrepo import render_repository, speaks_llmapi, to_configmap_data
 from llm_operator.plan.cpu import cpu_plan
 from llm_operator.runtime.cpu_reference import tokenizer_files
 from prometheus_client.parser import text_string_to_metric_families
@@ -86,6 +86,7 @@ def leader_pod(
         "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), os.environ.get("PYTHONPATH", "")]),
         "LD_LIBRARY_PATH": str(install.libraries),
         "LLMOP_BACKEND": "cpu-reference",
+        **({"LLMOP_CONTRACT": "pytorch"} if speaks_llmapi(spec) else {}),
         "LLMOP_GPUS_PER_POD": "0",
         "LLMOP_TRITONSERVER": str(install.binary),
         "LLMOP_BACKEND_DIR": str(install.backends(work / "backends")),

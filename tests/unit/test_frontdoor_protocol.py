@@ -160,7 +160,8 @@ def test_llmapi_inputs_are_its_sampling_params() -> None:
     gen.prompt = "p"
     assert P.triton_inputs(gen, "pytorch", stream=True) == {
         "text_input": "p", "streaming": True, "sampling_param_max_tokens": 4,
-        "sampling_param_exclude_input_from_output": True, "sampling_param_temperature": 0.5,
+        "sampling_param_exclude_input_from_output": True, "return_finish_reason": True,
+        "sampling_param_temperature": 0.5,
         "sampling_param_seed": 1, "sampling_param_stop": ["x"]}  # fmt: skip
 
 

@@ -261,6 +261,34 @@ def test_the_llmapi_models_text_so_far_is_sent_once(tmp_path: Path, stream: bool
     assert text == "Hello, world"
 
 
+async def ends_on_its_end_token(w: asyncio.StreamWriter) -> None:
+    """The llmapi model's last response says why it finished (return_finish_reason)."""
+    texts = ("Hel", "Hello", "Hello, wo", "Hello, world")
+    body = b"".join(sse({"text_output": t}) for t in texts[:-1])
+    w.write(STREAM_HEAD + body + sse({"text_output": texts[-1], "finish_reason": "stop"}) + b"0\r\n\r\n")
+    await w.drain()
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_the_llmapi_models_finish_reason_is_the_answers(tmp_path: Path, stream: bool) -> None:
+    """12 tokens at max_tokens 12 would count as "length"; the model ended on its end token, and
+    says so: the client gets "stop"."""
+    seen: list[dict[str, Any]] = []
+
+    async def go() -> tuple[int, bytes]:
+        async with front_door(ends_on_its_end_token, tmp_path, backend="pytorch", seen=seen) as port:
+            return await exchange(port, {"model": "m", "prompt": "hi", "max_tokens": 12, "stream": stream})
+
+    status, raw = asyncio.run(go())
+    assert status == 200, raw
+    if stream:
+        reasons = [json.loads(e)["choices"][0]["finish_reason"] for e in events(raw)[:-1]]
+        assert reasons[-1] == "stop" and set(reasons[:-1]) == {None}
+    else:
+        assert json.loads(raw.split(b"\r\n\r\n", 1)[1])["choices"][0]["finish_reason"] == "stop"
+    assert seen[-1]["return_finish_reason"] is True
+
+
 @pytest.mark.parametrize("stream", [True, False])
 def test_x_request_id_is_honoured_and_returned(tmp_path: Path, stream: bool) -> None:
     """A client's X-Request-Id comes back in a header and in the response's id; one that is not a

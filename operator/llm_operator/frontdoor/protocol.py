@@ -334,9 +334,11 @@ def triton_inputs(gen: Generation, backend: str, stream: bool) -> dict[str, Any]
         "frequency_penalty": gen.frequency_penalty,
     }
     if backend == "pytorch":  # the llmapi model (model_repo_templates/llmapi/tensorrt_llm.pbtxt.j2)
+        # return_finish_reason: the server's finish_reason is the model's (server._finish).
         body: dict[str, Any] = {"text_input": gen.prompt, "streaming": stream,
                                 "sampling_param_max_tokens": gen.max_tokens,
-                                "sampling_param_exclude_input_from_output": True}  # fmt: skip
+                                "sampling_param_exclude_input_from_output": True,
+                                "return_finish_reason": True}  # fmt: skip
         body.update({f"sampling_param_{k}": v for k, v in sampling.items() if v is not None})
         if gen.stop:
             body["sampling_param_stop"] = gen.stop

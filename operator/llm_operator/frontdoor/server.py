@@ -27,7 +27,7 @@ from llm_operator.frontdoor import responses as R
 from llm_operator.frontdoor.api_keys import ApiKeys
 from llm_operator.frontdoor.chat import ChatTemplateError, render_chat
 from llm_operator.frontdoor.tokenizer import Tokenizer
-from llm_operator.frontdoor.upstream import Upstream, UpstreamError
+from llm_operator.frontdoor.upstream import Answer, Upstream, UpstreamError
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,7 @@ class FrontDoor:
         # The head goes out with the first event: one segment, one wake-up of the client before its
         # first token, not two.
         peer.held = H.stream_head(close, peer.request_id)
-        text, count, sent = "", 0, False
+        text, count, sent, reason = "", 0, False, None
 
         def so_far(text: str) -> dict[str, int] | None:
             if not gen.usage_every_chunk:
@@ -206,7 +206,8 @@ class FrontDoor:
             piece = first
             while piece is not None:
                 count += 1
-                out = stops.feed(piece)
+                reason = piece.finish_reason or reason
+                out = stops.feed(piece.text)
                 text += out
                 if out or not sent:
                     await H.event(peer, R.chunk(gen, out, None, first=not sent, counts=so_far(text)))
@@ -218,7 +219,7 @@ class FrontDoor:
             if tail:
                 await H.event(peer, R.chunk(gen, tail, None, counts=so_far(text)))
             counts = R.usage(prompt_tokens, self.tokenizer.count(text, add_special_tokens=False))
-            await H.event(peer, R.chunk(gen, None, _finish(stops, count, counts, gen), counts=counts))
+            await H.event(peer, R.chunk(gen, None, _finish(stops, count, counts, gen, reason), counts=counts))
             if gen.include_usage:
                 await H.event(peer, R.usage_chunk(gen, counts))
         except UpstreamError as e:  # headers are sent: the error is an event, then [DONE]
@@ -234,14 +235,15 @@ class FrontDoor:
         await H.write(peer, H.chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         return True
 
-    async def _whole(self, peer: H.Peer, gen: P.Generation, first: str | None,
-                     pieces: AsyncGenerator[str, None], stops: R.Stops, prompt_tokens: int,
+    async def _whole(self, peer: H.Peer, gen: P.Generation, first: Answer | None,
+                     pieces: AsyncGenerator[Answer, None], stops: R.Stops, prompt_tokens: int,
                      close: bool) -> bool:  # fmt: skip
-        text, count, piece = "", 0, first
+        text, count, piece, reason = "", 0, first, None
         try:
             while piece is not None:
                 count += 1
-                text += stops.feed(piece)
+                reason = piece.finish_reason or reason
+                text += stops.feed(piece.text)
                 if stops.hit:
                     break
                 piece = await _next(pieces)
@@ -252,7 +254,7 @@ class FrontDoor:
         text += stops.flush()
         counts = R.usage(prompt_tokens, self.tokenizer.count(text, add_special_tokens=False))
         return await self._json(
-            peer, 200, R.response(gen, text, _finish(stops, count, counts, gen), counts), close
+            peer, 200, R.response(gen, text, _finish(stops, count, counts, gen, reason), counts), close
         )
 
     async def _json(self, peer: H.Peer, status: int, body: dict[str, Any], close: bool) -> bool:
@@ -265,10 +267,18 @@ class FrontDoor:
         return True
 
 
-def _finish(stops: R.Stops, responses: int, counts: dict[str, int], gen: P.Generation) -> str:
-    """ "stop": a stop sequence, or the model ended (its end token) before max_tokens."""
+def _finish(
+    stops: R.Stops, responses: int, counts: dict[str, int], gen: P.Generation, reason: str | None
+) -> str:
+    """ "stop": a stop sequence, or the model ended (its end token) before max_tokens. The llmapi
+    model says why itself (its finish_reason output, the LLM API's CompletionOutput.finish_reason),
+    passed on as trtllm-serve passes it (NVIDIA/TensorRT-LLM tensorrt_llm/serve/
+    postprocess_handlers.py, stored copy 01bf1923); the ensembles have no such output: their
+    tokens are counted against max_tokens."""
     if stops.hit:
         return "stop"
+    if reason is not None:
+        return reason
     return (
         "length"
         if max(responses if gen.stream else 0, counts["completion_tokens"]) >= gen.max_tokens
@@ -285,13 +295,14 @@ def _refusal(e: UpstreamError) -> P.ApiError:
     return P.ApiError(500, f"the model failed: {e.message}", kind="server_error")
 
 
-async def _deltas(texts: AsyncGenerator[str, None]) -> AsyncGenerator[str, None]:
+async def _deltas(answers: AsyncGenerator[Answer, None]) -> AsyncGenerator[Answer, None]:
     """The new text of each response of Triton's llmapi model, which sends the text so far in each
     (NVIDIA/TensorRT-LLM triton_backend/all_models/llmapi/tensorrt_llm/1/model.py, _create_response:
     `output.text`, the LLM API's whole text, not its `text_diff`)."""
     sent = ""
     try:
-        async for text in texts:
+        async for answer in answers:
+            text = answer.text
             # The LLM API's text only grows (a C-level prefix check per response, not a Python loop
             # over the whole text); were an earlier part revised, what was sent stays sent.
             if text.startswith(sent):
@@ -299,13 +310,13 @@ async def _deltas(texts: AsyncGenerator[str, None]) -> AsyncGenerator[str, None]
             else:
                 common = next((i for i, (a, b) in enumerate(zip(sent, text, strict=False)) if a != b),
                               min(len(sent), len(text)))  # fmt: skip
-            yield text[common:]
+            yield Answer(text[common:], answer.finish_reason)
             sent = text
     finally:
-        await texts.aclose()
+        await answers.aclose()
 
 
-async def _next(pieces: AsyncGenerator[str, None]) -> str | None:
+async def _next(pieces: AsyncGenerator[Answer, None]) -> Answer | None:
     try:
         return await anext(pieces)
     except StopAsyncIteration:

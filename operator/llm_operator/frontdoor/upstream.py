@@ -13,7 +13,7 @@ took within SPARE_IDLE_S is closed: Triton's stop waits, up to its whole exit ti
 open HTTP connection to close, so a pod that no longer gets requests must not hold one (it made
 every stop after OpenAI traffic last 30 s and end with "Exit timeout expired"). Responses of
 generate_stream are server-sent events, `data: {...}` per response, each with the model's outputs
-(`text_output`) or an `error`.
+(`text_output`, and `finish_reason` where the llmapi model is asked for it) or an `error`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -30,6 +31,15 @@ MAX_HEADER = 64 * 1024
 # Under the preStop drain's settle time (contract.DRAIN_SETTLE_SECONDS, 5 s): the last request's
 # spare is closed before the drain lets Triton stop.
 SPARE_IDLE_S = 2.0
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One response of the model: its text output, and its finish reason when it sends one (the
+    llmapi model, asked with return_finish_reason; the ensembles have no such output)."""
+
+    text: str
+    finish_reason: str | None = None
 
 
 class UpstreamError(Exception):
@@ -127,8 +137,10 @@ class Upstream:
             self._decoupled[model] = bool(config.get("model_transaction_policy", {}).get("decoupled"))
         return self._decoupled[model]
 
-    async def generate(self, model: str, inputs: dict[str, Any], stream: bool) -> AsyncGenerator[str, None]:
-        """The text of each response, in order. Leaving the loop early (or cancelling the task)
+    async def generate(
+        self, model: str, inputs: dict[str, Any], stream: bool
+    ) -> AsyncGenerator[Answer, None]:
+        """Each response, in order. Leaving the loop early (or cancelling the task)
         closes the connection, which cancels the request in Triton."""
         path = f"/v2/models/{model}/generate_stream" if stream else f"/v2/models/{model}/generate"
         reader, writer, status, headers = await self._request("POST", path, json.dumps(inputs).encode())
@@ -137,7 +149,7 @@ class Upstream:
                 raw = b"".join([part async for part in _body(reader, headers)])
                 raise UpstreamError(status, _message(raw))
             if not stream:
-                yield _text(json.loads(b"".join([part async for part in _body(reader, headers)])))
+                yield _answer(json.loads(b"".join([part async for part in _body(reader, headers)])))
                 return
             pending = b""
             async for part in _body(reader, headers):
@@ -146,7 +158,7 @@ class Upstream:
                     event, pending = pending.split(b"\n\n", 1)
                     for line in event.split(b"\n"):
                         if line.startswith(b"data:"):
-                            yield _text(_event(line[5:]))
+                            yield _answer(_event(line[5:]))
         finally:
             writer.close()
             with contextlib.suppress(Exception):
@@ -163,11 +175,18 @@ def _event(data: bytes) -> dict[str, Any]:
     return event
 
 
-def _text(response: dict[str, Any]) -> str:
+def _answer(response: dict[str, Any]) -> Answer:
     if "error" in response:
         raise UpstreamError(500, str(response["error"]))
-    value = response.get("text_output", "")
-    return "".join(value) if isinstance(value, list) else str(value)
+    reason = _string(response.get("finish_reason"))
+    return Answer(_string(response.get("text_output", "")), reason or None)
+
+
+def _string(value: Any) -> str:
+    """A BYTES output: Triton's generate API writes one element as a string, more as a list."""
+    if value is None:
+        return ""
+    return "".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 def _message(raw: bytes) -> str:

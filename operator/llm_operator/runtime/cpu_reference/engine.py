@@ -6,7 +6,8 @@ up to max_batch_size of them and decodes them in lockstep (decoding.steps), then
 Each step is one iteration: with iteration stats on (model.yaml's enable_iter_perf_stats, as on the
 PyTorch backend) it records TensorRT-LLM's IterationStats fields for it, measured on its own batch,
 which get_stats_async yields as TensorRT-LLM's does (one dict per iteration, the iterator ending
-once none came for `timeout` seconds).
+once none came for `timeout` seconds). The TEST-ONLY fault knob's engine delays (faults.py: a slow
+prefill, slow steps) land here, as in the ensemble's decoding.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_operator.runtime.cpu_reference.decoding import TOKENS_PER_BLOCK, Job, blocks, steps
+from llm_operator.runtime.cpu_reference.faults import Faults
+from llm_operator.runtime.cpu_reference.instruments import delay
 from llm_operator.runtime.cpu_reference.tiny_lm import Batch, Decoder
 
 # TensorRT-LLM keeps the stats of this many iterations for a reader (iter_stats_max_iterations).
@@ -36,12 +39,34 @@ class Output:
     cumulative_logprob: float
 
 
+class Generation:
+    """One request's outputs, as the LLM API's generate_async result: iterated on the engine's loop;
+    abort() ends it with finish_reason "cancelled" at its next token, as the LLM API's abort()."""
+
+    def __init__(self, job: Job, outputs: asyncio.Queue[Output]) -> None:
+        self.job, self._outputs, self._finished = job, outputs, False
+
+    def abort(self) -> None:
+        self.job.extra["aborted"] = True
+
+    def __aiter__(self) -> Generation:
+        return self
+
+    async def __anext__(self) -> Output:
+        if self._finished:
+            raise StopAsyncIteration
+        output = await self._outputs.get()
+        self._finished = output.finished
+        return output
+
+
 class CpuLLM:
     def __init__(
         self, lm: Decoder, max_batch_size: int, max_seq_len: int, loop: asyncio.AbstractEventLoop,
-        *, iteration_stats: bool,
+        *, iteration_stats: bool, faults: Faults | None = None,
     ) -> None:  # fmt: skip
         self.lm, self.max_batch_size, self.loop = lm, max_batch_size, loop
+        self.faults = faults or Faults()
         self.capacity = max_batch_size * blocks(max_seq_len)  # KV blocks: every slot at max_seq_len
         self.iteration_stats = iteration_stats
         self.iteration = 0
@@ -52,9 +77,10 @@ class CpuLLM:
         self._thread = threading.Thread(target=self._run, name="cpu-llm", daemon=True)
         self._thread.start()
 
-    def generate_async(self, job: Job) -> AsyncIterator[Output]:
+    def generate_async(self, job: Job) -> Generation:
         """The job's outputs: each new text of a streaming job, else its final one only. Called on
-        the engine's loop; a job whose request is cancelled ends with finish_reason "cancelled"."""
+        the engine's loop; a job whose request is cancelled or aborted ends with finish_reason
+        "cancelled"."""
         outputs: asyncio.Queue[Output] = asyncio.Queue()
 
         def deliver(output: Output) -> None:  # from the engine's thread
@@ -63,15 +89,7 @@ class CpuLLM:
         with self._wake:
             self._waiting.append((job, deliver))
             self._wake.notify()
-
-        async def iterate() -> AsyncIterator[Output]:
-            while True:
-                output = await outputs.get()
-                yield output
-                if output.finished:
-                    return
-
-        return iterate()
+        return Generation(job, outputs)
 
     async def get_stats_async(self, timeout: float) -> AsyncIterator[dict[str, Any]]:  # noqa: ASYNC109 (the LLM API's signature)
         while True:
@@ -107,10 +125,13 @@ class CpuLLM:
                 # Every sequence keeps its KV blocks until the batch ends.
                 used = sum(blocks(int(n)) for n in state.lengths)
                 self._record(active, context=len(jobs) if first else 0, used_blocks=used)
+            # TEST-ONLY (faults.py): a slow prefill, and every sequence's token costing more.
+            delay((self.faults.ttft_ms if first else 0.0) + self.faults.step_delay_ms(active))
             first = False
 
         def emit(job: Job, piece: str) -> None:
-            if not job.done and job.request.is_cancelled():  # the client left: free its slot
+            # The client left, or a `stop` request named it: free its slot.
+            if not job.done and (job.extra.get("aborted") or job.request.is_cancelled()):
                 job.done, job.finish_reason = True, "cancelled"
             if job.done or (job.stream and piece):  # (a token may complete no character yet)
                 deliver[id(job)](

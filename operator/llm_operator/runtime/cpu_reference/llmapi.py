@@ -14,7 +14,17 @@ the same way on both: from the engine's iteration stats. Like upstream's model i
 - returns from execute() at once: each request becomes a coroutine on that loop;
 - answers with `text_output` the WHOLE text so far in every streamed response, and
   `finish_reason` / `stop_reason` / `cumulative_logprob` when the request's flag asks
-  (upstream's _create_response: str() of each).
+  (upstream's _create_response: str() of each);
+- takes a request with the `stop` input true as the end of every request with its request id
+  (upstream's handle_stop_request: each is aborted, the stop request answered with a CANCELLED
+  error). An aborted request ends with finish_reason "cancelled", as upstream streams it; upstream
+  sends an unstreamed one nothing, here it gets that final response too, so it never hangs.
+
+What the ensemble (model.py) has beyond its contract, this model has too (instruments.py), so every
+test of the runtime holds on either contract: Triton's time-to-first-response histogram from the
+`ttft_buckets_ms` parameter, and the TEST-ONLY fault knob (faults.py): injected failures counted by
+Triton (execute raises for them), the LATENCY delay before a request's final response, the TTFT and
+STEP delays in the engine's steps (engine.py).
 
 Triton's python stub ignores PYTHONPATH, so, as model.py does, this module first puts the
 `python_path` parameter of its config.pbtxt on sys.path.
@@ -37,6 +47,7 @@ sys.path[:0] = [p for p in _python_path() if p not in sys.path]
 import asyncio  # noqa: E402
 import json  # noqa: E402
 import threading  # noqa: E402
+import time  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -46,7 +57,13 @@ import yaml  # noqa: E402
 
 from llm_operator.runtime.cpu_reference import served  # noqa: E402
 from llm_operator.runtime.cpu_reference.decoding import Job, Limits, Sampling, job  # noqa: E402
-from llm_operator.runtime.cpu_reference.engine import CpuLLM, Output  # noqa: E402
+from llm_operator.runtime.cpu_reference.engine import CpuLLM, Generation, Output  # noqa: E402
+from llm_operator.runtime.cpu_reference.instruments import (  # noqa: E402
+    FirstResponse,
+    buckets,
+    fault_knob,
+    injected,
+)
 from llm_operator.runtime.cpu_reference.tiny_lm import Penalties  # noqa: E402
 
 # SamplingParams' default max_tokens (tensorrt_llm/sampling_params.py).
@@ -97,6 +114,11 @@ class TritonPythonModel:
         except ValueError as e:
             raise pb_utils.TritonModelException(str(e)) from None
         self.limits = Limits(int(params["max_input_len"]), int(params["max_seq_len"]))
+        self.first_response = FirstResponse(pb_utils, args, buckets(params["ttft_buckets_ms"]))
+        self.faults = fault_knob(pb_utils)
+        self.received = 0  # requests this instance was given: the fault knob's counter
+        # request id -> its requests in flight, for `stop` (touched on the engine's loop only)
+        self._by_id: dict[str, set[Generation]] = {}
         self._init_engine(int(llm_args["max_batch_size"]), bool(llm_args.get("enable_iter_perf_stats")))
 
     def _init_engine(self, max_batch_size: int, iteration_stats: bool) -> None:
@@ -114,6 +136,7 @@ class TritonPythonModel:
                 self.limits.max_seq_len,
                 self._event_loop,
                 iteration_stats=iteration_stats,
+                faults=self.faults,
             )
             started.set()
             await self._shutdown.wait()
@@ -129,8 +152,20 @@ class TritonPythonModel:
             self._event_thread.join()
 
     def execute(self, requests: list[Any]) -> None:
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        failed = None
         for request in requests:
-            asyncio.run_coroutine_threadsafe(self._execute_single_request(request), self._event_loop)
+            n, self.received = self.received, self.received + 1
+            if self.faults.fails(n):
+                failed = injected(self.faults)
+                request.get_response_sender().send(_error(failed, pb_utils.TritonError.INTERNAL), flags=final)
+                continue
+            coroutine = self._execute_single_request(request, time.monotonic())
+            asyncio.run_coroutine_threadsafe(coroutine, self._event_loop)
+        if failed:
+            # Only a raising execute() makes Triton count a python model's failure
+            # (nv_inference_request_failure); the failed request has its answer already.
+            raise pb_utils.TritonModelException(failed)
 
     def _job(self, request: Any) -> tuple[Job | str, bool, dict[str, bool]]:
         """(the request's job or why it is refused, streaming, its output flags)."""
@@ -166,10 +201,13 @@ class TritonPythonModel:
             found.extra["logprob"] = flags["return_cumulative_logprob"]
         return found, streaming, flags
 
-    async def _execute_single_request(self, request: Any) -> None:
+    async def _execute_single_request(self, request: Any, since: float) -> None:
         sender = request.get_response_sender()
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         try:
+            if _scalar(request, "stop", False):
+                self._stop(request.request_id(), sender)
+                return
             found, streaming, flags = self._job(request)
         except ValueError as e:
             found, streaming, flags = str(e), False, {}
@@ -177,13 +215,37 @@ class TritonPythonModel:
             sender.send(_error(found, pb_utils.TritonError.INVALID_ARG), flags=final)
             return
         assert self._llm_engine is not None
-        async for output in self._llm_engine.generate_async(found):
-            if output.finish_reason == "cancelled":
-                sender.send(
-                    _error("Request cancelled by client", pb_utils.TritonError.CANCELLED), flags=final
-                )
-            elif streaming or output.finished:
-                sender.send(self._response(output, flags), flags=final if output.finished else 0)
+        generation = self._llm_engine.generate_async(found)
+        request_id = request.request_id()
+        if request_id:  # a `stop` can name it
+            self._by_id.setdefault(request_id, set()).add(generation)
+        try:
+            async for output in generation:
+                if output.finish_reason == "cancelled" and not found.extra.get("aborted"):
+                    cancelled = _error("Request cancelled by client", pb_utils.TritonError.CANCELLED)
+                    sender.send(cancelled, flags=final)
+                elif streaming or output.finished:
+                    if output.finished and self.faults.latency_ms:  # TEST-ONLY (faults.py)
+                        await asyncio.sleep(self.faults.latency_ms / 1000.0)
+                    self.first_response.observe(found, since)
+                    sender.send(self._response(output, flags), flags=final if output.finished else 0)
+        finally:
+            if (same := self._by_id.get(request_id)) is not None:
+                same.discard(generation)
+                if not same:
+                    del self._by_id[request_id]
+
+    def _stop(self, request_id: str, sender: Any) -> None:
+        """Abort every request in flight with this request id (upstream's handle_stop_request)."""
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        if not request_id:
+            # INTERNAL: upstream's TritonError carries no code, and that is its default.
+            message = "A request id must be provided for request cancellation"
+            sender.send(_error(message, pb_utils.TritonError.INTERNAL), flags=final)
+            return
+        for generation in self._by_id.pop(request_id, ()):
+            generation.abort()
+        sender.send(_error("Request cancelled by client", pb_utils.TritonError.CANCELLED), flags=final)
 
     @staticmethod
     def _response(output: Output, flags: dict[str, bool]) -> Any:

@@ -27,7 +27,6 @@ the standard library (the stub itself imports numpy right after this module) it 
 
 import os
 import re
-import socket
 import sys
 from pathlib import Path
 
@@ -59,7 +58,14 @@ from llm_operator.runtime.cpu_reference.decoding import (  # noqa: E402
     job,
     steps,
 )
-from llm_operator.runtime.cpu_reference.faults import ERROR_PERCENT, Faults  # noqa: E402
+from llm_operator.runtime.cpu_reference.instruments import (  # noqa: E402
+    INJECTED,
+    FirstResponse,
+    buckets,
+    delay,
+    fault_knob,
+    injected,
+)
 from llm_operator.runtime.cpu_reference.tiny_lm import Batch, Penalties  # noqa: E402
 from llm_operator.runtime.trtllm_metrics import KV_CACHE_BLOCK_METRICS, REQUEST_METRICS, gauges  # noqa: E402
 
@@ -152,29 +158,6 @@ class LoadGauges:
         self.update()
 
 
-INJECTED = "injected fault"
-
-
-class FirstResponse:
-    """nv_inference_first_response_histogram_ms{model, version}: milliseconds from the request
-    reaching this model to its first response. Remove it when the CPU image moves to Triton >=
-    24.11: the core then registers the same family itself (histogram_latencies=true)."""
-
-    def __init__(self, args: dict[str, str], buckets: list[float]) -> None:
-        self.family = pb_utils.MetricFamily(
-            name="nv_inference_first_response_histogram_ms",
-            description="Duration from request to first response in milliseconds",
-            kind=pb_utils.MetricFamily.HISTOGRAM,
-        )
-        labels = {"model": args["model_name"], "version": args["model_version"]}
-        self.metric = self.family.Metric(labels=labels, buckets=buckets)
-
-    def observe(self, job: Job, since: float) -> None:
-        if not job.answered:
-            job.answered = True
-            self.metric.observe((time.monotonic() - since) * 1000.0)
-
-
 def _raise_injected(checked: list[Job | str]) -> None:
     """Fail the batch if the fault knob failed one of its requests. Triton's python backend
     reports every request of a batch a success, error responses included, unless execute raises:
@@ -182,11 +165,6 @@ def _raise_injected(checked: list[Job | str]) -> None:
     for outcome in checked:
         if isinstance(outcome, str) and outcome.startswith(INJECTED):
             raise pb_utils.TritonModelException(outcome)
-
-
-def _delay(milliseconds: float) -> None:
-    if milliseconds:
-        time.sleep(milliseconds / 1000.0)
 
 
 class TritonPythonModel:
@@ -205,14 +183,8 @@ class TritonPythonModel:
         self.exclude_input = params["exclude_input_in_output"] == "true"
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         self.load = LoadGauges(args, int(config["max_batch_size"]), blocks(self.limits.max_seq_len))
-        buckets = [float(b) for b in params["ttft_buckets_ms"].split(",")]
-        self.first_response = FirstResponse(args, buckets)
-        try:
-            self.faults = Faults.from_env(os.environ, socket.gethostname())
-        except ValueError as e:
-            raise pb_utils.TritonModelException(str(e)) from None
-        if self.faults.active:
-            pb_utils.Logger.log_warn(f"TEST-ONLY fault knob on: {self.faults.describe()}")
+        self.first_response = FirstResponse(pb_utils, args, buckets(params["ttft_buckets_ms"]))
+        self.faults = fault_knob(pb_utils)
         self.received = 0  # requests this instance was given: the fault knob's counter
 
     def finalize(self) -> None:
@@ -222,7 +194,7 @@ class TritonPythonModel:
         """The request's job, or why it is refused (or fails on purpose: faults.py)."""
         n, self.received = self.received, self.received + 1
         if self.faults.fails(n):
-            return f"{INJECTED} ({ERROR_PERCENT}={self.faults.error_percent:g}, test only)"
+            return injected(self.faults)
         return self._job(request)
 
     def _job(self, request: Any) -> Job | str:
@@ -263,10 +235,10 @@ class TritonPythonModel:
 
         def before(batch: Batch, active: int) -> None:
             self.load.update(active=active, used_blocks=sum(blocks(int(n)) for n in batch.lengths))
-            _delay(self.faults.step_delay_ms(active))  # a slower engine: every sequence's token costs more
+            delay(self.faults.step_delay_ms(active))  # a slower engine: every sequence's token costs more
 
         try:
-            _delay(self.faults.ttft_ms)  # a slow prefill
+            delay(self.faults.ttft_ms)  # a slow prefill
             steps(self.lm, jobs, emit, before)
         finally:
             self.load.update()
@@ -284,7 +256,7 @@ class TritonPythonModel:
         if not self.decoupled:
             if jobs:
                 self._decode(jobs, lambda job, piece: None)
-                _delay(self.faults.latency_ms)
+                delay(self.faults.latency_ms)
             _raise_injected(checked)  # the whole batch fails with it
             for job in jobs:
                 self.first_response.observe(job, started)
@@ -317,7 +289,7 @@ class TritonPythonModel:
         if jobs:
             self._decode(jobs, emit)
         if held:
-            _delay(self.faults.latency_ms)
+            delay(self.faults.latency_ms)
             for job, response in held:
                 send(job, response, final)
         _raise_injected(checked)  # its other requests have their answers already
