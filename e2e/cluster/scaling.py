@@ -14,13 +14,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from llm_operator.contract import OPENAI_PORT
+
 from e2e.cluster import monitoring, netns
 from e2e.cluster.load import Load, LoadStats, prometheus_query
 from e2e.cluster.testing import Kubectl, pod_ready, wait_for
 
 DEPLOYMENT_LABEL = "llmoperator.io/deployment"
 LEADER_LABEL = "llmoperator.io/role=leader"
-HTTP_PORT = 8000
 METRIC = "triton_pending_requests"
 # The load step and the trickle kept up during the scale-down; bounded in count and time.
 LOAD_CONCURRENCY = 24
@@ -105,9 +106,12 @@ def run(
     ip = svc["spec"]["clusterIP"]
     before = {p["metadata"]["name"] for p in serving_pods(kubectl, namespace, name)}
     timeline = Timeline()
+    # Through the OpenAI API, what clients use: the same load on either Triton contract.
+    spec = (kubectl.get("llmdeployment", name, namespace) or {})["spec"]["model"]
     load = Load(
-        ns, ip, HTTP_PORT, concurrency=LOAD_CONCURRENCY, max_requests=MAX_REQUESTS, max_seconds=MAX_SECONDS
-    )
+        ns, ip, OPENAI_PORT, concurrency=LOAD_CONCURRENCY, max_requests=MAX_REQUESTS,
+        max_seconds=MAX_SECONDS, openai_model=spec.get("alias") or spec["name"],
+    )  # fmt: skip
     start = time.monotonic()
 
     def since() -> float:

@@ -25,7 +25,11 @@ def test_queue_load_scales_up_serves_and_scales_back_down(
     operator: None, embedded: E2ECluster, kubectl: Kubectl, namespace: str
 ) -> None:
     assert embedded.launcher is not None
-    kubectl.apply(scaling.autoscaled(example("cpu-reference.yaml")), namespace=namespace)
+    # On the LLM API contract (the pytorch backend's shape): its queue is the gauge the operator's
+    # llmapi wrapper sets from the engine's iteration stats, since Triton's own stays near 0 there.
+    doc = scaling.autoscaled(example("cpu-reference.yaml"))
+    doc["spec"]["engine"]["cpuReference"] = {"contract": "pytorch"}
+    kubectl.apply(doc, namespace=namespace)
     wait_ready(kubectl, namespace, "tiny-llama", timeout=180)
 
     # The HPA's metric, through the aggregation layer, once Prometheus has scraped the pod.
