@@ -36,16 +36,23 @@ SLOW_STEP_MS = 120  # per token per sequence in the straggler's batch
 CAPACITY = {"LLMOP_FAULT_STEP_MS": str(SLOW_STEP_MS)}
 SLOW_TTFT_MS = 1000  # before each batch's first token
 LATENCY = {"LLMOP_FAULT_TTFT_MS": str(SLOW_TTFT_MS)}
-# Triton's per-model success counter, for the ensemble every request goes through.
-_SUCCESS = re.compile(r'^nv_inference_request_success\{[^}]*model="ensemble"[^}]*\}\s+(\S+)', re.MULTILINE)
+# Triton's per-model success counter, for the model every request goes through: the ensemble
+# (engine contract) or tensorrt_llm (LLM API contract), never both in one pod.
+_SUCCESS = re.compile(
+    r'^nv_inference_request_success\{[^}]*model="(?:ensemble|tensorrt_llm)"[^}]*\}\s+(\S+)', re.MULTILINE
+)
 
 
 def deployment(
-    routing: str = "inference-pool", replicas: int = 3, knob: dict[str, str] = CAPACITY
+    routing: str = "inference-pool",
+    replicas: int = 3,
+    knob: dict[str, str] = CAPACITY,
+    contract: str = "tensorrt-engine",
 ) -> dict[str, Any]:
     """tiny-llama at 250m CPU per pod (three pods and the router fit the real node's 2 CPUs), the
-    straggler slowed by `knob` (CAPACITY or LATENCY)."""
+    straggler slowed by `knob` (CAPACITY or LATENCY), its CPU runtime speaking `contract`."""
     doc: dict[str, Any] = yaml.safe_load((REPO / "examples" / "cpu-reference.yaml").read_text())
+    doc["spec"]["engine"]["cpuReference"] = {"contract": contract}
     doc["spec"]["resources"]["cpu"] = "250m"
     doc["spec"]["replicas"] = replicas
     doc["spec"]["routing"] = {"mode": routing}
@@ -54,9 +61,11 @@ def deployment(
     return doc
 
 
-def start(kubectl: Kubectl, namespace: str, knob: dict[str, str] = CAPACITY) -> None:
+def start(
+    kubectl: Kubectl, namespace: str, knob: dict[str, str] = CAPACITY, contract: str = "tensorrt-engine"
+) -> None:
     """Applies deployment() and waits until it is Ready (its pods and its router)."""
-    kubectl.apply(deployment(knob=knob), namespace=namespace)
+    kubectl.apply(deployment(knob=knob, contract=contract), namespace=namespace)
     wait_for(
         "the straggler deployment Ready",
         lambda: kubectl.get("llmdeployment", NAME, namespace),

@@ -50,6 +50,9 @@ LOAD_S = 120
 # The straggler's share through the picker; a blind choice gives it a third. Measured on the 2-core
 # machine (2026-11-26): 0.07 through the router (90 requests in 3.0 s), 0.30 through the Service (7.5 s).
 ROUTER_SHARE_MAX = 0.2
+# The pytorch backend's shape (the LLM API contract): the picker reads the load gauges the operator's
+# llmapi wrapper sets from the engine's iteration stats.
+CONTRACT = "pytorch"
 
 
 @dataclass
@@ -65,7 +68,7 @@ def routed(operator: None, cluster: E2ECluster, kubectl: Kubectl) -> Iterator[Ro
         pytest.skip("needs the embedded cluster: its real node's images and its network namespace")
     ns = kubectl.create_namespace("routing")
     try:
-        straggler.start(kubectl, ns)
+        straggler.start(kubectl, ns, contract=CONTRACT)
         yield Routed(ns, cluster.launcher.netns)
     finally:
         kubectl.delete("namespace", ns)
@@ -326,7 +329,7 @@ def test_a_hung_picker_is_refused_or_bypassed_as_the_failure_mode_says_and_statu
     ips = straggler.pod_ips(kubectl, routed.namespace)
     for mode in ("FailClose", "FailOpen"):
         if mode == "FailOpen":
-            doc = straggler.deployment()
+            doc = straggler.deployment(contract=CONTRACT)
             doc["spec"]["routing"]["picker"] = {"failureMode": mode}
             kubectl.apply(doc, namespace=routed.namespace)
         picker_ready(routed, kubectl, "True")
