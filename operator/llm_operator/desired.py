@@ -176,7 +176,7 @@ def trtllm_version(ld: LLMDeployment, images: Images) -> str:
     defaults = [what for what, custom in (("runtime", ld.spec.runtime.image), ("builder", build.image))
                 if not custom]  # fmt: skip
     if defaults and releases.for_trtllm(wanted) is None:
-        known = ", ".join(r.trtllm for r in releases.RELEASES)
+        known = releases.known_versions()
         raise PlanningError(
             "TensorRtLlmVersionUnknown",
             f"engine.build.tensorrtLlmVersion is not a TensorRT-LLM version of a release the "
@@ -202,7 +202,7 @@ def builder_image(ld: LLMDeployment, images: Images, version: str) -> str:
         return custom
     release = releases.for_trtllm(version)
     if release is None:
-        known = ", ".join(r.trtllm for r in releases.RELEASES)
+        known = releases.known_versions()
         raise PlanningError(
             "BuilderImageUnknown",
             f"no NVIDIA image of TensorRT-LLM {version} is known to the operator (it knows {known}): "

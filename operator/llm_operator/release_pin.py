@@ -47,7 +47,7 @@ def deployment_images(ld: LLMDeployment, images: Images) -> Images:
         return images
     release = releases.for_trtllm(version)
     if release is None:
-        known = ", ".join(r.trtllm for r in releases.RELEASES)
+        known = releases.known_versions()
         raise PlanningError(
             "ReleaseUnknown",
             f"annotation {ANNOTATION} records TensorRT-LLM {version!r}, which is not a release this "

@@ -148,6 +148,11 @@ BY_TRTLLM: dict[str, Release] = {r.trtllm: r for r in RELEASES}
 DEFAULT = BY_TRTLLM["1.1.0"]
 
 
+def known_versions() -> str:
+    """The table's TensorRT-LLM versions, as refusals list them."""
+    return ", ".join(r.trtllm for r in RELEASES)
+
+
 def for_trtllm(version: str) -> Release | None:
     """The release whose image runs TensorRT-LLM `version`; None for a version not in the table."""
     return BY_TRTLLM.get(version)
