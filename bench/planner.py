@@ -91,6 +91,7 @@ def random_spec(rng: random.Random, products: list[str] | None = None) -> LLMDep
     }
     if products:
         doc["resources"] = {"gpu": {"products": products}}
+    doc["placement"]["tensorParallelDomain"] = rng.choice(["nvlink", "node"])
     return LLMDeploymentSpec.model_validate(doc)
 
 
@@ -100,15 +101,17 @@ def _domain(node: GpuNode, by: str) -> str | None:
 
 def _holds(nodes: list[GpuNode], spec: LLMDeploymentSpec, nvlink: bool, tp: int, pp: int) -> bool:
     """Whether some placement of tp x pp ranks on these nodes satisfies the rules: one pod; or
-    pods of whole TP groups across nodes of one domain (PP); or TP across nodes of one clique."""
+    pods of whole TP groups across nodes of one domain (PP); or TP across nodes of one clique, where
+    tensorParallelDomain nvlink allows it."""
     world = tp * pp
+    tp_across = nvlink and spec.placement.tensor_parallel_domain == "nvlink"
     strict = spec.placement.pipeline_parallel_strictness == "required"
     pp_domain = {"network-block": "block", "zone": "zone"}.get(spec.placement.pipeline_parallel_domain, "any")
     for g in (p for p in POWERS_OF_TWO if p <= world):
         pods, big = world // g, [n for n in nodes if n.gpus >= g]
         if pods == 1 and big:
             return True
-        if pods == 1 or (g % tp and not nvlink):
+        if pods == 1 or (g % tp and not tp_across):
             continue
         by = "clique" if g % tp else pp_domain if strict else "any"
         counts: dict[str | None, int] = {}

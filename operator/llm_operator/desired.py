@@ -104,7 +104,8 @@ def plan_for(ld: LLMDeployment, inventory: Inventory | None, images: Images | No
             f"engine.backend pytorch spans pods by pipeline stages only, and tensor parallel "
             f"{p.tensor} needs more GPUs than the {p.gpus_per_pod} of one pod (Triton's llmapi model "
             "does not support tensor parallelism across nodes): lower parallelism.tensor to what one "
-            "node holds and raise parallelism.pipeline, or use engine.backend tensorrt-engine",
+            "node holds and raise parallelism.pipeline, or with parallelism auto set "
+            "placement.tensorParallelDomain node, or use engine.backend tensorrt-engine",
         )
     return plan
 

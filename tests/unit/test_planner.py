@@ -218,6 +218,28 @@ def test_tensor_parallel_across_nodes_only_inside_one_nvlink_clique() -> None:
     assert e.message.endswith("and no nodes share an NVLink clique (nvidia.com/gpu.clique)")
 
 
+def test_tensor_parallel_domain_node_keeps_tensor_parallelism_inside_one_node() -> None:
+    """Four GB200 trays of 4 GPUs in one NVLink clique: nvlink spans TP over two trays; node keeps
+    it on one tray, so auto picks pipeline stages across trays and explicit tp=8 fails by name."""
+    trays = [gb200(f"g{i}", "c.1") for i in range(4)]
+    big = {"engine.maxBatchSize": 256, "resources.gpu.products": [GB200[0]]}
+    nvlink = plan_of(spec(**big), *trays)
+    assert (nvlink.tensor, nvlink.pipeline, nvlink.pods_per_replica, nvlink.nvlink_clique) == (8, 1, 2, True)
+    staged = plan_of(spec(**big, **{"placement.tensorParallelDomain": "node"}), *trays)
+    assert (staged.tensor, staged.pipeline, staged.gpus_per_pod, staged.pods_per_replica) == (4, 2, 4, 2)
+    assert not staged.nvlink_clique and staged.group_topology_key == AWS_BLOCK
+    explicit = {"parallelism.tensor": 8, "parallelism.pipeline": 1, "resources.gpu.products": [GB200[0]]}
+    assert plan_of(spec(**explicit), *trays).nvlink_clique
+    e = error(spec(**explicit, **{"placement.tensorParallelDomain": "node"}), Inventory(trays))
+    assert (e.reason, e.message) == (
+        "InsufficientGPUs",
+        "no node offers 8 allocatable NVIDIA-GB200 GPUs; largest is 4 on g3, and "
+        "placement.tensorParallelDomain node keeps tensor parallelism inside one node: lower "
+        "parallelism.tensor to at most 4 and raise parallelism.pipeline, or set tensorParallelDomain "
+        "nvlink to span nodes of one NVLink clique",
+    )
+
+
 def test_pcie_products_never_get_tensor_parallelism_beyond_a_node() -> None:
     s = spec(**{"parallelism.tensor": 8, "parallelism.pipeline": 1, "resources.gpu.products": [L40S[0]]})
     e = error(s, Inventory([node("l0", L40S, 4), node("l1", L40S, 4, **{"nvidia.com/gpu.clique": "c"})]))

@@ -95,6 +95,25 @@ def test_tensor_parallelism_across_pods_is_refused_naming_what_to_change() -> No
     assert (staged.pools[0].tensor, staged.pools[0].pods_per_replica) == (4, 2), "stages across pods may"
 
 
+def test_tensor_parallel_domain_node_lets_auto_plan_pipeline_stages_for_pytorch() -> None:
+    """A 70B model too large for one GB200 tray: under nvlink the planner's choice, TP over two
+    trays of a clique, is refused for pytorch (pointing at the setting); under node it stages."""
+    inventory = Inventory()
+    for node in build_nodes(load_pools()):
+        inventory.upsert(node)
+    seventy_b = {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "pvc://models/llama3-70b"}}
+    engine = {**pytorch().spec.engine.model_dump(by_alias=True, exclude_none=True), "maxBatchSize": 256}
+    auto = {"model": seventy_b, "engine": engine, "parallelism": {"tensor": "auto", "pipeline": "auto"},
+            "resources": {"gpu": {"products": ["NVIDIA-GB200"]}}}  # fmt: skip
+    with pytest.raises(PlanningError) as err:
+        plan_for(pytorch(**auto), inventory)
+    assert err.value.reason == "PyTorchTensorParallelAcrossPods"
+    assert "placement.tensorParallelDomain node" in err.value.message
+    (pool,) = plan_for(pytorch(**auto, placement={"tensorParallelDomain": "node"}), inventory).pools
+    assert (pool.tensor, pool.pipeline, pool.gpus_per_pod, pool.pods_per_replica) == (4, 2, 4, 2)
+    assert not pool.nvlink_clique
+
+
 def test_a_multi_node_layout_without_an_sshd_image_is_still_refused() -> None:
     ld = pytorch(parallelism={"tensor": 8, "pipeline": 2})
     with pytest.raises(PlanningError) as err:

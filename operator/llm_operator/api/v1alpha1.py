@@ -1230,7 +1230,7 @@ class ResourcesSpec(Spec):
 
 class TensorParallelDomain(StrEnum):
     NVLINK = "nvlink"  # one node, or one nvidia.com/gpu.clique for multi-node NVLink
-    NODE = "node"
+    NODE = "node"  # one node, even inside a clique
 
 
 class PipelineParallelDomain(StrEnum):
@@ -1255,9 +1255,11 @@ class PlacementSpec(Spec):
 
     tensor_parallel_domain: TensorParallelDomain = Field(
         default=TensorParallelDomain.NVLINK,
-        description="nvlink (default) or node. Not read yet: the planner keeps a replica's "
-        "tensor-parallel ranks inside one node, or one nvidia.com/gpu.clique on multi-node NVLink "
-        "products.",
+        description="Where a replica's tensor-parallel ranks may sit: nvlink (default) inside one "
+        "node, or across the nodes of one nvidia.com/gpu.clique on multi-node NVLink products (GB200 "
+        "NVL72); node: inside one node always, so a replica larger than a node spans nodes by "
+        "pipeline stages only, and a tensor parallelism no node holds fails planning "
+        "(InsufficientGPUs).",
     )
     pipeline_parallel_domain: PipelineParallelDomain = Field(
         default=PipelineParallelDomain.NETWORK_BLOCK,

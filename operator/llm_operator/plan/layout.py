@@ -1,7 +1,8 @@
 """How one replica's tp x pp ranks sit on the nodes of one GPU product (pure).
 
 tp*pp on one node when a node has that many GPUs; else TP inside a node and PP across nodes of one
-network block (or zone); TP across nodes only inside one NVLink clique. The fewest pods win.
+network block (or zone); TP across nodes only inside one NVLink clique, and never with
+placement.tensorParallelDomain `node`. The fewest pods win.
 """
 
 from __future__ import annotations
@@ -9,7 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llm_operator import labels as L
-from llm_operator.api.v1alpha1 import POWERS_OF_TWO, LLMDeploymentSpec, PipelineParallelDomain, Strictness
+from llm_operator.api.v1alpha1 import (
+    POWERS_OF_TWO,
+    LLMDeploymentSpec,
+    PipelineParallelDomain,
+    Strictness,
+    TensorParallelDomain,
+)
 from llm_operator.plan.inventory import LabelKeys, ProductSummary, Scope
 
 
@@ -73,9 +80,16 @@ def layout(tp: int, pp: int, s: ProductSummary, spec: LLMDeploymentSpec, keys: L
     largest = f"no node offers {tp} allocatable {s.product} GPUs; largest is {s.largest} on {s.largest_node}"
     if not s.nvlink:
         return f"{largest} ({s.product} is PCIe-only: tensor parallelism stays inside one node)"
-    # TP across nodes: only over multi-node NVLink, inside one clique.
+    # TP across nodes: only over multi-node NVLink, inside one clique, and only if the user allows it.
     sizes = [g for g in reversed(POWERS_OF_TWO) if g <= s.largest]
-    if not any(s.nodes_with(g, "clique") for g in sizes):
+    shared = any(s.nodes_with(g, "clique") for g in sizes)
+    if spec.placement.tensor_parallel_domain == TensorParallelDomain.NODE:
+        return (
+            f"{largest}, and placement.tensorParallelDomain node keeps tensor parallelism inside one "
+            f"node: lower parallelism.tensor to at most {s.largest} and raise parallelism.pipeline"
+            + (", or set tensorParallelDomain nvlink to span nodes of one NVLink clique" if shared else "")
+        )
+    if not shared:
         return f"{largest}, and no nodes share an NVLink clique ({L.GPU_CLIQUE})"
     for g in sizes:
         if s.nodes_with(g, "clique") >= world // g:

@@ -8,7 +8,7 @@ Per pool (docs/placement.md has the full rules):
 3. the busiest rank's weights, activations, runtime and the KV cache for the spec's limits fit
    one GPU (plan/memory.py);
 4. the ranks fit the nodes: tp*pp on one node; else TP inside a node and PP across nodes in one
-   network block (or zone); TP across nodes only inside one NVLink clique;
+   network block (or zone); TP across nodes only inside one NVLink clique (tensorParallelDomain nvlink);
 5. choose by: fewest GPUs, then fewest nodes that PP spans (TP inside an NVLink domain before PP
    across nodes), then TP over NVLink before TP over PCIe, then lower pp, then the user's product
    order (best first) or, when unranked, the faster product, then the name.
