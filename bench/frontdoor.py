@@ -136,7 +136,8 @@ def run(print_fn: Callable[[str], None] = print) -> None:
                           {"text_input": prompt, "max_tokens": MAX_TOKENS, "stream": True,
                            "exclude_input_in_output": True}, native_text, native_conn)  # fmt: skip
                 b = timed(pod.openai_port, "/v1/completions",
-                          {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "stream": True},
+                          {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "stream": True,
+                           "temperature": 0},  # greedy, as the native side: the same decoding
                           openai_text, openai_conn)  # fmt: skip
                 if i >= 10:
                     for side, (ttft, gaps) in zip(modes[mode], (a, b), strict=True):

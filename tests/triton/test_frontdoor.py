@@ -89,7 +89,8 @@ def test_chat_completion_renders_the_models_chat_template(leader: LeaderPod, cli
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Hi"},
     ]
-    r = client.chat.completions.create(model="tiny", messages=messages, max_completion_tokens=10)  # type: ignore[arg-type]
+    asked: Any = messages
+    r = client.chat.completions.create(model="tiny", messages=asked, max_completion_tokens=10, temperature=0)
     prompt = chat_prompt(leader, messages)
     assert r.choices[0].message.content == expected(prompt, 10)
     assert r.choices[0].message.role == "assistant"
@@ -99,6 +100,7 @@ def test_chat_completion_renders_the_models_chat_template(leader: LeaderPod, cli
 def test_streaming_chat_sends_each_token_and_usage_last(leader: LeaderPod, client: openai.OpenAI) -> None:
     messages = [{"role": "user", "content": "Tell me a story"}]
     stream = client.chat.completions.create(model=NAMES[0], messages=messages, max_tokens=20, stream=True,  # type: ignore[call-overload]
+                                            temperature=0,
                                             stream_options={"include_usage": True})  # fmt: skip
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -114,11 +116,11 @@ def test_stop_sequences_end_the_text_before_them(client: openai.OpenAI) -> None:
     stop = full[10:12]
     want = full[: full.index(stop)]
     r = client.completions.create(
-        model=NAMES[0], prompt="The sky is", max_tokens=40, stop=[stop, "\x00never"]
+        model=NAMES[0], prompt="The sky is", max_tokens=40, stop=[stop, "\x00never"], temperature=0
     )
     assert (r.choices[0].text, r.choices[0].finish_reason) == (want, "stop")
     streamed = list(client.completions.create(model=NAMES[0], prompt="The sky is", max_tokens=40, stop=stop,
-                                              stream=True))  # fmt: skip
+                                              temperature=0, stream=True))  # fmt: skip
     assert "".join(c.choices[0].text for c in streamed) == want
     assert streamed[-1].choices[0].finish_reason == "stop"
 
@@ -131,6 +133,20 @@ def test_seeded_sampling_is_reproducible_and_differs_from_greedy(client: openai.
 
     assert sample(7) == sample(7)
     assert {sample(7), sample(8)} != {expected("Hello", 16)}
+
+
+def test_an_omitted_temperature_samples_at_1_and_a_seed_makes_it_reproducible(client: openai.OpenAI) -> None:
+    """OpenAI's default, not greedy: the model samples its whole distribution at temperature 1
+    (top_p 1), the text of a seed is the text the same sampler draws alone, and a request without
+    a seed gets a new one each time."""
+
+    def sample(seed: int | None = None) -> str:
+        r = client.completions.create(model=NAMES[0], prompt="Hello", max_tokens=16, seed=seed)
+        return r.choices[0].text
+
+    drawn = expected("Hello", 16, Sampler(temperature=1.0, top_p=1.0, seed=7))
+    assert sample(seed=7) == drawn != expected("Hello", 16)
+    assert len({sample(), sample(), sample()}) > 1
 
 
 def test_benchmark_clients_knobs_reach_the_model(leader: LeaderPod, client: openai.OpenAI) -> None:
@@ -159,10 +175,12 @@ def test_the_async_client_gets_concurrent_answers(leader: LeaderPod) -> None:
         async with openai.AsyncOpenAI(base_url=leader.base_url, api_key="unused", timeout=TIMEOUT,
                                       max_retries=0) as c:  # fmt: skip
             replies = await asyncio.gather(*(
-                c.completions.create(model="tiny", prompt=f"Question {i}:", max_tokens=8) for i in range(4)
+                c.completions.create(model="tiny", prompt=f"Question {i}:", max_tokens=8, temperature=0)
+                for i in range(4)
             ))  # fmt: skip
             hi: Any = [{"role": "user", "content": "Hi"}]
-            stream = await c.chat.completions.create(model="tiny", messages=hi, max_tokens=5, stream=True)
+            stream = await c.chat.completions.create(model="tiny", messages=hi, max_tokens=5, stream=True,
+                                                     temperature=0)  # fmt: skip
             streamed = "".join([ch.choices[0].delta.content or "" async for ch in stream])
             return [r.choices[0].text for r in replies] + [streamed]
 
@@ -237,9 +255,8 @@ def test_a_client_that_disconnects_cancels_its_generation_in_triton(
     decoded = leader.output_tokens() - before
     assert 0 < decoded < 200, f"the model decoded {decoded} tokens of 240 after the client left"
     # ... and the server goes on serving.
-    assert client.completions.create(model="tiny", prompt="hi", max_tokens=3).choices[0].text == expected(
-        "hi", 3
-    )
+    again = client.completions.create(model="tiny", prompt="hi", max_tokens=3, temperature=0)
+    assert again.choices[0].text == expected("hi", 3)
 
 
 def test_a_deployment_that_does_not_stream_answers_whole_and_refuses_stream(
@@ -263,7 +280,7 @@ def test_a_deployment_that_does_not_stream_answers_whole_and_refuses_stream(
             except openai.APIConnectionError:
                 assert door.poll() is None and time.monotonic() < deadline, "the front door did not start"
                 time.sleep(0.1)
-        r = client.completions.create(model="tiny", prompt="Once", max_tokens=9)
+        r = client.completions.create(model="tiny", prompt="Once", max_tokens=9, temperature=0)
         assert (r.choices[0].text, r.choices[0].finish_reason) == (expected("Once", 9), "length")
         with pytest.raises(openai.BadRequestError, match=r"runtime\.streaming") as e:
             client.completions.create(model="tiny", prompt="Once", max_tokens=9, stream=True)
@@ -280,9 +297,8 @@ def test_a_stop_after_openai_traffic_waits_on_no_idle_connection_nor_logs_a_trac
     connection to the front door ends quietly."""
     with leader_pod(tmp_path, spec(), NAMES) as pod:
         client = openai.OpenAI(base_url=pod.base_url, api_key="unused", timeout=TIMEOUT, max_retries=0)
-        assert client.completions.create(model="tiny", prompt="hi", max_tokens=3).choices[0].text == expected(
-            "hi", 3
-        )
+        done = client.completions.create(model="tiny", prompt="hi", max_tokens=3, temperature=0)
+        assert done.choices[0].text == expected("hi", 3)
         time.sleep(SPARE_IDLE_S + 1)
         stopping = time.monotonic()
     took = time.monotonic() - stopping

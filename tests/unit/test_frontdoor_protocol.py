@@ -36,6 +36,14 @@ def test_what_the_backend_cannot_honour_is_refused_by_name(body: dict[str, Any],
     assert param in e.message and "remove" in e.message
 
 
+@pytest.mark.parametrize("backend", ["tensorrt-engine", "cpu-reference", "pytorch"])
+def test_decoding_and_stop_ids_say_why_no_backend_takes_them(backend: str) -> None:
+    e = refused(backend=backend, stop_token_ids=[128009])
+    assert e.param == "stop_token_ids" and "text in stop" in e.message
+    e = refused(backend=backend, skip_special_tokens=False)
+    assert e.param == "skip_special_tokens" and "per model, not per request" in e.message
+
+
 def test_defaults_of_unsupported_parameters_pass_as_sdks_send_them() -> None:
     gen = check(
         n=1, best_of=1, logprobs=None, echo=False, presence_penalty=0, frequency_penalty=0.0, user="u",
@@ -161,7 +169,7 @@ def test_llmapi_inputs_are_its_sampling_params() -> None:
     assert P.triton_inputs(gen, "pytorch", stream=True) == {
         "text_input": "p", "streaming": True, "sampling_param_max_tokens": 4,
         "sampling_param_exclude_input_from_output": True, "return_finish_reason": True,
-        "sampling_param_temperature": 0.5,
+        "sampling_param_temperature": 0.5, "sampling_param_top_p": 1.0,
         "sampling_param_seed": 1, "sampling_param_stop": ["x"]}  # fmt: skip
 
 

@@ -6,6 +6,7 @@ environment (contract.ENV); exits 78 with one line naming the variable or file t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import sys
@@ -13,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from llm_operator.contract import CPU_REFERENCE_TOKENIZER_DIR, ENV
+from llm_operator.frontdoor import sampling
 from llm_operator.frontdoor.api_keys import ApiKeys
 from llm_operator.frontdoor.protocol import Limits
 from llm_operator.frontdoor.server import FrontDoor, Settings, serve
@@ -98,8 +100,11 @@ async def run(door: FrontDoor, port: int) -> None:
         loop.add_signal_handler(sig, stop.set)
     keys = door.settings.api_keys
     auth = f", {keys.count} API key(s) accepted" if keys is not None else ", no API key required"
+    d = door.settings.defaults
     print(f"{NAME}: serving {', '.join(door.settings.names)} on port {port} "
-          f"(Triton model {door.settings.triton_model}{auth})", file=sys.stderr, flush=True)  # fmt: skip
+          f"(Triton model {door.settings.triton_model}{auth}; sampling defaults from {d.source}: "
+          f"temperature {d.temperature:g}, top_p {d.top_p:g}, top_k {d.top_k or 'off'}, "
+          f"repetition_penalty {d.repetition_penalty or 'off'})", file=sys.stderr, flush=True)  # fmt: skip
     await stop.wait()
     # The launcher stops us once Triton is gone: nothing is left to finish.
     server.close()
@@ -111,7 +116,8 @@ def main(environ: Mapping[str, str] | None = None) -> int:
         s = settings(env)
         port, triton_port = _int(env, "LLMOP_OPENAI_PORT"), _int(env, "LLMOP_HTTP_PORT")
         tokenizer = Tokenizer.load(tokenizer_dir(env))
-    except (ConfigError, TokenizerError) as e:
+        s = dataclasses.replace(s, defaults=sampling.load(tokenizer.directory))
+    except (ConfigError, TokenizerError, ValueError) as e:
         print(f"{NAME}: {e}", file=sys.stderr, flush=True)
         return EXIT_CONFIG
     asyncio.run(run(FrontDoor(s, tokenizer, Upstream("127.0.0.1", triton_port)), port))

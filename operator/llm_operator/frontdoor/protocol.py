@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from llm_operator.frontdoor.sampling import OPENAI, Defaults
 
 UINT64_MAX = 2**64 - 1
 MAX_STOP_SEQUENCES = 4  # OpenAI's own limit on `stop`
@@ -82,9 +85,19 @@ BACKEND_KNOBS: dict[str, frozenset[str]] = {
     "cpu-reference": frozenset(ENGINE_KNOBS),
     "pytorch": frozenset({"top_k", "presence_penalty", "frequency_penalty"}),
 }
-# Accepted at the value every backend has; any other value is refused (the postprocessing model
-# and the llmapi model decode with their own settings, and take no stop ids).
-FIXED = {"skip_special_tokens": (True,), "spaces_between_special_tokens": (True,), "stop_token_ids": ([],)}
+# Accepted at the value every backend has; any other value is refused, with why. Decoding: the
+# ensembles' postprocessing model sets skip_special_tokens in its config, not per request
+# (model_repo_templates/inflight_batcher_llm/postprocessing.pbtxt.j2), and the llmapi model has no
+# input for either. Stop ids: the ensemble takes stop words as text (`stop_words`, tokenized by its
+# preprocessing model), the llmapi model as strings (`sampling_param_stop`); neither takes ids.
+FIXED: dict[str, tuple[object, str]] = {
+    "skip_special_tokens": (True, "the engine's detokenizer is configured per model, not per request, "
+                            "and skips special tokens"),
+    "spaces_between_special_tokens": (True, "the engine's detokenizer is configured per model, not "
+                                      "per request"),
+    "stop_token_ids": ([], "the engines here take stop sequences as text only; send the token's text "
+                       "in stop"),
+}  # fmt: skip
 # Chat template variables the server sets itself (chat.py's render_chat).
 TEMPLATE_RESERVED = frozenset({"messages", "add_generation_prompt", "bos_token", "eos_token", "tools",
                                "documents", "raise_exception", "strftime_now"})  # fmt: skip
@@ -114,8 +127,8 @@ class Generation:
     stream: bool = False
     include_usage: bool = False
     stop: list[str] = field(default_factory=list)
-    temperature: float | None = None
-    top_p: float | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
     seed: int | None = None
     top_k: int | None = None
     min_tokens: int | None = None
@@ -182,9 +195,9 @@ def refuse_unsupported(body: Mapping[str, Any], kind: str, backend: str) -> None
         if name in body and body[name] is not None and body[name] not in defaults:
             raise bad(f"{name} is not supported by this server; remove it from the request", name,
                       "unsupported_parameter")  # fmt: skip
-    for name, values in FIXED.items():
-        if body.get(name) is not None and body[name] not in values:
-            raise bad(f"{name} can only be {json.dumps(values[0])} on this server; remove it", name,
+    for name, (value, why) in FIXED.items():
+        if body.get(name) is not None and body[name] != value:
+            raise bad(f"{name} can only be {json.dumps(value)} on this server ({why}); remove it", name,
                       "unsupported_parameter")  # fmt: skip
     takes = BACKEND_KNOBS.get(backend, frozenset())
     for name, neutral in ENGINE_KNOBS.items():
@@ -203,8 +216,14 @@ def refuse_unsupported(body: Mapping[str, Any], kind: str, backend: str) -> None
                   "unknown_parameter")  # fmt: skip
 
 
-def check(body: Mapping[str, Any], kind: str, limits: Limits, *, backend: str) -> Generation:
-    """The request's Generation, prompt not yet known (the server renders or reads it), or ApiError."""
+def check(
+    body: Mapping[str, Any], kind: str, limits: Limits, *, backend: str, defaults: Defaults = OPENAI
+) -> Generation:
+    """The request's Generation, prompt not yet known (the server renders or reads it), or ApiError.
+    What the request leaves out of temperature, top_p, top_k and repetition_penalty is `defaults`'
+    (OpenAI's, or the model's generation_config.json: sampling.py); repetition_penalty only where
+    the backend takes it. A sampled request without a seed gets a new one, so that it is not the
+    same text each time (the engines' own default seed is 0): OpenAI's and vLLM's meaning."""
     refuse_unsupported(body, kind, backend)
     model = body.get("model")
     if not isinstance(model, str) or not model:
@@ -229,6 +248,15 @@ def check(body: Mapping[str, Any], kind: str, limits: Limits, *, backend: str) -
     if taken := sorted(set(template_kwargs) & TEMPLATE_RESERVED):
         raise bad(f"chat_template_kwargs cannot set {taken[0]}: the server sets it", "chat_template_kwargs")
     top_k = _integer(body, "top_k", -1, 2**31 - 1)
+    if top_k is None:
+        top_k = defaults.top_k
+    temperature = _number(body, "temperature", 0.0, 2.0)
+    temperature = defaults.temperature if temperature is None else temperature
+    top_p = _number(body, "top_p", 0.0, 1.0)
+    repetition = _number(body, "repetition_penalty", 0.01, 2.0)
+    if repetition is None and "repetition_penalty" in BACKEND_KNOBS.get(backend, ()):
+        repetition = defaults.repetition_penalty
+    seed = _integer(body, "seed", 0, UINT64_MAX)
     return Generation(
         kind=kind,
         model=model,
@@ -237,12 +265,12 @@ def check(body: Mapping[str, Any], kind: str, limits: Limits, *, backend: str) -
         stream=stream,
         include_usage=include_usage,
         stop=_stop(body),
-        temperature=_number(body, "temperature", 0.0, 2.0),
-        top_p=_number(body, "top_p", 0.0, 1.0),
-        seed=_integer(body, "seed", 0, UINT64_MAX),
+        temperature=temperature,
+        top_p=defaults.top_p if top_p is None else top_p,
+        seed=secrets.randbits(63) if seed is None and temperature > 0 else seed,
         top_k=top_k if top_k and top_k > 0 else None,  # vLLM's -1 and TensorRT-LLM's 0: no top-k
         min_tokens=_integer(body, "min_tokens", 0, most) or None,
-        repetition_penalty=_nonneutral(_number(body, "repetition_penalty", 0.01, 2.0), 1.0),
+        repetition_penalty=_nonneutral(repetition, 1.0),
         presence_penalty=_nonneutral(_number(body, "presence_penalty", -2.0, 2.0), 0.0),
         frequency_penalty=_nonneutral(_number(body, "frequency_penalty", -2.0, 2.0), 0.0),
         ignore_eos=bool(ignore_eos),
@@ -320,8 +348,8 @@ def chat_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def triton_inputs(gen: Generation, backend: str, stream: bool) -> dict[str, Any]:
     """The body of Triton's generate / generate_stream for this request. OpenAI's temperature 0 is
-    greedy decoding, which TensorRT-LLM's samplers spell top_k 1; parameters the client leaves out
-    keep the backend's defaults (greedy for TensorRT-LLM and the cpu reference). ignore_eos is an
+    greedy decoding, which TensorRT-LLM's samplers spell top_k 1; otherwise temperature and top_p
+    are always sent (check fills in what the client left out). ignore_eos is an
     end id no token has (-1), as TensorRT-LLM's own LLM API sends its executor for it
     (tensorrt_llm/executor/base_worker.py: `end_id=-1 if request.sampling_params.ignore_eos`)."""
     greedy = gen.temperature == 0.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_operator.frontdoor.protocol import Generation
+from llm_operator.frontdoor.protocol import ApiError, Generation
 
 
 class Stops:
@@ -36,6 +36,28 @@ class Stops:
     def flush(self) -> str:
         held, self.held = self.held, ""
         return held
+
+
+# The LLM API's finish reasons (NVIDIA/TensorRT-LLM tensorrt_llm/executor/result.py,
+# CompletionOutput.finish_reason: Literal['stop', 'length', 'timeout', 'cancelled']) in OpenAI's
+# terms, whose clients know stop, length, tool_calls and content_filter only. trtllm-serve passes
+# the LLM API's value on as it is (tensorrt_llm/serve/postprocess_handlers.py), and vLLM its
+# "abort" (vllm-project/vllm#57082): a client then reads an ended stream as a complete answer.
+# A timeout is the engine's time budget ending the output early: `length`, the value that tells a
+# client its answer was cut short. A cancellation the client did not ask for (the engine or
+# Triton ended the request) is not an answer: an error, as vLLM answers its "error" reason.
+OPENAI_FINISH = {"stop": "stop", "length": "length", "timeout": "length"}
+
+
+def finish_reason(engine: str) -> str:
+    """OpenAI's finish_reason for the engine's, or the ApiError that ends the response instead."""
+    if engine in OPENAI_FINISH:
+        return OPENAI_FINISH[engine]
+    if engine == "cancelled":
+        raise ApiError(503, "the model cancelled this generation before it ended; retry",
+                       kind="server_error", code="generation_cancelled")  # fmt: skip
+    raise ApiError(500, f"the model ended this generation with finish_reason {engine!r}, which the "
+                   "front door does not know", kind="server_error")  # fmt: skip
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:

@@ -26,6 +26,7 @@ from llm_operator.frontdoor import protocol as P
 from llm_operator.frontdoor import responses as R
 from llm_operator.frontdoor.api_keys import ApiKeys
 from llm_operator.frontdoor.chat import ChatTemplateError, render_chat
+from llm_operator.frontdoor.sampling import OPENAI, Defaults
 from llm_operator.frontdoor.tokenizer import Tokenizer
 from llm_operator.frontdoor.upstream import Answer, Upstream, UpstreamError
 
@@ -37,6 +38,7 @@ class Settings:
     backend: str  # contract.ENV LLMOP_BACKEND
     limits: P.Limits
     api_keys: ApiKeys | None = None  # spec.routing.apiKeys: every request but /health needs one
+    defaults: Defaults = OPENAI  # what a request leaves out of its sampling (sampling.py)
 
 
 # What Triton generates for: cancelled there when the client's connection ends (EOF) midway.
@@ -168,7 +170,7 @@ class FrontDoor:
 
     async def _generate(self, peer: H.Peer, kind: str, body: dict[str, Any], close: bool) -> bool:
         s = self.settings
-        gen = P.check(body, kind, s.limits, backend=s.backend)
+        gen = P.check(body, kind, s.limits, backend=s.backend, defaults=s.defaults)
         gen.id = peer.request_id  # the response's id carries it: chatcmpl-<X-Request-Id>
         self._model(gen.model)
         gen.prompt = self._prompt(gen, body)
@@ -224,6 +226,8 @@ class FrontDoor:
                 await H.event(peer, R.usage_chunk(gen, counts))
         except UpstreamError as e:  # headers are sent: the error is an event, then [DONE]
             await H.event(peer, _refusal(e).body())
+        except P.ApiError as e:  # the engine's finish reason is no answer (R.finish_reason)
+            await H.event(peer, e.body())
         except (H.Gone, ConnectionError):
             raise
         except Exception as e:  # a defect here: the client still gets an ending, and the log the trace
@@ -278,7 +282,7 @@ def _finish(
     if stops.hit:
         return "stop"
     if reason is not None:
-        return reason
+        return R.finish_reason(reason)
     return (
         "length"
         if max(responses if gen.stream else 0, counts["completion_tokens"]) >= gen.max_tokens
