@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--namespace", "-n", default="default")
     parser.add_argument("--model", help="a served name (default: the first /v1/models lists)")
     parser.add_argument("--max-tokens", type=int, default=60)
+    # The API's default is OpenAI's 1.0 (sampled); the demo shows the model's greedy answer.
+    parser.add_argument("--temperature", type=float, default=0.0)
     args = parser.parse_args(argv)
     cluster = Cluster()
     try:
@@ -110,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                 model=model,
                 messages=[{"role": "user", "content": args.prompt}],
                 max_tokens=args.max_tokens,
+                temperature=args.temperature,
                 stream=True,
                 stream_options={"include_usage": True},
             )
