@@ -14,6 +14,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from llm_operator.contract import OPENAI_PORT
+
 from bench.world import operator_in
 from e2e.cluster import canary
 from e2e.cluster.load import Load
@@ -36,7 +38,8 @@ def run(print_fn: Callable[[str], None] = print) -> None:
         service = kubectl.get("service", canary.NAME, NAMESPACE)
         assert service is not None
         ip = service["spec"]["clusterIP"]
-        traffic = Load(cluster.netns, ip, 8000, concurrency=2, max_requests=20_000, max_seconds=400)
+        traffic = Load(cluster.netns, ip, OPENAI_PORT, concurrency=2, max_requests=20_000, max_seconds=400,
+                       openai_model="tiny-llama")  # fmt: skip
         with canary.Recorder(kubectl, NAMESPACE) as rec, traffic:
             kubectl.apply(canary.with_env(stable, LLMOP_FAULT_ERROR_PERCENT="50"), namespace=NAMESPACE)
             wait_for(

@@ -1,13 +1,15 @@
 """Send a prompt to a served LLMDeployment and get the text back as it is generated.
 
-Triton's `generate_stream` endpoint of the deployment's `ensemble` model answers with server-sent
-events, one per token (the model runs decoupled, `spec.runtime.streaming: true`). The client
+The OpenAI API's streamed /v1/completions (the serving pods' front door, port 8080) answers with
+server-sent events, one per token, whichever GPU contract the pods speak (the ensemble's or the
+llmapi model's). Triton's admin and generate APIs (port 8000) are asked directly. The client
 reaches the embedded cluster's Services the only way this machine allows: from a socket made inside
 the cluster's network namespace (so the ClusterIP goes through kube-proxy, as any pod's request
 does), or through 127.0.0.1 (`kubectl port-forward`).
 
 CLI (`make demo` uses it): `python -m e2e.generate [--namespace NS] SERVICE PROMPT`: the Service's
-ClusterIP, from inside the namespace; the text is printed as it arrives.
+ClusterIP, from inside the namespace, asking for the model `SERVICE` (the deployment's name; pass
+`--model` for another served name); the text is printed as it arrives.
 """
 
 from __future__ import annotations
@@ -22,12 +24,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from llm_operator.contract import HTTP_PORT
+from llm_operator.contract import HTTP_PORT, OPENAI_PORT
 
 from e2e.cluster import netns
 from e2e.cluster.launcher import Cluster
-
-MODEL = "ensemble"
 
 
 class GenerateError(Exception):
@@ -49,41 +49,48 @@ def connection(host: str, port: int = HTTP_PORT, *, inside: str | None = None, t
     return netns.HTTPConnection(inside, host, port, timeout)
 
 
-def stream(conn: http.client.HTTPConnection, prompt: str, max_tokens: int, **params: Any) -> Iterator[Chunk]:
-    """The generated text, one Chunk per server-sent event, as the events arrive. Raises
-    GenerateError for an HTTP error or an error event (Triton's words)."""
-    body = json.dumps({"text_input": prompt, "max_tokens": max_tokens, "stream": True, **params})
+def stream(conn: http.client.HTTPConnection, model: str, prompt: str, max_tokens: int, **params: Any) -> (
+    Iterator[Chunk]
+):  # fmt: skip
+    """The generated text of a streamed /v1/completions, one Chunk per event that carries text, as
+    the events arrive (the last event, with the finish_reason, carries none). Raises GenerateError
+    for an HTTP error or an error event (the front door's words)."""
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True, **params})
     start = time.monotonic()
-    conn.request("POST", f"/v2/models/{MODEL}/generate_stream", body, {"Content-Type": "application/json"})
+    conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
     response = conn.getresponse()
     if response.status != 200:
         raise GenerateError(f"HTTP {response.status}: {response.read().decode(errors='replace')[:500]}")
     # readline() returns each event as its chunk arrives (chunked encoding), not at the end.
     for line in iter(response.readline, b""):
-        if not line.startswith(b"data:"):
+        if not line.startswith(b"data:") or line[len(b"data:") :].strip() == b"[DONE]":
             continue
         event = json.loads(line[len(b"data:") :])
         if "error" in event:
             raise GenerateError(str(event["error"]))
-        yield Chunk(str(event["text_output"]), time.monotonic() - start)
+        text = "".join(str(c.get("text") or "") for c in event.get("choices") or [])
+        if text:
+            yield Chunk(text, time.monotonic() - start)
 
 
 # What each of Triton's admin APIs answers to one request (method, path, JSON body or None), and
-# the open request that must keep working beside them (runtime/commands.py RESTRICTED_APIS).
+# the open requests that must keep working beside them (runtime/commands.py RESTRICTED_APIS).
 ADMIN_REQUESTS = {
     "model-repository": ("POST", "/v2/repository/index", "{}"),
     "model-repository (GET)": ("GET", "/v2/repository/index", None),
     "logging": ("GET", "/v2/logging", None),
     "shared-memory": ("GET", "/v2/systemsharedmemory/status", None),
 }
-OPEN_REQUESTS = {
-    "generate": (
-        "POST",
-        f"/v2/models/{MODEL}/generate",
-        json.dumps({"text_input": "Hello", "max_tokens": 4}),
-    ),
-    "model-config": ("GET", f"/v2/models/{MODEL}/config", None),
-}
+
+
+def open_requests(model: str) -> dict[str, tuple[str, str, str | None]]:
+    """Triton's generate and model config of the deployment's client model (modelrepo.client_model):
+    the ensemble takes max_tokens, the llmapi model `tensorrt_llm` sampling_param_max_tokens."""
+    tokens = "sampling_param_max_tokens" if model == "tensorrt_llm" else "max_tokens"
+    return {
+        "generate": ("POST", f"/v2/models/{model}/generate", json.dumps({"text_input": "Hello", tokens: 4})),
+        "model-config": ("GET", f"/v2/models/{model}/config", None),
+    }
 
 
 def answers(
@@ -119,17 +126,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("service", help="the LLMDeployment's client Service (its name)")
     parser.add_argument("prompt")
     parser.add_argument("--namespace", "-n", default="default")
+    parser.add_argument("--model", help="the served name to ask for (default: the Service's name)")
     parser.add_argument("--max-tokens", type=int, default=200)
     args = parser.parse_args(argv)
     cluster = Cluster()
     try:
         ip = service_ip(cluster, args.namespace, args.service)
-        conn = connection(ip, inside=cluster.netns)
-        print(f"POST http://{ip}:{HTTP_PORT}/v2/models/{MODEL}/generate_stream (Service "
+        conn = connection(ip, OPENAI_PORT, inside=cluster.netns)
+        print(f"POST http://{ip}:{OPENAI_PORT}/v1/completions, streamed (Service "
               f"{args.namespace}/{args.service}, from inside {cluster.netns}): {args.prompt!r}")  # fmt: skip
         chunks = []
         sys.stdout.write("  > ")
-        for chunk in stream(conn, args.prompt, args.max_tokens):
+        for chunk in stream(conn, args.model or args.service, args.prompt, args.max_tokens):
             chunks.append(chunk)
             sys.stdout.write(chunk.text)
             sys.stdout.flush()

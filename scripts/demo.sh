@@ -172,7 +172,7 @@ Explore: source .cluster/env && kubectl -n $ns get llmd,pods
   the operator:  kubectl -n llm-operator-system logs deploy/llm-operator
   Triton:        kubectl -n $ns logs -l llmoperator.io/deployment=tiny-llama,llmoperator.io/role=leader
   from the host: kubectl -n $ns port-forward svc/tiny-llama 8000:8000 8080:8080 &
-                 curl -N localhost:8000/v2/models/ensemble/generate_stream -d '{"text_input": "Hi", "max_tokens": 40, "stream": true}'
+                 curl -N localhost:8080/v1/completions -H 'Content-Type: application/json' -d '{"model": "tiny-llama", "prompt": "Hi", "max_tokens": 40, "stream": true}'
                  curl localhost:8080/v1/chat/completions -H 'Content-Type: application/json' \\
                    -d '{"model": "tiny-llama", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 40}'
   the APIs:      docs/serving-api.md

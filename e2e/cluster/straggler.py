@@ -47,7 +47,7 @@ def deployment(
     routing: str = "inference-pool",
     replicas: int = 3,
     knob: dict[str, str] = CAPACITY,
-    contract: str = "tensorrt-engine",
+    contract: str = "pytorch",
 ) -> dict[str, Any]:
     """tiny-llama at 250m CPU per pod (three pods and the router fit the real node's 2 CPUs), the
     straggler slowed by `knob` (CAPACITY or LATENCY), its CPU runtime speaking `contract`."""
@@ -62,7 +62,7 @@ def deployment(
 
 
 def start(
-    kubectl: Kubectl, namespace: str, knob: dict[str, str] = CAPACITY, contract: str = "tensorrt-engine"
+    kubectl: Kubectl, namespace: str, knob: dict[str, str] = CAPACITY, contract: str = "pytorch"
 ) -> None:
     """Applies deployment() and waits until it is Ready (its pods and its router)."""
     kubectl.apply(deployment(knob=knob, contract=contract), namespace=namespace)

@@ -59,8 +59,8 @@ def load(embedded: E2ECluster, kubectl: Kubectl, namespace: str, seconds: float)
     service = kubectl.get("service", NAME, namespace)
     assert service is not None and embedded.launcher is not None
     return Load(
-        embedded.launcher.netns, service["spec"]["clusterIP"], 8000,
-        concurrency=2, max_requests=20_000, max_seconds=seconds, pace_seconds=PACE_S,
+        embedded.launcher.netns, service["spec"]["clusterIP"], OPENAI_PORT, concurrency=2,
+        max_requests=20_000, max_seconds=seconds, openai_model=straggler.MODEL, pace_seconds=PACE_S,
     )  # fmt: skip
 
 
@@ -264,8 +264,8 @@ def test_c_gateway_api_routes_by_weight_through_a_real_gateway_and_promotes(
     names = ["llm-operator/tiny-llama", "tiny-llama"]
     wait_for("/v1/models through the Gateway", lambda: served_names(embedded.launcher), lambda n: n == names)
     traffic = Load(
-        embedded.launcher.netns, netns.NODE_IP, gateway.PORT,
-        concurrency=2, max_requests=20_000, max_seconds=ROLLOUT_TIMEOUT, pace_seconds=PACE_S,
+        embedded.launcher.netns, netns.NODE_IP, gateway.PORT, concurrency=2, max_requests=20_000,
+        max_seconds=ROLLOUT_TIMEOUT, openai_model=straggler.MODEL, pace_seconds=PACE_S,
     )  # fmt: skip
     # (seconds into the rollout, phase, route weights, slots with pods): what a failure is read against
     seen: list[tuple[float, str, dict[str, int], list[str]]] = []

@@ -16,8 +16,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from llm_operator.api.v1alpha1 import CanaryAnalysis
+from llm_operator.api.v1alpha1 import CanaryAnalysis, LLMDeploymentSpec
+from llm_operator.contract import OPENAI_PORT
 from llm_operator.controller.rollout.analysis import measure, measured_metrics
+from llm_operator.modelrepo import client_model
 from llm_operator.rollout import queries
 from llm_operator.rollout.types import Measurement
 
@@ -82,16 +84,19 @@ def test_faulty_revision_fails_its_budgets_and_the_good_one_passes(
     for name in ("good", "faulty"):
         wait_ready(kubectl, namespace, name, timeout=240)
     revisions = {name: revision(kubectl, namespace, name) for name in ("good", "faulty")}
+    model = client_model(LLMDeploymentSpec.model_validate(deployment("good", [])["spec"]))  # tensorrt_llm
     # increase() counts from a pod's first scrape: the load starts once both pods are scraped.
     counters = [
-        "nv_inference_request_success" + queries.selector(queries.Target(namespace, name, rev, WINDOW_S))
+        "nv_inference_request_success"
+        + queries.selector(queries.Target(namespace, name, rev, WINDOW_S, model))
         for name, rev in revisions.items()
     ]
     scraped = lambda: all(prometheus_query(prometheus, c) for c in counters)  # noqa: E731
     wait_for("both pods' first scrape", scraped, bool, timeout=60)
     loads = [
-        Load(embedded.launcher.netns, cluster_ip(kubectl, namespace, name), 8000, concurrency=2,
-             max_requests=400, max_seconds=LOAD_S, body={"text_input": "Once upon a time", "max_tokens": 8})
+        Load(embedded.launcher.netns, cluster_ip(kubectl, namespace, name), OPENAI_PORT, concurrency=2,
+             max_requests=400, max_seconds=LOAD_S, openai_model="tiny-llama",
+             body={"model": "tiny-llama", "prompt": "Once upon a time", "max_tokens": 8})
         for name in ("good", "faulty")
     ]  # fmt: skip
     for load in loads:
@@ -105,7 +110,7 @@ def test_faulty_revision_fails_its_budgets_and_the_good_one_passes(
 
     def window(name: str) -> dict[str, Measurement]:
         return by_metric(
-            asyncio.run(measure(prometheus, analysis(prometheus), namespace, name, revisions[name]))
+            asyncio.run(measure(prometheus, analysis(prometheus), namespace, name, revisions[name], model))
         )
 
     # The last scrape (every 2 s) has the load's end once the counters stop moving.

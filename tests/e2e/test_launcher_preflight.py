@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from llm_operator.contract import OPENAI_PORT
 
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, wait_for
 from e2e.generate import connection, stream
@@ -128,5 +129,6 @@ def answers(cluster: E2ECluster, kubectl: Kubectl, namespace: str) -> None:
     """steady streams tokens through its Service."""
     service = kubectl.get("service", "steady", namespace)
     assert service is not None and cluster.launcher is not None
-    chunks = list(stream(connection(service["spec"]["clusterIP"], inside=cluster.launcher.netns), "Once", 8))
+    conn = connection(service["spec"]["clusterIP"], OPENAI_PORT, inside=cluster.launcher.netns)
+    chunks = list(stream(conn, "tiny-llama", "Once", 8))
     assert sum(len(c.text) for c in chunks) > 0, chunks

@@ -31,6 +31,7 @@ from typing import Any
 import openai
 import pytest
 import yaml
+from llm_operator.contract import OPENAI_PORT
 
 from e2e.chat import base_url
 from e2e.cluster import busybox_image, netns
@@ -197,7 +198,9 @@ def test_the_policy_is_enforced_on_the_live_pod_and_goes_when_switched_off(
     )
     service = kubectl.get("service", NAME, ns)
     assert service is not None
-    chunks = list(stream(connection(service["spec"]["clusterIP"], inside=world.netns), "Once", 8))
+    chunks = list(
+        stream(connection(service["spec"]["clusterIP"], OPENAI_PORT, inside=world.netns), NAME, "Once", 8)
+    )
     assert len(chunks) == 8
 
     sts = kubectl.get("statefulset", NAME, ns)

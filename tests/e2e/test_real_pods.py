@@ -3,14 +3,22 @@ a KWOK shell could never show.
 
 - A pod is Ready only once Triton has loaded the model and the OpenAI front door answers (its
   startup probe asks the front door's /health, which asks Triton's /v2/health/ready).
-- Tokens stream back through the client Service's ClusterIP (kube-proxy; the client inside the
-  cluster's network namespace) and through `kubectl port-forward` (127.0.0.1); the official
-  `openai` SDK is answered at the base URL status.endpoints.openai names (tests/e2e/openai_sdk.py).
-- `kubectl delete pod` in the middle of long streams: they complete (preStop settle, then Triton
-  waits for open connections on SIGTERM), the pod is replaced, and requests through the Service
-  meanwhile all succeed with two replicas.
+- Tokens stream back, one OpenAI event each, through the client Service's ClusterIP (kube-proxy;
+  the client inside the cluster's network namespace) and through `kubectl port-forward`
+  (127.0.0.1); the official `openai` SDK is answered at the base URL status.endpoints.openai names
+  (tests/e2e/openai_sdk.py).
+- `kubectl delete pod` in the middle of long streams: they complete (preStop waits for the
+  requests running in the engine, then Triton waits for open connections on SIGTERM, and the front
+  door stops after it), the pod is replaced, and requests through the Service meanwhile all succeed
+  with two replicas.
 - Triton's admin APIs (model repository, logging, shared memory) answer 403 without the key from
   the deployment's admin-key Secret and 200 with it; generate needs no key.
+
+tiny-llama runs on the default contract, the pytorch backend's (engine.cpuReference.contract:
+Triton's llmapi model `tensorrt_llm`), and every request goes through the OpenAI front door, as a
+client's does. No test here keeps the ensemble contract: what they check (readiness, streaming
+through the Service, the drain, the admin key, a failed start) is the serving pod's, whichever model
+Triton loads; the ensemble's own Triton API is held by tests/triton/test_cpu_runtime.py.
 - A runtime that cannot start (too little shared memory for Triton's python backend: a user's
   `resources.shmSize`) crash-loops, and the LLMDeployment says so in Triton's words; an image that
   cannot be pulled is reported in the kubelet's words, with a Warning Event.
@@ -35,13 +43,15 @@ from typing import Any
 
 import pytest
 import yaml
-from llm_operator.contract import ADMIN_KEY_ENV, ADMIN_KEY_HEADER, ADMIN_KEY_SECRET_KEY
+from llm_operator.api.v1alpha1 import LLMDeploymentSpec
+from llm_operator.contract import ADMIN_KEY_ENV, ADMIN_KEY_HEADER, ADMIN_KEY_SECRET_KEY, OPENAI_PORT
+from llm_operator.modelrepo import client_model
 from llm_operator.render.inject import INJECT_PATH, INJECT_VOLUME
 
 from e2e.chat import base_url
 from e2e.cluster.processes import free_port
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, pod_ready, wait_for
-from e2e.generate import ADMIN_REQUESTS, OPEN_REQUESTS, Chunk, GenerateError, answers, connection, stream
+from e2e.generate import ADMIN_REQUESTS, Chunk, GenerateError, answers, connection, open_requests, stream
 from tests.e2e import openai_sdk
 
 pytestmark = pytest.mark.e2e
@@ -51,6 +61,7 @@ CPU_LIMIT = "250m"
 SELECTOR = "llmoperator.io/deployment=tiny-llama"
 PROMPT = "Once upon a time"  # 16 tokens: 16 + 490 fits tiny-llama's 512 positions
 LONG = 490
+MODEL = "tiny-llama"  # the example's alias: the name OpenAI clients ask for
 
 
 def tiny_llama(**spec: Any) -> dict[str, Any]:
@@ -59,6 +70,11 @@ def tiny_llama(**spec: Any) -> dict[str, Any]:
     for key, value in spec.items():
         doc["spec"][key] = {**doc["spec"].get(key, {}), **value} if isinstance(value, dict) else value
     return doc
+
+
+def triton_model() -> str:
+    """The model Triton serves tiny-llama as: `tensorrt_llm` on the default (pytorch) contract."""
+    return client_model(LLMDeploymentSpec.model_validate(tiny_llama()["spec"]))
 
 
 def health(netns: str, ip: str, port: int = 8000, path: str = "/v2/health/ready") -> int | str:
@@ -159,7 +175,7 @@ def test_a_pod_is_ready_only_once_triton_has_loaded_the_model(served: Served, ku
         assert running + 5 < loaded <= ready, (running, loaded, ready)
         assert answering <= ready, (answering, ready)
         log = kubectl("logs", pod["metadata"]["name"], namespace=served.namespace).stdout
-        assert "successfully loaded 'ensemble'" in log
+        assert f"successfully loaded '{triton_model()}'" in log
         print(f"{pod['metadata']['name']}: running at {running:.1f} s, model loaded by {loaded:.1f} s, "
               f"front door answering by {answering:.1f} s, pod Ready at {ready:.1f} s")  # fmt: skip
 
@@ -211,7 +227,7 @@ def test_tritons_admin_apis_answer_only_with_the_deployments_key(served: Served,
     assert answers(connect, ADMIN_REQUESTS) == dict.fromkeys(ADMIN_REQUESTS, 403)
     with_key = answers(connect, ADMIN_REQUESTS, {ADMIN_KEY_HEADER: key})
     assert with_key == {**dict.fromkeys(ADMIN_REQUESTS, 200), "model-repository (GET)": 405}, "POST only"
-    assert answers(connect, OPEN_REQUESTS) == dict.fromkeys(OPEN_REQUESTS, 200)
+    assert answers(connect, open_requests(triton_model())) == {"generate": 200, "model-config": 200}
     log = kubectl("logs", pod["metadata"]["name"], namespace=served.namespace).stdout
     assert "--http-restricted-api=" in log and key not in log
 
@@ -239,19 +255,19 @@ def test_tokens_stream_through_the_cluster_ip_and_port_forward(
     service = kubectl.get("service", "tiny-llama", served.namespace)
     assert service is not None
     ip = service["spec"]["clusterIP"]
-    through_proxy = list(stream(connection(ip, inside=served.netns), PROMPT, 100))
+    through_proxy = list(stream(connection(ip, OPENAI_PORT, inside=served.netns), MODEL, PROMPT, 100))
     assert_streamed(through_proxy, 100)
 
     port = free_port()
     forward = subprocess.Popen(
         [kubectl.binary, f"--kubeconfig={kubectl.kubeconfig}", "-n", served.namespace, "port-forward",
-         "--address=127.0.0.1", "svc/tiny-llama", f"{port}:8000"],
+         "--address=127.0.0.1", "svc/tiny-llama", f"{port}:{OPENAI_PORT}"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
         assert forward.stdout is not None
         assert "Forwarding from 127.0.0.1" in forward.stdout.readline()
-        through_forward = list(stream(connection("127.0.0.1", port), PROMPT, 100))
+        through_forward = list(stream(connection("127.0.0.1", port), MODEL, PROMPT, 100))
     finally:
         forward.terminate()
         forward.wait(timeout=10)
@@ -280,15 +296,15 @@ class Outcome:
 
 
 def long_stream(netns: str, ip: str, outcome: Outcome, first_chunk: threading.Event) -> None:
-    conn = connection(ip, inside=netns)
+    conn = connection(ip, OPENAI_PORT, inside=netns)
     try:
-        for _ in stream(conn, PROMPT, LONG):
+        for _ in stream(conn, MODEL, PROMPT, LONG):
             outcome.chunks += 1
             first_chunk.set()
     except (GenerateError, OSError, http.client.HTTPException) as e:
         outcome.error = f"{type(e).__name__}: {e}"
     finally:
-        conn.close()  # an open connection is what Triton waits for on SIGTERM: only while streaming
+        conn.close()  # Triton waits on SIGTERM for the front door's connection of an open stream
     outcome.ended = time.monotonic()
 
 
@@ -298,9 +314,9 @@ def keep_asking(netns: str, ip: str, outcomes: list[Outcome], stop: threading.Ev
     while not stop.is_set():
         outcome = Outcome(time.monotonic())
         outcomes.append(outcome)
-        conn = connection(ip, inside=netns, timeout=30)
+        conn = connection(ip, OPENAI_PORT, inside=netns, timeout=30)
         try:
-            outcome.chunks = len(list(stream(conn, "Hi", 20)))
+            outcome.chunks = len(list(stream(conn, MODEL, "Hi", 20)))
         except (GenerateError, OSError, http.client.HTTPException) as e:
             outcome.error = f"{type(e).__name__}: {e}"
         finally:
@@ -398,7 +414,8 @@ def test_a_runtime_that_cannot_start_crash_loops_and_the_status_says_why(
         pytest.skip("needs the embedded cluster's cpu-runtime image")
     # Each python-backend model instance needs 1 MiB of /dev/shm: Triton refuses the model.
     kubectl.apply(tiny_llama(resources={"shmSize": "512Ki", "cpu": "100m"}), namespace=namespace)
-    ld = degraded_with(kubectl, namespace, "CrashLoopBackOff", "failed to load 'ensemble'", "shared memory")
+    loading = f"failed to load '{triton_model()}'"
+    ld = degraded_with(kubectl, namespace, "CrashLoopBackOff", loading, "shared memory")
     assert condition(ld, "Ready")["status"] == "False"  # type: ignore[index]
     assert ld["status"]["reason"] == "PodsFailing"
     (pod,) = kubectl.items("pods", namespace, SELECTOR)

@@ -29,8 +29,9 @@ def cpu_spec(streaming: bool) -> LLMDeploymentSpec:
     return LLMDeploymentSpec.model_validate(
         {
             "model": {"name": "llm-operator/tiny-llama", "source": {"uri": "builtin://tiny-llama"}},
+            # The ensemble: test_cpu_llmapi.py's llmapi_spec names the default, pytorch, over it.
             "engine": {"backend": "cpu-reference", "maxBatchSize": 8, "maxInputLen": 64, "maxSeqLen": 256,
-                       "maxNumTokens": 256},
+                       "maxNumTokens": 256, "cpuReference": {"contract": "tensorrt-engine"}},
             # 20 ms lets concurrent requests meet in one batch even on a busy 2-core machine.
             "runtime": {"streaming": streaming, "batching": {"maxQueueDelayMicroseconds": 20000}},
         }

@@ -81,12 +81,6 @@ async def slow_operator() -> tuple[SlowApplies, Reconciler]:
     return kube, reconciler
 
 
-def edit_profile(kube: FakeKube, key: tuple[str, str], profile: str) -> None:
-    body = kube.objects[("LLMDeployment", *key)]
-    runtime = {**body["spec"].get("runtime", {}), "profile": profile}
-    kube.edit("LLMDeployment", *key, spec={**body["spec"], "runtime": runtime})
-
-
 async def test_an_edit_that_changes_the_model_repository_applies_it_with_the_statefulset() -> None:
     kube, reconciler = await slow_operator()
     key = kube.add_deployment(example("cpu-reference"))
@@ -95,7 +89,9 @@ async def test_an_edit_that_changes_the_model_repository_applies_it_with_the_sta
     configmap = kube.objects[("ConfigMap", NS, old_repo)]
     assert configmap["immutable"] is True
 
-    edit_profile(kube, key, "throughput")
+    body = kube.objects[("LLMDeployment", *key)]  # the batch size is in the model's config.pbtxt
+    engine = {**body["spec"]["engine"], "maxBatchSize": 4}
+    kube.edit("LLMDeployment", *key, spec={**body["spec"], "engine": engine})
     kube.take_writes()
     await reconcile(kube, reconciler, key)
 

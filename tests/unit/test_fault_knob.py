@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from google.protobuf import text_format
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
-from llm_operator.modelrepo import render_repository
+from llm_operator.modelrepo import client_model, render_repository
 from llm_operator.plan.cpu import cpu_plan
 from llm_operator.runtime.cpu_reference.faults import Faults
 from pydantic import ValidationError
@@ -87,7 +87,8 @@ def ensemble(backend: str, budget: int | None) -> Any:
     s = spec(backend, budget)
     pool = cpu_plan(s).primary if backend == "cpu-reference" else POOL
     files = render_repository(s, pool, engine_dir="/e", tokenizer_dir="/e/tokenizer")
-    return text_format.Parse(files["ensemble/config.pbtxt"], model_config_pb2.ModelConfig())
+    # The model clients call: the CPU runtime's llmapi model (its default contract), the GPU ensemble.
+    return text_format.Parse(files[f"{client_model(s)}/config.pbtxt"], model_config_pb2.ModelConfig())
 
 
 @pytest.mark.parametrize(("budget", "edges"), [(None, [100, 500, 2000, 5000]),

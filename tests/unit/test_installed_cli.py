@@ -83,8 +83,8 @@ def test_installed_cli_writes_a_model_repository(venv: Path, tmp_path: Path) -> 
     done = installed(str(venv / "bin/llm-operator"), "model-repo", "-f", "app.yaml", "-o", "repo",
                      cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "tiny-llama" in (tmp_path / "repo/ensemble/config.pbtxt").read_text()
-    assert (tmp_path / "repo/ensemble/1/model.py").stat().st_size > 0
+    assert "tiny-llama" in (tmp_path / "repo/tensorrt_llm/config.pbtxt").read_text()  # the llmapi contract
+    assert (tmp_path / "repo/tensorrt_llm/1/model.py").stat().st_size > 0
 
 
 def test_installed_cli_refuses_bad_input_in_one_line(venv: Path, tmp_path: Path) -> None:

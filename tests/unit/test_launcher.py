@@ -566,7 +566,7 @@ def test_launcher_serves_the_cpu_repository_drains_and_stops_cleanly(tmp_path: P
     spec = LLMDeploymentSpec.model_validate({
         "model": {"name": "llm-operator/tiny-llama", "source": {"uri": "builtin://tiny-llama"}},
         "engine": {"backend": "cpu-reference", "maxBatchSize": 4, "maxInputLen": 64, "maxSeqLen": 128,
-                   "maxNumTokens": 128},
+                   "maxNumTokens": 128, "cpuReference": {"contract": "tensorrt-engine"}},  # the ensemble
         "runtime": {"streaming": False},
     })  # fmt: skip
     cm = tmp_path / "configmap"
@@ -630,7 +630,7 @@ def admin_apis_answer_only_with_the_key(http: int, grpc: int) -> None:
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
-    from e2e.generate import ADMIN_REQUESTS, OPEN_REQUESTS, answers, connection
+    from e2e.generate import ADMIN_REQUESTS, answers, connection, open_requests
 
     def connect() -> http_client.HTTPConnection:
         return connection("127.0.0.1", http)
@@ -641,7 +641,7 @@ def admin_apis_answer_only_with_the_key(http: int, grpc: int) -> None:
     assert answers(connect, ADMIN_REQUESTS, {ADMIN_KEY_HEADER: KEY[::-1]}) == dict.fromkeys(
         ADMIN_REQUESTS, 403
     )
-    assert answers(connect, OPEN_REQUESTS) == dict.fromkeys(OPEN_REQUESTS, 200)
+    assert answers(connect, open_requests("ensemble")) == {"generate": 200, "model-config": 200}
 
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc}")
     try:

@@ -20,10 +20,13 @@ POOL = PoolPlan("main", "NVIDIA-H100-80GB-HBM3", ("NVIDIA-H100-80GB-HBM3",), (9,
 
 
 def spec(backend: str = "tensorrt-engine", **runtime: Any) -> LLMDeploymentSpec:
+    """cpu-reference on the ensemble contract: these tests hold the ensemble's repository (the
+    llmapi one's: the cpu-reference goldens, tests/triton/test_cpu_llmapi.py)."""
     cpu = backend == "cpu-reference"
+    contract = {"cpuReference": {"contract": "tensorrt-engine"}} if cpu else {}
     return LLMDeploymentSpec.model_validate({
         "model": {"name": "m", "source": {"uri": "builtin://tiny-llama" if cpu else "pvc://models/m"}},
-        "engine": {"backend": backend, "maxBatchSize": 32},
+        "engine": {"backend": backend, "maxBatchSize": 32, **contract},
         "runtime": runtime,
     })  # fmt: skip
 

@@ -9,12 +9,13 @@ from typing import Any
 
 import yaml
 from llm_operator import labels as L
-from llm_operator.api.v1alpha1 import LLMDeployment
+from llm_operator.api.v1alpha1 import CpuContract, CpuReferenceSpec, LLMDeployment
 from llm_operator.cli import dump_objects
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.desired import desired, plan_for
 from llm_operator.engine.state import BuildFact, BuildObserved
 from llm_operator.images import Images
+from llm_operator.modelrepo import client_model
 from llm_operator.plan.inventory import Inventory
 from llm_operator.render import rollout
 from llm_operator.rollout.revision import Slot, revision_of
@@ -220,3 +221,23 @@ def test_a_snapshot_written_while_the_default_backend_was_tensorrt_engine_reads_
     snap = rollout.controller_revision(pytorch, revision_of(pytorch.spec, IMAGES), 1, IMAGES)
     assert snap["data"]["spec"]["engine"]["backend"] == "pytorch"
     assert rollout.spec_from_snapshot(snap) == pytorch.spec
+
+
+def test_a_cpu_snapshot_written_while_the_contract_defaulted_to_the_ensemble_reads_back_as_it() -> None:
+    """A cpu-reference snapshot written before pytorch became the contract's default has no
+    engine.cpuReference.contract (and none at all when the spec named none): its stable slot keeps
+    serving the ensemble. From now on the contract is written out."""
+    ld = deployment("cpu-reference")  # names no contract: pytorch now
+    snapshot = rollout.controller_revision(ld, revision_of(ld.spec, IMAGES), 1, IMAGES)
+    assert snapshot["data"]["spec"]["engine"]["cpuReference"] == {"contract": "pytorch"}
+    assert rollout.spec_from_snapshot(snapshot) == ld.spec.model_copy(
+        update={"engine": ld.spec.engine.model_copy(update={"cpu_reference": CpuReferenceSpec()})}
+    )
+    older = copy.deepcopy(snapshot)
+    del older["data"]["spec"]["engine"]["cpuReference"]
+    assert rollout.spec_from_snapshot(older).engine.cpu_reference == CpuReferenceSpec(
+        contract=CpuContract.TENSORRT_ENGINE
+    )
+    older["data"]["spec"]["engine"]["cpuReference"] = {}
+    assert client_model(rollout.spec_from_snapshot(older)) == "ensemble"
+    assert client_model(rollout.spec_from_snapshot(snapshot)) == "tensorrt_llm"

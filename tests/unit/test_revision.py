@@ -108,3 +108,38 @@ def test_the_pytorch_default_makes_no_deployment_a_new_revision(
         revision_of(LLMDeploymentSpec.model_validate({"model": model, "engine": e}), IMAGES) for e in engines
     )
     assert got == revisions
+
+
+@pytest.mark.parametrize(
+    ("cpu_reference", "revisions"),
+    [
+        ({"contract": "tensorrt-engine"}, ("6ba48438a3", "493b504722")),
+        ({"contract": "pytorch"}, ("e65efac4a3", "ae9e8237f5")),
+    ],
+)
+def test_the_pytorch_contract_default_makes_no_stored_cpu_deployment_a_new_revision(
+    cpu_reference: dict[str, str], revisions: tuple[str, ...]
+) -> None:
+    """The revisions an operator computed while engine.cpuReference.contract defaulted to
+    tensorrt-engine (pinned from it) for the objects the API server stored then: it writes the
+    contract's default into every engine.cpuReference at creation, so each keeps its revision."""
+    model = {"name": "m", "source": {"uri": "builtin://tiny-llama"}}
+    engine = {"backend": "cpu-reference", "cpuReference": cpu_reference}
+    engines = [engine, {**engine, "maxBatchSize": 4}]
+    got = tuple(
+        revision_of(LLMDeploymentSpec.model_validate({"model": model, "engine": e}), IMAGES) for e in engines
+    )
+    assert got == revisions
+
+
+def test_a_cpu_deployment_without_cpu_reference_is_the_pytorch_contract_and_hashes_as_it() -> None:
+    """No engine.cpuReference: the default contract, pytorch, the same revision as naming it (and
+    no longer the one it had while it spoke the ensemble, 9a9190d14a: docs/upgrading.md)."""
+    model = {"name": "m", "source": {"uri": "builtin://tiny-llama"}}
+
+    def revision(engine: dict[str, Any]) -> str:
+        return revision_of(LLMDeploymentSpec.model_validate({"model": model, "engine": engine}), IMAGES)
+
+    bare = revision({"backend": "cpu-reference"})
+    assert bare == revision({"backend": "cpu-reference", "cpuReference": {"contract": "pytorch"}})
+    assert bare == revision({"backend": "cpu-reference", "cpuReference": {}}) == "e65efac4a3"

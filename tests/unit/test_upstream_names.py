@@ -160,7 +160,7 @@ def test_the_cpu_reference_ensemble_is_a_subset_of_upstreams() -> None:
     cpu = LLMDeploymentSpec.model_validate(
         {
             "model": {"name": "m", "source": {"uri": "builtin://tiny-llama"}},
-            "engine": {"backend": "cpu-reference"},
+            "engine": {"backend": "cpu-reference", "cpuReference": {"contract": "tensorrt-engine"}},
         }
     )
     ensemble = configs(render_repository(cpu, POOL, engine_dir="", tokenizer_dir=""))["ensemble"]

@@ -582,12 +582,13 @@ class CpuReferenceSpec(Spec):
     """Settings of the cpu-reference backend only."""
 
     contract: CpuContract = Field(
-        default=CpuContract.TENSORRT_ENGINE,
-        description="Which GPU backend's Triton contract the CPU runtime speaks: tensorrt-engine "
-        "(default: the ensemble of inflight_batcher_llm, text in, a response per token) or pytorch "
-        "(the llmapi model `tensorrt_llm`: sampling_param_* inputs, the whole text so far in each "
-        "response, finish_reason; load gauges from the engine's iteration stats), so one CPU test "
-        "world runs either shape.",
+        default=CpuContract.PYTORCH,
+        description="Which GPU backend's Triton contract the CPU runtime speaks: pytorch (default, "
+        "as engine.backend's: the llmapi model `tensorrt_llm`, sampling_param_* inputs, the whole "
+        "text so far in each response, finish_reason; load gauges from the engine's iteration "
+        "stats) or tensorrt-engine (the ensemble of inflight_batcher_llm, text in, a response per "
+        "token; the default before pytorch, docs/upgrading.md), so one CPU test world runs either "
+        "shape. A cpu-reference deployment without engine.cpuReference speaks the default.",
     )
 
 

@@ -15,7 +15,7 @@ from typing import TypeVar
 
 import jinja2
 
-from llm_operator.api.v1alpha1 import Backend, CpuContract, LLMDeploymentSpec, Precision
+from llm_operator.api.v1alpha1 import Backend, CpuContract, CpuReferenceSpec, LLMDeploymentSpec, Precision
 from llm_operator.plan.types import PoolPlan
 from llm_operator.profiles import GPT_MODEL_TYPE, PROFILES, SCHEDULER_POLICY, ProfileDefaults
 from llm_operator.runtime.cpu_reference import BUILTIN_MODELS
@@ -200,12 +200,10 @@ def sequence_limits(spec: LLMDeploymentSpec) -> tuple[int, int]:
 
 def speaks_llmapi(spec: LLMDeploymentSpec) -> bool:
     """Whether the serving pods speak the LLM API contract: the pytorch backend, or a cpu-reference
-    deployment whose CPU runtime speaks it (engine.cpuReference.contract)."""
-    cpu = spec.engine.cpu_reference
+    deployment whose CPU runtime speaks it (engine.cpuReference.contract, the default)."""
+    cpu = spec.engine.cpu_reference or CpuReferenceSpec()
     return spec.engine.backend == Backend.PYTORCH or (
-        spec.engine.backend == Backend.CPU_REFERENCE
-        and cpu is not None
-        and cpu.contract == CpuContract.PYTORCH
+        spec.engine.backend == Backend.CPU_REFERENCE and cpu.contract == CpuContract.PYTORCH
     )
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic.alias_generators import to_camel
 
 from llm_operator import labels as L
-from llm_operator.api.v1alpha1 import Backend, LLMDeployment, LLMDeploymentSpec
+from llm_operator.api.v1alpha1 import Backend, CpuContract, CpuReferenceSpec, LLMDeployment, LLMDeploymentSpec
 from llm_operator.contract import HTTP_PORT, OPENAI_PORT
 from llm_operator.images import Images
 from llm_operator.render import names, services
@@ -116,10 +116,15 @@ def controller_revision(
 ) -> dict[str, Any]:
     """apps/v1 ControllerRevision `<name>-<revision>`: the spec (camelCase, defaults left out, so
     its immutable data stays the same for an operator that adds a defaulted field) and, when
-    given, the images the revision was started with. engine.backend is always written: its default
-    has changed once (spec_from_snapshot)."""
+    given, the images the revision was started with. engine.backend and a cpu-reference
+    deployment's engine.cpuReference.contract are always written: their defaults have changed once
+    (spec_from_snapshot)."""
     spec = ld.spec.model_dump(mode="json", by_alias=True, exclude_defaults=True)
-    spec.setdefault("engine", {})["backend"] = ld.spec.engine.backend.value
+    engine = spec.setdefault("engine", {})
+    engine["backend"] = ld.spec.engine.backend.value
+    if ld.spec.engine.backend == Backend.CPU_REFERENCE:
+        cpu = ld.spec.engine.cpu_reference or CpuReferenceSpec()
+        engine.setdefault("cpuReference", {})["contract"] = cpu.contract.value
     data: dict[str, Any] = {"spec": spec}
     if images is not None:
         data["images"] = {
@@ -141,10 +146,17 @@ def controller_revision(
 
 def spec_from_snapshot(obj: dict[str, Any]) -> LLMDeploymentSpec:
     """The spec a ControllerRevision keeps; raises pydantic.ValidationError for one this operator
-    version cannot read. One without engine.backend was written while its default was
-    tensorrt-engine (snapshots leave defaults out), before pytorch became the default."""
+    version cannot read. One without engine.backend, or a cpu-reference one without
+    engine.cpuReference.contract, was written while that default was tensorrt-engine (snapshots
+    leave defaults out), before pytorch became the default."""
     spec = dict((obj.get("data") or {}).get("spec") or {})
-    spec["engine"] = {"backend": Backend.TENSORRT_ENGINE.value, **(spec.get("engine") or {})}
+    engine = {"backend": Backend.TENSORRT_ENGINE.value, **(spec.get("engine") or {})}
+    if engine["backend"] == Backend.CPU_REFERENCE.value:
+        engine["cpuReference"] = {
+            "contract": CpuContract.TENSORRT_ENGINE.value,
+            **(engine.get("cpuReference") or {}),
+        }
+    spec["engine"] = engine
     return LLMDeploymentSpec.model_validate(spec)
 
 

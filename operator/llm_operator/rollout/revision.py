@@ -12,7 +12,7 @@ import hashlib
 import json
 from typing import Any
 
-from llm_operator.api.v1alpha1 import Backend, LLMDeploymentSpec, Slot
+from llm_operator.api.v1alpha1 import Backend, CpuContract, CpuReferenceSpec, LLMDeploymentSpec, Slot
 from llm_operator.images import Images
 from llm_operator.modelrepo import ttft_budget_ms
 
@@ -33,7 +33,7 @@ def revision_of(spec: LLMDeploymentSpec, images: Images) -> str:
     so is the one routing field they see, the API keys' Secret (the leaders mount it; the keys in
     it change without a new revision)."""
     serving = spec.model_dump(mode="json", by_alias=True, exclude_defaults=True, exclude=set(NOT_SERVING))
-    _backend_as_first_defaulted(serving, spec.engine.backend)
+    _as_first_defaulted(serving, spec)
     if spec.routing.api_keys is not None:
         serving["apiKeysSecret"] = spec.routing.api_keys.secret_ref.name
     budget = ttft_budget_ms(spec)
@@ -44,14 +44,24 @@ def revision_of(spec: LLMDeploymentSpec, images: Images) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:10]
 
 
-def _backend_as_first_defaulted(serving: dict[str, Any], backend: Backend) -> None:
-    """engine.backend is hashed as when its default was tensorrt-engine (until pytorch became the
-    default): left out for tensorrt-engine, in for the others, so the new default makes no existing
-    deployment a new revision."""
+def _as_first_defaulted(serving: dict[str, Any], spec: LLMDeploymentSpec) -> None:
+    """engine.backend and engine.cpuReference.contract are hashed as when each defaulted to
+    tensorrt-engine (until pytorch became their default): left out for tensorrt-engine, in for the
+    others, so the new defaults make no deployment that names them, as every stored one does (the
+    CRD writes defaults at creation), a new revision. A cpu-reference deployment without
+    engine.cpuReference speaks the pytorch contract now, and hashes as one that names it."""
     engine = serving.setdefault("engine", {})
+    backend = spec.engine.backend
     if backend == Backend.TENSORRT_ENGINE:
         engine.pop("backend", None)
     else:
         engine["backend"] = backend.value
+    if backend == Backend.CPU_REFERENCE:
+        cpu = engine.setdefault("cpuReference", {})
+        contract = (spec.engine.cpu_reference or CpuReferenceSpec()).contract
+        if contract == CpuContract.TENSORRT_ENGINE:
+            cpu.pop("contract", None)
+        else:
+            cpu["contract"] = contract.value
     if not engine:
         del serving["engine"]
