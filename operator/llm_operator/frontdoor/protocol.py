@@ -125,6 +125,7 @@ class Generation:
     ignore_eos: bool = False
     usage_every_chunk: bool = False  # stream_options.continuous_usage_stats (vLLM's)
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # chat_template_kwargs
+    prompt_ids: list[int] = field(default_factory=list)  # the engine contract's input_ids
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -318,14 +319,12 @@ def chat_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def triton_inputs(gen: Generation, backend: str, stream: bool) -> dict[str, Any]:
-    """The body of Triton's generate / generate_stream for this request. OpenAI's temperature 0 is
-    greedy decoding, which TensorRT-LLM's samplers spell top_k 1; parameters the client leaves out
-    keep the backend's defaults (greedy for TensorRT-LLM and the cpu reference). ignore_eos is an
-    end id no token has (-1), as TensorRT-LLM's own LLM API sends its executor for it
-    (tensorrt_llm/executor/base_worker.py: `end_id=-1 if request.sampling_params.ignore_eos`)."""
+def _sampling(gen: Generation) -> dict[str, Any]:
+    """The sampling knobs by meaning, None where the client left the engine's default. OpenAI's
+    temperature 0 is greedy decoding, which TensorRT-LLM's samplers spell top_k 1; parameters the
+    client leaves out keep the backend's defaults (greedy for TensorRT-LLM and the cpu reference)."""
     greedy = gen.temperature == 0.0
-    sampling: dict[str, Any] = {
+    return {
         "top_k": 1 if greedy else gen.top_k,
         "temperature": None if greedy else gen.temperature,
         "top_p": None if greedy else gen.top_p,
@@ -333,22 +332,49 @@ def triton_inputs(gen: Generation, backend: str, stream: bool) -> dict[str, Any]
         "presence_penalty": gen.presence_penalty,
         "frequency_penalty": gen.frequency_penalty,
     }
-    if backend == "pytorch":  # the llmapi model (model_repo_templates/llmapi/tensorrt_llm.pbtxt.j2)
-        # return_finish_reason: the server's finish_reason is the model's (server._finish).
-        body: dict[str, Any] = {"text_input": gen.prompt, "streaming": stream,
-                                "sampling_param_max_tokens": gen.max_tokens,
-                                "sampling_param_exclude_input_from_output": True,
-                                "return_finish_reason": True}  # fmt: skip
-        body.update({f"sampling_param_{k}": v for k, v in sampling.items() if v is not None})
-        if gen.stop:
-            body["sampling_param_stop"] = gen.stop
-        return body
-    body = {"text_input": gen.prompt, "max_tokens": gen.max_tokens, "exclude_input_in_output": True}
-    if stream:
-        body["stream"] = True
-    sampling |= {"min_tokens": gen.min_tokens, "repetition_penalty": gen.repetition_penalty,
-                 "end_id": -1 if gen.ignore_eos else None}  # fmt: skip
-    body.update({k: v for k, v in sampling.items() if v is not None})
+
+
+def triton_inputs(
+    gen: Generation, backend: str, stream: bool, *, end_id: int | None = None
+) -> dict[str, Any]:
+    """The body of Triton's generate / generate_stream for this request: the LLM API contract's
+    model (pytorch: model_repo_templates/llmapi/tensorrt_llm.pbtxt.j2) takes text and tokenizes it,
+    the engine contract's `tensorrt_llm` takes the prompt's ids (engine_inputs)."""
+    if backend != "pytorch":
+        return engine_inputs(gen, end_id, stream)
+    # return_finish_reason: the server's finish_reason is the model's (server._finish).
+    body: dict[str, Any] = {"text_input": gen.prompt, "streaming": stream,
+                            "sampling_param_max_tokens": gen.max_tokens,
+                            "sampling_param_exclude_input_from_output": True,
+                            "return_finish_reason": True}  # fmt: skip
+    body.update({f"sampling_param_{k}": v for k, v in _sampling(gen).items() if v is not None})
     if gen.stop:
-        body["stop_words"] = gen.stop  # the engine stops early; the server cuts the text (Stops)
+        body["sampling_param_stop"] = gen.stop
+    return body
+
+
+# The engine contract's names for the sampling knobs (inflight_batcher_llm tensorrt_llm/config.pbtxt).
+ENGINE_NAMES = {"top_k": "runtime_top_k", "top_p": "runtime_top_p"}
+
+
+def engine_inputs(gen: Generation, end_id: int | None, stream: bool) -> dict[str, Any]:
+    """The engine contract's `tensorrt_llm` model: the prompt's ids in (gen.prompt_ids), ids out
+    (frontdoor/engine.py decodes them). ignore_eos is an end id no token has (-1), as TensorRT-LLM's
+    own LLM API sends its executor for it (tensorrt_llm/executor/base_worker.py:
+    `end_id=-1 if request.sampling_params.ignore_eos`);
+    else the tokenizer's end token, which upstream's preprocessing sends too (its END_ID and
+    PAD_ID default to the tokenizer's eos). Stop strings are not sent as stop_words_list: the
+    front door cuts the text (responses.Stops) and closes the stream, which cancels the request."""
+    ids = gen.prompt_ids
+    body: dict[str, Any] = {"input_ids": ids, "input_lengths": len(ids), "request_output_len": gen.max_tokens,
+                            "exclude_input_in_output": True}  # fmt: skip
+    if stream:
+        body["streaming"] = True
+    sampling = _sampling(gen) | {"min_tokens": gen.min_tokens,
+                                 "repetition_penalty": gen.repetition_penalty}  # fmt: skip
+    body.update({ENGINE_NAMES.get(k, k): v for k, v in sampling.items() if v is not None})
+    if gen.ignore_eos:
+        body["end_id"] = -1
+    elif end_id is not None:
+        body["end_id"] = body["pad_id"] = end_id
     return body
