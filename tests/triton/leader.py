@@ -43,13 +43,14 @@ class LeaderPod:
         return f"http://127.0.0.1:{self.openai_port}/v1"
 
     def output_tokens(self) -> float:
-        """Tokens the model decoded so far (its nv_llm_output_token_len histogram's sum)."""
+        """Tokens the front door's model (tensorrt_llm, on either contract) decoded so far (its
+        nv_llm_output_token_len histogram's sum)."""
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as r:
             text = r.read().decode()
         samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
         name = "nv_llm_output_token_len_sum"
-        return sum(s.value for s in samples if s.name == name and s.labels.get("model") == "ensemble")
+        return sum(s.value for s in samples if s.name == name and s.labels.get("model") == "tensorrt_llm")
 
 
 def _ready(url: str) -> bool:

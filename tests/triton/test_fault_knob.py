@@ -140,7 +140,8 @@ def slow_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonProc
 
 
 def load_gauges(server: TritonProcess) -> dict[str, float]:
-    """The TensorRT-LLM load gauges the endpoint picker reads: request_type, or kv_<kv_cache_block_type>."""
+    """The TensorRT-LLM load gauges the endpoint picker reads: request_type, or kv_<kv_cache_block_type>,
+    of the model these requests go to (each model of the CPU runtime decodes its own)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5) as r:
         text = r.read().decode()
     return {
@@ -148,6 +149,7 @@ def load_gauges(server: TritonProcess) -> dict[str, float]:
         for family in text_string_to_metric_families(text)
         if family.name in ("nv_trt_llm_request_metrics", "nv_trt_llm_kv_cache_block_metrics")
         for s in family.samples
+        if s.labels.get("model") == MODEL
     }
 
 

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from llm_operator.frontdoor import protocol as P
 from llm_operator.frontdoor import responses as R
+from llm_operator.frontdoor import triton_inputs as T
 
 LIMITS = P.Limits(max_input_len=100, max_seq_len=200)
 
@@ -58,21 +59,22 @@ CLIENT_KNOBS: dict[str, Any] = {"ignore_eos": True, "min_tokens": 8, "top_k": 20
 
 
 @pytest.mark.parametrize("backend", ["tensorrt-engine", "cpu-reference"])
-def test_the_ensembles_take_every_knob_clients_send_as_their_own_inputs(backend: str) -> None:
+def test_the_engine_takes_every_knob_clients_send_as_its_own_inputs(backend: str) -> None:
     gen = check(backend=backend, temperature=0.8, **CLIENT_KNOBS)
-    inputs = P.triton_inputs(gen, backend, stream=True)
-    assert {k: inputs.get(k) for k in ("end_id", "min_tokens", "top_k", "repetition_penalty",
-                                       "presence_penalty", "frequency_penalty")} == {
-        "end_id": -1, "min_tokens": 8, "top_k": 20, "repetition_penalty": 1.1, "presence_penalty": 0.5,
-        "frequency_penalty": -1.0}  # fmt: skip
+    inputs = T.triton_inputs(gen, backend, stream=True, end_id=2)
+    names = ("end_id", "pad_id", "min_tokens", "runtime_top_k", "repetition_penalty", "presence_penalty",
+             "frequency_penalty")  # fmt: skip
+    assert {k: inputs.get(k) for k in names} == {
+        "end_id": -1, "pad_id": None, "min_tokens": 8, "runtime_top_k": 20, "repetition_penalty": 1.1,
+        "presence_penalty": 0.5, "frequency_penalty": -1.0}  # fmt: skip
 
 
 def test_neutral_knobs_send_nothing_to_the_engine() -> None:
     """inference-perf sends ignore_eos false on every request; vLLM's top_k -1 is no top-k."""
     gen = check(ignore_eos=False, min_tokens=0, top_k=-1, repetition_penalty=1.0, temperature=0.5)
-    inputs = P.triton_inputs(gen, "tensorrt-engine", stream=False)
-    assert not {"end_id", "min_tokens", "top_k", "repetition_penalty"} & set(inputs)
-    assert "sampling_param_top_k" not in P.triton_inputs(check(backend="pytorch", top_k=0), "pytorch", False)
+    inputs = T.triton_inputs(gen, "tensorrt-engine", stream=False)
+    assert not {"end_id", "min_tokens", "runtime_top_k", "repetition_penalty"} & set(inputs)
+    assert "sampling_param_top_k" not in T.triton_inputs(check(backend="pytorch", top_k=0), "pytorch", False)
 
 
 @pytest.mark.parametrize("param", ["ignore_eos", "min_tokens", "repetition_penalty"])
@@ -81,7 +83,7 @@ def test_what_the_llmapi_model_cannot_take_is_refused_by_name_for_pytorch(param:
     assert (e.status, e.param, e.code) == (400, param, "unsupported_parameter")
     assert "(pytorch)" in e.message
     gen = check(backend="pytorch", temperature=0.5, top_k=5, presence_penalty=0.5, ignore_eos=False)
-    inputs = P.triton_inputs(gen, "pytorch", stream=False)
+    inputs = T.triton_inputs(gen, "pytorch", stream=False)
     assert (inputs["sampling_param_top_k"], inputs["sampling_param_presence_penalty"]) == (5, 0.5)
 
 
@@ -151,22 +153,30 @@ def test_max_completion_tokens_is_chats_max_tokens() -> None:
     assert check("chat", max_tokens=9).max_tokens == 9
 
 
-def test_ensemble_inputs_greedy_at_temperature_zero_and_sampling_as_asked() -> None:
+def test_engine_inputs_are_the_prompts_ids_greedy_at_temperature_zero_and_sampling_as_asked() -> None:
+    """The tensorrt_llm model's own names; stop strings stay in the front door (Stops)."""
     greedy = check(temperature=0, top_p=0.5, seed=3, stop="\n", max_tokens=5)
-    greedy.prompt = "hi"
-    assert P.triton_inputs(greedy, "cpu-reference", stream=True) == {
-        "text_input": "hi", "max_tokens": 5, "exclude_input_in_output": True, "stream": True, "top_k": 1,
-        "seed": 3, "stop_words": ["\n"]}  # fmt: skip
+    greedy.prompt, greedy.prompt_ids = "hi", [104, 105]
+    assert T.triton_inputs(greedy, "cpu-reference", stream=True, end_id=7) == {
+        "input_ids": [104, 105], "input_lengths": 2, "request_output_len": 5, "exclude_input_in_output": True,
+        "streaming": True, "runtime_top_k": 1, "seed": 3, "end_id": 7, "pad_id": 7}  # fmt: skip
     sampled = check(temperature=0.7, top_p=0.9)
-    inputs = P.triton_inputs(sampled, "tensorrt-engine", stream=False)
-    assert {k: inputs.get(k) for k in ("temperature", "top_p", "top_k", "stream")} == {
-        "temperature": 0.7, "top_p": 0.9, "top_k": None, "stream": None}  # fmt: skip
+    inputs = T.triton_inputs(sampled, "tensorrt-engine", stream=False)
+    names = ("temperature", "runtime_top_p", "runtime_top_k", "streaming", "end_id")
+    want = {
+        "temperature": 0.7,
+        "runtime_top_p": 0.9,
+        "runtime_top_k": None,
+        "streaming": None,
+        "end_id": None,
+    }
+    assert {k: inputs.get(k) for k in names} == want
 
 
 def test_llmapi_inputs_are_its_sampling_params() -> None:
     gen = check(temperature=0.5, seed=1, stop=["x"], max_tokens=4)
     gen.prompt = "p"
-    assert P.triton_inputs(gen, "pytorch", stream=True) == {
+    assert T.triton_inputs(gen, "pytorch", stream=True) == {
         "text_input": "p", "streaming": True, "sampling_param_max_tokens": 4,
         "sampling_param_exclude_input_from_output": True, "return_finish_reason": True,
         "sampling_param_temperature": 0.5, "sampling_param_top_p": 1.0,

@@ -13,6 +13,7 @@ from llm_operator.frontdoor import __main__ as frontdoor_main
 from llm_operator.frontdoor import protocol as P
 from llm_operator.frontdoor import responses as R
 from llm_operator.frontdoor import sampling
+from llm_operator.frontdoor import triton_inputs as T
 from llm_operator.frontdoor.sampling import Defaults
 from llm_operator.runtime.cpu_reference import tokenizer_files
 
@@ -27,11 +28,12 @@ def inputs(
 ) -> dict[str, Any]:
     gen = P.check({"model": "m", "prompt": "hi", **body}, "completion", LIMITS, backend=backend,
                   defaults=defaults)  # fmt: skip
-    gen.prompt = "hi"
-    sent = P.triton_inputs(gen, backend, stream=False)
+    gen.prompt, gen.prompt_ids = "hi", [5, 6]
+    sent = T.triton_inputs(gen, backend, stream=False)
     if backend == "pytorch":
         return {k.removeprefix("sampling_param_"): v for k, v in sent.items()}
-    return sent
+    by_meaning = {name: knob for knob, name in T.ENGINE_NAMES.items()}  # the engine's runtime_top_k, ...
+    return {by_meaning.get(k, k): v for k, v in sent.items()}
 
 
 @pytest.mark.parametrize("backend", ["tensorrt-engine", "cpu-reference", "pytorch"])

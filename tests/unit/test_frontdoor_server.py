@@ -30,20 +30,27 @@ def sse(obj: dict[str, Any]) -> bytes:
 STREAM_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
+def ids(text: str) -> dict[str, Any]:
+    """The engine contract's response of the cpu-reference tokenizer's ids (its bytes) for `text`:
+    one id as a number, several as a list, as Triton's generate API writes a tensor."""
+    out = list(text.encode())
+    return {"output_ids": out[0] if len(out) == 1 else out, "sequence_length": len(out)}
+
+
 async def dies_after_two_tokens(w: asyncio.StreamWriter) -> None:
-    w.write(STREAM_HEAD + sse({"text_output": "a"}) + sse({"text_output": "b"}))
+    w.write(STREAM_HEAD + sse(ids("a")) + sse(ids("b")))
     await w.drain()
     w.transport.abort()  # Triton gone mid-stream: no final chunk
 
 
 async def errs_after_one_token(w: asyncio.StreamWriter) -> None:
-    w.write(STREAM_HEAD + sse({"text_output": "a"}) + sse({"error": "engine failed"}) + b"0\r\n\r\n")
+    w.write(STREAM_HEAD + sse(ids("a")) + sse({"error": "engine failed"}) + b"0\r\n\r\n")
     await w.drain()
 
 
 async def garbles_after_one_token(w: asyncio.StreamWriter) -> None:
     garbage = b"data: {x\n\n"
-    w.write(STREAM_HEAD + sse({"text_output": "a"}) + b"%x\r\n%s\r\n0\r\n\r\n" % (len(garbage), garbage))
+    w.write(STREAM_HEAD + sse(ids("a")) + b"%x\r\n%s\r\n0\r\n\r\n" % (len(garbage), garbage))
     await w.drain()
 
 
@@ -105,8 +112,7 @@ async def front_door(
     config.write_text(json.dumps({**doc, "chat_template": doc["chat_template"] + template_suffix}))
     triton = await fake_triton(behaviour, [] if seen is None else seen)
     upstream = Upstream("127.0.0.1", triton.sockets[0].getsockname()[1])
-    triton_model = "tensorrt_llm" if backend == "pytorch" else "ensemble"
-    settings = Settings(["m"], triton_model, backend, limits or Limits())
+    settings = Settings(["m"], "tensorrt_llm", backend, limits or Limits())
     door = FrontDoor(settings, Tokenizer.load(tmp_path), upstream)
     server = await serve(door, "127.0.0.1", 0)
     try:
@@ -211,7 +217,7 @@ def test_a_client_that_half_closes_after_its_request_still_gets_health_and_model
 
 
 async def answers_one_token(w: asyncio.StreamWriter) -> None:
-    w.write(STREAM_HEAD + sse({"text_output": "a"}) + b"0\r\n\r\n")
+    w.write(STREAM_HEAD + sse(ids("a")) + b"0\r\n\r\n")
     await w.drain()
 
 
@@ -232,9 +238,9 @@ def test_what_benchmark_clients_and_qwen3_users_send_reaches_triton(tmp_path: Pa
 
     status, raw = asyncio.run(go())
     assert status == 200, raw
-    (generate,) = [b for b in seen if "text_input" in b]
-    assert generate["text_input"].endswith("<|im_start|>assistant\n/no_think")
-    assert (generate["end_id"], generate["min_tokens"], generate["top_k"]) == (-1, 4, 20)
+    (generate,) = [b for b in seen if "input_ids" in b]
+    assert bytes(generate["input_ids"]).endswith(b"<|im_start|>assistant\n/no_think")
+    assert (generate["end_id"], generate["min_tokens"], generate["runtime_top_k"]) == (-1, 4, 20)
 
 
 async def sends_the_text_so_far(w: asyncio.StreamWriter) -> None:

@@ -651,7 +651,7 @@ def admin_apis_answer_only_with_the_key(http: int, grpc: int) -> None:
             client.get_log_settings()
         metadata = {f"triton-grpc-protocol-{ADMIN_KEY_HEADER}": KEY}
         index = client.get_model_repository_index(headers=metadata, as_json=True)
-        assert [m["name"] for m in index["models"]] == ["ensemble"]
+        assert [m["name"] for m in index["models"]] == ["ensemble", "tensorrt_llm"]
         assert client.get_log_settings(headers=metadata, as_json=True)["settings"]
         assert client.is_server_ready() and client.get_model_metadata("ensemble").name == "ensemble"
     finally:

@@ -50,7 +50,8 @@ def test_every_profile_and_backend_parses(profile: Profile, backend: str) -> Non
     s = spec(backend, profile=profile.value)
     pool = cpu_plan(s).primary if backend == "cpu-reference" else POOL
     configs = parse(render_repository(s, pool, engine_dir="/engines/k", tokenizer_dir="/engines/k/tokenizer"))
-    expected = {"ensemble/config.pbtxt"} if backend == "cpu-reference" else {
+    # The CPU runtime's engine contract: tensorrt_llm (ids) beside its text ensemble.
+    expected = {"tensorrt_llm/config.pbtxt", "ensemble/config.pbtxt"} if backend == "cpu-reference" else {
         "preprocessing/config.pbtxt", "tensorrt_llm/config.pbtxt", "postprocessing/config.pbtxt",
         "ensemble/config.pbtxt",
     }  # fmt: skip
@@ -101,10 +102,11 @@ def test_only_the_engine_queue_is_bounded_by_default(profile: Profile) -> None:
                       "preprocessing/config.pbtxt": 0, "postprocessing/config.pbtxt": 0}  # fmt: skip
     cpu = spec("cpu-reference", profile=profile)
     cfg = parse(render_repository(cpu, cpu_plan(cpu).primary, engine_dir="", tokenizer_dir=""))
-    assert cfg["ensemble/config.pbtxt"].dynamic_batching.default_queue_policy.max_queue_size == 0
+    assert {c.dynamic_batching.default_queue_policy.max_queue_size for c in cfg.values()} == {0}
     bounded = spec("cpu-reference", profile=profile, batching={"maxQueueSize": 5})
     cfg = parse(render_repository(bounded, cpu_plan(bounded).primary, engine_dir="", tokenizer_dir=""))
-    assert cfg["ensemble/config.pbtxt"].dynamic_batching.default_queue_policy.max_queue_size == 5
+    assert {path: c.dynamic_batching.default_queue_policy.max_queue_size for path, c in cfg.items()} == {
+        "tensorrt_llm/config.pbtxt": 5, "ensemble/config.pbtxt": 5}  # fmt: skip
 
 
 def test_configmap_round_trip_builds_a_loadable_layout(tmp_path: Path) -> None:
@@ -172,11 +174,12 @@ def test_a_cached_cpu_reference_model_names_no_builtin_weights() -> None:
     source = builtin.model.source.model_copy(update={"uri": "s3://models/tiny-llama"})
     cached = builtin.model_copy(update={"model": builtin.model.model_copy(update={"source": source})})
     pool = cpu_plan(builtin).primary
-    rendered = {
-        s.model.source.uri: params(
-            parse(render_repository(s, pool, engine_dir="", tokenizer_dir=""))["ensemble/config.pbtxt"]
-        )
-        for s in (builtin, cached)
-    }
-    assert rendered["builtin://tiny-llama"]["model"] == "tiny-llama"
-    assert rendered["s3://models/tiny-llama"]["model"] == ""
+    for model in ("ensemble", "tensorrt_llm"):
+        rendered = {
+            s.model.source.uri: params(
+                parse(render_repository(s, pool, engine_dir="", tokenizer_dir=""))[f"{model}/config.pbtxt"]
+            )
+            for s in (builtin, cached)
+        }
+        assert rendered["builtin://tiny-llama"]["model"] == "tiny-llama", model
+        assert rendered["s3://models/tiny-llama"]["model"] == "", model

@@ -155,16 +155,35 @@ def test_the_wrapper_uses_upstreams_model_by_its_pinned_names() -> None:
     }
 
 
-def test_the_cpu_reference_ensemble_is_a_subset_of_upstreams() -> None:
-    """The CPU runtime serves the ensemble's contract: clients written against it work on GPUs."""
+def test_the_cpu_reference_models_are_subsets_of_upstreams() -> None:
+    """The CPU runtime serves the engine contract: its tensorrt_llm model (token ids, what the
+    front door calls) and its ensemble (text, for /v2 clients) take upstream's tensors, with their
+    types, optionality and shapes, so clients written against them work on GPUs."""
     cpu = LLMDeploymentSpec.model_validate(
         {
             "model": {"name": "m", "source": {"uri": "builtin://tiny-llama"}},
             "engine": {"backend": "cpu-reference", "cpuReference": {"contract": "tensorrt-engine"}},
         }
     )
-    ensemble = configs(render_repository(cpu, POOL, engine_dir="", tokenizer_dir=""))["ensemble"]
-    # Its parameters configure the CPU model itself; its tensors are upstream's.
-    own = frozenset(ensemble.parameters)
-    assert held_against(ensemble, up.ENSEMBLE_INPUTS, up.ENSEMBLE_OUTPUTS, own) == []
-    assert missing(ensemble, up.ENSEMBLE_INPUTS, frozenset()) == []
+    rendered = configs(render_repository(cpu, POOL, engine_dir="", tokenizer_dir=""))
+    assert set(rendered) == {"tensorrt_llm", "ensemble"}
+    for model, (inputs, outputs) in {
+        "ensemble": (up.ENSEMBLE_INPUTS, up.ENSEMBLE_OUTPUTS),
+        "tensorrt_llm": (up.TENSORRT_LLM_INPUTS, up.TENSORRT_LLM_OUTPUTS),
+    }.items():
+        cfg = rendered[model]
+        # Its parameters configure the CPU model itself; its tensors are upstream's.
+        assert held_against(cfg, inputs, outputs, frozenset(cfg.parameters)) == [], model
+        assert missing(cfg, inputs, frozenset()) == [], model
+    # The front door's ids and the engine's answers, at the shapes of upstream's tensorrt_llm.
+    gpu = configs(
+        render_repository(
+            spec("tensorrt-engine", "pvc://models/m"), POOL, engine_dir="/e", tokenizer_dir="/e/t"
+        )
+    )["tensorrt_llm"]
+    shapes = {t.name: (list(t.dims), list(t.reshape.shape)) for t in (*gpu.input, *gpu.output)}
+    cpu_llm = rendered["tensorrt_llm"]
+    assert {t.name: (list(t.dims), list(t.reshape.shape)) for t in (*cpu_llm.input, *cpu_llm.output)} == {
+        t.name: shapes[t.name] for t in (*cpu_llm.input, *cpu_llm.output)
+    }
+    assert {"output_ids", "sequence_length"} <= {t.name for t in cpu_llm.output}

@@ -48,8 +48,9 @@ def settings(environ: Mapping[str, str]) -> Settings:
     backend = _get(environ, "LLMOP_BACKEND")
     if environ.get("LLMOP_CONTRACT") == "pytorch":  # a CPU runtime speaking the LLM API contract
         backend = "pytorch"
-    # The model clients call (modelrepo.client_model): the llmapi model has no ensemble in front.
-    triton_model = "tensorrt_llm" if backend == "pytorch" else "ensemble"
+    # Either contract's `tensorrt_llm` model: the engine contract's takes token ids (the ensemble's
+    # text path decodes each response alone), the LLM API contract's text.
+    triton_model = "tensorrt_llm"
     names = [n.strip() for n in _get(environ, "LLMOP_SERVED_MODEL_NAMES").split(",") if n.strip()]
     if not names:
         raise ConfigError("LLMOP_SERVED_MODEL_NAMES is not set: name the model(s) the API serves")

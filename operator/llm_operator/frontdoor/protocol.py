@@ -138,6 +138,7 @@ class Generation:
     ignore_eos: bool = False
     usage_every_chunk: bool = False  # stream_options.continuous_usage_stats (vLLM's)
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # chat_template_kwargs
+    prompt_ids: list[int] = field(default_factory=list)  # the engine contract's input_ids
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -344,39 +345,3 @@ def chat_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
             raise bad(f"messages[{i}].content must be a string or a list of text parts", "messages")
         out.append({**message, "content": content})
     return out
-
-
-def triton_inputs(gen: Generation, backend: str, stream: bool) -> dict[str, Any]:
-    """The body of Triton's generate / generate_stream for this request. OpenAI's temperature 0 is
-    greedy decoding, which TensorRT-LLM's samplers spell top_k 1; otherwise temperature and top_p
-    are always sent (check fills in what the client left out). ignore_eos is an
-    end id no token has (-1), as TensorRT-LLM's own LLM API sends its executor for it
-    (tensorrt_llm/executor/base_worker.py: `end_id=-1 if request.sampling_params.ignore_eos`)."""
-    greedy = gen.temperature == 0.0
-    sampling: dict[str, Any] = {
-        "top_k": 1 if greedy else gen.top_k,
-        "temperature": None if greedy else gen.temperature,
-        "top_p": None if greedy else gen.top_p,
-        "seed": gen.seed,
-        "presence_penalty": gen.presence_penalty,
-        "frequency_penalty": gen.frequency_penalty,
-    }
-    if backend == "pytorch":  # the llmapi model (model_repo_templates/llmapi/tensorrt_llm.pbtxt.j2)
-        # return_finish_reason: the server's finish_reason is the model's (server._finish).
-        body: dict[str, Any] = {"text_input": gen.prompt, "streaming": stream,
-                                "sampling_param_max_tokens": gen.max_tokens,
-                                "sampling_param_exclude_input_from_output": True,
-                                "return_finish_reason": True}  # fmt: skip
-        body.update({f"sampling_param_{k}": v for k, v in sampling.items() if v is not None})
-        if gen.stop:
-            body["sampling_param_stop"] = gen.stop
-        return body
-    body = {"text_input": gen.prompt, "max_tokens": gen.max_tokens, "exclude_input_in_output": True}
-    if stream:
-        body["stream"] = True
-    sampling |= {"min_tokens": gen.min_tokens, "repetition_penalty": gen.repetition_penalty,
-                 "end_id": -1 if gen.ignore_eos else None}  # fmt: skip
-    body.update({k: v for k, v in sampling.items() if v is not None})
-    if gen.stop:
-        body["stop_words"] = gen.stop  # the engine stops early; the server cuts the text (Stops)
-    return body

@@ -21,9 +21,11 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
+from llm_operator.frontdoor import engine
 from llm_operator.frontdoor import http1 as H
 from llm_operator.frontdoor import protocol as P
 from llm_operator.frontdoor import responses as R
+from llm_operator.frontdoor import triton_inputs as T
 from llm_operator.frontdoor.api_keys import ApiKeys
 from llm_operator.frontdoor.chat import ChatTemplateError, render_chat
 from llm_operator.frontdoor.sampling import OPENAI, Defaults
@@ -34,8 +36,8 @@ from llm_operator.frontdoor.upstream import Answer, Upstream, UpstreamError
 @dataclass(frozen=True)
 class Settings:
     names: list[str]  # what /v1/models lists; the first is the deployment's spec.model.name
-    triton_model: str  # ensemble | tensorrt_llm
-    backend: str  # contract.ENV LLMOP_BACKEND
+    triton_model: str  # tensorrt_llm: the engine contract's (ids) or the LLM API contract's (text)
+    backend: str  # contract.ENV LLMOP_BACKEND; pytorch: the LLM API contract
     limits: P.Limits
     api_keys: ApiKeys | None = None  # spec.routing.apiKeys: every request but /health needs one
     defaults: Defaults = OPENAI  # what a request leaves out of its sampling (sampling.py)
@@ -153,6 +155,8 @@ class FrontDoor:
                              code="model_not_found")  # fmt: skip
 
     def _prompt(self, gen: P.Generation, body: dict[str, Any]) -> str:
+        """The prompt as the engine gets it: on the LLM API contract the text it tokenizes, else
+        the text whose ids (gen.prompt_ids) the engine gets."""
         if gen.kind == "completion":
             return P.completion_prompt(body)
         messages = P.chat_messages(body)
@@ -164,7 +168,7 @@ class FrontDoor:
             tok = self.tokenizer
             rendered = render_chat(template, messages, bos_token=tok.bos_token, eos_token=tok.eos_token,
                                    **gen.template_kwargs)  # fmt: skip
-            return tok.chat_prompt(rendered)
+            return tok.chat_prompt(rendered) if self.settings.backend == "pytorch" else rendered
         except ChatTemplateError as e:
             raise P.bad(e.message, "messages") from None
 
@@ -174,7 +178,10 @@ class FrontDoor:
         gen.id = peer.request_id  # the response's id carries it: chatcmpl-<X-Request-Id>
         self._model(gen.model)
         gen.prompt = self._prompt(gen, body)
-        prompt_tokens = self.tokenizer.count(gen.prompt)
+        ids = s.backend != "pytorch"  # the engine contract: token ids cross the boundary
+        if ids:
+            gen.prompt_ids = self.tokenizer.prompt_ids(gen.prompt, chat=gen.kind == "chat")
+        prompt_tokens = len(gen.prompt_ids) if ids else self.tokenizer.count(gen.prompt)
         P.fit(gen, prompt_tokens, s.limits)
         try:
             decoupled = await self.upstream.decoupled(s.triton_model)
@@ -184,9 +191,14 @@ class FrontDoor:
         if gen.stream and not decoupled:
             raise P.bad("this deployment does not stream (runtime.streaming: false); send stream: false",
                         "stream")  # fmt: skip
-        pieces = self.upstream.generate(s.triton_model, P.triton_inputs(gen, s.backend, decoupled), decoupled)
-        if s.backend == "pytorch":
-            pieces = _deltas(pieces)
+        end_id = self.tokenizer.end_id
+        inputs = T.triton_inputs(gen, s.backend, decoupled, end_id=end_id)
+        pieces = self.upstream.generate(s.triton_model, inputs, decoupled)
+        pieces = (
+            engine.texts(pieces, self.tokenizer, None if gen.ignore_eos else end_id)
+            if ids
+            else _deltas(pieces)
+        )
         stops = R.Stops(gen.stop)
         try:
             first = await _next(pieces)
@@ -200,14 +212,12 @@ class FrontDoor:
         text, count, sent, reason = "", 0, False, None
 
         def so_far(text: str) -> dict[str, int] | None:
-            if not gen.usage_every_chunk:
-                return None
-            return R.usage(prompt_tokens, self.tokenizer.count(text, add_special_tokens=False))
+            return self._usage(prompt_tokens, text, count) if gen.usage_every_chunk else None
 
         try:
             piece = first
             while piece is not None:
-                count += 1
+                count += len(piece.ids)
                 reason = piece.finish_reason or reason
                 out = stops.feed(piece.text)
                 text += out
@@ -220,8 +230,8 @@ class FrontDoor:
             text += (tail := stops.flush())
             if tail:
                 await H.event(peer, R.chunk(gen, tail, None, counts=so_far(text)))
-            counts = R.usage(prompt_tokens, self.tokenizer.count(text, add_special_tokens=False))
-            await H.event(peer, R.chunk(gen, None, _finish(stops, count, counts, gen, reason), counts=counts))
+            counts = self._usage(prompt_tokens, text, count)
+            await H.event(peer, R.chunk(gen, None, _finish(stops, counts, gen, reason), counts=counts))
             if gen.include_usage:
                 await H.event(peer, R.usage_chunk(gen, counts))
         except UpstreamError as e:  # headers are sent: the error is an event, then [DONE]
@@ -245,7 +255,7 @@ class FrontDoor:
         text, count, piece, reason = "", 0, first, None
         try:
             while piece is not None:
-                count += 1
+                count += len(piece.ids)
                 reason = piece.finish_reason or reason
                 text += stops.feed(piece.text)
                 if stops.hit:
@@ -256,10 +266,17 @@ class FrontDoor:
         finally:
             await pieces.aclose()
         text += stops.flush()
-        counts = R.usage(prompt_tokens, self.tokenizer.count(text, add_special_tokens=False))
+        counts = self._usage(prompt_tokens, text, count)
         return await self._json(
-            peer, 200, R.response(gen, text, _finish(stops, count, counts, gen, reason), counts), close
+            peer, 200, R.response(gen, text, _finish(stops, counts, gen, reason), counts), close
         )
+
+    def _usage(self, prompt_tokens: int, text: str, ids: int) -> dict[str, int]:
+        """The engine's ids counted (engine contract); the LLM API contract returns text only,
+        which is counted with the model's tokenizer."""
+        if self.settings.backend != "pytorch":
+            return R.usage(prompt_tokens, ids)
+        return R.usage(prompt_tokens, self.tokenizer.count(text, add_special_tokens=False))
 
     async def _json(self, peer: H.Peer, status: int, body: dict[str, Any], close: bool) -> bool:
         data = json.dumps(body).encode()
@@ -271,23 +288,16 @@ class FrontDoor:
         return True
 
 
-def _finish(
-    stops: R.Stops, responses: int, counts: dict[str, int], gen: P.Generation, reason: str | None
-) -> str:
-    """ "stop": a stop sequence, or the model ended (its end token) before max_tokens. The llmapi
-    model says why itself (its finish_reason output, the LLM API's CompletionOutput.finish_reason),
-    passed on as trtllm-serve passes it (NVIDIA/TensorRT-LLM tensorrt_llm/serve/
-    postprocess_handlers.py, stored copy 01bf1923); the ensembles have no such output: their
-    tokens are counted against max_tokens."""
+def _finish(stops: R.Stops, counts: dict[str, int], gen: P.Generation, reason: str | None) -> str:
+    """ "stop": a stop sequence, or the model ended before max_tokens. The llmapi model says why
+    itself (its finish_reason output, the LLM API's CompletionOutput.finish_reason), mapped to
+    OpenAI's values by responses.finish_reason; on the engine contract its last id being the end
+    id says "stop" (engine.py), else its ids are counted against max_tokens (fewer: "stop")."""
     if stops.hit:
         return "stop"
     if reason is not None:
         return R.finish_reason(reason)
-    return (
-        "length"
-        if max(responses if gen.stream else 0, counts["completion_tokens"]) >= gen.max_tokens
-        else "stop"
-    )
+    return "length" if counts["completion_tokens"] >= gen.max_tokens else "stop"
 
 
 def _refusal(e: UpstreamError) -> P.ApiError:

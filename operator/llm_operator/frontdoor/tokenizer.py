@@ -2,10 +2,13 @@
 transformers: tokenizer.json through the `tokenizers` library, tokenizer_config.json (and
 chat_template.jinja, special_tokens_map.json) for the chat template and the special tokens.
 
-Counts match preprocessing's `tokenizer.encode(text, add_special_tokens=...)` (NVIDIA/TensorRT-LLM
-triton_backend/all_models/inflight_batcher_llm/preprocessing/1/model.py), which our
-preprocessing.pbtxt runs with add_special_tokens "true": whatever the tokenizer's post-processor
-adds (Llama's BOS, say) is counted.
+On the engine contract this is the one tokenizer of a request (prompt_ids: what the engine gets;
+engine.py decodes what it returns). A completion's prompt is encoded as preprocessing encodes it
+(`tokenizer.encode(text, add_special_tokens=...)`, NVIDIA/TensorRT-LLM triton_backend/all_models/
+inflight_batcher_llm/preprocessing/1/model.py, which our preprocessing.pbtxt runs with
+add_special_tokens "true": whatever the post-processor adds, Llama's BOS say); a rendered chat
+prompt without them, as transformers' apply_chat_template(tokenize=True) encodes it, so the
+template's BOS is the only one.
 """
 
 from __future__ import annotations
@@ -89,6 +92,7 @@ class Tokenizer:
     bos_token: str  # "" where the tokenizer has none, as render_chat takes it
     eos_token: str
     backend: tokenizers.Tokenizer
+    end_id: int | None = None  # eos_token's id: the engine's end_id, as preprocessing derives it
 
     @classmethod
     def load(cls, directory: str | Path) -> Tokenizer:
@@ -124,18 +128,24 @@ class Tokenizer:
             backend.post_processor = _bos_eos_processor(
                 backend, bos if add_bos else "", eos if add_eos else "", source
             )
-        return cls(directory, template, bos, eos, backend)
+        return cls(directory, template, bos, eos, backend, backend.token_to_id(eos) if eos else None)
 
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         return list(self.backend.encode(text, add_special_tokens=add_special_tokens).ids)
 
+    def prompt_ids(self, prompt: str, *, chat: bool) -> list[int]:
+        """The ids the engine gets: a rendered chat prompt as apply_chat_template(tokenize=True)
+        encodes it (no special tokens added: a template that writes BOS has the only one), a
+        completion's as preprocessing does (with them)."""
+        return self.encode(prompt, add_special_tokens=not chat)
+
     def chat_prompt(self, rendered: str) -> str:
-        """The text to send for a rendered chat prompt. The engine encodes it adding the special
-        tokens (preprocessing's add_special_tokens, the LLM API's default), so a template that writes
-        BOS itself (Llama 2 and 3, Mistral, Gemma) would give two. Its BOS text is dropped where the
-        engine's ids are then exactly what apply_chat_template(tokenize=True) makes; kept where they
-        would differ (a SentencePiece tokenizer that marks only the text's first word changes that
-        word), which only sending token ids can fix."""
+        """The text to send for a rendered chat prompt on the LLM API contract, where the engine
+        tokenizes. The engine encodes it adding the special tokens (the LLM API's default), so a
+        template that writes BOS itself (Llama 2 and 3, Mistral, Gemma) would give two. Its BOS
+        text is dropped where the engine's ids are then exactly what apply_chat_template(tokenize=
+        True) makes; kept where they would differ (a SentencePiece tokenizer that marks only the
+        text's first word changes that word), which only sending token ids can fix."""
         if not self.bos_token or not rendered.startswith(self.bos_token):
             return rendered
         without = rendered[len(self.bos_token) :]

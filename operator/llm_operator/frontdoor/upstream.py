@@ -13,7 +13,9 @@ took within SPARE_IDLE_S is closed: Triton's stop waits, up to its whole exit ti
 open HTTP connection to close, so a pod that no longer gets requests must not hold one (it made
 every stop after OpenAI traffic last 30 s and end with "Exit timeout expired"). Responses of
 generate_stream are server-sent events, `data: {...}` per response, each with the model's outputs
-(`text_output`, and `finish_reason` where the llmapi model is asked for it) or an `error`.
+(the engine contract's `output_ids` and `sequence_length`; the llmapi model's `text_output`, and
+its `finish_reason` when asked for it) or an `error`. A tensor of one element is written as a
+number, a longer one as a flat list.
 """
 
 from __future__ import annotations
@@ -35,11 +37,13 @@ SPARE_IDLE_S = 2.0
 
 @dataclass(frozen=True)
 class Answer:
-    """One response of the model: its text output, and its finish reason when it sends one (the
-    llmapi model, asked with return_finish_reason; the ensembles have no such output)."""
+    """One response of the model: its text output (engine.py makes it from the ids on the engine
+    contract), its finish reason when there is one (the llmapi model's return_finish_reason), and
+    the engine contract's output ids."""
 
     text: str
     finish_reason: str | None = None
+    ids: tuple[int, ...] = ()
 
 
 class UpstreamError(Exception):
@@ -179,7 +183,22 @@ def _answer(response: dict[str, Any]) -> Answer:
     if "error" in response:
         raise UpstreamError(500, str(response["error"]))
     reason = _string(response.get("finish_reason"))
-    return Answer(_string(response.get("text_output", "")), reason or None)
+    return Answer(_string(response.get("text_output", "")), reason or None, _ids(response))
+
+
+def _ids(response: dict[str, Any]) -> tuple[int, ...]:
+    """Beam 0's output_ids, cut at its sequence_length (the rest of a beam is padding)."""
+    ids, length = _ints(response.get("output_ids")), _ints(response.get("sequence_length"))
+    return ids[: length[0]] if length else ids
+
+
+def _ints(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    values = value if isinstance(value, list) else [value]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise UpstreamError(502, "the model server sent token ids that are not integers")
+    return tuple(values)
 
 
 def _string(value: Any) -> str:

@@ -22,6 +22,7 @@ from llm_operator.runtime.cpu_reference import BUILTIN_MODELS
 from llm_operator.runtime.repository import configmap_key
 
 TRTLLM_MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble")
+CPU_ENGINE_MODELS = ("tensorrt_llm", "ensemble")
 # The LLM API's dtype names (tensorrt_llm.llmapi.LlmArgs.dtype) of the precisions the pytorch
 # backend serves (admission refuses the others).
 LLMAPI_DTYPE = {Precision.FP16: "float16", Precision.BF16: "bfloat16"}
@@ -283,11 +284,18 @@ def render_repository(
     if spec.engine.backend == Backend.CPU_REFERENCE and speaks_llmapi(spec):
         return cpu_llmapi_files(spec, python_path)
     if spec.engine.backend == Backend.CPU_REFERENCE:
+        # The engine contract: `tensorrt_llm` (token ids, the OpenAI front door's) and `ensemble`
+        # (text, for clients of /v2), one model.py, each its own decoder.
         values = cpu_values(spec, python_path)
         return {
-            "ensemble/config.pbtxt": env.get_template("cpu_reference/ensemble.pbtxt.j2").render(values),
-            "ensemble/1/model.py": CPU_MODEL_PY.read_text(encoding="utf-8"),
-        }
+            path: text
+            for model in CPU_ENGINE_MODELS
+            for path, text in (
+                (f"{model}/config.pbtxt",
+                 env.get_template(f"cpu_reference/{model}.pbtxt.j2").render(values, contract=model)),
+                (f"{model}/1/model.py", CPU_MODEL_PY.read_text(encoding="utf-8")),
+            )
+        }  # fmt: skip
     if spec.engine.backend == Backend.PYTORCH:
         # NVIDIA's model.py (as base_model.py) and helpers.py ship in the serving image: the
         # launcher adds them.

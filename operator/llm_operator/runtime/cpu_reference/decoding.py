@@ -1,7 +1,7 @@
 """What both Triton contracts of the CPU reference runtime share: a request's job, checked as
-TensorRT-LLM checks it, and the lockstep decoding of a batch of jobs. The ensemble (model.py,
-engine contract) and the LLM API model (llmapi.py and engine.py) differ only in how requests
-arrive and answers leave."""
+TensorRT-LLM checks it, and the lockstep decoding of a batch of jobs. The engine contract's models
+(model.py: `tensorrt_llm`, ids in and out, and the text `ensemble`) and the LLM API model
+(llmapi.py and engine.py) differ only in how requests arrive and answers leave."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ class Job:
     sampler: Sampler
     pieces: served.Pieces  # its output's text, token by token
     generated: str = ""
+    ids: list[int] = field(default_factory=list)  # generated
     tokens: int = 0  # generated
     done: bool = False
     answered: bool = False  # its first response is sent (time to first token observed)
@@ -82,14 +83,18 @@ class Sampling:
 
 
 def job(
-    lm: Decoder, codec: served.Codec, limits: Limits, request: Any, prompt: str, s: Sampling, *,
+    lm: Decoder, codec: served.Codec, limits: Limits, request: Any, prompt: str | list[int], s: Sampling, *,
     stream: bool, exclude_input: bool,
 ) -> Job | str:  # fmt: skip
-    """The request's job, or why it is refused (TensorRT-LLM refuses the same requests)."""
-    prompt_ids = codec.encode(prompt)
+    """The request's job, or why it is refused (TensorRT-LLM refuses the same requests). `prompt`:
+    text (encoded with the codec) or token ids (the engine contract's input_ids)."""
+    prompt_ids = codec.encode(prompt) if isinstance(prompt, str) else prompt
     tokens = len(prompt_ids)
     if not tokens:
-        return "text_input is empty"
+        return "text_input is empty" if isinstance(prompt, str) else "input_ids is empty"
+    vocab = lm.embed.shape[0]
+    if any(not 0 <= i < vocab for i in prompt_ids):  # as the executor's checkTokenIdRange
+        return f"input_ids must lie in [0, {vocab}), the model's vocabulary"
     if tokens > limits.max_input_len:
         return f"prompt has {tokens} tokens, more than max_input_len {limits.max_input_len}"
     if s.max_tokens < 1 or tokens + s.max_tokens > limits.max_seq_len:
@@ -103,7 +108,7 @@ def job(
     # runs to max_tokens or a stop word.
     return Job(
         request=request,
-        prompt=prompt,
+        prompt=prompt if isinstance(prompt, str) else "",
         prompt_ids=prompt_ids,
         max_tokens=s.max_tokens,
         stream=stream,
@@ -140,6 +145,7 @@ def steps(
             if not j.done:
                 piece = j.pieces(token)
                 j.generated += piece
+                j.ids.append(token)
                 j.tokens += 1
                 if logprobs:
                     j.logprob += float(logs[i, token])

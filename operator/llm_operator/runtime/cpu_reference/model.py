@@ -1,6 +1,14 @@
-"""Triton python-backend model "ensemble" of the CPU reference runtime: the TensorRT-LLM ensemble's
-external contract (text_input, max_tokens, stream, sampling inputs, end_id -> text_output) on the
-model served.py loads: LLMOP_MODEL_DIR's checkpoint, else the builtin model config.pbtxt names.
+"""Triton python-backend models of the CPU reference runtime on the engine contract, on the model
+served.py loads (LLMOP_MODEL_DIR's checkpoint, else the builtin model config.pbtxt names); the
+`contract` parameter of config.pbtxt says which of TensorRT-LLM's inflight_batcher_llm models it is:
+
+- `tensorrt_llm`: the engine's own contract, token ids in and out (input_ids, input_lengths,
+  request_output_len, end_id, streaming, the sampling inputs -> output_ids [batch, beam, length],
+  sequence_length [batch, beam]), as the OpenAI front door calls it on GPUs. Streaming, each
+  response holds the one new id, as the C++ backend's hold the ids since the previous response;
+  not streaming, all the generated ids (the prompt's first unless exclude_input_in_output).
+- `ensemble`: the ensemble's text contract (text_input, max_tokens, stream, sampling inputs,
+  stop_words -> text_output) for clients of /v2, encoded and decoded with the model's codec.
 
 A dynamic batch is decoded in lockstep; in decoupled mode a streaming request gets one response per
 token, the last one flagged final, and any request gets its final response as soon as it is done.
@@ -86,6 +94,23 @@ def _text(text: str) -> Any:
     return pb_utils.InferenceResponse(
         [pb_utils.Tensor("text_output", np.array([text.encode("utf-8")], dtype=np.object_))]
     )
+
+
+def _ids(ids: list[int]) -> Any:
+    return pb_utils.InferenceResponse(
+        [
+            pb_utils.Tensor("output_ids", np.array([[ids]], dtype=np.int32)),
+            pb_utils.Tensor("sequence_length", np.array([[len(ids)]], dtype=np.int32)),
+        ]
+    )
+
+
+# The inputs whose names differ between the two contracts (upstream's config.pbtxt files).
+NAMES = {
+    "ensemble": {"max_tokens": "max_tokens", "top_k": "top_k", "top_p": "top_p", "stream": "stream"},
+    "tensorrt_llm": {"max_tokens": "request_output_len", "top_k": "runtime_top_k", "top_p": "runtime_top_p",
+                     "stream": "streaming"},
+}  # fmt: skip
 
 
 def _error(message: str, code: Any = None) -> Any:
@@ -181,6 +206,8 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(str(e)) from None
         self.limits = Limits(int(params["max_input_len"]), int(params["max_seq_len"]))
         self.exclude_input = params["exclude_input_in_output"] == "true"
+        self.ids = params.get("contract") == "tensorrt_llm"  # token ids in and out
+        self.names = NAMES["tensorrt_llm" if self.ids else "ensemble"]
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         self.load = LoadGauges(args, int(config["max_batch_size"]), blocks(self.limits.max_seq_len))
         self.first_response = FirstResponse(pb_utils, args, buckets(params["ttft_buckets_ms"]))
@@ -198,17 +225,18 @@ class TritonPythonModel:
         return self._job(request)
 
     def _job(self, request: Any) -> Job | str:
-        """The request's job (decoding.job), read from the ensemble's inputs."""
-        stream = bool(_first(request, "stream", False))
+        """The request's job (decoding.job), read from its contract's inputs."""
+        names = self.names
+        stream = bool(_first(request, names["stream"], False))
         if stream and not self.decoupled:
-            return "stream=true needs a decoupled model (runtime.streaming: true)"
-        words = _optional(request, "stop_words")
+            return f"{names['stream']}=true needs a decoupled model (runtime.streaming: true)"
+        words = None if self.ids else _optional(request, "stop_words")
         end_id = self.lm.end_id
         sampling = Sampling(
-            max_tokens=int(_first(request, "max_tokens", 0)),
+            max_tokens=int(_first(request, names["max_tokens"], 0)),
             temperature=float(_first(request, "temperature", 1.0)),
-            top_k=int(_first(request, "top_k", 0)),
-            top_p=float(_first(request, "top_p", 0.0)),
+            top_k=int(_first(request, names["top_k"], 0)),
+            top_p=float(_first(request, names["top_p"], 0.0)),
             seed=int(_first(request, "seed", 0)),
             penalties=Penalties(
                 repetition=float(_first(request, "repetition_penalty", 1.0)),
@@ -220,7 +248,13 @@ class TritonPythonModel:
             ignore_end=int(_first(request, "end_id", end_id if end_id is not None else -1)) == -1,
             stop_words=tuple(w.decode("utf-8", "replace") for w in words) if words is not None else (),
         )
-        prompt = _first(request, "text_input", b"").decode("utf-8", "replace")
+        prompt: str | list[int]
+        if self.ids:
+            given = _optional(request, "input_ids")
+            prompt = [int(i) for i in given] if given is not None else []
+            prompt = prompt[: int(_first(request, "input_lengths", len(prompt)))]
+        else:
+            prompt = _first(request, "text_input", b"").decode("utf-8", "replace")
         exclude = bool(_first(request, "exclude_input_in_output", self.exclude_input))
         return job(
             self.lm, self.codec, self.limits, request, prompt, sampling, stream=stream, exclude_input=exclude
@@ -245,9 +279,15 @@ class TritonPythonModel:
         for job_, prompt in zip(jobs, prompts, strict=True):
             self.load.completed(len(prompt), job_.tokens)
 
-    @staticmethod
-    def _result(job: Job) -> Any:
+    def _result(self, job: Job) -> Any:
+        """A request's whole answer."""
+        if self.ids:
+            return _ids(job.ids if job.exclude_input else job.prompt_ids + job.ids)
         return _text(job.text())
+
+    def _step(self, job: Job, piece: str) -> Any:
+        """A streaming request's newest token: its id, or the text it completes."""
+        return _ids(job.ids[-1:]) if self.ids else _text(piece)
 
     def execute(self, requests: list[Any]) -> list[Any] | None:
         started = time.monotonic()
@@ -280,9 +320,10 @@ class TritonPythonModel:
                     _error("request cancelled", pb_utils.TritonError.CANCELLED), flags=final
                 )
             elif job.done and self.faults.latency_ms:
-                held.append((job, _text(piece) if job.stream else self._result(job)))
-            elif job.stream and (piece or job.done):  # (a token may complete no character yet)
-                send(job, _text(piece), final if job.done else 0)
+                held.append((job, self._step(job, piece) if job.stream else self._result(job)))
+            # Every id is sent; text only where a token completes a character.
+            elif job.stream and (self.ids or piece or job.done):
+                send(job, self._step(job, piece), final if job.done else 0)
             elif job.done:
                 send(job, self._result(job), final)
 
