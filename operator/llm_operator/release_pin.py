@@ -83,14 +83,14 @@ def check_multi_node_image(ld: LLMDeployment, plan: Plan, images: Images) -> Non
     of = images.multi_node_release
     if not per_release(images.multi_node_runtime) and of and of != images.trtllm_version:
         release = releases.for_trtllm(images.trtllm_version)
-        tag = f"NGC tag {release.ngc_tag}, " if release else ""
+        tag = f" of NGC tag {release.ngc_tag}" if release else ""
         raise PlanningError(
             "MultiNodeImageReleaseMismatch",
             f"this layout spans pods and runs TensorRT-LLM {images.trtllm_version} (annotation "
             f"{ANNOTATION}), but the chart value operator.multiNodeRuntimeImage, "
             f"{images.multi_node_runtime}, is one image, taken to be of the operator's release "
             f"(TensorRT-LLM {of}): set operator.multiNodeRuntimeImage to a name with {NGC_TAG}, such "
-            f"as <registry>/triton-trtllm-sshd:{NGC_TAG}, and build that image for each release "
-            f"({tag}images/README.md), or set runtime.image to an sshd image of TensorRT-LLM "
-            f"{images.trtllm_version}",
+            f"as <registry>/triton-trtllm-sshd:{NGC_TAG}, and build its image{tag} "
+            f"(images/README.md builds one per release), or set runtime.image to an sshd image of "
+            f"TensorRT-LLM {images.trtllm_version}",
         )

@@ -88,7 +88,7 @@ def test_one_image_is_refused_to_a_multi_node_deployment_of_another_release(
     message = refused.value.message
     assert f"runs TensorRT-LLM {NEW.trtllm}" in message and f"(TensorRT-LLM {DEFAULT.trtllm})" in message
     assert f"operator.multiNodeRuntimeImage, {PLAIN}," in message and "{ngcTag}" in message
-    assert f"NGC tag {NEW.ngc_tag}" in message and "runtime.image" in message
+    assert f"build its image of NGC tag {NEW.ngc_tag}" in message and "runtime.image" in message
     # The operator's own release keeps the image; other releases serve without it where no layout
     # spans pods, and runtime.image stays the user's to choose.
     assert serving_images(render(deployment(version=DEFAULT.trtllm), images)) == {PLAIN}
