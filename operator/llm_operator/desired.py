@@ -34,6 +34,7 @@ from llm_operator.plan.cpu import cpu_plan
 from llm_operator.plan.floor import plan_within_floor
 from llm_operator.plan.inventory import Inventory
 from llm_operator.plan.types import Plan, PlanningError, PoolPlan
+from llm_operator.release_pin import check_multi_node_image
 from llm_operator.render import names
 from llm_operator.render.autoscaling import DEFAULT_PROMETHEUS_URL
 from llm_operator.render.children import (
@@ -233,7 +234,7 @@ def desired(  # raises PlanningError for a spec the images cannot serve
     model is cached yet. `keep_any_source`: the applied NetworkPolicy admits clients from any
     source (render/network.py, upgrades)."""
     check_release(ld, images)
-    _check_multi_node_image(ld, plan, images)
+    check_multi_node_image(ld, plan, images)
     revision = revision or revision_of(ld.spec, images)
     model, location, fetch, model_record = _model(ld, images, models, fetch_max_bytes_per_second)
     jobs: list[dict[str, Any]] = [fetch] if fetch is not None else []
@@ -319,20 +320,6 @@ def index_value(seen: ModelObserved) -> str:
          "files": seen.files},
         sort_keys=True,
     )  # fmt: skip
-
-
-def _check_multi_node_image(ld: LLMDeployment, plan: Plan, images: Images) -> None:
-    """A layout spanning pods starts its workers' ranks through sshd, which NVIDIA's image lacks:
-    refuse before any pod starts rather than let the workers crash-loop."""
-    spans_pods = any(p.pods_per_replica > 1 for p in plan.pools)
-    custom = ld.spec.runtime.image or images.multi_node_runtime
-    if spans_pods and not custom and ld.spec.engine.backend != Backend.CPU_REFERENCE:
-        raise PlanningError(
-            "MultiNodeImageMissing",
-            "this layout spans pods, whose ranks start through sshd, which NVIDIA's image lacks: "
-            "set runtime.image to an image built from images/triton-trtllm-sshd.Dockerfile, or "
-            "the operator's multiNodeRuntimeImage (chart value operator.multiNodeRuntimeImage)",
-        )
 
 
 @dataclass(frozen=True)

@@ -95,13 +95,26 @@ def test_image_environment_is_part_of_the_contract(dockerfile: Path) -> None:
 
 def test_trtllm_images_are_the_default_release_of_the_version_table() -> None:
     """Engine cache keys contain the TensorRT-LLM version: the multi-node image is NVIDIA's image of
-    the default release, and the operator's defaults are that image and its TensorRT-LLM (builds
-    run NVIDIA's image of the engine's release, releases.py)."""
+    a release, built by default for the default one, and the operator's defaults are that image and
+    its TensorRT-LLM (builds run NVIDIA's image of the engine's release, releases.py)."""
     release = releases.DEFAULT
-    sshd = REPO / "images" / "triton-trtllm-sshd.Dockerfile"
-    assert dict(instructions(sshd))["FROM"] == release.image
-    assert f'io.llmoperator.tensorrt-llm-version="{release.trtllm}"' in sshd.read_text()
+    steps = instructions(REPO / "images" / "triton-trtllm-sshd.Dockerfile")
+    args = dict(rest.split("=", 1) for op, rest in steps if op == "ARG")
+    assert args == {"NGC_TAG": release.ngc_tag, "TRTLLM_VERSION": release.trtllm}
+    assert dict(steps)["FROM"] == release.image.replace(release.ngc_tag, "${NGC_TAG}")
+    assert dict(steps)["LABEL"] == 'io.llmoperator.tensorrt-llm-version="${TRTLLM_VERSION}"'
     assert (release.image, release.trtllm) == (DEFAULT_RUNTIME_IMAGE, DEFAULT_TRTLLM_VERSION)
+
+
+def test_the_readme_builds_the_multi_node_image_of_every_release() -> None:
+    """operator.multiNodeRuntimeImage names it per NGC tag: the build loop images/README.md gives
+    must pass each row's tag and TensorRT-LLM version, and tag the image with the NGC tag."""
+    readme = (REPO / "images" / "README.md").read_text()
+    (rows,) = re.findall(r"^for row in ([^;]+); do$", readme, re.MULTILINE)
+    assert rows.split() == [f"{r.ngc_tag}:{r.trtllm}" for r in releases.RELEASES]
+    assert "--build-arg NGC_TAG=$tag --build-arg TRTLLM_VERSION=$version" in readme
+    assert "-t $REGISTRY/triton-trtllm-sshd:$tag" in readme
+    assert "operator.multiNodeRuntimeImage=$REGISTRY/triton-trtllm-sshd:{ngcTag}" in readme
 
 
 def test_fetch_image_carries_the_examples_of_every_release() -> None:

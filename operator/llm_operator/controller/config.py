@@ -15,7 +15,9 @@ from llm_operator.images import (
     DEFAULT_FETCH_IMAGE,
     DEFAULT_OPERATOR_IMAGE,
     DEFAULT_PICKER_IMAGE,
+    MULTI_NODE_VARIABLE,
     Images,
+    check_multi_node_runtime,
 )
 from llm_operator.render.autoscaling import DEFAULT_PROMETHEUS_URL
 from llm_operator.render.network import DEFAULT_METRICS_PEERS, parse_peers
@@ -47,6 +49,9 @@ class OperatorConfig:
     def from_env(cls, namespaces: tuple[str, ...] = ()) -> OperatorConfig:
         env = os.environ.get
         prometheus_url = env("LLMOP_PROMETHEUS_URL", DEFAULT_PROMETHEUS_URL)
+        trtllm_version = env("LLMOP_TRTLLM_VERSION", DEFAULT_TRTLLM_VERSION)
+        multi_node_runtime = env(MULTI_NODE_VARIABLE, "")
+        check_multi_node_runtime(multi_node_runtime, trtllm_version)
         return cls(
             images=Images(
                 runtime=env("LLMOP_RUNTIME_IMAGE", DEFAULT_RUNTIME_IMAGE),
@@ -55,9 +60,11 @@ class OperatorConfig:
                 ),
                 # "": NVIDIA's image of the release (desired.py); set it to use a mirror.
                 engine_builder=env("LLMOP_ENGINE_BUILDER_IMAGE", ""),
-                trtllm_version=env("LLMOP_TRTLLM_VERSION", DEFAULT_TRTLLM_VERSION),
+                trtllm_version=trtllm_version,
                 operator=env("LLMOP_OPERATOR_IMAGE", DEFAULT_OPERATOR_IMAGE),
-                multi_node_runtime=env("LLMOP_MULTI_NODE_RUNTIME_IMAGE", ""),
+                multi_node_runtime=multi_node_runtime,
+                # One image without placeholders is taken to be of the operator's own release.
+                multi_node_release=trtllm_version,
                 fetch=env("LLMOP_FETCH_IMAGE", DEFAULT_FETCH_IMAGE),
                 picker=env("LLMOP_PICKER_IMAGE", DEFAULT_PICKER_IMAGE),
                 envoy=env("LLMOP_ENVOY_IMAGE", DEFAULT_ENVOY_IMAGE),

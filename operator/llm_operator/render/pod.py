@@ -48,13 +48,14 @@ STARTUP_PROBE_PERIOD_SECONDS = 2
 
 
 def serving_image(spec: LLMDeploymentSpec, pool: PoolPlan, images: Images) -> str:
-    """spec.runtime.image, else the operator's: NVIDIA's image of the default release, the same
-    plus sshd for a multi-node layout (NVIDIA's image has none), or the cpu-runtime image."""
+    """spec.runtime.image, else the operator's: NVIDIA's image of the deployment's release, the
+    same plus sshd of that release for a multi-node layout (NVIDIA's image has none), or the
+    cpu-runtime image."""
     if spec.runtime.image:
         return spec.runtime.image
     if spec.engine.backend == Backend.CPU_REFERENCE:
         return images.cpu_runtime
-    return images.multi_node_runtime if pool.pods_per_replica > 1 else images.runtime
+    return images.multi_node_image() if pool.pods_per_replica > 1 else images.runtime
 
 
 def memory_bytes(quantity: str) -> int:

@@ -19,8 +19,9 @@ from llm_operator.modelrepo import ttft_budget_ms
 # Fields that say how much, how to roll out or who may connect, not what serves: editing them is no
 # new revision.
 NOT_SERVING = frozenset({"replicas", "autoscaling", "rollout", "network_policy", "routing"})
-# The router's images (routing.mode inference-pool) run beside the serving pods, not in them.
-NOT_SERVING_IMAGES = frozenset({"picker", "envoy"})
+# Not what serving pods run: the router's images (routing.mode inference-pool) run beside them, and
+# multi_node_release only decides whether desired.py refuses a one-image multi-node name.
+NOT_SERVING_IMAGES = frozenset({"picker", "envoy", "multi_node_release"})
 __all__ = ["NOT_SERVING", "Slot", "revision_of"]
 
 
@@ -40,6 +41,9 @@ def revision_of(spec: LLMDeploymentSpec, images: Images) -> str:
     if budget is not None:
         serving["ttftBudgetMilliseconds"] = budget
     pods = {k: v for k, v in dataclasses.asdict(images).items() if k not in NOT_SERVING_IMAGES}
+    # The multi-node image as its pods run it: a name filled in per release hashes as the image it
+    # names, so writing the image a deployment runs as a template rolls nothing.
+    pods["multi_node_runtime"] = images.multi_node_image()
     canonical = json.dumps({"spec": serving, "images": pods}, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:10]
 
