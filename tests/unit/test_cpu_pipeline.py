@@ -12,6 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from llm_operator.api.v1alpha1 import LLMDeploymentSpec
+from llm_operator.plan.cpu import cpu_plan
+from llm_operator.plan.types import PlanningError
 from llm_operator.runtime.commands import rank_args, serve_command
 from llm_operator.runtime.config import ConfigError, PodConfig
 from llm_operator.runtime.cpu_reference import TINY_MODELS, pipeline
@@ -143,3 +146,18 @@ def test_a_cpu_group_other_than_one_stage_per_pod_on_the_llmapi_contract_is_refu
 ) -> None:
     with pytest.raises(ConfigError, match="one per pod, on the LLM API contract"):
         PodConfig.from_env({**CPU_GROUP, **change})
+
+
+def cpu_spec(pipeline: int) -> LLMDeploymentSpec:
+    return LLMDeploymentSpec.model_validate(
+        {"model": {"name": "tiny", "source": {"uri": "builtin://tiny-llama"}},
+         "engine": {"backend": "cpu-reference", "cpuReference": {"contract": "pytorch"}},
+         "parallelism": {"tensor": 1, "pipeline": pipeline}}
+    )  # fmt: skip
+
+
+def test_the_planner_gives_each_pipeline_stage_a_cpu_pod_of_the_group() -> None:
+    pool = cpu_plan(cpu_spec(2)).primary
+    assert (pool.pipeline, pool.pods_per_replica, pool.gpus_per_pod) == (2, 2, 0)
+    with pytest.raises(PlanningError, match=r"has 2 layers: parallelism\.pipeline must be at most 2"):
+        cpu_plan(cpu_spec(4))
