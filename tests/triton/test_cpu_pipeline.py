@@ -2,7 +2,7 @@
 shape (runtime/commands.py serve_command: `mpirun -n WORLD <the LLM API's launcher> tritonserver`):
 rank 0 serves the operator-rendered llmapi repository from a real tritonserver, rank 1 is the second
 pipeline stage (runtime/cpu_reference/launch.py), and the answers are the whole model's, token for
-token. The pods' version, over SSH between pods, is tests/e2e/test_cpu_multi_node.py's."""
+token. Between pods the same line adds SSH to the workers (commands.across_pods)."""
 
 from __future__ import annotations
 
