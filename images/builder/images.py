@@ -64,9 +64,14 @@ CPU_REFERENCE_ROOT = "opt/llm-operator/cpu-reference"
 # libopenblas0-serial: Debian's torch multiplies through libblas.so.3, which is otherwise the
 # reference BLAS (1.3 GFLOP/s on one core here, against 9 with OpenBLAS); serial, because each
 # Triton model instance is one thread (model.py).
+# openssh-server, openssh-client and openmpi-bin: the ranks of a group spanning pods (the
+# cpu-reference model split into pipeline stages, runtime/cpu_reference/pipeline.py) start as on
+# GPU pods: the leader's mpirun reaches each worker's unprivileged sshd (the GPU path's
+# images/triton-trtllm-sshd.Dockerfile adds OpenSSH to NVIDIA's image, which has Open MPI).
 CPU_RUNTIME_BASE = debian.Base(
-    ("python3", "libpython3.11", "python3-torch", "python3-numpy", "libopenblas0-serial")
-)
+    ("python3", "libpython3.11", "python3-torch", "python3-numpy", "libopenblas0-serial",
+     "openssh-server", "openssh-client", "openmpi-bin")
+)  # fmt: skip
 OPERATOR_BASE = debian.Base(("python3",))
 OPERATOR_LOCK = "requirements/image-operator.lock"
 # The fetch image as the test world runs it: the model cache's fetcher and its two libraries with
@@ -175,7 +180,10 @@ def _cpu_runtime_base(rootfs: Path) -> None:
         target = rootfs / packaged_dir(name).lstrip("/") / gguf_files.WEIGHTS_FILE
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(weights, target)
-    debian.add_nonroot_user(rootfs)
+    # The package's own host keys: sshd serves the group's (runtime/ssh.py), no image's.
+    for key in (rootfs / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()
+    debian.add_nonroot_user(rootfs, shell="/bin/sh")  # sshd runs the leader's orted through it
     debian.trim(rootfs)
 
 
@@ -188,7 +196,13 @@ def _cpu_runtime_assemble(rootfs: Path, work: Path) -> ImageConfig:
             shutil.copyfile(path, target)
     from llm_operator.contract import CPU_REFERENCE_TOKENIZER_DIR
     from llm_operator.runtime.cpu_reference import PACKAGED_MODELS, gguf_files, packaged_dir, tokenizer_files
+    from llm_operator.runtime.cpu_reference import launch as cpu_launch
 
+    # The LLM API's multi-node launcher of the CPU runtime (the image's LLMOP_LLMAPI_LAUNCH).
+    launch = rootfs / cpu_launch.SCRIPT.lstrip("/")
+    launch.parent.mkdir(parents=True, exist_ok=True)
+    launch.write_text(cpu_launch.script("python3", "/" + CPU_REFERENCE_ROOT))
+    launch.chmod(0o755)
     # As the Dockerfile does, with this interpreter's tokenizers (the version the image installs).
     tokenizer_files.write(rootfs / CPU_REFERENCE_TOKENIZER_DIR.lstrip("/"))
     for name in PACKAGED_MODELS:  # from the weights in the base layer

@@ -106,6 +106,8 @@ ENV: dict[str, str] = {
     "LLMOP_EXIT_TIMEOUT_SECONDS": str(EXIT_TIMEOUT_SECONDS),
     "LLMOP_DRAIN_TIMEOUT_SECONDS": str(DRAIN_TIMEOUT_SECONDS),
     "LLMOP_DRAIN_SETTLE_SECONDS": str(DRAIN_SETTLE_SECONDS),
+    # pytorch: a cpu-reference pod whose CPU runtime speaks the LLM API contract ("": the ensemble's).
+    "LLMOP_CONTRACT": "",
     "LLMOP_ROLE": "leader",
     "LLMOP_GROUP_INDEX": "0",
     "LLMOP_WORKER_HOST_PATTERN": "",
@@ -118,7 +120,8 @@ ENV: dict[str, str] = {
     "LLMOP_MPIRUN": "mpirun",
     "LLMOP_SSHD": "/usr/sbin/sshd",
     # Installed on PATH by the tensorrt_llm wheel (setup.py `scripts`); the pytorch backend's
-    # multi-node ranks run under it (runtime/commands.py).
+    # multi-node ranks run under it (runtime/commands.py). The cpu-runtime image sets its own
+    # (runtime/cpu_reference/launch.py).
     "LLMOP_LLMAPI_LAUNCH": "trtllm-llmapi-launch",
     "LLMOP_BACKEND_DIR": "",
     "LLMOP_TRTLLM_MODELS_DIR": "/app/all_models/inflight_batcher_llm",

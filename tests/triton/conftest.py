@@ -45,9 +45,14 @@ def expected(prompt: str, max_tokens: int, sampler: Sampler | None = None) -> st
 
 
 def serve(
-    workdir: Path, spec: LLMDeploymentSpec, env: dict[str, str] | None = None, pool: PoolPlan | None = None
+    workdir: Path,
+    spec: LLMDeploymentSpec,
+    env: dict[str, str] | None = None,
+    pool: PoolPlan | None = None,
+    launch: list[str] | None = None,
 ) -> Generator[TritonProcess, None, None]:
-    """pool: the plan's, when the spec's own cannot be planned here (a cached model's)."""
+    """pool: the plan's, when the spec's own cannot be planned here (a cached model's); launch:
+    what starts tritonserver (an mpirun line)."""
     # The stub must import torch, numpy and this checkout's llm_operator from the test environment.
     python_path = (str(REPO / "operator"), sysconfig.get_paths()["purelib"])
     pool = pool or cpu_plan(spec).primary
@@ -57,7 +62,7 @@ def serve(
     for key, text in to_configmap_data(files).items():
         (configmap / key).write_text(text)
     materialize(configmap, workdir / "repo")
-    server = TritonProcess(repo=workdir / "repo", workdir=workdir, env=env or {})
+    server = TritonProcess(repo=workdir / "repo", workdir=workdir, env=env or {}, launch=launch or [])
     try:
         server.start()
     except RuntimeError as e:

@@ -80,6 +80,7 @@ class TritonProcess:
     metrics_port: int = field(default_factory=free_port)
     exit_timeout_seconds: int = 5
     env: dict[str, str] = field(default_factory=dict)  # on top of this process's environment
+    launch: list[str] = field(default_factory=list)  # what starts the server (mpirun ...), if anything
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -88,6 +89,7 @@ class TritonProcess:
 
     def command(self, backends: Path) -> list[str]:
         return [
+            *self.launch,
             str(self.install.binary),
             f"--model-repository={self.repo}",
             f"--backend-directory={backends}",

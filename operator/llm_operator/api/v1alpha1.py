@@ -1840,8 +1840,11 @@ class LLMDeploymentSpec(Spec):
             ),
             cel(
                 "self.engine.backend != 'cpu-reference' || (self.parallelism.tensor == 1 "
-                "&& self.parallelism.pipeline == 1)",
-                "the cpu-reference backend runs on CPU: parallelism.tensor and .pipeline must be 1",
+                "&& (self.parallelism.pipeline == 1 || (has(self.engine.cpuReference) "
+                "&& self.engine.cpuReference.contract == 'pytorch')))",
+                "the cpu-reference backend runs on CPU: parallelism.tensor must be 1, and "
+                "parallelism.pipeline 1 unless engine.cpuReference.contract is pytorch (which splits "
+                "the model's layers into pipeline stages, one pod each)",
             ),
             cel(
                 f"self.engine.backend != 'cpu-reference' || self.model.source.uri in {BUILTIN_URIS} "

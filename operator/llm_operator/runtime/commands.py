@@ -1,6 +1,7 @@
 """What the launcher runs, built from its PodConfig (pure): one tritonserver per rank in
-TensorRT-LLM leader mode, one MPMD mpirun for a world of several ranks (the pytorch backend: one
-tritonserver, under trtllm-llmapi-launch when the world spans pods), sshd on workers.
+TensorRT-LLM leader mode, one MPMD mpirun for a world of several ranks (the pytorch backend, and the
+cpu-reference one split over pods: one tritonserver, under the LLM API's multi-node launcher when
+the world spans pods), sshd on workers.
 
 The rank layout is documented in docs/launcher-and-engines.md.
 """
@@ -99,7 +100,7 @@ def serve_command(c: PodConfig) -> list[str]:
     """What a leader (or single) pod runs: one tritonserver for a world of one, else ONE mpirun
     launching every rank, so all of them form a single MPI world of tp*pp."""
     mpirun = [c.mpirun, "--allow-run-as-root", "--bind-to", "none", "--map-by", "slot"]
-    if c.backend == "pytorch" and not c.multi_node:
+    if c.llmapi_shape and not c.multi_node:
         # One tritonserver, as upstream's launch_triton_server.py starts the llmapi model (mpirun
         # -n 1, TensorRT-LLM v1.1.0 triton_backend/scripts): the LLM API spawns its tp*pp workers
         # through MPI itself. Not bound: Open MPI would pin a world of one to a single core.
@@ -107,17 +108,18 @@ def serve_command(c: PodConfig) -> list[str]:
     if c.world_size == 1:
         return rank_args(c, 0)
     # Slots fill in host order: localhost takes ranks 0..g-1, worker k ranks k*g..(k+1)*g-1.
-    hosts = [f"localhost:{c.gpus_per_pod if c.multi_node else c.world_size}"]
+    hosts = [f"localhost:{c.ranks_per_pod if c.multi_node else c.world_size}"]
     if c.multi_node:
-        hosts += [f"{h}:{c.gpus_per_pod}" for h in worker_hosts(c)]
+        hosts += [f"{h}:{c.ranks_per_pod}" for h in worker_hosts(c)]
         mpirun += across_pods(c)
     command = [*mpirun, "--host", ",".join(hosts)]
-    if c.backend == "pytorch":
+    if c.llmapi_shape:
         # Upstream's multi-node llmapi launch (tensorrtllm_backend docs/llmapi.md: `srun ...
         # trtllm-llmapi-launch tritonserver`; Dynamo's operator: mpirun over SSH): every rank runs
         # the same line, and trtllm-llmapi-launch makes rank 0 the tritonserver (with the LLM API's
         # MPI session server beside it) and every other rank an MPI worker of that session
-        # (tensorrt_llm.llmapi.mgmn_worker_node). docs/launcher-and-engines.md.
+        # (tensorrt_llm.llmapi.mgmn_worker_node). docs/launcher-and-engines.md. The cpu-reference
+        # runtime's launcher does the same with its pipeline stages (cpu_reference/launch.py).
         return [*command, "-n", str(c.world_size), c.llmapi_launch, *rank_args(c, 0)]
     for rank in range(c.world_size):
         command += [*([":"] if rank else []), "-n", "1", *rank_args(c, rank)]

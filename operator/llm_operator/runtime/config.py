@@ -49,13 +49,14 @@ class PodConfig:
     tritonserver: str
     mpirun: str
     sshd: str
-    llmapi_launch: str  # TensorRT-LLM's multi-node launcher of the LLM API (the pytorch backend)
+    llmapi_launch: str  # the multi-node launcher of the LLM API (pytorch; cpu-reference's own)
     backend_dir: str
     trtllm_models_dir: str
     llmapi_models_dir: str
     termination_log: str
     # Leaders with served model names run the OpenAI front door beside Triton (frontdoor/).
     served_model_names: str = ""
+    contract: str = ""  # cpu-reference: "pytorch" when its runtime speaks the LLM API contract
     # The key of Triton's restricted admin APIs; never printed (repr) nor logged.
     admin_key: str = field(default="", repr=False)
 
@@ -105,6 +106,7 @@ class PodConfig:
             llmapi_models_dir=get("LLMOP_LLMAPI_MODELS_DIR"),
             termination_log=get("LLMOP_TERMINATION_LOG"),
             served_model_names=get("LLMOP_SERVED_MODEL_NAMES"),
+            contract=get("LLMOP_CONTRACT"),
             admin_key=get(ADMIN_KEY_ENV),
         )
         c.validate()
@@ -126,9 +128,17 @@ class PodConfig:
             raise ConfigError(f"{ADMIN_KEY_ENV} may hold only letters, digits, '-' and '_'")
         if self.role not in ROLES:
             raise ConfigError(f"LLMOP_ROLE={self.role!r}: expected leader or worker")
-        if self.backend == "cpu-reference":
-            if self.world_size != 1 or self.multi_node:
-                raise ConfigError("the cpu-reference backend runs one process: tp = pp = 1, one pod")
+        if self.backend == "cpu-reference" and not self.multi_node:
+            if self.world_size != 1:
+                raise ConfigError("the cpu-reference backend runs one process per pod: tp = pp = 1")
+        elif self.backend == "cpu-reference":
+            # One pipeline stage per pod (runtime/cpu_reference/pipeline.py), launched as the
+            # pytorch backend launches its ranks.
+            if self.contract != "pytorch" or self.tp != 1 or self.pp != self.pods_per_replica:
+                raise ConfigError(
+                    "a cpu-reference group spans pods by pipeline stages, one per pod, on the LLM API "
+                    "contract: LLMOP_TP=1, LLMOP_PP = LLMOP_PODS_PER_REPLICA, LLMOP_CONTRACT=pytorch"
+                )
         elif self.multi_node:
             # Pod k of a group hosts ranks k*gpus_per_pod .. (k+1)*gpus_per_pod-1.
             if self.world_size != self.gpus_per_pod * self.pods_per_replica:
@@ -143,12 +153,12 @@ class PodConfig:
                     f"LLMOP_TP={self.tp} > LLMOP_GPUS_PER_POD={self.gpus_per_pod}: the pytorch backend "
                     "spans pods by pipeline stages only, each tensor-parallel group inside one pod"
                 )
-            if self.role == "leader" and "{worker}" not in self.worker_host_pattern:
-                raise ConfigError(
-                    "a multi-node leader needs LLMOP_WORKER_HOST_PATTERN with a {worker} placeholder"
-                )
-        else:
-            if self.world_size > self.gpus_per_pod:
+        if self.multi_node and self.role == "leader" and "{worker}" not in self.worker_host_pattern:
+            raise ConfigError(
+                "a multi-node leader needs LLMOP_WORKER_HOST_PATTERN with a {worker} placeholder"
+            )
+        if not self.multi_node:
+            if self.backend != "cpu-reference" and self.world_size > self.gpus_per_pod:
                 raise ConfigError(f"tp*pp = {self.world_size} ranks need {self.world_size} GPUs in this pod, "
                                   f"LLMOP_GPUS_PER_POD is {self.gpus_per_pod}")  # fmt: skip
             if self.role == "worker":
@@ -159,6 +169,17 @@ class PodConfig:
         return self.tp * self.pp
 
     @property
+    def ranks_per_pod(self) -> int:
+        """MPI ranks on each pod of a group: one per GPU; a CPU pod runs one pipeline stage."""
+        return 1 if self.backend == "cpu-reference" else self.gpus_per_pod
+
+    @property
+    def llmapi_shape(self) -> bool:
+        """One tritonserver on rank 0, the LLM API's other ranks no Triton ranks: the pytorch
+        backend, and the cpu-reference one split over pods."""
+        return self.backend == "pytorch" or (self.backend == "cpu-reference" and self.multi_node)
+
+    @property
     def multi_node(self) -> bool:
         return self.pods_per_replica > 1
 
@@ -167,7 +188,7 @@ class PodConfig:
         """Ranks this pod runs. Workers need not know their position: the leader's mpirun places
         ranks k*gpus_per_pod .. (k+1)*gpus_per_pod-1 on worker k by host order, so a worker
         watches for any rank of the world."""
-        if self.backend == "pytorch":
+        if self.llmapi_shape:
             # One tritonserver on the leader; the LLM API's workers are no Triton ranks.
             return range(1) if self.role == "leader" else range(0)
         if not self.multi_node:

@@ -15,6 +15,9 @@ the same way on both: from the engine's iteration stats. Like upstream's model i
 - answers with `text_output` the WHOLE text so far in every streamed response, and
   `finish_reason` / `stop_reason` / `cumulative_logprob` when the request's flag asks
   (upstream's _create_response: str() of each);
+- spans the ranks of a multi-node group when launch.py started it as rank 0 of several: the model's
+  layers split into pipeline stages over them (pipeline.py), as upstream's LLM API spreads its
+  pipeline stages over the MPI world trtllm-llmapi-launch starts;
 - takes a request with the `stop` input true as the end of every request with its request id
   (upstream's handle_stop_request: each is aborted, the stop request answered with a CANCELLED
   error). An aborted request ends with finish_reason "cancelled", as upstream streams it; upstream
@@ -55,7 +58,7 @@ import torch  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 import yaml  # noqa: E402
 
-from llm_operator.runtime.cpu_reference import served  # noqa: E402
+from llm_operator.runtime.cpu_reference import pipeline, served  # noqa: E402
 from llm_operator.runtime.cpu_reference.decoding import Job, Limits, Sampling, job  # noqa: E402
 from llm_operator.runtime.cpu_reference.engine import CpuLLM, Generation, Output  # noqa: E402
 from llm_operator.runtime.cpu_reference.instruments import (  # noqa: E402
@@ -113,6 +116,11 @@ class TritonPythonModel:
             )
         except ValueError as e:
             raise pb_utils.TritonModelException(str(e)) from None
+        world = int(os.environ.get(pipeline.WORLD_ENV) or 1)
+        if world > 1:  # rank 0 of a group (launch.py): the other stages run on the other ranks
+            identity = {"model": params.get("model", ""), "weights_seed": int(params["weights_seed"]),
+                        "model_dir": os.environ.get("LLMOP_MODEL_DIR", "")}  # fmt: skip
+            self.lm = pipeline.lead(self.lm, world, identity, os.environ)
         self.limits = Limits(int(params["max_input_len"]), int(params["max_seq_len"]))
         self.first_response = FirstResponse(pb_utils, args, buckets(params["ttft_buckets_ms"]))
         self.faults = fault_knob(pb_utils)
@@ -150,6 +158,8 @@ class TritonPythonModel:
             self._llm_engine.shutdown()
             self._event_loop.call_soon_threadsafe(self._shutdown.set)
             self._event_thread.join()
+        if isinstance(self.lm, pipeline.LeaderDecoder):
+            self.lm.link.stop()
 
     def execute(self, requests: list[Any]) -> None:
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL

@@ -256,12 +256,16 @@ class TinyLM(Decoder):
 
 
 class Batch:
-    """Sequences decoded in lockstep: pick() a token for each, then advance() with them."""
+    """Sequences decoded in lockstep: pick() a token for each, then advance() with them.
 
-    def __init__(self, lm: Decoder, prompts: Sequence[Sequence[int]]) -> None:
+    `layers`: the decoder layers this process runs (all by default); a pipeline stage of a model
+    split over processes runs its own range (pipeline.py), keeping the KV cache of those only."""
+
+    def __init__(self, lm: Decoder, prompts: Sequence[Sequence[int]], layers: range | None = None) -> None:
         if not all(prompts):
             raise ValueError("every prompt needs at least one token")
         self.lm = lm
+        self.layers = range(len(lm.layers)) if layers is None else layers
         width = max(len(p) for p in prompts)
         pad = torch.tensor([width - len(p) for p in prompts])
         ids = torch.tensor([[0] * (width - len(p)) + list(p) for p in prompts])
@@ -269,10 +273,10 @@ class Batch:
         self.key_valid = torch.arange(width)[None, :] >= pad[:, None]  # [B, T]: False on padding
         c = lm.config
         self.k_cache = [
-            torch.zeros(len(prompts), c.kv_heads, 0, c.head_dim, dtype=lm.dtype) for _ in lm.layers
+            torch.zeros(len(prompts), c.kv_heads, 0, c.head_dim, dtype=lm.dtype) for _ in self.layers
         ]
         self.v_cache = [
-            torch.zeros(len(prompts), c.kv_heads, 0, c.head_dim, dtype=lm.dtype) for _ in lm.layers
+            torch.zeros(len(prompts), c.kv_heads, 0, c.head_dim, dtype=lm.dtype) for _ in self.layers
         ]
         positions = (torch.arange(width)[None, :] - pad[:, None]).clamp(min=0)
         self.logits = self._forward(ids, positions)
@@ -287,9 +291,18 @@ class Batch:
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Feed [B, S] tokens at [B, S] positions; return the next-token logits [B, vocab]."""
+        return self.head(self.run_layers(self.lm.embed[ids], positions))
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """The last position's hidden state [B, S, hidden] -> next-token logits [B, vocab]."""
+        return torch.matmul(_rms_norm(x[:, -1], self.lm.norm, self.lm.eps), self.lm.lm_head)
+
+    def run_layers(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """This batch's layers on hidden states x [B, S, hidden] at [B, S] positions (key_valid
+        already covers them), extending their KV caches."""
         lm = self.lm
-        c, (b, s) = lm.config, ids.shape
-        past = self.k_cache[0].shape[2]
+        c, (b, s, _) = lm.config, x.shape
+        past = self.key_valid.shape[1] - s
         angles = positions[..., None].to(lm.dtype) * lm.inv_freq  # [B, S, head_dim / 2]
         cos = torch.cat((angles.cos(), angles.cos()), dim=-1)[:, None]
         sin = torch.cat((angles.sin(), angles.sin()), dim=-1)[:, None]
@@ -298,8 +311,8 @@ class Batch:
         # Causal over valid keys; a padding query sees itself only, so no row is all -inf (NaN).
         allowed = (keys_at[None, :] <= query_at[:, None]) & self.key_valid[:, None, :]
         allowed |= keys_at[None, :] == query_at[:, None]
-        x = lm.embed[ids]
-        for i, layer in enumerate(lm.layers):
+        for i, index in enumerate(self.layers):
+            layer = lm.layers[index]
             h = _rms_norm(x, layer.attn_norm, lm.eps)
             q = _rotate((h @ layer.q).view(b, s, c.heads, c.head_dim).transpose(1, 2), cos, sin)
             k = _rotate((h @ layer.k).view(b, s, c.kv_heads, c.head_dim).transpose(1, 2), cos, sin)
@@ -314,4 +327,4 @@ class Batch:
             x = x + (probs @ values).transpose(1, 2).reshape(b, s, c.hidden) @ layer.o
             h = _rms_norm(x, layer.ffn_norm, lm.eps)
             x = x + (torch.nn.functional.silu(h @ layer.gate) * (h @ layer.up)) @ layer.down
-        return torch.matmul(_rms_norm(x[:, -1], lm.norm, lm.eps), lm.lm_head)
+        return x
