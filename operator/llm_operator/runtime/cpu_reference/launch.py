@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 # Where the cpu-runtime image installs script() (its LLMOP_LLMAPI_LAUNCH): mpirun starts a program.
 SCRIPT = "/usr/local/bin/llm-operator-cpu-llmapi-launch"
@@ -67,10 +68,21 @@ def run_stage(rank: int, environ: Mapping[str, str]) -> None:
     pipeline.serve_stage(lm, link)
 
 
+def install() -> None:
+    """Write script() to SCRIPT for the package this module is in (the cpu-runtime image's build)."""
+    with open(SCRIPT, "w") as out:
+        out.write(script("python3", str(Path(__file__).resolve().parents[3])))
+    os.chmod(SCRIPT, 0o755)
+
+
 def main(argv: Sequence[str]) -> int:
     if not argv:
-        print("usage: python -m llm_operator.runtime.cpu_reference.launch COMMAND [ARG...]", file=sys.stderr)
+        print("usage: python -m llm_operator.runtime.cpu_reference.launch COMMAND [ARG...] | --install",
+              file=sys.stderr)  # fmt: skip
         return 64
+    if list(argv) == ["--install"]:
+        install()
+        return 0
     rank = mpi_rank(os.environ)
     if rank == 0:
         os.execvpe(argv[0], list(argv), server_environment(os.environ))
