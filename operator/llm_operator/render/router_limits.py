@@ -39,8 +39,9 @@ class RouterLimits:
     requests: int
     # Client connections at once (overload manager): beyond it Envoy closes new ones unanswered.
     connections: int
-    # A request's headers must arrive within this (slow loris); Envoy's default is none. 10 s is
-    # Envoy's edge example's (best_practices/edge.rst).
+    # A request's headers must arrive within this (slow loris); Envoy's default is none, and its
+    # edge guide (best_practices/edge.rst) asks for one without a value: a client sends a few
+    # hundred bytes of headers in far less.
     headers_timeout_s: int = 10
     # The whole request must arrive within this (a body sent byte by byte), Envoy's edge example's
     # 300 s; it ends once the request is upstream or a response starts, so it never cuts generation.
