@@ -239,6 +239,7 @@ def test_connections_beyond_the_cap_are_closed_and_served_again_below_it(
                 answered += reply.startswith(b"HTTP/1.1 ")
                 refused += reply == b""
             assert cap <= answered <= cap + 1 and answered + refused == cap + 2, (answered, refused)
+            assert _answers(f"http://127.0.0.1:{ports['ready']}/ready"), "the kubelet's probe at the cap"
         finally:
             for connection in held:
                 connection.close()

@@ -185,10 +185,10 @@ def _ext_proc(picker_port: int) -> dict[str, Any]:
             "@type": f"{_TYPES}.filters.http.ext_proc.v3.ExternalProcessor",
             "grpc_service": {
                 "envoy_grpc": {"cluster_name": "picker", "authority": f"localhost:{picker_port}"},
-                # GIE v1.5.0's value (config/charts/standalone/values.yaml), as message_timeout's.
-                # Envoy opens the processing stream without a deadline (envoyproxy/envoy v1.40.0
-                # source/extensions/filters/http/ext_proc/client_impl.cc), so a long generation,
-                # whose response body streams through the picker, is not cut by it.
+                # GIE v1.5.0's value (config/charts/standalone/values.yaml), as message_timeout's,
+                # where response bodies stream through the picker too. Envoy opens the processing
+                # stream without a deadline (envoyproxy/envoy
+                # source/extensions/filters/http/ext_proc/client_impl.cc, read, not run past 10 s).
                 "timeout": "10s",
             },
             # The EPP answers only streamed body mutations (GIE v1.5.0 pkg/common/envoy/chunking.go),
