@@ -13,6 +13,7 @@ or ~/.cache/llm-operator/bin/envoy-1.40.0/envoy; absent, these tests skip and sa
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import http.server
 import os
@@ -35,6 +36,7 @@ import yaml
 from llm_operator.api.v1alpha1 import FailureMode, LLMDeployment
 from llm_operator.controller.secrets.picker_tls import picker_certificates
 from llm_operator.render.router_config import DESTINATION_HEADER, PICKER_CA_MOUNT, envoy_config, envoy_yaml
+from llm_operator.render.router_limits import RouterLimits, router_limits
 from llm_operator.render.routing import router_config
 
 
@@ -160,6 +162,8 @@ def _answers(url: str) -> bool:
         return False
 
 
+LIMITS = router_limits(_deployment(FailureMode.FAIL_OPEN).spec)
+
 # What a request gets while the picker's health check fails: the client Service (FailOpen), or
 # Envoy's own refusal, no request sent into the picker (FailClose).
 BYPASSED = {FailureMode.FAIL_OPEN: (200, "service"), FailureMode.FAIL_CLOSE: (503, "no healthy upstream")}
@@ -176,7 +180,7 @@ def _picker_tls(authority: str = "ours") -> Path:
 
 
 def _local_config(
-    mode: FailureMode, service_port: int, picker_ca: Path | None = None, **limits: int
+    mode: FailureMode, service_port: int, picker_ca: Path | None = None, limits: RouterLimits = LIMITS
 ) -> tuple[dict[str, Any], dict[str, int]]:
     ports = {p: _free_port() for p in ("listen", "ready", "picker", "health", "picking")}
     config = envoy_config(
@@ -190,7 +194,7 @@ def _local_config(
         picker_health_port=ports["health"],
         picking_port=ports["picking"],
         picker_ca=str(picker_ca or _picker_tls() / "ca.crt"),
-        **limits,
+        limits=limits,
     )
     return config, ports
 
@@ -214,10 +218,12 @@ def test_connections_beyond_the_cap_are_closed_and_served_again_below_it(
 ) -> None:
     """Envoy's downstream connection cap (the overload manager's global monitor): kept-alive
     connections are answered up to it, connections beyond it are closed unanswered; once they close,
-    requests are served again. (The ready check's own connection may still count for a moment: the
-    answered ones are at most the cap, not exactly it.)"""
+    requests are served again. The kubelet's probes do not count (the ready listener is outside the
+    cap). Just after Envoy starts, one connection more may get in (seen with 1.40 in about a third of
+    runs): the cap is exact up to one."""
     cap = 3
-    config, ports = _local_config(FailureMode.FAIL_OPEN, upstreams["service"], max_connections=cap)
+    limits = dataclasses.replace(LIMITS, connections=cap)
+    config, ports = _local_config(FailureMode.FAIL_OPEN, upstreams["service"], limits=limits)
     url = f"http://127.0.0.1:{ports['listen']}/v1/completions"
     with _running_envoy(config, ports["ready"], tmp_path):
         held, answered, refused = [], 0, 0
@@ -232,7 +238,8 @@ def test_connections_beyond_the_cap_are_closed_and_served_again_below_it(
                     reply = b""
                 answered += reply.startswith(b"HTTP/1.1 ")
                 refused += reply == b""
-            assert answered <= cap and refused >= 2, (answered, refused)
+            assert cap <= answered <= cap + 1 and answered + refused == cap + 2, (answered, refused)
+            assert _answers(f"http://127.0.0.1:{ports['ready']}/ready"), "the kubelet's probe at the cap"
         finally:
             for connection in held:
                 connection.close()

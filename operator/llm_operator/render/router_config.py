@@ -16,6 +16,7 @@ import yaml
 
 from llm_operator.api.v1alpha1 import FailureMode
 from llm_operator.contract import OPENAI_PORT
+from llm_operator.render.router_limits import HTTP2_MAX_CONCURRENT_STREAMS, RouterLimits
 
 PICKER_GRPC_PORT = 9002  # ext_proc (EPP --grpc-port default, GIE v1.5.0 pkg/epp/server/options.go)
 PICKER_HEALTH_PORT = 9003  # gRPC health (--grpc-health-port)
@@ -29,17 +30,6 @@ PICKING_PORT = 18080  # Envoy's second listener, on 127.0.0.1, where the picker 
 # Set by the EPP on the request it picked an endpoint for (GIE v1.5.0
 # docs/proposals/004-endpoint-picker-protocol): `podIP:targetPort`.
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
-# Client-facing limits of the router's Envoy (docs/routing.md, "The router's limits"): at most
-# MAX_CONNECTIONS downstream connections (Envoy has none by default, and warns so), each request's
-# headers within HEADERS_TIMEOUT, a kept-alive connection closed after IDLE_TIMEOUT without a
-# request. A response may stay silent for STREAM_IDLE_TIMEOUT: an unstreamed answer sends nothing
-# until generation ends, so Envoy's default of 5 minutes would cut a long one. The clusters' circuit
-# breakers are raised to the connection cap, so Envoy's default of 1,024 requests per cluster does
-# not cap concurrent streams first.
-MAX_CONNECTIONS = 10_000
-HEADERS_TIMEOUT = "10s"
-IDLE_TIMEOUT = "300s"
-STREAM_IDLE_TIMEOUT = "3600s"
 # The triton-tensorrt-llm engine profile of the EPP's core metrics extractor (GIE v1.5.0
 # pkg/epp/framework/plugins/datalayer/extractor/metrics/factories.go): queue
 # nv_trt_llm_request_metrics{request_type=waiting}, running {request_type=scheduled}, KV use
@@ -122,7 +112,7 @@ def _ready_listener(bind: str, port: int) -> dict[str, Any]:
 
 
 def _listener(
-    name: str, bind: str, port: int, routes: list[dict[str, Any]], filters: list[Any]
+    name: str, bind: str, port: int, routes: list[dict[str, Any]], filters: list[Any], limits: RouterLimits
 ) -> dict[str, Any]:
     manager = {
         "@type": _HCM,
@@ -131,11 +121,19 @@ def _listener(
         "http_filters": [*filters, _ROUTER],
         "normalize_path": True,
         "merge_slashes": True,
-        "request_headers_timeout": HEADERS_TIMEOUT,
-        "stream_idle_timeout": STREAM_IDLE_TIMEOUT,
+        "request_headers_timeout": f"{limits.headers_timeout_s}s",
+        "request_timeout": f"{limits.request_timeout_s}s",
+        "max_request_headers_kb": limits.max_headers_kb,
         "common_http_protocol_options": {
             "headers_with_underscores_action": "REJECT_REQUEST",
-            "idle_timeout": IDLE_TIMEOUT,
+            "idle_timeout": f"{limits.idle_timeout_s}s",
+            "max_headers_count": limits.max_headers_count,
+        },
+        # Envoy's edge values, as GIE v1.5.0's standalone Envoy sets them (router_limits.py).
+        "http2_protocol_options": {
+            "max_concurrent_streams": HTTP2_MAX_CONCURRENT_STREAMS,
+            "initial_stream_window_size": 65536,
+            "initial_connection_window_size": 1048576,
         },
     }
     chain = {"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}]}
@@ -145,6 +143,14 @@ def _listener(
         "per_connection_buffer_limit_bytes": 32768,
         "filter_chains": [chain],
     }
+
+
+def _route(cluster: str, limits: RouterLimits) -> dict[str, Any]:
+    """LLM responses stream for as long as generation takes, and an unstreamed one is silent until
+    it ends: neither the overall deadline (Envoy's default 15 s) nor the silence allowed (5 min)
+    may cut them (router_limits.py)."""
+    silent = f"{limits.silent_timeout_s}s"
+    return {"cluster": cluster, "timeout": silent, "idle_timeout": silent}
 
 
 # A client must not choose the pod (or any address) by sending the picker's header itself: removed
@@ -179,6 +185,10 @@ def _ext_proc(picker_port: int) -> dict[str, Any]:
             "@type": f"{_TYPES}.filters.http.ext_proc.v3.ExternalProcessor",
             "grpc_service": {
                 "envoy_grpc": {"cluster_name": "picker", "authority": f"localhost:{picker_port}"},
+                # GIE v1.5.0's value (config/charts/standalone/values.yaml), as message_timeout's,
+                # where response bodies stream through the picker too. Envoy opens the processing
+                # stream without a deadline (envoyproxy/envoy
+                # source/extensions/filters/http/ext_proc/client_impl.cc, read, not run past 10 s).
                 "timeout": "10s",
             },
             # The EPP answers only streamed body mutations (GIE v1.5.0 pkg/common/envoy/chunking.go),
@@ -195,6 +205,8 @@ def _ext_proc(picker_port: int) -> dict[str, Any]:
                 "request_trailer_mode": "SEND",
                 "response_trailer_mode": "SEND",
             },
+            # How long one message may wait for the picker's answer (Envoy's default: 200 ms); the
+            # picker answers at once unless its flow control (off here) holds the request back.
             "message_timeout": "1000s",
         },
     }
@@ -204,6 +216,7 @@ def envoy_config(
     failure_mode: FailureMode,
     service_host: str,
     *,
+    limits: RouterLimits,
     service_port: int = OPENAI_PORT,
     bind: str = "0.0.0.0",
     listen_port: int = OPENAI_PORT,
@@ -211,7 +224,6 @@ def envoy_config(
     picker_port: int = PICKER_GRPC_PORT,
     picker_health_port: int = PICKER_HEALTH_PORT,
     picking_port: int = PICKING_PORT,
-    max_connections: int = MAX_CONNECTIONS,
     picker_ca: str = f"{PICKER_CA_MOUNT}/ca.crt",
 ) -> dict[str, Any]:
     """Envoy's bootstrap. The OpenAI listener forwards each request to the picking listener
@@ -223,11 +235,9 @@ def envoy_config(
     Service (`service_host`, which spreads them over the ready leaders as routing.mode service
     does): an aggregate cluster takes the first of the two with a healthy host. The addresses are
     parameters so a test runs the same configuration on 127.0.0.1 ports."""
-    picked = {
+    picked: dict[str, Any] = {
         "match": {"prefix": "/", "headers": [{"name": DESTINATION_HEADER, "present_match": True}]},
-        # LLM responses stream for as long as generation takes: no overall deadline; a stream
-        # silent for longer than the idle timeout (5 min by default) is ended.
-        "route": {"cluster": "picked", "timeout": "0s"},
+        "route": _route("picked", limits),
     }
     unpicked = {
         "match": {"prefix": "/"},
@@ -326,23 +336,29 @@ def envoy_config(
                 },
             },
         ]
-    forward = [{"match": {"prefix": "/"}, "route": {"cluster": to, "timeout": "0s"}}]
+    forward = [{"match": {"prefix": "/"}, "route": _route(to, limits)}]
     listeners = [
         _ready_listener(bind, ready_port),
-        _listener("openai", bind, listen_port, forward, [_STRIP_DESTINATION]),
-        _listener("picking", "127.0.0.1", picking_port, picking, [_ext_proc(picker_port)]),
+        _listener("openai", bind, listen_port, forward, [_STRIP_DESTINATION], limits),
+        _listener("picking", "127.0.0.1", picking_port, picking, [_ext_proc(picker_port)], limits),
     ]
+    # Only client connections count against the cap: the kubelet's probes and Envoy's own
+    # connections to the picking listener are always accepted.
+    for listener in (listeners[0], listeners[2]):
+        listener["ignore_global_conn_limit"] = True
+    # Every request passes through each cluster on its way: none may overflow before the pool is
+    # full (Envoy's default of 1,024 would: circuit_breaker.proto).
     for cluster in clusters:
         cluster["circuit_breakers"] = {"thresholds": [{
-            "max_connections": max_connections, "max_pending_requests": max_connections,
-            "max_requests": max_connections,
+            "max_connections": limits.requests, "max_pending_requests": limits.requests,
+            "max_requests": limits.requests,
         }]}  # fmt: skip
     overload = {
         "resource_monitors": [{
             "name": "envoy.resource_monitors.global_downstream_max_connections",
             "typed_config": {
                 "@type": f"{_TYPES}.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig",
-                "max_active_downstream_connections": max_connections,
+                "max_active_downstream_connections": limits.connections,
             },
         }]
     }  # fmt: skip

@@ -31,6 +31,7 @@ from llm_operator.render.router_config import (
     envoy_yaml,
     epp_config,
 )
+from llm_operator.render.router_limits import router_limits
 
 POOL_GROUP = "inference.networking.k8s.io"
 POOL_API_VERSION = f"{POOL_GROUP}/v1"
@@ -105,7 +106,9 @@ def router_config(ld: LLMDeployment) -> dict[str, Any]:
         "metadata": _meta(ld),
         "data": {
             "epp.yaml": epp_config(),
-            "envoy.yaml": envoy_yaml(envoy_config(ld.spec.routing.failure_mode, service)),
+            "envoy.yaml": envoy_yaml(
+                envoy_config(ld.spec.routing.failure_mode, service, limits=router_limits(ld.spec))
+            ),
         },
     }
 
