@@ -13,7 +13,7 @@ from llm_operator import releases
 # The chart sets LLMOP_OPERATOR_IMAGE to the image it runs the operator with.
 DEFAULT_OPERATOR_IMAGE = "ghcr.io/llm-operator/llm-operator/operator:0.1.0"
 DEFAULT_FETCH_IMAGE = "ghcr.io/llm-operator/llm-operator/fetch:0.1.0"
-# routing.mode inference-pool's router (render/routing.py): the Gateway API Inference Extension's
+# routing.mode inference-pool's router (render/router/objects.py): the Gateway API Inference Extension's
 # endpoint picker, v1.5.0 (its last release with the EPP), and Envoy, as published.
 DEFAULT_PICKER_IMAGE = "registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0"
 DEFAULT_ENVOY_IMAGE = "docker.io/envoyproxy/envoy:distroless-v1.40.0"

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from llm_operator.render.router_config import PICKER_GRPC_PORT
+from llm_operator.render.router.envoy import PICKER_GRPC_PORT
 
 from e2e.cluster import Cluster, istio
 from e2e.cluster.components import run_build_tools

@@ -1,4 +1,4 @@
-"""The router's Envoy configuration (render/router_config.py) run by the real Envoy 1.40.
+"""The router's Envoy configuration (render/router/envoy.py) run by the real Envoy 1.40.
 
 `envoy --mode validate` accepts what the ConfigMap carries, in both failure modes; and Envoy
 started with the same builder on 127.0.0.1 ports, with no endpoint picker listening, behaves as
@@ -35,9 +35,9 @@ import pytest
 import yaml
 from llm_operator.api.v1alpha1 import FailureMode, LLMDeployment
 from llm_operator.controller.secrets.picker_tls import picker_certificates
-from llm_operator.render.router_config import DESTINATION_HEADER, PICKER_CA_MOUNT, envoy_config, envoy_yaml
-from llm_operator.render.router_limits import RouterLimits, router_limits
-from llm_operator.render.routing import router_config
+from llm_operator.render.router.envoy import DESTINATION_HEADER, PICKER_CA_MOUNT, envoy_config, envoy_yaml
+from llm_operator.render.router.limits import RouterLimits, router_limits
+from llm_operator.render.router.objects import router_config
 
 
 def _envoy() -> Path | None:
@@ -72,7 +72,7 @@ def _deployment(mode: FailureMode) -> LLMDeployment:
 def test_rendered_config_validates(mode: FailureMode, tmp_path: Path) -> None:
     config = tmp_path / "envoy.yaml"
     rendered = router_config(_deployment(mode))["data"]["envoy.yaml"]
-    # The router pod mounts the picker's authority there (render/routing.py); Envoy reads it.
+    # The router pod mounts the picker's authority there (render/router/objects.py); Envoy reads it.
     config.write_text(rendered.replace(f"{PICKER_CA_MOUNT}/ca.crt", str(_picker_tls() / "ca.crt")))
     run = subprocess.run(
         [str(ENVOY), "--mode", "validate", "-c", str(config), "--disable-hot-restart", "-l", "warn"],

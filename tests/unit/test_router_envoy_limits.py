@@ -1,4 +1,4 @@
-"""The router's limits and timeouts (render/router_limits.py) as the real Envoy 1.40 applies them:
+"""The router's limits and timeouts (render/router/limits.py) as the real Envoy 1.40 applies them:
 what a client gets at each (docs/routing.md, "The router's limits"), with the limits shrunk so a
 test reaches them. Runs the rendered configuration on 127.0.0.1 in FailOpen with no picker, so
 requests go to a stand-in for the client Service (test_router_envoy.py has the setting up).
@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 import yaml
 from llm_operator.api.v1alpha1 import FailureMode, LLMDeployment
-from llm_operator.render.router_config import PICKER_CA_MOUNT
-from llm_operator.render.router_limits import RouterLimits, router_limits
-from llm_operator.render.routing import router_config
+from llm_operator.render.router.envoy import PICKER_CA_MOUNT
+from llm_operator.render.router.limits import RouterLimits, router_limits
+from llm_operator.render.router.objects import router_config
 
 from tests.unit.test_router_envoy import (
     ENVOY,

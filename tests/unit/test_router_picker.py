@@ -1,4 +1,4 @@
-"""The picker's configuration (render/router_config.py epp_config) loaded by the real endpoint
+"""The picker's configuration (render/router/envoy.py epp_config) loaded by the real endpoint
 picker of gateway-api-inference-extension v1.5.0, as the router's epp container runs it.
 
 The EPP reads its configuration after connecting to no API yet: pointed at an API server that
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from llm_operator.api.v1alpha1 import FailureMode
 from llm_operator.controller.config import OperatorConfig
-from llm_operator.render.routing import router_config, router_deployment
+from llm_operator.render.router.objects import router_config, router_deployment
 
 from tests.unit.test_router_envoy import _deployment
 

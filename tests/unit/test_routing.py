@@ -18,7 +18,7 @@ from llm_operator.api.v1alpha1 import LLMDeployment, LLMDeploymentSpec
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.desired import desired, plan_for
 from llm_operator.engine.state import BuildFact, BuildObserved
-from llm_operator.render import routing
+from llm_operator.render.router import objects as routing
 from llm_operator.rollout.revision import Slot, revision_of
 from pydantic import ValidationError
 

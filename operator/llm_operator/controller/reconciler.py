@@ -64,7 +64,7 @@ from llm_operator.release_pin import deployment_images
 from llm_operator.render import names
 from llm_operator.render.children import serving_selector
 from llm_operator.render.network import opened_to_any_source
-from llm_operator.render.routing import openai_endpoint
+from llm_operator.render.router.objects import openai_endpoint
 from llm_operator.render.services import endpoints
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,9 @@ from llm_operator.api.v1alpha1 import API_VERSION, KIND, Backend, LLMDeployment,
 from llm_operator.images import Images
 from llm_operator.modelrepo import render_repository, to_configmap_data
 from llm_operator.plan.types import Plan, PoolPlan
-from llm_operator.render import autoscaling, names, network, policy, routing, services
+from llm_operator.render import autoscaling, names, network, policy, services
 from llm_operator.render.pod import template_hash
+from llm_operator.render.router import objects as routing
 from llm_operator.render.serving import workloads
 from llm_operator.rollout.revision import Slot
 from llm_operator.storage import EngineLocation, ModelLocation, tokenizer_dir, tokenizer_location

@@ -120,7 +120,7 @@ def engine_job(deployment: str, pool: PoolPlan, cache_key: str) -> str:
 
 def router(deployment: str) -> str:
     """routing.mode inference-pool: the router's Deployment, Service, ConfigMap, ServiceAccount,
-    Role and RoleBinding (render/routing.py); also the picker the InferencePool names."""
+    Role and RoleBinding (render/router/objects.py); also the picker the InferencePool names."""
     return _fit(f"{deployment}-router")
 
 

@@ -33,8 +33,8 @@ from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import DNS_LABEL, LabelSelector, LLMDeployment, NetworkPolicySpec, TritonPorts
 from llm_operator.contract import GRPC_PORT, HTTP_PORT, METRICS_PORT, OPENAI_PORT
 from llm_operator.render import names
-from llm_operator.render.router_config import PICKER_GRPC_PORT, PICKER_METRICS_PORT
-from llm_operator.render.routing import router_pod_labels
+from llm_operator.render.router.envoy import PICKER_GRPC_PORT, PICKER_METRICS_PORT
+from llm_operator.render.router.objects import router_pod_labels
 
 NAMESPACE_NAME = "kubernetes.io/metadata.name"  # set by the API server on every namespace
 KEPT_ANY_SOURCE = "llmoperator.io/clients-from-any-source"

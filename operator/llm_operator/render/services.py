@@ -57,7 +57,7 @@ def headless_service(deployment: str, namespace: str) -> dict[str, Any]:
 def endpoints(deployment: str, namespace: str, openai: str | None = None) -> dict[str, str]:
     """status.endpoints: in-cluster addresses of the client Service, which every routing and rollout
     mode keeps (a gateway-api canary's HTTPRoute splits /v2 and /v1 alike; docs/serving-api.md).
-    `openai`: the router's URL in routing.mode inference-pool (render/routing.py), which only the
+    `openai`: the router's URL in routing.mode inference-pool (render/router/objects.py), which only the
     OpenAI API goes through."""
     host = f"{names.client_service(deployment)}.{namespace}.svc"
     return {

@@ -66,7 +66,7 @@ CHILD_KINDS: dict[str, Any] = {
     "ControllerRevision": ControllerRevision,  # revision snapshots (canary rollouts)
     "HTTPRoute": HTTPRoute,  # Gateway API's; watched only when its CRD is installed
     "NetworkPolicy": NetworkPolicy,
-    # routing.mode inference-pool: the router (render/routing.py) and its pool.
+    # routing.mode inference-pool: the router (render/router/objects.py) and its pool.
     "Deployment": Deployment,
     "ServiceAccount": ServiceAccount,
     "Role": Role,

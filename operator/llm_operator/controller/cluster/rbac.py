@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from llm_operator.api import v1alpha1 as api
-from llm_operator.render.routing import ROUTER_RULES
+from llm_operator.render.router.objects import ROUTER_RULES
 
 
 class Permission(NamedTuple):
@@ -47,7 +47,7 @@ def kopf_permissions(*, all_namespaces: bool) -> frozenset[Permission]:
 
 
 def granted_permissions() -> frozenset[Permission]:
-    """What the operator puts in the Roles it creates (the router's, render/routing.py): the API
+    """What the operator puts in the Roles it creates (the router's, render/router/objects.py): the API
     server refuses a Role granting more than its creator holds (RBAC escalation prevention), so
     the chart grants the operator these too."""
     return frozenset(

@@ -26,7 +26,7 @@ from llm_operator.controller.cluster.kube import KubeApi
 from llm_operator.controller.secrets.owned_secret import OwnedSecret, secret_of
 from llm_operator.plan.types import PlanningError
 from llm_operator.render import names
-from llm_operator.render.router_config import PICKER_SERVER_NAME
+from llm_operator.render.router.envoy import PICKER_SERVER_NAME
 
 REASON = "PickerTlsSecretNotOwned"
 VALID_DAYS = 3650  # replaced by deleting the Secret (docs/routing.md), not by expiry

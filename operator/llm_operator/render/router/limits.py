@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from llm_operator.api.v1alpha1 import Backend, LLMDeploymentSpec
 from llm_operator.profiles import PROFILES
 
-# Both slots' leaders are in the pool while a rollout runs (render/routing.py leader_selector),
+# Both slots' leaders are in the pool while a rollout runs (render/router/objects.py leader_selector),
 # each up to the replica ceiling.
 LIVE_REVISIONS = 2
 # Client connections per request the pool holds: one carrying it (HTTP/1.1 has one request per
@@ -32,7 +32,7 @@ HTTP2_MAX_CONCURRENT_STREAMS = 100
 
 @dataclass(frozen=True)
 class RouterLimits:
-    """What envoy_config writes (render/router_config.py); tests shrink them to reach them."""
+    """What envoy_config writes (render/router/envoy.py); tests shrink them to reach them."""
 
     # Circuit breakers of every cluster (connections, pending and active requests): the requests
     # the pool can hold at once, so Envoy's 1,024 never caps streams below what the engines take.

@@ -3,7 +3,7 @@
 The router is the standalone pattern kubernetes-sigs/gateway-api-inference-extension v1.5.0
 documents (config/charts/standalone): one Deployment `<name>-router` running the endpoint picker
 (EPP) and Envoy side by side; Envoy asks the EPP over ext_proc which leader to send each OpenAI
-request to (render/router_config.py). A cluster whose gateway implements InferencePool (Istio,
+request to (render/router/envoy.py). A cluster whose gateway implements InferencePool (Istio,
 agentgateway, NGINX Gateway Fabric) can route to the pool with an HTTPRoute instead; the EPP is the
 same (the pool's endpointPickerRef names the router Service's port 9002). docs/routing.md.
 
@@ -21,7 +21,7 @@ from llm_operator.contract import METRICS_PORT, OPENAI_PORT
 from llm_operator.images import Images
 from llm_operator.render import names
 from llm_operator.render.pod import SECRET_FILE_MODE, template_hash
-from llm_operator.render.router_config import (
+from llm_operator.render.router.envoy import (
     ENVOY_READY_PORT,
     PICKER_CA_MOUNT,
     PICKER_GRPC_PORT,
@@ -31,7 +31,7 @@ from llm_operator.render.router_config import (
     envoy_yaml,
     epp_config,
 )
-from llm_operator.render.router_limits import router_limits
+from llm_operator.render.router.limits import router_limits
 
 POOL_GROUP = "inference.networking.k8s.io"
 POOL_API_VERSION = f"{POOL_GROUP}/v1"

@@ -1,5 +1,5 @@
 """The router's two configuration files (routing.mode inference-pool): the endpoint picker's
-EndpointPickerConfig and Envoy's bootstrap. Pure text builders; render/routing.py puts them in the
+EndpointPickerConfig and Envoy's bootstrap. Pure text builders; render/router/objects.py puts them in the
 router's ConfigMap.
 
 The shape follows the standalone pattern of kubernetes-sigs/gateway-api-inference-extension v1.5.0
@@ -16,7 +16,7 @@ import yaml
 
 from llm_operator.api.v1alpha1 import FailureMode
 from llm_operator.contract import OPENAI_PORT
-from llm_operator.render.router_limits import HTTP2_MAX_CONCURRENT_STREAMS, RouterLimits
+from llm_operator.render.router.limits import HTTP2_MAX_CONCURRENT_STREAMS, RouterLimits
 
 PICKER_GRPC_PORT = 9002  # ext_proc (EPP --grpc-port default, GIE v1.5.0 pkg/epp/server/options.go)
 PICKER_HEALTH_PORT = 9003  # gRPC health (--grpc-health-port)
@@ -52,7 +52,7 @@ def epp_config() -> str:
     """EndpointPickerConfig: queue, KV-cache and prefix-cache scorers (upstream's default profile and
     weights, 2/2/3 in v1.5.0 config/charts/epplib/templates/_config.yaml) over the metrics the
     leaders' Triton exports. The metrics port (8002, not the pool's
-    target port 8080) is a flag of the EPP in v1.5.0 (render/routing.py)."""
+    target port 8080) is a flag of the EPP in v1.5.0 (render/router/objects.py)."""
     config = {
         "apiVersion": "inference.networking.x-k8s.io/v1alpha1",
         "kind": "EndpointPickerConfig",
