@@ -180,13 +180,25 @@ def inputs(**values: Any) -> list[Any]:
     return out
 
 
-def test_a_stop_request_ends_the_requests_with_its_id(llmapi_server: TritonProcess) -> None:
+# Each step of the long request below: its 200 tokens take 5 s or more, so the stop lands while it
+# runs however busy the machine is (unslowed, the tiny model made them in ~0.4 s, at times before
+# the stop's round trip did). The test ends as soon as the stop lands.
+STOP_STEP_MS = 25
+
+
+@pytest.fixture(scope="module")
+def slow_llmapi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonProcess]:
+    env = {"LLMOP_FAULT_STEP_MS": str(STOP_STEP_MS)}
+    yield from serve(tmp_path_factory.mktemp("triton-llmapi-slow"), llmapi_spec(), env)
+
+
+def test_a_stop_request_ends_the_requests_with_its_id(slow_llmapi: TritonProcess) -> None:
     """Upstream's `stop` input: the named request ends early with finish_reason "cancelled", the
     stop request itself is answered CANCELLED; without an id there is nothing to stop."""
     answers: queue.Queue[Any] = queue.Queue()
     stopper: queue.Queue[Any] = queue.Queue()
-    long_client = grpcclient.InferenceServerClient(f"127.0.0.1:{llmapi_server.grpc_port}")
-    stop_client = grpcclient.InferenceServerClient(f"127.0.0.1:{llmapi_server.grpc_port}")
+    long_client = grpcclient.InferenceServerClient(f"127.0.0.1:{slow_llmapi.grpc_port}")
+    stop_client = grpcclient.InferenceServerClient(f"127.0.0.1:{slow_llmapi.grpc_port}")
     long_client.start_stream(callback=lambda result, error: answers.put(error or result))
     stop_client.start_stream(callback=lambda result, error: stopper.put(error or result))
     try:
