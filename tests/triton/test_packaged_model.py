@@ -1,12 +1,15 @@
 """The packaged SmolLM2-135M-Instruct on a real pod's processes (Triton's python backend and the
-front door, as tests/triton/test_frontdoor.py runs them), asked through the official openai SDK: it
-answers in words, ends on its own end token, streams the same text it answers whole, and takes the
-benchmark clients' ignore_eos and min_tokens for real."""
+front door, as tests/triton/test_frontdoor.py runs them), asked through the official openai SDK: on
+either contract it answers in words, ends on its own end token and streams the same text it answers
+whole; on the engine contract it takes the benchmark clients' ignore_eos and min_tokens for real
+(the pytorch contract refuses them, as upstream's llmapi model has no input for them:
+docs/serving-api.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import openai
@@ -24,26 +27,44 @@ QUESTION: list[ChatCompletionMessageParam] = [{"role": "user", "content": "What 
 MAX_TOKENS = 16  # the answer ends on its end token after 8; ignore_eos runs on to 16
 
 
-def spec() -> LLMDeploymentSpec:
+# The default contract (the llmapi model) and the engine contract (token ids, the ensemble beside).
+CONTRACTS = ("pytorch", "tensorrt-engine")
+
+
+def spec(contract: str) -> LLMDeploymentSpec:
     return LLMDeploymentSpec.model_validate(
         {
             "model": {"name": "smollm2", "source": {"uri": f"builtin://{NAME}"}},
             "engine": {"backend": "cpu-reference", "maxBatchSize": 4, "maxInputLen": 256, "maxSeqLen": 512,
-                       "maxNumTokens": 512},
+                       "maxNumTokens": 512, "cpuReference": {"contract": contract}},
             "runtime": {"streaming": True},
         }
     )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
+def clients(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], openai.OpenAI]]:
+    """contract -> a client of a pod on it, started on first use, each once per module."""
     cache = Path(os.environ.get("LLMOP_CACHE", "~/.cache/llm-operator")).expanduser() / "models"
     model_dir = tmp_path_factory.mktemp("smollm2")
     gguf_files.write(NAME, model_dir, cache)
+    started: dict[str, openai.OpenAI] = {}
     try:
-        with leader_pod(tmp_path_factory.mktemp("pod"), spec(), ("smollm2",), model_dir) as pod:
-            yield openai.OpenAI(base_url=pod.base_url, api_key="unused", timeout=120, max_retries=0)
-    except RuntimeError as e:
+        with contextlib.ExitStack() as pods:
+
+            def get(contract: str) -> openai.OpenAI:
+                if contract not in started:
+                    work = tmp_path_factory.mktemp(f"pod-{contract}")
+                    try:
+                        pod = pods.enter_context(leader_pod(work, spec(contract), ("smollm2",), model_dir))
+                    except RuntimeError as e:  # it did not become ready
+                        pytest.fail(str(e))
+                    started[contract] = openai.OpenAI(base_url=pod.base_url, api_key="unused", timeout=120,
+                                                      max_retries=0)  # fmt: skip
+                return started[contract]
+
+            yield get
+    except RuntimeError as e:  # a pod did not stop cleanly
         pytest.fail(str(e))
 
 
@@ -54,13 +75,20 @@ def ask(client: openai.OpenAI, **extra: object) -> tuple[str, str | None]:
     return done.choices[0].message.content or "", done.choices[0].finish_reason
 
 
-def test_it_answers_in_words_and_stops_on_its_end_token(client: openai.OpenAI) -> None:
-    text, finish = ask(client)
+@pytest.mark.parametrize("contract", CONTRACTS)
+def test_it_answers_in_words_and_stops_on_its_end_token(
+    clients: Callable[[str], openai.OpenAI], contract: str
+) -> None:
+    text, finish = ask(clients(contract))
     assert "Paris" in text
     assert finish == "stop"
 
 
-def test_the_streamed_answer_is_the_whole_answer(client: openai.OpenAI) -> None:
+@pytest.mark.parametrize("contract", CONTRACTS)
+def test_the_streamed_answer_is_the_whole_answer(
+    clients: Callable[[str], openai.OpenAI], contract: str
+) -> None:
+    client = clients(contract)
     stream = client.chat.completions.create(
         model="smollm2", messages=QUESTION, max_tokens=MAX_TOKENS, temperature=0, stream=True
     )
@@ -69,7 +97,9 @@ def test_the_streamed_answer_is_the_whole_answer(client: openai.OpenAI) -> None:
     assert all("\ufffd" not in p for p in parts)
 
 
-def test_ignore_eos_and_min_tokens_run_past_the_natural_end(client: openai.OpenAI) -> None:
+def test_ignore_eos_and_min_tokens_run_past_the_natural_end(clients: Callable[[str], openai.OpenAI]) -> None:
+    """On the engine contract: end_id -1 and min_tokens (docs/serving-api.md)."""
+    client = clients("tensorrt-engine")
     natural, _ = ask(client)
     for knob in ({"ignore_eos": True}, {"min_tokens": MAX_TOKENS}):
         longer, _ = ask(client, **knob)
