@@ -17,8 +17,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from llm_operator import contract, inject
-from llm_operator.modelrepo import CPU_RUNTIME_PYTHON_PATH
+import yaml
+from llm_operator import cli, contract, inject
+from llm_operator.api.v1alpha1 import LLMDeploymentSpec
+from llm_operator.modelrepo import CPU_RUNTIME_PYTHON_PATH, weights_seed
 from llm_operator.render.inject import INJECT_PATH
 
 from images.builder.images import build
@@ -74,18 +76,34 @@ def test_pause_runs_as_the_sandbox_and_exits_0_on_sigterm(image: Callable[[str],
         assert process.wait(timeout=10) == 0
 
 
-def test_operator_runs_its_cli_with_the_templates(image: Callable[[str], Rootfs]) -> None:
+def tree(root: Path) -> dict[str, str]:
+    """Relative path -> text of every file under root."""
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_operator_runs_its_cli_with_the_templates(image: Callable[[str], Rootfs], tmp_path: Path) -> None:
     operator = image("operator")
     assert operator.config["Entrypoint"] == ["llm-operator"]
     assert operator.config["Cmd"] == ["run", "--all-namespaces"]
     helped = operator.run(operator.command("run", "--help"))
     assert helped.returncode == 0, helped.stdout
     assert "--all-namespaces" in helped.stdout
-    # The templates ship inside the package: rendering a model repository works in-image.
-    shutil.copy(REPO / "examples/cpu-reference.yaml", operator.path / "tmp/app.yaml")
-    rendered = operator.run(operator.command("model-repo", "-f", "/tmp/app.yaml", "-o", "/tmp/repo"))
-    assert rendered.returncode == 0, rendered.stdout
-    assert (operator.path / "tmp/repo/ensemble/config.pbtxt").is_file()
+    # The templates and model files ship inside the package: the image renders the example's model
+    # repository on each contract of the CPU runtime as this checkout does.
+    example = yaml.safe_load((REPO / "examples/cpu-reference.yaml").read_text())
+    repos = {}
+    for name in ("pytorch", "tensorrt-engine"):
+        example["spec"]["engine"]["cpuReference"] = {"contract": name}
+        app = tmp_path / f"{name}.yaml"
+        app.write_text(yaml.safe_dump(example))
+        shutil.copy(app, operator.path / "tmp/app.yaml")
+        rendered = operator.run(operator.command("model-repo", "-f", "/tmp/app.yaml", "-o", f"/tmp/{name}"))
+        assert rendered.returncode == 0, rendered.stdout
+        assert cli.main(["model-repo", "-f", str(app), "-o", str(tmp_path / name)]) == 0
+        repos[name] = tree(operator.path / "tmp" / name)
+        assert repos[name] == tree(tmp_path / name)
+    assert "tensorrt_llm/1/model.yaml" in repos["pytorch"]  # the llmapi model
+    assert "ensemble/config.pbtxt" in repos["tensorrt-engine"]
 
 
 def test_fetch_image_runs_the_fetcher_with_its_two_libraries_only(image: Callable[[str], Rootfs]) -> None:
@@ -195,8 +213,6 @@ def test_cpu_runtime_has_the_front_doors_tokenizer_and_chat_templates(image: Cal
 def model_repo_src(image: Callable[[str], Rootfs], tmp_path: Path) -> Iterator[str]:
     """The cpu-reference repository as the pod gets it: ConfigMap keys (`/` written as `__`) in a
     directory inside the image's rootfs."""
-    from llm_operator import cli
-
     rendered = tmp_path / "rendered"
     assert cli.main(["model-repo", "-f", str(REPO / "examples/cpu-reference.yaml"), "-o", str(rendered)]) == 0
     runtime = image("cpu-runtime")
@@ -207,6 +223,18 @@ def model_repo_src(image: Callable[[str], Rootfs], tmp_path: Path) -> Iterator[s
             shutil.copy(path, src / str(path.relative_to(rendered)).replace("/", "__"))
     yield "/etc/llm-operator/model-repo"
     shutil.rmtree(src)
+
+
+def tiny_llama_answer(prompt: str, max_tokens: int) -> str:
+    """What the example's model answers, greedily: the same model run in this process."""
+    from llm_operator.runtime.cpu_reference import TINY_MODELS
+    from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM
+
+    spec = LLMDeploymentSpec.model_validate(
+        yaml.safe_load((REPO / "examples/cpu-reference.yaml").read_text())["spec"]
+    )
+    lm = TinyLM(TINY_MODELS["tiny-llama"], weights_seed(spec.model.revision or "main"))
+    return "".join(lm.generate(prompt, max_tokens))
 
 
 def test_cpu_runtime_launcher_serves_the_cpu_reference_model(
@@ -239,12 +267,16 @@ def test_cpu_runtime_launcher_serves_the_cpu_reference_model(
                 except OSError:
                     time.sleep(1)
             assert ready, f"not ready (exit {process.poll()}):\n{log.read_text()[-4000:]}"
-            request = json.dumps({"text_input": "hello", "max_tokens": 4}).encode()
+            # The example's default contract: the llmapi model, upstream's inputs, greedy by default.
+            request = json.dumps({"text_input": "hello", "sampling_param_max_tokens": 4,
+                                  "sampling_param_exclude_input_from_output": True}).encode()  # fmt: skip
             with urllib.request.urlopen(
-                urllib.request.Request(f"http://127.0.0.1:{http}/v2/models/ensemble/generate", data=request),
+                urllib.request.Request(
+                    f"http://127.0.0.1:{http}/v2/models/tensorrt_llm/generate", data=request
+                ),
                 timeout=30,
             ) as r:
-                assert json.loads(r.read())["text_output"]
+                assert json.loads(r.read())["text_output"] == tiny_llama_answer("hello", 4)
             # SIGTERM (what the kubelet sends) stops the launcher and its server cleanly.
             os.kill(pid_one(process.pid), signal.SIGTERM)
             assert process.wait(timeout=60) == 0, log.read_text()[-4000:]
