@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from llm_operator.runtime.cpu_reference import served
+from llm_operator.runtime.cpu_reference.codec import Codec, Pieces
 from llm_operator.runtime.cpu_reference.tiny_lm import Batch, Decoder, Penalties, Sampler
 
 # TensorRT-LLM's paged KV cache hands out blocks of this many tokens (trtllm-build's default).
@@ -34,7 +34,7 @@ class Job:
     exclude_input: bool
     stop_words: list[str]
     sampler: Sampler
-    pieces: served.Pieces  # its output's text, token by token
+    pieces: Pieces  # its output's text, token by token
     generated: str = ""
     ids: list[int] = field(default_factory=list)  # generated
     tokens: int = 0  # generated
@@ -83,7 +83,7 @@ class Sampling:
 
 
 def job(
-    lm: Decoder, codec: served.Codec, limits: Limits, request: Any, prompt: str | list[int], s: Sampling, *,
+    lm: Decoder, codec: Codec, limits: Limits, request: Any, prompt: str | list[int], s: Sampling, *,
     stream: bool, exclude_input: bool,
 ) -> Job | str:  # fmt: skip
     """The request's job, or why it is refused (TensorRT-LLM refuses the same requests). `prompt`:

@@ -12,10 +12,7 @@ import time
 from typing import Any
 
 from llm_operator.runtime.cpu_reference.decoding import Job
-from llm_operator.runtime.cpu_reference.faults import ERROR_PERCENT, Faults
-
-# How a failure the fault knob injects begins: the server's own failure (INTERNAL), not a refusal.
-INJECTED = "injected fault"
+from llm_operator.runtime.cpu_reference.faults import ERROR_PERCENT, INJECTED, Faults
 
 
 class FirstResponse:

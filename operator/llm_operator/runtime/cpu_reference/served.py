@@ -1,4 +1,5 @@
-"""What a cpu-reference repository serves: its Decoder and the codec between its text and its ids.
+"""What a cpu-reference repository serves: its Decoder and the codec between its text and its ids
+(codec.py).
 
 - LLMOP_MODEL_DIR set: the cached checkpoint the operator mounted: checkpoint.py's format (a tiny
   model with the byte tokenizer), or a directory laid out as a packaged model's (gguf_files.write:
@@ -9,45 +10,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from llm_operator.runtime.cpu_reference import (
     PACKAGED_MODELS,
     TINY_MODELS,
     checkpoint,
+    codec,
     gguf_files,
     packaged_dir,
 )
-from llm_operator.runtime.cpu_reference.tiny_lm import Decoder, TinyLM, encode
-
-Pieces = Callable[[int], str]  # each generated id -> the text it completes (maybe "")
-
-
-@dataclass(frozen=True)
-class Codec:
-    encode: Callable[[str], list[int]]
-    pieces: Callable[[], Pieces]  # a new incremental decoder, one per request
-
-
-BYTES = Codec(encode=encode, pieces=lambda: chr)  # TinyLM generates printable ASCII only
-
-
-def tokenizer_codec(directory: Path) -> Codec:
-    """The model's tokenizer.json: the prompt (chat template already rendered) encoded as written,
-    special tokens matched, none added; output decoded incrementally, so a character split across
-    tokens is sent once whole and special tokens (the end token) add no text."""
-    from tokenizers import Tokenizer
-    from tokenizers.decoders import DecodeStream
-
-    tok = Tokenizer.from_file(str(directory / "tokenizer.json"))
-
-    def pieces() -> Pieces:
-        stream = DecodeStream(skip_special_tokens=True)
-        return lambda token: stream.step(tok, token) or ""
-
-    return Codec(encode=lambda text: tok.encode(text, add_special_tokens=False).ids, pieces=pieces)
+from llm_operator.runtime.cpu_reference.codec import Codec
+from llm_operator.runtime.cpu_reference.tiny_lm import Decoder, TinyLM
 
 
 def load(builtin: str, weights_seed: int, model_dir: str) -> tuple[Decoder, Codec]:
@@ -55,13 +29,13 @@ def load(builtin: str, weights_seed: int, model_dir: str) -> tuple[Decoder, Code
     if model_dir:
         if (Path(model_dir) / gguf_files.WEIGHTS_FILE).is_file():
             return packaged(Path(model_dir))
-        return checkpoint.load(model_dir), BYTES
+        return checkpoint.load(model_dir), codec.BYTES
     if not builtin:  # the operator renders no builtin name for a cached source
         raise ValueError(
             "LLMOP_MODEL_DIR is not set: this repository serves a cached model, whose directory goes there"
         )
     if builtin in TINY_MODELS:
-        return TinyLM(TINY_MODELS[builtin], seed=weights_seed), BYTES
+        return TinyLM(TINY_MODELS[builtin], seed=weights_seed), codec.BYTES
     if builtin in PACKAGED_MODELS:
         return packaged(Path(packaged_dir(builtin)))
     raise ValueError(f"unknown builtin model {builtin!r}")
@@ -70,4 +44,4 @@ def load(builtin: str, weights_seed: int, model_dir: str) -> tuple[Decoder, Code
 def packaged(directory: Path) -> tuple[Decoder, Codec]:
     from llm_operator.runtime.cpu_reference.gguf_lm import GgufLM  # torch and gguf: only here
 
-    return GgufLM(directory / gguf_files.WEIGHTS_FILE), tokenizer_codec(directory)
+    return GgufLM(directory / gguf_files.WEIGHTS_FILE), codec.tokenizer_codec(directory)
