@@ -14,6 +14,7 @@ import time
 import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -348,3 +349,35 @@ def test_a_bad_request_gets_a_400_and_its_batch_mates_their_answers(
 def test_pending_metric_has_the_labels_the_adapter_rules_select(batch_server: TritonProcess) -> None:
     with urllib.request.urlopen(f"http://127.0.0.1:{batch_server.metrics_port}/metrics", timeout=5) as r:
         assert 'nv_inference_pending_request_count{model="tensorrt_llm",version="1"}' in r.read().decode()
+
+
+def stub_maps(server: TritonProcess) -> dict[str, str]:
+    """Model name -> the memory map (/proc/PID/maps) of its python stub process (one per instance:
+    the first found), for this server's repository."""
+    out: dict[str, str] = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+            model_py = Path(args[1].decode()) if len(args) > 1 and args[0].endswith(b"_stub") else None
+            if model_py is not None and model_py.is_relative_to(server.repo):
+                out.setdefault(model_py.relative_to(server.repo).parts[0], (proc / "maps").read_text())
+        except (OSError, IndexError):
+            continue  # a process that ended, or not ours to read
+    return out
+
+
+def test_only_tensorrt_llm_loads_the_model_and_exports_its_signals(streaming_server: TritonProcess) -> None:
+    """One decoder per pod, as on GPUs: the ensemble's process loads the tokenizer and never torch
+    (no weights), and the load gauges, TTFT histogram and token counts exist for tensorrt_llm only,
+    so whatever reads them (the endpoint picker matches no model label) reads the decoder's."""
+    maps = stub_maps(streaming_server)
+    assert set(maps) == {MODEL, ENGINE}
+    assert "libtorch" in maps[ENGINE] and "libtorch" not in maps[MODEL]
+    stream(streaming_server, text_input="Hello", max_tokens=2)
+    with urllib.request.urlopen(f"http://127.0.0.1:{streaming_server.metrics_port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    signals = ("nv_trt_llm_", "nv_llm_", "nv_inference_first_response_histogram_ms")
+    lines = [line for line in text.splitlines() if line.startswith(signals)]
+    assert [line for line in lines if f'model="{MODEL}"' in line] == []
+    for family in signals:
+        assert [line for line in lines if line.startswith(family) and f'model="{ENGINE}"' in line], family
