@@ -51,7 +51,7 @@ ACTION_ANNOTATION = f"{GROUP}/rollout-action"
 
 # (url, analysis, namespace, deployment, revision) -> one window of every bounded metric
 # (Prometheus URL, analysis, namespace, deployment, revision, the model clients call)
-Measure = Callable[[str, CanaryAnalysis, str, str, str, str], Awaitable[list[Measurement]]]
+Measure = Callable[[str, CanaryAnalysis, str, str, str], Awaitable[list[Measurement]]]
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """What both Triton contracts of the CPU reference runtime share: a request's job, checked as
-TensorRT-LLM checks it, and the lockstep decoding of a batch of jobs. The engine contract's models
-(model.py: `tensorrt_llm`, ids in and out, and the text `ensemble`) and the LLM API model
+TensorRT-LLM checks it, and the lockstep decoding of a batch of jobs. The engine contract's decoder
+(model.py: `tensorrt_llm`, ids in and out, which the text `ensemble` calls) and the LLM API model
 (llmapi.py and engine.py) differ only in how requests arrive and answers leave."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What both Triton models of the CPU reference runtime add to serving, whichever GPU contract they
-speak (the ensemble, model.py; the LLM API model, llmapi.py), so that every test of the runtime
-holds on either: Triton's time-to-first-response histogram, and the TEST-ONLY fault knob
+speak (the engine contract's tensorrt_llm, model.py; the LLM API model, llmapi.py), so that every
+test of the runtime holds on either: Triton's time-to-first-response histogram, and the TEST-ONLY fault knob
 (faults.py). The callers pass triton_python_backend_utils, which only Triton's python stub imports.
 """
 
