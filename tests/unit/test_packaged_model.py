@@ -14,8 +14,7 @@ import pytest
 import torch
 from llm_operator.frontdoor.chat import render_chat
 from llm_operator.frontdoor.tokenizer import Tokenizer
-from llm_operator.runtime.cpu_reference import codec as codecs
-from llm_operator.runtime.cpu_reference import gguf_files
+from llm_operator.runtime.cpu_reference import gguf_files, served
 from llm_operator.runtime.cpu_reference.gguf_lm import _unpermute
 
 NAME = "smollm2-135m-instruct"
@@ -49,7 +48,7 @@ def test_the_front_door_renders_smollm2s_own_chat_template(model_dir: Path) -> N
 
 
 def test_streamed_pieces_are_whole_characters_that_join_to_the_text(model_dir: Path) -> None:
-    codec = codecs.tokenizer_codec(model_dir)
+    codec = served.tokenizer_codec(model_dir)
     written = "A llama 🦙 in 日本 says «olá»."
     ids = codec.encode(written)
     pieces = codec.pieces()

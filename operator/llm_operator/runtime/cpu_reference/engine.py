@@ -19,9 +19,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from llm_operator.runtime.cpu_reference.decoding import TOKENS_PER_BLOCK, Job, blocks, steps
+from llm_operator.runtime.cpu_reference.decoding import TOKENS_PER_BLOCK, Job, blocks, delay, steps
 from llm_operator.runtime.cpu_reference.faults import Faults
-from llm_operator.runtime.cpu_reference.instruments import delay
 from llm_operator.runtime.cpu_reference.tiny_lm import Batch, Decoder
 
 # TensorRT-LLM keeps the stats of this many iterations for a reader (iter_stats_max_iterations).

@@ -6,7 +6,7 @@ time-to-first-response histogram and the fault knob. On GPUs the ensemble is pre
 tensorrt_llm -> postprocessing; here one model does both ends through Triton's BLS, as upstream's
 own `tensorrt_llm_bls` does (NVIDIA/TensorRT-LLM triton_backend/all_models/inflight_batcher_llm/
 tensorrt_llm_bls/1/model.py, stored copy 0ef1f21e): it encodes the prompt with the model's codec
-(codec.py: the tokenizer only, no weights), calls `tensorrt_llm` with upstream's input names, and
+(served.codec: the tokenizer only, no weights), calls `tensorrt_llm` with upstream's input names, and
 decodes each request's ids with one incremental decoder.
 
 Why BLS and not a Triton ensemble (platform "ensemble") of preprocessing / postprocessing models:
@@ -52,7 +52,7 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
-from llm_operator.runtime.cpu_reference import codec  # noqa: E402
+from llm_operator.runtime.cpu_reference import served  # noqa: E402
 from llm_operator.runtime.cpu_reference.faults import INJECTED  # noqa: E402
 
 ENGINE = "tensorrt_llm"
@@ -107,7 +107,7 @@ class Text:
     """One request's generated text as its ids arrive: decoded incrementally, cut after a stop
     word."""
 
-    def __init__(self, pieces: codec.Pieces, stop_words: list[str]) -> None:
+    def __init__(self, pieces: served.Pieces, stop_words: list[str]) -> None:
         self.pieces, self.stop_words = pieces, stop_words
         self.generated = ""
         self.stopped = False
@@ -136,7 +136,7 @@ class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config["parameters"].items()}
-        self.codec = codec.load(params.get("model", ""), os.environ.get("LLMOP_MODEL_DIR", ""))
+        self.codec = served.codec(params.get("model", ""), os.environ.get("LLMOP_MODEL_DIR", ""))
         self.exclude_input = params["exclude_input_in_output"] == "true"
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         self.pool = ThreadPoolExecutor(int(config["max_batch_size"]), thread_name_prefix="ensemble")

@@ -24,7 +24,7 @@ the same way on both: from the engine's iteration stats. Like upstream's model i
   sends an unstreamed one nothing, here it gets that final response too, so it never hangs.
 
 What the engine contract's tensorrt_llm (model.py) has beyond its contract, this model has too
-(instruments.py), so every test of the runtime holds on either contract: Triton's
+(decoding.py), so every test of the runtime holds on either contract: Triton's
 time-to-first-response histogram from the `ttft_buckets_ms` parameter, and the TEST-ONLY fault
 knob (faults.py): injected failures counted by Triton (execute raises for them), the LATENCY delay
 before a request's final response, the TTFT and STEP delays in the engine's steps (engine.py).
@@ -59,14 +59,17 @@ import triton_python_backend_utils as pb_utils  # noqa: E402
 import yaml  # noqa: E402
 
 from llm_operator.runtime.cpu_reference import pipeline, served  # noqa: E402
-from llm_operator.runtime.cpu_reference.decoding import Job, Limits, Sampling, job  # noqa: E402
-from llm_operator.runtime.cpu_reference.engine import CpuLLM, Generation, Output  # noqa: E402
-from llm_operator.runtime.cpu_reference.instruments import (  # noqa: E402
+from llm_operator.runtime.cpu_reference.decoding import (  # noqa: E402  # noqa: E402
     FirstResponse,
+    Job,
+    Limits,
+    Sampling,
     buckets,
     fault_knob,
     injected,
+    job,
 )
+from llm_operator.runtime.cpu_reference.engine import CpuLLM, Generation, Output  # noqa: E402
 from llm_operator.runtime.cpu_reference.tiny_lm import Penalties  # noqa: E402
 
 # SamplingParams' default max_tokens (tensorrt_llm/sampling_params.py).

@@ -56,23 +56,21 @@ import torch  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
 from llm_operator.runtime.cpu_reference import served  # noqa: E402
-from llm_operator.runtime.cpu_reference.decoding import (  # noqa: E402
+from llm_operator.runtime.cpu_reference.decoding import (  # noqa: E402  # noqa: E402
     TOKENS_PER_BLOCK,
+    FirstResponse,
     Job,
     Limits,
     Sampling,
     blocks,
-    job,
-    steps,
-)
-from llm_operator.runtime.cpu_reference.faults import INJECTED  # noqa: E402
-from llm_operator.runtime.cpu_reference.instruments import (  # noqa: E402
-    FirstResponse,
     buckets,
     delay,
     fault_knob,
     injected,
+    job,
+    steps,
 )
+from llm_operator.runtime.cpu_reference.faults import INJECTED  # noqa: E402
 from llm_operator.runtime.cpu_reference.tiny_lm import Batch, Penalties  # noqa: E402
 from llm_operator.runtime.trtllm_metrics import KV_CACHE_BLOCK_METRICS, REQUEST_METRICS, gauges  # noqa: E402
 
