@@ -195,7 +195,8 @@ def test_the_cpu_engine_contract_has_one_decoder() -> None:
         f"{m}/{f}" for m in ("tensorrt_llm", "ensemble") for f in ("config.pbtxt", "1/model.py")
     }
     assert (
-        "model_name=ENGINE" in files["ensemble/1/model.py"] and "served" not in files["ensemble/1/model.py"]
+        "model_name=ENGINE" in files["ensemble/1/model.py"]
+        and "served.load" not in files["ensemble/1/model.py"]
     )
     assert "served.load" in files["tensorrt_llm/1/model.py"]
     configs = parse(files)

@@ -59,7 +59,7 @@ import triton_python_backend_utils as pb_utils  # noqa: E402
 import yaml  # noqa: E402
 
 from llm_operator.runtime.cpu_reference import pipeline, served  # noqa: E402
-from llm_operator.runtime.cpu_reference.decoding import (  # noqa: E402  # noqa: E402
+from llm_operator.runtime.cpu_reference.decoding import (  # noqa: E402
     FirstResponse,
     Job,
     Limits,

@@ -56,7 +56,7 @@ import torch  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
 from llm_operator.runtime.cpu_reference import served  # noqa: E402
-from llm_operator.runtime.cpu_reference.decoding import (  # noqa: E402  # noqa: E402
+from llm_operator.runtime.cpu_reference.decoding import (  # noqa: E402
     TOKENS_PER_BLOCK,
     FirstResponse,
     Job,
