@@ -36,10 +36,10 @@ SLOW_STEP_MS = 120  # per token per sequence in the straggler's batch
 CAPACITY = {"LLMOP_FAULT_STEP_MS": str(SLOW_STEP_MS)}
 SLOW_TTFT_MS = 1000  # before each batch's first token
 LATENCY = {"LLMOP_FAULT_TTFT_MS": str(SLOW_TTFT_MS)}
-# Triton's per-model success counter, for the model every request goes through: the ensemble
-# (engine contract) or tensorrt_llm (LLM API contract), never both in one pod.
+# Triton's per-model success counter, for the model every request goes through on either
+# contract: tensorrt_llm (the llmapi model, or the engine that the front door and the ensemble call).
 _SUCCESS = re.compile(
-    r'^nv_inference_request_success\{[^}]*model="(?:ensemble|tensorrt_llm)"[^}]*\}\s+(\S+)', re.MULTILINE
+    r'^nv_inference_request_success\{[^}]*model="tensorrt_llm"[^}]*\}\s+(\S+)', re.MULTILINE
 )
 
 

@@ -16,10 +16,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from llm_operator.api.v1alpha1 import CanaryAnalysis, LLMDeploymentSpec
+from llm_operator.api.v1alpha1 import CanaryAnalysis
 from llm_operator.contract import OPENAI_PORT
 from llm_operator.controller.rollout.analysis import measure, measured_metrics
-from llm_operator.modelrepo import client_model
 from llm_operator.rollout import queries
 from llm_operator.rollout.types import Measurement
 
@@ -84,11 +83,9 @@ def test_faulty_revision_fails_its_budgets_and_the_good_one_passes(
     for name in ("good", "faulty"):
         wait_ready(kubectl, namespace, name, timeout=240)
     revisions = {name: revision(kubectl, namespace, name) for name in ("good", "faulty")}
-    model = client_model(LLMDeploymentSpec.model_validate(deployment("good", [])["spec"]))  # tensorrt_llm
     # increase() counts from a pod's first scrape: the load starts once both pods are scraped.
     counters = [
-        "nv_inference_request_success"
-        + queries.selector(queries.Target(namespace, name, rev, WINDOW_S, model))
+        "nv_inference_request_success" + queries.selector(queries.Target(namespace, name, rev, WINDOW_S))
         for name, rev in revisions.items()
     ]
     scraped = lambda: all(prometheus_query(prometheus, c) for c in counters)  # noqa: E731
@@ -110,7 +107,7 @@ def test_faulty_revision_fails_its_budgets_and_the_good_one_passes(
 
     def window(name: str) -> dict[str, Measurement]:
         return by_metric(
-            asyncio.run(measure(prometheus, analysis(prometheus), namespace, name, revisions[name], model))
+            asyncio.run(measure(prometheus, analysis(prometheus), namespace, name, revisions[name]))
         )
 
     # The last scrape (every 2 s) has the load's end once the counters stop moving.

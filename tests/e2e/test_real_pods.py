@@ -43,9 +43,7 @@ from typing import Any
 
 import pytest
 import yaml
-from llm_operator.api.v1alpha1 import LLMDeploymentSpec
 from llm_operator.contract import ADMIN_KEY_ENV, ADMIN_KEY_HEADER, ADMIN_KEY_SECRET_KEY, OPENAI_PORT
-from llm_operator.modelrepo import client_model
 from llm_operator.render.inject import INJECT_PATH, INJECT_VOLUME
 
 from e2e.chat import base_url
@@ -72,9 +70,8 @@ def tiny_llama(**spec: Any) -> dict[str, Any]:
     return doc
 
 
-def triton_model() -> str:
-    """The model Triton serves tiny-llama as: `tensorrt_llm` on the default (pytorch) contract."""
-    return client_model(LLMDeploymentSpec.model_validate(tiny_llama()["spec"]))
+# The model Triton serves tiny-llama as: `tensorrt_llm` on the default (pytorch) contract.
+TRITON_MODEL = "tensorrt_llm"
 
 
 def health(netns: str, ip: str, port: int = 8000, path: str = "/v2/health/ready") -> int | str:
@@ -175,7 +172,7 @@ def test_a_pod_is_ready_only_once_triton_has_loaded_the_model(served: Served, ku
         assert running + 5 < loaded <= ready, (running, loaded, ready)
         assert answering <= ready, (answering, ready)
         log = kubectl("logs", pod["metadata"]["name"], namespace=served.namespace).stdout
-        assert f"successfully loaded '{triton_model()}'" in log
+        assert f"successfully loaded '{TRITON_MODEL}'" in log
         print(f"{pod['metadata']['name']}: running at {running:.1f} s, model loaded by {loaded:.1f} s, "
               f"front door answering by {answering:.1f} s, pod Ready at {ready:.1f} s")  # fmt: skip
 
@@ -227,7 +224,7 @@ def test_tritons_admin_apis_answer_only_with_the_deployments_key(served: Served,
     assert answers(connect, ADMIN_REQUESTS) == dict.fromkeys(ADMIN_REQUESTS, 403)
     with_key = answers(connect, ADMIN_REQUESTS, {ADMIN_KEY_HEADER: key})
     assert with_key == {**dict.fromkeys(ADMIN_REQUESTS, 200), "model-repository (GET)": 405}, "POST only"
-    assert answers(connect, open_requests(triton_model())) == {"generate": 200, "model-config": 200}
+    assert answers(connect, open_requests(TRITON_MODEL)) == {"generate": 200, "model-config": 200}
     log = kubectl("logs", pod["metadata"]["name"], namespace=served.namespace).stdout
     assert "--http-restricted-api=" in log and key not in log
 
@@ -414,7 +411,7 @@ def test_a_runtime_that_cannot_start_crash_loops_and_the_status_says_why(
         pytest.skip("needs the embedded cluster's cpu-runtime image")
     # Each python-backend model instance needs 1 MiB of /dev/shm: Triton refuses the model.
     kubectl.apply(tiny_llama(resources={"shmSize": "512Ki", "cpu": "100m"}), namespace=namespace)
-    loading = f"failed to load '{triton_model()}'"
+    loading = f"failed to load '{TRITON_MODEL}'"
     ld = degraded_with(kubectl, namespace, "CrashLoopBackOff", loading, "shared memory")
     assert condition(ld, "Ready")["status"] == "False"  # type: ignore[index]
     assert ld["status"]["reason"] == "PodsFailing"

@@ -1,5 +1,7 @@
 """The CPU reference runtime on a real Triton server: the ensemble's contract, token streaming over
-gRPC, concurrent HTTP requests batched dynamically, and the metrics the autoscaler reads."""
+gRPC, concurrent HTTP requests batched dynamically, and the metrics the autoscaler reads. The
+ensemble's requests are decoded by `tensorrt_llm` (the repository's one decoder, which the front
+door calls too): its batches and metrics are read there."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import time
 import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,7 +30,8 @@ from tests.triton.server import TritonProcess
 
 pytestmark = pytest.mark.triton
 
-MODEL = "ensemble"
+MODEL = "ensemble"  # the text contract /v2 clients call
+ENGINE = "tensorrt_llm"  # the one decoder, that the ensemble calls (BLS)
 
 
 def tensors(module: Any, **values: Any) -> list[Any]:
@@ -96,10 +100,13 @@ def test_loads_the_rendered_config(streaming_server: TritonProcess) -> None:
 
 
 def test_grpc_stream_sends_one_response_per_token(streaming_server: TritonProcess) -> None:
+    """As upstream's ensemble and tensorrt_llm_bls stream: a response per token, then the final
+    flag alone."""
     responses = stream(streaming_server, text_input="Hello", max_tokens=12)
-    assert len(responses) == 12, "one response per token"
-    assert all(len(text) == 1 for text, _ in responses)
-    assert [final for _, final in responses] == [False] * 11 + [True], "the last token carries the final flag"
+    assert len(responses) == 13, "one response per token, then the final one"
+    assert all(len(text) == 1 for text, _ in responses[:-1])
+    assert [final for _, final in responses] == [False] * 12 + [True]
+    assert responses[-1] == ("", True)
     text = "".join(t for t, _ in responses)
     assert text == expected("Hello", 12)
     assert "".join(t for t, _ in stream(streaming_server, text_input="Hello", max_tokens=12)) == text
@@ -108,10 +115,10 @@ def test_grpc_stream_sends_one_response_per_token(streaming_server: TritonProces
 def settled_metrics(server: TritonProcess) -> dict[str, float]:
     """The model's metrics once the requests of earlier tests are counted: a decoupled request's
     last response reaches its client before Triton counts it a success."""
-    last = server.metrics(MODEL)
+    last = server.metrics(ENGINE)
     for _ in range(50):
         time.sleep(0.1)
-        now = server.metrics(MODEL)
+        now = server.metrics(ENGINE)
         if now["nv_inference_request_success"] == last["nv_inference_request_success"]:
             return now
         last = now
@@ -136,7 +143,7 @@ def test_concurrent_streams_batch_together_and_stay_deterministic(streaming_serv
             s.close()
     for (prompt, max_tokens), responses in zip(requests, results, strict=True):
         assert "".join(t for t, _ in responses) == expected(prompt, max_tokens)
-    after = streaming_server.metrics(MODEL)
+    after = streaming_server.metrics(ENGINE)
     assert after["nv_inference_request_success"] - before["nv_inference_request_success"] == len(requests)
     assert after["nv_inference_exec_count"] - before["nv_inference_exec_count"] < len(requests), "batched"
 
@@ -165,7 +172,7 @@ def test_a_request_queued_behind_a_batch_starts_when_the_batch_ends(streaming_se
     support_prefetching_), and a request that came while the only instance decoded then waited
     about 505 ms after it in 2 to 6 of these 12 rounds (docs/runtime.md "Queue bounds"). One slow
     round is allowed to this machine's load."""
-    config = (streaming_server.repo / MODEL / "config.pbtxt").read_text()
+    config = (streaming_server.repo / ENGINE / "config.pbtxt").read_text()
     assert "count: 1 kind: KIND_CPU" in config, "one instance: the second request must wait for it"
     gaps = []
     for i in range(12):
@@ -234,13 +241,13 @@ def test_http_generate_endpoint_on_the_streaming_server(streaming_server: Triton
 def test_concurrent_http_requests_are_batched_and_metered(batch_server: TritonProcess) -> None:
     client = httpclient.InferenceServerClient(f"127.0.0.1:{batch_server.http_port}", concurrency=16)
     prompts = [f"request {i}" for i in range(32)]
-    before = batch_server.metrics(MODEL)
+    before = batch_server.metrics(ENGINE)
     pending: list[float] = []
     stop = threading.Event()
 
     def watch() -> None:
         while not stop.is_set():
-            pending.append(batch_server.metrics(MODEL)["nv_inference_pending_request_count"])
+            pending.append(batch_server.metrics(ENGINE)["nv_inference_pending_request_count"])
 
     watcher = threading.Thread(target=watch)
     watcher.start()
@@ -254,7 +261,7 @@ def test_concurrent_http_requests_are_batched_and_metered(batch_server: TritonPr
         client.close()
     for prompt, result in zip(prompts, results, strict=True):
         assert result.as_numpy("text_output").reshape(-1)[0].decode() == expected(prompt, 48)
-    after = batch_server.metrics(MODEL)
+    after = batch_server.metrics(ENGINE)
     moved = {name: after[name] - before.get(name, 0.0) for name in after}
     assert moved["nv_inference_request_success"] == len(prompts)
     assert moved["nv_inference_count"] == len(prompts)
@@ -315,7 +322,7 @@ def test_a_bad_request_gets_a_400_and_its_batch_mates_their_answers(
     tensor contains nan"): now that one request is refused, as the client's error."""
     client = httpclient.InferenceServerClient(f"127.0.0.1:{batch_server.http_port}", concurrency=8)
     prompts = [f"mate {i}" for i in range(6)]
-    before = batch_server.metrics(MODEL)
+    before = batch_server.metrics(ENGINE)
     try:
         # Sent together, inside the 20 ms batching window: Triton batches them (checked below).
         good = [client.async_infer(MODEL, tensors(httpclient, text_input=p, max_tokens=24, top_k=4, seed=3))
@@ -334,11 +341,43 @@ def test_a_bad_request_gets_a_400_and_its_batch_mates_their_answers(
     for prompt, result in zip(prompts, results, strict=True):
         text = result.as_numpy("text_output").reshape(-1)[0].decode()
         assert text == expected(prompt, 24, Sampler(top_k=4, seed=3))
-    moved = {k: v - before.get(k, 0.0) for k, v in batch_server.metrics(MODEL).items()}
+    moved = {k: v - before.get(k, 0.0) for k, v in batch_server.metrics(ENGINE).items()}
     assert moved["nv_inference_exec_count"] < len(prompts) + 1, "the bad request was batched with others"
     assert moved["nv_inference_request_failure"] == 0, "no batch failed"
 
 
 def test_pending_metric_has_the_labels_the_adapter_rules_select(batch_server: TritonProcess) -> None:
     with urllib.request.urlopen(f"http://127.0.0.1:{batch_server.metrics_port}/metrics", timeout=5) as r:
-        assert 'nv_inference_pending_request_count{model="ensemble",version="1"}' in r.read().decode()
+        assert 'nv_inference_pending_request_count{model="tensorrt_llm",version="1"}' in r.read().decode()
+
+
+def stub_maps(server: TritonProcess) -> dict[str, str]:
+    """Model name -> the memory map (/proc/PID/maps) of its python stub process (one per instance:
+    the first found), for this server's repository."""
+    out: dict[str, str] = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+            model_py = Path(args[1].decode()) if len(args) > 1 and args[0].endswith(b"_stub") else None
+            if model_py is not None and model_py.is_relative_to(server.repo):
+                out.setdefault(model_py.relative_to(server.repo).parts[0], (proc / "maps").read_text())
+        except (OSError, IndexError):
+            continue  # a process that ended, or not ours to read
+    return out
+
+
+def test_only_tensorrt_llm_loads_the_model_and_exports_its_signals(streaming_server: TritonProcess) -> None:
+    """One decoder per pod, as on GPUs: the ensemble's process loads the tokenizer and never torch
+    (no weights), and the load gauges, TTFT histogram and token counts exist for tensorrt_llm only,
+    so whatever reads them (the endpoint picker matches no model label) reads the decoder's."""
+    maps = stub_maps(streaming_server)
+    assert set(maps) == {MODEL, ENGINE}
+    assert "libtorch" in maps[ENGINE] and "libtorch" not in maps[MODEL]
+    stream(streaming_server, text_input="Hello", max_tokens=2)
+    with urllib.request.urlopen(f"http://127.0.0.1:{streaming_server.metrics_port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    signals = ("nv_trt_llm_", "nv_llm_", "nv_inference_first_response_histogram_ms")
+    lines = [line for line in text.splitlines() if line.startswith(signals)]
+    assert [line for line in lines if f'model="{MODEL}"' in line] == []
+    for family in signals:
+        assert [line for line in lines if line.startswith(family) and f'model="{ENGINE}"' in line], family

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.triton.conftest import cpu_spec, expected, serve
 from tests.triton.server import TritonProcess
-from tests.triton.test_cpu_runtime import MODEL, Stream, tensors
+from tests.triton.test_cpu_runtime import ENGINE, MODEL, Stream, tensors
 
 pytestmark = pytest.mark.triton
 
@@ -50,13 +50,14 @@ def faulty_server(
 
 
 def scrape(server: TritonProcess) -> dict[tuple[str, str], float]:
-    """(sample name, le or reason) -> value, for the ensemble's series."""
+    """(sample name, le or reason) -> value, for the series of tensorrt_llm, which the ensemble
+    calls: the decoder, the only model with the fault knob and the histogram."""
     with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5) as r:
         text = r.read().decode()
     out: dict[tuple[str, str], float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if s.labels.get("model") == MODEL and s.labels.get("version") == "1":
+            if s.labels.get("model") == ENGINE and s.labels.get("version") == "1":
                 name = s.name.removesuffix("_total")  # the parser names counter samples <name>_total
                 le = s.labels.get("le")  # "250", "250.0" or "+Inf" depending on the writer
                 key = (name, str(float(le)) if le else s.labels.get("reason") or "")
@@ -92,7 +93,7 @@ def test_injected_errors_delays_and_the_ttft_histogram(faulty_server: TritonProc
     assert m[(f"{HISTOGRAM}_bucket", "500.0")] == 0
     assert m[(f"{HISTOGRAM}_sum", "")] >= 6 * (TTFT_MS + LATENCY_MS)
 
-    if "decoupled: false" in (faulty_server.repo / MODEL / "config.pbtxt").read_text():
+    if "decoupled: false" in (faulty_server.repo / ENGINE / "config.pbtxt").read_text():
         return
     # Streaming: the first token comes after the injected TTFT, the last one after the latency too.
     stream = Stream(faulty_server)
@@ -141,7 +142,7 @@ def slow_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonProc
 
 def load_gauges(server: TritonProcess) -> dict[str, float]:
     """The TensorRT-LLM load gauges the endpoint picker reads: request_type, or kv_<kv_cache_block_type>,
-    of the model these requests go to (each model of the CPU runtime decodes its own)."""
+    of tensorrt_llm, the one decoder, which the ensemble's requests go to."""
     with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5) as r:
         text = r.read().decode()
     return {
@@ -149,7 +150,7 @@ def load_gauges(server: TritonProcess) -> dict[str, float]:
         for family in text_string_to_metric_families(text)
         if family.name in ("nv_trt_llm_request_metrics", "nv_trt_llm_kv_cache_block_metrics")
         for s in family.samples
-        if s.labels.get("model") == MODEL
+        if s.labels.get("model") == ENGINE
     }
 
 
@@ -157,7 +158,7 @@ def test_the_step_knob_lowers_capacity_and_the_load_gauges_show_the_work(slow_en
     """LLMOP_FAULT_STEP_MS (the routing straggler): concurrent requests take as long as the same
     requests one after another on each model instance, unlike a sleep per batch; while the engine
     works, its scheduled requests and KV-cache use (what the picker scores) are up."""
-    config = (slow_engine.repo / MODEL / "config.pbtxt").read_text()
+    config = (slow_engine.repo / ENGINE / "config.pbtxt").read_text()
     found = re.search(r"instance_group \[ \{ count: (\d+)", config)
     assert found is not None
     instances = int(found.group(1))

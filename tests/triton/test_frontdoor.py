@@ -84,6 +84,46 @@ def test_completion_is_the_models_text_with_usage_and_finish_length(
     assert r.model == NAMES[0]
 
 
+def v2(leader: LeaderPod, path: str, body: dict[str, Any]) -> str:
+    """The ensemble's text_output through Triton's generate API (/v2 clients), all events joined."""
+    url = f"http://127.0.0.1:{leader.http_port}/v2/models/ensemble/{path}"
+    with urllib.request.urlopen(urllib.request.Request(url, json.dumps(body).encode()), timeout=60) as r:
+        raw = r.read().decode()
+    if path == "generate":
+        return str(json.loads(raw)["text_output"])
+    return "".join(
+        json.loads(line[5:]).get("text_output", "") for line in raw.splitlines() if line.startswith("data:")
+    )
+
+
+def settled_tokens(leader: LeaderPod) -> float:
+    """The decoder's token count once earlier requests are counted (each when its batch ends)."""
+    last = leader.output_tokens()
+    for _ in range(50):
+        time.sleep(0.1)
+        if (now := leader.output_tokens()) == last:
+            return now
+        last = now
+    return last
+
+
+def test_v2_clients_of_the_ensemble_get_the_front_doors_text_from_the_one_decoder(
+    leader: LeaderPod, client: openai.OpenAI
+) -> None:
+    """The ensemble calls the front door's tensorrt_llm: the same text whole and streamed, and
+    the decoder's token count moves by the ensemble's tokens too."""
+    prompt, tokens = "Once upon a time", 12
+    answer = client.completions.create(model=NAMES[0], prompt=prompt, max_tokens=tokens, temperature=0)
+    before = settled_tokens(leader)
+    body = {"text_input": prompt, "max_tokens": tokens}
+    whole, streamed = v2(leader, "generate", body), v2(leader, "generate_stream", {**body, "stream": True})
+    assert whole == streamed == answer.choices[0].text
+    deadline = time.monotonic() + 10  # counted once each request's batch ends, after its answer
+    while leader.output_tokens() - before < 2 * tokens and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert leader.output_tokens() - before == 2 * tokens
+
+
 def test_chat_completion_renders_the_models_chat_template(leader: LeaderPod, client: openai.OpenAI) -> None:
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "Be brief."},

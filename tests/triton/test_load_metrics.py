@@ -13,7 +13,7 @@ import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.triton.server import TritonProcess
-from tests.triton.test_cpu_runtime import MODEL, tensors
+from tests.triton.test_cpu_runtime import ENGINE, MODEL, tensors
 
 pytestmark = pytest.mark.triton
 
@@ -22,14 +22,14 @@ BLOCKS = "nv_trt_llm_kv_cache_block_metrics"
 
 
 def scrape(server: TritonProcess) -> dict[tuple[str, str], float]:
-    """(sample name, request_type or kv_cache_block_type) -> value summed over the model's own
-    series (histogram buckets too: use _count and _sum)."""
+    """(sample name, request_type or kv_cache_block_type) -> value summed over the series of
+    tensorrt_llm, the decoder the ensemble's requests go to (histogram buckets too: use _count and _sum)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5) as r:
         text = r.read().decode()
     out: dict[tuple[str, str], float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.labels.get("model") == MODEL and sample.labels.get("version") == "1":
+            if sample.labels.get("model") == ENGINE and sample.labels.get("version") == "1":
                 kind = sample.labels.get("request_type") or sample.labels.get("kv_cache_block_type") or ""
                 out[(sample.name, kind)] = out.get((sample.name, kind), 0.0) + sample.value
     return out
@@ -38,7 +38,7 @@ def scrape(server: TritonProcess) -> dict[tuple[str, str], float]:
 def capacity(server: TritonProcess) -> tuple[int, int]:
     """(batch slots, KV-cache blocks) of the served model: max_batch_size x instances, and
     ceil(max_seq_len / 32) blocks per slot."""
-    config = (server.repo / MODEL / "config.pbtxt").read_text()
+    config = (server.repo / ENGINE / "config.pbtxt").read_text()
     batch = int(re.search(r"^max_batch_size: (\d+)", config, re.M).group(1))  # type: ignore[union-attr]
     instances = int(re.search(r"count: (\d+)", config).group(1))  # type: ignore[union-attr]
     seq = int(re.search(r'"max_seq_len" value: \{ string_value: "(\d+)"', config).group(1))  # type: ignore[union-attr]

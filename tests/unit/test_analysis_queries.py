@@ -24,8 +24,8 @@ def series(
 ) -> dict[str, str]:
     """A counter growing by per_15s every 15 s (the scrape interval here)."""
     all_labels = {"namespace": namespace, "pod": pod, "llmoperator_io_deployment": "d",
-                  "llmoperator_io_revision": revision, "llmoperator_io_role": "leader", "model": "ensemble",
-                  "version": "1", **labels}  # fmt: skip
+                  "llmoperator_io_revision": revision, "llmoperator_io_role": "leader",
+                  "model": "tensorrt_llm", "version": "1", **labels}  # fmt: skip
     body = ",".join(f'{k}="{v}"' for k, v in all_labels.items())
     return {"series": f"{name}{{{body}}}", "values": f"0+{per_15s}x40"}
 
@@ -41,13 +41,13 @@ def histogram(pod: str, revision: str, cumulative: tuple[float, ...]) -> list[di
 
 def revision_series(pod: str, revision: str, namespace: str = "ns") -> list[dict[str, str]]:
     """A busy pod: 15 successes, 5 failures and 15 cancellations per 15 s; 2 ms queued per request
-    in the ensemble's own queue and 1 ms in preprocessing's."""
+    in tensorrt_llm's own queue (the model counted) and 1 ms in the ensemble's."""
     return [
         series("nv_inference_request_success", pod, revision, 15, namespace),
         series("nv_inference_request_failure", pod, revision, 5, namespace, reason="BACKEND"),
         series("nv_inference_request_failure", pod, revision, 15, namespace, reason="CANCELED"),
         series("nv_inference_queue_duration_us", pod, revision, 15 * 2000, namespace),
-        series("nv_inference_queue_duration_us", pod, revision, 15 * 1000, namespace, model="preprocessing"),
+        series("nv_inference_queue_duration_us", pod, revision, 15 * 1000, namespace, model="ensemble"),
     ]
 
 

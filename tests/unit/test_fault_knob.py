@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from google.protobuf import text_format
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
-from llm_operator.modelrepo import client_model, render_repository
+from llm_operator.modelrepo import render_repository
 from llm_operator.plan.cpu import cpu_plan
 from llm_operator.runtime.cpu_reference.faults import Faults
 from pydantic import ValidationError
@@ -83,12 +83,13 @@ def spec(backend: str, budget: int | None, env: list[dict[str, str]] | None = No
     })  # fmt: skip
 
 
-def ensemble(backend: str, budget: int | None) -> Any:
+def counted(backend: str, budget: int | None) -> Any:
     s = spec(backend, budget)
     pool = cpu_plan(s).primary if backend == "cpu-reference" else POOL
     files = render_repository(s, pool, engine_dir="/e", tokenizer_dir="/e/tokenizer")
-    # The model clients call: the CPU runtime's llmapi model (its default contract), the GPU ensemble.
-    return text_format.Parse(files[f"{client_model(s)}/config.pbtxt"], model_config_pb2.ModelConfig())
+    # The model every request goes through, whose requests canary analysis counts (rollout/
+    # queries.py): the CPU runtime's llmapi model (its default contract), the GPU engine.
+    return text_format.Parse(files["tensorrt_llm/config.pbtxt"], model_config_pb2.ModelConfig())
 
 
 @pytest.mark.parametrize(("budget", "edges"), [(None, [100, 500, 2000, 5000]),
@@ -96,9 +97,9 @@ def ensemble(backend: str, budget: int | None) -> Any:
                                                (750, [100, 500, 750, 1500, 2000, 5000]),
                                                (8000, [100, 500, 2000, 5000, 8000, 16000])])  # fmt: skip
 def test_ttft_buckets_have_an_edge_at_the_budget_and_one_above(budget: int | None, edges: list[int]) -> None:
-    cpu = ensemble("cpu-reference", budget)
+    cpu = counted("cpu-reference", budget)
     assert cpu.parameters["ttft_buckets_ms"].string_value == ", ".join(map(str, edges))
-    gpu = ensemble("tensorrt-engine", budget)
+    gpu = counted("tensorrt-engine", budget)
     if budget is None:  # Triton's defaults: nothing rendered (older images know no model_metrics)
         assert not gpu.HasField("model_metrics")
         return

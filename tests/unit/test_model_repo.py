@@ -183,3 +183,26 @@ def test_a_cached_cpu_reference_model_names_no_builtin_weights() -> None:
         }
         assert rendered["builtin://tiny-llama"]["model"] == "tiny-llama", model
         assert rendered["s3://models/tiny-llama"]["model"] == "", model
+
+
+def test_the_cpu_engine_contract_has_one_decoder() -> None:
+    """tensorrt_llm is the CPU decoder (model.py, with the weights' parameters and the TTFT
+    buckets); the ensemble is the BLS model around it (ensemble.py), told only whose tokenizer to
+    load and the echo default."""
+    s = spec("cpu-reference")
+    files = render_repository(s, cpu_plan(s).primary, engine_dir="", tokenizer_dir="")
+    assert set(files) == {
+        f"{m}/{f}" for m in ("tensorrt_llm", "ensemble") for f in ("config.pbtxt", "1/model.py")
+    }
+    assert (
+        "model_name=ENGINE" in files["ensemble/1/model.py"]
+        and "served.load" not in files["ensemble/1/model.py"]
+    )
+    assert "served.load" in files["tensorrt_llm/1/model.py"]
+    configs = parse(files)
+    assert set(params(configs["tensorrt_llm/config.pbtxt"])) >= {"weights_seed", "ttft_buckets_ms", "model"}
+    assert set(params(configs["ensemble/config.pbtxt"])) == {
+        "python_path",
+        "model",
+        "exclude_input_in_output",
+    }

@@ -16,7 +16,7 @@ from llm_operator.controller.config import OperatorConfig
 from llm_operator.desired import desired, plan_for
 from llm_operator.engine.state import BuildFact, BuildObserved
 from llm_operator.images import Images
-from llm_operator.modelrepo import client_model
+from llm_operator.modelrepo import speaks_llmapi
 from llm_operator.plan.inventory import Inventory
 from llm_operator.render import rollout
 from llm_operator.rollout.revision import Slot, revision_of
@@ -242,5 +242,5 @@ def test_a_cpu_snapshot_written_while_the_contract_defaulted_to_the_ensemble_rea
         contract=CpuContract.TENSORRT_ENGINE
     )
     older["data"]["spec"]["engine"]["cpuReference"] = {}
-    assert client_model(rollout.spec_from_snapshot(older)) == "ensemble"
-    assert client_model(rollout.spec_from_snapshot(snapshot)) == "tensorrt_llm"
+    assert not speaks_llmapi(rollout.spec_from_snapshot(older))
+    assert speaks_llmapi(rollout.spec_from_snapshot(snapshot))

@@ -5,6 +5,7 @@ that drifts from the release, or a release that renames what the templates use, 
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 from typing import Any
 
@@ -187,3 +188,23 @@ def test_the_cpu_reference_models_are_subsets_of_upstreams() -> None:
         t.name: shapes[t.name] for t in (*cpu_llm.input, *cpu_llm.output)
     }
     assert {"output_ids", "sequence_length"} <= {t.name for t in cpu_llm.output}
+
+
+def test_the_cpu_ensemble_calls_tensorrt_llm_by_upstreams_names() -> None:
+    """The CPU ensemble (runtime/cpu_reference/ensemble.py, a BLS model) hands each of its inputs on
+    to `tensorrt_llm` under the name upstream's ensemble maps it to; the inputs it sets itself
+    and the outputs it reads are tensorrt_llm's too. (Parsed, not imported: the module needs
+    Triton's stub.)"""
+    source = (REPO / "operator/llm_operator/runtime/cpu_reference/ensemble.py").read_text()
+    tree = ast.parse(source)
+    (passed,) = [
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == ["PASSED"]
+    ]
+    assert set(passed) <= set(up.ENSEMBLE_INPUTS)
+    assert set(passed.values()) <= set(up.TENSORRT_LLM_INPUTS)
+    for name in ("input_ids", "input_lengths", "exclude_input_in_output", "streaming"):
+        assert f'pb_utils.Tensor("{name}"' in source and name in up.TENSORRT_LLM_INPUTS, name
+    for name in ("output_ids", "sequence_length"):
+        assert f'"{name}"' in source and name in up.TENSORRT_LLM_OUTPUTS, name

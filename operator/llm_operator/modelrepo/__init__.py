@@ -22,7 +22,11 @@ from llm_operator.runtime.cpu_reference import BUILTIN_MODELS
 from llm_operator.runtime.repository import configmap_key
 
 TRTLLM_MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble")
-CPU_ENGINE_MODELS = ("tensorrt_llm", "ensemble")
+# The CPU runtime's engine contract: the one decoder, and the text ensemble around it for /v2.
+CPU_ENGINE_MODELS = {
+    "tensorrt_llm": resources.files("llm_operator.runtime.cpu_reference") / "model.py",
+    "ensemble": resources.files("llm_operator.runtime.cpu_reference") / "ensemble.py",
+}
 # The LLM API's dtype names (tensorrt_llm.llmapi.LlmArgs.dtype) of the precisions the pytorch
 # backend serves (admission refuses the others).
 LLMAPI_DTYPE = {Precision.FP16: "float16", Precision.BF16: "bfloat16"}
@@ -32,8 +36,6 @@ LOGITS_DATATYPE = "TYPE_FP32"
 # the launcher's injected copy of llm_operator, on PYTHONPATH, has no cpu_reference/) and torch
 # and numpy.
 CPU_RUNTIME_PYTHON_PATH = ("/opt/llm-operator/cpu-reference", "/usr/local/lib/python3.11/site-packages")
-# Shipped in the repository itself, so a materialized ConfigMap is a complete, loadable repository.
-CPU_MODEL_PY = resources.files("llm_operator.runtime.cpu_reference") / "model.py"
 # The llmapi model of either runtime: the operator's wrapper (model.py) with the gauges beside it,
 # over base_model.py (NVIDIA's model.py, which the launcher copies from the serving image, or the CPU
 # runtime's, shipped here).
@@ -208,12 +210,6 @@ def speaks_llmapi(spec: LLMDeploymentSpec) -> bool:
     )
 
 
-def client_model(spec: LLMDeploymentSpec) -> str:
-    """The model clients call, whose requests canary analysis counts: the llmapi model has no
-    ensemble in front of it (upstream's llmapi repository is the one model `tensorrt_llm`)."""
-    return "tensorrt_llm" if speaks_llmapi(spec) else "ensemble"
-
-
 def _files(paths: Mapping[str, Traversable]) -> dict[str, str]:
     return {path: source.read_text(encoding="utf-8") for path, source in paths.items()}
 
@@ -284,16 +280,16 @@ def render_repository(
     if spec.engine.backend == Backend.CPU_REFERENCE and speaks_llmapi(spec):
         return cpu_llmapi_files(spec, python_path)
     if spec.engine.backend == Backend.CPU_REFERENCE:
-        # The engine contract: `tensorrt_llm` (token ids, the OpenAI front door's) and `ensemble`
-        # (text, for clients of /v2), one model.py, each its own decoder.
+        # The engine contract: `tensorrt_llm` (token ids: the OpenAI front door's, the one decoder)
+        # and `ensemble` (text, for clients of /v2, calling tensorrt_llm). The model files ship in
+        # the repository itself, so a materialized ConfigMap is a complete, loadable repository.
         values = cpu_values(spec, python_path)
         return {
             path: text
-            for model in CPU_ENGINE_MODELS
+            for model, source in CPU_ENGINE_MODELS.items()
             for path, text in (
-                (f"{model}/config.pbtxt",
-                 env.get_template(f"cpu_reference/{model}.pbtxt.j2").render(values, contract=model)),
-                (f"{model}/1/model.py", CPU_MODEL_PY.read_text(encoding="utf-8")),
+                (f"{model}/config.pbtxt", env.get_template(f"cpu_reference/{model}.pbtxt.j2").render(values)),
+                (f"{model}/1/model.py", source.read_text(encoding="utf-8")),
             )
         }  # fmt: skip
     if spec.engine.backend == Backend.PYTORCH:

@@ -3,14 +3,16 @@
 Series carry the scrape labels of the chart's PodMonitor and the test world's Prometheus (e2e/
 cluster/monitoring.py): `namespace`, `pod`, and the pod labels `llmoperator_io_deployment`,
 `llmoperator_io_revision`, `llmoperator_io_role`. Only leaders serve metrics. Requests are counted
-on the model clients call (Target.model): `ensemble` (the TensorRT-LLM ensemble, or the CPU
-runtime's model of the same name), or `tensorrt_llm` (the pytorch backend's llmapi model). Every
-query answers one sample without labels, or nothing (no series: no data).
+on `tensorrt_llm` (COUNTED_MODEL), the model every request goes through on either contract and
+every backend: the llmapi model, or the engine, which the OpenAI front door calls directly and the
+`ensemble` of /v2 clients calls in turn (counting the ensemble too would count its requests twice
+and miss the front door's). Every query answers one sample without labels, or nothing (no series:
+no data).
 
 What each value means (controller/rollout/analysis.py puts it in Measurement.value; the analysis fails a
 window when value > the spec's bound):
 
-- requests: successful plus failed requests of `ensemble` in the window, cancelled ones (the
+- requests: successful plus failed requests of `tensorrt_llm` in the window, cancelled ones (the
   client left) excluded. Measurement.requests of every metric.
 - errorRate (percent, bound maxErrorRatePercent): failed / (successful + failed) x 100, same
   counters. No requests: NaN, i.e. no data.
@@ -27,8 +29,8 @@ window when value > the spec's bound):
   "value > budget" holds exactly when more than 1 % of the window's first responses took longer
   than the budget (the bucket at the budget then holds less than 99 % of them).
 - meanQueueTime (milliseconds, bound maxMeanQueueTimeMilliseconds): time the window's requests
-  waited in Triton's queues (all the revision's models: an ensemble queues in its composing
-  models), per successful `ensemble` request.
+  waited in Triton's queues (all the revision's models: an ensemble's request queues in it and
+  in its composing models), per successful `tensorrt_llm` request.
 
 Windows shorter than two scrape intervals hold too few samples for increase(): no data.
 """
@@ -42,7 +44,7 @@ P99_LATENCY = "p99Latency"
 TIME_TO_FIRST_TOKEN = "timeToFirstToken"
 MEAN_QUEUE_TIME = "meanQueueTime"
 METRICS = (ERROR_RATE, P99_LATENCY, TIME_TO_FIRST_TOKEN, MEAN_QUEUE_TIME)
-TOP_LEVEL_MODEL = "ensemble"
+COUNTED_MODEL = "tensorrt_llm"
 LEADER = "leader"
 
 
@@ -54,7 +56,6 @@ class Target:
     deployment: str
     revision: str
     window_seconds: int
-    model: str = TOP_LEVEL_MODEL  # the model clients call (modelrepo.client_model)
 
 
 def _quote(value: str) -> str:
@@ -63,13 +64,13 @@ def _quote(value: str) -> str:
 
 
 def selector(t: Target, *extra: str, top_level: bool = True) -> str:
-    """The label matchers of the revision's serving series (of the client's model when top_level)."""
+    """The label matchers of the revision's serving series (of COUNTED_MODEL's when top_level)."""
     matchers = [
         f"namespace={_quote(t.namespace)}",
         f"llmoperator_io_deployment={_quote(t.deployment)}",
         f"llmoperator_io_revision={_quote(t.revision)}",
         f"llmoperator_io_role={_quote(LEADER)}",
-        *([f"model={_quote(t.model)}"] if top_level else []),
+        *([f"model={_quote(COUNTED_MODEL)}"] if top_level else []),
         *extra,
     ]
     return "{" + ",".join(matchers) + "}"

@@ -121,15 +121,14 @@ async def measure(
     namespace: str,
     deployment: str,
     revision: str,
-    model: str = queries.TOP_LEVEL_MODEL,
 ) -> list[Measurement]:
-    """One Measurement per metric with a bound, over the window that ends now; requests are those
-    of `model`, the one clients call."""
+    """One Measurement per metric with a bound, over the window that ends now (queries.py: what
+    each counts)."""
     metrics = measured_metrics(analysis)
     if not metrics:
         return []
     window = int(getattr(analysis, "interval_seconds", None) or DEFAULT_INTERVAL_SECONDS)
-    target = queries.Target(namespace, deployment, revision, window, model)
+    target = queries.Target(namespace, deployment, revision, window)
     promql = queries.queries(target)
     at = time.time()  # one instant for every query: they measure the same window
     timeout = aiohttp.ClientTimeout(total=TIMEOUT_SECONDS)

@@ -30,7 +30,6 @@ from llm_operator.controller.cluster.kube import ObjKey
 from llm_operator.controller.observe.observe import ChildCache, Key, owner_key
 from llm_operator.controller.rollout.prometheus_urls import Endpoint, analysis_endpoint
 from llm_operator.images import Images
-from llm_operator.modelrepo import client_model
 from llm_operator.plan.types import PlanningError
 from llm_operator.render import names
 from llm_operator.render.rollout import (
@@ -52,7 +51,7 @@ ACTION_ANNOTATION = f"{GROUP}/rollout-action"
 
 # (url, analysis, namespace, deployment, revision) -> one window of every bounded metric
 # (Prometheus URL, analysis, namespace, deployment, revision, the model clients call)
-Measure = Callable[[str, CanaryAnalysis, str, str, str, str], Awaitable[list[Measurement]]]
+Measure = Callable[[str, CanaryAnalysis, str, str, str], Awaitable[list[Measurement]]]
 
 
 @dataclass(frozen=True)
@@ -312,9 +311,7 @@ class Rollouts:
         if decision.measure and canary is not None and canary.analysis is not None:
             target = decision.revisions.canary
             assert target is not None and url is not None
-            measured = await self.measure(
-                url, canary.analysis, ld.namespace, ld.name, target, client_model(ld.spec)
-            )
+            measured = await self.measure(url, canary.analysis, ld.namespace, ld.name, target)
             decision = machine.decide(*args, measured, action, now, route_ok, problems)
         snaps = snapshots(children, ld)
         specs = [self._slot(ld, images, revision, snaps, slot, target.revision, target.replicas)

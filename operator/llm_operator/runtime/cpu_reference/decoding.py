@@ -1,17 +1,24 @@
 """What both Triton contracts of the CPU reference runtime share: a request's job, checked as
-TensorRT-LLM checks it, and the lockstep decoding of a batch of jobs. The engine contract's models
-(model.py: `tensorrt_llm`, ids in and out, and the text `ensemble`) and the LLM API model
-(llmapi.py and engine.py) differ only in how requests arrive and answers leave."""
+TensorRT-LLM checks it, and the lockstep decoding of a batch of jobs. The engine contract's decoder
+(model.py: `tensorrt_llm`, ids in and out, which the text `ensemble` calls) and the LLM API model
+(llmapi.py and engine.py) differ only in how requests arrive and answers leave. Both also add, so
+that every test of the runtime holds on either: Triton's time-to-first-response histogram
+(FirstResponse), and the TEST-ONLY fault knob (faults.py: fault_knob, injected, delay). Their
+callers pass triton_python_backend_utils, which only Triton's python stub imports."""
 
 from __future__ import annotations
 
+import os
+import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from llm_operator.runtime.cpu_reference import served
+from llm_operator.runtime.cpu_reference.faults import ERROR_PERCENT, INJECTED, Faults
+from llm_operator.runtime.cpu_reference.served import Codec, Pieces
 from llm_operator.runtime.cpu_reference.tiny_lm import Batch, Decoder, Penalties, Sampler
 
 # TensorRT-LLM's paged KV cache hands out blocks of this many tokens (trtllm-build's default).
@@ -34,7 +41,7 @@ class Job:
     exclude_input: bool
     stop_words: list[str]
     sampler: Sampler
-    pieces: served.Pieces  # its output's text, token by token
+    pieces: Pieces  # its output's text, token by token
     generated: str = ""
     ids: list[int] = field(default_factory=list)  # generated
     tokens: int = 0  # generated
@@ -83,7 +90,7 @@ class Sampling:
 
 
 def job(
-    lm: Decoder, codec: served.Codec, limits: Limits, request: Any, prompt: str | list[int], s: Sampling, *,
+    lm: Decoder, codec: Codec, limits: Limits, request: Any, prompt: str | list[int], s: Sampling, *,
     stream: bool, exclude_input: bool,
 ) -> Job | str:  # fmt: skip
     """The request's job, or why it is refused (TensorRT-LLM refuses the same requests). `prompt`:
@@ -154,3 +161,48 @@ def steps(
         if all(j.done for j in jobs):
             return
         batch.advance(tokens)
+
+
+class FirstResponse:
+    """nv_inference_first_response_histogram_ms{model, version}: milliseconds from the request
+    reaching this model to its first response. Remove it when the CPU image moves to Triton >=
+    24.11: the core then registers the same family itself (histogram_latencies=true)."""
+
+    def __init__(self, pb_utils: Any, args: dict[str, str], buckets: list[float]) -> None:
+        self.family = pb_utils.MetricFamily(
+            name="nv_inference_first_response_histogram_ms",
+            description="Duration from request to first response in milliseconds",
+            kind=pb_utils.MetricFamily.HISTOGRAM,
+        )
+        labels = {"model": args["model_name"], "version": args["model_version"]}
+        self.metric = self.family.Metric(labels=labels, buckets=buckets)
+
+    def observe(self, job: Job, since: float) -> None:
+        if not job.answered:
+            job.answered = True
+            self.metric.observe((time.monotonic() - since) * 1000.0)
+
+
+def buckets(parameter: str) -> list[float]:
+    """The `ttft_buckets_ms` parameter the operator renders: comma-separated edges."""
+    return [float(b) for b in parameter.split(",")]
+
+
+def fault_knob(pb_utils: Any) -> Faults:
+    """This pod's fault knob; a bad setting fails the model's load, naming the variable."""
+    try:
+        faults = Faults.from_env(os.environ, socket.gethostname())
+    except ValueError as e:
+        raise pb_utils.TritonModelException(str(e)) from None
+    if faults.active:
+        pb_utils.Logger.log_warn(f"TEST-ONLY fault knob on: {faults.describe()}")
+    return faults
+
+
+def injected(faults: Faults) -> str:
+    return f"{INJECTED} ({ERROR_PERCENT}={faults.error_percent:g}, test only)"
+
+
+def delay(milliseconds: float) -> None:
+    if milliseconds:
+        time.sleep(milliseconds / 1000.0)

@@ -7,7 +7,7 @@ Each step is one iteration: with iteration stats on (model.yaml's enable_iter_pe
 PyTorch backend) it records TensorRT-LLM's IterationStats fields for it, measured on its own batch,
 which get_stats_async yields as TensorRT-LLM's does (one dict per iteration, the iterator ending
 once none came for `timeout` seconds). The TEST-ONLY fault knob's engine delays (faults.py: a slow
-prefill, slow steps) land here, as in the ensemble's decoding.
+prefill, slow steps) land here, as in model.py's decoding.
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from llm_operator.runtime.cpu_reference.decoding import TOKENS_PER_BLOCK, Job, blocks, steps
+from llm_operator.runtime.cpu_reference.decoding import TOKENS_PER_BLOCK, Job, blocks, delay, steps
 from llm_operator.runtime.cpu_reference.faults import Faults
-from llm_operator.runtime.cpu_reference.instruments import delay
 from llm_operator.runtime.cpu_reference.tiny_lm import Batch, Decoder
 
 # TensorRT-LLM keeps the stats of this many iterations for a reader (iter_stats_max_iterations).

@@ -37,6 +37,8 @@ TTFT_MS = "LLMOP_FAULT_TTFT_MS"
 STEP_MS = "LLMOP_FAULT_STEP_MS"
 PODS = "LLMOP_FAULT_PODS"
 NAMES = (ERROR_PERCENT, LATENCY_MS, TTFT_MS, STEP_MS)
+# How a failure the knob injects begins: the server's own failure (INTERNAL), not a refusal.
+INJECTED = "injected fault"
 MAX_DELAY_MS = 600_000.0  # ten minutes: more is a typo, not a test
 
 

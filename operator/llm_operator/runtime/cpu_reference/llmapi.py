@@ -1,6 +1,6 @@
 """Triton python-backend model "tensorrt_llm" of the CPU reference runtime on the LLM API contract:
 what NVIDIA's llmapi model.py is on GPU pods (NVIDIA/TensorRT-LLM triton_backend/all_models/llmapi/
-tensorrt_llm/1/model.py), on the decoder and codec the ensemble serves (decoding.py, served.py).
+tensorrt_llm/1/model.py), on the decoder and codec the engine contract serves (decoding.py, served.py).
 
 The operator ships this file as the repository's tensorrt_llm/1/base_model.py, under the same
 wrapper as GPU pods (runtime/llmapi_model.py, the repository's model.py), so the load gauges come
@@ -23,11 +23,11 @@ the same way on both: from the engine's iteration stats. Like upstream's model i
   error). An aborted request ends with finish_reason "cancelled", as upstream streams it; upstream
   sends an unstreamed one nothing, here it gets that final response too, so it never hangs.
 
-What the ensemble (model.py) has beyond its contract, this model has too (instruments.py), so every
-test of the runtime holds on either contract: Triton's time-to-first-response histogram from the
-`ttft_buckets_ms` parameter, and the TEST-ONLY fault knob (faults.py): injected failures counted by
-Triton (execute raises for them), the LATENCY delay before a request's final response, the TTFT and
-STEP delays in the engine's steps (engine.py).
+What the engine contract's tensorrt_llm (model.py) has beyond its contract, this model has too
+(decoding.py), so every test of the runtime holds on either contract: Triton's
+time-to-first-response histogram from the `ttft_buckets_ms` parameter, and the TEST-ONLY fault
+knob (faults.py): injected failures counted by Triton (execute raises for them), the LATENCY delay
+before a request's final response, the TTFT and STEP delays in the engine's steps (engine.py).
 
 Triton's python stub ignores PYTHONPATH, so, as model.py does, this module first puts the
 `python_path` parameter of its config.pbtxt on sys.path.
@@ -59,14 +59,17 @@ import triton_python_backend_utils as pb_utils  # noqa: E402
 import yaml  # noqa: E402
 
 from llm_operator.runtime.cpu_reference import pipeline, served  # noqa: E402
-from llm_operator.runtime.cpu_reference.decoding import Job, Limits, Sampling, job  # noqa: E402
-from llm_operator.runtime.cpu_reference.engine import CpuLLM, Generation, Output  # noqa: E402
-from llm_operator.runtime.cpu_reference.instruments import (  # noqa: E402
+from llm_operator.runtime.cpu_reference.decoding import (  # noqa: E402
     FirstResponse,
+    Job,
+    Limits,
+    Sampling,
     buckets,
     fault_knob,
     injected,
+    job,
 )
+from llm_operator.runtime.cpu_reference.engine import CpuLLM, Generation, Output  # noqa: E402
 from llm_operator.runtime.cpu_reference.tiny_lm import Penalties  # noqa: E402
 
 # SamplingParams' default max_tokens (tensorrt_llm/sampling_params.py).
@@ -109,7 +112,7 @@ class TritonPythonModel:
         params = {k: v["string_value"] for k, v in config["parameters"].items()}
         llm_args = yaml.safe_load((Path(__file__).parent / "model.yaml").read_text())
         self.decoupled = bool(llm_args["triton_config"]["decoupled"])
-        torch.set_num_threads(1)  # as the ensemble's instances: the same arithmetic, the same answers
+        torch.set_num_threads(1)  # as model.py's instances: the same arithmetic, the same answers
         try:
             self.lm, self.codec = served.load(
                 params.get("model", ""), int(params["weights_seed"]), os.environ.get("LLMOP_MODEL_DIR", "")

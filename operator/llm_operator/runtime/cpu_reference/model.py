@@ -1,14 +1,12 @@
-"""Triton python-backend models of the CPU reference runtime on the engine contract, on the model
-served.py loads (LLMOP_MODEL_DIR's checkpoint, else the builtin model config.pbtxt names); the
-`contract` parameter of config.pbtxt says which of TensorRT-LLM's inflight_batcher_llm models it is:
-
-- `tensorrt_llm`: the engine's own contract, token ids in and out (input_ids, input_lengths,
-  request_output_len, end_id, streaming, the sampling inputs -> output_ids [batch, beam, length],
-  sequence_length [batch, beam]), as the OpenAI front door calls it on GPUs. Streaming, each
-  response holds the one new id, as the C++ backend's hold the ids since the previous response;
-  not streaming, all the generated ids (the prompt's first unless exclude_input_in_output).
-- `ensemble`: the ensemble's text contract (text_input, max_tokens, stream, sampling inputs,
-  stop_words -> text_output) for clients of /v2, encoded and decoded with the model's codec.
+"""Triton python-backend model "tensorrt_llm" of the CPU reference runtime on the engine contract,
+on the model served.py loads (LLMOP_MODEL_DIR's checkpoint, else the builtin model config.pbtxt
+names): TensorRT-LLM's engine contract, token ids in and out (input_ids, input_lengths,
+request_output_len, end_id, streaming, the sampling inputs -> output_ids [batch, beam, length],
+sequence_length [batch, beam]), as the OpenAI front door calls it on GPUs. Streaming, each response
+holds the one new id, as the C++ backend's hold the ids since the previous response; not streaming,
+all the generated ids (the prompt's first unless exclude_input_in_output). It is the repository's
+only decoder: the text `ensemble` for /v2 clients (ensemble.py) calls it, as on GPUs the ensemble
+runs preprocessing -> tensorrt_llm -> postprocessing.
 
 A dynamic batch is decoded in lockstep; in decoupled mode a streaming request gets one response per
 token, the last one flagged final, and any request gets its final response as soon as it is done.
@@ -27,10 +25,11 @@ from its arrival in Triton: a python backend cannot see its request's wait in Tr
 TEST-ONLY: faults.py's knob (LLMOP_FAULT_* environment variables) makes requests fail or slow on
 purpose, for canary analysis tests; unset, it does nothing.
 
-The operator ships this file inside the rendered repository (<repo>/ensemble/1/model.py). Triton's
-python stub embeds the system libpython and ignores PYTHONPATH, so before importing anything beyond
-the standard library (the stub itself imports numpy right after this module) it reads the
-`python_path` parameter of its own config.pbtxt and puts those directories first on sys.path.
+The operator ships this file inside the rendered repository (<repo>/tensorrt_llm/1/model.py).
+Triton's python stub embeds the system libpython and ignores PYTHONPATH, so before importing
+anything beyond the standard library (the stub itself imports numpy right after this module) it
+reads the `python_path` parameter of its own config.pbtxt and puts those directories first on
+sys.path.
 """
 
 import os
@@ -59,21 +58,19 @@ import triton_python_backend_utils as pb_utils  # noqa: E402
 from llm_operator.runtime.cpu_reference import served  # noqa: E402
 from llm_operator.runtime.cpu_reference.decoding import (  # noqa: E402
     TOKENS_PER_BLOCK,
+    FirstResponse,
     Job,
     Limits,
     Sampling,
     blocks,
-    job,
-    steps,
-)
-from llm_operator.runtime.cpu_reference.instruments import (  # noqa: E402
-    INJECTED,
-    FirstResponse,
     buckets,
     delay,
     fault_knob,
     injected,
+    job,
+    steps,
 )
+from llm_operator.runtime.cpu_reference.faults import INJECTED  # noqa: E402
 from llm_operator.runtime.cpu_reference.tiny_lm import Batch, Penalties  # noqa: E402
 from llm_operator.runtime.trtllm_metrics import KV_CACHE_BLOCK_METRICS, REQUEST_METRICS, gauges  # noqa: E402
 
@@ -90,12 +87,6 @@ def _first(request: Any, name: str, default: Any) -> Any:
     return values[0].item() if isinstance(values[0], np.generic) else values[0]  # BYTES are bytes
 
 
-def _text(text: str) -> Any:
-    return pb_utils.InferenceResponse(
-        [pb_utils.Tensor("text_output", np.array([text.encode("utf-8")], dtype=np.object_))]
-    )
-
-
 def _ids(ids: list[int]) -> Any:
     return pb_utils.InferenceResponse(
         [
@@ -103,14 +94,6 @@ def _ids(ids: list[int]) -> Any:
             pb_utils.Tensor("sequence_length", np.array([[len(ids)]], dtype=np.int32)),
         ]
     )
-
-
-# The inputs whose names differ between the two contracts (upstream's config.pbtxt files).
-NAMES = {
-    "ensemble": {"max_tokens": "max_tokens", "top_k": "top_k", "top_p": "top_p", "stream": "stream"},
-    "tensorrt_llm": {"max_tokens": "request_output_len", "top_k": "runtime_top_k", "top_p": "runtime_top_p",
-                     "stream": "streaming"},
-}  # fmt: skip
 
 
 def _error(message: str, code: Any = None) -> Any:
@@ -206,8 +189,6 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(str(e)) from None
         self.limits = Limits(int(params["max_input_len"]), int(params["max_seq_len"]))
         self.exclude_input = params["exclude_input_in_output"] == "true"
-        self.ids = params.get("contract") == "tensorrt_llm"  # token ids in and out
-        self.names = NAMES["tensorrt_llm" if self.ids else "ensemble"]
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         self.load = LoadGauges(args, int(config["max_batch_size"]), blocks(self.limits.max_seq_len))
         self.first_response = FirstResponse(pb_utils, args, buckets(params["ttft_buckets_ms"]))
@@ -225,18 +206,16 @@ class TritonPythonModel:
         return self._job(request)
 
     def _job(self, request: Any) -> Job | str:
-        """The request's job (decoding.job), read from its contract's inputs."""
-        names = self.names
-        stream = bool(_first(request, names["stream"], False))
+        """The request's job (decoding.job), read from upstream's inputs."""
+        stream = bool(_first(request, "streaming", False))
         if stream and not self.decoupled:
-            return f"{names['stream']}=true needs a decoupled model (runtime.streaming: true)"
-        words = None if self.ids else _optional(request, "stop_words")
+            return "streaming=true needs a decoupled model (runtime.streaming: true)"
         end_id = self.lm.end_id
         sampling = Sampling(
-            max_tokens=int(_first(request, names["max_tokens"], 0)),
+            max_tokens=int(_first(request, "request_output_len", 0)),
             temperature=float(_first(request, "temperature", 1.0)),
-            top_k=int(_first(request, names["top_k"], 0)),
-            top_p=float(_first(request, names["top_p"], 0.0)),
+            top_k=int(_first(request, "runtime_top_k", 0)),
+            top_p=float(_first(request, "runtime_top_p", 0.0)),
             seed=int(_first(request, "seed", 0)),
             penalties=Penalties(
                 repetition=float(_first(request, "repetition_penalty", 1.0)),
@@ -246,15 +225,10 @@ class TritonPythonModel:
             min_tokens=int(_first(request, "min_tokens", 0)),
             # end_id -1 (ignore_eos) never ends.
             ignore_end=int(_first(request, "end_id", end_id if end_id is not None else -1)) == -1,
-            stop_words=tuple(w.decode("utf-8", "replace") for w in words) if words is not None else (),
         )
-        prompt: str | list[int]
-        if self.ids:
-            given = _optional(request, "input_ids")
-            prompt = [int(i) for i in given] if given is not None else []
-            prompt = prompt[: int(_first(request, "input_lengths", len(prompt)))]
-        else:
-            prompt = _first(request, "text_input", b"").decode("utf-8", "replace")
+        given = _optional(request, "input_ids")
+        prompt = [int(i) for i in given] if given is not None else []
+        prompt = prompt[: int(_first(request, "input_lengths", len(prompt)))]
         exclude = bool(_first(request, "exclude_input_in_output", self.exclude_input))
         return job(
             self.lm, self.codec, self.limits, request, prompt, sampling, stream=stream, exclude_input=exclude
@@ -281,13 +255,11 @@ class TritonPythonModel:
 
     def _result(self, job: Job) -> Any:
         """A request's whole answer."""
-        if self.ids:
-            return _ids(job.ids if job.exclude_input else job.prompt_ids + job.ids)
-        return _text(job.text())
+        return _ids(job.ids if job.exclude_input else job.prompt_ids + job.ids)
 
-    def _step(self, job: Job, piece: str) -> Any:
-        """A streaming request's newest token: its id, or the text it completes."""
-        return _ids(job.ids[-1:]) if self.ids else _text(piece)
+    def _step(self, job: Job) -> Any:
+        """A streaming request's newest token."""
+        return _ids(job.ids[-1:])
 
     def execute(self, requests: list[Any]) -> list[Any] | None:
         started = time.monotonic()
@@ -320,10 +292,9 @@ class TritonPythonModel:
                     _error("request cancelled", pb_utils.TritonError.CANCELLED), flags=final
                 )
             elif job.done and self.faults.latency_ms:
-                held.append((job, self._step(job, piece) if job.stream else self._result(job)))
-            # Every id is sent; text only where a token completes a character.
-            elif job.stream and (self.ids or piece or job.done):
-                send(job, self._step(job, piece), final if job.done else 0)
+                held.append((job, self._step(job) if job.stream else self._result(job)))
+            elif job.stream:
+                send(job, self._step(job), final if job.done else 0)
             elif job.done:
                 send(job, self._result(job), final)
 

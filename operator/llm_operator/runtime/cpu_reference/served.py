@@ -1,4 +1,6 @@
-"""What a cpu-reference repository serves: its Decoder and the codec between its text and its ids.
+"""What a cpu-reference repository serves: its Decoder (load) and the codec between its text and its
+ids (codec: the tokenizer alone, for the ensemble, which loads no weights). This module imports no
+torch: the decoders' modules load inside load().
 
 - LLMOP_MODEL_DIR set: the cached checkpoint the operator mounted: checkpoint.py's format (a tiny
   model with the byte tokenizer), or a directory laid out as a packaged model's (gguf_files.write:
@@ -12,15 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from llm_operator.runtime.cpu_reference import (
-    PACKAGED_MODELS,
-    TINY_MODELS,
-    checkpoint,
-    gguf_files,
-    packaged_dir,
-)
-from llm_operator.runtime.cpu_reference.tiny_lm import Decoder, TinyLM, encode
+from llm_operator.runtime.cpu_reference import PACKAGED_MODELS, TINY_MODELS, gguf_files, packaged_dir
+
+if TYPE_CHECKING:
+    from llm_operator.runtime.cpu_reference.tiny_lm import Decoder
 
 Pieces = Callable[[int], str]  # each generated id -> the text it completes (maybe "")
 
@@ -31,7 +30,8 @@ class Codec:
     pieces: Callable[[], Pieces]  # a new incremental decoder, one per request
 
 
-BYTES = Codec(encode=encode, pieces=lambda: chr)  # TinyLM generates printable ASCII only
+# TinyLM's (tiny_lm.encode): UTF-8 bytes in; it generates printable ASCII only.
+BYTES = Codec(encode=lambda text: list(text.encode("utf-8")), pieces=lambda: chr)
 
 
 def tokenizer_codec(directory: Path) -> Codec:
@@ -50,10 +50,27 @@ def tokenizer_codec(directory: Path) -> Codec:
     return Codec(encode=lambda text: tok.encode(text, add_special_tokens=False).ids, pieces=pieces)
 
 
+def _packaged(model_dir: str) -> bool:
+    return bool(model_dir) and (Path(model_dir) / gguf_files.WEIGHTS_FILE).is_file()
+
+
+def codec(builtin: str, model_dir: str) -> Codec:
+    """The codec of the model load() serves for the same arguments (load says why a model cannot
+    be served: this only picks the tokenizer)."""
+    if _packaged(model_dir):
+        return tokenizer_codec(Path(model_dir))
+    if not model_dir and builtin in PACKAGED_MODELS:
+        return tokenizer_codec(Path(packaged_dir(builtin)))
+    return BYTES
+
+
 def load(builtin: str, weights_seed: int, model_dir: str) -> tuple[Decoder, Codec]:
     """ValueError (CheckpointError included) says why the model cannot be served."""
+    from llm_operator.runtime.cpu_reference import checkpoint  # torch: only here
+    from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM
+
     if model_dir:
-        if (Path(model_dir) / gguf_files.WEIGHTS_FILE).is_file():
+        if _packaged(model_dir):
             return packaged(Path(model_dir))
         return checkpoint.load(model_dir), BYTES
     if not builtin:  # the operator renders no builtin name for a cached source
