@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds (or reuses) the binaries of the embedded test cluster, by group:
 #
-#   build-tools.sh [GROUP...]     no GROUP: every group but release (`make tools`)
+#   build-tools.sh [GROUP...]     no GROUP: every group but release and keda (`make tools`)
 #   core        etcd, kwok, Kubernetes, CoreDNS, kubectl + helm, the registry, crane: the cluster
 #               `make demo` and `make cluster-up` start
 #   monitoring  Prometheus (+ promtool), prometheus-adapter      gateway   Traefik + Gateway API CRDs
@@ -9,7 +9,8 @@
 #   stores      versitygw, olah's environment                    istio     istiod, pilot-agent
 #   gitops      kstatus, argocd-lua                               crane     crane alone
 #   keda        KEDA's operator and metrics API server (+ its install manifests), for the one test
-#               that runs KEDA (tests/e2e/test_keda.py): built at `nice -n 10`, cold it takes minutes
+#               that runs KEDA (tests/e2e/test_keda.py), which builds it if need be; beside the tests
+#               (scripts/test.sh) rather than before them, at `nice -n 10` at least: cold, tens of minutes
 #   release     helm, crane, cosign: what scripts/release.sh pushes, signs and attests with; built
 #               beside the tests (scripts/test.sh) rather than before them: cold, cosign takes minutes
 # The cluster's add-ons (e2e/cluster/addons.py) name the groups they need, so a component is built
@@ -68,11 +69,11 @@ KEDA_VERSION=v2.21.0
 KEDA_COMMIT=626ded5d783108bedf647e20bbc83f8e458e02e4
 
 mkdir -p "$cache/locks"
-GROUPS_ALL=(core monitoring gateway routing enforcer stores istio gitops keda)
+GROUPS_ALL=(core monitoring gateway routing enforcer stores istio gitops)
 requested=("$@")
 [ ${#requested[@]} -gt 0 ] || requested=("${GROUPS_ALL[@]}")
 for g in "${requested[@]}"; do
-  [[ " ${GROUPS_ALL[*]} crane release " == *" $g "* ]] || die "unknown group '$g' (groups: ${GROUPS_ALL[*]} crane release)"
+  [[ " ${GROUPS_ALL[*]} crane release keda " == *" $g "* ]] || die "unknown group '$g' (groups: ${GROUPS_ALL[*]} crane release keda)"
 done
 
 # Per Go tool: its packages (built from tools/<tool>, or tools/<MODULE[tool]> where tools share a

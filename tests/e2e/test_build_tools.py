@@ -113,7 +113,7 @@ def test_an_unknown_group_is_refused_with_the_groups_there_are(tmp_path: Path) -
     assert calls == []
     assert proc.stderr.strip() == (
         "build-tools: error: unknown group 'grafana' "
-        "(groups: core monitoring gateway routing enforcer stores istio gitops keda crane release)"
+        "(groups: core monitoring gateway routing enforcer stores istio gitops crane release keda)"
     )
 
 
