@@ -44,8 +44,11 @@ def _tools(cluster: E2ECluster) -> dict[str, Path]:
 
 
 def _uninstall(kubectl: Kubectl, objects: list[dict[str, Any]]) -> None:
-    """The APIService first (an aggregated API without its server breaks discovery), then KEDA's
-    namespace, what it made outside it (RBAC, the CRDs with every ScaledObject left)."""
+    """Every ScaledObject while KEDA still runs (it holds them with a finalizer, and so the CRD),
+    the APIService (an aggregated API without its server breaks discovery), then KEDA's namespace
+    and what it made outside it (RBAC, the CRDs)."""
+    # check=False: an install that failed before its CRDs has none to delete.
+    kubectl("delete", "scaledobjects", "--all", "--all-namespaces", "--timeout=60s", check=False)
     kubectl.delete("apiservice", keda.APISERVICE)
     kubectl("delete", "namespace", keda.NAMESPACE, "--ignore-not-found", "--wait=false")
     for obj in objects:
@@ -59,6 +62,7 @@ def keda_running(cluster: E2ECluster, kubectl: Kubectl) -> Iterator[None]:
     if cluster.launcher is None:
         pytest.skip("needs the embedded cluster's real node and monitoring stack")
     tools = _tools(cluster)
+    start = time.monotonic()
     for name in keda.BINARIES:
         cluster.launcher.import_image(keda.archive(name, tools[name], print))
     objects = keda.manifests(tools["kubectl"], tools["keda-operator"])
@@ -75,9 +79,12 @@ def keda_running(cluster: E2ECluster, kubectl: Kubectl) -> Iterator[None]:
         # KEDA's operator writes its CA into the APIService; then the aggregator reaches the adapter.
         wait_for(f"{keda.APISERVICE} Available", lambda: kubectl.get("apiservice", keda.APISERVICE),
                  lambda a: is_true(a, "Available"), timeout=TIMEOUT)  # fmt: skip
+        print(f"keda: installed and serving external metrics in {time.monotonic() - start:.1f} s")
         yield
     finally:
+        start = time.monotonic()
         _uninstall(kubectl, objects)
+        print(f"keda: removed in {time.monotonic() - start:.1f} s")
 
 
 def external_metric(kubectl: Kubectl, namespace: str, hpa: dict[str, Any]) -> float:
@@ -142,15 +149,15 @@ def test_keda_scales_the_deployment_up_under_load_on_the_operators_query(
         )
         asked = time.monotonic() - start
         assert ld is not None
-        # What KEDA saw: the operator's query, in Prometheus and through the external metrics API.
+        # What KEDA saw: the operator's query over the loaded pod, and its HPA's own decision.
         in_prometheus = sum(prometheus_query(embedded.launcher.prometheus_url, query).values())
         hpa = kubectl.get("hpa", f"keda-hpa-{name}", namespace)
-        assert hpa is not None and hpa["status"]["desiredReplicas"] == ld["spec"]["replicas"], hpa
-        current = hpa["status"]["currentMetrics"][0]["external"]["current"]
+        assert hpa is not None and hpa["status"]["desiredReplicas"] > 1, hpa
         print(
             f"keda: replicas -> {ld['spec']['replicas']} {asked:.1f} s after the load step; "
-            f"{query} = {in_prometheus:g} in Prometheus, the HPA's average {current.get('averageValue')}"
+            f"{query} = {in_prometheus:g} in Prometheus; KEDA's HPA: {hpa['status'].get('currentMetrics')}"
         )
+        assert in_prometheus > 0
         wait_for(
             "a new serving pod created",
             lambda: {p["metadata"]["name"] for p in scaling.serving_pods(kubectl, namespace, name)} - before,
