@@ -15,9 +15,10 @@ log=$(mktemp)
 release_cluster=:
 trap 'rm -f "$log"; eval "$release_cluster"' EXIT
 
-# cosign, for the release test (late in the e2e tier, which waits on this build's lock): cold it
-# builds for minutes, at the lowest priority beside the tiers instead of before them in `make tools`.
-nice -n 19 e2e/cluster/build-tools.sh release >/dev/null 2>&1 &
+# KEDA, for its test (tests/e2e/test_keda.py, exclusive), and cosign, for the release test (late in
+# the e2e tier); each waits on this build's lock: cold they build for tens of minutes, at the lowest
+# priority beside the tiers instead of before them in `make tools`.
+nice -n 19 e2e/cluster/build-tools.sh keda release >/dev/null 2>&1 &
 release_tools=$!
 "$PY" -m pytest -p no:cacheprovider --durations=10 -m "not e2e" >"$log" 2>&1 &
 others=$!

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Builds (or reuses) the binaries of the embedded test cluster, by group:
 #
-#   build-tools.sh [GROUP...]     no GROUP: every group but release (`make tools`)
+#   build-tools.sh [GROUP...]     no GROUP: every group but release and keda (`make tools`)
 #   core        etcd, kwok, Kubernetes, CoreDNS, kubectl + helm, the registry, crane: the cluster
 #               `make demo` and `make cluster-up` start
 #   monitoring  Prometheus (+ promtool), prometheus-adapter      gateway   Traefik + Gateway API CRDs
 #   routing     the endpoint picker (+ its CRDs), Envoy           enforcer  kube-router
 #   stores      versitygw, olah's environment                    istio     istiod, pilot-agent
 #   gitops      kstatus, argocd-lua                               crane     crane alone
+#   keda        KEDA's operator and metrics API server (+ its install manifests), for the one test
+#               that runs KEDA (tests/e2e/test_keda.py), which builds it if need be; beside the tests
+#               (scripts/test.sh) rather than before them, at `nice -n 10` at least: cold, tens of minutes
 #   release     helm, crane, cosign: what scripts/release.sh pushes, signs and attests with; built
 #               beside the tests (scripts/test.sh) rather than before them: cold, cosign takes minutes
 # The cluster's add-ons (e2e/cluster/addons.py) name the groups they need, so a component is built
@@ -60,17 +63,22 @@ ISTIO_VERSION=v0.0.0-20260827124520-eed52ebb66ad
 ISTIO_RELEASE=1.31-dev
 # cosign (sigstore): signs the released images and chart and attaches their SBOM and provenance.
 COSIGN_VERSION=v3.1.3
+# KEDA (github.com/kedacore/keda/v2), the controller of `autoscaling.provider: keda` in its one test
+# (e2e/cluster/keda.py); the commit of its v2.21.0 tag, for `keda --version` as its release build sets it.
+KEDA_VERSION=v2.21.0
+KEDA_COMMIT=626ded5d783108bedf647e20bbc83f8e458e02e4
 
 mkdir -p "$cache/locks"
 GROUPS_ALL=(core monitoring gateway routing enforcer stores istio gitops)
 requested=("$@")
 [ ${#requested[@]} -gt 0 ] || requested=("${GROUPS_ALL[@]}")
 for g in "${requested[@]}"; do
-  [[ " ${GROUPS_ALL[*]} crane release " == *" $g "* ]] || die "unknown group '$g' (groups: ${GROUPS_ALL[*]} crane release)"
+  [[ " ${GROUPS_ALL[*]} crane release keda " == *" $g "* ]] || die "unknown group '$g' (groups: ${GROUPS_ALL[*]} crane release keda)"
 done
 
-# Per Go tool: its packages (built from tools/<tool>), build tags, ldflags and cache key.
-declare -A PKGS TAGS LDFLAGS VERSION
+# Per Go tool: its packages (built from tools/<tool>, or tools/<MODULE[tool]> where tools share a
+# wrapper module), build tags, ldflags, cache key and niceness (NICE: a long build yields the CPUs).
+declare -A PKGS TAGS LDFLAGS VERSION MODULE NICE
 tool() { local name=$1; VERSION[$name]=$2; LDFLAGS[$name]=$3; shift 3; PKGS[$name]="$*"; }
 k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
  -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34 \
@@ -123,14 +131,23 @@ tool argocd-lua "$GOPHER_LUA_VERSION-$(main_hash argocd-lua)" "-s -w" .
 # The version as cosign's own release build sets it (`cosign version`).
 tool cosign "$COSIGN_VERSION" "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION" \
   github.com/sigstore/cosign/v3/cmd/cosign
+# KEDA's operator and its metrics API server (the external metrics adapter), each its own binary as
+# upstream's Makefile builds them, with the version ldflags it sets; no admission webhooks. The
+# operator links every scaler KEDA has (one package), hence the long cold build.
+keda_ldflags="-s -w -X github.com/kedacore/keda/v2/version.Version=${KEDA_VERSION#v} \
+ -X github.com/kedacore/keda/v2/version.GitCommit=$KEDA_COMMIT"
+tool keda-operator "$KEDA_VERSION" "$keda_ldflags" github.com/kedacore/keda/v2/cmd/operator
+tool keda-adapter "$KEDA_VERSION" "$keda_ldflags" github.com/kedacore/keda/v2/cmd/adapter
+MODULE[keda-operator]=keda MODULE[keda-adapter]=keda NICE[keda-operator]=10 NICE[keda-adapter]=10
 
 declare -A GROUP_TOOLS=(
   [core]="etcd kwok kubernetes coredns registry crane" [monitoring]="prometheus prometheus-adapter"
   [gateway]=traefik [routing]=epp [enforcer]=kube-router [stores]=versitygw [istio]=istio
-  [gitops]="kstatus argocd-lua" [crane]=crane [release]="crane cosign"
+  [gitops]="kstatus argocd-lua" [crane]=crane [release]="crane cosign" [keda]="keda-operator keda-adapter"
 )
 
-out_dir() { echo "$cache/bin/$1-${VERSION[$1]}-$(sha256sum "$here/tools/$1/go.sum" | cut -c1-12)"; }
+mod() { echo "$here/tools/${MODULE[$1]:-$1}"; }
+out_dir() { echo "$cache/bin/$1-${VERSION[$1]}-$(sha256sum "$(mod "$1")/go.sum" | cut -c1-12)"; }
 # One package is installed as bin/TOOL (etcd's main package would otherwise be named "server"),
 # several under their own names.
 expected() { local p; read -ra p <<<"${PKGS[$1]}"; if [ ${#p[@]} -eq 1 ]; then echo "$1"; else for x in "${p[@]}"; do echo "${x##*/}"; done; fi; }
@@ -151,7 +168,7 @@ build() {
     [ ${#pkgs[@]} -eq 1 ] && dest="$out/$t"
     echo "build-tools: building $t ${VERSION[$t]} (cold builds take minutes; log: $log)" >&2
     local start=$SECONDS
-    (cd "$here/tools/$t" && go build -trimpath ${TAGS[$t]:+-tags "${TAGS[$t]}"} -ldflags "${LDFLAGS[$t]}" \
+    (cd "$(mod "$t")" && nice -n "${NICE[$t]:-0}" go build -trimpath ${TAGS[$t]:+-tags "${TAGS[$t]}"} -ldflags "${LDFLAGS[$t]}" \
       -o "$dest" "${pkgs[@]}") >"$log" 2>&1 || die "building $t ${VERSION[$t]} failed; see $log"
     echo "build-tools: $t built in $((SECONDS - start)) s" >&2
     touch "$out/.complete"
@@ -169,7 +186,7 @@ prefetch=
 if [ ${#todo[@]} -gt 1 ]; then
   ( for t in "${todo[@]:1}"; do
       read -ra pkgs <<<"${PKGS[$t]}"
-      (cd "$here/tools/$t" && go list -deps ${TAGS[$t]:+-tags "${TAGS[$t]}"} "${pkgs[@]}" >/dev/null 2>&1) || true
+      (cd "$(mod "$t")" && go list -deps ${TAGS[$t]:+-tags "${TAGS[$t]}"} "${pkgs[@]}" >/dev/null 2>&1) || true
     done ) &
   prefetch=$!
 fi
@@ -296,6 +313,16 @@ istio() {
 }
 
 gitops() { build kstatus; build argocd-lua; }
+
+# KEDA's install manifests (its kustomize tree: CRDs, RBAC, Deployments, Services, the external
+# metrics APIService) from the same module, beside the operator; e2e/cluster/keda.py renders them.
+keda() {
+  local dir; dir=$(build keda-operator); echo "$dir"; build keda-adapter
+  if [ ! -f "$dir/config/.complete" ]; then
+    local src; src=$(module_dir keda github.com/kedacore/keda/v2) || die "locating the keda module for its manifests failed"
+    rm -rf "$dir/config"; cp -r "$src/config" "$dir/config"; chmod -R u+w "$dir/config"; touch "$dir/config/.complete"
+  fi
+}
 crane() { build crane; }
 release() { kubectl_helm; build crane; build cosign; }
 

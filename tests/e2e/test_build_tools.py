@@ -14,9 +14,11 @@ from e2e.cluster import ClusterError, addons
 from e2e.cluster.components import BUILD_TOOLS, CORE_BINARIES, binaries
 
 FAKE_GO = r"""#!/usr/bin/env bash
-# Records "<tool dir> <args>" and does what the script relies on: `build -o DEST PKG...` writes
-# the binaries, `list -m -f ... MODULE` names a module directory, the rest succeeds.
+# Records "<tool dir> <args>" (and a build's niceness) and does what the script relies on:
+# `build -o DEST PKG...` writes the binaries, `list -m -f ... MODULE` names a module directory,
+# the rest succeeds.
 echo "$(basename "$PWD") $*" >>"$GO_CALLS"
+[ "$1" != build ] || echo "$(basename "$PWD") $(nice)" >>"$GO_CALLS.nice"  # its niceness
 if [ "$1" = build ]; then
   sleep 0.5  # a compile takes a while: the background `go list` of the next tools runs meanwhile
   shift; while [ "$1" != -o ]; do shift; done; dest=$2; shift 2
@@ -84,13 +86,34 @@ def test_a_second_run_builds_nothing_and_prints_the_same_directories(tmp_path: P
     assert (traefik / "crds" / "gateway.yaml").is_file()  # the CRDs copied beside it once
 
 
+def test_keda_builds_two_binaries_from_one_wrapper_module_at_low_priority(tmp_path: Path) -> None:
+    """The operator and the metrics API server share tools/keda (one go.sum, one set of module
+    downloads), build at `nice -n 10` and get KEDA's install manifests beside them."""
+    (tmp_path / "module/config/minimal").mkdir(parents=True)
+    (tmp_path / "module/config/minimal/kustomization.yaml").write_text("resources: []\n")
+    proc, calls = _run(tmp_path, "keda")
+    assert proc.returncode == 0, proc.stderr
+    builds = [c for c in calls if c.split()[1] == "build"]
+    assert [(c.split()[0], c.split()[-1]) for c in builds] == [
+        ("keda", "github.com/kedacore/keda/v2/cmd/operator"),
+        ("keda", "github.com/kedacore/keda/v2/cmd/adapter"),
+    ]
+    operator, adapter = (Path(d) for d in proc.stdout.split())
+    assert (operator / "keda-operator").is_file() and (adapter / "keda-adapter").is_file()
+    assert (operator / "config/minimal/kustomization.yaml").is_file()
+    assert binaries(["keda"]) == ("keda-operator", "keda-adapter")
+    ours = int(subprocess.run(["nice"], capture_output=True, text=True, check=True).stdout)
+    niceness = (tmp_path / "calls.nice").read_text().split()
+    assert niceness == ["keda", str(min(ours + 10, 19))] * 2
+
+
 def test_an_unknown_group_is_refused_with_the_groups_there_are(tmp_path: Path) -> None:
     proc, calls = _run(tmp_path, "monitoring", "grafana")
     assert proc.returncode == 1
     assert calls == []
     assert proc.stderr.strip() == (
         "build-tools: error: unknown group 'grafana' "
-        "(groups: core monitoring gateway routing enforcer stores istio gitops crane release)"
+        "(groups: core monitoring gateway routing enforcer stores istio gitops crane release keda)"
     )
 
 
