@@ -18,6 +18,7 @@ Two deployments, three pods of CPU_LIMIT each: the node has 2 CPUs for the whole
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,3 +127,50 @@ def test_a_model_split_over_two_pods_answers_as_one_pod_does(world: World, kubec
     assert world.cluster.launcher is not None
     with base_url(world.cluster.launcher, f"http://{SPLIT}.{world.namespace}.svc:8080/v1") as served:
         openai_sdk.speaks_openai(served, "llm-operator/tiny-llama", MODEL)
+
+
+@dataclass
+class Recovery:
+    seconds: float  # from the fault to the first right answer
+    wrong: list[str]  # answers served meanwhile that were not the reference text
+    not_ready: list[str]  # the Ready condition's messages meanwhile
+
+
+def recover(world: World, kubectl: Kubectl, name: str, pod: str, timeout: float = READY_TIMEOUT) -> Recovery:
+    """Kill `pod` (deleted with no grace, as a node's loss or an OOM kill ends it) and ask the
+    deployment until it answers the reference text again."""
+    kubectl("delete", "pod", pod, "--grace-period=0", "--force", "--wait=false", namespace=world.namespace)
+    start, wrong, not_ready = time.monotonic(), list[str](), list[str]()
+    while time.monotonic() - start < timeout:
+        ready = condition(kubectl.get("llmdeployment", name, world.namespace), "Ready") or {}
+        said = f"{ready.get('reason')}: {ready.get('message')}"
+        if ready.get("status") != "True" and said not in not_ready:
+            not_ready.append(said)
+        try:
+            text = world.answer(name, timeout=20)
+        except (openai.APIError, OSError):  # refused, reset, timed out: not serving (yet)
+            time.sleep(1)
+            continue
+        if text == world.want:
+            return Recovery(time.monotonic() - start, wrong, not_ready)
+        wrong.append(text)
+    said = what_the_pods_said(kubectl, world.namespace)
+    pytest.fail(f"{name} not serving {timeout:.0f} s after {pod} was killed:\n{said}")
+
+
+def test_a_killed_worker_is_one_group_event(world: World, kubectl: Kubectl) -> None:
+    """The worker's loss ends the leader's mpirun; the operator recreates the whole group (a new
+    leader pod, not only a restarted container), says which member failed and why, and the group
+    serves again: nothing meanwhile was answered by half a group."""
+    before = {n: p["metadata"]["uid"] for n, p in world.members(kubectl, SPLIT).items()}
+    worker = f"{SPLIT}-g0-1"
+    group = recover(world, kubectl, SPLIT, worker)
+    assert group.wrong == [], group.wrong
+    after = {n: p["metadata"]["uid"] for n, p in world.members(kubectl, SPLIT).items()}
+    assert sorted(after) == sorted(before) and not set(after.values()) & set(before.values()), (before, after)
+    recreated = [e for e in kubectl.events(world.namespace, SPLIT) if e.get("reason") == "GroupRecreated"]
+    assert recreated, [(e.get("reason"), e.get("message")) for e in kubectl.events(world.namespace, SPLIT)]
+    assert recreated[0]["type"] == "Warning" and worker in recreated[0]["message"], recreated[0]
+    single = recover(world, kubectl, SINGLE, f"{SINGLE}-0")
+    print(f"recovery from a killed pod: the 2-pod group {group.seconds:.1f} s, a single pod "
+          f"{single.seconds:.1f} s; the group's Ready meanwhile: {group.not_ready}")  # fmt: skip
