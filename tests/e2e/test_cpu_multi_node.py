@@ -139,8 +139,9 @@ class Recovery:
 
 def recover(world: World, kubectl: Kubectl, name: str, pod: str, timeout: float = READY_TIMEOUT) -> Recovery:
     """Kill `pod` (deleted with no grace, as a node's loss or an OOM kill ends it), see the
-    deployment stop answering (its API object goes at once, its processes a moment later), and ask
-    it until it answers the reference text again."""
+    deployment fail a request (the pod's API object goes at once, its processes a moment later:
+    until then the old pods answer, whatever the status says), and ask it until it answers the
+    reference text again."""
     kubectl("delete", "pod", pod, "--grace-period=0", "--force", "--wait=false", namespace=world.namespace)
     start, wrong, not_ready, down = time.monotonic(), list[str](), list[str](), False
     while time.monotonic() - start < timeout:
@@ -148,7 +149,6 @@ def recover(world: World, kubectl: Kubectl, name: str, pod: str, timeout: float 
         said = f"{ready.get('reason')}: {ready.get('message')}"
         if ready.get("status") != "True" and said not in not_ready:
             not_ready.append(said)
-        down = down or bool(not_ready)
         try:
             text = world.answer(name, timeout=20)
         except (openai.APIError, OSError):  # refused, reset, timed out: not serving
@@ -173,7 +173,8 @@ def test_a_killed_worker_is_one_group_event(world: World, kubectl: Kubectl) -> N
     group = recover(world, kubectl, SPLIT, worker)
     assert group.wrong == [], group.wrong
     after = {n: p["metadata"]["uid"] for n, p in world.members(kubectl, SPLIT).items()}
-    assert sorted(after) == sorted(before) and not set(after.values()) & set(before.values()), (before, after)
+    assert sorted(after) == sorted(before) and not set(after.values()) & set(before.values()), (
+        f"{before} -> {after}:\n{what_the_pods_said(kubectl, world.namespace)}")  # fmt: skip
     recreated = [e for e in kubectl.events(world.namespace, SPLIT) if e.get("reason") == "GroupRecreated"]
     assert recreated, [(e.get("reason"), e.get("message")) for e in kubectl.events(world.namespace, SPLIT)]
     # The member seen failing first, in its container's words, then the pods recreated.
