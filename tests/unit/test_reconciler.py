@@ -23,6 +23,7 @@ from llm_operator.controller.cluster.kube import NotLeading
 from llm_operator.controller.cluster.queue import WorkQueue
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.observe.engines import ENGINE_INDEX
+from llm_operator.controller.observe.groups import why_failed
 from llm_operator.controller.reconciler import REPORT_AFTER_FAILURES, Reconciler
 from llm_operator.controller.status.status import UNPLACED_GRACE_SECONDS
 from llm_operator.desired import index_value
@@ -540,7 +541,9 @@ async def test_a_broken_group_is_recreated_by_the_reconcile_and_no_other_group()
             "labels": {L.DEPLOYMENT: key[1], L.POOL: "main", L.ROLE: "worker", L.GROUP_INDEX: "0",
                        L.GROUP_SIZE: "2"},
         },
-        "status": {"phase": "Running", "containerStatuses": [{"restartCount": 1}]},
+        "status": {"phase": "Running", "containerStatuses": [{"restartCount": 1, "lastState": {"terminated": {
+            "exitCode": 1, "reason": "Error", "message": "ORTE has lost communication with a remote daemon",
+        }}}]},
     }  # fmt: skip
     await reconciler.pod_event("MODIFIED", worker_pod)
     assert kube.take_writes() == [], "the watch callback records; it does not act"
@@ -549,10 +552,22 @@ async def test_a_broken_group_is_recreated_by_the_reconcile_and_no_other_group()
     await reconciler.reconcile(*key)
     deleted = [name for verb, kind, name in kube.take_writes() if verb == "delete" and kind == "Pod"]
     assert deleted == [f"{key[1]}-0", f"{workers[0]}-1"], "leader and worker of group 0, nothing of group 1"
+    # Which member failed and why, in its container's words, and what was recreated.
+    assert kube.events[-1] == ("Warning", "GroupRecreated", (
+        f"{workers[0]}-1 failed (exited 1 (Error): ORTE has lost communication with a remote daemon): "
+        f"recreating group 0 of pool main as a whole ({key[1]}-0, {workers[0]}-1)"))  # fmt: skip
 
     await reconciler.pod_event("MODIFIED", worker_pod)  # the same failure seen again
     await reconciler.reconcile(*key)
     assert not [w for w in kube.take_writes() if w[1] == "Pod"], "each failure is acted on once"
+
+
+def test_a_failed_member_is_named_in_its_containers_words_or_the_pods() -> None:
+    ended = {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
+    assert why_failed({"phase": "Failed", "containerStatuses": [{"restartCount": 0, "state": ended}]}) == (
+        "exited 137 (OOMKilled)")  # fmt: skip
+    evicted = {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}
+    assert why_failed(evicted) == "Evicted: The node was low on resource: memory."
 
 
 async def test_drift_is_restored_and_an_unplaceable_edit_keeps_what_serves() -> None:

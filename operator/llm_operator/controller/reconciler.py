@@ -41,7 +41,7 @@ from llm_operator.controller.deployment_body import (
 )
 from llm_operator.controller.metrics import RECONCILE_ERRORS, RECONCILE_SECONDS, ConditionCounts
 from llm_operator.controller.observe import engines
-from llm_operator.controller.observe.groups import GroupFailures, group_pods
+from llm_operator.controller.observe.groups import GroupFailures, recreate
 from llm_operator.controller.observe.model_cache import ModelCache
 from llm_operator.controller.observe.observe import (
     CompactDicts,
@@ -228,7 +228,7 @@ class Reconciler:
         if body is None or body["metadata"].get("deletionTimestamp"):
             self.forget((namespace, name))
             return
-        await self._recreate_broken_groups(namespace, name)
+        await self._recreate_broken_groups(body)
         try:
             ld = LLMDeployment.model_validate(body)
         except ValidationError as e:
@@ -317,12 +317,11 @@ class Reconciler:
         await self.applier.prune((ld.namespace, ld.name), keep, frozenset().union(*(w.held for w in wants)))
         return missing
 
-    async def _recreate_broken_groups(self, namespace: str, name: str) -> None:
-        for group in self.group_failures.take((namespace, name)):
-            self.secrets.ssh.forget((namespace, name))  # a missing key is a reason groups fail: check again
-            log.warning("a pod of group %s of %s/%s failed: recreating the group", group, namespace, name)
-            for pod in group_pods(self.applier.children, namespace, name, group):
-                await self.kube.delete_pod(namespace, pod)
+    async def _recreate_broken_groups(self, body: dict[str, Any]) -> None:
+        key = (body["metadata"]["namespace"], body["metadata"]["name"])
+        for group, failure in self.group_failures.take(key):
+            self.secrets.ssh.forget(key)  # a missing key is a reason groups fail: check again
+            await recreate(self.kube, self.applier.children, body, group, failure, now())
 
     # -- observing and reporting ---------------------------------------------------------------
 

@@ -3,26 +3,47 @@
 A group is one TensorRT-LLM world: when one member restarts or fails, the others hang in
 collectives. LeaderWorkerSet recreates a group itself; for the StatefulSet shape the pod watch
 records the broken group here and the next reconcile deletes its pods (leader and workers), and
-no others.
+no others, and says which member failed and why (a Warning Event, GroupRecreated).
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from typing import Any
 
 from llm_operator import labels as L
-from llm_operator.controller.observe.observe import Children, Key
+from llm_operator.controller.cluster.kube import KubeApi
+from llm_operator.controller.observe.observe import Children, Key, exited
 from llm_operator.render import names
 from llm_operator.render.serving import POD_INDEX
 from llm_operator.rollout.revision import Slot
 
+log = logging.getLogger(__name__)
 Group = tuple[str, int, Slot]  # pool, group index, slot
 _SEEN_LIMIT = 4096  # failed pods remembered (by uid) so each failure is acted on once
+GROUP_RECREATED = "GroupRecreated"  # the Event; its length is the room exited() leaves
+
+
+@dataclass(frozen=True)
+class Failure:
+    pod: str  # the member whose failure broke the group (the first seen)
+    why: str  # in its container's words: exit status, reason, the launcher's last lines
+
+
+def why_failed(status: dict[str, Any]) -> str:
+    """The failed member's own words: its restarted container's last end (the launcher's
+    termination message names, for a leader, what mpirun lost), else the pod's."""
+    for c in status.get("containerStatuses") or []:
+        ended = ((c.get("lastState") if c.get("restartCount") else c.get("state")) or {}).get("terminated")
+        if ended:
+            return exited(ended, len(GROUP_RECREATED))
+    return f"{status.get('reason') or status.get('phase')}: {status.get('message', '')}".rstrip(": ")
 
 
 class GroupFailures:
     def __init__(self) -> None:
-        self._broken: dict[Key, set[Group]] = {}
+        self._broken: dict[Key, dict[Group, Failure]] = {}
         self._seen: dict[str, None] = {}
 
     def update(self, pod: dict[str, Any]) -> Key | None:
@@ -47,11 +68,12 @@ class GroupFailures:
             return None
         key = (meta["namespace"], deployment)
         slot = Slot.B if labels.get(L.SLOT) == Slot.B else Slot.A  # none: an operator before slots
-        self._broken.setdefault(key, set()).add((pool, int(group), slot))
+        failure = Failure(meta["name"], why_failed(status))
+        self._broken.setdefault(key, {}).setdefault((pool, int(group), slot), failure)
         return key
 
-    def take(self, key: Key) -> list[Group]:
-        return sorted(self._broken.pop(key, set()))
+    def take(self, key: Key) -> list[tuple[Group, Failure]]:
+        return sorted(self._broken.pop(key, {}).items())
 
     def forget(self, key: Key) -> None:
         self._broken.pop(key, None)
@@ -67,3 +89,17 @@ def group_pods(children: Children, namespace: str, deployment: str, group: Group
         name = workers["metadata"]["name"]
         pods += [f"{name}-{ordinal}" for ordinal in range(start, start + workers["spec"].get("replicas", 0))]
     return pods
+
+
+async def recreate(kube: KubeApi, children: Children, body: dict[str, Any], group: Group, failure: Failure,
+                   now: str) -> None:  # fmt: skip
+    """Delete every pod of the group (their controllers make them anew) and say why."""
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    pods = group_pods(children, namespace, name, group)
+    pool, index, _ = group
+    words = (f"{failure.pod} failed ({failure.why}): recreating group {index} of pool {pool} as a "
+             f"whole ({', '.join(pods)})")  # fmt: skip
+    log.warning("%s/%s: %s", namespace, name, words)
+    for pod in pods:
+        await kube.delete_pod(namespace, pod)
+    await kube.event(body, "Warning", GROUP_RECREATED, words, now)

@@ -204,7 +204,7 @@ def _one_line(terminated: dict[str, Any]) -> str:
     return "; ".join(line.strip() for line in (terminated.get("message") or "").splitlines() if line.strip())
 
 
-def _exited(terminated: dict[str, Any], prefix: int) -> str:
+def exited(terminated: dict[str, Any], prefix: int) -> str:
     """`exited 1 (Error): <message>`, within MAX_PROBLEM after a `prefix`-long reason. The message
     (the launcher's last words, or the log's tail with FallbackToLogsOnError) ends with what
     happened last: its end is kept."""
@@ -257,13 +257,13 @@ def pod_problem(pod: dict[str, Any]) -> str | None:
         detail = waiting.get("message", "")
         last = (c.get("lastState") or {}).get("terminated") or {}
         if reason == "CrashLoopBackOff" and last:
-            detail = _exited(last, len(reason))
+            detail = exited(last, len(reason))
         return f"{reason}: {detail}".strip().rstrip(":")[:MAX_PROBLEM]
     if status.get("phase") == "Failed":  # a build attempt (restartPolicy Never) that ended badly
         for c in containers:
             ended = (c.get("state") or {}).get("terminated") or {}
             if ended.get("exitCode"):
-                return f"{FAILED_POD}: {_exited(ended, len(FAILED_POD))}"
+                return f"{FAILED_POD}: {exited(ended, len(FAILED_POD))}"
     if status.get("phase") == "Pending":
         for cond in status.get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":

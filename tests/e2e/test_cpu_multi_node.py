@@ -1,0 +1,188 @@
+"""A cpu-reference model split over the pods of a group on the real node: tiny-llama with
+`parallelism: {tensor: 1, pipeline: 2}` runs as two CPU pods (the leader StatefulSet's pod and its
+group's worker StatefulSet's), the leader's mpirun starting rank 1 on the worker through the
+worker's unprivileged sshd, as GPU groups start theirs; the stages exchange activations over gloo
+between the pods (runtime/cpu_reference/pipeline.py).
+
+- It becomes Ready and answers the OpenAI API, streamed and not, with exactly the text a
+  single-pod deployment of the same weights serves beside it (and the same tiny model decodes in
+  this process): the split is real (each pod logs the layers its stage runs), and it changes no
+  token.
+- A killed worker pod is one group event: the whole group (the leader too) is recreated, never half a
+  group serving, the deployment says which member failed and why, and the group serves again. The
+  time from the fault to the group's first right answer is printed beside a single-pod deployment's
+  recovery from the same fault.
+
+Two deployments, three pods of CPU_LIMIT each: the node has 2 CPUs for the whole suite.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+import yaml
+from llm_operator.api.v1alpha1 import LLMDeploymentSpec
+from llm_operator.modelrepo import weights_seed
+from llm_operator.runtime.cpu_reference import TINY_MODELS
+from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM
+
+from e2e.chat import base_url
+from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, wait_for
+from tests.e2e import openai_sdk
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cpu-reference-llmapi.yaml"
+SPLIT, SINGLE = "tiny-pp", "tiny-single"
+CPU_LIMIT = "250m"
+PROMPT, MAX_TOKENS = "Once upon a time", 24
+MODEL = "tiny-llama"
+READY_TIMEOUT = 300
+
+
+def deployment(name: str, **spec: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    doc["metadata"]["name"] = name
+    doc["spec"]["resources"]["cpu"] = CPU_LIMIT
+    doc["spec"].update(spec)
+    return doc
+
+
+@dataclass
+class World:
+    namespace: str
+    cluster: E2ECluster
+    want: str  # the reference text: the same weights decoded in this process
+
+    def members(self, kubectl: Kubectl, name: str) -> dict[str, dict[str, Any]]:
+        pods = kubectl.items("pods", self.namespace, f"llmoperator.io/deployment={name}")
+        return {p["metadata"]["name"]: p for p in pods}
+
+    def answer(self, name: str, timeout: float = 60) -> str:
+        assert self.cluster.launcher is not None
+        url = f"http://{name}.{self.namespace}.svc:8080/v1"
+        with base_url(self.cluster.launcher, url) as served:
+            client = openai.OpenAI(base_url=served, api_key="unused", max_retries=0, timeout=timeout)
+            done = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=MAX_TOKENS, temperature=0)
+        return done.choices[0].text
+
+
+@pytest.fixture(scope="module")
+def world(operator: None, cluster: E2ECluster, kubectl: Kubectl) -> Iterator[World]:
+    if cluster.launcher is None:
+        pytest.skip("needs the embedded cluster: its real node's images and its network namespace")
+    doc = deployment(SPLIT, parallelism={"tensor": 1, "pipeline": 2})
+    spec = LLMDeploymentSpec.model_validate(doc["spec"])
+    lm = TinyLM(TINY_MODELS[MODEL], weights_seed(spec.model.revision or "main"))
+    ns = kubectl.create_namespace("cpu-multi-node")
+    try:
+        kubectl.apply(doc, namespace=ns)
+        kubectl.apply(deployment(SINGLE), namespace=ns)
+        for name in (SPLIT, SINGLE):
+            ld = wait_for(f"{name} Ready", lambda n=name: kubectl.get("llmdeployment", n, ns),  # type: ignore[misc]
+                          lambda d: is_true(d, "Ready"), timeout=READY_TIMEOUT)  # fmt: skip
+            assert ((ld or {}).get("status") or {}).get("endpoints", {}).get("openai"), condition(ld, "Ready")
+    except BaseException:
+        print(what_the_pods_said(kubectl, ns))
+        kubectl.delete("namespace", ns)
+        raise
+    yield World(ns, cluster, "".join(lm.generate(PROMPT, MAX_TOKENS)))
+    kubectl.delete("namespace", ns)
+
+
+def what_the_pods_said(kubectl: Kubectl, namespace: str) -> str:
+    """Each pod's state, its last log lines (the previous container's too) and the namespace's
+    Events: what a failure on the real node needs to be understood after the namespace is gone."""
+    out = []
+    for pod in kubectl.items("pods", namespace):
+        name = pod["metadata"]["name"]
+        out.append(f"--- {name}: {yaml.safe_dump(pod.get('status', {}).get('containerStatuses'))}")
+        for previous in ("--previous=false", "--previous=true"):
+            got = kubectl("logs", name, "--all-containers", previous, "--tail=60", namespace=namespace,
+                          check=False)  # fmt: skip
+            out.append(f"logs {previous}: {got.stdout}{got.stderr}")
+    for event in kubectl.events(namespace):
+        about = event.get("involvedObject", {}).get("name")
+        out.append(f"event {event.get('reason')} {about}: {event.get('message')}")
+    return "\n".join(out)
+
+
+def test_a_model_split_over_two_pods_answers_as_one_pod_does(world: World, kubectl: Kubectl) -> None:
+    pods = world.members(kubectl, SPLIT)
+    assert sorted(pods) == [f"{SPLIT}-0", f"{SPLIT}-g0-1"], sorted(pods)
+    assert all(p["spec"]["nodeName"] == "real-0" for p in pods.values())
+    # Rank 1 runs under the leader's mpirun, so its words reach the leader's log: each stage holds
+    # half of tiny-llama's layers, rank 1 on the worker's host.
+    log = kubectl("logs", f"{SPLIT}-0", namespace=world.namespace).stdout
+    assert "pipeline stage 1 of 2: layers range(" in log, log[-3000:]
+    single = world.answer(SINGLE)
+    assert single == world.want
+    assert world.answer(SPLIT) == single
+    assert world.cluster.launcher is not None
+    with base_url(world.cluster.launcher, f"http://{SPLIT}.{world.namespace}.svc:8080/v1") as served:
+        openai_sdk.speaks_openai(served, "llm-operator/tiny-llama", MODEL)
+
+
+@dataclass
+class Recovery:
+    seconds: float  # from the fault to the first right answer
+    wrong: list[str]  # answers served meanwhile that were not the reference text
+    not_ready: list[str]  # the Ready condition's messages meanwhile
+
+
+def recover(world: World, kubectl: Kubectl, name: str, pod: str, timeout: float = READY_TIMEOUT) -> Recovery:
+    """Kill `pod` (deleted with no grace, as a node's loss or an OOM kill ends it), see the
+    deployment fail a request (the pod's API object goes at once, its processes a moment later:
+    until then the old pods answer, whatever the status says), and ask it until it answers the
+    reference text again."""
+    kubectl("delete", "pod", pod, "--grace-period=0", "--force", "--wait=false", namespace=world.namespace)
+    start, wrong, not_ready, down = time.monotonic(), list[str](), list[str](), False
+    while time.monotonic() - start < timeout:
+        ready = condition(kubectl.get("llmdeployment", name, world.namespace), "Ready") or {}
+        said = f"{ready.get('reason')}: {ready.get('message')}"
+        if ready.get("status") != "True" and said not in not_ready:
+            not_ready.append(said)
+        try:
+            text = world.answer(name, timeout=20)
+        except (openai.APIError, OSError):  # refused, reset, timed out: not serving
+            down = True
+            time.sleep(1)
+            continue
+        if text != world.want:
+            wrong.append(text)
+        elif down:
+            return Recovery(time.monotonic() - start, wrong, not_ready)
+        time.sleep(0.5)
+    said = what_the_pods_said(kubectl, world.namespace)
+    pytest.fail(f"{name} not serving again {timeout:.0f} s after {pod} was killed (down: {down}):\n{said}")
+
+
+def test_a_killed_worker_is_one_group_event(world: World, kubectl: Kubectl) -> None:
+    """The worker's loss ends the leader's mpirun; the operator recreates the whole group (a new
+    leader pod, not only a restarted container), says which member failed and why, and the group
+    serves again: nothing meanwhile was answered by half a group."""
+    before = {n: p["metadata"]["uid"] for n, p in world.members(kubectl, SPLIT).items()}
+    worker = f"{SPLIT}-g0-1"
+    group = recover(world, kubectl, SPLIT, worker)
+    assert group.wrong == [], group.wrong
+    after = {n: p["metadata"]["uid"] for n, p in world.members(kubectl, SPLIT).items()}
+    assert sorted(after) == sorted(before) and not set(after.values()) & set(before.values()), (
+        f"{before} -> {after}:\n{what_the_pods_said(kubectl, world.namespace)}")  # fmt: skip
+    recreated = [e for e in kubectl.events(world.namespace, SPLIT) if e.get("reason") == "GroupRecreated"]
+    assert recreated, [(e.get("reason"), e.get("message")) for e in kubectl.events(world.namespace, SPLIT)]
+    # The member seen failing first, in its container's words, then the pods recreated.
+    words = recreated[0]["message"]
+    assert recreated[0]["type"] == "Warning" and re.match(rf"{SPLIT}-(0|g0-1) failed \(exited \d+", words), (
+        words
+    )
+    assert words.endswith(f"({SPLIT}-0, {worker})"), words
+    single = recover(world, kubectl, SINGLE, f"{SINGLE}-0")
+    print(f"recovery from a killed pod: the 2-pod group {group.seconds:.1f} s, a single pod "
+          f"{single.seconds:.1f} s; the group's Ready meanwhile: {group.not_ready}")  # fmt: skip
