@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -226,6 +227,15 @@ def keys(tmp_path: Path) -> str:
     return str(d)
 
 
+def written(path: Path, timeout: float = 20) -> str:
+    """What a rank wrote to path, once it has written it."""
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and path.read_text()):
+        assert time.monotonic() < deadline, f"{path.name} was not written"
+        time.sleep(0.05)
+    return path.read_text()
+
+
 def two_pods(tmp_path: Path, port: int, mpirun: str) -> dict[str, Any]:
     return {**MULTI, "LLMOP_TP": "1", "LLMOP_PP": "2", "LLMOP_GPUS_PER_POD": "1", "LLMOP_ROLE": "leader",
             "LLMOP_WORKER_HOST_PATTERN": "127.0.0.{worker}", "LLMOP_SSH_PORT": str(port),
@@ -242,9 +252,10 @@ def test_under_real_mpirun_rank0_is_the_tritonserver_and_drains_before_the_worke
     mpirun = os.path.realpath(shutil.which("mpirun") or "")
     p: Pod = pod(**two_pods(tmp_path, sshd_port, mpirun), FAKE_DRAIN_rank0="1.0")
     p.wait_started("rank0")
-    assert (tmp_path / "launch0").read_text() == (tmp_path / "launch1").read_text() == "2"
+    # Rank 1 starts beside rank 0, not before it: on a busy machine its files come later.
+    assert written(tmp_path / "launch0") == written(tmp_path / "launch1") == "2"
     assert (tmp_path / "rank0.env").read_text() == "", "rank 0's tritonserver runs outside MPI"
-    worker = int((tmp_path / "worker1").read_text())
+    worker = int(written(tmp_path / "worker1"))
     p.proc.send_signal(signal.SIGTERM)
     assert p.proc.wait(timeout=30) == 0
     # SIGTERM reached the tritonserver itself (not mpirun or the wrapper naming --id=rank0).
@@ -260,7 +271,7 @@ def test_a_lost_tritonserver_fails_the_pod_though_its_wrapper_names_rank0(
     mpirun = os.path.realpath(shutil.which("mpirun") or "")
     p: Pod = pod(**two_pods(tmp_path, sshd_port, mpirun), FAKE_EXIT_AFTER_rank0="0.5")
     assert p.proc.wait(timeout=30) == EXIT_SERVER_GONE
-    assert not alive(int((tmp_path / "worker1").read_text()))
+    assert not alive(int(written(tmp_path / "worker1")))
 
 
 def test_worker_pods_keep_sshd_until_the_leaders_processes_are_gone(pod: Any, tmp_path: Path) -> None:
