@@ -262,6 +262,7 @@ class Reconciler:
                     models=models,
                     fetch_max_bytes_per_second=self.config.fetch_max_bytes_per_second,
                     keep_any_source=opened_to_any_source(applied),
+                    deployment=ld,
                 )
                 for s in rollout.slots
             ]
