@@ -54,8 +54,12 @@ def stream(conn: http.client.HTTPConnection, model: str, prompt: str, max_tokens
 ):  # fmt: skip
     """The generated text of a streamed /v1/completions, one Chunk per event that carries text, as
     the events arrive (the last event, with the finish_reason, carries none). Raises GenerateError
-    for an HTTP error or an error event (the front door's words)."""
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True, **params})
+    for an HTTP error or an error event (the front door's words).
+
+    Greedy unless `params` say otherwise: a request without a temperature samples at OpenAI's 1
+    (frontdoor/sampling.py), and callers compare texts and count tokens."""
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
+                       "temperature": 0, **params})  # fmt: skip
     start = time.monotonic()
     conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
     response = conn.getresponse()

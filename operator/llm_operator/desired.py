@@ -227,12 +227,15 @@ def desired(  # raises PlanningError for a spec the images cannot serve
     models: ModelLookup | None = None,
     fetch_max_bytes_per_second: int | None = None,
     keep_any_source: bool = False,
+    deployment: LLMDeployment | None = None,
 ) -> Desired:
     """`ld` rendered into `slot` at the plan's replica counts. `revision` labels its pods; None:
     `revision_of(ld.spec, images)`. A stable slot rendered from its snapshot passes the revision
     it was started under (the operator's images may have changed since). `models`: None, no
     model is cached yet. `keep_any_source`: the applied NetworkPolicy admits clients from any
-    source (render/network.py, upgrades)."""
+    source (render/network.py, upgrades). `deployment`: the whole deployment when `ld` is a slot's
+    share of it (render/rollout.py for_slot), which the shared children are rendered from: the
+    router's limits follow spec.replicas, and a canary step's split of them must not restart it."""
     check_release(ld, images)
     check_multi_node_image(ld, plan, images)
     revision = revision or revision_of(ld.spec, images)
@@ -272,8 +275,8 @@ def desired(  # raises PlanningError for a spec the images cannot serve
         ld, plan, images, engines, slot=slot, revision=revision, leader_worker_set=leader_worker_set,
         model=location,
     )  # fmt: skip
-    shared = shared_children(ld, images, prometheus_url=prometheus_url, metrics_peers=metrics_peers,
-                             keep_any_source=keep_any_source)  # fmt: skip
+    shared = shared_children(deployment or ld, images, prometheus_url=prometheus_url,
+                             metrics_peers=metrics_peers, keep_any_source=keep_any_source)  # fmt: skip
     return Desired(
         plan, jobs, children, shared, statuses, tuple(dict.fromkeys(record)), slot, revision, tuple(needs),
         model, model_record,

@@ -243,6 +243,30 @@ async def test_back_to_service_mode_removes_the_pool_and_the_router() -> None:
     assert ("StatefulSet", NS, NAME) in kube.objects
 
 
+async def test_a_canary_leaves_the_router_as_it_is() -> None:
+    """The router's limits follow spec.replicas (render/router/limits.py), and a changed ConfigMap
+    restarts the router: a canary's split of the replicas between the slots must not change them,
+    or every step cuts the traffic the analysis measures."""
+    body = pool_example()
+    body["spec"]["replicas"] = 2  # a slot's 1 would halve the limits' replica ceiling
+    body["spec"]["rollout"] = {"strategy": "canary", "canary": {"steps": [{"weight": 50}]}}
+    kube, reconciler = await operator_with_nodes()
+    key = kube.add_deployment(body)
+    await reconcile(kube, reconciler, key)
+    rolled_out(kube, NAME, 2)
+    router_available(kube, True)
+    await reconcile(kube, reconciler, key)
+    before = copy.deepcopy(kube.objects[("ConfigMap", NS, ROUTER)]["data"])
+
+    spec = copy.deepcopy(kube.objects[("LLMDeployment", *key)]["spec"])
+    spec["runtime"]["env"] = [{"name": "RELEASE_NOTE", "value": "v2"}]
+    kube.edit("LLMDeployment", NS, NAME, spec=spec)
+    await reconcile(kube, reconciler, key)
+    canary = kube.objects[("StatefulSet", NS, f"{NAME}-b")]
+    assert canary["spec"]["replicas"] == 1, "the canary slot holds its share of the replicas"
+    assert kube.objects[("ConfigMap", NS, ROUTER)]["data"] == before
+
+
 CACHE = Path(os.environ.get("LLMOP_CACHE", Path.home() / ".cache" / "llm-operator")) / "bin"
 
 

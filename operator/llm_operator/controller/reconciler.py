@@ -250,21 +250,14 @@ class Reconciler:
             applied = self.applier.children.get(("NetworkPolicy", namespace, names.network_policy(name)))
             wants = [
                 desired(
-                    s.ld,
-                    plan_for(s.ld, self.inventory, s.images),
-                    s.images,
-                    builds,
-                    slot=s.slot,
-                    revision=s.revision,
-                    leader_worker_set=self.leader_worker_set,
-                    prometheus_url=self.config.prometheus_url,
-                    metrics_peers=self.config.metrics_peers,
-                    models=models,
-                    fetch_max_bytes_per_second=self.config.fetch_max_bytes_per_second,
-                    keep_any_source=opened_to_any_source(applied),
+                    s.ld, plan_for(s.ld, self.inventory, s.images), s.images, builds, slot=s.slot,
+                    revision=s.revision, leader_worker_set=self.leader_worker_set,
+                    prometheus_url=self.config.prometheus_url, metrics_peers=self.config.metrics_peers,
+                    models=models, fetch_max_bytes_per_second=self.config.fetch_max_bytes_per_second,
+                    keep_any_source=opened_to_any_source(applied), deployment=ld,
                 )
                 for s in rollout.slots
-            ]
+            ]  # fmt: skip
         except PlanningError as e:
             # Keep whatever serves now; only status and an Event change.
             await self._write_status(body, self._stalled(body, e))
