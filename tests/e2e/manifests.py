@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from e2e.cluster.testing import Kubectl
+from e2e.cluster.testing import Kubectl, wait_for
 
 
 def deployment(name: str, **spec: Any) -> dict[str, Any]:
@@ -36,4 +36,10 @@ def engines_claim(kubectl: Kubectl, namespace: str) -> None:
              "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv,
                       "resources": {"requests": {"storage": "1Ti"}}}},
         ]
+    )  # fmt: skip
+    # Bound before any pod asks for it: a pod the scheduler finds with an unbound claim can wait in
+    # its unschedulable queue past the claim binding (seen: 90 s without a retry under load).
+    wait_for(
+        "claim engines Bound", lambda: kubectl.get("pvc", "engines", namespace),
+        lambda o: o is not None and o.get("status", {}).get("phase") == "Bound", timeout=60,
     )  # fmt: skip
