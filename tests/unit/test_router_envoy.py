@@ -70,18 +70,22 @@ def _deployment(mode: FailureMode) -> LLMDeployment:
 @needs_envoy
 @pytest.mark.parametrize("mode", list(FailureMode))
 def test_rendered_config_validates(mode: FailureMode, tmp_path: Path) -> None:
+    run = validate(router_config(_deployment(mode))["data"]["envoy.yaml"], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "OK" in run.stdout
+
+
+def validate(rendered: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """The real Envoy's `--mode validate` of a rendered envoy.yaml."""
     config = tmp_path / "envoy.yaml"
-    rendered = router_config(_deployment(mode))["data"]["envoy.yaml"]
     # The router pod mounts the picker's authority there (render/router/objects.py); Envoy reads it.
     config.write_text(rendered.replace(f"{PICKER_CA_MOUNT}/ca.crt", str(_picker_tls() / "ca.crt")))
-    run = subprocess.run(
+    return subprocess.run(
         [str(ENVOY), "--mode", "validate", "-c", str(config), "--disable-hot-restart", "-l", "warn"],
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "OK" in run.stdout
 
 
 def _free_port() -> int:

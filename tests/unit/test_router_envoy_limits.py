@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import http.server
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -23,18 +22,16 @@ from typing import Any
 import pytest
 import yaml
 from llm_operator.api.v1alpha1 import FailureMode, LLMDeployment
-from llm_operator.render.router.envoy import PICKER_CA_MOUNT
 from llm_operator.render.router.limits import RouterLimits, router_limits
 from llm_operator.render.router.objects import router_config
 
 from tests.unit.test_router_envoy import (
-    ENVOY,
     LIMITS,
     _local_config,
-    _picker_tls,
     _post,
     _running_envoy,
     needs_envoy,
+    validate,
 )
 
 
@@ -90,14 +87,7 @@ def test_the_largest_deployment_s_limits_validate(tmp_path: Path) -> None:
     rendered = router_config(ld)["data"]["envoy.yaml"]
     breakers = yaml.safe_load(rendered)["static_resources"]["clusters"][0]["circuit_breakers"]
     assert breakers["thresholds"][0]["max_requests"] == (4096 + 1_000_000) * 1024 * 2
-    config = tmp_path / "envoy.yaml"
-    config.write_text(rendered.replace(f"{PICKER_CA_MOUNT}/ca.crt", str(_picker_tls() / "ca.crt")))
-    run = subprocess.run(
-        [str(ENVOY), "--mode", "validate", "-c", str(config), "--disable-hot-restart", "-l", "warn"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    run = validate(rendered, tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
 
 

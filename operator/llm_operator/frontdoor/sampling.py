@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llm_operator.frontdoor.tokenizer import read_json_object
+
 __all__ = ["GENERATION_CONFIG", "OPENAI", "Defaults", "from_generation_config", "load"]
 
 GENERATION_CONFIG = "generation_config.json"
@@ -82,16 +84,8 @@ def from_generation_config(config: Mapping[str, Any], where: str) -> Defaults:
 
 def load(directory: str | Path) -> Defaults:
     """The model's defaults, or OpenAI's where its directory has no generation_config.json;
-    ValueError (the file and what is wrong with it) where the file cannot be used."""
+    TokenizerError or ValueError (the file and what is wrong with it) where the file cannot be used."""
     path = Path(directory) / GENERATION_CONFIG
     if not path.is_file():
         return OPENAI
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path} is not valid JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object")
-    return from_generation_config(data, str(path))
+    return from_generation_config(read_json_object(path), str(path))

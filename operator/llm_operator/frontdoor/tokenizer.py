@@ -21,7 +21,7 @@ from typing import Any
 import tokenizers
 from tokenizers import processors
 
-__all__ = ["Tokenizer", "TokenizerError"]
+__all__ = ["Tokenizer", "TokenizerError", "read_json_object"]
 
 TOKENIZER_JSON = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -38,11 +38,11 @@ _BOS_EOS_FROM_CONFIG = {
 }
 
 
-class TokenizerError(Exception):
+class TokenizerError(ValueError):
     """A tokenizer directory that cannot be used; the message names the file and what is wrong."""
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json_object(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
@@ -106,7 +106,7 @@ class Tokenizer:
             raise TokenizerError(f"{path} is not a tokenizer the tokenizers library can read ({e})") from None
 
         config_path = directory / TOKENIZER_CONFIG
-        config = _read_json(config_path) if config_path.is_file() else {}
+        config = read_json_object(config_path) if config_path.is_file() else {}
         template = _chat_template(config.get("chat_template"), config_path)
         if (directory / CHAT_TEMPLATE_FILE).is_file():
             try:
@@ -118,7 +118,7 @@ class Tokenizer:
         # Legacy directories (a config without added_tokens_decoder): special_tokens_map.json wins.
         if "added_tokens_decoder" not in config and (directory / SPECIAL_TOKENS_MAP).is_file():
             source = directory / SPECIAL_TOKENS_MAP
-            tokens.update({k: v for k, v in _read_json(source).items() if k in tokens})
+            tokens.update({k: v for k, v in read_json_object(source).items() if k in tokens})
         bos, eos = (_token(tokens[key], source, key) for key in ("bos_token", "eos_token"))
 
         defaults = _BOS_EOS_FROM_CONFIG.get(str(config.get("tokenizer_class")))
