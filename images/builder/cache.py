@@ -76,9 +76,24 @@ def build_lock() -> Iterator[None]:
     root.mkdir(parents=True, exist_ok=True)
     with (root / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        for stale in root.rglob(".*.tmp"):
+        for stale in stale_temporaries(root):
             remove(stale)
         yield
+
+
+def stale_temporaries(root: Path) -> list[Path]:
+    """What killed builds left (`.*.tmp`, files or trees). Pushes run outside the build lock and
+    unpack into `.push-*` directories they remove themselves: those are not walked, and a tree
+    that vanishes during the walk is skipped (os.walk ignores it; Path.rglob raised)."""
+    found = []
+    for directory, subdirectories, files in os.walk(root):
+        subdirectories[:] = [d for d in subdirectories if not d.startswith(".push-")]
+        here = Path(directory)
+        for name in [*subdirectories, *files]:
+            if name.startswith(".") and name.endswith(".tmp"):
+                found.append(here / name)
+        subdirectories[:] = [d for d in subdirectories if not d.endswith(".tmp")]
+    return found
 
 
 def keep_recent(directory: Path, name: re.Pattern[str], keep: int) -> list[Path]:

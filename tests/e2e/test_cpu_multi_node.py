@@ -34,7 +34,7 @@ from llm_operator.runtime.cpu_reference import TINY_MODELS
 from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM
 
 from e2e.chat import base_url
-from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, wait_for
+from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, pod_ready, wait_for
 from tests.e2e import openai_sdk
 
 pytestmark = pytest.mark.e2e
@@ -138,10 +138,13 @@ class Recovery:
 
 
 def recover(world: World, kubectl: Kubectl, name: str, pod: str, timeout: float = READY_TIMEOUT) -> Recovery:
-    """Kill `pod` (deleted with no grace, as a node's loss or an OOM kill ends it), see the
-    deployment fail a request (the pod's API object goes at once, its processes a moment later:
-    until then the old pods answer, whatever the status says), and ask it until it answers the
-    reference text again."""
+    """Kill `pod` (its API object deleted with no grace, as a node's loss ends it) and ask the
+    deployment until it answers the reference text again, from a group that lost a request or from
+    a Ready replacement of `pod`. Both, because the API object goes at once and its processes
+    later: a kubelet ends a force-deleted pod with the grace period of its spec (the preStop drain
+    runs), so a single pod may keep answering until its replacement is Ready and no request fails;
+    a group's leader stops with its worker."""
+    old = (kubectl.get("pod", pod, world.namespace) or {})["metadata"]["uid"]
     kubectl("delete", "pod", pod, "--grace-period=0", "--force", "--wait=false", namespace=world.namespace)
     start, wrong, not_ready, down = time.monotonic(), list[str](), list[str](), False
     while time.monotonic() - start < timeout:
@@ -157,11 +160,16 @@ def recover(world: World, kubectl: Kubectl, name: str, pod: str, timeout: float 
             continue
         if text != world.want:
             wrong.append(text)
-        elif down:
+        elif down or replaced(kubectl, world.namespace, pod, old):
             return Recovery(time.monotonic() - start, wrong, not_ready)
         time.sleep(0.5)
     said = what_the_pods_said(kubectl, world.namespace)
     pytest.fail(f"{name} not serving again {timeout:.0f} s after {pod} was killed (down: {down}):\n{said}")
+
+
+def replaced(kubectl: Kubectl, namespace: str, pod: str, uid: str) -> bool:
+    now = kubectl.get("pod", pod, namespace)
+    return now is not None and now["metadata"]["uid"] != uid and pod_ready(now)
 
 
 def test_a_killed_worker_is_one_group_event(world: World, kubectl: Kubectl) -> None:

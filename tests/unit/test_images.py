@@ -21,7 +21,7 @@ from llm_operator.api.v1alpha1 import Backend
 from llm_operator.controller.config import DEFAULT_RUNTIME_IMAGE, DEFAULT_TRTLLM_VERSION
 
 from images.builder import locks
-from images.builder.cache import keep_recent
+from images.builder.cache import keep_recent, stale_temporaries
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILES = sorted((REPO / "images").glob("*.Dockerfile"))
@@ -206,3 +206,17 @@ def test_the_build_cache_keeps_the_most_recently_used_archives_of_each_image(tmp
         [other.name, *(n for i in (0, 1, 4) for n in (names[i], f"{names[i]}.0.1.0.cdx.json"))]
     )
     assert len(removed) == 4
+
+
+def test_the_build_lock_sweeps_what_killed_builds_left_but_not_a_running_push(tmp_path: Path) -> None:
+    (tmp_path / "bin" / ".etcd.tmp" / "inner").mkdir(parents=True)
+    (tmp_path / "bin" / ".etcd.tmp" / "inner" / ".deeper.tmp").write_text("")
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / ".operator.oci.tar.tmp").write_text("")
+    (tmp_path / "images" / "operator.oci.tar").write_text("")
+    (tmp_path / "images" / ".push-abc" / "blobs").mkdir(parents=True)
+    (tmp_path / "images" / ".push-abc" / "blobs" / ".layer.tmp").write_text("")
+
+    found = sorted(str(p.relative_to(tmp_path)) for p in stale_temporaries(tmp_path))
+
+    assert found == ["bin/.etcd.tmp", "images/.operator.oci.tar.tmp"]
