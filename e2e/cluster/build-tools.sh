@@ -258,12 +258,23 @@ core() {
   # all: any pod stage replaces the defaults).
   if [ ! -f "$kwok_dir/stages/.complete" ]; then
     local src; src=$(module_dir kwok sigs.k8s.io/kwok) || die "locating the kwok module for its stage files failed"
-    mkdir -p "$kwok_dir/stages"
-    cp "$src"/kustomize/stage/pod/fast/pod-{ready,complete,delete}.yaml \
-      "$src"/kustomize/stage/pod/chaos/pod-container-running-failed.yaml "$kwok_dir/stages/"
-    touch "$kwok_dir/stages/.complete"
+    copy_once "$kwok_dir/stages" "$src"/kustomize/stage/pod/fast/pod-{ready,complete,delete}.yaml \
+      "$src"/kustomize/stage/pod/chaos/pod-container-running-failed.yaml
   fi
   build kubernetes; build coredns; build registry; build crane
+}
+
+# copy_once DEST FILE...: a tool's extra files (CRDs, stage files) copied once, whole or not at
+# all, though several callers may run at once (the demo's background add-on build beside a test's):
+# each copies into its own temporary directory and renames it into place; a loser drops its copy.
+copy_once() {
+  local dest=$1; shift
+  local tmp; tmp=$(mktemp -d "$(dirname "$dest")/.$(basename "$dest").XXXXXX.tmp")
+  cp "$@" "$tmp/" && touch "$tmp/.complete" || die "copying into $dest failed"
+  mv -T "$tmp" "$dest" 2>/dev/null && return 0
+  # Taken: by another caller's complete copy (kept), or by an earlier layout's partial one (replaced).
+  if [ -f "$dest/.complete" ]; then rm -rf "$tmp"; return 0; fi
+  rm -rf "$dest"; mv -T "$tmp" "$dest" || [ -f "$dest/.complete" ] || die "installing $dest failed"
 }
 
 monitoring() { build prometheus; build prometheus-adapter; }
@@ -274,7 +285,7 @@ gateway() {
   local dir; dir=$(build traefik); echo "$dir"
   if [ ! -f "$dir/crds/.complete" ]; then
     local src; src=$(module_dir traefik sigs.k8s.io/gateway-api) || die "locating the gateway-api module for its CRDs failed"
-    mkdir -p "$dir/crds"; cp "$src"/config/crd/standard/*.yaml "$dir/crds/"; touch "$dir/crds/.complete"
+    copy_once "$dir/crds" "$src"/config/crd/standard/*.yaml
   fi
 }
 
@@ -285,7 +296,7 @@ routing() {
   if [ ! -f "$dir/crds/.complete" ]; then
     local src; src=$(module_dir epp sigs.k8s.io/gateway-api-inference-extension) \
       || die "locating the gateway-api-inference-extension module for its CRDs failed"
-    mkdir -p "$dir/crds"; cp "$src"/config/crd/bases/*.yaml "$dir/crds/"; touch "$dir/crds/.complete"
+    copy_once "$dir/crds" "$src"/config/crd/bases/*.yaml
   fi
   envoy
 }
