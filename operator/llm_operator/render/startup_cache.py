@@ -24,8 +24,10 @@ release, GPU and layout could read instead, each where its own library looks (up
 Without the caches each of these lands in the pod's emptyDirs (HOME, /tmp) and goes with the pod.
 Only with a model cache (s3:// and hf:// sources): a pvc:// checkpoint's claim is the user's data,
 mounted read-only, and builtin:// models run on CPU. The claim is mounted a second time, read-write,
-at this directory alone (subPath, which the kubelet creates), so a serving pod can write its caches
-and never the weights.
+at this directory alone, so a serving pod can write its caches and never the weights: the kubelet
+creates a missing subPath with the mode of the volume's root (kubernetes/kubernetes
+pkg/kubelet/kubelet_pods.go, makeMounts: SafeMakeDir), which the fetch Job's fsGroup made
+group-writable, and the directory's group follows the root's (set-group-ID).
 """
 
 from __future__ import annotations
