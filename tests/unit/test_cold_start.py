@@ -116,7 +116,8 @@ def test_each_start_is_measured_once_and_a_replacement_is_a_new_start() -> None:
     starts = ColdStarts()
     assert starts.update("ADDED", pod()) == KEY
     (first,) = starts.pending(KEY)
-    starts.reported((first,))
+    assert not first.seen_starting, "first seen Ready: its start may be a predecessor's to report"
+    starts.reported(KEY, (first,))
     assert starts.pending(KEY) == ()
     flapped = pod(ready=90)  # readiness lost and regained: the same pod, not a new start
     assert starts.update("MODIFIED", flapped) is None and starts.pending(KEY) == ()
@@ -124,7 +125,7 @@ def test_each_start_is_measured_once_and_a_replacement_is_a_new_start() -> None:
     assert starts.update("ADDED", pod(uid="u1", created=100, ready=None)) is None
     assert starts.update("MODIFIED", pod(uid="u1", created=100, scheduled=101, started=105, ready=130)) == KEY
     (second,) = starts.pending(KEY)
-    assert (second.started_at, second.total) == (at(100), 30)
+    assert (second.started_at, second.total, second.seen_starting) == (at(100), 30, True)
 
 
 def cold(pod_name: str, created: int, ready: int, seen_starting: bool = False) -> ColdStart:

@@ -289,7 +289,7 @@ class Reconciler:
         events = [Event(*e) for e in [*rollout.decision.events, *fetched]]
         observed = self._observe(ld, wants, rollout, missing_apis)
         await self._write_status(body, observed, events)
-        self.cold_starts.reported(observed.cold_starts)  # posted with that status: once
+        self.cold_starts.reported((namespace, name), observed.cold_starts)  # posted with that status
         unplaced = unplaced_recheck_seconds(observed, now())
         later = [t for t in (rollout.decision.requeue_after, unplaced, model_later) if t is not None]
         if missing_apis & {"ScaledObject", "InferencePool"}:

@@ -27,8 +27,6 @@ from llm_operator.controller.observe.observe import Key, owner_key
 from llm_operator.controller.status.cold_start import PHASES, ColdStart, phases
 from llm_operator.render.serving import LWS_GROUP_INDEX, POD_INDEX
 
-_SEEN_LIMIT = 4096  # starts remembered as reported (by their pods' uids), per operator
-
 
 @dataclass(frozen=True)
 class PodStart:
@@ -104,15 +102,24 @@ def replica_start(members: list[PodStart], size: int, replica: Replica) -> ColdS
     return ColdStart(key, slowest.name, size, slowest.created, slowest.ready, slowest.phases, group, seen)
 
 
+@dataclass
+class _Pod:
+    replica: Replica
+    size: int
+    uid: str
+    start: PodStart | None = None
+    reported: str = ""  # the key of the last start reported with this pod as its slowest member
+
+
 class ColdStarts:
     """Per deployment, its serving pods' measured starts (from the pod watch) and which of them
-    have been reported. A start is measured once, when first seen Ready: a later readiness flap
-    moves the Ready condition but is not a new start. One seen starting (not Ready yet) by this
-    operator is new to any status; one first seen Ready may be its predecessor's (status/cold_start.py)."""
+    have been reported, kept with the pods and gone with them. A start is measured once, when first
+    seen Ready: a later readiness flap moves the Ready condition but is not a new start. One seen
+    starting (not Ready yet) by this operator is new to any status; one first seen Ready may be its
+    predecessor's (status/cold_start.py)."""
 
     def __init__(self) -> None:
-        self._pods: dict[Key, dict[str, tuple[Replica, int, PodStart | None, str]]] = {}
-        self._reported: dict[str, None] = {}
+        self._pods: dict[Key, dict[str, _Pod]] = {}
 
     def update(self, event: str, pod: dict[str, Any]) -> Key | None:
         """Record what the pod says; its deployment when a replica's start is newly measured."""
@@ -120,36 +127,39 @@ class ColdStarts:
         if owner is None or found is None:
             return None
         pods = self._pods.setdefault(owner, {})
-        name = pod["metadata"]["name"]
-        before = pods.get(name)
+        name, uid = pod["metadata"]["name"], pod["metadata"].get("uid", "")
         if event == "DELETED" or pod["metadata"].get("deletionTimestamp"):
             pods.pop(name, None)
             return None
-        replica, size = found
-        uid = pod["metadata"].get("uid", "")
-        if before is not None and before[2] is not None and before[2].uid == uid:
+        seen = pods.get(name)
+        if seen is not None and seen.uid == uid and seen.start is not None:
             return None  # measured already
+        # Seen before under this uid without a start: not Ready then, so it started under our watch.
+        starting = seen is not None and seen.uid == uid
+        if not starting:
+            seen = pods[name] = _Pod(*found, uid)
         start = measure(pod)
-        if start is not None and before is not None and before[3] == uid:
-            start = replace(start, seen_starting=True)
-        pods[name] = (replica, size, start, uid)
-        return owner if start is not None else None
+        if start is None or seen is None:
+            return None
+        seen.start = replace(start, seen_starting=starting)
+        return owner
 
     def pending(self, key: Key) -> tuple[ColdStart, ...]:
         """The replicas' starts measured and not yet reported."""
+        pods = self._pods.get(key, {})
         by_replica: dict[Replica, tuple[int, list[PodStart]]] = {}
-        for replica, size, start, _ in self._pods.get(key, {}).values():
-            members = by_replica.setdefault(replica, (size, []))[1]
-            if start is not None:
-                members.append(start)
+        for p in pods.values():
+            members = by_replica.setdefault(p.replica, (p.size, []))[1]
+            if p.start is not None:
+                members.append(p.start)
         starts = [replica_start(members, size, replica) for replica, (size, members) in by_replica.items()]
-        return tuple(s for s in starts if s is not None and s.key not in self._reported)
+        return tuple(s for s in starts if s is not None and pods[s.pod].reported != s.key)
 
-    def reported(self, starts: tuple[ColdStart, ...]) -> None:
+    def reported(self, key: Key, starts: tuple[ColdStart, ...]) -> None:
+        pods = self._pods.get(key, {})
         for start in starts:
-            self._reported[start.key] = None
-        while len(self._reported) > _SEEN_LIMIT:
-            del self._reported[next(iter(self._reported))]
+            if start.pod in pods:
+                pods[start.pod].reported = start.key
 
     def forget(self, key: Key) -> None:
         self._pods.pop(key, None)
