@@ -27,6 +27,12 @@ CHECKPOINT_MOUNT = "/checkpoint"  # the pytorch backend's pvc:// checkpoint clai
 # spec.model.cache.claimName: read-write in the fetch Job, read-only (whole claim) in serving pods
 # and engine builds; models live at models/<source key>/<resolved revision>/ inside it.
 MODEL_CACHE_MOUNT = "/var/lib/llm-operator/model-cache"
+# The pytorch backend's start-up caches (render/startup_cache.py): one directory of the model
+# cache's claim, read-write, at startup/<source key>/<resolved revision>/<release, GPU, layout>/.
+STARTUP_CACHE_MOUNT = "/var/cache/llm-operator/startup"
+# TensorRT-LLM's autotuner cache: a file path (NVIDIA/TensorRT-LLM tensorrt_llm/_torch/pyexecutor/
+# model_engine.py reads it), under STARTUP_CACHE_MOUNT; the launcher drops a torn one before start.
+AUTOTUNER_CACHE_ENV = "TLLM_AUTOTUNER_CACHE_PATH"
 # The cpu-reference models' Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json
 # with its chat template), written into the cpu-runtime image when it is built
 # (runtime/cpu_reference/tokenizer_files.py): the tokenizer directory of every cpu-reference pod.

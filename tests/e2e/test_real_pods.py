@@ -13,6 +13,9 @@ a KWOK shell could never show.
   with two replicas.
 - Triton's admin APIs (model repository, logging, shared memory) answer 403 without the key from
   the deployment's admin-key Secret and 200 with it; generate needs no key.
+- Each pod's cold start, measured by the operator from the pod's own timestamps, is one ColdStart
+  Event, and status.lastColdStart holds the later one, its phases adding up; the pod replaced by
+  the delete above is the next one.
 
 tiny-llama runs on the default contract, the pytorch backend's (engine.cpuReference.contract:
 Triton's llmapi model `tensorrt_llm`), and every request goes through the OpenAI front door, as a
@@ -38,6 +41,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +179,55 @@ def test_a_pod_is_ready_only_once_triton_has_loaded_the_model(served: Served, ku
         assert f"successfully loaded '{TRITON_MODEL}'" in log
         print(f"{pod['metadata']['name']}: running at {running:.1f} s, model loaded by {loaded:.1f} s, "
               f"front door answering by {answering:.1f} s, pod Ready at {ready:.1f} s")  # fmt: skip
+
+
+def cold_starts(kubectl: Kubectl, ns: str) -> dict[str, list[str]]:
+    """The ColdStart Events' messages, by the pod each names."""
+    found: dict[str, list[str]] = {}
+    for e in kubectl.events(ns, "tiny-llama"):
+        if e["reason"] == "ColdStart":
+            found.setdefault(e["message"].split()[1], []).append(e["message"])
+    return found
+
+
+def last_cold_start(kubectl: Kubectl, ns: str) -> dict[str, Any]:
+    status = (kubectl.get("llmdeployment", "tiny-llama", ns) or {}).get("status") or {}
+    return dict(status.get("lastColdStart") or {})
+
+
+def seconds_between(earlier: str, later: str) -> int:
+    return int((datetime.fromisoformat(later) - datetime.fromisoformat(earlier)).total_seconds())
+
+
+def ready_since(pod: dict[str, Any]) -> str:
+    return str(next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")["lastTransitionTime"])
+
+
+def test_each_pods_cold_start_is_in_the_status_and_one_event(served: Served, kubectl: Kubectl) -> None:
+    """status.lastColdStart is the later of the two pods' starts, cut into phases at the moments its
+    own status records (creation, PodScheduled, the init container's end, Triton's container
+    running, Ready) that add up to the whole; each pod's start is one ColdStart Event."""
+    ns = served.namespace
+    pods = {p["metadata"]["name"]: p for p in kubectl.items("pods", ns, SELECTOR)}
+    events = wait_for("a ColdStart Event for each pod", lambda: cold_starts(kubectl, ns),
+                      lambda found: set(found) == set(pods), timeout=30)  # fmt: skip
+    last = last_cold_start(kubectl, ns)
+    pod = pods[last["podName"]]
+    assert ready_since(pod) == max(ready_since(p) for p in pods.values()), "the later of the two"
+    assert (last["startedAt"], last["readyAt"]) == (pod["metadata"]["creationTimestamp"], ready_since(pod))
+    phases = {p["name"]: p["seconds"] for p in last["phases"]}
+    assert list(phases) == ["scheduled", "initialized", "started", "ready"]
+    assert sum(phases.values()) == last["totalSeconds"] == seconds_between(last["startedAt"], last["readyAt"])
+    # On 250m CPU Triton loads the model for tens of seconds after its container runs.
+    assert phases["ready"] >= 5, last
+    time.sleep(3)  # passes after the last start post nothing more
+    again = cold_starts(kubectl, ns)
+    assert {name: len(said) for name, said in again.items()} == {name: 1 for name in pods}, again
+    said = ", ".join(f"{name} {seconds} s" for name, seconds in phases.items())
+    assert events[last["podName"]] == [
+        f"pod {last['podName']} started from nothing in {last['totalSeconds']} s: {said}"
+    ]
+    print(f"cold starts: {[m for ms in again.values() for m in ms]}")
 
 
 def assert_streamed(chunks: list[Chunk], tokens: int) -> None:
@@ -379,6 +432,12 @@ def test_deleting_a_pod_mid_stream_completes_the_stream_and_fails_no_request(
     assert not failed, failed
     assert len(outcomes) > 20, "requests kept coming through the replacement"
     said = log.communicate(timeout=10)[0]
+    # The replacement started from nothing: its start is the deployment's last, and one more Event.
+    created = replaced["metadata"]["creationTimestamp"]
+    start = wait_for("the replacement's cold start in status", lambda: last_cold_start(kubectl, ns),
+                     lambda s: s.get("startedAt") == created, timeout=30)  # fmt: skip
+    assert start["podName"] == "tiny-llama-0"
+    assert len(cold_starts(kubectl, ns)["tiny-llama-0"]) == 2, "the first pod's start and its replacement's"
     # Triton got its SIGTERM (after preStop) and exited by itself within the grace period. Whether
     # the streams were still open then depends on the machine's speed: Triton waits for them if so.
     assert "signal 15: stopping" in said, said[-3000:]

@@ -50,6 +50,8 @@ PRINTER_COLUMNS = [
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "GPU", "type": "string", "jsonPath": ".status.placement.gpuProduct", "priority": 1},
     {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
+    # Seconds from the last new pod's creation to Ready (status.lastColdStart).
+    {"name": "ColdStart", "type": "integer", "jsonPath": ".status.lastColdStart.totalSeconds", "priority": 1},
 ]
 
 _DROP_KEYS = {"title", "$defs"}

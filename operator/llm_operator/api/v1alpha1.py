@@ -2162,6 +2162,27 @@ class ReleaseStatus(Spec):
     image: str | None = Field(default=None, description="The image its (first pool's) serving pods run.")
 
 
+class ColdStartPhase(Spec):
+    name: Literal["scheduled", "initialized", "started", "ready"] = Field(
+        description="The moment the phase ends: scheduled (PodScheduled), initialized (the last init "
+        "container's end), started (the serving container running: its image pulled), ready (the "
+        "Ready condition: the model loaded)."
+    )
+    seconds: int = Field(description="Whole seconds since the previous phase ended.")
+
+
+class ColdStartStatus(Spec):
+    """The last replica that started from nothing (a new pod, or a multi-node group's slowest
+    member), measured from the pod's own timestamps (docs/autoscaling.md, "Cold starts")."""
+
+    pod_name: str = Field(description="The pod measured.")
+    pods: int = Field(default=1, description="Pods of the replica: 1, or the multi-node group's size.")
+    started_at: str = Field(description="The pod's creationTimestamp: where the cold start begins.")
+    ready_at: str = Field(description="Its Ready condition's lastTransitionTime: where it ends.")
+    phases: list[ColdStartPhase] = Field(description="scheduled, initialized, started, ready, in order.")
+    total_seconds: int = Field(description="readyAt - startedAt: the phases' sum.")
+
+
 class Phase(StrEnum):
     PENDING = "Pending"
     FETCHING_MODEL = "FetchingModel"
@@ -2204,6 +2225,7 @@ class LLMDeploymentStatus(Spec):
     model: ModelStatus | None = None
     endpoints: EndpointsStatus | None = None
     release: ReleaseStatus | None = None
+    last_cold_start: ColdStartStatus | None = None
     ssh_secret: str | None = Field(
         default=None,
         description="The SSH Secret the operator created for this deployment's multi-node groups: "

@@ -41,6 +41,7 @@ from llm_operator.controller.deployment_body import (
 )
 from llm_operator.controller.metrics import RECONCILE_ERRORS, RECONCILE_SECONDS, ConditionCounts
 from llm_operator.controller.observe import engines
+from llm_operator.controller.observe.cold_start import ColdStarts
 from llm_operator.controller.observe.groups import GroupFailures, recreate
 from llm_operator.controller.observe.model_cache import ModelCache
 from llm_operator.controller.observe.observe import (
@@ -96,6 +97,7 @@ class Reconciler:
         self.pod_problems = PodProblems()
         self.create_failures = CreateFailures()
         self.group_failures = GroupFailures()
+        self.cold_starts = ColdStarts()
         self.secrets = DeploymentSecrets(kube)
         self.models = ModelCache(kube)
         self.rollouts = Rollouts(analysis.measure, config.analysis_prometheus_urls)
@@ -139,6 +141,7 @@ class Reconciler:
         self.pod_problems.forget(key)
         self.rollouts.forget(key)
         self.group_failures.forget(key)
+        self.cold_starts.forget(key)
         self.secrets.forget(key)
         self.applier.forget(key)
         self.queue.forget(key)
@@ -163,6 +166,7 @@ class Reconciler:
         self._wake(self.rollouts.ready.update(event, pod))
         self._wake(self.group_failures.update(pod))
         self._wake(self.models.pods.update(event, pod))
+        self._wake(self.cold_starts.update(event, pod))
 
     async def endpoint_event(self, event: str, endpoint_slice: dict[str, Any]) -> None:
         """An EndpointSlice of a revision Service: what a gateway can route to changed."""
@@ -285,6 +289,7 @@ class Reconciler:
         events = [Event(*e) for e in [*rollout.decision.events, *fetched]]
         observed = self._observe(ld, wants, rollout, missing_apis)
         await self._write_status(body, observed, events)
+        self.cold_starts.reported((namespace, name), observed.cold_starts)  # posted with that status
         unplaced = unplaced_recheck_seconds(observed, now())
         later = [t for t in (rollout.decision.requeue_after, unplaced, model_later) if t is not None]
         if missing_apis & {"ScaledObject", "InferencePool"}:
@@ -353,6 +358,7 @@ class Reconciler:
                 children, ld, missing_apis, self.applier.missing_words.get("InferencePool", "")
             ),
             release=release.status(spec.ld, current.plan, spec.images),
+            cold_starts=self.cold_starts.pending((ld.namespace, ld.name)),
         )
 
     def _stalled(self, body: dict[str, Any], error: PlanningError) -> Observation:

@@ -20,6 +20,7 @@ from llm_operator.plan.types import PoolPlan
 from llm_operator.render import names
 from llm_operator.render.inject import inject_init_container, inject_mount, inject_volume, python_path_env
 from llm_operator.render.placement import pod_scheduling
+from llm_operator.render.startup_cache import startup_cache
 from llm_operator.rollout.revision import Slot
 from llm_operator.runtime.cpu_reference import PACKAGED_MODELS, packaged_dir
 from llm_operator.storage import EngineLocation, ModelLocation, tokenizer_dir, tokenizer_location
@@ -360,6 +361,8 @@ def pod_template(
         # The Secret volumes' group (SSH keys, API keys). OnRootMismatch: a volume whose root
         # already has the group is not walked again (the engine cache is large, and read-only).
         pod_spec["securityContext"].update(fsGroup=SECRET_FS_GROUP, fsGroupChangePolicy="OnRootMismatch")
+    if cache := startup_cache(spec, pool, serving_image(spec, pool, images), images.trtllm_version, model):
+        cache.add_to(pod_spec)
     if spec.engine.backend != Backend.CPU_REFERENCE:
         pod_spec.update(
             pod_scheduling(

@@ -38,6 +38,7 @@ from llm_operator.runtime.drain import drain
 from llm_operator.runtime.preflight import first_missing, image_files
 from llm_operator.runtime.repository import materialize
 from llm_operator.runtime.ssh import prepare_client, prepare_sshd
+from llm_operator.runtime.startup_cache import drop_unreadable
 from llm_operator.runtime.supervisor import (
     Policy,
     Stop,
@@ -90,6 +91,8 @@ def launch(c: PodConfig, stop: Stop, environ: Mapping[str, str]) -> int:
         log(absent)
         return EXIT_CONFIG
     materialize(c.model_repo_src, c.model_repo, image_files(c))
+    for line in drop_unreadable(environ):
+        log(line)
     if c.backend == "tensorrt-engine" and c.engine_dir:
         problems = engine_problems(c)
         for problem in problems:

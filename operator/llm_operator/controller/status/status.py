@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from llm_operator.api.v1alpha1 import Phase, RevisionsStatus, RolloutPhase
-from llm_operator.controller.status import autoscaling, model_status, router_status
+from llm_operator.controller.status import autoscaling, cold_start, model_status, router_status
 from llm_operator.controller.status.conditions import FAILED_POD as FAILED_POD
 from llm_operator.controller.status.conditions import LAUNCHER_REFUSED as LAUNCHER_REFUSED
 from llm_operator.controller.status.conditions import available as _available
@@ -60,6 +60,7 @@ class Observation:
     router: router_status.RouterObserved | None = None  # routing.mode inference-pool only
     model: ModelStatus | None = None  # the model cache (s3:// and hf:// sources)
     release: dict[str, str] | None = None  # status.release (release_pin.release_status)
+    cold_starts: tuple[cold_start.ColdStart, ...] = ()  # measured, not yet reported (observe/cold_start.py)
 
 
 @dataclass(frozen=True)
@@ -317,7 +318,9 @@ def _finish(
         obs.router, conds, phase, reason, message, serving, obs.generation
     )
     old = {c["type"]: c for c in (old_status or {}).get("conditions", [])}
-    events: list[Event] = []
+    last, news = cold_start.report(obs.cold_starts, old_status)
+    status |= {"lastColdStart": last} if last else {}
+    events = [Event("Normal", cold_start.EVENT_REASON, s.message()) for s in news]
     for c in conds:
         prev = old.get(c["type"])
         changed = prev is None or prev.get("status") != c["status"]
@@ -333,10 +336,7 @@ def _finish(
                 continue
             text = c["message"] or f"{c['type']} is {c['status']}"
             events.append(Event("Warning" if warn else "Normal", c["reason"], text))
-    status["conditions"] = conds
-    status["phase"] = phase.value
-    status["reason"] = reason
-    status["message"] = message
+    status |= {"conditions": conds, "phase": phase.value, "reason": reason, "message": message}
     return status, events
 
 
