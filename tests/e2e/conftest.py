@@ -102,4 +102,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # Operator fixtures (crd, operator) live beside the tests that use them.
+from tests.e2e.keda_fixtures import keda_running  # noqa: E402, F401
 from tests.e2e.operator_fixtures import crd, operator, operator_process  # noqa: E402, F401
