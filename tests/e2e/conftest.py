@@ -13,6 +13,7 @@ Fixtures:
 - kubeconfig (session) -> Path of the admin kubeconfig
 - kubectl (session) -> Kubectl: kubectl(*args), .json(), .get(), .items(), .apply(), .delete(),
   .events(), .create_namespace()
+- keda_running (module) -> None: KEDA's controller installed for the module (keda_fixtures.py)
 - namespace (function) -> str: a fresh namespace (default ServiceAccount ready, Pod Security
   restricted enforced unless the test is marked pod_security(LEVEL)), deleted after the test
   without waiting
