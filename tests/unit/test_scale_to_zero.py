@@ -117,12 +117,12 @@ def test_the_condition_says_scaled_to_zero_while_keda_holds_the_deployment_there
 # --- KEDA's queries, evaluated by promtool ----------------------------------------------------------
 
 
-def _series(name: str, value: str, **labels: str) -> dict[str, str]:
-    return {"series": name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}", "values": value}
+def _series(metric: str, value: str, **labels: str) -> dict[str, str]:
+    return {"series": metric + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}", "values": value}
 
 
 SERVING = {"namespace": NS, "llmoperator_io_deployment": NAME}
-PICKER = {"namespace": NS, "inference_pool": NAME, "pod": "tiny-llama-zero-router-x"}
+ROUTER = {"namespace": NS, "pod": "tiny-llama-zero-router-x", "app_kubernetes_io_instance": NAME}
 
 
 def _pod(n: int, up: int, **metrics: int) -> list[dict[str, str]]:
@@ -145,10 +145,12 @@ def _pod(n: int, up: int, **metrics: int) -> list[dict[str, str]]:
 
 
 def _picker(held: int | None, scraped: bool = True) -> list[dict[str, str]]:
-    found = [_series(scale_to_zero.PICKER_SATURATION, "1x20", **PICKER)] if scraped else []
+    """The router's picker: its pool's ready pods (0 here, it makes no difference), and once a
+    request was held, its queue."""
+    found = [_series(scale_to_zero.PICKER_READY_PODS, "0x20", name=NAME, **ROUTER)] if scraped else []
     if held is not None:
         flow = {"fairness_id": "default-flow", "priority": "0", "model_name": "tiny-llama"}
-        found.append(_series(scale_to_zero.PICKER_QUEUE, f"{held}x20", **flow, **PICKER))
+        found.append(_series(scale_to_zero.PICKER_QUEUE, f"{held}x20", inference_pool=NAME, **flow, **ROUTER))
     return found
 
 

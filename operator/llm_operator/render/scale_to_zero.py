@@ -23,11 +23,12 @@ from typing import Any
 
 from llm_operator.api.v1alpha1 import ScaleToZeroSpec
 
-# The picker's flow-control gauges (GIE v1.5.0 pkg/epp/metrics/metrics.go; subsystem
-# inference_extension): requests held now, per flow and priority; and the pool's saturation, which
-# every dispatch cycle (1 ms) records, so it exists from the picker's start on.
+# The picker's gauges (GIE v1.5.0 pkg/epp/metrics/metrics.go): the requests its flow control holds,
+# per flow and priority, which exists from the first held request on; and the pool's ready pods
+# (label `name`, the pool), which it records every few seconds from the moment it has synced its
+# pool (pkg/epp/datalayer/logger/logger.go), zero pods included.
 PICKER_QUEUE = "inference_extension_flow_control_queue_size"
-PICKER_SATURATION = "inference_extension_flow_control_pool_saturation"
+PICKER_READY_PODS = "inference_pool_ready_pods"
 # The EPP's config gate (pkg/epp/flowcontrol/config.go FeatureGate).
 FLOW_CONTROL_GATE = "flowControl"
 # How often KEDA asks whether the deployment is active (its default is 30 s): a request at zero
@@ -60,10 +61,11 @@ def at_zero(query: str, deployment: str, namespace: str) -> str:
 
 def held_query(deployment: str, namespace: str) -> str:
     """Requests the picker holds. The queue gauge appears with the first held request, so until
-    then 0, provided the picker is scraped (its saturation gauge is there): a router Prometheus does
+    then 0, provided the picker is scraped (its ready-pods gauge is there): a router Prometheus does
     not scrape stays an error, not a silent 0."""
-    picker = f'namespace="{namespace}",inference_pool="{deployment}"'
-    return f"sum({PICKER_QUEUE}{{{picker}}}) or on() (0 * max({PICKER_SATURATION}{{{picker}}}))"
+    queue = f'{PICKER_QUEUE}{{namespace="{namespace}",inference_pool="{deployment}"}}'
+    pool = f'{PICKER_READY_PODS}{{namespace="{namespace}",name="{deployment}"}}'
+    return f"sum({queue}) or on() (0 * max({pool}))"
 
 
 def in_flight_query(deployment: str, namespace: str) -> str:
