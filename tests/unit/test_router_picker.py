@@ -77,4 +77,7 @@ def test_the_picker_loads_the_flow_control_of_a_deployment_at_zero(tmp_path: Pat
     run = subprocess.run([str(EPP), *args], capture_output=True, text=True, timeout=60, env=env)
     log = run.stdout + run.stderr
     assert "loaded configuration from file/text successfully" in log, log[-3000:]
-    assert "flowControl" in log, log[-3000:]
+    # The picker's own reading of them (its effective configuration, logged before it connects).
+    assert "FeatureGates: {flowControl}" in log, log[-3000:]
+    held = "MaxRequests: 20, DefaultRequestTTL: 11s, DefaultPriorityBand: {Priority: 0, MaxRequests: 20}"
+    assert held in log, log[-3000:]
