@@ -64,8 +64,10 @@ class Zero:
 
 
 @pytest.fixture(scope="module")
-def zero(operator: None, keda_running: None, embedded: E2ECluster, kubectl: Kubectl) -> Iterator[Zero]:
-    assert embedded.launcher is not None
+def zero(operator: None, keda_running: None, cluster: E2ECluster, kubectl: Kubectl) -> Iterator[Zero]:
+    if cluster.launcher is None:
+        pytest.skip("needs the embedded cluster: its real node, its network namespace and Prometheus")
+    launcher = cluster.launcher
     doc: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     doc["spec"]["autoscaling"]["scaleToZero"] = {"idleSeconds": IDLE_S, "holdSeconds": HOLD_S,
                                                  "maxHeldRequests": 100}  # fmt: skip
@@ -84,7 +86,7 @@ def zero(operator: None, keda_running: None, embedded: E2ECluster, kubectl: Kube
         assert (url.hostname, url.port) == (f"{names.router(NAME)}.{ns}.svc", OPENAI_PORT), url
         service = kubectl.get("service", names.router(NAME), ns)
         assert service is not None
-        yield Zero(ns, embedded.launcher.netns, embedded.launcher.prometheus_url,
+        yield Zero(ns, launcher.netns, launcher.prometheus_url,
                    service["spec"]["clusterIP"], "".join(lm.generate(PROMPT, MAX_TOKENS)))  # fmt: skip
     finally:
         kubectl.delete_namespace(ns)
