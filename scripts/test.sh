@@ -15,7 +15,7 @@ log=$(mktemp)
 release_cluster=:
 trap 'rm -f "$log"; eval "$release_cluster"' EXIT
 
-# KEDA, for its test (tests/e2e/test_keda.py, exclusive), and cosign, for the release test (late in
+# KEDA, for its tests (tests/e2e/test_keda.py and test_scale_to_zero.py, exclusive), and cosign, for the release test (late in
 # the e2e tier); each waits on this build's lock: cold they build for tens of minutes, at the lowest
 # priority beside the tiers instead of before them in `make tools`.
 nice -n 19 e2e/cluster/build-tools.sh keda release >/dev/null 2>&1 &

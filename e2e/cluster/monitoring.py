@@ -57,6 +57,9 @@ APISERVICES = tuple(f"{v}.{CUSTOM_METRICS_GROUP}" for v in ("v1beta1", "v1beta2"
 # metrics (single-pod replicas are leaders).
 SERVING_SELECTOR = "llmoperator.io/deployment,llmoperator.io/role=leader"
 POD_TARGET_LABELS = ("llmoperator.io/deployment", "llmoperator.io/revision", "llmoperator.io/role")
+# Router pods (render/router/objects.py router_pod_labels): their picker's metrics port.
+ROUTER_SELECTOR = "app.kubernetes.io/name=llm-operator,app.kubernetes.io/component=router"
+ROUTER_TARGET_LABELS = ("app.kubernetes.io/instance",)
 
 
 def _sanitized(label: str) -> str:
@@ -82,12 +85,16 @@ def recording_rules(source: str, window_s: int = RATE_WINDOW_S, interval_s: int 
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def prometheus_config(kubeconfig_file: Path, rules_file: Path) -> dict[str, Any]:
+def _pod_job(
+    name: str, selector: str, port: str, labels: tuple[str, ...], kubeconfig_file: Path
+) -> dict[str, Any]:
+    """A scrape job over the pods `selector` picks on the real node, port `port`, with `labels`
+    copied from the pods, as a PodMonitor with those podTargetLabels would make it."""
     relabel: list[dict[str, Any]] = [
         {
             "action": "keep",
             "source_labels": ["__meta_kubernetes_pod_container_port_name"],
-            "regex": "metrics",
+            "regex": port,
         },
         # Only the real node's pods exist as addresses: KWOK's pods have fake IPs nobody may dial.
         {
@@ -104,11 +111,28 @@ def prometheus_config(kubeconfig_file: Path, rules_file: Path) -> dict[str, Any]
                 "source_labels": [f"__meta_kubernetes_pod_label_{_sanitized(label)}"],
                 "target_label": _sanitized(label),
             }
-            for label in POD_TARGET_LABELS
+            for label in labels
         ),
         # What prometheus-operator names a PodMonitor's job: <namespace>/<name>.
-        {"target_label": "job", "replacement": f"{NAMESPACE}/llm-operator-serving"},
+        {"target_label": "job", "replacement": f"{NAMESPACE}/{name}"},
     ]
+    return {
+        "job_name": name,
+        "kubernetes_sd_configs": [
+            {
+                "role": "pod",
+                "kubeconfig_file": str(kubeconfig_file),
+                # Watch only the real node's pods: KWOK's never become targets.
+                "selectors": [
+                    {"role": "pod", "label": selector, "field": f"spec.nodeName={pki_mod.NODE_NAME}"}
+                ],
+            }
+        ],
+        "relabel_configs": relabel,
+    }
+
+
+def prometheus_config(kubeconfig_file: Path, rules_file: Path) -> dict[str, Any]:
     return {
         "global": {
             "scrape_interval": f"{SCRAPE_INTERVAL_S}s",
@@ -117,24 +141,16 @@ def prometheus_config(kubeconfig_file: Path, rules_file: Path) -> dict[str, Any]
         },
         "rule_files": [str(rules_file)],
         "scrape_configs": [
-            {
-                "job_name": "llm-operator-serving",
-                "kubernetes_sd_configs": [
-                    {
-                        "role": "pod",
-                        "kubeconfig_file": str(kubeconfig_file),
-                        # Watch only serving pods on the real node: KWOK's never become targets.
-                        "selectors": [
-                            {
-                                "role": "pod",
-                                "label": SERVING_SELECTOR,
-                                "field": f"spec.nodeName={pki_mod.NODE_NAME}",
-                            }
-                        ],
-                    }
-                ],
-                "relabel_configs": relabel,
-            }
+            _pod_job("llm-operator-serving", SERVING_SELECTOR, "metrics", POD_TARGET_LABELS, kubeconfig_file),
+            # The routers' endpoint pickers: their flow-control queue wakes a deployment at zero
+            # replicas (KEDA's wake trigger, render/scale_to_zero.py).
+            _pod_job(
+                "llm-operator-router",
+                ROUTER_SELECTOR,
+                "picker-metrics",
+                ROUTER_TARGET_LABELS,
+                kubeconfig_file,
+            ),
         ],
     }
 

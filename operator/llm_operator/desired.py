@@ -228,6 +228,7 @@ def desired(  # raises PlanningError for a spec the images cannot serve
     fetch_max_bytes_per_second: int | None = None,
     keep_any_source: bool = False,
     deployment: LLMDeployment | None = None,
+    canary: bool = False,
 ) -> Desired:
     """`ld` rendered into `slot` at the plan's replica counts. `revision` labels its pods; None:
     `revision_of(ld.spec, images)`. A stable slot rendered from its snapshot passes the revision
@@ -235,7 +236,8 @@ def desired(  # raises PlanningError for a spec the images cannot serve
     model is cached yet. `keep_any_source`: the applied NetworkPolicy admits clients from any
     source (render/network.py, upgrades). `deployment`: the whole deployment when `ld` is a slot's
     share of it (render/rollout.py for_slot), which the shared children are rendered from: the
-    router's limits follow spec.replicas, and a canary step's split of them must not restart it."""
+    router's limits follow spec.replicas, and a canary step's split of them must not restart it.
+    `canary`: a canary rollout is under way (an autoscaler at minReplicas 0 keeps a replica)."""
     check_release(ld, images)
     check_multi_node_image(ld, plan, images)
     revision = revision or revision_of(ld.spec, images)
@@ -275,7 +277,7 @@ def desired(  # raises PlanningError for a spec the images cannot serve
         ld, plan, images, engines, slot=slot, revision=revision, leader_worker_set=leader_worker_set,
         model=location,
     )  # fmt: skip
-    shared = shared_children(deployment or ld, images, prometheus_url=prometheus_url,
+    shared = shared_children(deployment or ld, images, prometheus_url=prometheus_url, canary=canary,
                              metrics_peers=metrics_peers, keep_any_source=keep_any_source)  # fmt: skip
     return Desired(
         plan, jobs, children, shared, statuses, tuple(dict.fromkeys(record)), slot, revision, tuple(needs),

@@ -13,6 +13,7 @@ Fixtures:
 - kubeconfig (session) -> Path of the admin kubeconfig
 - kubectl (session) -> Kubectl: kubectl(*args), .json(), .get(), .items(), .apply(), .delete(),
   .events(), .create_namespace()
+- keda_running (module) -> None: KEDA's controller installed for the module (keda_fixtures.py)
 - namespace (function) -> str: a fresh namespace (default ServiceAccount ready, Pod Security
   restricted enforced unless the test is marked pod_security(LEVEL)), deleted after the test
   without waiting
@@ -102,4 +103,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # Operator fixtures (crd, operator) live beside the tests that use them.
+from tests.e2e.keda_fixtures import keda_running  # noqa: E402, F401
 from tests.e2e.operator_fixtures import crd, operator, operator_process  # noqa: E402, F401

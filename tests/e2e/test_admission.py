@@ -11,7 +11,13 @@ import json
 from typing import Any
 
 import pytest
-from llm_operator.api.v1alpha1 import BUILTIN_URIS
+from llm_operator.api.v1alpha1 import (
+    BUILTIN_URIS,
+    HOLD_MESSAGE,
+    IDLE_MESSAGE,
+    ZERO_NEEDS_KEDA,
+    ZERO_NEEDS_POOL,
+)
 
 from e2e.cluster.testing import Kubectl, KubectlError
 
@@ -63,6 +69,8 @@ def _set(doc: dict[str, Any], path: str, value: Any) -> None:
 _DELETE = object()
 
 GATEWAY = {"parentRefs": [{"name": "gw", "namespace": "gateway-system"}]}
+ZERO = {"provider": "keda", "minReplicas": 0, "maxReplicas": 2}
+POOL = {"mode": "inference-pool"}
 PROM = {"url": "http://prometheus.monitoring.svc:9090"}
 
 
@@ -401,6 +409,24 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         {"resources.gpu": {"pools": [{"name": "b-east", "products": ["NVIDIA-L40S"]}]}},
         "pool names b, b-*, stable and canary are reserved",
     ),
+    # Scale to zero (docs/autoscaling.md): each refusal says what to change.
+    ("zero-without-the-pool", {"autoscaling": ZERO}, ZERO_NEEDS_POOL),
+    ("zero-with-the-hpa", {"autoscaling": {**ZERO, "provider": "hpa"}, "routing": POOL}, ZERO_NEEDS_KEDA),
+    (
+        "zero-holding-nothing",
+        {"autoscaling": {**ZERO, "scaleToZero": {"holdSeconds": 0}}, "routing": POOL},
+        HOLD_MESSAGE,
+    ),
+    (
+        "zero-idle-shorter-than-scrapes",
+        {"autoscaling": {**ZERO, "scaleToZero": {"idleSeconds": 15}}, "routing": POOL},
+        IDLE_MESSAGE,
+    ),
+    (
+        "scale-to-zero-above-zero",
+        {"autoscaling": {**ZERO, "minReplicas": 1, "scaleToZero": {}}, "routing": POOL},
+        "autoscaling.scaleToZero applies only with autoscaling.minReplicas 0",
+    ),
     ("unknown-precision", {"engine.precision": "fp4"}, "Unsupported value"),
     ("kv-percent", {"runtime": {"kvCache": {"freeGpuMemoryPercent": 120}}}, "less than or equal to 99"),
 ]
@@ -500,6 +526,15 @@ def test_inference_pool_routing_with_a_replica_ratio_canary_is_accepted(
     routing = {"mode": "inference-pool", "picker": {"failureMode": "FailOpen"}}
     rollout = {"strategy": "canary", "canary": {"steps": [{"weight": 10}], "trafficRouting": "replica-ratio"}}
     _create(kubectl, namespace, _manifest({"routing": routing, "rollout": rollout}))
+
+
+def test_scale_to_zero_through_the_pool_with_keda_is_accepted(
+    crd: None, kubectl: Kubectl, namespace: str
+) -> None:
+    hold = {"idleSeconds": 30, "holdSeconds": 900, "maxHeldRequests": 10000}
+    zeros: list[dict[str, Any]] = [{}, {"scaleToZero": {}}, {"scaleToZero": hold}]
+    for zero in zeros:
+        _create(kubectl, namespace, _manifest({"autoscaling": {**ZERO, **zero}, "routing": POOL}))
 
 
 @pytest.mark.parametrize("dataset", ["pvc://llm-calibration/cnn_dailymail", "hf://abisee/cnn_dailymail"])

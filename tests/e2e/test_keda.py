@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import time
 import urllib.parse
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,70 +19,15 @@ from llm_operator.api.v1alpha1 import AutoscalingMetric
 from llm_operator.contract import OPENAI_PORT
 from llm_operator.render.autoscaling import keda_query
 
-from e2e.cluster import keda, scaling
-from e2e.cluster.components import run_build_tools
+from e2e.cluster import scaling
 from e2e.cluster.load import Load, prometheus_query
-from e2e.cluster.state import StateDir
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, wait_for
+from tests.e2e.keda_fixtures import TIMEOUT
 from tests.e2e.test_operator import example, wait_ready
 
 # Installs KEDA's CRDs and takes the cluster's external metrics API, both cluster-wide.
 pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]
-TIMEOUT = 90
 EXTERNAL_METRICS = "/apis/external.metrics.k8s.io/v1beta1"
-
-
-def _tools(cluster: E2ECluster) -> dict[str, Path]:
-    """KEDA's binaries (built here the first time, then cached) and the cluster's kubectl."""
-    assert cluster.launcher is not None
-    found = {k: Path(v) for k, v in StateDir(cluster.launcher.state_dir).meta()["tools"].items()}
-    if not all(name in found for name in keda.BINARIES):
-        found |= run_build_tools(print, groups=("core", "keda"))[0]
-    return found
-
-
-def _uninstall(kubectl: Kubectl, objects: list[dict[str, Any]]) -> None:
-    """Every ScaledObject while KEDA still runs (it holds them with a finalizer, and so the CRD),
-    the APIService (an aggregated API without its server breaks discovery), then KEDA's namespace
-    and what it made outside it (RBAC, the CRDs)."""
-    # check=False: an install that failed before its CRDs has none to delete.
-    kubectl("delete", "scaledobjects", "--all", "--all-namespaces", "--timeout=60s", check=False)
-    kubectl.delete("apiservice", keda.APISERVICE)
-    kubectl("delete", "namespace", keda.NAMESPACE, "--ignore-not-found", "--wait=false")
-    for obj in objects:
-        kind, meta = obj["kind"], obj["metadata"]
-        if meta.get("namespace") != keda.NAMESPACE and kind not in ("Namespace", "APIService"):
-            kubectl.delete(kind, meta["name"], meta.get("namespace"), wait=kind == "CustomResourceDefinition")
-
-
-@pytest.fixture(scope="module")
-def keda_running(cluster: E2ECluster, kubectl: Kubectl) -> Iterator[None]:
-    if cluster.launcher is None:
-        pytest.skip("needs the embedded cluster's real node and monitoring stack")
-    tools = _tools(cluster)
-    start = time.monotonic()
-    for name in keda.BINARIES:
-        cluster.launcher.import_image(keda.archive(name, tools[name], print))
-    objects = keda.manifests(tools["kubectl"], tools["keda-operator"])
-    crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
-    try:
-        kubectl.apply(crds)
-        names = [c["metadata"]["name"] for c in crds]
-        wait_for("KEDA's CRDs Established", lambda: [kubectl.get("crd", n) for n in names],
-                 lambda found: all(is_true(c, "Established") for c in found))  # fmt: skip
-        kubectl.apply([o for o in objects if o["kind"] != "CustomResourceDefinition"])
-        wait_for("KEDA's Deployments Available",
-                 lambda: [kubectl.get("deployment", d, keda.NAMESPACE) for d in keda.DEPLOYMENTS],
-                 lambda found: all(is_true(d, "Available") for d in found), timeout=120)  # fmt: skip
-        # KEDA's operator writes its CA into the APIService; then the aggregator reaches the adapter.
-        wait_for(f"{keda.APISERVICE} Available", lambda: kubectl.get("apiservice", keda.APISERVICE),
-                 lambda a: is_true(a, "Available"), timeout=TIMEOUT)  # fmt: skip
-        print(f"keda: installed and serving external metrics in {time.monotonic() - start:.1f} s")
-        yield
-    finally:
-        start = time.monotonic()
-        _uninstall(kubectl, objects)
-        print(f"keda: removed in {time.monotonic() - start:.1f} s")
 
 
 def external_metric(kubectl: Kubectl, namespace: str, hpa: dict[str, Any]) -> float:

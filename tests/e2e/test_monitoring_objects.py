@@ -67,7 +67,7 @@ def test_pod_monitor_rule_and_dashboard_are_accepted(
         input=yaml.safe_dump(values), capture_output=True, text=True, check=True, timeout=120,
     ).stdout  # fmt: skip
     docs = [d for d in yaml.safe_load_all(rendered) if d]
-    assert sorted(d["kind"] for d in docs) == ["ConfigMap", "PodMonitor", "PrometheusRule"]
+    assert sorted(d["kind"] for d in docs) == ["ConfigMap", "PodMonitor", "PodMonitor", "PrometheusRule"]
     # Strict field validation: a misspelt field is an error, not silently pruned.
     items = json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
     kubectl("apply", "--server-side", "--field-manager=e2e-tests", "--validate=strict", "-f", "-",
@@ -79,6 +79,10 @@ def test_pod_monitor_rule_and_dashboard_are_accepted(
     ]  # fmt: skip
     endpoint = monitor["spec"]["podMetricsEndpoints"][0]
     assert {r["targetLabel"] for r in endpoint["relabelings"]} == {"namespace", "pod"}
+    router = kubectl.get("podmonitor", "rel-llm-operator-router", namespace)
+    assert router is not None
+    assert router["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "router"
+    assert router["spec"]["podMetricsEndpoints"][0]["port"] == "picker-metrics"
     rule = kubectl.get("prometheusrule", "rel-llm-operator-autoscaling", namespace)
     assert rule is not None
     records = [r["record"] for r in rule["spec"]["groups"][0]["rules"]]

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from llm_operator import labels as L
 from llm_operator.render.autoscaling import DEPLOYMENT_SERIES_LABEL, METRIC_NAMES
+from llm_operator.render.router.objects import router_pod_labels
 
 from tests.unit.test_chart import needs_helm, one, render
 
@@ -174,7 +175,9 @@ def test_monitoring_objects_are_off_by_default() -> None:
 
 @needs_helm
 def test_pod_monitor_scrapes_leaders_with_the_labels_the_rules_need() -> None:
-    monitor = one(render("namespaces"), "PodMonitor")
+    monitors = {d["metadata"]["name"]: d for d in render("namespaces") if d["kind"] == "PodMonitor"}
+    assert set(monitors) == {"rel-llm-operator-serving", "rel-llm-operator-router"}, set(monitors)
+    monitor = monitors["rel-llm-operator-serving"]
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus"
     spec = monitor["spec"]
     assert spec["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
@@ -186,6 +189,14 @@ def test_pod_monitor_scrapes_leaders_with_the_labels_the_rules_need() -> None:
     assert targets == {"namespace": ["__meta_kubernetes_namespace"], "pod": ["__meta_kubernetes_pod_name"]}
     # prometheus-operator sanitizes the pod label into the name the rules and KEDA's query use.
     assert re.sub(r"[^a-zA-Z0-9_]", "_", L.DEPLOYMENT) == DEPLOYMENT_SERIES_LABEL
+    # The routers' pickers (KEDA's wake trigger at minReplicas 0), with the same namespace label.
+    router = monitors["rel-llm-operator-router"]["spec"]
+    assert router["namespaceSelector"] == spec["namespaceSelector"]
+    labels = router_pod_labels("any")
+    assert router["selector"]["matchLabels"] == {k: labels[k] for k in (L.NAME, L.COMPONENT)}
+    (endpoint,) = router["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["interval"]) == ("picker-metrics", "5s")
+    assert {r["targetLabel"] for r in endpoint["relabelings"]} == {"namespace", "pod"}
 
 
 @needs_helm

@@ -69,3 +69,29 @@ async def test_without_kedas_api_the_rest_is_applied_and_the_condition_says_so()
     await reconcile(kube, reconciler, key)
     assert NAME in kube.of_kind("ScaledObject")
     assert condition(kube, NAME, "AutoscalingActive")["reason"] == "AutoscalerPending"
+
+
+async def test_a_deployment_at_zero_keeps_a_replica_while_a_canary_runs() -> None:
+    """A canary and its stable need a replica each: while a canary runs, the ScaledObject of a
+    minReplicas 0 deployment asks for 1 (KEDA raises a target below it), and 0 again once it is over."""
+    kube, reconciler = await operator_with_nodes()
+    body = example("cpu-reference-scale-to-zero")
+    body["spec"]["rollout"] = {"strategy": "canary", "canary": {"steps": [{"weight": 50}]}}
+    key = kube.add_deployment(body)
+    name = body["metadata"]["name"]
+    await reconcile(kube, reconciler, key)
+    assert kube.objects[("ScaledObject", NS, name)]["spec"]["minReplicaCount"] == 0
+
+    spec = copy.deepcopy(kube.objects[("LLMDeployment", *key)]["spec"])
+    spec["engine"]["maxBatchSize"] = 4  # a new revision: the canary
+    kube.edit("LLMDeployment", *key, spec=spec)
+    await reconcile(kube, reconciler, key)
+    revisions = kube.objects[("LLMDeployment", *key)]["status"]["revisions"]
+    assert revisions.get("canary") is not None, revisions
+    assert kube.objects[("ScaledObject", NS, name)]["spec"]["minReplicaCount"] == 1
+
+    spec["engine"]["maxBatchSize"] = 8  # back to the stable: the canary is withdrawn
+    kube.edit("LLMDeployment", *key, spec=spec)
+    await reconcile(kube, reconciler, key)
+    assert kube.objects[("LLMDeployment", *key)]["status"]["revisions"].get("canary") is None
+    assert kube.objects[("ScaledObject", NS, name)]["spec"]["minReplicaCount"] == 0

@@ -19,6 +19,7 @@ from llm_operator.controller.config import OperatorConfig
 from llm_operator.render.router.objects import router_config, router_deployment
 
 from tests.unit.test_router_envoy import _deployment
+from tests.unit.test_router_hold import zero_deployment
 
 
 def _epp() -> Path | None:
@@ -59,3 +60,24 @@ def test_the_picker_loads_the_rendered_config_with_the_rendered_flags(tmp_path: 
     # Pods need no engine label: Triton + TensorRT-LLM's metric names are the default profile.
     assert r"{\"defaultEngine\":\"triton-tensorrt-llm\"}" in log, log[-3000:]
     assert '"model-server-metrics-port":8002' in log, "Triton's metrics port, not the pool's target port"
+
+
+@pytest.mark.skipif(
+    EPP is None or not EPP.is_file(),
+    reason="no EPP binary: set LLMOP_EPP_BIN, or let e2e/cluster/build-tools.sh build it",
+)
+def test_the_picker_loads_the_flow_control_of_a_deployment_at_zero(tmp_path: Path) -> None:
+    """At autoscaling.minReplicas 0 the configuration turns on the flowControl feature gate with the
+    hold and the bound (render/scale_to_zero.py): the picker accepts them as it reads its file."""
+    config = router_config(zero_deployment())
+    (tmp_path / "epp.yaml").write_text(config["data"]["epp.yaml"])
+    (tmp_path / "kubeconfig").write_text(KUBECONFIG)
+    env = {"KUBECONFIG": str(tmp_path / "kubeconfig"), "NAMESPACE": "team", "POD_NAME": "router-0"}
+    args = ["--pool-name", "tiny", "--pool-namespace", "team", "--config-file", str(tmp_path / "epp.yaml")]
+    run = subprocess.run([str(EPP), *args], capture_output=True, text=True, timeout=60, env=env)
+    log = run.stdout + run.stderr
+    assert "loaded configuration from file/text successfully" in log, log[-3000:]
+    # The picker's own reading of them (its effective configuration, logged before it connects).
+    assert "FeatureGates: {flowControl}" in log, log[-3000:]
+    held = "MaxRequests: 20, DefaultRequestTTL: 11s, DefaultPriorityBand: {Priority: 0, MaxRequests: 20}"
+    assert held in log, log[-3000:]

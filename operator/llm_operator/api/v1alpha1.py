@@ -1312,6 +1312,81 @@ class AutoscalingProvider(StrEnum):
     KEDA = "keda"
 
 
+# The scrape interval the idle window is held to: the chart's PodMonitor default
+# (monitoring.podMonitor.interval) and prometheus-operator's. The idle window must span two of them,
+# one for the sample that shows a request and one for a missed scrape, or requests that come and go
+# between scrapes are never seen (docs/autoscaling.md, "Scale to zero").
+SCRAPE_INTERVAL_SECONDS = 15
+MIN_IDLE_SECONDS = 2 * SCRAPE_INTERVAL_SECONDS
+# ext_proc's message_timeout in the router's Envoy (render/router/envoy.py): the picker answers a
+# held request's body only when it lets the request go, so a hold may not outlast it.
+MAX_HOLD_SECONDS = 900
+HOLD_MESSAGE = (
+    "autoscaling.scaleToZero.holdSeconds must be at least 1: it is how long the router holds a request "
+    "while no replica is ready, and 0 would refuse every request that arrives at zero replicas; set it "
+    "to the time a replica takes to start (default 300)"
+)
+IDLE_MESSAGE = (
+    f"autoscaling.scaleToZero.idleSeconds must be at least {MIN_IDLE_SECONDS}: two scrape intervals of "
+    f"{SCRAPE_INTERVAL_SECONDS} s (the chart's monitoring.podMonitor.interval), or requests that start and "
+    "end between two scrapes are never seen and the deployment scales to zero under them; set "
+    f"idleSeconds to {MIN_IDLE_SECONDS} or more (twice your scrape interval if it is longer)"
+)
+ZERO_NEEDS_KEDA = (
+    "autoscaling.minReplicas 0 needs autoscaling.provider keda: an HPA cannot scale to zero (Kubernetes' "
+    "HPAScaleToZero feature gate is alpha and needs an Object or External metric), and the operator "
+    "renders none that does; set provider: keda, or minReplicas 1 or more"
+)
+ZERO_NEEDS_POOL = (
+    "autoscaling.minReplicas 0 needs routing.mode inference-pool: with no replica running, only the "
+    "router's endpoint picker can hold a request until the first replica is ready (in routing.mode "
+    "service clients would be refused); set routing.mode: inference-pool, or minReplicas 1 or more"
+)
+
+
+class ScaleToZeroSpec(Spec):
+    """How a deployment with autoscaling.minReplicas 0 goes to zero and wakes up: the router's endpoint
+    picker holds requests while no replica is ready, and they wake it (docs/autoscaling.md, "Scale to
+    zero"). Only with minReplicas 0; there, absent means every default."""
+
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel("self.holdSeconds >= 1", HOLD_MESSAGE),
+            cel(f"self.idleSeconds >= {MIN_IDLE_SECONDS}", IDLE_MESSAGE),
+        )
+    )
+
+    idle_seconds: int = Field(
+        default=300,
+        le=86400,
+        description=f"Seconds without a request held, queued or running before the deployment scales "
+        f"to zero, {MIN_IDLE_SECONDS}-86400; default 300 (KEDA's cooldownPeriod, and its "
+        "initialCooldownPeriod for a new deployment).",
+    )
+    hold_seconds: int = Field(
+        default=300,
+        le=MAX_HOLD_SECONDS,
+        description=f"Seconds the router holds a request while no replica can take it (at zero: until "
+        f"the first replica is Ready), 1-{MAX_HOLD_SECONDS}; default 300. Past it the client gets a 503 "
+        "in OpenAI's error format with Retry-After. Set it above the deployment's cold start.",
+    )
+    max_held_requests: int = Field(
+        default=1000,
+        ge=1,
+        le=10000,
+        description="Requests the router holds at once, 1-10000; default 1000. One more is refused "
+        "at once with a 429 in OpenAI's error format with Retry-After.",
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ScaleToZeroSpec:  # the CEL rules' twins, for `llm-operator render`
+        if self.hold_seconds < 1:
+            raise ValueError(HOLD_MESSAGE)
+        if self.idle_seconds < MIN_IDLE_SECONDS:
+            raise ValueError(IDLE_MESSAGE)
+        return self
+
+
 class AutoscalingSpec(Spec):
     """An autoscaler (HPA or KEDA) that sets spec.replicas from a per-pod serving metric
     (docs/autoscaling.md). Unset: nothing changes spec.replicas but you."""
@@ -1321,6 +1396,12 @@ class AutoscalingSpec(Spec):
             cel(
                 "self.minReplicas <= self.maxReplicas",
                 "autoscaling.minReplicas must be <= autoscaling.maxReplicas",
+            ),
+            cel("self.minReplicas >= 1 || self.provider == 'keda'", ZERO_NEEDS_KEDA),
+            cel(
+                "self.minReplicas == 0 || !has(self.scaleToZero)",
+                "autoscaling.scaleToZero applies only with autoscaling.minReplicas 0: set minReplicas: 0, "
+                "or remove scaleToZero",
             ),
         )
     )
@@ -1332,7 +1413,11 @@ class AutoscalingSpec(Spec):
         "installed; the operator's Prometheus URL is LLMOP_PROMETHEUS_URL).",
     )
     min_replicas: int = Field(
-        default=1, ge=1, le=1000, description="Fewest replicas, 1-1000; default 1. At most maxReplicas."
+        default=1,
+        ge=0,
+        le=1000,
+        description="Fewest replicas, 0-1000; default 1. At most maxReplicas. 0 (scale to zero) needs "
+        "provider keda and routing.mode inference-pool: see scaleToZero.",
     )
     max_replicas: int = Field(ge=1, le=1000, description="Most replicas, 1-1000.")
     metric: AutoscalingMetric = Field(
@@ -1349,6 +1434,25 @@ class AutoscalingSpec(Spec):
         description="autoscaling/v2 HorizontalPodAutoscalerBehavior, passed through (keda: to "
         "advanced.horizontalPodAutoscalerConfig.behavior).",
     )
+    scale_to_zero: ScaleToZeroSpec | None = Field(
+        default=None,
+        description="Absent: the defaults below.",
+    )
+
+    @model_validator(mode="after")
+    def _zero(self) -> AutoscalingSpec:  # the CEL rules' twins, for `llm-operator render`
+        if self.min_replicas == 0 and self.provider != AutoscalingProvider.KEDA:
+            raise ValueError(ZERO_NEEDS_KEDA)
+        if self.min_replicas > 0 and self.scale_to_zero is not None:
+            raise ValueError("autoscaling.scaleToZero applies only with autoscaling.minReplicas 0")
+        return self
+
+    @property
+    def zero(self) -> ScaleToZeroSpec | None:
+        """What scaling to zero uses (the defaults where scaleToZero is absent); None above zero."""
+        if self.min_replicas > 0:
+            return None
+        return self.scale_to_zero or ScaleToZeroSpec()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1891,6 +1995,11 @@ class LLMDeploymentSpec(Spec):
                 "true (a whole prompt must fit one batch)",
             ),
             cel(
+                "!has(self.autoscaling) || self.autoscaling.minReplicas >= 1 "
+                "|| (has(self.routing) && self.routing.mode == 'inference-pool')",
+                ZERO_NEEDS_POOL,
+            ),
+            cel(
                 "!has(self.routing) || self.routing.mode != 'inference-pool' "
                 "|| !has(self.rollout.canary) || self.rollout.canary.trafficRouting != 'gateway-api'",
                 "rollout.canary.trafficRouting gateway-api splits traffic with an HTTPRoute over the "
@@ -1920,9 +2029,11 @@ class LLMDeploymentSpec(Spec):
     routing: RoutingSpec = Field(default_factory=RoutingSpec)
 
     @model_validator(mode="after")
-    def _canary_routing(self) -> LLMDeploymentSpec:  # the CEL rule's twin, for `llm-operator render`
+    def _canary_routing(self) -> LLMDeploymentSpec:  # the CEL rules' twins, for `llm-operator render`
         canary = self.rollout.canary
         pool = self.routing.mode == RoutingMode.INFERENCE_POOL
+        if self.autoscaling is not None and self.autoscaling.min_replicas == 0 and not pool:
+            raise ValueError(ZERO_NEEDS_POOL)
         if pool and canary is not None and canary.traffic_routing == TrafficRouting.GATEWAY_API:
             raise ValueError(
                 "rollout.canary.trafficRouting gateway-api cannot be used with routing.mode "

@@ -259,6 +259,7 @@ class Reconciler:
                     prometheus_url=self.config.prometheus_url, metrics_peers=self.config.metrics_peers,
                     models=models, fetch_max_bytes_per_second=self.config.fetch_max_bytes_per_second,
                     keep_any_source=opened_to_any_source(applied), deployment=ld,
+                    canary=rollout.decision.revisions.canary is not None,
                 )
                 for s in rollout.slots
             ]  # fmt: skip

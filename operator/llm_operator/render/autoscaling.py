@@ -6,7 +6,8 @@ charts/llm-operator/monitoring/). provider keda: a KEDA ScaledObject whose prome
 queries the same recorded series; KEDA then owns an HPA on an external metric.
 
 Either scales the LLMDeployment (spec.replicas); the operator then splits replicas over pools and
-revisions.
+revisions. With minReplicas 0 (keda only) the ScaledObject also wakes and idles the deployment:
+render/scale_to_zero.py.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from llm_operator.api.v1alpha1 import (
     AutoscalingProvider,
     AutoscalingSpec,
 )
-from llm_operator.render import names
+from llm_operator.render import names, scale_to_zero
 
 DEFAULT_PROMETHEUS_URL = "http://prometheus.monitoring.svc:9090"
 KEDA_API_VERSION = "keda.sh/v1alpha1"
@@ -45,9 +46,16 @@ def autoscaler(
     namespace: str,
     autoscaling: AutoscalingSpec,
     prometheus_url: str = DEFAULT_PROMETHEUS_URL,
+    *,
+    capacity: int = 1,
+    canary: bool = False,
 ) -> dict[str, Any]:
+    """`capacity`: requests one replica takes at once (the wake trigger's target at minReplicas 0);
+    `canary`: a canary rollout is under way, which needs replicas (minReplicas 0 is then 1)."""
     if autoscaling.provider == AutoscalingProvider.KEDA:
-        return scaled_object(deployment, namespace, autoscaling, prometheus_url)
+        return scaled_object(
+            deployment, namespace, autoscaling, prometheus_url, capacity=capacity, canary=canary
+        )
     return horizontal_pod_autoscaler(deployment, namespace, autoscaling)
 
 
@@ -101,19 +109,32 @@ def _plain_number(quantity: str) -> str:
 
 
 def scaled_object(
-    deployment: str, namespace: str, autoscaling: AutoscalingSpec, prometheus_url: str
+    deployment: str,
+    namespace: str,
+    autoscaling: AutoscalingSpec,
+    prometheus_url: str,
+    *,
+    capacity: int = 1,
+    canary: bool = False,
 ) -> dict[str, Any]:
+    zero = autoscaling.zero
+    query = keda_query(deployment, namespace, autoscaling.metric)
+    if zero is not None:
+        query = scale_to_zero.at_zero(query, deployment, namespace)
     spec: dict[str, Any] = {
         "scaleTargetRef": _scale_target(deployment),
-        "minReplicaCount": autoscaling.min_replicas,
+        # A canary and its stable need a replica each (rollout/split.py keeps one of each from a
+        # total of 1): never zero while one runs; KEDA raises a target below it to it.
+        "minReplicaCount": 1 if zero is not None and canary else autoscaling.min_replicas,
         "maxReplicaCount": autoscaling.max_replicas,
+        **(scale_to_zero.keda_timing(zero) if zero is not None else {}),
         "triggers": [
             {
                 "type": "prometheus",
                 "metricType": "AverageValue",
                 "metadata": {
                     "serverAddress": prometheus_url,
-                    "query": keda_query(deployment, namespace, autoscaling.metric),
+                    "query": query,
                     "threshold": _plain_number(autoscaling.target),
                     # No series (Prometheus gone, no data yet) is an error, not 0: the HPA then
                     # keeps the current replica count instead of scaling down.
@@ -122,6 +143,8 @@ def scaled_object(
             }
         ],
     }
+    if zero is not None:
+        spec["triggers"].append(scale_to_zero.wake_trigger(deployment, namespace, prometheus_url, capacity))
     if autoscaling.behavior:
         spec["advanced"] = {"horizontalPodAutoscalerConfig": {"behavior": autoscaling.behavior}}
     return {

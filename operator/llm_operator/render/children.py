@@ -22,6 +22,7 @@ from llm_operator.plan.types import Plan, PoolPlan
 from llm_operator.render import autoscaling, names, network, policy, services
 from llm_operator.render.pod import template_hash
 from llm_operator.render.router import objects as routing
+from llm_operator.render.router.limits import replica_capacity
 from llm_operator.render.serving import workloads
 from llm_operator.rollout.revision import Slot
 from llm_operator.storage import EngineLocation, ModelLocation, tokenizer_dir, tokenizer_location
@@ -118,18 +119,21 @@ def shared_children(
     prometheus_url: str = autoscaling.DEFAULT_PROMETHEUS_URL,
     metrics_peers: Sequence[str] = network.DEFAULT_METRICS_PEERS,
     keep_any_source: bool = False,
+    canary: bool = False,
 ) -> list[dict[str, Any]]:
     """Once per deployment, whatever its slots: the client Service (leaders of both slots, so the
     replica ratio is the traffic split), the headless Service, the autoscaler (of the total), the
     NetworkPolicy (of every serving pod), and in routing.mode inference-pool the InferencePool
     (leaders of both slots) and its router. `keep_any_source`: the applied policy admits clients
-    from any source (render/network.py, upgrades)."""
+    from any source (render/network.py, upgrades). `canary`: a canary rollout is under way (an
+    autoscaler at minReplicas 0 then keeps a replica)."""
     objs: list[dict[str, Any]] = [
         services.client_service(ld.name, ld.namespace),
         services.headless_service(ld.name, ld.namespace),
     ]
     if ld.spec.autoscaling is not None:
-        objs.append(autoscaling.autoscaler(ld.name, ld.namespace, ld.spec.autoscaling, prometheus_url))
+        objs.append(autoscaling.autoscaler(ld.name, ld.namespace, ld.spec.autoscaling, prometheus_url,
+                                           capacity=replica_capacity(ld.spec), canary=canary))  # fmt: skip
     pool = ld.spec.routing.mode == RoutingMode.INFERENCE_POOL
     if ld.spec.network_policy.enabled:
         policy_spec = ld.spec.network_policy

@@ -19,6 +19,9 @@ from llm_operator.render.autoscaling import METRIC_NAMES
 
 CONDITION = "AutoscalingActive"
 KEDA_HPA_PREFIX = "keda-hpa-"  # KEDA names the HPA it creates for a ScaledObject keda-hpa-<name>
+# The HPA controller's ScalingActive reason while its target has 0 replicas (kubernetes v1.34
+# pkg/controller/podautoscaler/horizontal.go): at minReplicas 0 KEDA scaled it there on purpose.
+SCALING_DISABLED = "ScalingDisabled"
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,11 @@ def condition(a: AutoscalerObserved, generation: int) -> dict[str, Any]:
         said = f"{ready.get('reason', '')}: {ready.get('message', '')}"
         return cond("False", "ScaledObjectNotReady", f"KEDA says {said}. Replicas stay as they are.")
     if a.keda_hpa is not None:
+        active = _conditions(a.keda_hpa).get("ScalingActive") or {}
+        if active.get("reason") == SCALING_DISABLED:
+            return cond("True", "ScaledToZero",
+                        "KEDA scaled the deployment to zero replicas (autoscaling.minReplicas 0); a request "
+                        "through the router is held and wakes it")  # fmt: skip
         status, reason, message = _from_hpa(a.keda_hpa, a.metric, a.target, "KEDA's HPA")
         if status != "True":
             return cond(status, reason, message)

@@ -16,6 +16,7 @@ import yaml
 
 from llm_operator.api.v1alpha1 import FailureMode
 from llm_operator.contract import OPENAI_PORT
+from llm_operator.render.router.hold import holding
 from llm_operator.render.router.limits import HTTP2_MAX_CONCURRENT_STREAMS, RouterLimits
 
 PICKER_GRPC_PORT = 9002  # ext_proc (EPP --grpc-port default, GIE v1.5.0 pkg/epp/server/options.go)
@@ -48,11 +49,12 @@ _ROUTER = {
 }
 
 
-def epp_config() -> str:
+def epp_config(flow_control: dict[str, Any] | None = None) -> str:
     """EndpointPickerConfig: queue, KV-cache and prefix-cache scorers (upstream's default profile and
     weights, 2/2/3 in v1.5.0 config/charts/epplib/templates/_config.yaml) over the metrics the
     leaders' Triton exports. The metrics port (8002, not the pool's
-    target port 8080) is a flag of the EPP in v1.5.0 (render/router/objects.py)."""
+    target port 8080) is a flag of the EPP in v1.5.0 (render/router/objects.py). `flow_control`: the
+    fields that make it hold requests at zero replicas (render/scale_to_zero.py)."""
     config = {
         "apiVersion": "inference.networking.x-k8s.io/v1alpha1",
         "kind": "EndpointPickerConfig",
@@ -73,6 +75,7 @@ def epp_config() -> str:
                 ],
             }
         ],
+        **(flow_control or {}),
     }
     return yaml.safe_dump(config, sort_keys=False)
 
@@ -206,7 +209,8 @@ def _ext_proc(picker_port: int) -> dict[str, Any]:
                 "response_trailer_mode": "SEND",
             },
             # How long one message may wait for the picker's answer (Envoy's default: 200 ms); the
-            # picker answers at once unless its flow control (off here) holds the request back.
+            # picker answers at once unless its flow control (on at minReplicas 0) holds the request
+            # back: autoscaling.scaleToZero.holdSeconds stays below this (MAX_HOLD_SECONDS).
             "message_timeout": "1000s",
         },
     }
@@ -342,6 +346,9 @@ def envoy_config(
         _listener("openai", bind, listen_port, forward, [_STRIP_DESTINATION], limits),
         _listener("picking", "127.0.0.1", picking_port, picking, [_ext_proc(picker_port)], limits),
     ]
+    if limits.hold_s:
+        manager = listeners[2]["filter_chains"][0]["filters"][0]["typed_config"]
+        holding(manager, limits.hold_s, limits.request_timeout_s, limits.silent_timeout_s)
     # Only client connections count against the cap: the kubelet's probes and Envoy's own
     # connections to the picking listener are always accepted.
     for listener in (listeners[0], listeners[2]):

@@ -56,6 +56,9 @@ class RouterLimits:
     # Request headers at most this size and count (Envoy's defaults, written out): 431 beyond.
     max_headers_kb: int = 60
     max_headers_count: int = 100
+    # Scale to zero: seconds the picker holds a request (its flow control's TTL), 0 for none; the
+    # picking listener then waits that long on top of its own timeouts (render/router/hold.py).
+    hold_s: int = 0
 
 
 def engine_queue_bound(spec: LLMDeploymentSpec) -> int:
@@ -81,11 +84,20 @@ def replica_ceiling(spec: LLMDeploymentSpec) -> int:
     return 1 << max(replicas - 1, 0).bit_length()
 
 
-def router_limits(spec: LLMDeploymentSpec) -> RouterLimits:
-    """Requests the pool can hold: per replica a full batch and its engine's queue bound (with no
-    bound, one more batch waiting: the router's is then the only bound), for the replica ceiling
-    and both revisions of a rollout."""
+def replica_capacity(spec: LLMDeploymentSpec) -> int:
+    """Requests one replica takes at once: a full batch and its engine's queue bound (with no bound,
+    one more batch waiting: the router's is then the only bound)."""
     batch = spec.engine.max_batch_size
-    per_replica = batch + (engine_queue_bound(spec) or batch)
-    requests = per_replica * replica_ceiling(spec) * LIVE_REVISIONS
-    return RouterLimits(requests=requests, connections=requests * CONNECTIONS_PER_REQUEST)
+    return batch + (engine_queue_bound(spec) or batch)
+
+
+def router_limits(spec: LLMDeploymentSpec) -> RouterLimits:
+    """Requests the pool can hold: each replica's capacity, for the replica ceiling and both
+    revisions of a rollout; at minReplicas 0 also the requests the picker may hold
+    (autoscaling.scaleToZero.maxHeldRequests), each on its own client connection."""
+    requests = replica_capacity(spec) * replica_ceiling(spec) * LIVE_REVISIONS
+    zero = spec.autoscaling.zero if spec.autoscaling is not None else None
+    if zero is not None:
+        requests += zero.max_held_requests
+    hold = zero.hold_seconds if zero is not None else 0
+    return RouterLimits(requests=requests, connections=requests * CONNECTIONS_PER_REQUEST, hold_s=hold)

@@ -32,6 +32,7 @@ from llm_operator.render.router.envoy import (
     epp_config,
 )
 from llm_operator.render.router.limits import router_limits
+from llm_operator.render.scale_to_zero import flow_control
 
 POOL_GROUP = "inference.networking.k8s.io"
 POOL_API_VERSION = f"{POOL_GROUP}/v1"
@@ -105,12 +106,18 @@ def router_config(ld: LLMDeployment) -> dict[str, Any]:
         "kind": "ConfigMap",
         "metadata": _meta(ld),
         "data": {
-            "epp.yaml": epp_config(),
+            "epp.yaml": epp_config(_flow_control(ld)),
             "envoy.yaml": envoy_yaml(
                 envoy_config(ld.spec.routing.failure_mode, service, limits=router_limits(ld.spec))
             ),
         },
     }
+
+
+def _flow_control(ld: LLMDeployment) -> dict[str, Any] | None:
+    """At minReplicas 0 the picker holds requests while no replica is ready."""
+    zero = ld.spec.autoscaling.zero if ld.spec.autoscaling is not None else None
+    return flow_control(zero) if zero is not None else None
 
 
 def _meta(ld: LLMDeployment) -> dict[str, Any]:

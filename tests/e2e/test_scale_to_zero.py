@@ -1,0 +1,258 @@
+"""Scale to zero and back (autoscaling.minReplicas 0) with KEDA's real controller, the endpoint
+picker's real flow control and a cpu-reference deployment on the real node
+(examples/cpu-reference-scale-to-zero.yaml, routing.mode inference-pool, provider keda).
+
+One deployment, in order: it scales to zero after its idle window (no pod left, the status says
+so); a burst of requests sent at zero through the router (status.endpoints.openai) is held by the
+picker, wakes the deployment through KEDA, and is answered with the model's reference text once the
+first replica is Ready (the test prints request -> answer against the pod's own creation -> Ready);
+back at zero only after the idle window; with a hold shorter than a cold start, the client gets
+OpenAI's error object with Retry-After.
+
+Needs the embedded cluster (the real node, its monitoring stack scraping the router's picker).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from llm_operator.api.v1alpha1 import LLMDeploymentSpec
+from llm_operator.contract import OPENAI_PORT
+from llm_operator.modelrepo import weights_seed
+from llm_operator.render import names
+from llm_operator.render.router.objects import router_pod_labels
+from llm_operator.render.scale_to_zero import PICKER_QUEUE, RETRY_AFTER_SECONDS
+from llm_operator.runtime.cpu_reference import TINY_MODELS
+from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM
+
+from e2e.cluster import netns
+from e2e.cluster.load import prometheus_query
+from e2e.cluster.testing import E2ECluster, Kubectl, condition, wait_for
+
+# Installs KEDA (cluster-wide CRDs, the external metrics API: tests/e2e/keda_fixtures.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cpu-reference-scale-to-zero.yaml"
+NAME = "tiny-llama-zero"
+IDLE_S = 30  # the shortest idle window admission allows
+HOLD_S = 180  # above a cold start on the busy node
+BURST = 20
+PROMPT, MAX_TOKENS = "Once upon a time", 8
+SERVING = f"llmoperator.io/deployment={NAME}"
+ROUTER_PODS = ",".join(f"{k}={v}" for k, v in router_pod_labels(NAME).items())
+
+
+@dataclass
+class Zero:
+    namespace: str
+    netns: str
+    prometheus: str
+    router_ip: str
+    want: str  # the model's greedy text for PROMPT
+    last_answer: float = 0.0  # time.time() of the last answer the burst got
+
+
+@pytest.fixture(scope="module")
+def zero(operator: None, keda_running: None, cluster: E2ECluster, kubectl: Kubectl) -> Iterator[Zero]:
+    if cluster.launcher is None:
+        pytest.skip("needs the embedded cluster: its real node, its network namespace and Prometheus")
+    launcher = cluster.launcher
+    doc: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    doc["spec"]["autoscaling"]["scaleToZero"] = {"idleSeconds": IDLE_S, "holdSeconds": HOLD_S,
+                                                 "maxHeldRequests": 100}  # fmt: skip
+    # One 1-CPU replica: the real node's 2 CPUs also run the router, KEDA and the control plane, and a
+    # second replica would only slow the first one's start, which is what is measured.
+    doc["spec"]["autoscaling"]["maxReplicas"] = 1
+    spec = LLMDeploymentSpec.model_validate(doc["spec"])
+    lm = TinyLM(TINY_MODELS["tiny-llama"], weights_seed(spec.model.revision or "main"))
+    ns = kubectl.create_namespace("zero")
+    try:
+        kubectl.apply(doc, namespace=ns)
+        ld = wait_for("status.endpoints.openai", lambda: kubectl.get("llmdeployment", NAME, ns),
+                      lambda d: bool(((d or {}).get("status") or {}).get("endpoints", {}).get("openai")),
+                      timeout=120)  # fmt: skip
+        url = urllib.parse.urlsplit(ld["status"]["endpoints"]["openai"])  # type: ignore[index]
+        assert (url.hostname, url.port) == (f"{names.router(NAME)}.{ns}.svc", OPENAI_PORT), url
+        service = kubectl.get("service", names.router(NAME), ns)
+        assert service is not None
+        yield Zero(ns, launcher.netns, launcher.prometheus_url,
+                   service["spec"]["clusterIP"], "".join(lm.generate(PROMPT, MAX_TOKENS)))  # fmt: skip
+    finally:
+        kubectl.delete_namespace(ns)
+
+
+def _at_zero(kubectl: Kubectl, ns: str) -> dict[str, Any] | None:
+    """The deployment, once KEDA set it to 0 replicas, the operator's status says so and no
+    serving pod is left."""
+    ld = kubectl.get("llmdeployment", NAME, ns)
+    if ld is None or ld["spec"].get("replicas") != 0 or kubectl.items("pods", ns, SERVING):
+        return None
+    ready = condition(ld, "Ready") or {}
+    return ld if (ready.get("status"), ready.get("reason")) == ("True", "ScaledToZero") else None
+
+
+def _since(timestamp: str) -> float:
+    return time.time() - datetime.fromisoformat(timestamp).timestamp()
+
+
+def test_an_idle_deployment_scales_to_zero_after_its_idle_window(zero: Zero, kubectl: Kubectl) -> None:
+    ld = wait_for("the deployment at zero replicas", lambda: _at_zero(kubectl, zero.namespace), timeout=240)
+    scaled = kubectl.get("scaledobject", NAME, zero.namespace)
+    assert scaled is not None
+    age = _since(scaled["metadata"]["creationTimestamp"])
+    print(f"zero: at 0 replicas {age:.1f} s after the ScaledObject was created (idle window {IDLE_S} s)")
+    # A new deployment gets the whole window (initialCooldownPeriod) before KEDA idles it.
+    assert age >= IDLE_S, age
+    active = condition(ld, "AutoscalingActive")
+    assert active is not None and (active["status"], active["reason"]) == ("True", "ScaledToZero"), active
+    picker = condition(ld, "PickerReady")
+    assert picker is not None and picker["status"] == "True", picker
+    assert ld is not None and ld["status"]["replicas"] == 0
+
+
+@dataclass
+class Answer:
+    sent: float
+    status: int = 0
+    text: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    done: float = 0.0
+
+
+def _complete(zero: Zero, answer: Answer, timeout: float) -> None:
+    body = json.dumps({"model": "tiny-llama", "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0})
+    conn = netns.HTTPConnection(zero.netns, zero.router_ip, OPENAI_PORT, timeout=timeout)
+    try:
+        conn.request("POST", "/v1/completions", body, {"content-type": "application/json"})
+        response = conn.getresponse()
+        raw = response.read().decode()
+        answer.status, answer.headers = response.status, {k.lower(): v for k, v in response.getheaders()}
+        parsed = json.loads(raw)
+        answer.text = parsed["choices"][0]["text"] if response.status == 200 else raw
+    except (OSError, http.client.HTTPException, ValueError, KeyError) as e:
+        answer.text = f"{type(e).__name__}: {e}"
+    finally:
+        answer.done = time.time()
+        conn.close()
+
+
+class Phases:
+    """When each step of the wake-up happened, polled from the API and Prometheus."""
+
+    def __init__(self, kubectl: Kubectl, zero: Zero) -> None:
+        self.kubectl, self.zero = kubectl, zero
+        self.first: dict[str, float] = {}
+        self.held = 0.0  # the most requests Prometheus saw the picker hold
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self) -> Phases:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _poll(self) -> None:
+        query = f'sum({PICKER_QUEUE}{{namespace="{self.zero.namespace}"}})'
+        while not self._stop.wait(0.25):
+            now = time.time()
+            try:
+                self.held = max(self.held, *prometheus_query(self.zero.prometheus, query).values(), 0.0)
+                ld = self.kubectl.get("llmdeployment", NAME, self.zero.namespace) or {}
+            except (OSError, ValueError):
+                continue
+            if ld.get("spec", {}).get("replicas", 0) > 0:
+                self.first.setdefault("replicas", now)
+
+
+def _pod_times(kubectl: Kubectl, ns: str) -> tuple[float, float]:
+    """The serving pod's creation and Ready times (the API's, to the second)."""
+    pod = min(kubectl.items("pods", ns, SERVING), key=lambda p: str(p["metadata"]["creationTimestamp"]))
+    ready = next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")
+    return tuple(  # type: ignore[return-value]
+        datetime.fromisoformat(t).timestamp()
+        for t in (pod["metadata"]["creationTimestamp"], ready["lastTransitionTime"])
+    )
+
+
+def test_requests_at_zero_are_held_wake_it_and_are_answered(zero: Zero, kubectl: Kubectl) -> None:
+    assert _at_zero(kubectl, zero.namespace) is not None, "the previous test leaves it at zero"
+    answers = [Answer(0.0) for _ in range(BURST)]
+    threads = [threading.Thread(target=_complete, args=(zero, a, HOLD_S + 60), daemon=True) for a in answers]
+    with Phases(kubectl, zero) as phases:
+        for answer, thread in zip(answers, threads, strict=True):
+            answer.sent = time.time()
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=HOLD_S + 90)
+    got = [(a.status, a.text) for a in answers]
+    assert all(answer == (200, zero.want) for answer in got), got
+    created, ready = _pod_times(kubectl, zero.namespace)
+    first = answers[0]
+    asked = phases.first.get("replicas", float("nan")) - first.sent
+    waited = sorted(a.done - a.sent for a in answers)
+    print(
+        f"zero: {BURST} requests held at zero, all answered; the first in {first.done - first.sent:.1f} s "
+        f"(replicas asked {asked:.1f} s after it, pod created "
+        f"{created - first.sent:.0f} s, Ready {ready - first.sent:.0f} s); the pod's own creation -> Ready "
+        f"{ready - created:.0f} s, so the wake-up added {first.done - first.sent - (ready - created):.1f} s; "
+        f"answers after {waited[0]:.1f}-{waited[-1]:.1f} s (median {waited[len(waited) // 2]:.1f}); "
+        f"the picker held up to {phases.held:g} at a scrape"
+    )
+    assert phases.held >= 1, "Prometheus never saw a request held by the picker: what woke it?"
+    zero.last_answer = max(a.done for a in answers)
+
+
+def test_it_goes_back_to_zero_only_after_the_idle_window(zero: Zero, kubectl: Kubectl) -> None:
+    assert zero.last_answer, "needs the wake-up test before it"
+    wait_for("the deployment back at zero", lambda: _at_zero(kubectl, zero.namespace), timeout=IDLE_S + 90)
+    after = time.time() - zero.last_answer
+    print(f"zero: back at 0 replicas {after:.1f} s after the last answer (idle window {IDLE_S} s)")
+    # KEDA saw the last request in flight at most a scrape (2 s) and a poll (2 s) before it ended.
+    assert after >= IDLE_S - 4, after
+
+
+def test_past_the_hold_the_client_gets_an_openai_error_with_retry_after(zero: Zero, kubectl: Kubectl) -> None:
+    """A hold shorter than any cold start (1 s): the picker's TTL ends the request, Envoy answers in
+    OpenAI's error format. The edit restarts the router only."""
+    assert _at_zero(kubectl, zero.namespace) is not None
+    router = kubectl.get("deployment", names.router(NAME), zero.namespace)
+    assert router is not None
+    patch = {"spec": {"autoscaling": {"scaleToZero": {"holdSeconds": 1}}}}
+    kubectl("patch", "llmdeployment", NAME, "--type=merge", "-p", json.dumps(patch), namespace=zero.namespace)
+    generation = router["metadata"]["generation"]
+
+    def rolled() -> bool:
+        """The new router alone: the old one (still holding for HOLD_S) has no pod left."""
+        d = kubectl.get("deployment", names.router(NAME), zero.namespace) or {"metadata": {"generation": 0}}
+        s, current = d.get("status") or {}, d["metadata"]["generation"]
+        pods = kubectl.items("pods", zero.namespace, ROUTER_PODS)
+        return (current > generation and s.get("observedGeneration") == current and len(pods) == 1
+                and s.get("updatedReplicas") == s.get("readyReplicas") == 1)  # fmt: skip
+
+    wait_for("the router restarted with the 1 s hold", rolled, timeout=120)
+    answer = Answer(time.time())
+    _complete(zero, answer, 60)
+    took = answer.done - answer.sent
+    retry = answer.headers.get("retry-after")
+    print(f"zero: past a 1 s hold: {answer.status} after {took:.1f} s, Retry-After {retry}: {answer.text}")
+    assert answer.status == 503, answer
+    assert answer.headers.get("retry-after") == str(RETRY_AFTER_SECONDS), answer.headers
+    assert answer.headers.get("content-type") == "application/json", answer.headers
+    error = json.loads(answer.text)["error"]
+    assert (error["type"], error["code"]) == ("server_error", "model_not_ready"), error
+    assert "hold of 1 s" in error["message"], error
+    assert took < 10, took

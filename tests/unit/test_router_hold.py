@@ -1,0 +1,189 @@
+"""The router's Envoy while the picker holds requests (autoscaling.minReplicas 0; render/router/hold.py),
+run by the real Envoy 1.40 with the rendered configuration on 127.0.0.1.
+
+A stand-in for the picker's ext_proc service (TLS with the deployment's certificate, as the picker
+serves it) holds each request, then ends it as the picker's flow control does
+(GIE v1.5.0 pkg/common/error/error.go BuildErrResponse: an ImmediateResponse with status 503 past
+the hold or 429 with the queue full, and a plain-text body): the client gets OpenAI's error object,
+with Retry-After, after the whole hold. The first hold is longer than ext_proc's gRPC timeout
+(10 s): it does not cut a held stream.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import yaml
+from llm_operator.api.v1alpha1 import FailureMode, LLMDeployment
+from llm_operator.render.router.limits import router_limits
+from llm_operator.render.router.objects import router_config
+from llm_operator.render.scale_to_zero import RETRY_AFTER_SECONDS
+
+from tests.unit.test_router_envoy import (
+    _health_server,
+    _local_config,
+    _picker_tls,
+    _running_envoy,
+    needs_envoy,
+    validate,
+)
+
+HOLD_S = 11  # past ext_proc's 10 s gRPC timeout (render/router/envoy.py)
+PICKER_SAYS = {
+    503: "inference error: ServiceUnavailable - request timed out in queue: request evicted: TTL expired",
+    429: "inference error: ResourceExhausted - request rejected: queue at capacity",
+}
+
+
+def zero_deployment(min_replicas: int = 0) -> LLMDeployment:
+    autoscaling: dict[str, Any] = {"provider": "keda", "minReplicas": min_replicas, "maxReplicas": 2}
+    if min_replicas == 0:
+        autoscaling["scaleToZero"] = {"holdSeconds": HOLD_S, "maxHeldRequests": 20}
+    return LLMDeployment.model_validate(
+        {
+            "metadata": {"name": "tiny", "namespace": "team"},
+            "spec": {
+                "model": {"name": "tiny-llama", "source": {"uri": "builtin://tiny-llama"}},
+                "engine": {"backend": "cpu-reference"},
+                "routing": {"mode": "inference-pool"},
+                "autoscaling": autoscaling,
+            },
+        }
+    )
+
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out += bytes([byte | (0x80 if n else 0)])
+        if not n:
+            return out
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def immediate_response(status: int, body: str) -> bytes:
+    """ProcessingResponse{immediate_response: {status: {code}, body}} in protobuf's wire format
+    (envoyproxy/envoy api/envoy/service/ext_proc/v3/external_processor.proto: field 7; ImmediateResponse
+    status 1, body 3; envoy.type.v3.HttpStatus code 1)."""
+    http_status = _varint(1 << 3) + _varint(status)
+    return _field(7, _field(1, http_status) + _field(3, body.encode()))
+
+
+class _HoldingPicker:
+    """ext_proc over TLS: takes a request's first message, holds it, then ends it as `answers` says
+    (status per request, in arrival order)."""
+
+    def __init__(self, port: int, files: Path, hold_s: float, answers: list[int]) -> None:
+        self.hold_s, self.answers, self.lock = hold_s, answers, threading.Lock()
+        process = grpc.stream_stream_rpc_method_handler(
+            self.process, request_deserializer=bytes, response_serializer=bytes
+        )
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        self.server.add_generic_rpc_handlers(
+            (
+                grpc.method_handlers_generic_handler(
+                    "envoy.service.ext_proc.v3.ExternalProcessor", {"Process": process}
+                ),
+            )
+        )
+        chain = [((files / "tls.key").read_bytes(), (files / "tls.crt").read_bytes())]
+        self.server.add_secure_port(f"127.0.0.1:{port}", grpc.ssl_server_credentials(chain))
+        self.server.start()
+
+    def process(self, messages: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
+        next(messages)  # the request's headers
+        with self.lock:
+            status = self.answers.pop(0) if self.answers else 429
+        time.sleep(self.hold_s if status == 503 else 0)
+        yield immediate_response(status, PICKER_SAYS[status])
+
+
+def _post(url: str) -> tuple[int, dict[str, str], str]:
+    body = b'{"model": "tiny-llama", "prompt": "hi", "max_tokens": 1}'
+    request = urllib.request.Request(url, body, {"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=HOLD_S + 30) as response:
+            return response.status, _lower(response.headers), response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, _lower(e.headers), e.read().decode()
+
+
+def _lower(headers: Any) -> dict[str, str]:
+    return {k.lower(): v for k, v in headers.items()}
+
+
+@needs_envoy
+@pytest.mark.parametrize("mode", list(FailureMode))
+def test_the_picker_refusals_reach_the_client_as_openai_errors_after_the_hold(
+    mode: FailureMode, tmp_path: Path
+) -> None:
+    limits = router_limits(zero_deployment().spec)
+    assert limits.hold_s == HOLD_S
+    config, ports = _local_config(mode, 1, limits=limits)  # no request may reach the Service
+    url = f"http://127.0.0.1:{ports['listen']}/v1/completions"
+    health = _health_server(ports["health"])
+    picker = _HoldingPicker(ports["picker"], _picker_tls(), HOLD_S, [])
+    try:
+        with _running_envoy(config, ports["ready"], tmp_path):
+            started = time.monotonic()
+            # Until Envoy sees the picker healthy, it answers itself (FailClose) or tries the Service.
+            while (refused := _post(url))[0] != 429:
+                assert time.monotonic() - started < 10, refused
+                time.sleep(0.2)
+            picker.answers.append(503)
+            started = time.monotonic()
+            answer = _post(url)
+            held = time.monotonic() - started
+    finally:
+        picker.server.stop(None).wait()
+        health.stop(None).wait()
+    assert held >= HOLD_S, f"answered after {held:.1f} s, before the hold"
+    for (status, headers, body), (kind, code, words) in (
+        (answer, ("server_error", "model_not_ready", f"within the router's hold of {HOLD_S} s")),
+        (refused, ("requests", "rate_limit_exceeded", "autoscaling.scaleToZero.maxHeldRequests")),
+    ):
+        assert headers.get("retry-after") == str(RETRY_AFTER_SECONDS), headers
+        assert headers.get("content-type") == "application/json", headers
+        error = json.loads(body)["error"]
+        assert (error["type"], error["param"], error["code"]) == (kind, None, code), error
+        assert words in error["message"] and PICKER_SAYS[status] in error["message"], error
+
+
+@needs_envoy
+def test_the_rendered_config_at_zero_validates(tmp_path: Path) -> None:
+    run = validate(router_config(zero_deployment())["data"]["envoy.yaml"], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_only_a_deployment_at_zero_holds() -> None:
+    """The picking listener waits out the hold and rewrites refusals only at minReplicas 0; the
+    picker's flow control is on only there."""
+    for min_replicas, holds in ((0, True), (1, False)):
+        config = router_config(zero_deployment(min_replicas))["data"]
+        envoy = yaml.safe_load(config["envoy.yaml"])
+        listeners = {x["name"]: x for x in envoy["static_resources"]["listeners"]}
+        picking = listeners["picking"]["filter_chains"][0]["filters"][0]["typed_config"]
+        assert ("local_reply_config" in picking) == holds
+        assert picking["request_timeout"] == ("311s" if holds else "300s")
+        assert picking.get("stream_idle_timeout") == ("86400s" if holds else None)
+        epp = yaml.safe_load(config["epp.yaml"])
+        assert ("flowControl" in epp) == holds
+        if holds:
+            assert epp["featureGates"] == ["flowControl"]
+            assert epp["flowControl"]["defaultRequestTTL"] == f"{HOLD_S}s"
+            assert epp["flowControl"]["maxRequests"] == "20"
+            assert epp["flowControl"]["defaultPriorityBand"]["maxRequests"] == "20"
