@@ -186,23 +186,42 @@ def test_default_images_are_the_operators_and_follow_app_version(
     packaged with another appVersion (`helm package --app-version`, as the release does) names
     that version's images."""
     from llm_operator.controller.config import OperatorConfig
+    from llm_operator.inject import content_tag
 
     for var in [v for v in os.environ if v.startswith("LLMOP_")]:
         monkeypatch.delenv(var)
     defaults = OperatorConfig.from_env().images
     env = {e["name"]: e.get("value") for e in operator_container(render())["env"]}
-    assert env["LLMOP_OPERATOR_IMAGE"] == defaults.operator
+    assert f"{env['LLMOP_LAUNCHER_IMAGE_REPOSITORY']}:{content_tag()}" == defaults.launcher
     assert env["LLMOP_CPU_RUNTIME_IMAGE"] == defaults.cpu_runtime
     assert env["LLMOP_FETCH_IMAGE"] == defaults.fetch
     helm("package", str(CHART), "--app-version", "9.8.7", "--version", "9.8.7", "-d", str(tmp_path))
     packaged = helm("template", "rel", str(tmp_path / "llm-operator-9.8.7.tgz")).stdout
     deployment = one(list(yaml.safe_load_all(packaged)), "Deployment")
     env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert {env[k] for k in ("LLMOP_OPERATOR_IMAGE", "LLMOP_CPU_RUNTIME_IMAGE", "LLMOP_FETCH_IMAGE")} == {
-        "ghcr.io/llm-operator/llm-operator/operator:9.8.7",
+    assert {env[k] for k in ("LLMOP_CPU_RUNTIME_IMAGE", "LLMOP_FETCH_IMAGE")} == {
         "ghcr.io/llm-operator/llm-operator/cpu-runtime:9.8.7",
         "ghcr.io/llm-operator/llm-operator/fetch:9.8.7",
     }
+    # The launcher's tag is the operator's to set, from content: another version names the same.
+    assert env["LLMOP_LAUNCHER_IMAGE_REPOSITORY"] == "ghcr.io/llm-operator/llm-operator/launcher"
+
+
+def test_launcher_repository_beside_the_operator_image_or_as_set() -> None:
+    def launcher_repository(*sets: str) -> str:
+        out = helm("template", "rel", str(CHART), *(a for s in sets for a in ("--set", s))).stdout
+        env = operator_container([d for d in yaml.safe_load_all(out) if d])["env"]
+        return str(next(e["value"] for e in env if e["name"] == "LLMOP_LAUNCHER_IMAGE_REPOSITORY"))
+
+    assert launcher_repository("image.repository=registry.example.com:5000/team/operator") == (
+        "registry.example.com:5000/team/launcher"
+    )
+    assert launcher_repository("operator.launcherImage.repository=mirror.example.com/launcher") == (
+        "mirror.example.com/launcher"
+    )
+    tagged = helm("template", "rel", str(CHART), "--set", "operator.launcherImage.repository=x/launcher:1",
+                  check=False)  # fmt: skip
+    assert tagged.returncode != 0 and "launcherImage" in tagged.stderr, "a tag is the operator's to set"
 
 
 @SETS
