@@ -67,13 +67,13 @@ def files(package: Path = PACKAGE) -> list[Path]:
     return [Path("__init__.py"), Path("contract.py"), *runtime, *engine, *frontdoor]
 
 
-def copy(dest: Path) -> list[Path]:
-    """Copy files() to DEST/llm_operator/; returns what it wrote."""
+def copy(dest: Path, package: Path = PACKAGE) -> list[Path]:
+    """Copy files() of `package` to DEST/llm_operator/; returns what it wrote."""
     written = []
-    for rel in files():
+    for rel in files(package):
         target = dest / "llm_operator" / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(PACKAGE / rel, target)
+        shutil.copyfile(package / rel, target)
         written.append(target)
     return written
 

@@ -106,8 +106,8 @@ def test_the_pytorch_default_makes_no_deployment_a_new_revision(
     backend: str, revisions: tuple[str, ...]
 ) -> None:
     """The revisions an operator computed while engine.backend defaulted to tensorrt-engine (pinned
-    from it, then once more when the launcher image replaced the operator's in every revision,
-    the note at BASE): a deployment of either backend keeps its revision, so the new default rolls nothing."""
+    from it, then moved once with every revision: the note at BASE): a deployment of either backend
+    keeps its revision, so the new default rolls nothing."""
     model = {"name": "m", "source": {"uri": "pvc://models/m"}}
     engines = [{"backend": backend}, {"backend": backend, "maxBatchSize": 8}]
     got = tuple(
@@ -127,8 +127,9 @@ def test_the_pytorch_contract_default_makes_no_stored_cpu_deployment_a_new_revis
     cpu_reference: dict[str, str], revisions: tuple[str, ...]
 ) -> None:
     """The revisions an operator computed while engine.cpuReference.contract defaulted to
-    tensorrt-engine (pinned from it, the note at BASE) for the objects the API server stored then: it writes the
-    contract's default into every engine.cpuReference at creation, so each keeps its revision."""
+    tensorrt-engine (pinned from it, the note at BASE) for the objects the API server stored then:
+    it writes the contract's default into every engine.cpuReference at creation, so each keeps its
+    revision."""
     model = {"name": "m", "source": {"uri": "builtin://tiny-llama"}}
     engine = {"backend": "cpu-reference", "cpuReference": cpu_reference}
     engines = [engine, {**engine, "maxBatchSize": 4}]
