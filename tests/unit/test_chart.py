@@ -672,6 +672,8 @@ def test_every_value_is_documented_and_in_the_schema() -> None:
         (["--set", "replicas=0"], "/replicas"),
         (["--set", "leaderElection.enabled=yes"], "/leaderElection/enabled"),
         (["--set", "operator.extraEnv[0].name=LLMOP_LEADER_ELECTION"], "/operator/extraEnv/0/name"),
+        (["--set", "operator.extraEnv[0].name=LLMOP_LAUNCHER_IMAGE_REPOSITORY"], "/operator/extraEnv/0/name"),
+        (["--set", "operator.launcherImage.repository=x/l@sha256:0"], "/operator/launcherImage/repository"),
         (["--set", "operator.prometheusUrl=prometheus:9090"], "/operator/prometheusUrl"),
         (["--set", "operator.analysisPrometheusUrls={http://p?x=}"], "/operator/analysisPrometheusUrls/0"),
         (["--set", "operator.analysisPrometheusUrls={http://u@p}"], "/operator/analysisPrometheusUrls/0"),
@@ -687,7 +689,7 @@ def test_every_value_is_documented_and_in_the_schema() -> None:
     ],
     ids=["unknown-top", "unknown-nested", "wrong-type-int", "wrong-type-bool", "enum", "repeated-namespace",
          "bad-namespace", "shadowed-env", "duration", "typo-resources", "no-replicas", "election-bool",
-         "shadowed-election", "prometheus-url", "analysis-query", "analysis-userinfo", "analysis-repeated",
+         "shadowed-election", "shadowed-launcher", "launcher-digest", "prometheus-url", "analysis-query", "analysis-userinfo", "analysis-repeated",
          "rate-window", "deny-and-warn", "bad-secret-name", "unknown-policy-key", "prefix-without-slash",
          "endpoint-with-credentials", "metrics-peer", "multi-node-placeholder"],
 )  # fmt: skip
