@@ -689,7 +689,8 @@ def test_every_value_is_documented_and_in_the_schema() -> None:
     ],
     ids=["unknown-top", "unknown-nested", "wrong-type-int", "wrong-type-bool", "enum", "repeated-namespace",
          "bad-namespace", "shadowed-env", "duration", "typo-resources", "no-replicas", "election-bool",
-         "shadowed-election", "shadowed-launcher", "launcher-digest", "prometheus-url", "analysis-query", "analysis-userinfo", "analysis-repeated",
+         "shadowed-election", "shadowed-launcher", "launcher-digest", "prometheus-url", "analysis-query",
+         "analysis-userinfo", "analysis-repeated",
          "rate-window", "deny-and-warn", "bad-secret-name", "unknown-policy-key", "prefix-without-slash",
          "endpoint-with-credentials", "metrics-peer", "multi-node-placeholder"],
 )  # fmt: skip
