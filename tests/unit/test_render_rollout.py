@@ -201,6 +201,13 @@ def test_a_snapshot_gives_back_the_spec_and_images_of_its_revision() -> None:
     assert rollout.images_from_snapshot(older) == Images(
         IMAGES.runtime, IMAGES.cpu_runtime, IMAGES.engine_builder, IMAGES.trtllm_version
     )
+    # One written while the operator image copied the launcher: the operator's launcher, from its
+    # configured repository, not the default repository's.
+    mirror = dataclasses.replace(IMAGES, launcher="mirror.example.com/launcher:0123")
+    assert rollout.images_from_snapshot(older, mirror) == dataclasses.replace(
+        Images(IMAGES.runtime, IMAGES.cpu_runtime, IMAGES.engine_builder, IMAGES.trtllm_version),
+        launcher="mirror.example.com/launcher:0123",
+    )
     del older["data"]["images"]["runtime"]
     assert rollout.images_from_snapshot(older) is None, "one it always had is missing: unreadable"
 
