@@ -172,8 +172,9 @@ def test_llm_operator_run_with_its_default_images_serves_on_the_real_node(
     crd: None, cluster: E2ECluster, kubectl: Kubectl, namespace: str, tmp_path: Path
 ) -> None:
     """`llm-operator run` from the host as the README offers it, no image configured: its serving
-    pods name `ghcr.io/llm-operator/llm-operator/{operator,cpu-runtime}:<version>`, which the node pulls
-    through its mirror of ghcr.io (before the registry, they stayed in ImagePullBackOff)."""
+    pods name `ghcr.io/llm-operator/llm-operator/cpu-runtime:<version>` and `.../launcher:<content
+    tag>`, which the node pulls through its mirror of ghcr.io (before the registry, they stayed in
+    ImagePullBackOff)."""
     if cluster.launcher is None:
         pytest.skip("needs the embedded cluster's registry")
     op = OperatorProcess(cluster, tmp_path / "operator.log", ("--namespace", namespace))
@@ -200,7 +201,7 @@ def test_llm_operator_run_with_its_default_images_serves_on_the_real_node(
         version = project_version()
         assert (
             pod["spec"]["initContainers"][0]["image"]
-            == f"ghcr.io/llm-operator/llm-operator/operator:{version}"
+            == f"ghcr.io/llm-operator/llm-operator/launcher:{published_tag('launcher', version)}"
         )
         assert (
             pod["spec"]["containers"][0]["image"]
