@@ -95,6 +95,9 @@ def install(cluster: Cluster, timeout: float = 180.0, log: Log = print) -> Insta
     tools = Tools(cluster)
     operator_image = _image(cluster, tools, "operator", log)
     cpu_runtime_image = _image(cluster, tools, "cpu-runtime", log)
+    # Its serving pods' init container: beside the operator image (the chart's default), under the
+    # content tag the operator names it by.
+    _image(cluster, tools, "launcher", log)
     start = time.monotonic()
     tools.run("kubectl", "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, "labels": {

@@ -3,8 +3,10 @@ crane, skipping every name the registry already has at the archive's digest.
 
 `python -m images.push --registry HOST/PATH [--version V] [NAME...]` pushes images.builder's
 images (all by default) as `HOST/PATH/<name>:<version>` (default: the project's version, which the
-chart's appVersion and the operator's default image names carry). Without --registry it pushes to
-the running test world's registry (e2e/cluster/registry.py), under every name its node pulls.
+chart's appVersion and the operator's default image names carry), the launcher as
+`HOST/PATH/launcher:<content hash>`, the name the operator runs it by (llm_operator/inject.py).
+Without --registry it pushes to the running test world's registry (e2e/cluster/registry.py), under
+every name its node pulls.
 crane reads credentials from `$DOCKER_CONFIG/config.json` (`crane auth login`, `docker login`).
 """
 
@@ -113,6 +115,15 @@ def push(crane: Crane, archive: Path, refs: Sequence[str], log: Callable[[str], 
     return missing
 
 
+def published_tag(name: str, version: str) -> str:
+    """The tag image `name` is published under: `version`, or the tag its spec names from its
+    content (the launcher's: the hash of the files it copies, which the operator names it by)."""
+    from images.builder.images import SPECS
+
+    spec = SPECS[name]
+    return spec.tag() if spec.tag is not None else version
+
+
 def find_crane() -> Path:
     """crane on PATH, else the one build-tools.sh built (`make images`, `make tools`)."""
     if found := shutil.which("crane"):
@@ -151,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         crane = Crane(find_crane())
         for name, archive in zip(names, archives, strict=True):
-            for ref in push(crane, archive, [f"{args.registry.rstrip('/')}/{name}:{args.version}"], print):
+            tag = published_tag(name, args.version)
+            for ref in push(crane, archive, [f"{args.registry.rstrip('/')}/{name}:{tag}"], print):
                 print(ref)
     except (RuntimeError, OSError, ValueError) as e:
         print(f"images.push: error: {e}", file=sys.stderr)

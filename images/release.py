@@ -26,6 +26,9 @@ DIGEST = re.compile(r"sha256:[a-f0-9]{64}")
 OPERATOR_DIGEST_LINE = '  digest: ""\n'
 DIGESTS_LINE = "  digests: {}\n"
 OPERATOR = "operator"  # image.repository's own image; the others sit beside it (image.digests)
+# Named by content (its tag is the hash of the files it copies, which the operator computes): a digest
+# would name one build, and a rebuild of the same files would then change every pod template.
+UNPINNED = frozenset({"launcher"})
 BUILD_TYPE = "https://github.com/llm-operator/llm-operator/scripts/release.sh@v1"
 
 
@@ -43,7 +46,8 @@ def pin(values: str, found: dict[str, str]) -> str:
     for line in (OPERATOR_DIGEST_LINE, DIGESTS_LINE):
         if values.count(line) != 1:
             raise ValueError(f"values.yaml must hold {line.strip()!r} once, as the chart ships it")
-    others = "".join(f"    {name}: {digest}\n" for name, digest in sorted(found.items()) if name != OPERATOR)
+    others = "".join(f"    {name}: {digest}\n" for name, digest in sorted(found.items())
+                     if name != OPERATOR and name not in UNPINNED)  # fmt: skip
     values = values.replace(OPERATOR_DIGEST_LINE, f'  digest: "{found[OPERATOR]}"\n')
     return values.replace(DIGESTS_LINE, f"  digests:\n{others}" if others else DIGESTS_LINE)
 

@@ -20,7 +20,7 @@ elapsed() { awk -v a="$started" -v b="$EPOCHREALTIME" 'BEGIN { s = b - a; printf
 
 step "building what the first steps need (a warm run only checks the caches; cold builds print their times)"
 # The images (debootstrap and pip: mostly downloads and disk) build beside the Go builds (CPU).
-$py -m images.builder pause operator cpu-runtime fetch 2>&1 >/dev/null | sed -u 's/^/  /' &
+$py -m images.builder pause operator cpu-runtime fetch launcher 2>&1 >/dev/null | sed -u 's/^/  /' &
 images=$!
 e2e/cluster/build-tools.sh core 2>&1 >/dev/null | sed -u 's/^/  /'
 # What the later steps need builds next, at the lowest priority, beside the cluster's start and the

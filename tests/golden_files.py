@@ -5,6 +5,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# The launcher image's tag in goldens, in place of the content hash of the injected files
+# (llm_operator/inject.py), which every edit to the launcher or the front door would change in every
+# golden; tests/unit/test_launcher_tag.py holds the real tag's behaviour.
+LAUNCHER_TAG = "content-hash"
+
+
+def pinned_launcher_tag(package: Path | None = None) -> str:
+    """What goldens render in place of inject.content_tag (monkeypatched in)."""
+    return LAUNCHER_TAG
+
 
 def assert_golden(path: Path, text: str, what: str) -> None:
     """`text` equals the golden file at `path`; with UPDATE_GOLDEN=1 it is written there first."""

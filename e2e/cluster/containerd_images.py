@@ -150,10 +150,11 @@ def drop_moved(layout: NodeLayout, names: Mapping[str, str]) -> list[str]:
 
 # Pushed to the test registry and pulled onto the real node at `up` (cached by inputs): from
 # images.builder the sandbox, the operator (the chart's pod), the CPU runtime (cpu-reference
-# serving pods) and the fetch image (the model cache's fetch Jobs); from routing.py the router
-# pod's endpoint picker and Envoy, under their upstream names.
+# serving pods), the fetch image (the model cache's fetch Jobs) and the launcher (every serving
+# pod's init container, under its content tag); from routing.py the router pod's endpoint picker and
+# Envoy, under their upstream names.
 # The router's images (epp, envoy) come with the routing add-on (addons.py).
-NODE_IMAGES = ("pause", "operator", "cpu-runtime", "fetch")
+NODE_IMAGES = ("pause", "operator", "cpu-runtime", "fetch", "launcher")
 LOCAL_REGISTRY = "localhost/llm-operator/"
 
 

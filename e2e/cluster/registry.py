@@ -212,9 +212,15 @@ def push_refs(names: Sequence[str], version: str) -> list[str]:
     resolve to."""
     refs = [local_name(n) for n in names]
     for n in names:
-        if n.startswith(BUILDER_PREFIX):
+        if n.startswith(BUILDER_PREFIX) and not _named_by_default(names):
             refs.append(f"{PREFIX}/{n.removeprefix(BUILDER_PREFIX).rpartition(':')[0]}:{version}")
     return list(dict.fromkeys(refs))
+
+
+def _named_by_default(names: Sequence[str]) -> bool:
+    """The archive carries its default name itself (the launcher's content tag, images.builder):
+    the version tag is none the operator or the chart would pull."""
+    return any(n.startswith(f"{DEFAULT_PREFIX}/") for n in names)
 
 
 def default_refs(names: Sequence[str], version: str) -> list[str]:
@@ -222,6 +228,8 @@ def default_refs(names: Sequence[str], version: str) -> list[str]:
     (`ghcr.io/llm-operator/llm-operator/<image>:<version>`): tags that move with each rebuild in
     the test world, so `up` drops the node's copy at an older digest and the kubelet pulls the new
     one."""
+    if _named_by_default(names):  # content-named: a tag that never moves to other files
+        return []
     images = {
         n.removeprefix(BUILDER_PREFIX).rpartition(":")[0] for n in names if n.startswith(BUILDER_PREFIX)
     }

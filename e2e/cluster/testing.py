@@ -244,6 +244,15 @@ class Kubectl:
         return name
 
 
+def _push_launcher_image(launcher: Cluster) -> None:
+    """This checkout's launcher image: the tests' operators name it by the content hash of this
+    checkout's injected files, and a warm cluster's registry holds the one its `up` pushed, of the
+    files as they were then (a cached build and names the registry has cost a second)."""
+    from images.builder.images import build
+
+    launcher.push_images([build("launcher", log=lambda line: None)])
+
+
 @dataclass
 class E2ECluster:
     """The cluster a test session runs against.
@@ -272,6 +281,7 @@ class E2ECluster:
             return cls(Path(env), Kubectl(Path(env), kubectl_bin), embedded=False)
         # The whole test world: a cluster `make demo` left with the core only gets the rest.
         launcher.up(session=os.getpid(), addons=addons.ALL)
+        _push_launcher_image(launcher)
         if operator_release.uninstall(launcher):
             print("uninstalled the operator `make operator-up` installed: the tests run their own")
         return cls(

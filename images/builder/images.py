@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from images.builder import debian, locks
+from images.builder import debian, launcher, locks
 from images.builder.cache import (
     atomic_path,
     build_lock,
@@ -34,6 +34,7 @@ from images.builder.oci import ImageConfig, Layer, write_archive, write_layer
 
 REPO = Path(__file__).resolve().parents[2]
 REGISTRY = "localhost/llm-operator"
+PUBLISHED = "ghcr.io/llm-operator/llm-operator"  # the operator's default images (llm_operator/images.py)
 # What `pip install .` reads; the model repository templates are package data through the symlink
 # operator/llm_operator/modelrepo/templates.
 PROJECT = ("pyproject.toml", "README.md", "operator", "model_repo_templates")
@@ -95,6 +96,9 @@ class Spec:
     # operator/ packs and imports only the small layer above it.
     base: Callable[[Path], None] | None = None
     base_inputs: Callable[[], Inputs] | None = None
+    # The tag it is published under instead of the project's version (images.push, the release),
+    # from its inputs; its archive names it so too, under REGISTRY and beside the operator's default.
+    tag: Callable[[], str] | None = None
 
 
 def _files(*relative: str) -> Inputs:
@@ -271,12 +275,16 @@ SPECS = {
         ),
         Spec("operator", _operator_inputs, _operator_assemble),
         Spec("fetch", _fetch_inputs, _fetch_assemble),
+        Spec("launcher", launcher.inputs, launcher.assemble, tag=launcher.tag),
     )
 }
 
 
-def refs(name: str, digest: str) -> list[str]:
-    return [f"{REGISTRY}/{name}:dev-{digest[:12]}", f"{REGISTRY}/{name}:dev"]
+def refs(name: str, digest: str, tag: str = "") -> list[str]:
+    names = [f"{REGISTRY}/{name}:dev-{digest[:12]}", f"{REGISTRY}/{name}:dev"]
+    if tag:  # the names pods use: the test world's operator's and the default repository's
+        names += [f"{REGISTRY}/{name}:{tag}", f"{PUBLISHED}/{name}:{tag}"]
+    return names
 
 
 def inputs_digest(spec: Spec) -> str:
@@ -304,7 +312,8 @@ def build(name: str, log: Callable[[str], None] = print) -> Path:
             only = None if below is None else _added(rootfs, below)
             layers.append(write_layer(rootfs, work / "layer.tar.gz", only=only))
             history = f"python -m images.builder {name}"
-            write_archive(dest, refs(name, digest), config, layers, history=history)
+            tag = spec.tag() if spec.tag else ""
+            write_archive(dest, refs(name, digest, tag), config, layers, history=history)
         log(f"{name}: built {dest}")
         keep_recent(cache_root(), re.compile(rf"{re.escape(name)}-[0-9a-f]{{16}}\.oci\.tar"), KEEP_ARCHIVES)
         return dest

@@ -1,17 +1,21 @@
 """The images the operator runs its children with (the Helm chart sets them; controller/config.py
 reads them). Serving pods and build Jobs run NVIDIA's images as published (releases.py); the
-operator's own image copies the launcher and the build entry point into them (render/inject.py),
-and the fetch image (images/fetch.Dockerfile) moves checkpoints and engines to and from the
+launcher image copies the launcher and the build entry point into them (render/inject.py), and the
+fetch image (images/fetch.Dockerfile) moves checkpoints and engines to and from the
 stores."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llm_operator import releases
+from llm_operator import inject, releases
 
-# The chart sets LLMOP_OPERATOR_IMAGE to the image it runs the operator with.
+# The chart's default operator image (its tag is the project's version, tests/unit/test_registry.py).
 DEFAULT_OPERATOR_IMAGE = "ghcr.io/llm-operator/llm-operator/operator:0.1.0"
+# The launcher image's repository (LLMOP_LAUNCHER_IMAGE_REPOSITORY; the chart's default is beside its
+# operator image); its tag is the content hash of what it holds, never the operator's version.
+DEFAULT_LAUNCHER_REPOSITORY = "ghcr.io/llm-operator/llm-operator/launcher"
+LAUNCHER_REPOSITORY_VARIABLE = "LLMOP_LAUNCHER_IMAGE_REPOSITORY"
 DEFAULT_FETCH_IMAGE = "ghcr.io/llm-operator/llm-operator/fetch:0.1.0"
 # routing.mode inference-pool's router (render/router/objects.py): the Gateway API Inference Extension's
 # endpoint picker, v1.5.0 (its last release with the EPP), and Envoy, as published.
@@ -22,6 +26,19 @@ DEFAULT_ENVOY_IMAGE = "docker.io/envoyproxy/envoy:distroless-v1.40.0"
 NGC_TAG = "{ngcTag}"  # the row's NGC tag, the one the operator runs NVIDIA's image of ("25.12")
 TENSORRT_LLM_VERSION = "{tensorrtLlmVersion}"  # its TensorRT-LLM version ("1.1.0")
 MULTI_NODE_VARIABLE = "LLMOP_MULTI_NODE_RUNTIME_IMAGE"
+
+
+def launcher_image(repository: str = DEFAULT_LAUNCHER_REPOSITORY) -> str:
+    """`<repository>:<content tag of this operator's injected files>` (llm_operator/inject.py)."""
+    if not repository or ":" in repository.rpartition("/")[2] or "@" in repository:
+        raise ValueError(
+            f"{LAUNCHER_REPOSITORY_VARIABLE} {repository!r}: a repository without tag or digest "
+            "(the operator tags it with the content hash of the files it copies)"
+        )
+    return f"{repository}:{inject.content_tag()}"
+
+
+DEFAULT_LAUNCHER_IMAGE = launcher_image()
 
 
 def per_release(image: str) -> bool:
@@ -53,8 +70,10 @@ class Images:
     cpu_runtime: str
     engine_builder: str  # "": the NVIDIA image of the engine's TensorRT-LLM release (releases.py)
     trtllm_version: str
-    # The init container of every serving pod: copies the launcher into NVIDIA's image.
-    operator: str = DEFAULT_OPERATOR_IMAGE
+    # The init container of every serving pod and build Job: copies the launcher into NVIDIA's
+    # image. Named by content (launcher_image), so an operator upgrade that leaves the injected files
+    # as they were changes no pod template.
+    launcher: str = DEFAULT_LAUNCHER_IMAGE
     # NVIDIA's image plus OpenSSH (images/triton-trtllm-sshd.Dockerfile), which it lacks and
     # multi-node layouts need; used for them only, through `multi_node_image`. As the chart sets it:
     # a name with {ngcTag} or {tensorrtLlmVersion}, an image per release, or one image, taken to be of

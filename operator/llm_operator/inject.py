@@ -1,8 +1,17 @@
-"""`python -m llm_operator.inject DEST`: what the init container of every serving pod runs, with
-the operator image's python (render/inject.py). It copies the standard-library-only part of this
-package into DEST, an emptyDir that the main container (NVIDIA's image, unchanged) puts on its
-PYTHONPATH to run `python3 -m llm_operator.runtime.launcher` or `python3 -m llm_operator.engine.build`
-with its own python3, and the OpenAI front door (frontdoor/) that the launcher starts beside Triton.
+"""What the init container of every serving pod and build Job copies (render/inject.py): the
+standard-library-only part of this package, into an emptyDir that the main container (NVIDIA's
+image, unchanged) puts on its PYTHONPATH to run `python3 -m llm_operator.runtime.launcher` or
+`python3 -m llm_operator.engine.build` with its own python3, and the OpenAI front door (frontdoor/)
+that the launcher starts beside Triton.
+
+The launcher image (images/builder/launcher.py) holds exactly files() under LAUNCHER_SOURCE and a
+static busybox that copies them (copy_command), tagged content_tag(): a hash of those files, which
+the builder computes from the checkout and the operator from its own installed package with this
+one function. An operator release that leaves these files as they were names the same image, so
+its pod templates are unchanged and no serving pod rolls.
+
+`python -m llm_operator.inject DEST` copies the same files with python (tests, and the cpu-runtime
+image test, use it as the init container's stand-in).
 
 Standard library only, like everything it copies (tests/unit/test_inject.py imports the copy with
 nothing else on sys.path), except the front door, which also uses jinja2 and tokenizers: the
@@ -11,32 +20,60 @@ serving images have both (NVIDIA's through transformers; the CPU runtime image p
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
+# In the launcher image: llm_operator/<files()> under LAUNCHER_SOURCE, and the copier.
+LAUNCHER_SOURCE = "/launcher"
+COPIER = "/busybox"
+# 64 bits of sha256: a tag names one set of files among a project's releases, not an adversary's.
+TAG_HEX = 16
 
 
-def files() -> list[Path]:
+def copy_command(dest: str) -> list[str]:
+    """The launcher image's copy into DEST: `SOURCE/.` merges into DEST (a rerun after a pod's
+    sandbox restart overwrites what the emptyDir kept, as copy() does), giving DEST/llm_operator/."""
+    return [COPIER, "cp", "-R", "-f", f"{LAUNCHER_SOURCE}/.", dest]
+
+
+def content_hash(package: Path = PACKAGE) -> str:
+    """sha256 over files(), in order, each as its relative POSIX path, its length and its bytes
+    (lengths keep one file's end from passing for the next one's start)."""
+    digest = hashlib.sha256()
+    for rel in files(package):
+        data = (package / rel).read_bytes()
+        digest.update(f"{rel.as_posix()}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def content_tag(package: Path = PACKAGE) -> str:
+    """The launcher image's tag for the files of `package` (the installed one by default)."""
+    return content_hash(package)[:TAG_HEX]
+
+
+def files(package: Path = PACKAGE) -> list[Path]:
     """Paths relative to the package: its root `__init__.py`, the serving contract, the launcher
     (runtime/ without cpu_reference/, which needs torch and stays in the cpu-runtime image) and the
     build Job's entry points (engine/build.py in NVIDIA's image, engine/fetch.py in the fetch
     image), and the front door. engine/__init__.py is left out: it renders the build Job (pydantic), and
     without it engine/ is a namespace package, which is all `-m llm_operator.engine.build` needs."""
-    runtime = sorted(p.relative_to(PACKAGE) for p in (PACKAGE / "runtime").glob("*.py"))
+    runtime = sorted(p.relative_to(package) for p in (package / "runtime").glob("*.py"))
     engine = [Path("engine/build.py"), Path("engine/fetch.py")]
-    frontdoor = sorted(p.relative_to(PACKAGE) for p in (PACKAGE / "frontdoor").glob("*.py"))
+    frontdoor = sorted(p.relative_to(package) for p in (package / "frontdoor").glob("*.py"))
     return [Path("__init__.py"), Path("contract.py"), *runtime, *engine, *frontdoor]
 
 
-def copy(dest: Path) -> list[Path]:
-    """Copy files() to DEST/llm_operator/; returns what it wrote."""
+def copy(dest: Path, package: Path = PACKAGE) -> list[Path]:
+    """Copy files() of `package` to DEST/llm_operator/; returns what it wrote."""
     written = []
-    for rel in files():
+    for rel in files(package):
         target = dest / "llm_operator" / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(PACKAGE / rel, target)
+        shutil.copyfile(package / rel, target)
         written.append(target)
     return written
 

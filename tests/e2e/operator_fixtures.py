@@ -31,9 +31,10 @@ REPO = Path(__file__).resolve().parents[2]
 # cpu-reference serving pods run this image on the embedded cluster's real node, which has it
 # imported at `up` (images.builder); a `:dev` tag means imagePullPolicy IfNotPresent.
 CPU_RUNTIME_IMAGE = "localhost/llm-operator/cpu-runtime:dev"
-# The init container of every serving pod copies the launcher from the operator image (imported
-# on the node at `up` too), as the chart's own image does in a cluster (render/inject.py).
-OPERATOR_IMAGE = "localhost/llm-operator/operator:dev"
+# The init container of every serving pod copies the launcher from the launcher image, tagged by
+# the operator with the content hash of the files it copies (render/inject.py); `up` pushes it under
+# that tag (images.builder names it so), and the node pulls it through its mirror of localhost.
+LAUNCHER_REPOSITORY = "localhost/llm-operator/launcher"
 # Multi-node groups need an image with sshd (images/triton-trtllm-sshd.Dockerfile) or are refused;
 # their pods land on the simulated GPU nodes, which pull nothing, so a name is all they need here.
 MULTI_NODE_RUNTIME_IMAGE = "localhost/llm-operator/triton-trtllm-sshd:dev"
@@ -78,7 +79,7 @@ class OperatorProcess:
             "LLMOP_METRICS_PORT": str(self.metrics_port),
             "LLMOP_LOG_LEVEL": "INFO",
             "LLMOP_CPU_RUNTIME_IMAGE": CPU_RUNTIME_IMAGE,
-            "LLMOP_OPERATOR_IMAGE": OPERATOR_IMAGE,
+            "LLMOP_LAUNCHER_IMAGE_REPOSITORY": LAUNCHER_REPOSITORY,
             "LLMOP_MULTI_NODE_RUNTIME_IMAGE": MULTI_NODE_RUNTIME_IMAGE,
             "LLMOP_METRICS_PEERS": METRICS_PEERS,
             "LLMOP_ANALYSIS_PROMETHEUS_URLS": " ".join(analysis_endpoints(cluster)),

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
+from llm_operator.inject import content_tag
 
 from e2e.cluster.processes import free_port
 from e2e.cluster.testing import E2ECluster, Kubectl, is_true, pod_ready, wait_for
@@ -181,10 +182,12 @@ def serve_from_the_pod(kubectl: Kubectl, namespace: str, operator_namespace: str
     wait_for("LLMDeployment tiny-llama Ready", lambda: kubectl.get("llmdeployment", "tiny-llama", namespace),
              lambda o: is_true(o, "Ready"), timeout=TIMEOUT)  # fmt: skip
     assert statefulset_applies(kubectl, operator_namespace, pod) > before, "the leader pod applied it"
-    # Its serving pods copied the launcher from the chart's own operator image (LLMOP_OPERATOR_IMAGE).
+    # Its serving pods copied the launcher from the launcher image beside the chart's operator image,
+    # tagged with the content hash of the files it copies.
     operator_image = kubectl.get("pod", pod, operator_namespace)["spec"]["containers"][0]["image"]  # type: ignore[index]
+    launcher = f"{operator_image.rpartition('/')[0]}/launcher:{content_tag()}"
     serving = kubectl.items("pods", namespace, "llmoperator.io/deployment=tiny-llama")
-    assert serving and all(p["spec"]["initContainers"][0]["image"] == operator_image for p in serving)
+    assert serving and all(p["spec"]["initContainers"][0]["image"] == launcher for p in serving)
     log = kubectl("logs", pod, namespace=operator_namespace).stdout
     # RBAC's refusal (not a namespace of another test refusing writes while it terminates).
     refused = re.search(r'.*forbidden: User "system:serviceaccount:.*', log)

@@ -48,6 +48,7 @@ from typing import Any
 import pytest
 import yaml
 from llm_operator.contract import ADMIN_KEY_ENV, ADMIN_KEY_HEADER, ADMIN_KEY_SECRET_KEY, OPENAI_PORT
+from llm_operator.inject import content_tag
 from llm_operator.render.inject import INJECT_PATH, INJECT_VOLUME
 
 from e2e.chat import base_url
@@ -55,6 +56,7 @@ from e2e.cluster.processes import free_port
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, pod_ready, wait_for
 from e2e.generate import ADMIN_REQUESTS, Chunk, GenerateError, answers, connection, open_requests, stream
 from tests.e2e import openai_sdk
+from tests.e2e.operator_fixtures import LAUNCHER_REPOSITORY
 
 pytestmark = pytest.mark.e2e
 
@@ -283,11 +285,13 @@ def test_tritons_admin_apis_answer_only_with_the_deployments_key(served: Served,
 
 
 def test_the_launcher_runs_from_the_copy_the_init_container_made(served: Served, kubectl: Kubectl) -> None:
-    """The cpu-runtime image carries no launcher, like NVIDIA's images: the operator image's init
-    container copied it into the emptyDir, and the image's python3 runs it from there."""
+    """The cpu-runtime image carries no launcher, like NVIDIA's images: the launcher image's init
+    container (busybox, no Python) copied it into the emptyDir, and the image's python3 runs it from
+    there. The launcher image is the one of this checkout's injected files, by their content tag."""
     pod = kubectl.items("pods", served.namespace, SELECTOR)[0]
     (init,) = pod["status"]["initContainerStatuses"]
     assert init["name"] == INJECT_VOLUME and init["state"]["terminated"]["exitCode"] == 0, init
+    assert pod["spec"]["initContainers"][0]["image"] == f"{LAUNCHER_REPOSITORY}:{content_tag()}"
     exec_ = ["exec", "-n", served.namespace, pod["metadata"]["name"], "-c", "triton", "--", "python3"]
     where = kubectl(*exec_, "-c", "import llm_operator.runtime.launcher as m; print(m.__file__)")
     assert where.stdout.strip() == f"{INJECT_PATH}/llm_operator/runtime/launcher.py", where

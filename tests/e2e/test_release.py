@@ -26,7 +26,7 @@ import yaml
 from e2e.cluster import netns, registry
 from e2e.cluster.components import BUILD_TOOLS
 from e2e.cluster.testing import E2ECluster, Kubectl, is_true, pod_ready, wait_for
-from images.push import manifest_digest, project_version
+from images.push import manifest_digest, project_version, published_tag
 from tests.e2e.operator_fixtures import OperatorProcess
 from tests.e2e.test_chart_install import TIMEOUT, Helm, serve_from_the_pod
 
@@ -87,8 +87,10 @@ def test_release_script_publishes_what_the_default_chart_installs(
     assert images == [f"{registry.PREFIX}/{name}@{digest}" for name, digest in digests.items()], run.stdout
     assert chart.startswith(f"{registry.PREFIX}/charts/llm-operator@sha256:"), run.stdout
     assert crane.check("digest", f"{chart.partition('@')[0]}:{version}") == chart.partition("@")[2]
-    for name, digest in digests.items():
-        assert crane.check("digest", f"{registry.PREFIX}/{name}:{version}") == digest, name
+    for name, digest in digests.items():  # the launcher under its content tag, which pods name
+        assert crane.check("digest", f"{registry.PREFIX}/{name}:{published_tag(name, version)}") == digest, (
+            name
+        )
 
     # What a user verifies (docs/helm.md), each by digest: the signature, then the attestations.
     def cosign_verify(*args: str, public: Path = public) -> subprocess.CompletedProcess[str]:
@@ -170,13 +172,18 @@ def test_llm_operator_run_with_its_default_images_serves_on_the_real_node(
     crd: None, cluster: E2ECluster, kubectl: Kubectl, namespace: str, tmp_path: Path
 ) -> None:
     """`llm-operator run` from the host as the README offers it, no image configured: its serving
-    pods name `ghcr.io/llm-operator/llm-operator/{operator,cpu-runtime}:<version>`, which the node pulls
-    through its mirror of ghcr.io (before the registry, they stayed in ImagePullBackOff)."""
+    pods name `ghcr.io/llm-operator/llm-operator/cpu-runtime:<version>` and `.../launcher:<content
+    tag>`, which the node pulls through its mirror of ghcr.io (before the registry, they stayed in
+    ImagePullBackOff)."""
     if cluster.launcher is None:
         pytest.skip("needs the embedded cluster's registry")
     op = OperatorProcess(cluster, tmp_path / "operator.log", ("--namespace", namespace))
     op.stop()
-    for var in ("LLMOP_CPU_RUNTIME_IMAGE", "LLMOP_OPERATOR_IMAGE", "LLMOP_MULTI_NODE_RUNTIME_IMAGE"):
+    for var in (
+        "LLMOP_CPU_RUNTIME_IMAGE",
+        "LLMOP_LAUNCHER_IMAGE_REPOSITORY",
+        "LLMOP_MULTI_NODE_RUNTIME_IMAGE",
+    ):
         op.env.pop(var)
     op.start()
     try:
@@ -194,7 +201,7 @@ def test_llm_operator_run_with_its_default_images_serves_on_the_real_node(
         version = project_version()
         assert (
             pod["spec"]["initContainers"][0]["image"]
-            == f"ghcr.io/llm-operator/llm-operator/operator:{version}"
+            == f"ghcr.io/llm-operator/llm-operator/launcher:{published_tag('launcher', version)}"
         )
         assert (
             pod["spec"]["containers"][0]["image"]

@@ -19,7 +19,7 @@ import pytest
 from llm_operator import contract
 from llm_operator.api.v1alpha1 import LLMDeployment, LLMDeploymentSpec
 from llm_operator.controller.secrets.ssh import ssh_secret
-from llm_operator.images import Images
+from llm_operator.images import Images, launcher_image
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render.inject import INJECT_VOLUME
 from llm_operator.render.pod import NVIDIA_UID, SECRET_FS_GROUP
@@ -28,7 +28,7 @@ from llm_operator.storage import engine_location
 
 from e2e.cluster.pki import NODE_NAME
 from e2e.cluster.testing import E2ECluster, Kubectl, wait_for
-from tests.e2e.operator_fixtures import CPU_RUNTIME_IMAGE, OPERATOR_IMAGE
+from tests.e2e.operator_fixtures import CPU_RUNTIME_IMAGE, LAUNCHER_REPOSITORY
 
 pytestmark = pytest.mark.e2e
 
@@ -86,7 +86,9 @@ def test_each_role_reads_only_its_half_of_the_identity_through_the_fs_group(
     )
     secret = ssh_secret(ld)
     del secret["metadata"]["ownerReferences"]  # no such LLMDeployment: the collector would delete it
-    images = Images("runtime", "cpu-runtime", "builder", "1.1.0", OPERATOR_IMAGE, "runtime-sshd")
+    images = Images(
+        "runtime", "cpu-runtime", "builder", "1.1.0", launcher_image(LAUNCHER_REPOSITORY), "runtime-sshd"
+    )
     engine = engine_location("pvc://llm-engine-cache/engines", "llama-fp8-tp8pp2-sm90-abc")
     leader_sts, worker_sts = workloads(
         "llama", namespace, SPEC, MULTI, images, engine, "h", uid=UID, revision="r1"

@@ -21,7 +21,7 @@ import yaml
 from llm_operator import cli, contract, inject
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
 from llm_operator.modelrepo import CPU_RUNTIME_PYTHON_PATH, weights_seed
-from llm_operator.render.inject import INJECT_PATH
+from llm_operator.render.inject import INJECT_PATH, inject_init_container
 
 from images.builder.images import build
 from tests.images.rootfs import Rootfs, can_build, pid_one
@@ -74,6 +74,43 @@ def test_pause_runs_as_the_sandbox_and_exits_0_on_sigterm(image: Callable[[str],
         assert re.search(r"^Uid:\s+65535\s", Path(f"/proc/{pid}/status").read_text(), re.MULTILINE)
         os.kill(pid, signal.SIGTERM)
         assert process.wait(timeout=10) == 0
+
+
+def test_launcher_holds_the_injected_files_and_its_entrypoint_copies_them(
+    image: Callable[[str], Rootfs],
+) -> None:
+    """Exactly the files the operator injects, byte for byte, and a static busybox; the init
+    container's command (render/inject.py), which is also the image's entry point, copies them into
+    the emptyDir as a non-root user, again over an earlier copy (a pod's sandbox restart)."""
+    from e2e.cluster.containerd_images import image_names
+
+    package = REPO / "operator" / "llm_operator"
+    launcher = image("launcher")
+    files = sorted(str(p.relative_to(launcher.path)) for p in launcher.path.rglob("*") if not p.is_dir())
+    injected = {f"llm_operator/{rel}": (package / rel).read_bytes() for rel in inject.files(package)}
+    source = launcher.path / inject.LAUNCHER_SOURCE.lstrip("/")
+    assert files == sorted(
+        [inject.COPIER.lstrip("/"), *(str(source.relative_to(launcher.path) / f) for f in injected)]
+    )
+    assert {f: (source / f).read_bytes() for f in injected} == injected
+    # Named by the operator's content hash of these files, as the operator names the image it runs.
+    tag = inject.content_tag(package)
+    assert tag == inject.content_tag()
+    names = image_names(build("launcher"))
+    assert f"localhost/llm-operator/launcher:{tag}" in names
+    assert f"ghcr.io/llm-operator/llm-operator/launcher:{tag}" in names
+    init = inject_init_container(f"launcher:{tag}")
+    assert launcher.command() == init["command"]
+    assert launcher.config["User"] == "65532:65532"
+    empty_dir = launcher.path / INJECT_PATH.lstrip("/")
+    empty_dir.mkdir(parents=True)
+    empty_dir.chmod(0o777)  # as the kubelet makes an emptyDir
+    for _ in range(2):
+        done = launcher.run(init["command"])
+        assert done.returncode == 0, done.stdout
+        copied = {str(p.relative_to(empty_dir)): p.read_bytes() for p in empty_dir.rglob("*") if p.is_file()}
+        assert copied == injected
+    assert all(p.stat().st_uid == 65532 for p in empty_dir.rglob("*")), "written as the container's user"
 
 
 def tree(root: Path) -> dict[str, str]:

@@ -29,7 +29,7 @@ from tests.unit.model_cache_fixtures import CACHED
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "operator" / "llm_operator"
-IMAGES = Images("runtime", "cpu-runtime", "", releases.DEFAULT.trtllm, operator="operator:1", fetch="fetch:1")
+IMAGES = Images("runtime", "cpu-runtime", "", releases.DEFAULT.trtllm, launcher="launcher:1", fetch="fetch:1")
 OWNER = {"apiVersion": "llmoperator.io/v1alpha1", "kind": "LLMDeployment", "name": "x", "uid": "u"}
 H100x8 = PoolPlan("main", "NVIDIA-H100-80GB-HBM3", ("NVIDIA-H100-80GB-HBM3",), (9, 0), 81559, 8, 2, 8, 2, 1)
 
@@ -66,7 +66,7 @@ def steps(j: dict[str, Any]) -> list[tuple[str, str]]:
 def test_the_build_runs_in_nvidias_image_between_our_fetch_steps() -> None:
     spec = example("llama31-405b-multinode").spec
     assert steps(job(spec)) == [
-        ("llm-operator-lib", "operator:1"),
+        ("llm-operator-lib", "launcher:1"),
         ("fetch", "fetch:1"),
         ("build", "nvidia:1"),
     ]

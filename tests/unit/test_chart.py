@@ -186,23 +186,42 @@ def test_default_images_are_the_operators_and_follow_app_version(
     packaged with another appVersion (`helm package --app-version`, as the release does) names
     that version's images."""
     from llm_operator.controller.config import OperatorConfig
+    from llm_operator.inject import content_tag
 
     for var in [v for v in os.environ if v.startswith("LLMOP_")]:
         monkeypatch.delenv(var)
     defaults = OperatorConfig.from_env().images
     env = {e["name"]: e.get("value") for e in operator_container(render())["env"]}
-    assert env["LLMOP_OPERATOR_IMAGE"] == defaults.operator
+    assert f"{env['LLMOP_LAUNCHER_IMAGE_REPOSITORY']}:{content_tag()}" == defaults.launcher
     assert env["LLMOP_CPU_RUNTIME_IMAGE"] == defaults.cpu_runtime
     assert env["LLMOP_FETCH_IMAGE"] == defaults.fetch
     helm("package", str(CHART), "--app-version", "9.8.7", "--version", "9.8.7", "-d", str(tmp_path))
     packaged = helm("template", "rel", str(tmp_path / "llm-operator-9.8.7.tgz")).stdout
     deployment = one(list(yaml.safe_load_all(packaged)), "Deployment")
     env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert {env[k] for k in ("LLMOP_OPERATOR_IMAGE", "LLMOP_CPU_RUNTIME_IMAGE", "LLMOP_FETCH_IMAGE")} == {
-        "ghcr.io/llm-operator/llm-operator/operator:9.8.7",
+    assert {env[k] for k in ("LLMOP_CPU_RUNTIME_IMAGE", "LLMOP_FETCH_IMAGE")} == {
         "ghcr.io/llm-operator/llm-operator/cpu-runtime:9.8.7",
         "ghcr.io/llm-operator/llm-operator/fetch:9.8.7",
     }
+    # The launcher's tag is the operator's to set, from content: another version names the same.
+    assert env["LLMOP_LAUNCHER_IMAGE_REPOSITORY"] == "ghcr.io/llm-operator/llm-operator/launcher"
+
+
+def test_launcher_repository_beside_the_operator_image_or_as_set() -> None:
+    def launcher_repository(*sets: str) -> str:
+        out = helm("template", "rel", str(CHART), *(a for s in sets for a in ("--set", s))).stdout
+        env = operator_container([d for d in yaml.safe_load_all(out) if d])["env"]
+        return str(next(e["value"] for e in env if e["name"] == "LLMOP_LAUNCHER_IMAGE_REPOSITORY"))
+
+    assert launcher_repository("image.repository=registry.example.com:5000/team/operator") == (
+        "registry.example.com:5000/team/launcher"
+    )
+    assert launcher_repository("operator.launcherImage.repository=mirror.example.com/launcher") == (
+        "mirror.example.com/launcher"
+    )
+    tagged = helm("template", "rel", str(CHART), "--set", "operator.launcherImage.repository=x/launcher:1",
+                  check=False)  # fmt: skip
+    assert tagged.returncode != 0 and "launcherImage" in tagged.stderr, "a tag is the operator's to set"
 
 
 @SETS
@@ -653,6 +672,8 @@ def test_every_value_is_documented_and_in_the_schema() -> None:
         (["--set", "replicas=0"], "/replicas"),
         (["--set", "leaderElection.enabled=yes"], "/leaderElection/enabled"),
         (["--set", "operator.extraEnv[0].name=LLMOP_LEADER_ELECTION"], "/operator/extraEnv/0/name"),
+        (["--set", "operator.extraEnv[0].name=LLMOP_LAUNCHER_IMAGE_REPOSITORY"], "/operator/extraEnv/0/name"),
+        (["--set", "operator.launcherImage.repository=x/l@sha256:0"], "/operator/launcherImage/repository"),
         (["--set", "operator.prometheusUrl=prometheus:9090"], "/operator/prometheusUrl"),
         (["--set", "operator.analysisPrometheusUrls={http://p?x=}"], "/operator/analysisPrometheusUrls/0"),
         (["--set", "operator.analysisPrometheusUrls={http://u@p}"], "/operator/analysisPrometheusUrls/0"),
@@ -668,7 +689,8 @@ def test_every_value_is_documented_and_in_the_schema() -> None:
     ],
     ids=["unknown-top", "unknown-nested", "wrong-type-int", "wrong-type-bool", "enum", "repeated-namespace",
          "bad-namespace", "shadowed-env", "duration", "typo-resources", "no-replicas", "election-bool",
-         "shadowed-election", "prometheus-url", "analysis-query", "analysis-userinfo", "analysis-repeated",
+         "shadowed-election", "shadowed-launcher", "launcher-digest", "prometheus-url", "analysis-query",
+         "analysis-userinfo", "analysis-repeated",
          "rate-window", "deny-and-warn", "bad-secret-name", "unknown-policy-key", "prefix-without-slash",
          "endpoint-with-credentials", "metrics-peer", "multi-node-placeholder"],
 )  # fmt: skip

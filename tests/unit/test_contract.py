@@ -122,7 +122,7 @@ def test_the_launcher_reads_what_the_builder_renders(
     assert container["lifecycle"]["preStop"]["exec"]["command"] == [*container["command"], "drain"]
     assert env["PYTHONPATH"] == mounts[INJECT_VOLUME]["mountPath"] and mounts[INJECT_VOLUME]["readOnly"]
     (init,) = pod["initContainers"]
-    assert init["image"] == IMAGES.operator and init["command"][-1] == env["PYTHONPATH"]
+    assert init["image"] == IMAGES.launcher and init["command"][-1] == env["PYTHONPATH"]
     assert {m["name"]: m["mountPath"] for m in init["volumeMounts"]} == {INJECT_VOLUME: env["PYTHONPATH"]}
     assert (
         pod["terminationGracePeriodSeconds"] >= c.drain_timeout + c.exit_timeout + contract.KILL_GRACE_SECONDS

@@ -21,7 +21,7 @@ from llm_operator.plan.planner import plan_deployment
 from llm_operator.plan.types import PlanningError, PoolPlan
 
 UPSTREAM = yaml.safe_load((Path(__file__).parent / "upstream" / "trtllm-v1.1.0-converters.yaml").read_text())
-IMAGES = Images("runtime", "cpu-runtime", "", "1.1.0", operator="operator:1", fetch="fetch:1")
+IMAGES = Images("runtime", "cpu-runtime", "", "1.1.0", launcher="launcher:1", fetch="fetch:1")
 OWNER = {"apiVersion": "llmoperator.io/v1alpha1", "kind": "LLMDeployment", "name": "m", "uid": "u"}
 H100_X8 = PoolPlan("main", "NVIDIA-H100-80GB-HBM3", ("NVIDIA-H100-80GB-HBM3",), (9, 0), 81559, 8, 2, 8, 2, 1)
 H200_X8 = dataclasses.replace(H100_X8, gpu_product="NVIDIA-H200", allowed_products=("NVIDIA-H200",),

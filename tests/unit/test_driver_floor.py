@@ -27,7 +27,7 @@ from tests.unit.test_planner import A100_80, H100, node, spec
 REPO = Path(__file__).resolve().parents[2]
 R2512 = releases.BY_TRTLLM["1.1.0"]  # floor 580
 R2510 = releases.BY_TRTLLM["1.0.0"]  # floor 575
-IMAGES = Images("runtime:1", "cpu-runtime:1", "", "1.1.0", operator="operator:1", fetch="fetch:1")
+IMAGES = Images("runtime:1", "cpu-runtime:1", "", "1.1.0", launcher="launcher:1", fetch="fetch:1")
 SMALL = "meta-llama/Meta-Llama-3-8B-Instruct"
 CURRENT = "nvidia.com/cuda.driver-version"
 OLDER = "nvidia.com/cuda.driver"

@@ -27,7 +27,7 @@ H100 = PoolPlan("main", "NVIDIA-H100-80GB-HBM3", ("NVIDIA-H100-80GB-HBM3", "NVID
                 81559, 4, 1, 4, 1, 1)  # fmt: skip
 A100 = PoolPlan("main", "NVIDIA-A100-SXM4-80GB", ("NVIDIA-A100-SXM4-80GB",), (8, 0), 81920, 4, 1, 4, 1, 1)
 MULTI = dataclasses.replace(H100, tensor=8, pipeline=2, gpus_per_pod=8, pods_per_replica=2)
-IMAGES = Images("runtime", "cpu-runtime", "", "1.1.0", operator="operator:1", fetch="fetch:1")
+IMAGES = Images("runtime", "cpu-runtime", "", "1.1.0", launcher="launcher:1", fetch="fetch:1")
 OWNER = {"apiVersion": "llmoperator.io/v1alpha1", "kind": "LLMDeployment", "name": "llama", "uid": "u-1",
          "controller": True, "blockOwnerDeletion": True}  # fmt: skip
 

@@ -24,9 +24,15 @@ def isolated(copy: Path, code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*ISOLATED, "-c", prelude + code], capture_output=True, text=True, timeout=60)
 
 
-def test_the_init_containers_command_copies_the_package(tmp_path: Path) -> None:
-    init = inject_init_container("operator:1")
-    assert init["command"] == ["python3", "-m", "llm_operator.inject", INJECT_PATH]
+def test_the_init_containers_command_is_the_launcher_images_copy() -> None:
+    init = inject_init_container("launcher:1")
+    assert init["image"] == "launcher:1"
+    assert init["command"] == ["/busybox", "cp", "-R", "-f", f"{inject.LAUNCHER_SOURCE}/.", INJECT_PATH]
+    assert init["command"] == inject.copy_command(INJECT_PATH)
+
+
+def test_the_python_copy_copies_the_package(tmp_path: Path) -> None:
+    """The stand-in for the launcher image's copy in tests (tests/images test that one)."""
     done = subprocess.run([sys.executable, "-m", "llm_operator.inject", str(tmp_path)],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -35,7 +35,7 @@ from tests.golden_files import assert_golden
 from tests.unit.model_cache_fixtures import CACHED
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "model-fetch"
-IMAGES = Images("runtime:1", "cpu-runtime:1", "builder:1", "1.1.0", operator="operator:1", fetch="fetch:1")
+IMAGES = Images("runtime:1", "cpu-runtime:1", "builder:1", "1.1.0", launcher="launcher:1", fetch="fetch:1")
 OWNER = {"apiVersion": "llmoperator.io/v1alpha1", "kind": "LLMDeployment", "name": "tiny", "uid": "u-1",
          "controller": True, "blockOwnerDeletion": True}  # fmt: skip
 NOW = "2026-11-26T07:00:00Z"

@@ -76,6 +76,15 @@ def test_default_and_builder_names_resolve_to_the_paths_pushed() -> None:
     ]
     # What containerd asks the mirror for the operator's default name is among them.
     assert registry.local_name("ghcr.io/llm-operator/llm-operator/operator:0.1.0") in refs
+    # The launcher carries its default name, tagged by content: no version tag of it.
+    launcher = ["localhost/llm-operator/launcher:dev", "localhost/llm-operator/launcher:0123abcd",
+                "ghcr.io/llm-operator/llm-operator/launcher:0123abcd"]  # fmt: skip
+    assert registry.push_refs(launcher, "0.1.0") == [
+        f"{registry.HOST}/llm-operator/launcher:dev",
+        f"{registry.HOST}/llm-operator/launcher:0123abcd",
+        f"{registry.HOST}/llm-operator/llm-operator/launcher:0123abcd",
+    ]
+    assert registry.default_refs(launcher, "0.1.0") == []
     assert registry.push_refs(["docker.io/envoyproxy/envoy:distroless-v1.40.0"], "0.1.0") == [
         f"{registry.HOST}/envoyproxy/envoy:distroless-v1.40.0"
     ]

@@ -16,12 +16,14 @@ from images.release import pin, provenance
 from images.sbom import cached, packages, sbom
 from tests.unit.test_chart import CHART, helm, needs_helm
 
-OPERATOR, CPU, FETCH = ("sha256:" + c * 64 for c in "abc")
+OPERATOR, CPU, FETCH, LAUNCHER = ("sha256:" + c * 64 for c in "abcd")
 VALUES = (CHART / "values.yaml").read_text()
 
 
 def test_pin_fills_the_shipped_defaults_and_keeps_the_rest() -> None:
-    pinned = pin(VALUES, {"operator": OPERATOR, "cpu-runtime": CPU, "fetch": FETCH})
+    """All but the launcher's digest: the operator names it by its content tag, which a digest of one
+    build would turn into a pod template change at each rebuild."""
+    pinned = pin(VALUES, {"operator": OPERATOR, "cpu-runtime": CPU, "fetch": FETCH, "launcher": LAUNCHER})
     values = yaml.safe_load(pinned)
     assert values["image"]["digest"] == OPERATOR
     assert values["image"]["digests"] == {"cpu-runtime": CPU, "fetch": FETCH}
@@ -35,7 +37,9 @@ def test_pin_fills_the_shipped_defaults_and_keeps_the_rest() -> None:
 @needs_helm
 def test_the_pinned_chart_names_every_default_image_by_digest(tmp_path: Path) -> None:
     values = tmp_path / "values.yaml"  # the packaged chart's own values: no -f in a user's install
-    values.write_text(pin(VALUES, {"operator": OPERATOR, "cpu-runtime": CPU, "fetch": FETCH}))
+    values.write_text(
+        pin(VALUES, {"operator": OPERATOR, "cpu-runtime": CPU, "fetch": FETCH, "launcher": LAUNCHER})
+    )
     docs = yaml.safe_load_all(helm("template", "rel", str(CHART), "-f", str(values)).stdout)
     (deployment,) = [d for d in docs if d and d["kind"] == "Deployment"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
@@ -44,6 +48,7 @@ def test_the_pinned_chart_names_every_default_image_by_digest(tmp_path: Path) ->
     assert container["image"] == f"{prefix}/operator@{OPERATOR}"
     assert env["LLMOP_CPU_RUNTIME_IMAGE"] == f"{prefix}/cpu-runtime@{CPU}"
     assert env["LLMOP_FETCH_IMAGE"] == f"{prefix}/fetch@{FETCH}"
+    assert env["LLMOP_LAUNCHER_IMAGE_REPOSITORY"] == f"{prefix}/launcher", "tagged by the operator"
 
 
 @pytest.mark.parametrize(

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 import yaml
-from llm_operator import releases
+from llm_operator import inject, releases
 from llm_operator.cli import main
 
-from tests.golden_files import assert_golden
+from tests.golden_files import assert_golden, pinned_launcher_tag
 
 REPO = Path(__file__).resolve().parents[2]
 # Examples that are no LLMDeployment: the engine cache claim, the HTTPRoute a user writes for a pool.
@@ -36,8 +36,10 @@ LWS_GOLDENS = ["llama31-405b-pytorch-multinode"]
 @pytest.fixture(autouse=True)
 def default_release(monkeypatch: pytest.MonkeyPatch) -> None:
     """The operator's images run the version table's default release, whatever the caller's
-    environment says."""
+    environment says; the launcher image's tag is pinned (tests/golden_files.py)."""
     monkeypatch.delenv("LLMOP_TRTLLM_VERSION", raising=False)
+    monkeypatch.delenv("LLMOP_LAUNCHER_IMAGE_REPOSITORY", raising=False)
+    monkeypatch.setattr(inject, "content_tag", pinned_launcher_tag)
 
 
 def _render(example: Path, *flags: str) -> str:

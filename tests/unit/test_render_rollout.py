@@ -15,19 +15,22 @@ from llm_operator.cli import dump_objects
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.desired import desired, plan_for
 from llm_operator.engine.state import BuildFact, BuildObserved
-from llm_operator.images import Images
+from llm_operator.images import DEFAULT_LAUNCHER_REPOSITORY, Images
 from llm_operator.modelrepo import speaks_llmapi
 from llm_operator.plan.inventory import Inventory
 from llm_operator.render import rollout
 from llm_operator.rollout.revision import Slot, revision_of
 
 from e2e.cluster.nodes import build_nodes, load_pools
-from tests.golden_files import assert_golden
+from tests.golden_files import LAUNCHER_TAG, assert_golden
 from tests.unit.model_cache_fixtures import cached
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden" / "rollout" / "cpu-reference-canary.yaml"
-IMAGES = OperatorConfig.from_env().images
+# With the golden launcher tag (tests/golden_files.py).
+IMAGES = dataclasses.replace(
+    OperatorConfig.from_env().images, launcher=f"{DEFAULT_LAUNCHER_REPOSITORY}:{LAUNCHER_TAG}"
+)
 PARENTS = [{"name": "gw", "namespace": "gateway-system", "sectionName": "http"}]
 
 
@@ -194,9 +197,16 @@ def test_a_snapshot_gives_back_the_spec_and_images_of_its_revision() -> None:
     assert rollout.images_from_snapshot(rollout.controller_revision(ld, revision, 3)) is None
     # A snapshot of an operator without the images added since: their defaults stand in.
     older = copy.deepcopy(snapshot)
-    del older["data"]["images"]["operator"], older["data"]["images"]["multiNodeRuntime"]
+    del older["data"]["images"]["launcher"], older["data"]["images"]["multiNodeRuntime"]
     assert rollout.images_from_snapshot(older) == Images(
         IMAGES.runtime, IMAGES.cpu_runtime, IMAGES.engine_builder, IMAGES.trtllm_version
+    )
+    # One written while the operator image copied the launcher: the operator's launcher, from its
+    # configured repository, not the default repository's.
+    mirror = dataclasses.replace(IMAGES, launcher="mirror.example.com/launcher:0123")
+    assert rollout.images_from_snapshot(older, mirror) == dataclasses.replace(
+        Images(IMAGES.runtime, IMAGES.cpu_runtime, IMAGES.engine_builder, IMAGES.trtllm_version),
+        launcher="mirror.example.com/launcher:0123",
     )
     del older["data"]["images"]["runtime"]
     assert rollout.images_from_snapshot(older) is None, "one it always had is missing: unreadable"

@@ -13,7 +13,8 @@ from llm_operator.images import Images
 from llm_operator.rollout.revision import revision_of
 
 REPO = Path(__file__).resolve().parents[2]
-IMAGES = Images("runtime:1", "cpu-runtime:1", "builder:1", "0.17.0")
+# The launcher named, not defaulted: the default's tag is the content hash of the injected files.
+IMAGES = Images("runtime:1", "cpu-runtime:1", "builder:1", "0.17.0", launcher="launcher:1")
 
 
 def spec(**changes: Any) -> LLMDeploymentSpec:
@@ -28,6 +29,9 @@ def spec(**changes: Any) -> LLMDeploymentSpec:
 
 
 BASE = revision_of(spec(), IMAGES)
+# The pinned revisions below moved once, with every revision, when the launcher image (named by its
+# content) replaced the operator's image in the hash: that upgrade rolls each deployment once
+# (docs/upgrading.md); the defaults' flips they guard rolled nothing before it or after.
 
 
 def test_revision_is_ten_hex_characters_and_stable() -> None:
@@ -57,6 +61,7 @@ def test_what_serves_changes_the_revision(changes: dict[str, Any]) -> None:
         dataclasses.replace(IMAGES, runtime="runtime:2"),
         dataclasses.replace(IMAGES, engine_builder="builder:2"),
         dataclasses.replace(IMAGES, trtllm_version="0.18.0"),
+        dataclasses.replace(IMAGES, launcher="launcher:2"),  # another content hash: other code runs
     ],
 )
 def test_the_operators_images_change_the_revision(images: Images) -> None:
@@ -95,13 +100,14 @@ def test_the_ttft_budget_is_part_of_the_revision_as_the_pods_see_it() -> None:
 
 @pytest.mark.parametrize(
     ("backend", "revisions"),
-    [("tensorrt-engine", ("4d3b5b8691", "19e0368731")), ("pytorch", ("49772f0a60", "58bba7b993"))],
+    [("tensorrt-engine", ("5ef0f87445", "68ccab3545")), ("pytorch", ("2c5a0bdf74", "d94b861292"))],
 )
 def test_the_pytorch_default_makes_no_deployment_a_new_revision(
     backend: str, revisions: tuple[str, ...]
 ) -> None:
     """The revisions an operator computed while engine.backend defaulted to tensorrt-engine (pinned
-    from it): a deployment of either backend keeps its revision, so the new default rolls nothing."""
+    from it, then moved once with every revision: the note at BASE): a deployment of either backend
+    keeps its revision, so the new default rolls nothing."""
     model = {"name": "m", "source": {"uri": "pvc://models/m"}}
     engines = [{"backend": backend}, {"backend": backend, "maxBatchSize": 8}]
     got = tuple(
@@ -113,16 +119,17 @@ def test_the_pytorch_default_makes_no_deployment_a_new_revision(
 @pytest.mark.parametrize(
     ("cpu_reference", "revisions"),
     [
-        ({"contract": "tensorrt-engine"}, ("6ba48438a3", "493b504722")),
-        ({"contract": "pytorch"}, ("e65efac4a3", "ae9e8237f5")),
+        ({"contract": "tensorrt-engine"}, ("0732cc73e8", "7a8553968d")),
+        ({"contract": "pytorch"}, ("13704a00e6", "3af2cd7d0d")),
     ],
 )
 def test_the_pytorch_contract_default_makes_no_stored_cpu_deployment_a_new_revision(
     cpu_reference: dict[str, str], revisions: tuple[str, ...]
 ) -> None:
     """The revisions an operator computed while engine.cpuReference.contract defaulted to
-    tensorrt-engine (pinned from it) for the objects the API server stored then: it writes the
-    contract's default into every engine.cpuReference at creation, so each keeps its revision."""
+    tensorrt-engine (pinned from it, the note at BASE) for the objects the API server stored then:
+    it writes the contract's default into every engine.cpuReference at creation, so each keeps its
+    revision."""
     model = {"name": "m", "source": {"uri": "builtin://tiny-llama"}}
     engine = {"backend": "cpu-reference", "cpuReference": cpu_reference}
     engines = [engine, {**engine, "maxBatchSize": 4}]
@@ -142,4 +149,4 @@ def test_a_cpu_deployment_without_cpu_reference_is_the_pytorch_contract_and_hash
 
     bare = revision({"backend": "cpu-reference"})
     assert bare == revision({"backend": "cpu-reference", "cpuReference": {"contract": "pytorch"}})
-    assert bare == revision({"backend": "cpu-reference", "cpuReference": {}}) == "e65efac4a3"
+    assert bare == revision({"backend": "cpu-reference", "cpuReference": {}}) == "13704a00e6"

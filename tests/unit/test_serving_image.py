@@ -21,7 +21,7 @@ from llm_operator.render.pod import NVIDIA_UID
 from tests.unit.model_cache_fixtures import cached
 
 REPO = Path(__file__).resolve().parents[2]
-IMAGES = Images(releases.DEFAULT.image, "cpu-runtime:1", "builder:1", releases.DEFAULT.trtllm, "operator:1")
+IMAGES = Images(releases.DEFAULT.image, "cpu-runtime:1", "builder:1", releases.DEFAULT.trtllm, "launcher:1")
 
 
 def deployment(example: str, **runtime: Any) -> LLMDeployment:
@@ -42,7 +42,7 @@ def test_a_single_node_pod_runs_nvidias_image_as_uid_1000() -> None:
     (pod,) = pods(deployment("llama3-8b-h100"))
     assert pod["containers"][0]["image"] == "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"
     assert pod["securityContext"]["runAsUser"] == pod["securityContext"]["runAsGroup"] == NVIDIA_UID
-    assert pod["initContainers"][0]["image"] == "operator:1"
+    assert pod["initContainers"][0]["image"] == "launcher:1"
 
 
 def test_a_cpu_reference_pod_runs_the_cpu_runtime_image_as_its_own_user() -> None:

@@ -32,7 +32,7 @@ from tests.unit.model_cache_fixtures import cached
 
 # The operator's analysis endpoints by default (chart value operator.analysisPrometheusUrls).
 ALLOWED_ANALYSIS = parse_list(DEFAULT_PROMETHEUS_URL, "default")
-IMAGES = Images(releases.DEFAULT.image, "cpu-runtime:1", "builder:1", releases.DEFAULT.trtllm, "operator:1")
+IMAGES = Images(releases.DEFAULT.image, "cpu-runtime:1", "builder:1", releases.DEFAULT.trtllm, "launcher:1")
 H100 = "NVIDIA-H100-80GB-HBM3"
 # Stored objects: the API server wrote engine.backend's default of the day into each, and until
 # b4df78f that was tensorrt-engine.

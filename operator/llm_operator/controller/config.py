@@ -13,11 +13,13 @@ from llm_operator.controller.rollout.prometheus_urls import Endpoint, parse_list
 from llm_operator.images import (
     DEFAULT_ENVOY_IMAGE,
     DEFAULT_FETCH_IMAGE,
-    DEFAULT_OPERATOR_IMAGE,
+    DEFAULT_LAUNCHER_REPOSITORY,
     DEFAULT_PICKER_IMAGE,
+    LAUNCHER_REPOSITORY_VARIABLE,
     MULTI_NODE_VARIABLE,
     Images,
     check_multi_node_runtime,
+    launcher_image,
 )
 from llm_operator.render.autoscaling import DEFAULT_PROMETHEUS_URL
 from llm_operator.render.network import DEFAULT_METRICS_PEERS, parse_peers
@@ -61,7 +63,8 @@ class OperatorConfig:
                 # "": NVIDIA's image of the release (desired.py); set it to use a mirror.
                 engine_builder=env("LLMOP_ENGINE_BUILDER_IMAGE", ""),
                 trtllm_version=trtllm_version,
-                operator=env("LLMOP_OPERATOR_IMAGE", DEFAULT_OPERATOR_IMAGE),
+                # Tagged with the content hash of the files this operator's package injects.
+                launcher=launcher_image(env(LAUNCHER_REPOSITORY_VARIABLE, DEFAULT_LAUNCHER_REPOSITORY)),
                 multi_node_runtime=multi_node_runtime,
                 # One image without placeholders is taken to be of the operator's own release.
                 multi_node_release=trtllm_version,

@@ -254,7 +254,7 @@ def build_job(
             "securityContext": copy.deepcopy(RESTRICTED),
         }
 
-    steps = [inject_init_container(images.operator), store("fetch", fetch_args), builder]
+    steps = [inject_init_container(images.launcher), store("fetch", fetch_args), builder]
     if upload:
         steps.append(store("publish", ["publish", "--key", key, "--work-dir", scratch, "--engine", output,
                                        "--upload", upload]))  # fmt: skip

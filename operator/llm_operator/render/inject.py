@@ -1,29 +1,34 @@
-"""How the operator's own code reaches NVIDIA's images unchanged: an init container of the operator
+"""How the operator's own code reaches NVIDIA's images unchanged: an init container of the launcher
 image copies the standard-library-only part of the package (llm_operator/inject.py says which)
 into an emptyDir, and the main container runs it with the image's python3 from there.
 
 Serving pods (render/pod.py) run `python3 -m llm_operator.runtime.launcher`, build Jobs
-`python3 -m llm_operator.engine.build`. What the main container runs is therefore always the
-operator's version: an operator upgrade rolls the serving pods (the init container's image is in
-their template).
+`python3 -m llm_operator.engine.build`. The launcher image holds exactly those files and a static
+busybox that copies them, and is tagged with their content hash (inject.content_tag, computed by
+the operator from its own installed package; images/builder/launcher.py builds it). So what the
+main container runs is always the operator's version, and an operator upgrade rolls serving pods
+only when those files changed: an upgrade that changes anything else (the controller, the API,
+the operator image) renders the same init container, hence the same pod template.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from llm_operator.inject import copy_command
+
 INJECT_VOLUME = "llm-operator-lib"
 INJECT_PATH = "/var/run/llm-operator/lib"
-# Python's start plus a copy of ~200 KB of files; the limit only bounds a runaway.
+# busybox copying ~200 KB of files; the limit only bounds a runaway.
 _RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}
 
 
-def inject_init_container(operator_image: str) -> dict[str, Any]:
+def inject_init_container(launcher_image: str) -> dict[str, Any]:
     return {
         "name": INJECT_VOLUME,
-        "image": operator_image,
-        # The operator image has no shell: its python copies (llm_operator/inject.py).
-        "command": ["python3", "-m", "llm_operator.inject", INJECT_PATH],
+        "image": launcher_image,
+        # Spelled out rather than the image's entry point: the template says what runs.
+        "command": copy_command(INJECT_PATH),
         "volumeMounts": [{"name": INJECT_VOLUME, "mountPath": INJECT_PATH}],
         "resources": {k: dict(v) for k, v in _RESOURCES.items()},
         "terminationMessagePolicy": "FallbackToLogsOnError",

@@ -346,7 +346,7 @@ def pod_template(
         # cpu-runtime and operator images name one, NVIDIA's are given NVIDIA_UID); workers' sshd
         # runs unprivileged (runtime/ssh.py).
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-        "initContainers": [inject_init_container(images.operator)],
+        "initContainers": [inject_init_container(images.launcher)],
         "containers": [
             _container(spec, pool, images, engine, leader=leader, extra_env=extra_env, model=model)
         ],

@@ -160,9 +160,12 @@ def spec_from_snapshot(obj: dict[str, Any]) -> LLMDeploymentSpec:
     return LLMDeploymentSpec.model_validate(spec)
 
 
-def images_from_snapshot(obj: dict[str, Any]) -> Images | None:
+def images_from_snapshot(obj: dict[str, Any], current: Images | None = None) -> Images | None:
     """The images a ControllerRevision was started with, when it says. A field added to Images
-    since (it has a default) may be missing from an older snapshot: the default stands in."""
+    since (it has a default) may be missing from an older snapshot: the default stands in, but for
+    the launcher, which `current`'s stands in for when given: a snapshot written while the operator
+    image copied the launcher names no launcher image, and the default repository may be none the
+    nodes can pull from (a mirror's)."""
     images = (obj.get("data") or {}).get("images")
     if not isinstance(images, dict):
         return None
@@ -173,4 +176,6 @@ def images_from_snapshot(obj: dict[str, Any]) -> Images | None:
             found[f.name] = value
         elif f.default is dataclasses.MISSING:
             return None
+    if "launcher" not in found and current is not None:
+        found["launcher"] = current.launcher
     return Images(**found)

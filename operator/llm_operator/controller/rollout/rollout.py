@@ -345,7 +345,8 @@ class Rollouts:
             raise PlanningError(
                 "RevisionSnapshotUnreadable", f"revision {revision}: {e.errors()[0]['msg']}"
             ) from e
-        return SlotSpec(slot, revision, for_slot(ld, spec, replicas), images_from_snapshot(snap) or images)
+        started = images_from_snapshot(snap, images) or images
+        return SlotSpec(slot, revision, for_slot(ld, spec, replicas), started)
 
     def _objects(
         self, ld: LLMDeployment, images: Images, decision: Decision, snaps: dict[str, dict[str, Any]]

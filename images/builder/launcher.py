@@ -1,0 +1,52 @@
+"""The launcher image: exactly the files the operator injects into serving pods and build Jobs
+(llm_operator/inject.py files(), under inject.LAUNCHER_SOURCE) and Debian's static busybox, which
+copies them into the pod's emptyDir (inject.copy_command; render/inject.py runs it as the init
+container). No Python, no shell beyond busybox's applets, nothing else of the operator.
+
+Tagged with inject.content_tag() of the checkout's package, the function the operator applies to
+its own installed package to name the image it runs (llm_operator/images.py launcher_image), so
+both agree, and a release whose injected files are unchanged publishes the tag the previous one did.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from llm_operator import inject
+from llm_operator.render.inject import INJECT_PATH
+
+from images.builder.cache import files_under
+from images.builder.oci import ImageConfig
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "operator" / "llm_operator"
+BUSYBOX = Path("/bin/busybox")  # Debian's busybox-static (scripts/ensure-system-packages.sh)
+# Non-root by default; in a pod it runs as the pod's user (restricted), which only needs to read.
+USER = "65532:65532"
+
+
+def tag() -> str:
+    return inject.content_tag(PACKAGE)
+
+
+def inputs() -> list[tuple[str, bytes]]:
+    version = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "busybox-static"],
+                             capture_output=True, check=True).stdout  # fmt: skip
+    injected = [str((PACKAGE / rel).relative_to(REPO)) for rel in inject.files(PACKAGE)]
+    return [
+        ("busybox-static", version),
+        *((str(p.relative_to(REPO)), p.read_bytes()) for p in files_under(REPO, *injected)),
+    ]
+
+
+def assemble(rootfs: Path, work: Path) -> ImageConfig:
+    if not BUSYBOX.is_file():
+        raise FileNotFoundError(f"{BUSYBOX} missing (Debian package busybox-static)")
+    rootfs.mkdir()
+    shutil.copyfile(BUSYBOX, rootfs / inject.COPIER.lstrip("/"))
+    (rootfs / inject.COPIER.lstrip("/")).chmod(0o755)
+    inject.copy(rootfs / inject.LAUNCHER_SOURCE.lstrip("/"), PACKAGE)
+    *copier, dest = inject.copy_command(INJECT_PATH)
+    return ImageConfig(entrypoint=copier, cmd=[dest], user=USER)
