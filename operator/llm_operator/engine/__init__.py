@@ -133,7 +133,7 @@ def build_job(
     is read from the model cache (`model`, its claim mounted read-only, fetched before by the
     model's fetch Job), a pvc:// one in place.
 
-    Its containers, in order: `inject` (the operator's image copies our standard-library-only
+    Its containers, in order: `inject` (the launcher image copies our standard-library-only
     package into an emptyDir), `fetch` (our fetch image: cache hit check and TensorRT-LLM's
     examples; engine/fetch.py), `build` (`image`, NVIDIA's tritonserver trtllm image
     of the release as published, running engine/build.py with its own python3), and for s3:// and

@@ -343,7 +343,7 @@ def pod_template(
             spec.runtime.exit_timeout_seconds
         ),
         # Restricted Pod Security: the kubelet checks runAsNonRoot against the numeric user (the
-        # cpu-runtime and operator images name one, NVIDIA's are given NVIDIA_UID); workers' sshd
+        # cpu-runtime and launcher images name one, NVIDIA's are given NVIDIA_UID); workers' sshd
         # runs unprivileged (runtime/ssh.py).
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "initContainers": [inject_init_container(images.launcher)],

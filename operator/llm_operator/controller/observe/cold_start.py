@@ -5,7 +5,7 @@ A pod's start runs from its creationTimestamp to its Ready condition, in phases 
 moment the pod's status records:
 
 - scheduled: the PodScheduled condition (the scheduler's wait, a GPU node being added);
-- initialized: the last init container's end (pulling the operator's image and copying in the
+- initialized: the last init container's end (pulling the launcher image and copying in the
   launcher), or the Initialized condition where there is none;
 - started: the serving container's state.running.startedAt, which the kubelet sets once it has
   pulled the container's image and started it: the image pull is in this phase;
