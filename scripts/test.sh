@@ -15,10 +15,11 @@ log=$(mktemp)
 release_cluster=:
 trap 'rm -f "$log"; eval "$release_cluster"' EXIT
 
-# KEDA, for its tests (tests/e2e/test_keda.py and test_scale_to_zero.py, exclusive), and cosign, for the release test (late in
-# the e2e tier); each waits on this build's lock: cold they build for tens of minutes, at the lowest
-# priority beside the tiers instead of before them in `make tools`.
-nice -n 19 e2e/cluster/build-tools.sh keda release >/dev/null 2>&1 &
+# KEDA, for its tests (tests/e2e/test_keda.py and test_scale_to_zero.py, exclusive), LWS, for its
+# test (tests/e2e/test_lws_multi_node.py, exclusive), and cosign, for the release test (late in the
+# e2e tier); each waits on this build's lock: cold they build for minutes (KEDA tens of minutes), at
+# the lowest priority beside the tiers instead of before them in `make tools`.
+nice -n 19 e2e/cluster/build-tools.sh keda lws release >/dev/null 2>&1 &
 release_tools=$!
 "$PY" -m pytest -p no:cacheprovider --durations=10 -m "not e2e" >"$log" 2>&1 &
 others=$!

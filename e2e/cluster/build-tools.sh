@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds (or reuses) the binaries of the embedded test cluster, by group:
 #
-#   build-tools.sh [GROUP...]     no GROUP: every group but release and keda (`make tools`)
+#   build-tools.sh [GROUP...]     no GROUP: every group but release, keda and lws (`make tools`)
 #   core        etcd, kwok, Kubernetes, CoreDNS, kubectl + helm, the registry, crane: the cluster
 #               `make demo` and `make cluster-up` start
 #   monitoring  Prometheus (+ promtool), prometheus-adapter      gateway   Traefik + Gateway API CRDs
@@ -11,6 +11,8 @@
 #   keda        KEDA's operator and metrics API server (+ its install manifests), for the one test
 #               that runs KEDA (tests/e2e/test_keda.py), which builds it if need be; beside the tests
 #               (scripts/test.sh) rather than before them, at `nice -n 10` at least: cold, tens of minutes
+#   lws         LeaderWorkerSet's manager (+ its install manifests), for the one test that runs LWS
+#               (tests/e2e/test_lws_multi_node.py), which builds it if need be (never make demo/cluster-up)
 #   release     helm, crane, cosign: what scripts/release.sh pushes, signs and attests with; built
 #               beside the tests (scripts/test.sh) rather than before them: cold, cosign takes minutes
 # The cluster's add-ons (e2e/cluster/addons.py) name the groups they need, so a component is built
@@ -67,13 +69,18 @@ COSIGN_VERSION=v3.1.3
 # (e2e/cluster/keda.py); the commit of its v2.21.0 tag, for `keda --version` as its release build sets it.
 KEDA_VERSION=v2.21.0
 KEDA_COMMIT=626ded5d783108bedf647e20bbc83f8e458e02e4
+# LeaderWorkerSet (sigs.k8s.io/lws), the controller of the multi-node LeaderWorkerSets in its one test
+# (e2e/cluster/lws.py): the newest release the Go module proxy serves whole (v0.10.0's zip: 403), and
+# the commit of its tag, for the version ldflags upstream's Makefile sets.
+LWS_VERSION=v0.9.0
+LWS_COMMIT=f056f611ae7721f9983ac35f26bfbae8547fd9f3
 
 mkdir -p "$cache/locks"
 GROUPS_ALL=(core monitoring gateway routing enforcer stores istio gitops)
 requested=("$@")
 [ ${#requested[@]} -gt 0 ] || requested=("${GROUPS_ALL[@]}")
 for g in "${requested[@]}"; do
-  [[ " ${GROUPS_ALL[*]} crane release keda " == *" $g "* ]] || die "unknown group '$g' (groups: ${GROUPS_ALL[*]} crane release keda)"
+  [[ " ${GROUPS_ALL[*]} crane release keda lws " == *" $g "* ]] || die "unknown group '$g' (groups: ${GROUPS_ALL[*]} crane release keda lws)"
 done
 
 # Per Go tool: its packages (built from tools/<tool>, or tools/<MODULE[tool]> where tools share a
@@ -139,11 +146,18 @@ keda_ldflags="-s -w -X github.com/kedacore/keda/v2/version.Version=${KEDA_VERSIO
 tool keda-operator "$KEDA_VERSION" "$keda_ldflags" github.com/kedacore/keda/v2/cmd/operator
 tool keda-adapter "$KEDA_VERSION" "$keda_ldflags" github.com/kedacore/keda/v2/cmd/adapter
 MODULE[keda-operator]=keda MODULE[keda-adapter]=keda NICE[keda-operator]=10 NICE[keda-adapter]=10
+# LWS's manager (cmd/main.go: the controllers, the webhooks and their cert-controller), as upstream's
+# Makefile builds bin/manager, with its version ldflags (a fixed build date, for a reproducible binary).
+tool lws-manager "$LWS_VERSION" "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=$LWS_VERSION \
+ -X sigs.k8s.io/lws/pkg/version.GitCommit=$LWS_COMMIT -X sigs.k8s.io/lws/pkg/version.BuildDate=1970-01-01T00:00:00Z" \
+  sigs.k8s.io/lws/cmd
+MODULE[lws-manager]=lws NICE[lws-manager]=10
 
 declare -A GROUP_TOOLS=(
   [core]="etcd kwok kubernetes coredns registry crane" [monitoring]="prometheus prometheus-adapter"
   [gateway]=traefik [routing]=epp [enforcer]=kube-router [stores]=versitygw [istio]=istio
   [gitops]="kstatus argocd-lua" [crane]=crane [release]="crane cosign" [keda]="keda-operator keda-adapter"
+  [lws]=lws-manager
 )
 
 mod() { echo "$here/tools/${MODULE[$1]:-$1}"; }
@@ -331,6 +345,16 @@ keda() {
   local dir; dir=$(build keda-operator); echo "$dir"; build keda-adapter
   if [ ! -f "$dir/config/.complete" ]; then
     local src; src=$(module_dir keda github.com/kedacore/keda/v2) || die "locating the keda module for its manifests failed"
+    rm -rf "$dir/config"; cp -r "$src/config" "$dir/config"; chmod -R u+w "$dir/config"; touch "$dir/config/.complete"
+  fi
+}
+# LWS's install manifests (its kustomize tree: CRDs, RBAC, the manager's Deployment and config, the
+# webhook Service and configurations) from the same module, beside the manager; e2e/cluster/lws.py
+# renders them.
+lws() {
+  local dir; dir=$(build lws-manager); echo "$dir"
+  if [ ! -f "$dir/config/.complete" ]; then
+    local src; src=$(module_dir lws sigs.k8s.io/lws) || die "locating the lws module for its manifests failed"
     rm -rf "$dir/config"; cp -r "$src/config" "$dir/config"; chmod -R u+w "$dir/config"; touch "$dir/config/.complete"
   fi
 }

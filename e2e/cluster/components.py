@@ -21,7 +21,7 @@ from typing import Any
 
 from e2e.cluster import addons as addons_mod
 from e2e.cluster import containerd_images as images_mod
-from e2e.cluster import flags, istio, keda, kubeconfig, monitoring, netns, registry
+from e2e.cluster import flags, istio, keda, kubeconfig, lws, monitoring, netns, registry
 from e2e.cluster import node as node_mod
 from e2e.cluster import pki as pki_mod
 from e2e.cluster.processes import Children, free_ports, owned_by
@@ -49,8 +49,8 @@ CONTROLLER_MANAGER_PORT, SCHEDULER_PORT = 10257, 10259
 
 
 def binaries(groups: Sequence[str]) -> tuple[str, ...]:
-    """What build-tools.sh must provide for `groups` (core, the add-ons' names, istio, keda)."""
-    extra = {"core": CORE_BINARIES, "istio": istio.BINARIES, "keda": keda.BINARIES}
+    """What build-tools.sh must provide for `groups` (core, the add-ons' names, istio, keda, lws)."""
+    extra = {"core": CORE_BINARIES, "istio": istio.BINARIES, "keda": keda.BINARIES, "lws": (lws.BINARY,)}
     return tuple(b for g in groups for b in (extra[g] if g in extra else addons_mod.ADDONS[g].binaries))
 
 

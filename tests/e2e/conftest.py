@@ -14,6 +14,8 @@ Fixtures:
 - kubectl (session) -> Kubectl: kubectl(*args), .json(), .get(), .items(), .apply(), .delete(),
   .events(), .create_namespace()
 - keda_running (module) -> None: KEDA's controller installed for the module (keda_fixtures.py)
+- lws_running, lws_operator (module) -> None: LeaderWorkerSet's controller installed for the
+  module, then the module's operator started (lws_fixtures.py)
 - namespace (function) -> str: a fresh namespace (default ServiceAccount ready, Pod Security
   restricted enforced unless the test is marked pod_security(LEVEL)), deleted after the test
   without waiting
@@ -104,4 +106,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 # Operator fixtures (crd, operator) live beside the tests that use them.
 from tests.e2e.keda_fixtures import keda_running  # noqa: E402, F401
+from tests.e2e.lws_fixtures import lws_operator, lws_running  # noqa: E402, F401
 from tests.e2e.operator_fixtures import crd, operator, operator_process  # noqa: E402, F401

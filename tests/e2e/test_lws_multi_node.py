@@ -1,0 +1,123 @@
+"""The multi-node group of test_cpu_multi_node.py, as a LeaderWorkerSet under LWS's real controller:
+LWS v0.9.0 built from its Go module and installed from its own manifests (tests/e2e/lws_fixtures.py),
+then an operator started, which finds the LWS CRD and renders tiny-llama's `parallelism: {tensor:
+1, pipeline: 2}` group as one LeaderWorkerSet. LWS's controllers make the leader and worker
+StatefulSets and its pod webhook labels the pods and sets LWS_LEADER_ADDRESS; the leader's mpirun
+reaches rank 1 through the worker's sshd under the host name LWS's headless Service gives it.
+
+- The group becomes Ready and answers the OpenAI API with exactly the text the same weights decode
+  in this process (the text test_cpu_multi_node.py shows a single pod serves).
+- A killed worker is one group event under LWS's RecreateGroupOnPodRestart: the leader is
+  recreated too, never half a group serving, and the group serves again.
+
+Day one on a cluster with LWS (../shared/reference/review-gpu-path.md §4): an LWS named like the
+client Service left the workers without DNS records; then the group never becomes Ready here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from llm_operator.api.v1alpha1 import LLMDeploymentSpec
+from llm_operator.modelrepo import weights_seed
+from llm_operator.runtime.cpu_reference import TINY_MODELS
+from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM
+
+from e2e.chat import base_url
+from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, wait_for
+from tests.e2e import openai_sdk
+from tests.e2e.test_cpu_multi_node import (
+    MAX_TOKENS,
+    MODEL,
+    PROMPT,
+    READY_TIMEOUT,
+    SPLIT,
+    World,
+    deployment,
+    recover,
+    what_the_pods_said,
+)  # fmt: skip
+
+# Installs LWS's CRDs and cluster-wide webhooks, and runs an operator of its own that sees them.
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]
+
+LWS = f"{SPLIT}-lws"  # render/names.py leader_worker_set: not the client Service's name
+LEADER, WORKER = f"{LWS}-0", f"{LWS}-0-1"  # LWS's pod names: <lws>-<group>, <lws>-<group>-<worker>
+LABELS = "leaderworkerset.sigs.k8s.io"  # what LWS's pod webhook labels its pods with
+GROUP_INDEX, WORKER_INDEX = f"{LABELS}/group-index", f"{LABELS}/worker-index"
+
+
+@pytest.fixture(scope="module")
+def world(lws_operator: None, cluster: E2ECluster, kubectl: Kubectl) -> Iterator[World]:
+    doc = deployment(SPLIT, parallelism={"tensor": 1, "pipeline": 2})
+    spec = LLMDeploymentSpec.model_validate(doc["spec"])
+    lm = TinyLM(TINY_MODELS[MODEL], weights_seed(spec.model.revision or "main"))
+    ns = kubectl.create_namespace("lws-multi-node")
+    start = time.monotonic()
+    try:
+        kubectl.apply(doc, namespace=ns)
+        ld = wait_for(f"{SPLIT} Ready", lambda: kubectl.get("llmdeployment", SPLIT, ns),
+                      lambda d: is_true(d, "Ready"), timeout=READY_TIMEOUT)  # fmt: skip
+        assert ((ld or {}).get("status") or {}).get("endpoints", {}).get("openai"), condition(ld, "Ready")
+        print(f"lws: {SPLIT} Ready {time.monotonic() - start:.1f} s after it was applied")
+        yield World(ns, cluster, "".join(lm.generate(PROMPT, MAX_TOKENS)))
+    except BaseException:
+        print(what_the_pods_said(kubectl, ns))
+        raise
+    finally:
+        # LWS first (orphaning its StatefulSets), or it makes anew what the namespace's end deletes.
+        kubectl("delete", "leaderworkersets", "--all", "--cascade=orphan", "--wait=false", namespace=ns)
+        kubectl.delete_namespace(ns)
+
+
+def env(pod: dict[str, object], name: str) -> str | None:
+    containers = pod["spec"]["containers"]  # type: ignore[index]
+    values = [e.get("value") for c in containers for e in c.get("env", []) if e["name"] == name]
+    return values[0] if values else None
+
+
+def test_the_group_runs_as_a_leader_worker_set_and_answers_as_one_pod_does(
+    world: World, kubectl: Kubectl
+) -> None:
+    ns = world.namespace
+    lws = kubectl.get("leaderworkerset", LWS, ns)
+    assert lws is not None and lws["status"]["readyReplicas"] == 1, lws
+    # LWS's StatefulSets only: the leaders' (owned by the LWS), the group's workers' (by its leader pod).
+    owners = {s["metadata"]["name"]: [o["kind"] for o in s["metadata"]["ownerReferences"]]
+              for s in kubectl.items("statefulsets", ns)}  # fmt: skip
+    assert owners == {LWS: ["LeaderWorkerSet"], LEADER: ["Pod"]}, owners
+    pods = world.members(kubectl, SPLIT)
+    assert sorted(pods) == [LEADER, WORKER], sorted(pods)
+    # LWS's pod webhook ran: group and worker indexes, and the leader's address in every pod.
+    assert [(p["metadata"]["labels"][GROUP_INDEX], p["metadata"]["labels"][WORKER_INDEX])
+            for _, p in sorted(pods.items())] == [("0", "0"), ("0", "1")]  # fmt: skip
+    assert {env(p, "LWS_LEADER_ADDRESS") for p in pods.values()} == {f"{LEADER}.{LWS}.{ns}"}
+    # The client Service is the operator's, LWS's headless Service (its pods' subdomain) is apart.
+    client, headless = kubectl.get("service", SPLIT, ns), kubectl.get("service", LWS, ns)
+    assert client is not None and client["spec"]["clusterIP"] != "None", client
+    assert headless is not None and headless["spec"]["clusterIP"] == "None", headless
+    assert [o["kind"] for o in headless["metadata"]["ownerReferences"]] == ["LeaderWorkerSet"]
+    log = kubectl("logs", LEADER, namespace=ns).stdout
+    assert "pipeline stage 1 of 2: layers range(" in log, log[-3000:]
+    assert world.answer(SPLIT) == world.want
+    assert world.cluster.launcher is not None
+    with base_url(world.cluster.launcher, f"http://{SPLIT}.{ns}.svc:8080/v1") as served:
+        openai_sdk.speaks_openai(served, "llm-operator/tiny-llama", MODEL)
+
+
+def test_a_killed_worker_is_one_group_event_under_lws(world: World, kubectl: Kubectl) -> None:
+    """LWS's RecreateGroupOnPodRestart: the worker's loss ends the leader's mpirun, the leader's
+    restart makes LWS delete the leader pod and with it the group's worker StatefulSet; both come
+    back new and the group serves again, nothing meanwhile answered by half a group."""
+    ns = world.namespace
+    before = {n: p["metadata"]["uid"] for n, p in world.members(kubectl, SPLIT).items()}
+    group = recover(world, kubectl, SPLIT, WORKER)
+    assert group.wrong == [], group.wrong
+    after = {n: p["metadata"]["uid"] for n, p in world.members(kubectl, SPLIT).items()}
+    assert sorted(after) == sorted(before) and not set(after.values()) & set(before.values()), (
+        f"{before} -> {after}:\n{what_the_pods_said(kubectl, ns)}")  # fmt: skip
+    said = [(e.get("reason"), e.get("message")) for e in kubectl.events(ns, LWS)]
+    assert any(reason == "RecreateGroup" for reason, _ in said), said
+    print(f"lws: recovery from a killed worker {group.seconds:.1f} s; Ready meanwhile: {group.not_ready}")
