@@ -8,7 +8,8 @@ reaches rank 1 through the worker's sshd under the host name LWS's headless Serv
 - The group becomes Ready and answers the OpenAI API with exactly the text the same weights decode
   in this process (the text test_cpu_multi_node.py shows a single pod serves).
 - A killed worker is one group event under LWS's RecreateGroupOnPodRestart: the leader is
-  recreated too, never half a group serving, and the group serves again.
+  recreated too, never half a group serving, the deployment says which member failed and why (as
+  for its StatefulSet-shaped groups, though LWS does the recreating), and the group serves again.
 
 Day one on a cluster with LWS (../shared/reference/review-gpu-path.md §4): an LWS named like the
 client Service left the workers without DNS records; then the group never becomes Ready here.
@@ -16,6 +17,7 @@ client Service left the workers without DNS records; then the group never become
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 
@@ -119,5 +121,13 @@ def test_a_killed_worker_is_one_group_event_under_lws(world: World, kubectl: Kub
     assert sorted(after) == sorted(before) and not set(after.values()) & set(before.values()), (
         f"{before} -> {after}:\n{what_the_pods_said(kubectl, ns)}")  # fmt: skip
     said = [(e.get("reason"), e.get("message")) for e in kubectl.events(ns, LWS)]
-    assert any(reason == "RecreateGroup" for reason, _ in said), said
+    assert any(reason == "RecreateGroup" for reason, _ in said), said  # LWS's own word for it
+    # The deployment names the member seen failing first, in its container's words, and the group.
+    recreated = [e for e in kubectl.events(ns, SPLIT) if e.get("reason") == "GroupRecreated"]
+    assert recreated, [(e.get("reason"), e.get("message")) for e in kubectl.events(ns, SPLIT)]
+    words = recreated[0]["message"]
+    assert recreated[0]["type"] == "Warning" and re.match(rf"{LWS}-0(-1)? failed \(exited \d+", words), words
+    assert words.endswith(
+        f"LeaderWorkerSet {LWS} recreates group 0 of pool main as a whole ({LEADER}, {WORKER})"
+    )
     print(f"lws: recovery from a killed worker {group.seconds:.1f} s; Ready meanwhile: {group.not_ready}")

@@ -29,21 +29,25 @@ from typing import Any
 
 import pytest
 import yaml
+from llm_operator import labels as L
 from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.controller.cluster.kube import obj_key
 from llm_operator.controller.config import OperatorConfig
+from llm_operator.controller.observe.groups import LWS_NAME
 from llm_operator.controller.observe.observe import pool_observed
 from llm_operator.desired import desired, plan_for
 from llm_operator.engine.state import BuildFact, BuildObserved
 from llm_operator.labels import SLOT
 from llm_operator.plan.inventory import Inventory
 from llm_operator.render import rollout
+from llm_operator.render.serving import POD_INDEX
 from llm_operator.rollout.revision import Slot, revision_of
 from llm_operator.runtime.commands import worker_hosts
 from llm_operator.runtime.config import PodConfig
 
 from e2e.cluster.nodes import build_nodes, load_pools
 from tests.unit.model_cache_fixtures import cached
+from tests.unit.test_reconciler import multi_node, operator_with_nodes, reconcile
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGES = OperatorConfig.from_env().images
@@ -248,3 +252,33 @@ def test_a_long_deployment_name_still_gives_lws_pods_and_revision_labels_that_fi
         last_group = f"{lws['metadata']['name']}-999"
         assert len(f"{last_group}-{'x' * 10}") <= 63
         assert len(f"{last_group}-{lws['spec']['leaderWorkerTemplate']['size'] - 1}") <= 63
+
+
+async def test_a_failed_member_of_an_lws_group_is_reported_and_lws_left_to_recreate_the_group() -> None:
+    """LWS recreates the group (RecreateGroupOnPodRestart); the operator names the member that
+    failed and why, as for its own groups, and deletes nothing. The group is the LWS's group-index
+    label: a worker's pod-index is its rank."""
+    kube, reconciler = await operator_with_nodes()
+    reconciler.leader_worker_set = True  # what it finds at start where the LWS CRD is installed
+    key = kube.add_deployment(multi_node())
+    await reconcile(kube, reconciler, key)
+    (lws,) = kube.of_kind("LeaderWorkerSet")
+    size = kube.objects[("LeaderWorkerSet", key[0], lws)]["spec"]["leaderWorkerTemplate"]["size"]
+    kube.take_writes()
+    leader = {
+        "metadata": {
+            "name": f"{lws}-1", "namespace": key[0], "uid": "leader-1",
+            "labels": {L.DEPLOYMENT: key[1], L.POOL: "main", L.SLOT: "a", L.ROLE: "leader",
+                       L.GROUP_SIZE: str(size), LWS_NAME: lws, GROUP_INDEX: "1", POD_INDEX: "1"},
+        },
+        "status": {"phase": "Running", "containerStatuses": [{"restartCount": 1, "lastState": {"terminated": {
+            "exitCode": 1, "reason": "Error", "message": "ORTE has lost communication with a remote daemon",
+        }}}]},
+    }  # fmt: skip
+    await reconciler.pod_event("MODIFIED", leader)
+    await reconciler.reconcile(*key)
+    assert not [w for w in kube.take_writes() if w[1] == "Pod"], "LWS recreates the group, not the operator"
+    workers = ", ".join(f"{lws}-1-{w}" for w in range(1, size))
+    assert kube.events[-1] == ("Warning", "GroupRecreated", (
+        f"{lws}-1 failed (exited 1 (Error): ORTE has lost communication with a remote daemon): "
+        f"LeaderWorkerSet {lws} recreates group 1 of pool main as a whole ({lws}-1, {workers})"))  # fmt: skip

@@ -1,9 +1,12 @@
-"""Multi-node groups built from StatefulSets: one member fails, the whole group is recreated.
+"""Multi-node groups: one member fails, the whole group is recreated.
 
 A group is one TensorRT-LLM world: when one member restarts or fails, the others hang in
-collectives. LeaderWorkerSet recreates a group itself; for the StatefulSet shape the pod watch
-records the broken group here and the next reconcile deletes its pods (leader and workers), and
-no others, and says which member failed and why (a Warning Event, GroupRecreated).
+collectives. The pod watch records the broken group here and the next reconcile says which member
+failed and why (a Warning Event, GroupRecreated). For the StatefulSet shape it also deletes the
+group's pods (leader and workers), and no others; a LeaderWorkerSet recreates its group itself
+(restartPolicy RecreateGroupOnPodRestart: a restarted or deleted member makes LWS delete the
+leader pod, and with it the group's worker StatefulSet; kubernetes-sigs/lws v0.9.0
+pkg/controllers/pod_controller.go handleRestartPolicy), so there the operator only reports.
 """
 
 from __future__ import annotations
@@ -16,19 +19,21 @@ from llm_operator import labels as L
 from llm_operator.controller.cluster.kube import KubeApi
 from llm_operator.controller.observe.observe import Children, Key, exited
 from llm_operator.render import names
-from llm_operator.render.serving import POD_INDEX
+from llm_operator.render.serving import LWS_GROUP_INDEX, POD_INDEX
 from llm_operator.rollout.revision import Slot
 
 log = logging.getLogger(__name__)
 Group = tuple[str, int, Slot]  # pool, group index, slot
 _SEEN_LIMIT = 4096  # failed pods remembered (by uid) so each failure is acted on once
 GROUP_RECREATED = "GroupRecreated"  # the Event; its length is the room exited() leaves
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"  # on every pod of a LeaderWorkerSet, set by LWS
 
 
 @dataclass(frozen=True)
 class Failure:
     pod: str  # the member whose failure broke the group (the first seen)
     why: str  # in its container's words: exit status, reason, the launcher's last lines
+    leader_worker_set: str | None = None  # the LWS that recreates the group itself; None: we do
 
 
 def why_failed(status: dict[str, Any]) -> str:
@@ -47,10 +52,10 @@ class GroupFailures:
         self._seen: dict[str, None] = {}
 
     def update(self, pod: dict[str, Any]) -> Key | None:
-        """Record a failed member of a StatefulSet-shaped group; its deployment when new."""
+        """Record a failed member of a group; its deployment when new."""
         meta = pod["metadata"]
         labels = meta.get("labels", {})
-        if int(labels.get(L.GROUP_SIZE, "1")) < 2 or "leaderworkerset.sigs.k8s.io/name" in labels:
+        if int(labels.get(L.GROUP_SIZE, "1")) < 2:
             return None
         status = pod.get("status") or {}
         restarted = any(c.get("restartCount", 0) > 0 for c in status.get("containerStatuses") or [])
@@ -62,13 +67,15 @@ class GroupFailures:
         self._seen[uid] = None
         while len(self._seen) > _SEEN_LIMIT:
             del self._seen[next(iter(self._seen))]
-        group = labels.get(L.GROUP_INDEX) or labels.get(POD_INDEX)
+        lws = labels.get(LWS_NAME)
+        # An LWS worker's pod-index is its rank in the group, not the group's index.
+        group = labels.get(LWS_GROUP_INDEX) if lws else labels.get(L.GROUP_INDEX) or labels.get(POD_INDEX)
         deployment, pool = labels.get(L.DEPLOYMENT), labels.get(L.POOL)
         if group is None or deployment is None or pool is None or not group.isdigit():
             return None
         key = (meta["namespace"], deployment)
         slot = Slot.B if labels.get(L.SLOT) == Slot.B else Slot.A  # none: an operator before slots
-        failure = Failure(meta["name"], why_failed(status))
+        failure = Failure(meta["name"], why_failed(status), lws)
         self._broken.setdefault(key, {}).setdefault((pool, int(group), slot), failure)
         return key
 
@@ -93,13 +100,28 @@ def group_pods(children: Children, namespace: str, deployment: str, group: Group
 
 async def recreate(kube: KubeApi, children: Children, body: dict[str, Any], group: Group, failure: Failure,
                    now: str) -> None:  # fmt: skip
-    """Delete every pod of the group (their controllers make them anew) and say why."""
+    """Delete every pod of the group (their controllers make them anew) and say why; for a
+    LeaderWorkerSet's group, only say why (LWS recreates it)."""
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-    pods = group_pods(children, namespace, name, group)
     pool, index, _ = group
-    words = (f"{failure.pod} failed ({failure.why}): recreating group {index} of pool {pool} as a "
+    lws = failure.leader_worker_set
+    pods = (
+        group_pods(children, namespace, name, group)
+        if lws is None
+        else lws_group_pods(children, namespace, lws, index)
+    )
+    who = "recreating" if lws is None else f"LeaderWorkerSet {lws} recreates"
+    words = (f"{failure.pod} failed ({failure.why}): {who} group {index} of pool {pool} as a "
              f"whole ({', '.join(pods)})")  # fmt: skip
     log.warning("%s/%s: %s", namespace, name, words)
-    for pod in pods:
+    for pod in pods if lws is None else ():
         await kube.delete_pod(namespace, pod)
     await kube.event(body, "Warning", GROUP_RECREATED, words, now)
+
+
+def lws_group_pods(children: Children, namespace: str, lws: str, index: int) -> list[str]:
+    """The pods of group `index` of a LeaderWorkerSet: `<lws>-<index>`, the leader, and
+    `<lws>-<index>-<worker>` for its workers 1..size-1 (LWS's leader and worker StatefulSets)."""
+    obj = children.get(("LeaderWorkerSet", namespace, lws)) or {}
+    size = int(((obj.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("size", 1))
+    return [f"{lws}-{index}", *(f"{lws}-{index}-{worker}" for worker in range(1, size))]
