@@ -1,9 +1,9 @@
 """Multi-node replicas as LeaderWorkerSets, checked by a real API server against the real LWS CRD.
 
-No LeaderWorkerSet controller runs here (it is an image), so this proves the part the operator owns:
-the objects it renders are accepted under the CRD's schema, applied server-side (as the operator
-does) with strict field validation, and a field the schema does not declare is refused rather than
-silently dropped.
+No LeaderWorkerSet controller runs here (tests/e2e/test_lws_multi_node.py runs LWS's real one), so
+this proves the part the operator owns for a GPU-sized layout: the objects it renders are accepted
+under the CRD's schema, applied server-side (as the operator does) with strict field validation,
+and a field the schema does not declare is refused rather than silently dropped.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Render tier: every name the LeaderWorkerSet controller derives from a rendered LeaderWorkerSet is
 free in the namespace, and a leader's mpirun reaches exactly the host names LWS gives its workers.
 
-No LWS controller runs in any tier of this project (the Go module proxy here does not serve
-sigs.k8s.io/lws), so `lws_names` models it from its source at kubernetes-sigs/lws tag v0.10.0
-(commit 2161f38f):
+LWS's real controller runs in one e2e module only (tests/e2e/test_lws_multi_node.py: v0.9.0, the
+newest release whose module the Go proxy serves), so here `lws_names` models it from its source
+at kubernetes-sigs/lws tag v0.10.0 (commit 2161f38f; the e2e sees the same names from v0.9.0's):
 - pkg/controllers/leaderworkerset_controller.go: the leader StatefulSet `<lws>` with serviceName
   `<lws>`; reconcileHeadlessServices: the headless Service `<lws>` (CreateHeadlessServiceIfNotExists
   in pkg/utils/controller/controller_utils.go, which keeps any Service already under that name)
