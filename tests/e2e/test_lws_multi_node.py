@@ -12,7 +12,8 @@ reaches rank 1 through the worker's sshd under the host name LWS's headless Serv
   for its StatefulSet-shaped groups, though LWS does the recreating), and the group serves again.
 
 Day one on a cluster with LWS (../shared/reference/review-gpu-path.md §4): an LWS named like the
-client Service left the workers without DNS records; then the group never becomes Ready here.
+client Service left the workers without DNS records. Rendered so again, this module fails: LWS keeps
+the operator's ClusterIP Service as its pods' subdomain and the group is never Ready.
 """
 
 from __future__ import annotations
