@@ -107,13 +107,32 @@ def test_keda_builds_two_binaries_from_one_wrapper_module_at_low_priority(tmp_pa
     assert niceness == ["keda", str(min(ours + 10, 19))] * 2
 
 
+def test_lws_builds_its_manager_alone_at_low_priority_with_its_manifests_and_version(tmp_path: Path) -> None:
+    """LWS's manager (cmd/main.go) from tools/lws, at `nice -n 10`, with the version ldflags
+    upstream's Makefile sets and LWS's install manifests beside it."""
+    (tmp_path / "module/config/default").mkdir(parents=True)
+    (tmp_path / "module/config/default/kustomization.yaml").write_text("resources: []\n")
+    proc, calls = _run(tmp_path, "lws")
+    assert proc.returncode == 0, proc.stderr
+    (build,) = [c for c in calls if c.split()[1] == "build"]
+    assert build.startswith("lws build ") and build.endswith(" sigs.k8s.io/lws/cmd")
+    assert "-X sigs.k8s.io/lws/pkg/version.GitVersion=v0.9.0" in build
+    assert "-X sigs.k8s.io/lws/pkg/version.GitCommit=f056f611ae7721f9983ac35f26bfbae8547fd9f3" in build
+    (manager,) = (Path(d) for d in proc.stdout.split())
+    assert (manager / "lws-manager").is_file()
+    assert (manager / "config/default/kustomization.yaml").is_file()
+    assert binaries(["lws"]) == ("lws-manager",)
+    ours = int(subprocess.run(["nice"], capture_output=True, text=True, check=True).stdout)
+    assert (tmp_path / "calls.nice").read_text().split() == ["lws", str(min(ours + 10, 19))]
+
+
 def test_an_unknown_group_is_refused_with_the_groups_there_are(tmp_path: Path) -> None:
     proc, calls = _run(tmp_path, "monitoring", "grafana")
     assert proc.returncode == 1
     assert calls == []
     assert proc.stderr.strip() == (
         "build-tools: error: unknown group 'grafana' "
-        "(groups: core monitoring gateway routing enforcer stores istio gitops crane release keda)"
+        "(groups: core monitoring gateway routing enforcer stores istio gitops crane release keda lws)"
     )
 
 
