@@ -10,7 +10,7 @@
 #   gitops      kstatus, argocd-lua                               crane     crane alone
 #   keda        KEDA's operator and metrics API server (+ its install manifests), for the one test
 #               that runs KEDA (tests/e2e/test_keda.py), which builds it if need be; beside the tests
-#               (scripts/test.sh) rather than before them, at `nice -n 10` at least: cold, tens of minutes
+#               (scripts/test.sh) rather than before them, at `nice -n 10` at least: cold, about 14 minutes
 #   lws         LeaderWorkerSet's manager (+ its install manifests), for the one test that runs LWS
 #               (tests/e2e/test_lws_multi_node.py), which builds it if need be (never make demo/cluster-up)
 #   release     helm, crane, cosign: what scripts/release.sh pushes, signs and attests with; built
