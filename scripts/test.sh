@@ -17,7 +17,7 @@ trap 'rm -f "$log"; eval "$release_cluster"' EXIT
 
 # KEDA, for its tests (tests/e2e/test_keda.py and test_scale_to_zero.py, exclusive), LWS, for its
 # test (tests/e2e/test_lws_multi_node.py, exclusive), and cosign, for the release test (late in the
-# e2e tier); each waits on this build's lock: cold they build for minutes (KEDA tens of minutes), at
+# e2e tier); each waits on this build's lock: cold they build for minutes (KEDA about 14, trimmed), at
 # the lowest priority beside the tiers instead of before them in `make tools`.
 nice -n 19 e2e/cluster/build-tools.sh keda lws release >/dev/null 2>&1 &
 release_tools=$!

@@ -10,7 +10,7 @@
 #   gitops      kstatus, argocd-lua                               crane     crane alone
 #   keda        KEDA's operator and metrics API server (+ its install manifests), for the one test
 #               that runs KEDA (tests/e2e/test_keda.py), which builds it if need be; beside the tests
-#               (scripts/test.sh) rather than before them, at `nice -n 10` at least: cold, tens of minutes
+#               (scripts/test.sh) rather than before them, at `nice -n 10` at least: cold, about 14 minutes
 #   lws         LeaderWorkerSet's manager (+ its install manifests), for the one test that runs LWS
 #               (tests/e2e/test_lws_multi_node.py), which builds it if need be (never make demo/cluster-up)
 #   release     helm, crane, cosign: what scripts/release.sh pushes, signs and attests with; built
@@ -84,8 +84,10 @@ for g in "${requested[@]}"; do
 done
 
 # Per Go tool: its packages (built from tools/<tool>, or tools/<MODULE[tool]> where tools share a
-# wrapper module), build tags, ldflags, cache key and niceness (NICE: a long build yields the CPUs).
-declare -A PKGS TAGS LDFLAGS VERSION MODULE NICE
+# wrapper module), build tags, ldflags, cache key, niceness (NICE: a long build yields the CPUs) and
+# SOURCE: a function given the tool and a directory, that writes a changed copy of the module there
+# and prints a go.mod building from it (KEDA, trimmed to the scalers the product renders).
+declare -A PKGS TAGS LDFLAGS VERSION MODULE NICE SOURCE
 tool() { local name=$1; VERSION[$name]=$2; LDFLAGS[$name]=$3; shift 3; PKGS[$name]="$*"; }
 k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
  -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34 \
@@ -139,13 +141,22 @@ tool argocd-lua "$GOPHER_LUA_VERSION-$(main_hash argocd-lua)" "-s -w" .
 tool cosign "$COSIGN_VERSION" "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION" \
   github.com/sigstore/cosign/v3/cmd/cosign
 # KEDA's operator and its metrics API server (the external metrics adapter), each its own binary as
-# upstream's Makefile builds them, with the version ldflags it sets; no admission webhooks. The
-# operator links every scaler KEDA has (one package), hence the long cold build.
+# upstream's Makefile builds them, with the version ldflags it sets; no admission webhooks. Built
+# with only the scalers of the triggers the operator renders (tools/keda/trim_scalers.py): KEDA
+# links every scaler it has (one package, each with its service's SDK), which made the cold build
+# the longest of the test world. The trimmed source is part of the cache key.
+KEDA_SCALERS="prometheus cpu memory"
 keda_ldflags="-s -w -X github.com/kedacore/keda/v2/version.Version=${KEDA_VERSION#v} \
  -X github.com/kedacore/keda/v2/version.GitCommit=$KEDA_COMMIT"
-tool keda-operator "$KEDA_VERSION" "$keda_ldflags" github.com/kedacore/keda/v2/cmd/operator
-tool keda-adapter "$KEDA_VERSION" "$keda_ldflags" github.com/kedacore/keda/v2/cmd/adapter
+keda_version="$KEDA_VERSION-$(echo "$KEDA_SCALERS" | cat - "$here/tools/keda/trim_scalers.py" | sha256sum | cut -c1-8)"
+tool keda-operator "$keda_version" "$keda_ldflags" github.com/kedacore/keda/v2/cmd/operator
+tool keda-adapter "$keda_version" "$keda_ldflags" github.com/kedacore/keda/v2/cmd/adapter
 MODULE[keda-operator]=keda MODULE[keda-adapter]=keda NICE[keda-operator]=10 NICE[keda-adapter]=10
+keda_source() {
+  local src; src=$(module_dir keda github.com/kedacore/keda/v2) || return 1
+  nice -n "${NICE[$1]}" python3 "$here/tools/keda/trim_scalers.py" "$here/tools/keda" "$src" "$2" $KEDA_SCALERS
+}
+SOURCE[keda-operator]=keda_source SOURCE[keda-adapter]=keda_source
 # LWS's manager (cmd/main.go: the controllers, the webhooks and their cert-controller), as upstream's
 # Makefile builds bin/manager, with its version ldflags (a fixed build date, for a reproducible binary).
 tool lws-manager "$LWS_VERSION" "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=$LWS_VERSION \
@@ -181,9 +192,13 @@ build() {
     local log="$cache/logs/build-$t.log" dest="$out/"; mkdir -p "$(dirname "$log")"
     [ ${#pkgs[@]} -eq 1 ] && dest="$out/$t"
     echo "build-tools: building $t ${VERSION[$t]} (cold builds take minutes; log: $log)" >&2
-    local start=$SECONDS
-    (cd "$(mod "$t")" && nice -n "${NICE[$t]:-0}" go build -trimpath ${TAGS[$t]:+-tags "${TAGS[$t]}"} -ldflags "${LDFLAGS[$t]}" \
-      -o "$dest" "${pkgs[@]}") >"$log" 2>&1 || die "building $t ${VERSION[$t]} failed; see $log"
+    local start=$SECONDS modfile=
+    if [ -n "${SOURCE[$t]:-}" ]; then
+      modfile=$("${SOURCE[$t]}" "$t" "$out/src" 2>"$log") || die "preparing $t's source failed; see $log"
+    fi
+    (cd "$(mod "$t")" && nice -n "${NICE[$t]:-0}" go build -trimpath ${modfile:+-modfile "$modfile"} \
+      ${TAGS[$t]:+-tags "${TAGS[$t]}"} -ldflags "${LDFLAGS[$t]}" -o "$dest" "${pkgs[@]}") >>"$log" 2>&1 \
+      || die "building $t ${VERSION[$t]} failed; see $log"
     echo "build-tools: $t built in $((SECONDS - start)) s" >&2
     touch "$out/.complete"
   fi

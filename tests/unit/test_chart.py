@@ -656,6 +656,18 @@ def test_every_value_is_documented_and_in_the_schema() -> None:
     walk(schema, values, "values")
 
 
+def test_extra_env_cannot_shadow_what_the_chart_sets() -> None:
+    """A variable the chart sets from its values, repeated in operator.extraEnv, would be set twice
+    (the later wins in Kubernetes, silently): the schema refuses each, so a new one must join it."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    extra = schema["properties"]["operator"]["properties"]["extraEnv"]["items"]["properties"]["name"]
+    refused = re.compile(extra["not"]["pattern"])
+    template = (CHART / "templates/deployment.yaml").read_text()
+    set_by_chart = set(re.findall(r"- name: (LLMOP_\w+)", template))
+    assert len(set_by_chart) > 20, "the template's variables were not found"
+    assert {name for name in set_by_chart if not refused.match(name)} == set()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
