@@ -37,7 +37,10 @@ def test_the_python_copy_copies_the_package(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
     copied = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
-    assert copied == sorted(f"llm_operator/{rel}" for rel in inject.files())
+    assert copied == sorted(rel for rel, _ in inject.sources())
+    ours = sorted(p for p in copied if p.startswith("llm_operator/"))
+    assert ours == sorted(f"llm_operator/{rel}" for rel in inject.files())
+    assert "h11/__init__.py" in copied and "h11/LICENSE.txt" in copied, "the front door's HTTP parser"
     assert "llm_operator/runtime/launcher.py" in copied and "llm_operator/engine/build.py" in copied
     assert "llm_operator/engine/fetch.py" in copied, "the build Job's fetch and publish steps"
     assert "llm_operator/frontdoor/__main__.py" in copied, "the launcher starts the front door"
@@ -48,7 +51,8 @@ def test_the_python_copy_copies_the_package(tmp_path: Path) -> None:
 def test_the_copy_imports_with_the_standard_library_alone(tmp_path: Path) -> None:
     """All but the front door, which the serving images' jinja2 and tokenizers serve
     (tests/unit/test_frontdoor_process.py guards its imports), and the llmapi wrapper, which
-    Triton's stub imports from the model repository beside its base model."""
+    Triton's stub imports from the model repository beside its base model. The libraries shipped
+    with the copy (h11) import from it, on the standard library alone."""
     inject.copy(tmp_path)
     modules = sorted(
         ".".join(p.relative_to(tmp_path).with_suffix("").parts).removesuffix(".__init__")
@@ -65,9 +69,10 @@ def test_the_copy_imports_with_the_standard_library_alone(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr  # a ModuleNotFoundError names the package it needs
     seen = json.loads(done.stdout)
     third_party = {m for m in seen["top"] if m not in sys.stdlib_module_names and not m.startswith("_")}
-    assert third_party == {"llm_operator"}, third_party
-    ours = [f for f in seen["files"] if "llm_operator" in f]
+    assert third_party == {"llm_operator", *inject.LIBRARIES}, third_party
+    ours = [f for f in seen["files"] if any(f"/{name}/" in f for name in ("llm_operator", *inject.LIBRARIES))]
     assert ours and all(f.startswith(str(tmp_path)) for f in ours), "every module came from the copy"
+    assert any(f.endswith("/h11/__init__.py") for f in ours)
 
 
 def test_both_entry_points_run_from_the_copy(tmp_path: Path) -> None:
