@@ -66,8 +66,11 @@ def _too_large(limit: int) -> P.ApiError:
     return P.ApiError(413, f"the request body is larger than this server's limit of {limit // 1024} KiB")
 
 
-def _refusal(e: h11.RemoteProtocolError) -> P.ApiError:
+def _refusal(e: h11.RemoteProtocolError, limits: HttpLimits) -> P.ApiError:
     status = e.error_status_hint if e.error_status_hint in (400, 431, 501) else 400
+    if status == 431:  # h11's only 431: its receive buffer past max_incomplete_event_size
+        return P.ApiError(431, f"the request's head is larger than this server's limit of "
+                          f"{limits.max_head_bytes // 1024} KiB")  # fmt: skip
     detail = str(e)
     detail = detail if len(detail) <= 160 else detail[:160] + "..."  # h11 may quote what it refused
     return P.ApiError(status, f"malformed HTTP request: {detail}")
@@ -84,25 +87,27 @@ class Peer:
         self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_head_bytes)
         self.held = b""  # written ahead of the next write (a stream's head, with its first event)
         self.request_id = ""  # of the request being answered: X-Request-Id on its response
-        self.ahead = 0  # bytes read past the request being answered
         self.eof = False
         self.requests = 0
 
-    async def _receive(self, deadline: float | None) -> bool:
-        """Read once into h11 (b"" at EOF); False if nothing came by the deadline."""
+    async def _receive(self, deadline: float | None) -> int | None:
+        """Read once into h11 (b"" at EOF): how many bytes, None if none came by the deadline."""
         if self.eof:
-            return True
+            return 0
         try:
             async with asyncio.timeout_at(deadline):
                 data = await self.reader.read(CHUNK)
         except TimeoutError:
-            return False
+            return None
         except OSError:
             data = b""
         self.eof = not data
-        self.ahead += len(data)
         self.conn.receive_data(data)
-        return True
+        return len(data)
+
+    def _buffered(self) -> int:
+        """Bytes read and not yet parsed (h11 copies them: called once per request)."""
+        return len(self.conn.trailing_data[0])
 
     def _next(self) -> Any:
         try:
@@ -110,7 +115,7 @@ class Peer:
         except h11.RemoteProtocolError as e:
             if self.eof:
                 raise Gone from None
-            raise _refusal(e) from None
+            raise _refusal(e, self.limits) from None
 
     async def request(self) -> Request | None:
         """The next request's head, or None: the client ended the connection between requests
@@ -119,22 +124,31 @@ class Peer:
             if self.conn.our_state is not h11.DONE or self.conn.their_state is not h11.DONE:
                 return None  # closing (Connection: close, HTTP/1.0, a body left unread)
             self.conn.start_next_cycle()
-        loop = asyncio.get_running_loop()
-        started = self.ahead > 0 or not self.requests  # a new connection's clock starts at accept
-        limits = self.limits
-        deadline = loop.time() + (limits.head_timeout_s if started else limits.idle_timeout_s)
+        loop, limits = asyncio.get_running_loop(), self.limits
+        # A new connection has the head timeout from its accept; a kept-alive one the idle timeout
+        # until a byte of its next request arrives, then the head timeout.
+        idle = bool(self.requests) and not self._buffered()
+        deadline = loop.time() + (limits.idle_timeout_s if idle else limits.head_timeout_s)
+        got = not idle and bool(self.requests)
         while (event := self._next()) is h11.NEED_DATA:
-            if not await self._receive(deadline):
-                if not started and not self.ahead:
+            read = await self._receive(deadline)
+            if read is None:
+                if not got:  # nothing of a request came: closed without an answer
                     return None
                 raise P.ApiError(408, f"the request's head did not arrive within {limits.head_timeout_s:g} s")
-            if not started and self.ahead:
-                started, deadline = True, loop.time() + limits.head_timeout_s
+            if read and not got:
+                got = True
+                if idle:
+                    deadline = loop.time() + limits.head_timeout_s
         if isinstance(event, h11.ConnectionClosed):
             return None
         assert isinstance(event, h11.Request), event
         self.requests += 1
-        self.ahead = 0
+        # h11 checks its buffer only while a head is incomplete: one that came whole in a read is
+        # measured here (its line and fields, as sent less optional whitespace).
+        size = len(event.method) + len(event.target) + 12 + sum(len(n) + len(v) + 4 for n, v in event.headers)
+        if size > limits.max_head_bytes:
+            raise _refusal(h11.RemoteProtocolError("head too large", error_status_hint=431), limits)
         if len(event.headers) > limits.max_headers:
             count = len(event.headers)
             raise P.ApiError(431, f"the request has {count} header fields, more than {limits.max_headers}")
@@ -161,7 +175,7 @@ class Peer:
         while True:
             event = self._next()
             if event is h11.NEED_DATA:
-                if not await self._receive(deadline):
+                if await self._receive(deadline) is None:
                     late = self.limits.body_timeout_s
                     raise P.ApiError(408, f"the request body did not arrive within {late:g} s")
                 continue
@@ -171,7 +185,6 @@ class Peer:
                     raise _too_large(limit)
                 parts.append(event.data)
             elif isinstance(event, h11.EndOfMessage):
-                self.ahead = 0
                 return b"".join(parts)
             else:
                 raise Gone
@@ -180,8 +193,9 @@ class Peer:
         """Returns when the client has closed its side (EOF) while its request is answered; what it
         sends meanwhile (a pipelined request) is kept for h11, up to read_ahead_bytes, after which
         nothing more is read until the answer is done."""
-        while self.ahead < self.limits.read_ahead_bytes and not self.eof:
-            await self._receive(None)
+        ahead = self._buffered()
+        while ahead < self.limits.read_ahead_bytes and not self.eof:
+            ahead += await self._receive(None) or 0
         if not self.eof:
             await asyncio.Event().wait()  # cancelled once the answer is done
 
@@ -190,7 +204,10 @@ class Peer:
             headers.append((b"X-Request-Id", self.request_id.encode()))
         if close:
             headers.append((b"Connection", b"close"))
-        reason = HTTPStatus(status).phrase.encode() if status in HTTPStatus._value2member_map_ else b"Error"
+        try:
+            reason = HTTPStatus(status).phrase.encode()
+        except ValueError:
+            reason = b"Error"
         return self.conn.send(h11.Response(status_code=status, headers=headers, reason=reason)) or b""
 
     def can_answer(self) -> bool:
