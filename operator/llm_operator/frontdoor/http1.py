@@ -25,6 +25,7 @@ MAX_BODY = 16 * 2**20
 MIN_BODY = 2**20
 BODY_BYTES_PER_TOKEN = 32  # a token's share of a body: JSON-escaped CJK runs ~24 bytes a token
 CHUNK = 65536
+LINGER_S = 2.0  # reading and dropping what a refused client still sends, before closing
 
 
 @dataclass(frozen=True)
@@ -199,6 +200,13 @@ class Peer:
         if not self.eof:
             await asyncio.Event().wait()  # cancelled once the answer is done
 
+    async def linger(self) -> None:
+        """Before closing on a refused request whose bytes may still be coming (a body over the
+        cap, a slow head): our side shut, and what the client sends read and dropped until it
+        closes, for LINGER_S at most. A close with unread bytes would be a reset, which can
+        destroy the answer before the client reads it (nginx's lingering close)."""
+        await _linger(self.reader, self.writer)
+
     def _head(self, status: int, headers: list[tuple[bytes, bytes]], close: bool) -> bytes:
         if self.request_id:
             headers.append((b"X-Request-Id", self.request_id.encode()))
@@ -261,23 +269,27 @@ def request_id(headers: dict[str, str]) -> str:
 
 
 async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, open_now: int) -> None:
-    """A connection past the cap: a 503 in OpenAI's format (the SDK retries it), our side shut,
-    and what the client sends read and dropped until it closes its own, for a second at most: a
-    close with unread bytes would be a reset, which can destroy the answer before it is read."""
+    """A connection past the cap: a 503 in OpenAI's format (the SDK retries it), then a lingering
+    close (Peer.linger)."""
     error = P.ApiError(503, f"the server has {open_now} connections open, its limit; retry shortly",
                        kind="server_error", code="too_many_connections")  # fmt: skip
     body = json.dumps(error.body()).encode()
     writer.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
                  b"Content-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\n\r\n%s"
                  % (len(body), body))  # fmt: skip
-    try:
-        async with asyncio.timeout(1.0):
-            writer.write_eof()
-            while await reader.read(CHUNK):
-                pass
-    except (OSError, TimeoutError):
-        pass
+    await _linger(reader, writer)
     if writer.transport.get_write_buffer_size():
         writer.transport.abort()  # the client takes nothing: no flush to wait for
     else:
         writer.close()
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        async with asyncio.timeout(LINGER_S):
+            if writer.can_write_eof() and not writer.transport.is_closing():
+                writer.write_eof()
+            while await reader.read(CHUNK):
+                pass
+    except (OSError, TimeoutError):
+        pass
