@@ -25,7 +25,10 @@ MAX_BODY = 16 * 2**20
 MIN_BODY = 2**20
 BODY_BYTES_PER_TOKEN = 32  # a token's share of a body: JSON-escaped CJK runs ~24 bytes a token
 CHUNK = 65536
-LINGER_S = 2.0  # reading and dropping what a refused client still sends, before closing
+# Reading and dropping what a refused client still sends, before closing: at most this long, and
+# this much (a body the cap refused on its Content-Length, still on its way).
+LINGER_S = 2.0
+LINGER_BYTES = MAX_BODY
 
 
 @dataclass(frozen=True)
@@ -203,7 +206,7 @@ class Peer:
     async def linger(self) -> None:
         """Before closing on a refused request whose bytes may still be coming (a body over the
         cap, a slow head): our side shut, and what the client sends read and dropped until it
-        closes, for LINGER_S at most. A close with unread bytes would be a reset, which can
+        closes, for LINGER_S and LINGER_BYTES at most. A close with unread bytes would be a reset, which can
         destroy the answer before the client reads it (nginx's lingering close)."""
         await _linger(self.reader, self.writer)
 
@@ -289,7 +292,8 @@ async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
         async with asyncio.timeout(LINGER_S):
             if writer.can_write_eof() and not writer.transport.is_closing():
                 writer.write_eof()
-            while await reader.read(CHUNK):
-                pass
+            dropped = 0
+            while dropped < LINGER_BYTES and (data := await reader.read(CHUNK)):
+                dropped += len(data)
     except (OSError, TimeoutError):
         pass

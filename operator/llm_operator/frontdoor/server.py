@@ -395,8 +395,7 @@ async def _next(pieces: AsyncGenerator[Answer, None]) -> Answer | None:
 
 
 async def serve(door: FrontDoor, host: str | None, port: int) -> asyncio.Server:
-    # Nagle would hold small SSE chunks back; asyncio sets TCP_NODELAY on its sockets already. A
-    # deep backlog: a burst of connections is accepted (and what passes the cap answered 503)
-    # rather than left to the kernel's SYN retries, which would delay honest clients by seconds.
-    return await asyncio.start_server(door.connection, host, port, limit=H.CHUNK, reuse_address=True,
-                                      backlog=1024)  # fmt: skip
+    # Nagle would hold small SSE chunks back; asyncio sets TCP_NODELAY on its sockets already.
+    # asyncio's default backlog (100), which is also how many connections one turn of the loop
+    # accepts: 1,024 at once held every stream for 177 ms (tests/triton/test_frontdoor_limits.py).
+    return await asyncio.start_server(door.connection, host, port, limit=H.CHUNK, reuse_address=True)
