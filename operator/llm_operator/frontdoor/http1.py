@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
+import traceback
 import uuid
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -262,6 +264,23 @@ class Peer:
                 await self.writer.drain()
         except TimeoutError:
             raise Gone from None
+
+
+def log(line: str) -> None:
+    """One line of the pod's log: a refusal says its status, request, client and why."""
+    print(f"llm-operator-frontdoor: {line}", file=sys.stderr, flush=True)
+
+
+def client(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "a client"
+
+
+def defect(e: BaseException) -> str:
+    """An unexpected exception in one line: its type, message and innermost frame."""
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f" at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else ""
+    return f"{type(e).__name__}: {str(e)[:200]}{where}"
 
 
 def request_id(headers: dict[str, str]) -> str:

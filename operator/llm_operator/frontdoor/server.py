@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
-import traceback
 import urllib.parse
 from collections.abc import AsyncGenerator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -52,7 +50,6 @@ class Settings:
 
 # What Triton generates for: cancelled there when the client's connection ends (EOF) midway.
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
-NAME = "llm-operator-frontdoor"
 # Requests prepared at once (JSON, template, tokens); tokenizers encodes without the GIL.
 PREPARE_THREADS = 4
 # A body this small is prepared on the event loop: a few thousand tokens at most, well under a
@@ -72,7 +69,7 @@ class FrontDoor:
 
     async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.open >= self.settings.http.max_connections:
-            _log(f"503 to {_client(writer)}: {self.open} connections open, the limit")
+            H.log(f"503 to {H.client(writer)}: {self.open} connections open, the limit")
             await H.refuse(reader, writer, self.open)
             return
         self.open += 1
@@ -130,7 +127,7 @@ class FrontDoor:
         while none has started."""
         what = f"{request.method} {request.path[:100]}" if request else "a request"
         rid = f" [{peer.request_id}]" if peer.request_id else ""
-        _log(f"{e.status} to {what} from {_client(peer.writer)}{rid}: {why or e.message[:300]}")
+        H.log(f"{e.status} to {what} from {H.client(peer.writer)}{rid}: {why or e.message[:300]}")
         if not peer.can_answer():
             raise H.Gone  # a response is under way: the connection can only end
         await peer.json(e.status, e.body(), close)
@@ -164,7 +161,7 @@ class FrontDoor:
             raise
         except Exception as e:  # a defect, before any byte of the response: a 500, one line logged
             error = P.ApiError(500, f"the front door failed ({type(e).__name__})", kind="server_error")
-            await self._error(peer, request, error, close=True, why=_defect(e))
+            await self._error(peer, request, error, close=True, why=H.defect(e))
             return False
 
     def _authorize(self, path: str, headers: dict[str, str]) -> None:
@@ -287,7 +284,7 @@ class FrontDoor:
         except (H.Gone, ConnectionError):
             raise
         except Exception as e:  # a defect here: the client still gets an ending, the log one line
-            _log(f"500 in the stream of {peer.request_id} to {_client(peer.writer)}: {_defect(e)}")
+            H.log(f"500 in the stream of {peer.request_id} to {H.client(peer.writer)}: {H.defect(e)}")
             await peer.event(P.ApiError(500, f"the front door failed ({type(e).__name__})",
                                         kind="server_error").body())  # fmt: skip
         finally:
@@ -327,22 +324,6 @@ class FrontDoor:
 async def _json(peer: H.Peer, status: int, body: dict[str, Any], close: bool) -> bool:
     await peer.json(status, body, close)
     return True
-
-
-def _log(line: str) -> None:
-    print(f"{NAME}: {line}", file=sys.stderr, flush=True)
-
-
-def _client(writer: asyncio.StreamWriter) -> str:
-    peer = writer.get_extra_info("peername")
-    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "a client"
-
-
-def _defect(e: BaseException) -> str:
-    """An unexpected exception in one line: its type, message and innermost frame."""
-    frames = traceback.extract_tb(e.__traceback__)
-    where = f" at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else ""
-    return f"{type(e).__name__}: {str(e)[:200]}{where}"
 
 
 def _finish(stops: R.Stops, counts: dict[str, int], gen: P.Generation, reason: str | None) -> str:
