@@ -54,7 +54,7 @@ GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
 PREPARE_THREADS = 4
 # A body this small is prepared on the event loop: a few thousand tokens at most, well under a
 # millisecond for a model's tokenizer (5 ms for the cpu-reference's byte tokenizer on a loaded
-# machine), where the hop to a worker thread and back cost 2.3 ms at the p50 of bench P8 (two
+# machine), where the hop to a worker thread and back added about 2 ms to bench P8's p50 (two
 # cores at a load of 6: each hand-off waits for the scheduler). P8's requests are ~150 bytes.
 INLINE_BYTES = 2048
 Result = TypeVar("Result")
