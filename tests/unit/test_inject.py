@@ -96,3 +96,19 @@ def test_a_module_that_needs_a_package_fails_the_check(tmp_path: Path) -> None:
     (tmp_path / "llm_operator/runtime/drain.py").write_text("import prometheus_client\n")
     done = isolated(tmp_path, "import llm_operator.runtime.launcher")
     assert done.returncode != 0 and "No module named 'prometheus_client'" in done.stderr
+
+
+def test_each_shipped_library_is_pinned_to_the_version_installed() -> None:
+    """The launcher tag covers the libraries' files: the operator's install and the image builder's
+    environment must hold the same bytes, so pyproject.toml pins each to one version (the locks
+    pin its files' hashes), and this environment has that version."""
+    import importlib.metadata
+    import tomllib
+
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    pins = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    for name in inject.LIBRARIES:
+        (pin,) = [p for p in pins if p.split("==")[0].strip() == name]
+        assert pin == f"{name}=={importlib.metadata.version(name)}", pin
+        shipped = [rel for rel, _ in inject.library_files(name)]
+        assert f"{name}/__init__.py" in shipped and f"{name}/{inject.LICENSE}" in shipped
