@@ -1,6 +1,8 @@
 """P8, the front door's cost: time to first token (TTFT) and inter-token latency (ITL) of the same
 streamed requests through the OpenAI API (/v1/completions, stream) and through Triton's native
-generate_stream, on the same leader pod's processes (llm-operator-launch with the CPU runtime's
+generate_stream of the model the front door calls (the engine contract's `tensorrt_llm`, given the
+prompt's ids: the cpu-reference default, the LLM API contract, has no ensemble to call), on the
+same leader pod's processes (llm-operator-launch with the CPU runtime's
 tritonserver and the front door: tests/triton/leader.py) and the same prompts, alternated so both
 see the same machine load. Goal: added TTFT p50 <= 2 ms and p99 <= 10 ms.
 
@@ -40,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
+from llm_operator.frontdoor.tokenizer import Tokenizer
 
 from tests.triton.leader import leader_pod
 
@@ -54,24 +57,38 @@ def spec() -> LLMDeploymentSpec:
     return LLMDeploymentSpec.model_validate({
         "model": {"name": "tiny", "source": {"uri": "builtin://tiny-llama"}},
         "engine": {"backend": "cpu-reference", "maxBatchSize": 8, "maxInputLen": 64, "maxSeqLen": 256,
-                   "maxNumTokens": 256},
+                   "maxNumTokens": 256, "cpuReference": {"contract": "tensorrt-engine"}},
         "runtime": {"streaming": True, "batching": {"maxQueueDelayMicroseconds": 0}},
     })  # fmt: skip
 
 
-def native_text(event: dict[str, Any]) -> str:
-    return str(event.get("text_output", ""))
+def native_body(tokenizer: Tokenizer, prompt: str) -> dict[str, object]:
+    """What the front door sends the engine contract's model for the OpenAI side's request
+    (frontdoor/triton_inputs.py engine_inputs; temperature 0 is top_k 1): the native side asks the
+    model the front door calls for the same generation, so the difference is the front door's own
+    work (parsing, tokenizing, decoding the ids, OpenAI's events)."""
+    ids = tokenizer.prompt_ids(prompt, chat=False)
+    body = {"input_ids": ids, "input_lengths": len(ids), "request_output_len": MAX_TOKENS,
+            "exclude_input_in_output": True, "streaming": True, "runtime_top_k": 1}  # fmt: skip
+    if tokenizer.end_id is not None:
+        body["end_id"] = body["pad_id"] = tokenizer.end_id
+    return body
 
 
-def openai_text(event: dict[str, Any]) -> str:
-    return str(event["choices"][0]["text"]) if event.get("choices") else ""
+def native_text(event: dict[str, Any]) -> bool:
+    """Whether the event carries tokens."""
+    return "output_ids" in event
+
+
+def openai_text(event: dict[str, Any]) -> bool:
+    return bool(event.get("choices") and event["choices"][0]["text"])
 
 
 def timed(
     port: int,
     path: str,
     body: dict[str, object],
-    text: Callable[[dict[str, Any]], str],
+    text: Callable[[dict[str, Any]], bool],
     kept: socket.socket | None,
 ) -> tuple[float, list[float]]:
     """TTFT and the gaps between text events, in seconds, of one streamed request: on `kept`, a
@@ -132,9 +149,8 @@ def run(print_fn: Callable[[str], None] = print) -> None:
             prompt = PROMPTS[i % len(PROMPTS)]
             for mode, native_conn, openai_conn in (("kept-alive", native_kept, openai_kept),
                                                    ("new connection", None, None)):  # fmt: skip
-                a = timed(pod.http_port, "/v2/models/ensemble/generate_stream",
-                          {"text_input": prompt, "max_tokens": MAX_TOKENS, "stream": True,
-                           "exclude_input_in_output": True}, native_text, native_conn)  # fmt: skip
+                a = timed(pod.http_port, "/v2/models/tensorrt_llm/generate_stream",
+                          native_body(pod.tokenizer, prompt), native_text, native_conn)  # fmt: skip
                 b = timed(pod.openai_port, "/v1/completions",
                           {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "stream": True,
                            "temperature": 0},  # greedy, as the native side: the same decoding

@@ -1,7 +1,8 @@
 """The launcher image: exactly the files the operator injects into serving pods and build Jobs
-(llm_operator/inject.py files(), under inject.LAUNCHER_SOURCE) and Debian's static busybox, which
-copies them into the pod's emptyDir (inject.copy_command; render/inject.py runs it as the init
-container). No Python, no shell beyond busybox's applets, nothing else of the operator.
+(llm_operator/inject.py sources(): the operator's, and the libraries the front door needs from this
+environment, under inject.LAUNCHER_SOURCE) and Debian's static busybox, which copies them into the
+pod's emptyDir (inject.copy_command; render/inject.py runs it as the init container). No Python, no
+shell beyond busybox's applets, nothing else of the operator.
 
 Tagged with inject.content_tag() of the checkout's package, the function the operator applies to
 its own installed package to name the image it runs (llm_operator/images.py launcher_image), so
@@ -17,7 +18,6 @@ from pathlib import Path
 from llm_operator import inject
 from llm_operator.render.inject import INJECT_PATH
 
-from images.builder.cache import files_under
 from images.builder.oci import ImageConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,11 +34,8 @@ def tag() -> str:
 def inputs() -> list[tuple[str, bytes]]:
     version = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "busybox-static"],
                              capture_output=True, check=True).stdout  # fmt: skip
-    injected = [str((PACKAGE / rel).relative_to(REPO)) for rel in inject.files(PACKAGE)]
-    return [
-        ("busybox-static", version),
-        *((str(p.relative_to(REPO)), p.read_bytes()) for p in files_under(REPO, *injected)),
-    ]
+    # The operator's files from the checkout, h11's from this environment (inject.LIBRARIES).
+    return [("busybox-static", version), *((rel, p.read_bytes()) for rel, p in inject.sources(PACKAGE))]
 
 
 def assemble(rootfs: Path, work: Path) -> ImageConfig:

@@ -14,16 +14,21 @@ its pod templates are unchanged and no serving pod rolls.
 image test, use it as the init container's stand-in).
 
 Standard library only, like everything it copies (tests/unit/test_inject.py imports the copy with
-nothing else on sys.path), except the front door, which also uses jinja2 and tokenizers: the
-serving images have both (NVIDIA's through transformers; the CPU runtime image pins them).
+nothing else on sys.path), except the front door, which also uses jinja2 and tokenizers (the
+serving images have both: NVIDIA's through transformers, the CPU runtime image pins them) and the
+LIBRARIES no image promises, copied beside llm_operator/ with their licenses: h11, its HTTP/1.1
+parser. They come from the operator's own environment, where pyproject.toml pins each to one
+version and requirements/*.lock to its files' hashes, so the builder's checkout and the operator's
+install hash the same bytes; their source is never in this repository.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import shutil
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 PACKAGE = Path(__file__).resolve().parent
 # In the launcher image: llm_operator/<files()> under LAUNCHER_SOURCE, and the copier.
@@ -31,6 +36,9 @@ LAUNCHER_SOURCE = "/launcher"
 COPIER = "/busybox"
 # 64 bits of sha256: a tag names one set of files among a project's releases, not an adversary's.
 TAG_HEX = 16
+# Pure-Python packages the front door imports (frontdoor/http1.py), shipped as DEST/<name>/.
+LIBRARIES = ("h11",)
+LICENSE = "LICENSE.txt"  # a library's license, in its copy
 
 
 def copy_command(dest: str) -> list[str]:
@@ -40,12 +48,12 @@ def copy_command(dest: str) -> list[str]:
 
 
 def content_hash(package: Path = PACKAGE) -> str:
-    """sha256 over files(), in order, each as its relative POSIX path, its length and its bytes
+    """sha256 over sources(), in order, each as its path under DEST, its length and its bytes
     (lengths keep one file's end from passing for the next one's start)."""
     digest = hashlib.sha256()
-    for rel in files(package):
-        data = (package / rel).read_bytes()
-        digest.update(f"{rel.as_posix()}\0{len(data)}\0".encode())
+    for rel, source in sources(package):
+        data = source.read_bytes()
+        digest.update(f"{rel}\0{len(data)}\0".encode())
         digest.update(data)
     return digest.hexdigest()
 
@@ -67,13 +75,38 @@ def files(package: Path = PACKAGE) -> list[Path]:
     return [Path("__init__.py"), Path("contract.py"), *runtime, *engine, *frontdoor]
 
 
+def library_files(name: str, package: Path = PACKAGE) -> list[tuple[str, Path]]:
+    """A library's modules and license: (path under DEST, source). Read from beside `package` where
+    a copy lies there (the launcher image's, a test's), else from the installed distribution."""
+    beside = package.parent / name
+    if (beside / "__init__.py").is_file():
+        root, license_file = beside, beside / LICENSE
+    else:
+        dist = importlib.metadata.distribution(name)
+        root = Path(str(dist.locate_file(name)))
+        found = [f for f in dist.files or () if f.name.startswith(("LICENSE", "COPYING"))]
+        if not found:
+            raise FileNotFoundError(f"the installed {name} has no license file to ship with it")
+        license_file = Path(str(dist.locate_file(found[0])))
+    modules = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+    shipped = [(f"{name}/{p.relative_to(root).as_posix()}", p) for p in modules]
+    return [*shipped, (f"{name}/{LICENSE}", license_file)]
+
+
+def sources(package: Path = PACKAGE) -> list[tuple[str, Path]]:
+    """Every injected file: its path under DEST (llm_operator/..., then each library's) and the
+    file it is copied from."""
+    ours = [(str(PurePosixPath("llm_operator", rel.as_posix())), package / rel) for rel in files(package)]
+    return ours + [entry for name in LIBRARIES for entry in library_files(name, package)]
+
+
 def copy(dest: Path, package: Path = PACKAGE) -> list[Path]:
-    """Copy files() of `package` to DEST/llm_operator/; returns what it wrote."""
+    """Copy sources() of `package` to DEST (DEST/llm_operator/, DEST/h11/); returns what it wrote."""
     written = []
-    for rel in files(package):
-        target = dest / "llm_operator" / rel
+    for rel, source in sources(package):
+        target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(package / rel, target)
+        shutil.copyfile(source, target)
         written.append(target)
     return written
 

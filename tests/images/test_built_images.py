@@ -87,7 +87,8 @@ def test_launcher_holds_the_injected_files_and_its_entrypoint_copies_them(
     package = REPO / "operator" / "llm_operator"
     launcher = image("launcher")
     files = sorted(str(p.relative_to(launcher.path)) for p in launcher.path.rglob("*") if not p.is_dir())
-    injected = {f"llm_operator/{rel}": (package / rel).read_bytes() for rel in inject.files(package)}
+    injected = {rel: source.read_bytes() for rel, source in inject.sources(package)}
+    assert "h11/__init__.py" in injected, "the front door's HTTP/1.1 parser, from this environment"
     source = launcher.path / inject.LAUNCHER_SOURCE.lstrip("/")
     assert files == sorted(
         [inject.COPIER.lstrip("/"), *(str(source.relative_to(launcher.path) / f) for f in injected)]
@@ -224,7 +225,7 @@ def test_cpu_runtime_serves_its_packaged_model_from_its_own_files(image: Callabl
 def test_cpu_runtime_has_the_front_doors_tokenizer_and_chat_templates(image: Callable[[str], Rootfs]) -> None:
     """The image's own python3, with the front door copied in as the pod's init container does,
     loads the cpu-reference tokenizer directory written at build time, counts the model's byte ids
-    and renders its chat template."""
+    and renders its chat template; its HTTP/1.1 (h11) is the copy's."""
     from llm_operator.runtime.cpu_reference.tiny_lm import encode
 
     runtime = image("cpu-runtime")
@@ -234,6 +235,8 @@ def test_cpu_runtime_has_the_front_doors_tokenizer_and_chat_templates(image: Cal
         "from llm_operator import contract\n"
         "from llm_operator.frontdoor.chat import render_chat\n"
         "from llm_operator.frontdoor.tokenizer import Tokenizer\n"
+        "from llm_operator.frontdoor import http1\n"
+        "print(http1.h11.__file__)\n"
         "tok = Tokenizer.load(contract.CPU_REFERENCE_TOKENIZER_DIR)\n"
         f"text = {text!r}\n"
         "print(tok.count(text))\n"
@@ -241,7 +244,8 @@ def test_cpu_runtime_has_the_front_doors_tokenizer_and_chat_templates(image: Cal
     )
     rendered = runtime.run(["python3", "-c", probe], {"PYTHONPATH": INJECT_PATH})
     assert rendered.returncode == 0, rendered.stdout
-    count, chat = rendered.stdout.splitlines()[-2:]
+    h11_file, count, chat = rendered.stdout.splitlines()[-3:]
+    assert h11_file == f"{INJECT_PATH}/h11/__init__.py"
     assert int(count) == len(encode(text)) == 16
     assert chat == repr(f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n")
 

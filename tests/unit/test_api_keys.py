@@ -114,7 +114,9 @@ def test_the_front_door_answers_401_in_openais_format_before_reading_a_body(tmp_
                                          "Content-Length: 16777216\r\n\r\n")  # fmt: skip
             assert status == 401 and body["error"]["code"] == "invalid_api_key", body
             assert body["error"]["type"] == "invalid_request_error" and KEY not in json.dumps(body)
-            models = "GET /v1/models HTTP/1.1\r\nConnection: close\r\nAuthorization: Bearer {}\r\n\r\n"
+            models = (
+                "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {}\r\n\r\n"
+            )
             assert (await request(port, models.format(OTHER)))[0] == 401
             status, body = await request(port, models.format(KEY))
             assert status == 200 and [m["id"] for m in body["data"]] == ["m"]

@@ -138,7 +138,8 @@ for module in sys.argv[1:]:
 
 def test_the_front_door_imports_only_what_serving_images_carry() -> None:
     """Standard library, jinja2 and tokenizers (NVIDIA's images and the cpu-runtime image have
-    them), and of this package only the contract and itself."""
+    them), h11 (shipped beside the injected package: tests/unit/test_inject.py), and of this
+    package only the contract and itself."""
     modules = [f"llm_operator.frontdoor.{p.stem}" for p in sorted((PACKAGE / "frontdoor").glob("*.py"))]
     result = subprocess.run([sys.executable, "-c", IMPORT_GUARD, *modules], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

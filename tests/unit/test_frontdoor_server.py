@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llm_operator.frontdoor.http1 import HttpLimits
 from llm_operator.frontdoor.protocol import Limits
 from llm_operator.frontdoor.server import FrontDoor, Settings, serve
 from llm_operator.frontdoor.tokenizer import Tokenizer
@@ -103,6 +104,7 @@ async def front_door(
     seen: list[dict[str, Any]] | None = None,
     template_suffix: str = "",
     backend: str = "cpu-reference",
+    http: HttpLimits | None = None,
 ) -> AsyncIterator[int]:
     """A front door for the cpu-reference tokenizer (its chat template + template_suffix) before a
     Triton stand-in; yields its port."""
@@ -112,7 +114,7 @@ async def front_door(
     config.write_text(json.dumps({**doc, "chat_template": doc["chat_template"] + template_suffix}))
     triton = await fake_triton(behaviour, [] if seen is None else seen)
     upstream = Upstream("127.0.0.1", triton.sockets[0].getsockname()[1])
-    settings = Settings(["m"], "tensorrt_llm", backend, limits or Limits())
+    settings = Settings(["m"], "tensorrt_llm", backend, limits or Limits(), http=http or HttpLimits())
     door = FrontDoor(settings, Tokenizer.load(tmp_path), upstream)
     server = await serve(door, "127.0.0.1", 0)
     try:

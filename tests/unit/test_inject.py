@@ -37,7 +37,10 @@ def test_the_python_copy_copies_the_package(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
     copied = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
-    assert copied == sorted(f"llm_operator/{rel}" for rel in inject.files())
+    assert copied == sorted(rel for rel, _ in inject.sources())
+    ours = sorted(p for p in copied if p.startswith("llm_operator/"))
+    assert ours == sorted(f"llm_operator/{rel}" for rel in inject.files())
+    assert "h11/__init__.py" in copied and "h11/LICENSE.txt" in copied, "the front door's HTTP parser"
     assert "llm_operator/runtime/launcher.py" in copied and "llm_operator/engine/build.py" in copied
     assert "llm_operator/engine/fetch.py" in copied, "the build Job's fetch and publish steps"
     assert "llm_operator/frontdoor/__main__.py" in copied, "the launcher starts the front door"
@@ -48,7 +51,8 @@ def test_the_python_copy_copies_the_package(tmp_path: Path) -> None:
 def test_the_copy_imports_with_the_standard_library_alone(tmp_path: Path) -> None:
     """All but the front door, which the serving images' jinja2 and tokenizers serve
     (tests/unit/test_frontdoor_process.py guards its imports), and the llmapi wrapper, which
-    Triton's stub imports from the model repository beside its base model."""
+    Triton's stub imports from the model repository beside its base model. The libraries shipped
+    with the copy (h11) import from it, on the standard library alone."""
     inject.copy(tmp_path)
     modules = sorted(
         ".".join(p.relative_to(tmp_path).with_suffix("").parts).removesuffix(".__init__")
@@ -65,9 +69,10 @@ def test_the_copy_imports_with_the_standard_library_alone(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr  # a ModuleNotFoundError names the package it needs
     seen = json.loads(done.stdout)
     third_party = {m for m in seen["top"] if m not in sys.stdlib_module_names and not m.startswith("_")}
-    assert third_party == {"llm_operator"}, third_party
-    ours = [f for f in seen["files"] if "llm_operator" in f]
+    assert third_party == {"llm_operator", *inject.LIBRARIES}, third_party
+    ours = [f for f in seen["files"] if any(f"/{name}/" in f for name in ("llm_operator", *inject.LIBRARIES))]
     assert ours and all(f.startswith(str(tmp_path)) for f in ours), "every module came from the copy"
+    assert any(f.endswith("/h11/__init__.py") for f in ours)
 
 
 def test_both_entry_points_run_from_the_copy(tmp_path: Path) -> None:
@@ -91,3 +96,19 @@ def test_a_module_that_needs_a_package_fails_the_check(tmp_path: Path) -> None:
     (tmp_path / "llm_operator/runtime/drain.py").write_text("import prometheus_client\n")
     done = isolated(tmp_path, "import llm_operator.runtime.launcher")
     assert done.returncode != 0 and "No module named 'prometheus_client'" in done.stderr
+
+
+def test_each_shipped_library_is_pinned_to_the_version_installed() -> None:
+    """The launcher tag covers the libraries' files: the operator's install and the image builder's
+    environment must hold the same bytes, so pyproject.toml pins each to one version (the locks
+    pin its files' hashes), and this environment has that version."""
+    import importlib.metadata
+    import tomllib
+
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    pins = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    for name in inject.LIBRARIES:
+        (pin,) = [p for p in pins if p.split("==")[0].strip() == name]
+        assert pin == f"{name}=={importlib.metadata.version(name)}", pin
+        shipped = [rel for rel, _ in inject.library_files(name)]
+        assert f"{name}/__init__.py" in shipped and f"{name}/{inject.LICENSE}" in shipped

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import resource
 import signal
 import sys
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ from pathlib import Path
 from llm_operator.contract import CPU_REFERENCE_TOKENIZER_DIR, ENV
 from llm_operator.frontdoor import sampling
 from llm_operator.frontdoor.api_keys import ApiKeys
+from llm_operator.frontdoor.http1 import HttpLimits, body_limit
 from llm_operator.frontdoor.protocol import Limits
 from llm_operator.frontdoor.server import FrontDoor, Settings, serve
 from llm_operator.frontdoor.tokenizer import Tokenizer, TokenizerError
@@ -54,13 +56,37 @@ def settings(environ: Mapping[str, str]) -> Settings:
     names = [n.strip() for n in _get(environ, "LLMOP_SERVED_MODEL_NAMES").split(",") if n.strip()]
     if not names:
         raise ConfigError("LLMOP_SERVED_MODEL_NAMES is not set: name the model(s) the API serves")
+    limits = Limits(_int(environ, "LLMOP_MAX_INPUT_LEN"), _int(environ, "LLMOP_MAX_SEQ_LEN"))
     return Settings(
         names=names,
         triton_model=triton_model,
         backend=backend,
-        limits=Limits(_int(environ, "LLMOP_MAX_INPUT_LEN"), _int(environ, "LLMOP_MAX_SEQ_LEN")),
+        limits=limits,
         api_keys=api_keys(environ),
+        http=HttpLimits(max_body_bytes=body_limit(limits.max_input_len)),
     )
+
+
+# File descriptors kept for what is not a client: Triton's connections beside each client's
+# request (one each), the listening socket, the log, the tokenizer's files.
+SPARE_FDS = 64
+
+
+def connection_cap(http: HttpLimits) -> HttpLimits:
+    """The connection cap within the process's file limit, raised to its hard limit first (as Go
+    does at start): containerd 2 and Docker 25 give containers a soft limit of 1,024, which would
+    refuse every client once ~1,000 connections are open, the cap long before. A client's
+    connection takes two descriptors while it generates (its own and Triton's)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        want = 2**20 if hard == resource.RLIM_INFINITY else hard
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (ValueError, OSError):
+            pass
+    fits = max(1, (soft - SPARE_FDS) // 2)
+    return dataclasses.replace(http, max_connections=min(http.max_connections, fits))
 
 
 def api_keys(environ: Mapping[str, str]) -> ApiKeys | None:
@@ -102,10 +128,12 @@ async def run(door: FrontDoor, port: int) -> None:
     keys = door.settings.api_keys
     auth = f", {keys.count} API key(s) accepted" if keys is not None else ", no API key required"
     d = door.settings.defaults
+    h = door.settings.http
     print(f"{NAME}: serving {', '.join(door.settings.names)} on port {port} "
           f"(Triton model {door.settings.triton_model}{auth}; sampling defaults from {d.source}: "
           f"temperature {d.temperature:g}, top_p {d.top_p:g}, top_k {d.top_k or 'off'}, "
-          f"repetition_penalty {d.repetition_penalty or 'off'})", file=sys.stderr, flush=True)  # fmt: skip
+          f"repetition_penalty {d.repetition_penalty or 'off'}; at most {h.max_connections} "
+          f"connections, bodies of {h.max_body_bytes // 1024} KiB)", file=sys.stderr, flush=True)  # fmt: skip
     await stop.wait()
     # The launcher stops us once Triton is gone: nothing is left to finish.
     server.close()
@@ -113,11 +141,15 @@ async def run(door: FrontDoor, port: int) -> None:
 
 def main(environ: Mapping[str, str] | None = None) -> int:
     env = os.environ if environ is None else environ
+    # One request's encode stays on the thread that asked for it: tokenizers' default hands even a
+    # batch of one to its rayon pool, two thread hand-offs more on each request's path (bench P8:
+    # added TTFT p50 17 ms with them on a loaded 2-core machine, 6 ms without).
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         s = settings(env)
         port, triton_port = _int(env, "LLMOP_OPENAI_PORT"), _int(env, "LLMOP_HTTP_PORT")
         tokenizer = Tokenizer.load(tokenizer_dir(env))
-        s = dataclasses.replace(s, defaults=sampling.load(tokenizer.directory))
+        s = dataclasses.replace(s, defaults=sampling.load(tokenizer.directory), http=connection_cap(s.http))
     except (ConfigError, TokenizerError, ValueError) as e:
         print(f"{NAME}: {e}", file=sys.stderr, flush=True)
         return EXIT_CONFIG

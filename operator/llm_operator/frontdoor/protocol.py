@@ -22,6 +22,12 @@ from llm_operator.frontdoor.sampling import OPENAI, Defaults
 
 UINT64_MAX = 2**64 - 1
 MAX_STOP_SEQUENCES = 4  # OpenAI's own limit on `stop`
+# Characters in one stop sequence: matching holds back a tail of up to this many characters and
+# scans it at each token (responses.Stops), so an unbounded one would cost quadratic time.
+MAX_STOP_CHARS = 1024
+# Objects and arrays within each other in a request body (OpenAI's own bodies nest a few levels;
+# a chat template walking a deeper one recurses as deep).
+MAX_JSON_DEPTH = 64
 
 
 class ApiError(Exception):
@@ -151,10 +157,32 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise bad(f"the request body is not valid JSON ({e}); send a JSON object") from None
+        raise bad(f"the request body is not valid JSON ({str(e)[:200]}); send a JSON object") from None
+    except RecursionError:  # the C parser's own depth limit, near the interpreter's recursion limit
+        raise _too_deep() from None
     if not isinstance(body, dict):
         raise bad("the request body must be a JSON object")
+    if _depth_beyond(body, MAX_JSON_DEPTH):
+        raise _too_deep()
     return body
+
+
+def _too_deep() -> ApiError:
+    return bad(f"the request body nests objects and arrays more than {MAX_JSON_DEPTH} deep")
+
+
+def _depth_beyond(value: object, limit: int) -> bool:
+    """Whether containers nest more than `limit` deep (iterative: no recursion to exhaust)."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth + 1 > limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
 
 
 def _number(body: Mapping[str, Any], name: str, low: float, high: float) -> float | None:
@@ -188,6 +216,8 @@ def _stop(body: Mapping[str, Any]) -> list[str]:
         raise bad("stop must be a string or a list of strings", "stop")
     if len(stops) > MAX_STOP_SEQUENCES:
         raise bad(f"stop takes at most {MAX_STOP_SEQUENCES} sequences", "stop")
+    if any(len(s) > MAX_STOP_CHARS for s in stops):
+        raise bad(f"a stop sequence has at most {MAX_STOP_CHARS} characters on this server", "stop")
     return [s for s in stops if s]
 
 

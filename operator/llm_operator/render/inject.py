@@ -1,6 +1,7 @@
 """How the operator's own code reaches NVIDIA's images unchanged: an init container of the launcher
-image copies the standard-library-only part of the package (llm_operator/inject.py says which)
-into an emptyDir, and the main container runs it with the image's python3 from there.
+image copies the standard-library-only part of the package, and the front door with the h11 it
+needs (llm_operator/inject.py says which), into an emptyDir, and the main container runs it with
+the image's python3 from there.
 
 Serving pods (render/pod.py) run `python3 -m llm_operator.runtime.launcher`, build Jobs
 `python3 -m llm_operator.engine.build`. The launcher image holds exactly those files and a static
