@@ -71,17 +71,5 @@ def manifests(kubectl: Path, operator: Path) -> list[dict[str, Any]]:
 
 def archive(name: str, binary: Path, log: Callable[[str], None]) -> Path:
     """The OCI archive of `name`'s image ("keda-operator" or "keda-adapter"), written unless cached."""
-    from images.builder.cache import cache_root, inputs_hash
-    from images.builder.oci import ImageConfig
-
     ref, entry = IMAGES[name]
-    files = {entry.lstrip("/"): binary}
-    key = inputs_hash(routing.image_inputs(ref, Path(__file__), files))[:16]
-    dest = cache_root() / f"{name}-{key}.oci.tar"
-    if dest.is_file():
-        return dest
-    config = ImageConfig([entry], [], {"PATH": routing.PATH}, user=f"{routing.NONROOT}:{routing.NONROOT}")
-    users = (routing.PASSWD, routing.GROUP)
-    routing.write_image(dest, ref, files, users, config, f"e2e.cluster.keda {name}")
-    log(f"wrote the {ref} image {dest}")
-    return dest
+    return routing.binary_image(ref, entry, binary, name, Path(__file__), log)

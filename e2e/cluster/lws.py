@@ -74,15 +74,4 @@ def manifests(kubectl: Path, manager: Path) -> list[dict[str, Any]]:
 
 def archive(binary: Path, log: Callable[[str], None]) -> Path:
     """The OCI archive of the manager's image, written unless cached."""
-    from images.builder.cache import cache_root, inputs_hash
-    from images.builder.oci import ImageConfig
-
-    files = {ENTRY.lstrip("/"): binary}
-    key = inputs_hash(routing.image_inputs(IMAGE, Path(__file__), files))[:16]
-    dest = cache_root() / f"lws-{key}.oci.tar"
-    if dest.is_file():
-        return dest
-    config = ImageConfig([ENTRY], [], {"PATH": routing.PATH}, user=f"{routing.NONROOT}:{routing.NONROOT}")
-    routing.write_image(dest, IMAGE, files, (routing.PASSWD, routing.GROUP), config, "e2e.cluster.lws")
-    log(f"wrote the {IMAGE} image {dest}")
-    return dest
+    return routing.binary_image(IMAGE, ENTRY, binary, "lws", Path(__file__), log)

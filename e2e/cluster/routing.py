@@ -120,6 +120,25 @@ def archive(name: str, binary: Path, log: Callable[[str], None]) -> Path:
     return dest
 
 
+def binary_image(
+    ref: str, entry: str, binary: Path, name: str, writer: Path, log: Callable[[str], None]
+) -> Path:
+    """The OCI archive of `ref`: one static binary at `entry`, run as nonroot (65532), as
+    upstream's distroless images of Go controllers are (KEDA's, LWS's); `name` prefixes the cached
+    file, `writer` is the module that says so. Written unless one with the same inputs is cached."""
+    from images.builder.cache import cache_root, inputs_hash
+    from images.builder.oci import ImageConfig
+
+    files = {entry.lstrip("/"): binary}
+    dest = cache_root() / f"{name}-{inputs_hash(image_inputs(ref, writer, files))[:16]}.oci.tar"
+    if dest.is_file():
+        return dest
+    config = ImageConfig([entry], [], {"PATH": PATH}, user=f"{NONROOT}:{NONROOT}")
+    write_image(dest, ref, files, (PASSWD, GROUP), config, f"e2e.cluster.{writer.stem} {name}")
+    log(f"wrote the {ref} image {dest}")
+    return dest
+
+
 def write_image(
     dest: Path,
     ref: str,

@@ -121,6 +121,17 @@ def pod_ready(pod: dict[str, Any] | None) -> bool:
 WORKLOADS = "llmdeployments,deployments,replicasets,statefulsets,jobs"
 
 
+def install(kubectl: Kubectl, objects: list[dict[str, Any]], what: str) -> None:
+    """A controller's manifests, its CRDs first: the rest (its custom resources, webhooks naming
+    them) is applied once they are Established."""
+    crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
+    kubectl.apply(crds)
+    names = [c["metadata"]["name"] for c in crds]
+    wait_for(f"{what}'s CRDs Established", lambda: [kubectl.get("crd", n) for n in names],
+             lambda found: all(is_true(c, "Established") for c in found))  # fmt: skip
+    kubectl.apply([o for o in objects if o["kind"] != "CustomResourceDefinition"])
+
+
 class Kubectl:
     """The kubectl binary bound to one kubeconfig. `kubectl("get", "pods")` returns the
     CompletedProcess; the other methods speak JSON. Failures raise KubectlError."""

@@ -17,7 +17,7 @@ import pytest
 from e2e.cluster import keda
 from e2e.cluster.components import run_build_tools
 from e2e.cluster.state import StateDir
-from e2e.cluster.testing import E2ECluster, Kubectl, is_true, wait_for
+from e2e.cluster.testing import E2ECluster, Kubectl, install, is_true, wait_for
 
 TIMEOUT = 90
 
@@ -54,13 +54,8 @@ def keda_running(cluster: E2ECluster, kubectl: Kubectl) -> Iterator[None]:
     for name in keda.BINARIES:
         cluster.launcher.import_image(keda.archive(name, tools[name], print))
     objects = keda.manifests(tools["kubectl"], tools["keda-operator"])
-    crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
     try:
-        kubectl.apply(crds)
-        names = [c["metadata"]["name"] for c in crds]
-        wait_for("KEDA's CRDs Established", lambda: [kubectl.get("crd", n) for n in names],
-                 lambda found: all(is_true(c, "Established") for c in found))  # fmt: skip
-        kubectl.apply([o for o in objects if o["kind"] != "CustomResourceDefinition"])
+        install(kubectl, objects, "KEDA")
         wait_for("KEDA's Deployments Available",
                  lambda: [kubectl.get("deployment", d, keda.NAMESPACE) for d in keda.DEPLOYMENTS],
                  lambda found: all(is_true(d, "Available") for d in found), timeout=120)  # fmt: skip

@@ -20,7 +20,7 @@ import pytest
 from e2e.cluster import lws
 from e2e.cluster.components import run_build_tools
 from e2e.cluster.state import StateDir
-from e2e.cluster.testing import E2ECluster, Kubectl, is_true, wait_for
+from e2e.cluster.testing import E2ECluster, Kubectl, install, is_true, wait_for
 
 TIMEOUT = 120
 
@@ -76,13 +76,8 @@ def lws_running(cluster: E2ECluster, kubectl: Kubectl) -> Iterator[None]:
     start = time.monotonic()
     cluster.launcher.import_image(lws.archive(tools[lws.BINARY], print))
     objects = lws.manifests(tools["kubectl"], tools[lws.BINARY])
-    crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
     try:
-        kubectl.apply(crds)
-        names = [c["metadata"]["name"] for c in crds]
-        wait_for("LWS's CRDs Established", lambda: [kubectl.get("crd", n) for n in names],
-                 lambda found: all(is_true(c, "Established") for c in found))  # fmt: skip
-        kubectl.apply([o for o in objects if o["kind"] != "CustomResourceDefinition"])
+        install(kubectl, objects, "LWS")
         manager = lambda: kubectl.get("deployment", lws.DEPLOYMENT, lws.NAMESPACE)  # noqa: E731
         wait_for(f"{lws.DEPLOYMENT} Available", manager, lambda d: is_true(d, "Available"), timeout=TIMEOUT)
         # Its readiness probe is a ping: the webhooks serve once cert-controller has written the
