@@ -77,9 +77,11 @@ def files(package: Path = PACKAGE) -> list[Path]:
 
 def library_files(name: str, package: Path = PACKAGE) -> list[tuple[str, Path]]:
     """A library's modules and license: (path under DEST, source). Read from beside `package` where
-    a copy lies there (the launcher image's, a test's), else from the installed distribution."""
+    a shipped copy lies there (the launcher image's, a test's: with its license at its root), else
+    from the installed distribution (in site-packages the library lies beside the package too, its
+    license in its dist-info)."""
     beside = package.parent / name
-    if (beside / "__init__.py").is_file():
+    if (beside / "__init__.py").is_file() and (beside / LICENSE).is_file():
         root, license_file = beside, beside / LICENSE
     else:
         dist = importlib.metadata.distribution(name)

@@ -112,3 +112,22 @@ def test_each_shipped_library_is_pinned_to_the_version_installed() -> None:
         assert pin == f"{name}=={importlib.metadata.version(name)}", pin
         shipped = [rel for rel, _ in inject.library_files(name)]
         assert f"{name}/__init__.py" in shipped and f"{name}/{inject.LICENSE}" in shipped
+
+
+def test_an_installed_operator_tags_what_its_checkout_tags(tmp_path: Path) -> None:
+    """Installed from its wheel (the operator image), the package lies in site-packages beside the
+    installed h11, whose license is in its dist-info, not at its root: the tag is the checkout's,
+    so the operator names the launcher image the builder pushed (a copy with its license beside the
+    package, as in the launcher image, is read as it lies)."""
+    import shutil
+
+    import h11
+
+    site = tmp_path / "site-packages"
+    shutil.copytree(inject.PACKAGE, site / "llm_operator", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(Path(h11.__file__).parent, site / "h11", ignore=shutil.ignore_patterns("__pycache__"))
+    assert inject.content_tag(site / "llm_operator") == inject.content_tag()
+
+    shipped = tmp_path / "launcher"
+    inject.copy(shipped)
+    assert inject.content_tag(shipped / "llm_operator") == inject.content_tag()
