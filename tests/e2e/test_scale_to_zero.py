@@ -244,6 +244,17 @@ def test_past_the_hold_the_client_gets_an_openai_error_with_retry_after(zero: Ze
                 and s.get("updatedReplicas") == s.get("readyReplicas") == 1)  # fmt: skip
 
     wait_for("the router restarted with the 1 s hold", rolled, timeout=120)
+
+    def reaches_router() -> bool:
+        """kube-proxy routes the Service to the new router: it drops the old pod's address some
+        time after the pod is gone, and a request sent there would wait out its whole timeout."""
+        try:
+            netns.connect(zero.netns, zero.router_ip, OPENAI_PORT, timeout=2).close()
+        except OSError:
+            return False
+        return True
+
+    wait_for("the router's Service reaching the new router", reaches_router, timeout=60)
     answer = Answer(time.time())
     _complete(zero, answer, 60)
     took = answer.done - answer.sent
