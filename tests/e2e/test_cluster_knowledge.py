@@ -3,6 +3,7 @@ own words, within a reconcile of the cluster knowing it, and nothing serving is 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -150,7 +151,10 @@ def test_pods_the_api_server_refuses_are_told_in_its_words_and_every_pod_shape_i
                        resources={"gpu": {"products": ["NVIDIA-GB200"]}})  # fmt: skip
     kubectl.apply(group, namespace)
     found = stalled(kubectl, namespace, "group", "FailedCreate")
-    assert "exceeded quota: no-pods" in found["message"] and "create Pod group-0" in found["message"]
+    # The leader's StatefulSet (pod group-0) or group 0's workers' (group-g0-1...): whichever the
+    # controller tried first.
+    assert "exceeded quota: no-pods" in found["message"], found
+    assert re.search(r"create Pod group-(0|g0-\d+) in StatefulSet group(-g0)? ", found["message"]), found
     assert any(
         e["reason"] == "FailedCreate" and "exceeded quota" in e["message"]
         for e in warning_events(kubectl, namespace, "group")
