@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 from llm_operator.runtime.supervisor import descendants, process_table
 
+from tests.openai_errors import openai_error
 from tests.triton.leader import LeaderPod, leader_pod
 from tests.triton.test_frontdoor import NAMES, spec
 
@@ -175,13 +176,6 @@ def answer(port: int, data: bytes, *, send_all: bool = True, timeout: float = 10
             while chunk := s.recv(65536):
                 raw += chunk
     return raw, time.monotonic() - start
-
-
-def openai_error(raw: bytes) -> tuple[int, dict[str, Any]]:
-    head, _, body = raw.partition(b"\r\n\r\n")
-    error = json.loads(body)["error"]
-    assert set(error) == {"message", "type", "param", "code"}, error
-    return int(head.split(b" ", 2)[1]), error
 
 
 def body_of(doc: dict[str, Any], close: bool = True) -> bytes:

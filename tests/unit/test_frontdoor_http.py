@@ -20,6 +20,7 @@ from llm_operator.frontdoor import protocol as P
 from llm_operator.frontdoor.http1 import MAX_BODY, MIN_BODY, HttpLimits, body_limit
 from llm_operator.frontdoor.protocol import Limits
 
+from tests.openai_errors import openai_error
 from tests.unit.test_frontdoor_server import STREAM_HEAD, Behaviour, events, front_door, ids, sse
 
 FAST = HttpLimits(max_head_bytes=4096, max_headers=10, max_body_bytes=64 * 1024, head_timeout_s=0.5,
@@ -85,13 +86,6 @@ async def send_raw(port: int, data: bytes, *, wait: float = 5.0) -> tuple[bytes,
     return raw, time.monotonic() - start
 
 
-def error_of(raw: bytes) -> tuple[int, dict[str, Any]]:
-    head, _, body = raw.partition(b"\r\n\r\n")
-    error = json.loads(body)["error"]
-    assert set(error) == {"message", "type", "param", "code"}, error
-    return int(head.split(b" ", 2)[1]), error
-
-
 def run(behaviour: Behaviour, tmp_path: Path, go: Any, http: HttpLimits = FAST) -> Any:
     async def main() -> Any:
         async with front_door(behaviour, tmp_path, Limits(64, 128), http=http) as port:
@@ -124,7 +118,7 @@ def test_a_malformed_or_oversized_request_gets_its_4xx_and_a_closed_connection(
     request_bytes: bytes, status: int, says: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     raw, took = run(nothing, tmp_path, lambda port: send_raw(port, request_bytes))
-    got, error = error_of(raw)
+    got, error = openai_error(raw)
     assert (got, error["type"]) == (status, "invalid_request_error") and says in error["message"], error
     assert took < 2, "answered at once, then closed"
     assert b"\r\nConnection: close\r\n" in raw
@@ -142,8 +136,10 @@ def test_slow_heads_and_bodies_get_a_408_idle_connections_are_closed(tmp_path: P
         ))  # fmt: skip
 
     (head, t_head), (body, t_body), (silent, t_silent) = run(nothing, tmp_path, go)
-    assert error_of(head)[0] == 408 and "head did not arrive within 0.5 s" in error_of(head)[1]["message"]
-    assert error_of(body)[0] == 408 and "body did not arrive within 0.5 s" in error_of(body)[1]["message"]
+    status, error = openai_error(head)
+    assert status == 408 and "head did not arrive within 0.5 s" in error["message"]
+    status, error = openai_error(body)
+    assert status == 408 and "body did not arrive within 0.5 s" in error["message"]
     assert silent == b"", "a connection that sent nothing is closed unanswered"
     assert all(0.4 < t < 2 for t in (t_head, t_body, t_silent)), (t_head, t_body, t_silent)
 
@@ -174,7 +170,7 @@ def test_connections_past_the_cap_get_a_503_and_a_freed_slot_serves_again(tmp_pa
         return refused, served, kept
 
     refused, served, kept = run(nothing, tmp_path, go, http=cap)
-    status, error = error_of(refused)
+    status, error = openai_error(refused)
     assert (status, error["type"], error["code"]) == (503, "server_error", "too_many_connections")
     assert b"\r\nRetry-After: 1\r\n" in refused
     assert served.startswith(b"HTTP/1.1 200") and kept.startswith(b"HTTP/1.1 200")
@@ -271,7 +267,7 @@ def test_a_long_prompt_is_tokenized_off_the_event_loop(tmp_path: Path) -> None:
             body = json.dumps({"model": "m", "prompt": "word " * 180_000}).encode()
             head = COMPLETION + b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body)
             raw, _ = await send_raw(port, head + body, wait=30)
-            return error_of(raw)
+            return openai_error(raw)
 
         _, (status, error) = await asyncio.gather(stream(), long_prompt())
         return max(gaps[1:]), status, error
