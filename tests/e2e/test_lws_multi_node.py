@@ -70,8 +70,11 @@ def world(lws_operator: None, cluster: E2ECluster, kubectl: Kubectl) -> Iterator
         print(what_the_pods_said(kubectl, ns))
         raise
     finally:
-        # LWS first (orphaning its StatefulSets), or it makes anew what the namespace's end deletes.
-        kubectl("delete", "leaderworkersets", "--all", "--cascade=orphan", "--wait=false", namespace=ns)
+        # The deployment first (while it exists the operator applies a deleted LWS again: CI saw a
+        # new LWS make pods for the whole of delete_namespace's wait), then the LWS, orphaning its
+        # StatefulSets, or LWS makes anew what the namespace's end deletes; each gone before the next.
+        for kind in ("llmdeployments", "leaderworkersets"):
+            kubectl("delete", kind, "--all", "--cascade=orphan", "--wait=true", "--timeout=60s", namespace=ns)
         kubectl.delete_namespace(ns)
 
 
