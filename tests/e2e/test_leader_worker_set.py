@@ -22,6 +22,7 @@ import pytest
 import yaml
 from llm_operator.cli import dump_objects
 
+from e2e.cluster import lws
 from e2e.cluster.testing import E2ECluster, Kubectl, KubectlError, is_true, wait_for
 from tests.e2e.operator_fixtures import MULTI_NODE_RUNTIME_IMAGE
 
@@ -30,8 +31,9 @@ pytestmark = [
     pytest.mark.exclusive,
 ]  # adds and removes the LWS CRD, which an operator reads at start
 
-LWS_MODULE = "sigs.k8s.io/lws@v0.7.0"
-LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
+# The release the test world builds LWS from (its module is then in Go's cache already).
+LWS_MODULE = f"sigs.k8s.io/lws@v{lws.RELEASE}"
+LWS_CRD = lws.CRD
 REPO = Path(__file__).resolve().parents[2]
 
 
