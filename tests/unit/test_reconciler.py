@@ -561,6 +561,21 @@ async def test_a_broken_group_is_recreated_by_the_reconcile_and_no_other_group()
     await reconciler.reconcile(*key)
     assert not [w for w in kube.take_writes() if w[1] == "Pod"], "each failure is acted on once"
 
+    # The recreation's own deletions end the old members Failed (the kubelet's terminal phase), with
+    # no reason of theirs: not a new failure. An evicted member, deleted too, has one: it counts.
+    for uid, extra in (
+        ("pod-2", {}),
+        ("pod-3", {"reason": "Evicted", "message": "The node was low on memory."}),
+    ):
+        ended = {"phase": "Failed", "containerStatuses": [{"restartCount": 0, "state": {}}], **extra}
+        meta = {**worker_pod["metadata"], "uid": uid, "deletionTimestamp": "2026-11-30T01:00:00Z"}
+        gone = {**worker_pod, "metadata": meta, "status": ended}
+        await reconciler.pod_event("DELETED", gone)
+        await reconciler.reconcile(*key)
+        recreated = [n for verb, kind, n in kube.take_writes() if verb == "delete" and kind == "Pod"]
+        assert recreated == ([] if not extra else [f"{key[1]}-0", f"{workers[0]}-1"]), (uid, recreated)
+    assert kube.events[-1][2].startswith(f"{workers[0]}-1 failed (Evicted: The node was low on memory.)")
+
 
 def test_a_failed_member_is_named_in_its_containers_words_or_the_pods() -> None:
     ended = {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}

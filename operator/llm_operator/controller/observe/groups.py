@@ -60,9 +60,14 @@ class GroupFailures:
         status = pod.get("status") or {}
         restarted = any(c.get("restartCount", 0) > 0 for c in status.get("containerStatuses") or [])
         # The StatefulSet controller deletes a Failed pod at once, so the failure may first be seen
-        # on a pod being deleted, or only in its DELETED event: both count, once per pod.
+        # on a pod being deleted, or only in its DELETED event: both count, once per pod. A member
+        # deleted while it ran (by a user, by the operator's own recreation, by LWS's) ends Failed
+        # too, with no reason of its own (an evicted pod has one): its deleter acts, it did not
+        # fail, and a group it broke shows that in its leader's exit. Counted, the operator's own
+        # recreation would be taken for a new failure, and LWS's would be named for the fault.
         uid = meta.get("uid", "")
-        if not (restarted or status.get("phase") == "Failed") or uid in self._seen:
+        deleted = bool(meta.get("deletionTimestamp")) and not status.get("reason") and not restarted
+        if not (restarted or status.get("phase") == "Failed") or deleted or uid in self._seen:
             return None
         self._seen[uid] = None
         while len(self._seen) > _SEEN_LIMIT:
