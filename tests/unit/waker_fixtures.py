@@ -124,8 +124,23 @@ def running(first_wait_s: float = 0.5, interval_s: float = 0.3, **limits: float)
     envoy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     envoy.daemon_threads = True
     threading.Thread(target=envoy.serve_forever, daemon=True).start()
+    envoy_port = int(envoy.server_address[1])
+    try:
+        with waker_on(envoy_port, first_wait_s, interval_s, **limits) as (port, waker):
+            yield Running(port, envoy_port, seen, waker)
+    finally:
+        envoy.shutdown()
+        envoy.server_close()
+
+
+@contextlib.contextmanager
+def waker_on(
+    envoy_port: int, first_wait_s: float, interval_s: float, **limits: float
+) -> Iterator[tuple[int, Waker]]:
+    """The waker on a free port of 127.0.0.1, in front of Envoy (or a stand-in) at `envoy_port`, on
+    an event loop of its own thread."""
     http_limits = HttpLimits(**limits)  # type: ignore[arg-type]
-    settings = Settings(envoy_port=envoy.server_address[1], http=http_limits, first_wait_s=first_wait_s,
+    settings = Settings(envoy_port=envoy_port, http=http_limits, first_wait_s=first_wait_s,
                         interval_s=interval_s)  # fmt: skip
     waker = Waker(settings)
     loop = asyncio.new_event_loop()
@@ -136,30 +151,26 @@ def running(first_wait_s: float = 0.5, interval_s: float = 0.3, **limits: float)
         server.append(await serve(waker, "127.0.0.1", 0))
         started.set()
 
+    async def stop() -> None:
+        server[0].close()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        waker.pool.close()
+
     thread = threading.Thread(
         target=lambda: (loop.run_until_complete(start()), loop.run_forever()), daemon=True
     )
     thread.start()
     assert started.wait(10)
-    port = server[0].sockets[0].getsockname()[1]
     try:
-        yield Running(port, int(envoy.server_address[1]), seen, waker)
+        yield server[0].sockets[0].getsockname()[1], waker
     finally:
-
-        async def stop() -> None:
-            server[0].close()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            waker.pool.close()
-
         asyncio.run_coroutine_threadsafe(stop(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
         loop.close()
-        envoy.shutdown()
-        envoy.server_close()
 
 
 def request_bytes(body: dict[str, object] | None, fake: str, path: str = "/v1/completions",
