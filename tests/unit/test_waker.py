@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import openai
 import pytest
@@ -196,3 +201,48 @@ def test_http2_prior_knowledge_is_passed_through_as_bytes() -> None:
         direct = exchange(r.envoy_port, preface, until=b"\r\n\r\n")
         through = exchange(r.port, preface, until=b"\r\n\r\n")
     assert through.raw.split(b"\r\n")[0] == direct.raw.split(b"\r\n")[0], (through.raw, direct.raw)
+
+
+def test_the_process_serves_and_ends_at_sigterm_closing_idle_connections() -> None:
+    """`python3 -m llm_operator.waker`, as the router pod runs it: it answers, and SIGTERM ends it at
+    once although a client keeps its connection open between requests."""
+    with running() as r:
+        port = _free_port()
+        args = [
+            sys.executable,
+            "-m",
+            "llm_operator.waker",
+            "--port",
+            str(port),
+            "--envoy-port",
+            str(r.envoy_port),
+        ]
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "operator")}
+        proc = subprocess.Popen(args, env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+                    break
+                except OSError:
+                    assert proc.poll() is None and time.monotonic() < deadline, "the waker did not start"
+                    time.sleep(0.1)
+            with sock:
+                sock.sendall(request_bytes(UNSTREAMED, "json:0"))
+                got = b""
+                while JSON_ANSWER not in got:
+                    got += sock.recv(65536)
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(5) == 0
+                assert sock.recv(65536) == b""  # closed by the waker
+        finally:
+            proc.kill()
+            _, err = proc.communicate()
+    assert "llm-operator-waker: on port" in err, err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -76,6 +76,7 @@ async def run(settings: Settings, port: int) -> None:
           f"at most {h.max_connections} connections", file=sys.stderr, flush=True)  # fmt: skip
     await stop.wait()
     server.close()  # no new connection; the open ones end as their requests do
+    waker.stop()
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(DRAIN_S):
             await waker.idle.wait()

@@ -26,6 +26,8 @@ class Waker:
         self.open = 0  # client connections now
         self.idle = asyncio.Event()  # set while none is open (the drain at SIGTERM waits for it)
         self.idle.set()
+        self.stopping = False
+        self.waiting: set[asyncio.Task[object]] = set()  # connections between requests
 
     async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.open >= self.settings.http.max_connections:
@@ -42,7 +44,7 @@ class Waker:
                 await self._splice(first, reader, writer)
                 return
             peer = Client(reader, writer, self.settings.http, first)
-            while await self._one(peer):
+            while not self.stopping and await self._one(peer):
                 pass
         except (H.Gone, ConnectionError, asyncio.CancelledError):
             pass
@@ -72,7 +74,13 @@ class Waker:
     async def _one(self, peer: Client) -> bool:
         """One request; False when the connection is to be closed."""
         try:
-            request = await peer.request()
+            task = asyncio.current_task()
+            assert task is not None
+            self.waiting.add(task)  # until its next request's head: stop() closes it meanwhile
+            try:
+                request = await peer.request()
+            finally:
+                self.waiting.discard(task)
             if request is None:
                 return False
             assert peer.head is not None
@@ -106,6 +114,12 @@ class Waker:
         else:
             up.close()
         return again
+
+    def stop(self) -> None:
+        """At SIGTERM: connections between requests are closed, the others after their answer."""
+        self.stopping = True
+        for task in self.waiting:
+            task.cancel()
 
     async def _splice(self, first: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """The connection's bytes to Envoy and back, unchanged, until either side closes."""
