@@ -131,7 +131,7 @@ class Exchange:
         try:
             forwarded = h11.Request(method=self.head.method, target=self.head.target,
                                     headers=end_to_end(self.head.headers.raw_items()))  # fmt: skip
-            await self.up.send(forwarded, self.settings.http.send_timeout_s)
+            await self.up.send(forwarded, self.settings.silence_s)
             self.pump = asyncio.create_task(self._pump())
             head = asyncio.create_task(self.up.response(self._loop().time() + self.settings.silence_s))
             try:
@@ -180,7 +180,9 @@ class Exchange:
 
     async def _pump(self) -> None:
         """The request's body to Envoy as it comes, a copy kept to read `stream` from (up to the
-        body cap); then the client's connection watched for its EOF (until_gone), and read ahead."""
+        body cap); then the client's connection watched for its EOF (until_gone), and read ahead.
+        Envoy may take the body slowly while the picker holds the request: its own timeouts bound
+        that, not the client's send timeout."""
         peer, http = self.peer, self.settings.http
         if peer.conn.they_are_waiting_for_100_continue:  # Expect is not forwarded: answered here
             go_on = h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue")
@@ -199,9 +201,9 @@ class Exchange:
                     self.kept.append(event.data)
                 elif self.kept is not None:
                     self.kept = None  # over the cap: no longer kept, still forwarded
-                await self.up.send(h11.Data(data=event.data), http.send_timeout_s)
+                await self.up.send(h11.Data(data=event.data), self.settings.silence_s)
             elif isinstance(event, h11.EndOfMessage):
-                await self.up.send(h11.EndOfMessage(), http.send_timeout_s)
+                await self.up.send(h11.EndOfMessage(), self.settings.silence_s)
                 break
             else:
                 raise H.Gone
