@@ -193,6 +193,18 @@ def test_a_slow_head_gets_a_408_and_http_1_0_a_426() -> None:
     assert openai_error(old.raw)[0] == 426
 
 
+def test_a_body_that_stops_coming_gets_a_408() -> None:
+    """The body is forwarded as it comes (Envoy has its head and first half at once); one that stops
+    coming is refused after the body timeout, and Envoy's connection is dropped with it."""
+    raw = request_bytes(STREAMED, "json:0")
+    with running(FIRST_WAIT, INTERVAL, body_timeout_s=1.0) as r:
+        answer = exchange(r.port, raw[: len(raw) - 10], until=b"}}")
+        assert not r.seen.requests  # the stand-in never got a whole request
+    status, error = openai_error(answer.raw)
+    assert status == 408 and "body did not arrive within 1 s" in error["message"], error
+    assert answer.reads[0][0] >= 1.0
+
+
 def test_http2_prior_knowledge_is_passed_through_as_bytes() -> None:
     """h2c with prior knowledge, which Envoy's listener speaks, reaches Envoy unchanged (the
     stand-in answers HTTP/1.1's 400 to it, which comes back as it is)."""

@@ -108,6 +108,13 @@ class _FakeEnvoy(http.server.BaseHTTPRequestHandler):
         self.wfile.write(payload)
 
 
+class _Quiet(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a connection the waker dropped (a client gone, a body given up): no traceback
+
+
 @dataclass
 class Running:
     port: int  # the waker's
@@ -121,8 +128,7 @@ def running(first_wait_s: float = 0.5, interval_s: float = 0.3, **limits: float)
     """A stand-in Envoy and a waker in front of it, both on 127.0.0.1."""
     seen = Seen()
     handler = type("Handler", (_FakeEnvoy,), {"seen": seen})
-    envoy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    envoy.daemon_threads = True
+    envoy = _Quiet(("127.0.0.1", 0), handler)
     threading.Thread(target=envoy.serve_forever, daemon=True).start()
     envoy_port = int(envoy.server_address[1])
     try:
