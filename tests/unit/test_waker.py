@@ -258,3 +258,30 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_the_waker_needs_only_the_standard_library_and_h11() -> None:
+    """It runs from the operator's image, which has h11 but not the front door's tokenizers or
+    jinja2: importing it loads nothing else (the front door's HTTP layer imports its tokenizer
+    module, which loads the tokenizers library only where a tokenizer is loaded)."""
+    check = (
+        "import sys\n"
+        "allowed = set(sys.stdlib_module_names) | {'h11', 'llm_operator'}\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] not in allowed:\n"
+        "            raise ImportError(f'the waker imported {name}')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import llm_operator.waker.__main__, llm_operator.waker.server\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "operator")}
+    run = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+
+
+def test_an_unreachable_envoy_is_a_503() -> None:
+    with running(FIRST_WAIT, INTERVAL) as r:
+        r.waker.pool.port = _free_port()  # nothing listens there
+        answer = exchange(r.port, request_bytes(STREAMED, "stream:0"), until=b"}}")
+    status, error = openai_error(answer.raw)
+    assert (status, error["code"]) == (503, "router_unavailable"), error
