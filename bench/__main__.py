@@ -2,14 +2,14 @@
 
 Options: --sizes 100,500,1000,2000 (the operator's load curve; P4 is measured at 1000), --idle-seconds
 S (default 120, per size), --edits-at N (default 1000), --only
-planner|operator|autoscaling|canary|frontdoor|routing|cpu-models.
+planner|operator|autoscaling|canary|frontdoor|routing|cpu-models|waker.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from bench import autoscaling, canary, cpu_models, frontdoor, operator, planner, routing
+from bench import autoscaling, canary, cpu_models, frontdoor, operator, planner, routing, waker
 
 
 def main() -> None:
@@ -19,7 +19,16 @@ def main() -> None:
     parser.add_argument("--edits-at", type=int, default=1000, help="the size at which P4 is measured")
     parser.add_argument(
         "--only",
-        choices=["planner", "operator", "autoscaling", "canary", "frontdoor", "routing", "cpu-models"],
+        choices=[
+            "planner",
+            "operator",
+            "autoscaling",
+            "canary",
+            "frontdoor",
+            "routing",
+            "cpu-models",
+            "waker",
+        ],
     )
     args = parser.parse_args()
     if args.only in (None, "planner"):
@@ -36,6 +45,8 @@ def main() -> None:
         routing.run(print)
     if args.only in (None, "cpu-models"):
         cpu_models.run(print)
+    if args.only in (None, "waker"):
+        waker.run(print)
 
 
 if __name__ == "__main__":

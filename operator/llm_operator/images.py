@@ -85,6 +85,9 @@ class Images:
     # The router's two containers (routing.mode inference-pool).
     picker: str = DEFAULT_PICKER_IMAGE
     envoy: str = DEFAULT_ENVOY_IMAGE
+    # The router's waker at autoscaling.minReplicas 0 (render/router/waker.py): `python3 -m
+    # llm_operator.waker`, so the operator's own image (the chart passes it, LLMOP_WAKER_IMAGE).
+    waker: str = DEFAULT_OPERATOR_IMAGE
     # The TensorRT-LLM version of a multi_node_runtime without placeholders: the operator's own
     # (controller/config.py), which stays when a deployment runs another release (release_pin.py), so
     # desired.py refuses that image to it. "": that of these images. Not in the revision hash

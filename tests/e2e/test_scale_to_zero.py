@@ -5,8 +5,9 @@ picker's real flow control and a cpu-reference deployment on the real node
 One deployment, in order: it scales to zero after its idle window (no pod left, the status says
 so); a burst of requests sent at zero through the router (status.endpoints.openai) is held by the
 picker, wakes the deployment through KEDA, and is answered with the model's reference text once the
-first replica is Ready (the test prints request -> answer against the pod's own creation -> Ready);
-back at zero only after the idle window; with a hold shorter than a cold start, the client gets
+first replica is Ready (the test prints request -> answer against the pod's own creation -> Ready),
+one of them a streamed request that gets the router waker's `: waking` comments before its first
+token; back at zero only after the idle window; with a hold shorter than a cold start, the client gets
 OpenAI's error object with Retry-After.
 
 Needs the embedded cluster (the real node, its monitoring stack scraping the router's picker).
@@ -147,6 +148,35 @@ def _complete(zero: Zero, answer: Answer, timeout: float) -> None:
         conn.close()
 
 
+@dataclass
+class Streamed(Answer):
+    """A streamed request read line by line: (seconds after sending, line) for each."""
+
+    lines: list[tuple[float, str]] = field(default_factory=list)
+
+
+def _stream(zero: Zero, answer: Streamed, timeout: float) -> None:
+    """A raw streamed completion through the router, read line by line as it comes: held at zero,
+    the waker sends `: waking` comments before the first token (docs/autoscaling.md, "Progress
+    while held")."""
+    body = json.dumps({"model": "tiny-llama", "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0,
+                       "stream": True})  # fmt: skip
+    conn = netns.HTTPConnection(zero.netns, zero.router_ip, OPENAI_PORT, timeout=timeout)
+    try:
+        conn.request("POST", "/v1/completions", body, {"content-type": "application/json"})
+        response = conn.getresponse()
+        answer.status, answer.headers = response.status, {k.lower(): v for k, v in response.getheaders()}
+        while line := response.readline():
+            answer.lines.append((time.time() - answer.sent, line.decode().rstrip("\n")))
+        data = [text.removeprefix("data: ") for _, text in answer.lines if text.startswith("data: ")]
+        answer.text = "".join(json.loads(d)["choices"][0]["text"] for d in data if d != "[DONE]")
+    except (OSError, http.client.HTTPException, ValueError, KeyError) as e:
+        answer.text = f"{type(e).__name__}: {e}"
+    finally:
+        answer.done = time.time()
+        conn.close()
+
+
 class Phases:
     """When each step of the wake-up happened, polled from the API and Prometheus."""
 
@@ -190,8 +220,10 @@ def _pod_times(kubectl: Kubectl, ns: str) -> tuple[float, float]:
 
 def test_requests_at_zero_are_held_wake_it_and_are_answered(zero: Zero, kubectl: Kubectl) -> None:
     assert _at_zero(kubectl, zero.namespace) is not None, "the previous test leaves it at zero"
-    answers = [Answer(0.0) for _ in range(BURST)]
-    threads = [threading.Thread(target=_complete, args=(zero, a, HOLD_S + 60), daemon=True) for a in answers]
+    # The last of the burst is a streamed request, read line by line.
+    answers = [Answer(0.0) for _ in range(BURST - 1)] + [streamed := Streamed(0.0)]
+    threads = [threading.Thread(target=_stream if a is streamed else _complete, args=(zero, a, HOLD_S + 60),
+                                daemon=True) for a in answers]  # fmt: skip
     with Phases(kubectl, zero) as phases:
         for answer, thread in zip(answers, threads, strict=True):
             answer.sent = time.time()
@@ -213,6 +245,16 @@ def test_requests_at_zero_are_held_wake_it_and_are_answered(zero: Zero, kubectl:
         f"the picker held up to {phases.held:g} at a scrape"
     )
     assert phases.held >= 1, "Prometheus never saw a request held by the picker: what woke it?"
+    # Held longer than the waker's first wait (5 s): comments, then the model's tokens.
+    lines = [(at, text) for at, text in streamed.lines if text]
+    first_data = next(i for i, (_, text) in enumerate(lines) if text.startswith("data: "))
+    comments = [at for at, text in lines[:first_data] if text == ": waking"]
+    at = ", ".join(f"{t:.1f}" for t in comments)
+    print(f"zero: the streamed request got {len(comments)} ': waking' comment(s), at {at} s, its first "
+          f"token at {lines[first_data][0]:.1f} s")  # fmt: skip
+    assert streamed.headers.get("content-type", "").startswith("text/event-stream"), streamed.headers
+    assert comments and all(text == ": waking" for _, text in lines[:first_data]), lines
+    assert lines[-1][1] == "data: [DONE]", lines
     zero.last_answer = max(a.done for a in answers)
 
 

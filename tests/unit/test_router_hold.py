@@ -25,8 +25,9 @@ import grpc
 import pytest
 import yaml
 from llm_operator.api.v1alpha1 import FailureMode, LLMDeployment
+from llm_operator.images import Images
 from llm_operator.render.router.limits import router_limits
-from llm_operator.render.router.objects import router_config
+from llm_operator.render.router.objects import router_config, router_deployment, router_service
 from llm_operator.render.scale_to_zero import RETRY_AFTER_SECONDS
 
 from tests.unit.test_router_envoy import (
@@ -37,6 +38,7 @@ from tests.unit.test_router_envoy import (
     needs_envoy,
     validate,
 )
+from tests.unit.waker_fixtures import dechunk, exchange, request_bytes, waker_on
 
 HOLD_S = 11  # past ext_proc's 10 s gRPC timeout (render/router/envoy.py)
 PICKER_SAYS = {
@@ -164,6 +166,46 @@ def test_the_picker_refusals_reach_the_client_as_openai_errors_after_the_hold(
 
 
 @needs_envoy
+def test_behind_the_waker_a_held_stream_gets_comments_then_the_refusal_as_an_sse_event(
+    tmp_path: Path,
+) -> None:
+    """Envoy's OpenAI listener on 127.0.0.1 (client_bind, as rendered at zero) behind the waker: a
+    streamed completion held 4 s gets comments from 1 s on, every second, then the hold's 503, made
+    OpenAI's error object by Envoy, as one data event and [DONE]."""
+    limits = router_limits(zero_deployment().spec)
+    config, ports = _local_config(FailureMode.FAIL_CLOSE, 1, limits=limits)
+    url = f"http://127.0.0.1:{ports['listen']}/v1/completions"
+    health = _health_server(ports["health"])
+    picker = _HoldingPicker(ports["picker"], _picker_tls(), 4, [])
+    streamed = {"model": "tiny-llama", "prompt": "hi", "max_tokens": 1, "stream": True}
+    try:
+        with (
+            _running_envoy(config, ports["ready"], tmp_path),
+            waker_on(ports["listen"], 1.0, 1.0) as (port, _),
+        ):
+            started = time.monotonic()
+            while _post(url)[0] != 429:  # the picker seen healthy
+                assert time.monotonic() - started < 10
+                time.sleep(0.2)
+            picker.answers.append(503)
+            answer = exchange(port, request_bytes(streamed, "-"))
+    finally:
+        picker.server.stop(None).wait()
+        health.stop(None).wait()
+    head, _, body = answer.raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK") and b"text/event-stream" in head, head
+    events = [e for e in dechunk(body).split(b"\n\n") if e]
+    comments = [e for e in events if e == b": waking"]
+    assert 3 <= len(comments) <= 4, events  # at 1, 2, 3 (and 4) s of the 4 s hold
+    assert answer.first_at(b": waking") < 1.5
+    data = [e.removeprefix(b"data: ") for e in events if e.startswith(b"data: ")]
+    assert data[-1] == b"[DONE]" and len(data) == 2, events
+    error = json.loads(data[0])["error"]
+    assert (error["type"], error["code"]) == ("server_error", "model_not_ready"), error
+    assert PICKER_SAYS[503] in error["message"], error
+
+
+@needs_envoy
 def test_the_rendered_config_at_zero_validates(tmp_path: Path) -> None:
     run = validate(router_config(zero_deployment())["data"]["envoy.yaml"], tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -171,13 +213,18 @@ def test_the_rendered_config_at_zero_validates(tmp_path: Path) -> None:
 
 def test_only_a_deployment_at_zero_holds() -> None:
     """The picking listener waits out the hold and rewrites refusals only at minReplicas 0; the
-    picker's flow control is on only there."""
+    picker's flow control and the waker in front of Envoy are there only."""
     for min_replicas, holds in ((0, True), (1, False)):
         config = router_config(zero_deployment(min_replicas))["data"]
         envoy = yaml.safe_load(config["envoy.yaml"])
         listeners = {x["name"]: x for x in envoy["static_resources"]["listeners"]}
         picking = listeners["picking"]["filter_chains"][0]["filters"][0]["typed_config"]
         assert ("local_reply_config" in picking) == holds
+        # At zero clients reach the waker, and only it reaches Envoy (render/router/waker.py).
+        openai = listeners["openai"]["address"]["socket_address"]
+        assert (openai["address"], openai["port_value"]) == (
+            ("127.0.0.1", 18081) if holds else ("0.0.0.0", 8080)
+        )
         assert picking["request_timeout"] == ("311s" if holds else "300s")
         assert picking.get("stream_idle_timeout") == ("86400s" if holds else None)
         epp = yaml.safe_load(config["epp.yaml"])
@@ -187,3 +234,31 @@ def test_only_a_deployment_at_zero_holds() -> None:
             assert epp["flowControl"]["defaultRequestTTL"] == f"{HOLD_S}s"
             assert epp["flowControl"]["maxRequests"] == "20"
             assert epp["flowControl"]["defaultPriorityBand"]["maxRequests"] == "20"
+
+
+def test_the_router_pod_at_zero_runs_the_waker_on_the_clients_port() -> None:
+    """The Service's `openai` target is the waker's port at zero, Envoy's above; the waker runs the
+    operator's image under the restricted profile, with the router's bounds."""
+    images = Images(runtime="r", cpu_runtime="c", engine_builder="", trtllm_version="1.1.0", waker="op:1")
+    assert router_service(zero_deployment())["spec"]["ports"][0]["targetPort"] == "openai"
+    for min_replicas, holds in ((0, True), (1, False)):
+        ld = zero_deployment(min_replicas)
+        pod = router_deployment(ld, images, router_config(ld))["spec"]["template"]["spec"]
+        containers = {c["name"]: c for c in pod["containers"]}
+        serving = [name for name, c in containers.items() if any(p["name"] == "openai" for p in c["ports"])]
+        assert serving == (["waker"] if holds else ["envoy"]), serving
+        if not holds:
+            assert "waker" not in containers
+            continue
+        waker = containers["waker"]
+        assert waker["image"] == "op:1" and waker["command"] == ["python3", "-m", "llm_operator.waker"]
+        restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                      "readOnlyRootFilesystem": True}  # fmt: skip
+        assert waker["securityContext"] == restricted
+        assert "tcpSocket" in waker["readinessProbe"]  # an HTTP probe would be held by the picker
+        args = dict(zip(waker["args"][::2], waker["args"][1::2], strict=True))
+        limits = router_limits(ld.spec)
+        assert args["--envoy-port"] == "18081" and args["--port"] == "8080", args
+        assert args["--max-connections"] == str(limits.connections), args
+        assert args["--first-wait-seconds"] == "5" and args["--interval-seconds"] == "10", args
+        assert int(args["--silence-seconds"]) > limits.silent_timeout_s, args

@@ -16,10 +16,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import tokenizers
-from tokenizers import processors
+if TYPE_CHECKING:  # imported where a tokenizer is loaded: the router's waker (llm_operator/waker/)
+    # runs this package's HTTP layer (http1.py, which imports protocol, sampling and this module)
+    # from the operator's image, which has no tokenizers library.
+    import tokenizers
+    from tokenizers import processors
 
 __all__ = ["Tokenizer", "TokenizerError", "read_json_object"]
 
@@ -100,6 +103,8 @@ class Tokenizer:
         path = directory / TOKENIZER_JSON
         if not path.is_file():
             raise TokenizerError(f"{path} is missing: the model's tokenizer directory needs a fast tokenizer")
+        import tokenizers
+
         try:
             backend = tokenizers.Tokenizer.from_file(str(path))
         except Exception as e:  # the Rust side raises a bare Exception with serde's message
@@ -166,6 +171,8 @@ def _bos_eos_processor(
     backend: tokenizers.Tokenizer, bos: str, eos: str, where: Path
 ) -> processors.TemplateProcessing:
     """As transformers' update_post_processor: `bos $A eos`, each present where it is added."""
+    from tokenizers import processors
+
     special = [(t, backend.token_to_id(t)) for t in (bos, eos) if t]
     for token, token_id in special:
         if token_id is None:

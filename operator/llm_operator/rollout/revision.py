@@ -19,9 +19,10 @@ from llm_operator.modelrepo import ttft_budget_ms
 # Fields that say how much, how to roll out or who may connect, not what serves: editing them is no
 # new revision.
 NOT_SERVING = frozenset({"replicas", "autoscaling", "rollout", "network_policy", "routing"})
-# Not what serving pods run: the router's images (routing.mode inference-pool) run beside them, and
-# multi_node_release only decides whether desired.py refuses a one-image multi-node name.
-NOT_SERVING_IMAGES = frozenset({"picker", "envoy", "multi_node_release"})
+# Not what serving pods run: the router's images (routing.mode inference-pool; its waker at
+# minReplicas 0) run beside them, and multi_node_release only decides whether desired.py refuses a
+# one-image multi-node name.
+NOT_SERVING_IMAGES = frozenset({"picker", "envoy", "waker", "multi_node_release"})
 __all__ = ["NOT_SERVING", "Slot", "revision_of"]
 
 

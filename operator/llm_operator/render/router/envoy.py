@@ -223,6 +223,7 @@ def envoy_config(
     limits: RouterLimits,
     service_port: int = OPENAI_PORT,
     bind: str = "0.0.0.0",
+    client_bind: str | None = None,
     listen_port: int = OPENAI_PORT,
     ready_port: int = ENVOY_READY_PORT,
     picker_port: int = PICKER_GRPC_PORT,
@@ -238,7 +239,8 @@ def envoy_config(
     500, one it let through unpicked a 503. FailOpen: while it does not, requests go to the client
     Service (`service_host`, which spreads them over the ready leaders as routing.mode service
     does): an aggregate cluster takes the first of the two with a healthy host. The addresses are
-    parameters so a test runs the same configuration on 127.0.0.1 ports."""
+    parameters so a test runs the same configuration on 127.0.0.1 ports; `client_bind`, where the
+    OpenAI listener binds if not at `bind` (127.0.0.1 behind the waker, render/router/waker.py)."""
     picked: dict[str, Any] = {
         "match": {"prefix": "/", "headers": [{"name": DESTINATION_HEADER, "present_match": True}]},
         "route": _route("picked", limits),
@@ -343,7 +345,7 @@ def envoy_config(
     forward = [{"match": {"prefix": "/"}, "route": _route(to, limits)}]
     listeners = [
         _ready_listener(bind, ready_port),
-        _listener("openai", bind, listen_port, forward, [_STRIP_DESTINATION], limits),
+        _listener("openai", client_bind or bind, listen_port, forward, [_STRIP_DESTINATION], limits),
         _listener("picking", "127.0.0.1", picking_port, picking, [_ext_proc(picker_port)], limits),
     ]
     if limits.hold_s:

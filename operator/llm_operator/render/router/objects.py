@@ -32,6 +32,7 @@ from llm_operator.render.router.envoy import (
     epp_config,
 )
 from llm_operator.render.router.limits import router_limits
+from llm_operator.render.router.waker import ENVOY_BEHIND_WAKER_PORT, waker_container, waking
 from llm_operator.render.scale_to_zero import flow_control
 
 POOL_GROUP = "inference.networking.k8s.io"
@@ -101,16 +102,16 @@ def inference_pool(ld: LLMDeployment) -> dict[str, Any]:
 
 def router_config(ld: LLMDeployment) -> dict[str, Any]:
     service = f"{names.client_service(ld.name)}.{ld.namespace}.svc"
+    # With a waker, clients reach it and it Envoy, on 127.0.0.1 only (render/router/waker.py).
+    behind = waking(ld)
+    config = envoy_config(ld.spec.routing.failure_mode, service, limits=router_limits(ld.spec),
+                          client_bind="127.0.0.1" if behind else None,
+                          listen_port=ENVOY_BEHIND_WAKER_PORT if behind else OPENAI_PORT)  # fmt: skip
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(ld),
-        "data": {
-            "epp.yaml": epp_config(_flow_control(ld)),
-            "envoy.yaml": envoy_yaml(
-                envoy_config(ld.spec.routing.failure_mode, service, limits=router_limits(ld.spec))
-            ),
-        },
+        "data": {"epp.yaml": epp_config(_flow_control(ld)), "envoy.yaml": envoy_yaml(config)},
     }
 
 
@@ -220,7 +221,10 @@ def _picker_tls_volumes(ld: LLMDeployment) -> list[dict[str, Any]]:
     return [volume(PICKER_TLS_VOLUME, "tls.crt", "tls.key"), volume(PICKER_CA_VOLUME, "ca.crt")]
 
 
-def _envoy(image: str) -> dict[str, Any]:
+def _envoy(image: str, behind_waker: bool) -> dict[str, Any]:
+    ports = [{"name": "ready", "containerPort": ENVOY_READY_PORT, "protocol": "TCP"}]
+    if not behind_waker:  # else the waker's port, and Envoy's OpenAI listener is on 127.0.0.1
+        ports.insert(0, {"name": "openai", "containerPort": OPENAI_PORT, "protocol": "TCP"})
     return {
         "name": "envoy",
         "image": image,
@@ -237,10 +241,7 @@ def _envoy(image: str) -> dict[str, Any]:
             "--log-level",
             "warn",
         ],
-        "ports": [
-            {"name": "openai", "containerPort": OPENAI_PORT, "protocol": "TCP"},
-            {"name": "ready", "containerPort": ENVOY_READY_PORT, "protocol": "TCP"},
-        ],
+        "ports": ports,
         "readinessProbe": {"httpGet": {"path": "/ready", "port": ENVOY_READY_PORT}, "periodSeconds": 5},
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
         "securityContext": copy.deepcopy(RESTRICTED),
@@ -281,7 +282,11 @@ def router_deployment(ld: LLMDeployment, images: Images, config: dict[str, Any])
                         "fsGroupChangePolicy": "OnRootMismatch",
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
-                    "containers": [_epp(ld, images.picker), _envoy(images.envoy)],
+                    "containers": [
+                        _epp(ld, images.picker),
+                        _envoy(images.envoy, waking(ld)),
+                        *([waker_container(ld, images.waker, router_limits(ld.spec))] if waking(ld) else []),
+                    ],
                     "volumes": [
                         {"name": "config", "configMap": {"name": names.router(ld.name)}},
                         {"name": TOKEN_VOLUME, "projected": {"sources": copy.deepcopy(TOKEN_SOURCES)}},
