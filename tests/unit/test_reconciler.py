@@ -10,7 +10,7 @@ import asyncio
 import logging
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -568,7 +568,8 @@ async def test_a_broken_group_is_recreated_by_the_reconcile_and_no_other_group()
         ("pod-3", {"reason": "Evicted", "message": "The node was low on memory."}),
     ):
         ended = {"phase": "Failed", "containerStatuses": [{"restartCount": 0, "state": {}}], **extra}
-        meta = {**worker_pod["metadata"], "uid": uid, "deletionTimestamp": "2026-11-30T01:00:00Z"}
+        meta = {**cast(dict[str, Any], worker_pod["metadata"]), "uid": uid,
+                "deletionTimestamp": "2026-11-30T01:00:00Z"}  # fmt: skip
         gone = {**worker_pod, "metadata": meta, "status": ended}
         await reconciler.pod_event("DELETED", gone)
         await reconciler.reconcile(*key)
