@@ -28,7 +28,8 @@ from enum import StrEnum
 from pathlib import Path
 from types import FrameType
 
-from llm_operator.contract import KILL_GRACE_SECONDS, LAUNCHER
+from llm_operator.contract import KILL_GRACE_SECONDS, LAUNCHER, STALLED_PREFIX
+from llm_operator.runtime.mpi_report import MpiReport
 
 # Exit statuses of a server that stopped without being asked (besides its own, passed through, and
 # 128+N for one killed by signal N).
@@ -114,11 +115,16 @@ def log(message: str) -> None:
     LAST_WORDS[0] = message
 
 
-# Why the pod stopped, for its termination message: the launcher's last line, then the server's
-# last error lines (glog's E-lines, as Triton and TensorRT-LLM write them, and Triton's final
-# `error: ...`), most recent last.
+# Why the pod stopped, for its termination message: the launcher's line saying why it stopped the
+# servers unasked (CAUSE) and its last line, the server's last error lines (glog's E-lines, as
+# Triton and TensorRT-LLM write them, and Triton's final `error: ...`), most recent last, then what
+# names the member that broke the world: mpirun's report of a lost rank (mpi_report.py) or the
+# front door's stall line (frontdoor/stall.py). The operator keeps a long message's end.
+CAUSE = [""]
 LAST_WORDS = [""]
 SERVER_ERRORS: deque[str] = deque(maxlen=3)
+WHY: deque[str] = deque(maxlen=2)
+_STALLED = re.compile(rf"^[\w.-]+: ({re.escape(STALLED_PREFIX)}.*)$")
 _GLOG_ERROR = re.compile(r'^E\d{4} [\d:.]+\s+\d+ [^\]]+\] "?(?P<text>.*?)"?$')
 MAX_TERMINATION_MESSAGE = 2048  # the kubelet reads 4096 bytes at most
 
@@ -131,20 +137,25 @@ def error_line(line: str) -> str | None:
     return line if line.startswith("error: ") else None
 
 
-def relay(fd: int) -> None:
+def relay(fd: int, report: MpiReport) -> None:
     """Copy the server's output to our stderr line by line (whole lines: one write each), keeping
-    its error lines; returns at EOF, once every process holding the pipe is gone."""
+    its error lines and the lines that say why the world ended; returns at EOF, once every process
+    holding the pipe is gone."""
     with open(fd, "rb") as pipe:
         for line in pipe:
             os.write(sys.stderr.fileno(), line)
-            error = error_line(line.decode(errors="replace").rstrip())
+            text = line.decode(errors="replace").rstrip()
+            error = error_line(text)
             if error:
                 SERVER_ERRORS.append(error)
+            why = report.feed(text) or ((m := _STALLED.match(text)) and m.group(1))
+            if why:
+                WHY.append(why)
 
 
 def termination_message() -> str:
-    text = "\n".join(line for line in (LAST_WORDS[0], *SERVER_ERRORS) if line)
-    return text[-MAX_TERMINATION_MESSAGE:]
+    lines = dict.fromkeys(line for line in (CAUSE[0], LAST_WORDS[0], *SERVER_ERRORS, *WHY) if line)
+    return "\n".join(lines)[-MAX_TERMINATION_MESSAGE:]
 
 
 @dataclass
@@ -161,6 +172,8 @@ class Supervisor:
     ranks: tuple[str, ...] = ()  # --id of the ranks this pod hosts (rank0 first)
     companions: tuple[tuple[str, ...], ...] = ()  # argv of processes served beside the server
     wrappers: tuple[str, ...] = ()  # programs that start a rank without being it (rank_pids)
+    name: str = "the server"  # what argv is, in the log: a worker's is sshd
+    places: tuple[str, ...] = ()  # the host of each rank of the world, for mpirun's reports
     poll: float = 0.2
 
     def run(self) -> int:
@@ -182,7 +195,7 @@ class Supervisor:
         finally:
             os.close(write_fd)
         child, companions = spawned[0], set(spawned[1:])
-        relaying = threading.Thread(target=relay, args=(read_fd,), daemon=True)
+        relaying = threading.Thread(target=relay, args=(read_fd, MpiReport(self.places)), daemon=True)
         relaying.start()
         status: int | None = None
         companion_status: int | None = None
@@ -212,7 +225,7 @@ class Supervisor:
                 # Nobody asked: the server, a rank or a companion went away. Stop whatever is left.
                 if status is not None:
                     cause = "exited"
-                    log(f"the server exited ({_describe(status)}): stopping the rest")
+                    log(f"{self.name} exited ({_describe(status)}): stopping the rest")
                 elif gone:
                     cause = "lost"
                     log(f"{gone[0]} exited: stopping the others")
@@ -221,8 +234,9 @@ class Supervisor:
                     cause = "companion"
                     log(
                         f"{' '.join(self.companions[0])} exited ({_describe(companion_status)}): "
-                        "stopping the server"
+                        f"stopping {self.name}"
                     )
+                CAUSE[0] = LAST_WORDS[0]
                 signal_all(table, signal.SIGTERM)
                 phase, deadline = "terminating", now + KILL_GRACE_SECONDS
             elif not phase and self.stop.signum is not None:
@@ -258,7 +272,7 @@ class Supervisor:
         if cause == "stop":
             return 128 + signal.SIGKILL if killed else 0
         if not cause:  # gone, with nothing left to stop, before the loop saw it
-            log(f"the server exited ({_describe(status)})")
+            log(f"{self.name} exited ({_describe(status)})")
         final = companion_status if cause == "companion" else status
         assert final is not None  # the loop ends once the server is reaped
         code = _exit_code(final)
