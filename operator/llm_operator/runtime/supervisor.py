@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -81,6 +81,35 @@ def rank_pids(
         if len(ids) == 1 and ids[0] in wanted:  # mpirun's own command line names every rank
             found[wanted[ids[0]]] = pid
     return found
+
+
+def start_time(pid: int, proc: Path = Path("/proc")) -> int:
+    """When the process started, in clock ticks since boot (/proc/PID/stat field 22); 0 if gone."""
+    try:
+        return int((proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _sshd(argv: list[str]) -> bool:
+    return bool(argv) and os.path.basename(argv[0]).startswith("sshd")  # sshd, "sshd: user@notty"
+
+
+def stale_sessions(
+    table: Mapping[int, tuple[int, list[str]]], root: int, started: Callable[[int], int] = start_time
+) -> list[int]:
+    """A worker's processes of an earlier launch, to end when a newer one has logged in: sessions
+    are the processes sshd started (the leader's orted, through the session's shell), one per
+    launch; every session but the newest, with everything under it, is stale. A leader logs in
+    once per world, so an older session still running means its leader is gone without ending it
+    (a lost node, a partition: orted may wait on a dead TCP peer for hours, its ranks holding the
+    GPUs the new world's ranks need)."""
+    sessions = [pid for pid in descendants(table, root)
+                if not _sshd(table[pid][1]) and _sshd(table.get(table[pid][0], (0, []))[1])]  # fmt: skip
+    if len(sessions) < 2:
+        return []
+    newest = max(sessions, key=lambda pid: (started(pid), pid))
+    return [p for pid in sessions if pid != newest for p in (pid, *descendants(table, pid))]
 
 
 class Policy(StrEnum):
@@ -217,6 +246,12 @@ class Supervisor:
             table = process_table()
             if status is not None and not descendants(table, me):
                 break
+            if self.policy == Policy.FOLLOW_LEADER and not phase and (stale := stale_sessions(table, me)):
+                log(f"a new launch logged in while an earlier one's processes still ran ({len(stale)}; its "
+                    "leader is gone): ending them")  # fmt: skip
+                for pid in stale:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
             live = rank_pids(table, me, self.ranks, self.wrappers) if self.ranks else {}
             seen.update({r: p for r, p in live.items() if r not in seen})
             gone = [r for r in seen if r not in live] if self.policy == Policy.RANK0_FIRST else []
