@@ -50,6 +50,14 @@ class GroupFailures:
     def __init__(self) -> None:
         self._broken: dict[Key, dict[Group, Failure]] = {}
         self._seen: dict[str, None] = {}
+        # The pods (name -> uid) of each group, as last seen: those of a group being recreated fail
+        # too as their world ends (a leader after its lost worker), and none of that is a new failure.
+        self._members: dict[Key, dict[Group, dict[str, str]]] = {}
+
+    def _mark(self, uid: str) -> None:
+        self._seen[uid] = None
+        while len(self._seen) > _SEEN_LIMIT:
+            del self._seen[next(iter(self._seen))]
 
     def update(self, pod: dict[str, Any]) -> Key | None:
         """Record a failed member of a group; its deployment when new."""
@@ -57,33 +65,40 @@ class GroupFailures:
         labels = meta.get("labels", {})
         if int(labels.get(L.GROUP_SIZE, "1")) < 2:
             return None
+        lws = labels.get(LWS_NAME)
+        # An LWS worker's pod-index is its rank in the group, not the group's index.
+        index = labels.get(LWS_GROUP_INDEX) if lws else labels.get(L.GROUP_INDEX) or labels.get(POD_INDEX)
+        deployment, pool = labels.get(L.DEPLOYMENT), labels.get(L.POOL)
+        if index is None or deployment is None or pool is None or not index.isdigit():
+            return None
+        key = (meta["namespace"], deployment)
+        slot = Slot.B if labels.get(L.SLOT) == Slot.B else Slot.A  # none: an operator before slots
+        group = (pool, int(index), slot)
+        uid = meta.get("uid", "")
+        self._members.setdefault(key, {}).setdefault(group, {})[meta["name"]] = uid
         status = pod.get("status") or {}
         restarted = any(c.get("restartCount", 0) > 0 for c in status.get("containerStatuses") or [])
         # The StatefulSet controller deletes a Failed pod at once, so the failure may first be seen
         # on a pod being deleted, or only in its DELETED event: both count, once per pod.
-        uid = meta.get("uid", "")
         if not (restarted or status.get("phase") == "Failed") or uid in self._seen:
             return None
-        self._seen[uid] = None
-        while len(self._seen) > _SEEN_LIMIT:
-            del self._seen[next(iter(self._seen))]
-        lws = labels.get(LWS_NAME)
-        # An LWS worker's pod-index is its rank in the group, not the group's index.
-        group = labels.get(LWS_GROUP_INDEX) if lws else labels.get(L.GROUP_INDEX) or labels.get(POD_INDEX)
-        deployment, pool = labels.get(L.DEPLOYMENT), labels.get(L.POOL)
-        if group is None or deployment is None or pool is None or not group.isdigit():
-            return None
-        key = (meta["namespace"], deployment)
-        slot = Slot.B if labels.get(L.SLOT) == Slot.B else Slot.A  # none: an operator before slots
+        self._mark(uid)
         failure = Failure(meta["name"], why_failed(status), lws)
-        self._broken.setdefault(key, {}).setdefault((pool, int(group), slot), failure)
+        self._broken.setdefault(key, {}).setdefault(group, failure)
         return key
 
     def take(self, key: Key) -> list[tuple[Group, Failure]]:
-        return sorted(self._broken.pop(key, {}).items())
+        """The broken groups to recreate, once each: the failures of their pods as they are now,
+        seen later, are part of the same event."""
+        broken = sorted(self._broken.pop(key, {}).items())
+        for group, _ in broken:
+            for uid in self._members.get(key, {}).pop(group, {}).values():
+                self._mark(uid)
+        return broken
 
     def forget(self, key: Key) -> None:
         self._broken.pop(key, None)
+        self._members.pop(key, None)
 
 
 def group_pods(children: Children, namespace: str, deployment: str, group: Group) -> list[str]:
