@@ -242,6 +242,8 @@ def test_a_killed_worker_is_one_group_event(world: World, kubectl: Kubectl) -> N
         words
     )
     assert words.endswith(f"({SPLIT}-0, {worker})"), words
+    # The worker named: its own failure, or the leader's, in mpirun's words read back by the launcher.
+    assert re.search(rf"^{worker} failed|mpirun: [^;]* {worker}\.", words), words
     single = recover(world, kubectl, SINGLE, f"{SINGLE}-0")
     print(f"recovery from a killed pod: the 2-pod group {group.seconds:.1f} s, a single pod "
           f"{single.seconds:.1f} s; the group's Ready meanwhile: {group.not_ready}")  # fmt: skip
