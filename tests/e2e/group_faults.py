@@ -32,12 +32,14 @@ print(" ".join(map(str, found)))
 """
 
 
-def signal_in(kubectl: Kubectl, namespace: str, pod: str, argv: str, sig: int) -> list[int]:
-    """Signal the processes of `pod` whose argv holds `argv`'s words; their PIDs."""
-    out = kubectl(
-        "exec", pod, "-c", "triton", "--", "python3", "-c", SIGNAL, argv, str(sig), namespace=namespace
-    )
-    return [int(pid) for pid in out.stdout.split()]
+def signal_in(
+    kubectl: Kubectl, namespace: str, pod: str, argv: str, sig: int, check: bool = True
+) -> list[int]:
+    """Signal the processes of `pod` whose argv holds `argv`'s words; their PIDs (with check=False,
+    none where the pod is gone)."""
+    out = kubectl("exec", pod, "-c", "triton", "--", "python3", "-c", SIGNAL, argv, str(sig),
+                  namespace=namespace, check=check)  # fmt: skip
+    return [int(pid) for pid in out.stdout.split()] if out.returncode == 0 else []
 
 
 def new_group_events(

@@ -259,11 +259,11 @@ def test_a_deleted_leader_is_relaunched_with_the_whole_world_on_its_worker(
     before, seen = uids(world, kubectl), group_events(kubectl, world.namespace, SPLIT)
     with Other(lambda: world.answer(SINGLE, timeout=30), world.want) as single:
         group = recover(world, kubectl, SPLIT, leader)
-    after = uids(world, kubectl)
-    assert group.wrong == [] and after[worker] == before[worker] and after[leader] != before[leader], (
-        f"{before} -> {after}")  # fmt: skip
-    assert new_group_events(kubectl, world.namespace, SPLIT, seen) == []
-    assert len(signal_in(kubectl, ns, worker, RANK, 0)) == 1  # the new world's stage, and only it
+    after, ranks = uids(world, kubectl), signal_in(kubectl, ns, worker, RANK, 0, check=False)
+    said = f"{before} -> {after}, ranks {ranks}:\n{what_the_pods_said(kubectl, ns)}"
+    assert group.wrong == [] and after[worker] == before[worker] and after[leader] != before[leader], said
+    assert new_group_events(kubectl, world.namespace, SPLIT, seen) == [], said
+    assert len(ranks) == 1, said  # the new world's stage, and only it
     assert single.asked and single.failed == [], single.failed
     print(f"recovery from a deleted leader: the group {group.seconds:.1f} s (the leader's pod new, the "
           f"worker's kept); {SINGLE} answered {single.asked} requests meanwhile; "
