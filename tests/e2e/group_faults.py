@@ -31,6 +31,18 @@ for pid in found:
 print(" ".join(map(str, found)))
 """
 
+# The container's processes: pid, parent, argv (what a failure shows).
+TREE = """
+import os
+for pid in sorted(filter(str.isdigit, os.listdir("/proc")), key=int):
+    try:
+        ppid = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]
+        argv = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ").decode(errors="replace")
+    except OSError:
+        continue
+    print(pid, ppid, argv[:200])
+"""
+
 
 def signal_in(
     kubectl: Kubectl, namespace: str, pod: str, argv: str, sig: int, check: bool = True

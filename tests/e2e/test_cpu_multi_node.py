@@ -44,7 +44,7 @@ from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM
 from e2e.chat import base_url
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, pod_ready, wait_for
 from tests.e2e import openai_sdk
-from tests.e2e.group_faults import Other, group_events, new_group_events, signal_in
+from tests.e2e.group_faults import TREE, Other, group_events, new_group_events, signal_in
 
 pytestmark = pytest.mark.e2e
 
@@ -249,27 +249,6 @@ def test_a_killed_worker_is_one_group_event(world: World, kubectl: Kubectl) -> N
           f"{single.seconds:.1f} s; the group's Ready meanwhile: {group.not_ready}")  # fmt: skip
 
 
-def test_a_deleted_leader_is_relaunched_with_the_whole_world_on_its_worker(
-    world: World, kubectl: Kubectl
-) -> None:
-    """The leader alone is recreated (a deletion is no failure: no GroupRecreated) and its mpirun
-    starts every rank anew; the worker pod stays, its sshd hosting the new world, with no rank of
-    the old one left beside the new one's."""
-    ns, leader, worker = world.namespace, f"{SPLIT}-0", f"{SPLIT}-g0-1"
-    before, seen = uids(world, kubectl), group_events(kubectl, world.namespace, SPLIT)
-    with Other(lambda: world.answer(SINGLE, timeout=30), world.want) as single:
-        group = recover(world, kubectl, SPLIT, leader)
-    after, ranks = uids(world, kubectl), signal_in(kubectl, ns, worker, RANK, 0, check=False)
-    said = f"{before} -> {after}, ranks {ranks}:\n{what_the_pods_said(kubectl, ns)}"
-    assert group.wrong == [] and after[worker] == before[worker] and after[leader] != before[leader], said
-    assert new_group_events(kubectl, world.namespace, SPLIT, seen) == [], said
-    assert len(ranks) == 1, said  # the new world's stage, and only it
-    assert single.asked and single.failed == [], single.failed
-    print(f"recovery from a deleted leader: the group {group.seconds:.1f} s (the leader's pod new, the "
-          f"worker's kept); {SINGLE} answered {single.asked} requests meanwhile; "
-          f"Ready: {group.not_ready}")  # fmt: skip
-
-
 def group_fault(world: World, kubectl: Kubectl, fault: Callable[[], object], what: str,
                 words: str) -> Recovery:  # fmt: skip
     """`fault` recreates the whole group; its GroupRecreated Event names a member and matches
@@ -340,3 +319,26 @@ def test_a_frozen_rank_is_one_group_event(world: World, kubectl: Kubectl) -> Non
     assert single and single[0].wrong == [], single
     print(f"recovery from a frozen rank: the group {group.seconds:.1f} s, a single pod's frozen server "
           f"{single[0].seconds:.1f} s; GroupRecreated: {said[0]}; Ready: {group.not_ready}")  # fmt: skip
+
+
+def test_a_deleted_leader_is_relaunched_with_the_whole_world_on_its_worker(
+    world: World, kubectl: Kubectl
+) -> None:
+    """The leader alone is recreated (a deletion is no failure: no GroupRecreated) and its mpirun
+    starts every rank anew; the worker pod stays, its sshd hosting the new world, with no rank of
+    the old one left beside the new one's."""
+    ns, leader, worker = world.namespace, f"{SPLIT}-0", f"{SPLIT}-g0-1"
+    before, seen = uids(world, kubectl), group_events(kubectl, world.namespace, SPLIT)
+    with Other(lambda: world.answer(SINGLE, timeout=30), world.want) as single:
+        group = recover(world, kubectl, SPLIT, leader)
+    after, ranks = uids(world, kubectl), signal_in(kubectl, ns, worker, RANK, 0, check=False)
+    tree = kubectl("exec", worker, "-c", "triton", "--", "python3", "-c", TREE, namespace=ns, check=False)
+    said = (f"{before} -> {after}, ranks {ranks}:\n{tree.stdout}{tree.stderr}\n"
+            f"{what_the_pods_said(kubectl, ns)}")  # fmt: skip
+    assert group.wrong == [] and after[worker] == before[worker] and after[leader] != before[leader], said
+    assert new_group_events(kubectl, world.namespace, SPLIT, seen) == [], said
+    assert len(ranks) == 1, said  # the new world's stage, and only it
+    assert single.asked and single.failed == [], single.failed
+    print(f"recovery from a deleted leader: the group {group.seconds:.1f} s (the leader's pod new, the "
+          f"worker's kept); {SINGLE} answered {single.asked} requests meanwhile; "
+          f"Ready: {group.not_ready}")  # fmt: skip
