@@ -254,8 +254,12 @@ def group_fault(world: World, kubectl: Kubectl, fault: Callable[[], object], wha
     """`fault` recreates the whole group; its GroupRecreated Event names a member and matches
     `words`; tiny-single answers every request meanwhile."""
     before, seen = uids(world, kubectl), group_events(kubectl, world.namespace, SPLIT)
-    with Other(lambda: world.answer(SINGLE, timeout=30), world.want) as single:
-        group = recover_from(world, kubectl, SPLIT, fault, all_new(world, kubectl, before), what)
+    try:
+        with Other(lambda: world.answer(SINGLE, timeout=30), world.want) as single:
+            group = recover_from(world, kubectl, SPLIT, fault, all_new(world, kubectl, before), what)
+    except BaseException:
+        print(what_the_pods_said(kubectl, world.namespace))
+        raise
     assert group.wrong == [], group.wrong
     assert single.asked and single.failed == [], single.failed
     recreated = new_group_events(kubectl, world.namespace, SPLIT, seen)
