@@ -49,8 +49,9 @@ def signal_in(
 ) -> list[int]:
     """Signal the processes of `pod` whose argv holds `argv`'s words; their PIDs (with check=False,
     none where the pod is gone)."""
-    out = kubectl("exec", pod, "-c", "triton", "--", "python3", "-c", SIGNAL, argv, str(sig),
-                  namespace=namespace, check=check)  # fmt: skip
+    # The namespace before `--`: Kubectl appends namespace= after everything, the command's too.
+    out = kubectl("exec", "-n", namespace, pod, "-c", "triton", "--", "python3", "-c", SIGNAL, argv,
+                  str(sig), check=check)  # fmt: skip
     return [int(pid) for pid in out.stdout.split()] if out.returncode == 0 else []
 
 

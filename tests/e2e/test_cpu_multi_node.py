@@ -336,7 +336,7 @@ def test_a_deleted_leader_is_relaunched_with_the_whole_world_on_its_worker(
     with Other(lambda: world.answer(SINGLE, timeout=30), world.want) as single:
         group = recover(world, kubectl, SPLIT, leader)
     after, ranks = uids(world, kubectl), signal_in(kubectl, ns, worker, RANK, 0, check=False)
-    tree = kubectl("exec", worker, "-c", "triton", "--", "python3", "-c", TREE, namespace=ns, check=False)
+    tree = kubectl("exec", "-n", ns, worker, "-c", "triton", "--", "python3", "-c", TREE, check=False)
     said = (f"{before} -> {after}, ranks {ranks}:\n{tree.stdout}{tree.stderr}\n"
             f"{what_the_pods_said(kubectl, ns)}")  # fmt: skip
     assert group.wrong == [] and after[worker] == before[worker] and after[leader] != before[leader], said
