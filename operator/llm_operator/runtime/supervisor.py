@@ -95,21 +95,26 @@ def _sshd(argv: list[str]) -> bool:
     return bool(argv) and os.path.basename(argv[0]).startswith("sshd")  # sshd, "sshd: user@notty"
 
 
-def stale_sessions(
-    table: Mapping[int, tuple[int, list[str]]], root: int, started: Callable[[int], int] = start_time
+def stale_launches(
+    table: Mapping[int, tuple[int, list[str]]],
+    root: int,
+    server: int,
+    started: Callable[[int], int] = start_time,
 ) -> list[int]:
-    """A worker's processes of an earlier launch, to end when a newer one has logged in: sessions
-    are the processes sshd started (the leader's orted, through the session's shell), one per
-    launch; every session but the newest, with everything under it, is stale. A leader logs in
-    once per world, so an older session still running means its leader is gone without ending it
-    (a lost node, a partition: orted may wait on a dead TCP peer for hours, its ranks holding the
-    GPUs the new world's ranks need)."""
-    sessions = [pid for pid in descendants(table, root)
-                if not _sshd(table[pid][1]) and _sshd(table.get(table[pid][0], (0, []))[1])]  # fmt: skip
-    if len(sessions) < 2:
+    """A worker's processes of an earlier launch, to end when a newer one runs: Open MPI's orted
+    leaves the ssh session that started it (the session ends at once: sshd logs the leader's login
+    and its disconnect) and lives on under the worker's launcher, the child subreaper `root`, one
+    orted per launch; every one but the newest, with everything under it, is stale. A leader
+    launches once per world, so an older one still running means its leader is gone without ending
+    it (a lost node, a partition: orted may wait on a dead TCP peer for hours, its ranks holding the
+    GPUs the new world's ranks need). Processes still inside an ssh session are left alone: killing
+    a session's command would fail the launch it belongs to."""
+    launches = [pid for pid, (ppid, argv) in table.items()
+                if ppid == root and pid != server and argv and not _sshd(argv)]  # fmt: skip
+    if len(launches) < 2:
         return []
-    newest = max(sessions, key=lambda pid: (started(pid), pid))
-    return [p for pid in sessions if pid != newest for p in (pid, *descendants(table, pid))]
+    newest = max(launches, key=lambda pid: (started(pid), pid))
+    return [p for pid in launches if pid != newest for p in (pid, *descendants(table, pid))]
 
 
 class Policy(StrEnum):
@@ -246,8 +251,12 @@ class Supervisor:
             table = process_table()
             if status is not None and not descendants(table, me):
                 break
-            if self.policy == Policy.FOLLOW_LEADER and not phase and (stale := stale_sessions(table, me)):
-                log(f"a new launch logged in while an earlier one's processes still ran ({len(stale)}; its "
+            if (
+                self.policy == Policy.FOLLOW_LEADER
+                and not phase
+                and (stale := stale_launches(table, me, child))
+            ):
+                log(f"a new launch runs while an earlier one's processes still ran ({len(stale)}; its "
                     "leader is gone): ending them")  # fmt: skip
                 for pid in stale:
                     with contextlib.suppress(ProcessLookupError):

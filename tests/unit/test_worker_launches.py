@@ -1,8 +1,8 @@
-"""A worker hosts one world at a time (runtime/supervisor.py stale_sessions): when a leader's new
-launch logs in to the worker's sshd while processes of an earlier one still run (their leader gone
-without ending them: a lost node), the worker's launcher ends the earlier ones. Pure on process
-tables, then with real processes under a real Supervisor, sshd's processes stood in for by
-processes named as sshd names them."""
+"""A worker hosts one world at a time (runtime/supervisor.py stale_launches): when a leader's new
+launch runs while processes of an earlier one still do (their leader gone without ending them: a
+lost node), the worker's launcher ends the earlier ones. Pure on process tables, then with real
+processes under a real Supervisor: orteds stood in for by processes that leave their parent, as
+Open MPI's leave the ssh session that started them."""
 
 from __future__ import annotations
 
@@ -13,35 +13,33 @@ import sys
 import time
 from pathlib import Path
 
-from llm_operator.runtime.supervisor import stale_sessions
+from llm_operator.runtime.supervisor import stale_launches
 
 from tests.unit.test_launcher import alive
 
-SSHD, CONN, SH, ORTED, RANK = ["/usr/sbin/sshd", "-D"], ["sshd: u@notty"], ["sh", "-c", "x"], ["orted"], ["r"]
+SSHD, SH, ORTED, RANK = ["/usr/sbin/sshd", "-D"], ["sh", "-c", "x"], ["orted", "-mca"], ["python3", "-m", "r"]
 
 
-def test_every_session_but_the_newest_is_stale_with_all_under_it() -> None:
+def test_every_launch_but_the_newest_is_stale_with_all_under_it() -> None:
     table = {
         1: (0, ["launcher"]), 2: (1, SSHD),
-        10: (2, CONN), 11: (10, SH), 12: (11, ORTED), 13: (12, RANK),  # an earlier launch
-        20: (2, CONN), 21: (20, SH), 22: (21, ORTED), 23: (22, RANK),  # the newest
-        30: (2, ["sshd: [net]"]),  # a connection that never logged in (the leader's port check)
+        10: (1, ORTED), 11: (10, RANK),  # an earlier launch's orted, re-parented to the launcher
+        20: (1, ORTED), 21: (20, RANK), 22: (20, RANK),  # the newest
+        30: (2, ["sshd: u@notty"]), 31: (30, SH),  # a launch still in its ssh session: left alone
+        40: (1, []),  # a zombie not reaped yet: no launch
     }  # fmt: skip
-    started = {11: 500, 21: 900}.__getitem__
-    assert sorted(stale_sessions(table, 1, started)) == [11, 12, 13]
-    assert stale_sessions({k: v for k, v in table.items() if k < 20}, 1, started) == []  # one world: none
-    # sshd itself gone: its sessions, re-parented to the launcher (subreaper), are still told apart.
-    orphaned = {k: ((1, v[1]) if v[0] == 2 else v) for k, v in table.items() if k != 2}
-    assert sorted(stale_sessions(orphaned, 1, started)) == [11, 12, 13]
+    started = {10: 500, 20: 900, 40: 999}.__getitem__
+    assert sorted(stale_launches(table, 1, 2, started)) == [10, 11]
+    assert stale_launches({k: v for k, v in table.items() if k < 20}, 1, 2, started) == []  # one world
 
 
-# sshd's listener, connections and sessions as bash names them with `exec -a`: each connection an
-# "sshd: u@notty" whose session (a sleep) is its child.
+# sshd's stand-in: two launches whose orteds (sleeps) leave their sessions, as Open MPI's do, one a
+# second after the other; the listener stays.
 FAKE_SSHD = """
-( exec -a "sshd: u@notty" bash -c 'sleep 60; :' ) &
+( sleep 60 & )
 sleep 1
-( exec -a "sshd: u@notty" bash -c 'sleep 61; :' ) &
-wait
+( sleep 61 & )
+sleep 100
 """
 SUPERVISE = """
 import sys
@@ -90,4 +88,4 @@ def test_a_worker_ends_an_earlier_launch_when_a_new_one_logs_in() -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
-    assert "a new launch logged in while an earlier one's processes still ran (1; its leader" in err, err
+    assert "a new launch runs while an earlier one's processes still ran (1; its leader" in err, err
