@@ -236,10 +236,11 @@ class Supervisor:
         seen: dict[str, int] = {}
         cause, phase, deadline, killed = "", "", 0.0, False
 
-        def signal_all(table: Mapping[int, tuple[int, list[str]]], sig: int) -> None:
+        def signal_all(table: Mapping[int, tuple[int, list[str]]], sig: int, spare: int = 0) -> None:
             for pid in descendants(table, me):
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
+                    if pid != spare:
+                        os.kill(pid, sig)
 
         while True:
             reaped = self._reap({child, *companions})
@@ -281,7 +282,11 @@ class Supervisor:
                         f"stopping {self.name}"
                     )
                 CAUSE[0] = LAST_WORDS[0]
-                signal_all(table, signal.SIGTERM)
+                # A lost rank: mpirun, aborting the world already, ends the other pods' ranks and
+                # says which rank failed where (its report ends the termination message); SIGTERM
+                # would cut it short. The kill deadline below still covers it.
+                lost = cause == "lost" and self.policy == Policy.RANK0_FIRST
+                signal_all(table, signal.SIGTERM, spare=child if lost else 0)
                 phase, deadline = "terminating", now + KILL_GRACE_SECONDS
             elif not phase and self.stop.signum is not None:
                 log(f"signal {self.stop.signum}: stopping ({self.policy.value})")
