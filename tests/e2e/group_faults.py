@@ -12,8 +12,8 @@ import openai
 
 from e2e.cluster.testing import Kubectl
 
-# Run in a pod's container by `kubectl exec`: signal every process whose argv holds all of the
-# comma-separated words (signal 0: only count them); prints their PIDs. The cpu-runtime image has
+# Run in a pod's container by `kubectl exec`: signal every process whose command line holds all of
+# the comma-separated strings (signal 0: only count them); prints their PIDs. The cpu-runtime image has
 # python3 and no procps.
 SIGNAL = """
 import os, sys
@@ -21,10 +21,10 @@ want, sig = sys.argv[1].split(","), int(sys.argv[2])
 found = []
 for pid in filter(str.isdigit, os.listdir("/proc")):
     try:
-        argv = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace").split("\\0")[:-1]
+        line = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace").replace("\\0", " ")
     except OSError:
         continue
-    if int(pid) != os.getpid() and all(w in argv for w in want):
+    if int(pid) != os.getpid() and all(w in line for w in want):
         found.append(int(pid))
 for pid in found:
     os.kill(pid, sig)

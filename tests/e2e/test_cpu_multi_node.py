@@ -57,7 +57,7 @@ READY_TIMEOUT = 300
 # The group's stallTimeoutSeconds: a token of tiny-llama on these pods comes within a second.
 STALL_TIMEOUT = 15
 RANK = "llm_operator.runtime.cpu_reference.launch"  # a later stage's argv (cpu_reference/launch.py)
-SSHD = "/usr/sbin/sshd,-D"  # the worker's sshd (runtime/commands.py worker_command), not a session's
+SSHD = "sshd,[listener]"  # the worker's sshd, as OpenSSH titles its listener (not a connection's)
 TRITON = "--id=rank0"  # a single pod's tritonserver (runtime/commands.py rank_args)
 
 
