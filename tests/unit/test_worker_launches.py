@@ -26,9 +26,10 @@ def test_every_launch_but_the_newest_is_stale_with_all_under_it() -> None:
         10: (1, ORTED), 11: (10, RANK),  # an earlier launch's orted, re-parented to the launcher
         20: (1, ORTED), 21: (20, RANK), 22: (20, RANK),  # the newest
         30: (2, ["sshd: u@notty"]), 31: (30, SH),  # a launch still in its ssh session: left alone
+        50: (1, ["sshd: /usr/sbin/sshd -D -e -f /run/c [listener] 0 of 10-100 startups"]),  # no launch
         40: (1, []),  # a zombie not reaped yet: no launch
     }  # fmt: skip
-    started = {10: 500, 20: 900, 40: 999}.__getitem__
+    started = {10: 500, 20: 900, 40: 999, 50: 999}.__getitem__
     assert sorted(stale_launches(table, 1, 2, started)) == [10, 11]
     assert stale_launches({k: v for k, v in table.items() if k < 20}, 1, 2, started) == []  # one world
 

@@ -92,7 +92,10 @@ def start_time(pid: int, proc: Path = Path("/proc")) -> int:
 
 
 def _sshd(argv: list[str]) -> bool:
-    return bool(argv) and os.path.basename(argv[0]).startswith("sshd")  # sshd, "sshd: user@notty"
+    """/usr/sbin/sshd, or a title sshd gave itself ("sshd: user@notty", "sshd: /usr/sbin/sshd -D
+    ... [listener] ...", one string)."""
+    first = argv[0].split(" ", 1)[0] if argv else ""
+    return os.path.basename(first).startswith("sshd")
 
 
 def stale_launches(
