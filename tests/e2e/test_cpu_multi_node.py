@@ -264,7 +264,7 @@ def group_fault(world: World, kubectl: Kubectl, fault: Callable[[], object], wha
     assert single.asked and single.failed == [], single.failed
     recreated = new_group_events(kubectl, world.namespace, SPLIT, seen)
     said = [e["message"] for e in recreated]
-    assert len(recreated) == 1 and recreated[0]["type"] == "Warning", said
+    assert len(recreated) == 1 and recreated[0]["type"] == "Warning", "\n".join(said)
     assert re.match(rf"{SPLIT}-(0|g0-1) failed \(exited \d+", said[0]) and re.search(words, said[0]), said
     assert said[0].endswith(f"({SPLIT}-0, {SPLIT}-g0-1)"), said
     print(f"recovery from {what}: the group {group.seconds:.1f} s; {SINGLE} answered {single.asked} requests "

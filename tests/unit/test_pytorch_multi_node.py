@@ -295,9 +295,10 @@ def test_a_lost_rank_is_named_by_mpiruns_report_in_the_termination_message(
     assert re.fullmatch(r"mpirun: rank 1 on \S+ exited on signal 9 \(Killed\)", said[-1]), said
 
 
-def test_worker_pods_keep_sshd_until_the_leaders_processes_are_gone(pod: Any, tmp_path: Path) -> None:
-    """A pytorch worker has no tritonserver: on SIGTERM it waits for the leader's ranks it hosts
-    (here: one started through its sshd stand-in) rather than cutting them off."""
+def test_worker_pods_stop_sshd_and_wait_for_the_leaders_processes(pod: Any, tmp_path: Path) -> None:
+    """A pytorch worker has no tritonserver: on SIGTERM it stops sshd at once (a worker on its way
+    out takes no new launch) and waits for the leader's ranks it hosts (here: one started through its
+    sshd stand-in) rather than cutting them off."""
     sshd = script(
         tmp_path / "sshd",
         f"""#!{PYTHON}

@@ -302,11 +302,15 @@ class Supervisor:
                 elif self.policy == Policy.RANK0_FIRST:
                     signal_all(table, signal.SIGTERM)  # rank 0 is not running: nothing to drain
                     phase, deadline = "terminating", now + KILL_GRACE_SECONDS
+                else:  # a worker on its way out takes no new launch (a new leader's, while its pod
+                    os.kill(child, signal.SIGTERM)  # is still a DNS name); the running world stays
             elif phase == "draining":
                 if self.policy == Policy.RANK0_FIRST:
                     drained = self.ranks[0] not in live
                 else:  # a worker without Triton ranks (pytorch) waits for every process of the leader's
-                    drained = not live if self.ranks else descendants(table, me) == [child]
+                    drained = (
+                        not live if self.ranks else not [p for p in descendants(table, me) if p != child]
+                    )
                 if drained or now > deadline:
                     signal_all(table, signal.SIGTERM)
                     phase, deadline = "terminating", now + KILL_GRACE_SECONDS
