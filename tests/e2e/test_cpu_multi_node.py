@@ -264,6 +264,10 @@ def group_fault(world: World, kubectl: Kubectl, fault: Callable[[], object], wha
     assert single.asked and single.failed == [], single.failed
     recreated = new_group_events(kubectl, world.namespace, SPLIT, seen)
     said = [e["message"] for e in recreated]
+    if len(recreated) != 1:
+        tree = kubectl("exec", "-n", world.namespace, f"{SPLIT}-g0-1", "-c", "triton", "--", "python3", "-c",
+                       TREE, check=False)  # fmt: skip
+        print(tree.stdout, what_the_pods_said(kubectl, world.namespace))
     assert len(recreated) == 1 and recreated[0]["type"] == "Warning", "\n".join(said)
     assert re.match(rf"{SPLIT}-(0|g0-1) failed \(exited \d+", said[0]) and re.search(words, said[0]), said
     assert said[0].endswith(f"({SPLIT}-0, {SPLIT}-g0-1)"), said
