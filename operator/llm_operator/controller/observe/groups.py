@@ -26,6 +26,11 @@ log = logging.getLogger(__name__)
 Group = tuple[str, int, Slot]  # pool, group index, slot
 _SEEN_LIMIT = 4096  # failed pods remembered (by uid) so each failure is acted on once
 GROUP_RECREATED = "GroupRecreated"  # the Event; its length is the room exited() leaves
+# A broken group's pods go at once: their world is lost or stalled, nothing is left to drain, and
+# while a pod terminates its name still resolves (the headless Service publishes terminating pods):
+# on the real node a new leader launched its world onto a worker on its way out, which died with
+# it, a second group event 47 s after the first (tests/e2e/test_cpu_multi_node.py).
+BROKEN_GROUP_GRACE_SECONDS = 1
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"  # on every pod of a LeaderWorkerSet, set by LWS
 
 
@@ -130,7 +135,7 @@ async def recreate(kube: KubeApi, children: Children, body: dict[str, Any], grou
              f"whole ({', '.join(pods)})")  # fmt: skip
     log.warning("%s/%s: %s", namespace, name, words)
     for pod in pods if lws is None else ():
-        await kube.delete_pod(namespace, pod)
+        await kube.delete_pod(namespace, pod, BROKEN_GROUP_GRACE_SECONDS)
     await kube.event(body, "Warning", GROUP_RECREATED, words, now)
 
 
