@@ -46,3 +46,18 @@ def test_two_members_failing_before_the_reconcile_are_one_event_and_other_groups
     assert [f.pod for _, f in failures.take((NS, NAME))] == [f"{NAME}-0"]
     assert failures.update(pod(f"{NAME}-1", "l9", 1, group="1")) == (NS, NAME)  # group 1 is not group 0
     assert [(g[1], f.pod) for g, f in failures.take((NS, NAME))] == [(1, f"{NAME}-1")]
+
+
+def test_a_pod_deleted_before_it_ran_is_no_members_failure() -> None:
+    """LWS deletes a recreated group's worker StatefulSet with its leader: a replacement worker still
+    being created ends Failed, with no container that ran; the member that broke the group is named."""
+    failures = GroupFailures()
+    pending = pod(f"{NAME}-g0-1", "w2", 0)
+    pending["metadata"]["deletionTimestamp"] = "2026-11-30T02:54:00Z"
+    pending["status"] = {"phase": "Failed", "containerStatuses": [{"restartCount": 0, "state": {
+        "waiting": {"reason": "ContainerCreating"}}}]}  # fmt: skip
+    assert failures.update(pending) is None
+    evicted = {**pending, "status": {"phase": "Failed", "reason": "Evicted", "message": "low on memory"}}
+    assert failures.update({**evicted, "metadata": {**pending["metadata"], "uid": "w3"}}) == (NS, NAME)
+    assert failures.update(pod(f"{NAME}-0", "l1", 1)) == (NS, NAME)
+    assert [f.pod for _, f in failures.take((NS, NAME))] == [f"{NAME}-g0-1"]  # the evicted one, first

@@ -35,6 +35,9 @@ from llm_operator.runtime.mpi_report import MpiReport
 # 128+N for one killed by signal N).
 EXIT_SERVER_GONE = 1  # a server exited on its own with status 0, or one rank vanished
 EXIT_NOT_FOUND = 127
+# How long a world that lost a rank leaves mpirun to finish its own abort and report the rank
+# before it is stopped like the rest: the pod's restart, which recreates the group, waits for it.
+MPI_REPORT_SECONDS = 1.0
 
 
 def process_table(proc: Path = Path("/proc")) -> dict[int, tuple[int, list[str]]]:
@@ -237,7 +240,7 @@ class Supervisor:
         status: int | None = None
         companion_status: int | None = None
         seen: dict[str, int] = {}
-        cause, phase, deadline, killed = "", "", 0.0, False
+        cause, phase, deadline, killed, spared = "", "", 0.0, False, 0.0
 
         def signal_all(table: Mapping[int, tuple[int, list[str]]], sig: int, spare: int = 0) -> None:
             for pid in descendants(table, me):
@@ -291,6 +294,11 @@ class Supervisor:
                 lost = cause == "lost" and self.policy == Policy.RANK0_FIRST
                 signal_all(table, signal.SIGTERM, spare=child if lost else 0)
                 phase, deadline = "terminating", now + KILL_GRACE_SECONDS
+                spared = now + MPI_REPORT_SECONDS if lost else 0.0
+            elif spared and now > spared and status is None:
+                with contextlib.suppress(ProcessLookupError):  # mpirun had its time to report
+                    os.kill(child, signal.SIGTERM)
+                spared = 0.0
             elif not phase and self.stop.signum is not None:
                 log(f"signal {self.stop.signum}: stopping ({self.policy.value})")
                 cause, phase, deadline = "stop", "draining", now + self.exit_timeout + KILL_GRACE_SECONDS

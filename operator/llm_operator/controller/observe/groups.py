@@ -51,6 +51,18 @@ def why_failed(status: dict[str, Any]) -> str:
     return f"{status.get('reason') or status.get('phase')}: {status.get('message', '')}".rstrip(": ")
 
 
+def _never_ran(pod: dict[str, Any]) -> bool:
+    """A pod deleted before any container of it ran (a replacement caught by its group's own
+    recreation: LWS deletes a group's worker StatefulSet with its leader) ends Failed without a
+    reason; it broke nothing, and it would hide the member that did."""
+    status = pod.get("status") or {}
+    ran = any(
+        {"running", "terminated"} & set(c.get("state") or {}) or (c.get("lastState") or {}).get("terminated")
+        for c in status.get("containerStatuses") or []
+    )
+    return bool(pod["metadata"].get("deletionTimestamp")) and not ran and not status.get("reason")
+
+
 class GroupFailures:
     def __init__(self) -> None:
         self._broken: dict[Key, dict[Group, Failure]] = {}
@@ -85,7 +97,7 @@ class GroupFailures:
         restarted = any(c.get("restartCount", 0) > 0 for c in status.get("containerStatuses") or [])
         # The StatefulSet controller deletes a Failed pod at once, so the failure may first be seen
         # on a pod being deleted, or only in its DELETED event: both count, once per pod.
-        if not (restarted or status.get("phase") == "Failed") or uid in self._seen:
+        if not (restarted or status.get("phase") == "Failed") or uid in self._seen or _never_ran(pod):
             return None
         self._mark(uid)
         failure = Failure(meta["name"], why_failed(status), lws)
