@@ -36,8 +36,9 @@ from llm_operator.runtime.mpi_report import MpiReport
 EXIT_SERVER_GONE = 1  # a server exited on its own with status 0, or one rank vanished
 EXIT_NOT_FOUND = 127
 # How long a world that lost a rank leaves mpirun to finish its own abort and report the rank
-# before it is stopped like the rest: the pod's restart, which recreates the group, waits for it.
-MPI_REPORT_SECONDS = 1.0
+# before it is stopped like the rest (the pod's restart, which recreates the group, waits for it):
+# on the real node's 2 shared cores 1 s was too short for Open MPI to print its report.
+MPI_REPORT_SECONDS = 4.0
 
 
 def process_table(proc: Path = Path("/proc")) -> dict[int, tuple[int, list[str]]]:
