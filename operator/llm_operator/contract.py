@@ -84,6 +84,10 @@ def termination_grace_seconds(exit_timeout_seconds: int) -> int:
 
 
 # Every variable the launcher reads, with its default ("" = unset).
+# How a multi-node leader's front door begins the line that says its group stalled
+# (frontdoor/stall.py): the launcher keeps that line for the pod's termination message.
+STALLED_PREFIX = "stalled: "
+
 ENV: dict[str, str] = {
     "LLMOP_BACKEND": "tensorrt-engine",
     "LLMOP_TP": "1",
@@ -118,6 +122,10 @@ ENV: dict[str, str] = {
     "LLMOP_GROUP_INDEX": "0",
     "LLMOP_WORKER_HOST_PATTERN": "",
     "LLMOP_WORKER_WAIT_SECONDS": "600",
+    # A multi-node leader's front door: seconds without any response from Triton while requests are
+    # in flight before it ends the pod as stalled (frontdoor/stall.py; spec.runtime.stallTimeoutSeconds).
+    # 0: not watched (single pods: the kubelet's liveness probe on Triton finds a frozen server).
+    "LLMOP_STALL_TIMEOUT_SECONDS": "0",
     "LLMOP_LEADER_HOST": "",
     "LLMOP_SSH_DIR": SSH_DIR,
     "LLMOP_SSH_PORT": "2222",

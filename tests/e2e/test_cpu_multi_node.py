@@ -12,6 +12,12 @@ between the pods (runtime/cpu_reference/pipeline.py).
   group serving, the deployment says which member failed and why, and the group serves again. The
   time from the fault to the group's first right answer is printed beside a single-pod deployment's
   recovery from the same fault.
+- So are the other faults of a member, one after another on the same world (kubectl exec signals
+  the process in its pod): a rank that exits, the worker's sshd killed, a rank frozen (SIGSTOP,
+  beside a single pod's frozen tritonserver). Each recreates the whole group, GroupRecreated names
+  the member and its words, and tiny-single meanwhile answers every request (but while frozen
+  itself). A deleted leader recreates the leader alone, every rank of the world relaunched on the
+  worker's sshd and none of the old world's left there (docs/launcher-and-engines.md).
 
 Two deployments, three pods of CPU_LIMIT each: the node has 2 CPUs for the whole suite.
 """
@@ -19,8 +25,10 @@ Two deployments, three pods of CPU_LIMIT each: the node has 2 CPUs for the whole
 from __future__ import annotations
 
 import re
+import signal
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +44,7 @@ from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM
 from e2e.chat import base_url
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, pod_ready, wait_for
 from tests.e2e import openai_sdk
+from tests.e2e.group_faults import TREE, Other, group_events, new_group_events, signal_in
 
 pytestmark = pytest.mark.e2e
 
@@ -45,6 +54,11 @@ CPU_LIMIT = "250m"
 PROMPT, MAX_TOKENS = "Once upon a time", 24
 MODEL = "tiny-llama"
 READY_TIMEOUT = 300
+# The group's stallTimeoutSeconds: a token of tiny-llama on these pods comes within a second.
+STALL_TIMEOUT = 15
+RANK = "llm_operator.runtime.cpu_reference.launch"  # a later stage's argv (cpu_reference/launch.py)
+SSHD = "sshd,[listener]"  # the worker's sshd, as OpenSSH titles its listener (not a connection's)
+TRITON = "--id=rank0"  # a single pod's tritonserver (runtime/commands.py rank_args)
 
 
 def deployment(name: str, **spec: Any) -> dict[str, Any]:
@@ -79,6 +93,7 @@ def world(operator: None, cluster: E2ECluster, kubectl: Kubectl) -> Iterator[Wor
     if cluster.launcher is None:
         pytest.skip("needs the embedded cluster: its real node's images and its network namespace")
     doc = deployment(SPLIT, parallelism={"tensor": 1, "pipeline": 2})
+    doc["spec"]["runtime"]["stallTimeoutSeconds"] = STALL_TIMEOUT
     spec = LLMDeploymentSpec.model_validate(doc["spec"])
     lm = TinyLM(TINY_MODELS[MODEL], weights_seed(spec.model.revision or "main"))
     ns = kubectl.create_namespace("cpu-multi-node")
@@ -145,7 +160,25 @@ def recover(world: World, kubectl: Kubectl, name: str, pod: str, timeout: float 
     runs), so a single pod may keep answering until its replacement is Ready and no request fails;
     a group's leader stops with its worker."""
     old = (kubectl.get("pod", pod, world.namespace) or {})["metadata"]["uid"]
-    kubectl("delete", "pod", pod, "--grace-period=0", "--force", "--wait=false", namespace=world.namespace)
+
+    def back(down: bool) -> bool:
+        return down or replaced(kubectl, world.namespace, pod, old)
+
+    return recover_from(world, kubectl, name, force_delete(kubectl, world.namespace, pod), back,
+                        f"{pod} was killed", timeout)  # fmt: skip
+
+
+def force_delete(kubectl: Kubectl, namespace: str, pod: str) -> Callable[[], object]:
+    return lambda: kubectl("delete", "pod", pod, "--grace-period=0", "--force", "--wait=false",
+                           namespace=namespace)  # fmt: skip
+
+
+def recover_from(world: World, kubectl: Kubectl, name: str, fault: Callable[[], object],
+                 back: Callable[[bool], bool], what: str,
+                 timeout: float = READY_TIMEOUT) -> Recovery:  # fmt: skip
+    """Cause `fault`, then ask `name` until it answers the reference text once `back(down)` holds
+    (down: a request failed since the fault)."""
+    fault()
     start, wrong, not_ready, down = time.monotonic(), list[str](), list[str](), False
     while time.monotonic() - start < timeout:
         ready = condition(kubectl.get("llmdeployment", name, world.namespace), "Ready") or {}
@@ -153,23 +186,37 @@ def recover(world: World, kubectl: Kubectl, name: str, pod: str, timeout: float 
         if ready.get("status") != "True" and said not in not_ready:
             not_ready.append(said)
         try:
-            text = world.answer(name, timeout=20)
+            text = world.answer(name, timeout=STALL_TIMEOUT + 10)
         except (openai.APIError, OSError):  # refused, reset, timed out: not serving
             down = True
             time.sleep(1)
             continue
         if text != world.want:
             wrong.append(text)
-        elif down or replaced(kubectl, world.namespace, pod, old):
+        elif back(down):
             return Recovery(time.monotonic() - start, wrong, not_ready)
         time.sleep(0.5)
     said = what_the_pods_said(kubectl, world.namespace)
-    pytest.fail(f"{name} not serving again {timeout:.0f} s after {pod} was killed (down: {down}):\n{said}")
+    pytest.fail(f"{name} not serving again {timeout:.0f} s after {what} (down: {down}):\n{said}")
 
 
 def replaced(kubectl: Kubectl, namespace: str, pod: str, uid: str) -> bool:
     now = kubectl.get("pod", pod, namespace)
     return now is not None and now["metadata"]["uid"] != uid and pod_ready(now)
+
+
+def uids(world: World, kubectl: Kubectl) -> dict[str, str]:
+    return {n: p["metadata"]["uid"] for n, p in world.members(kubectl, SPLIT).items()}
+
+
+def all_new(world: World, kubectl: Kubectl, before: dict[str, str]) -> Callable[[bool], bool]:
+    """Every member of the group is a new pod (by UID) under its old name."""
+
+    def check(_down: bool) -> bool:
+        now = uids(world, kubectl)
+        return sorted(now) == sorted(before) and not set(now.values()) & set(before.values())
+
+    return check
 
 
 def test_a_killed_worker_is_one_group_event(world: World, kubectl: Kubectl) -> None:
@@ -178,7 +225,11 @@ def test_a_killed_worker_is_one_group_event(world: World, kubectl: Kubectl) -> N
     serves again: nothing meanwhile was answered by half a group."""
     before = {n: p["metadata"]["uid"] for n, p in world.members(kubectl, SPLIT).items()}
     worker = f"{SPLIT}-g0-1"
-    group = recover(world, kubectl, SPLIT, worker)
+    # Until both members are new: the killed worker's processes end with its grace period (its
+    # preStop drain waits on the leader), its replacement may run before then, and the old world
+    # answers meanwhile.
+    kill = force_delete(kubectl, world.namespace, worker)
+    group = recover_from(world, kubectl, SPLIT, kill, all_new(world, kubectl, before), f"{worker} was killed")
     assert group.wrong == [], group.wrong
     after = {n: p["metadata"]["uid"] for n, p in world.members(kubectl, SPLIT).items()}
     assert sorted(after) == sorted(before) and not set(after.values()) & set(before.values()), (
@@ -191,6 +242,111 @@ def test_a_killed_worker_is_one_group_event(world: World, kubectl: Kubectl) -> N
         words
     )
     assert words.endswith(f"({SPLIT}-0, {worker})"), words
+    # The worker named: its own failure, or the leader's, in mpirun's words read back by the launcher.
+    assert re.search(rf"^{worker} failed|mpirun: [^;]* {worker}\.", words), words
     single = recover(world, kubectl, SINGLE, f"{SINGLE}-0")
     print(f"recovery from a killed pod: the 2-pod group {group.seconds:.1f} s, a single pod "
           f"{single.seconds:.1f} s; the group's Ready meanwhile: {group.not_ready}")  # fmt: skip
+
+
+def group_fault(world: World, kubectl: Kubectl, fault: Callable[[], object], what: str,
+                words: str) -> Recovery:  # fmt: skip
+    """`fault` recreates the whole group; its GroupRecreated Event names a member and matches
+    `words`; tiny-single answers every request meanwhile."""
+    before, seen = uids(world, kubectl), group_events(kubectl, world.namespace, SPLIT)
+    try:
+        with Other(lambda: world.answer(SINGLE, timeout=30), world.want) as single:
+            group = recover_from(world, kubectl, SPLIT, fault, all_new(world, kubectl, before), what)
+    except BaseException:
+        print(what_the_pods_said(kubectl, world.namespace))
+        raise
+    assert group.wrong == [], group.wrong
+    assert single.asked and single.failed == [], single.failed
+    recreated = new_group_events(kubectl, world.namespace, SPLIT, seen)
+    said = [e["message"] for e in recreated]
+    if len(recreated) != 1:
+        tree = kubectl("exec", "-n", world.namespace, f"{SPLIT}-g0-1", "-c", "triton", "--", "python3", "-c",
+                       TREE, check=False)  # fmt: skip
+        print(tree.stdout, what_the_pods_said(kubectl, world.namespace))
+    assert len(recreated) == 1 and recreated[0]["type"] == "Warning", "\n".join(said)
+    assert re.match(rf"{SPLIT}-(0|g0-1) failed \(exited \d+", said[0]) and re.search(words, said[0]), said
+    assert said[0].endswith(f"({SPLIT}-0, {SPLIT}-g0-1)"), said
+    print(f"recovery from {what}: the group {group.seconds:.1f} s; {SINGLE} answered {single.asked} requests "
+          f"meanwhile; GroupRecreated: {said[0]}; Ready: {group.not_ready}")  # fmt: skip
+    return group
+
+
+def test_a_rank_that_exits_is_one_group_event(world: World, kubectl: Kubectl) -> None:
+    """Rank 1 ends (SIGTERM): mpirun aborts the world, the leader fails naming the rank and its pod."""
+    worker = f"{SPLIT}-g0-1"
+    group_fault(world, kubectl, lambda: signal_in(kubectl, world.namespace, worker, RANK, signal.SIGTERM),
+                "rank 1 exiting", rf"mpirun: rank 1 on {worker}\.\S+ exited on signal 15")  # fmt: skip
+
+
+def test_a_killed_sshd_is_one_group_event(world: World, kubectl: Kubectl) -> None:
+    """The worker's sshd (what the next launch needs) ends: the worker fails, its ranks with it."""
+    worker = f"{SPLIT}-g0-1"
+
+    def kill() -> None:
+        assert len(signal_in(kubectl, world.namespace, worker, SSHD, signal.SIGTERM)) == 1
+
+    words = rf"sshd exited|mpirun: (rank 1 on|lost the connection to the MPI daemon on) {worker}"
+    group_fault(world, kubectl, kill, "the worker's sshd killed", words)
+
+
+def test_a_frozen_rank_is_one_group_event(world: World, kubectl: Kubectl) -> None:
+    """Rank 1 frozen (SIGSTOP): rank 0 waits on it, Triton stays live; the leader's front door finds
+    no response for stallTimeoutSeconds with a request in flight and ends the leader. Beside it, a
+    single pod's frozen tritonserver, which its liveness probe finds."""
+    ns, worker = world.namespace, f"{SPLIT}-g0-1"
+    old = (kubectl.get("pod", f"{SINGLE}-0", ns) or {})["status"]["containerStatuses"][0]["restartCount"]
+    single: list[Recovery] = []
+
+    def freeze_single() -> None:
+        def restarted(_down: bool) -> bool:
+            pod = kubectl.get("pod", f"{SINGLE}-0", ns) or {}
+            return bool(pod_ready(pod) and pod["status"]["containerStatuses"][0]["restartCount"] > old)
+
+        freeze = lambda: signal_in(kubectl, ns, f"{SINGLE}-0", TRITON, signal.SIGSTOP)  # noqa: E731
+        single.append(recover_from(world, kubectl, SINGLE, freeze, restarted, "its tritonserver frozen"))
+
+    def freeze() -> None:
+        assert len(signal_in(kubectl, ns, worker, RANK, signal.SIGSTOP)) == 1
+        beside.start()
+
+    beside = threading.Thread(target=freeze_single, daemon=True)
+    before, seen = uids(world, kubectl), group_events(kubectl, world.namespace, SPLIT)
+    group = recover_from(world, kubectl, SPLIT, freeze, all_new(world, kubectl, before), "rank 1 frozen")
+    beside.join(timeout=READY_TIMEOUT)
+    assert group.wrong == [], group.wrong
+    said = [e["message"] for e in new_group_events(kubectl, world.namespace, SPLIT, seen)]
+    assert len(said) == 1 and re.match(rf"{SPLIT}-0 failed \(exited 70 ", said[0]), said
+    assert re.search(
+        r"stalled: no response from Triton for 1\d s while 1 request\(s\) were in flight", said[0]
+    )
+    assert single and single[0].wrong == [], single
+    print(f"recovery from a frozen rank: the group {group.seconds:.1f} s, a single pod's frozen server "
+          f"{single[0].seconds:.1f} s; GroupRecreated: {said[0]}; Ready: {group.not_ready}")  # fmt: skip
+
+
+def test_a_deleted_leader_is_relaunched_with_the_whole_world_on_its_worker(
+    world: World, kubectl: Kubectl
+) -> None:
+    """The leader alone is recreated (a deletion is no failure: no GroupRecreated) and its mpirun
+    starts every rank anew; the worker pod stays, its sshd hosting the new world, with no rank of
+    the old one left beside the new one's."""
+    ns, leader, worker = world.namespace, f"{SPLIT}-0", f"{SPLIT}-g0-1"
+    before, seen = uids(world, kubectl), group_events(kubectl, world.namespace, SPLIT)
+    with Other(lambda: world.answer(SINGLE, timeout=30), world.want) as single:
+        group = recover(world, kubectl, SPLIT, leader)
+    after, ranks = uids(world, kubectl), signal_in(kubectl, ns, worker, RANK, 0, check=False)
+    tree = kubectl("exec", "-n", ns, worker, "-c", "triton", "--", "python3", "-c", TREE, check=False)
+    said = (f"{before} -> {after}, ranks {ranks}:\n{tree.stdout}{tree.stderr}\n"
+            f"{what_the_pods_said(kubectl, ns)}")  # fmt: skip
+    assert group.wrong == [] and after[worker] == before[worker] and after[leader] != before[leader], said
+    assert new_group_events(kubectl, world.namespace, SPLIT, seen) == [], said
+    assert len(ranks) == 1, said  # the new world's stage, and only it
+    assert single.asked and single.failed == [], single.failed
+    print(f"recovery from a deleted leader: the group {group.seconds:.1f} s (the leader's pod new, the "
+          f"worker's kept); {SINGLE} answered {single.asked} requests meanwhile; "
+          f"Ready: {group.not_ready}")  # fmt: skip

@@ -25,6 +25,7 @@ class FakeKube:
     def __init__(self) -> None:
         self.objects: dict[ObjKey, dict[str, Any]] = {}
         self.writes: list[tuple[str, str, str]] = []  # (verb, kind, name)
+        self.pod_graces: dict[str, int | None] = {}  # deleted pod -> the grace period asked for
         self.reads: list[tuple[str, str]] = []  # (kind, name) read by name
         self.events: list[tuple[str, str, str]] = []  # (type, reason, message)
         self._uids = itertools.count(1)
@@ -99,8 +100,9 @@ class FakeKube:
                 changed += 1
         return changed
 
-    async def delete_pod(self, namespace: str, name: str) -> None:
+    async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         self.writes.append(("delete", "Pod", name))
+        self.pod_graces[name] = grace_seconds
 
     async def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
         found = self.objects.get(("LLMDeployment", namespace, name))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import signal
 import socket
@@ -274,9 +275,30 @@ def test_a_lost_tritonserver_fails_the_pod_though_its_wrapper_names_rank0(
     assert not alive(int(written(tmp_path / "worker1")))
 
 
-def test_worker_pods_keep_sshd_until_the_leaders_processes_are_gone(pod: Any, tmp_path: Path) -> None:
-    """A pytorch worker has no tritonserver: on SIGTERM it waits for the leader's ranks it hosts
-    (here: one started through its sshd stand-in) rather than cutting them off."""
+@pytest.mark.skipif(not shutil.which("mpirun") or not shutil.which("ssh-keygen"),
+                    reason="Open MPI or ssh-keygen is not installed")  # fmt: skip
+def test_a_lost_rank_is_named_by_mpiruns_report_in_the_termination_message(
+    pod: Any, tmp_path: Path, sshd_port: int
+) -> None:
+    """Rank 1 killed: real mpirun aborts the world (rank 0 first), the launcher lets it finish and
+    the pod's last words say which rank died where (runtime/mpi_report.py), as the deployment's
+    GroupRecreated Event then does."""
+    mpirun = os.path.realpath(shutil.which("mpirun") or "")
+    p: Pod = pod(
+        **two_pods(tmp_path, sshd_port, mpirun), LLMOP_TERMINATION_LOG=str(tmp_path / "termination-log")
+    )
+    os.kill(int(written(tmp_path / "worker1")), signal.SIGKILL)
+    # Whichever the launcher sees first: rank 0 gone (1), or mpirun's own exit (137) with it.
+    assert p.proc.wait(timeout=30) in (EXIT_SERVER_GONE, 128 + signal.SIGKILL)
+    said = (tmp_path / "termination-log").read_text().splitlines()
+    assert said[0] in ("rank0 exited: stopping the others", "the server exited (status 137)"), said
+    assert re.fullmatch(r"mpirun: rank 1 on \S+ exited on signal 9 \(Killed\)", said[-1]), said
+
+
+def test_worker_pods_stop_sshd_and_wait_for_the_leaders_processes(pod: Any, tmp_path: Path) -> None:
+    """A pytorch worker has no tritonserver: on SIGTERM it stops sshd at once (a worker on its way
+    out takes no new launch) and waits for the leader's ranks it hosts (here: one started through its
+    sshd stand-in) rather than cutting them off."""
     sshd = script(
         tmp_path / "sshd",
         f"""#!{PYTHON}

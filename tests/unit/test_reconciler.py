@@ -23,7 +23,7 @@ from llm_operator.controller.cluster.kube import NotLeading
 from llm_operator.controller.cluster.queue import WorkQueue
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.observe.engines import ENGINE_INDEX
-from llm_operator.controller.observe.groups import why_failed
+from llm_operator.controller.observe.groups import BROKEN_GROUP_GRACE_SECONDS, why_failed
 from llm_operator.controller.reconciler import REPORT_AFTER_FAILURES, Reconciler
 from llm_operator.controller.status.status import UNPLACED_GRACE_SECONDS
 from llm_operator.desired import index_value
@@ -552,6 +552,8 @@ async def test_a_broken_group_is_recreated_by_the_reconcile_and_no_other_group()
     await reconciler.reconcile(*key)
     deleted = [name for verb, kind, name in kube.take_writes() if verb == "delete" and kind == "Pod"]
     assert deleted == [f"{key[1]}-0", f"{workers[0]}-1"], "leader and worker of group 0, nothing of group 1"
+    # At once: nothing is left to drain, and a worker on its way out must not take the new leader's world.
+    assert kube.pod_graces == {name: BROKEN_GROUP_GRACE_SECONDS for name in deleted}
     # Which member failed and why, in its container's words, and what was recreated.
     assert kube.events[-1] == ("Warning", "GroupRecreated", (
         f"{workers[0]}-1 failed (exited 1 (Error): ORTE has lost communication with a remote daemon): "

@@ -1032,6 +1032,17 @@ class RuntimeSpec(Spec):
         description="Seconds Triton drains in-flight requests on stop, 1-3600; default 30. The pod's "
         "termination grace period allows for it.",
     )
+    stall_timeout_seconds: int = Field(
+        default=60,
+        ge=10,
+        le=3600,
+        description="Multi-node groups: seconds the leader's OpenAI front door waits for any response "
+        "from Triton while requests are in flight before it takes the group as stalled (a frozen member "
+        "hangs the others in their collectives while Triton stays live) and the whole group is "
+        "recreated, 10-3600; default 60. Keep it above the longest gap between two responses: a "
+        "prompt's prefill, or a whole generation where runtime.streaming is false. Single-pod "
+        "replicas ignore it: the kubelet's liveness probe finds their frozen server.",
+    )
     startup_timeout_seconds: int = Field(
         default=1200,
         ge=60,

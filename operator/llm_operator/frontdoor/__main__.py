@@ -11,6 +11,7 @@ import os
 import resource
 import signal
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from llm_operator.frontdoor.api_keys import ApiKeys
 from llm_operator.frontdoor.http1 import HttpLimits, body_limit
 from llm_operator.frontdoor.protocol import Limits
 from llm_operator.frontdoor.server import FrontDoor, Settings, serve
+from llm_operator.frontdoor.stall import EXIT_STALLED, StallWatch
 from llm_operator.frontdoor.tokenizer import Tokenizer, TokenizerError
 from llm_operator.frontdoor.upstream import Upstream
 
@@ -134,9 +136,23 @@ async def run(door: FrontDoor, port: int) -> None:
           f"temperature {d.temperature:g}, top_p {d.top_p:g}, top_k {d.top_k or 'off'}, "
           f"repetition_penalty {d.repetition_penalty or 'off'}; at most {h.max_connections} "
           f"connections, bodies of {h.max_body_bytes // 1024} KiB)", file=sys.stderr, flush=True)  # fmt: skip
+    watching = asyncio.create_task(watch_stall(door.upstream.watch)) if door.upstream.watch.timeout else None
     await stop.wait()
+    if watching is not None:
+        watching.cancel()
     # The launcher stops us once Triton is gone: nothing is left to finish.
     server.close()
+
+
+async def watch_stall(watch: StallWatch, period: float = 1.0) -> None:
+    """A stalled group (stall.py): say why on one line and exit at once, requests in flight and
+    all (they could only hang); the launcher then stops the world and the pod fails."""
+    while True:
+        await asyncio.sleep(period)
+        why = watch.stalled(time.monotonic())
+        if why is not None:
+            print(f"{NAME}: {why}", file=sys.stderr, flush=True)
+            os._exit(EXIT_STALLED)
 
 
 def main(environ: Mapping[str, str] | None = None) -> int:
@@ -148,12 +164,14 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     try:
         s = settings(env)
         port, triton_port = _int(env, "LLMOP_OPENAI_PORT"), _int(env, "LLMOP_HTTP_PORT")
+        stall_timeout = _int(env, "LLMOP_STALL_TIMEOUT_SECONDS")
         tokenizer = Tokenizer.load(tokenizer_dir(env))
         s = dataclasses.replace(s, defaults=sampling.load(tokenizer.directory), http=connection_cap(s.http))
     except (ConfigError, TokenizerError, ValueError) as e:
         print(f"{NAME}: {e}", file=sys.stderr, flush=True)
         return EXIT_CONFIG
-    asyncio.run(run(FrontDoor(s, tokenizer, Upstream("127.0.0.1", triton_port)), port))
+    upstream = Upstream("127.0.0.1", triton_port, stall_timeout)
+    asyncio.run(run(FrontDoor(s, tokenizer, upstream), port))
     return 0
 
 

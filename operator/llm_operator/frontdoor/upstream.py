@@ -23,9 +23,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
+
+from llm_operator.frontdoor.stall import StallWatch
 
 Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
@@ -55,8 +58,9 @@ class UpstreamError(Exception):
 
 
 class Upstream:
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, stall_timeout: float = 0.0) -> None:
         self.host, self.port = host, port
+        self.watch = StallWatch(stall_timeout)  # the generations in flight (stall.py)
         self._decoupled: dict[str, bool] = {}
         self._spare: asyncio.Task[Connection] | None = None
         self._spare_expiry: asyncio.TimerHandle | None = None
@@ -147,26 +151,35 @@ class Upstream:
         """Each response, in order. Leaving the loop early (or cancelling the task)
         closes the connection, which cancels the request in Triton."""
         path = f"/v2/models/{model}/generate_stream" if stream else f"/v2/models/{model}/generate"
-        reader, writer, status, headers = await self._request("POST", path, json.dumps(inputs).encode())
+        watch, now = self.watch, time.monotonic
+        watch.began(now())
         try:
-            if status != 200:
-                raw = b"".join([part async for part in _body(reader, headers)])
-                raise UpstreamError(status, _message(raw))
-            if not stream:
-                yield _answer(json.loads(b"".join([part async for part in _body(reader, headers)])))
-                return
-            pending = b""
-            async for part in _body(reader, headers):
-                pending += part
-                while b"\n\n" in pending:
-                    event, pending = pending.split(b"\n\n", 1)
-                    for line in event.split(b"\n"):
-                        if line.startswith(b"data:"):
-                            yield _answer(_event(line[5:]))
+            reader, writer, status, headers = await self._request("POST", path, json.dumps(inputs).encode())
+            try:
+                if status != 200:
+                    raw = b"".join([part async for part in _body(reader, headers)])
+                    watch.answered(now())
+                    raise UpstreamError(status, _message(raw))
+                if not stream:
+                    whole = b"".join([part async for part in _body(reader, headers)])
+                    watch.answered(now())
+                    yield _answer(json.loads(whole))
+                    return
+                pending = b""
+                async for part in _body(reader, headers):
+                    pending += part
+                    while b"\n\n" in pending:
+                        event, pending = pending.split(b"\n\n", 1)
+                        for line in event.split(b"\n"):
+                            if line.startswith(b"data:"):
+                                watch.answered(now())
+                                yield _answer(_event(line[5:]))
+            finally:
+                writer.close()
+                with contextlib.suppress(Exception):
+                    await writer.wait_closed()
         finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            watch.ended()
 
 
 def _event(data: bytes) -> dict[str, Any]:

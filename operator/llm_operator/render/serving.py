@@ -85,6 +85,7 @@ def workloads(
             {"name": "LLMOP_ROLE", "value": "leader"},
             _label_env("LLMOP_GROUP_INDEX", POD_INDEX),
             {"name": "LLMOP_WORKER_HOST_PATTERN", "value": pattern},
+            stall_env(spec),
         ]
     leader_labels = {**base, L.ROLE: "leader"}
     template = pod_template(
@@ -120,6 +121,12 @@ def workloads(
         sts["spec"]["ordinals"] = {"start": 1}
         result.append(sts)
     return result
+
+
+def stall_env(spec: LLMDeploymentSpec) -> dict[str, str]:
+    """A group's leader watches its world for a stall (frontdoor/stall.py): a frozen member leaves
+    Triton on the leader live, so no probe would see it."""
+    return {"name": "LLMOP_STALL_TIMEOUT_SECONDS", "value": str(spec.runtime.stall_timeout_seconds)}
 
 
 def _group_labels(labels: dict[str, str], pool: PoolPlan) -> dict[str, str]:
@@ -158,6 +165,7 @@ def _leader_worker_set(
             {"name": "LLMOP_ROLE", "value": "leader"},
             _label_env("LLMOP_GROUP_INDEX", LWS_GROUP_INDEX),
             {"name": "LLMOP_WORKER_HOST_PATTERN", "value": pattern},
+            stall_env(spec),
         ],
         repo_hash=repo_hash, ssh_secret=ssh_secret, slot=slot, revision=revision, model=model,
     )  # fmt: skip

@@ -85,6 +85,14 @@ def worker_hosts(c: PodConfig) -> list[str]:
     return [c.worker_host_pattern.format(group=c.group, worker=w) for w in range(1, c.pods_per_replica)]
 
 
+def rank_places(c: PodConfig, leader: str) -> tuple[str, ...]:
+    """The pod of each rank of a leader's world, by rank (serve_command's host order): the leader
+    (`leader`, its own name) first."""
+    hosts = [leader, *(worker_hosts(c) if c.multi_node else [])]
+    per_pod = c.ranks_per_pod if c.multi_node else c.world_size
+    return tuple(host for host in hosts for _ in range(per_pod))
+
+
 def rsh_args(c: PodConfig) -> str:
     """How the leader's mpirun reaches the workers' sshd (keys copied by runtime/ssh.py): with the
     Secret's client key, and only to a host that proves it holds the workers' host key from the

@@ -28,6 +28,7 @@ from llm_operator.contract import ADMIN_KEY_ENV, ADMIN_KEY_FD_ENV, ENV, LAUNCHER
 from llm_operator.runtime.commands import (
     engine_problems,
     rank_id,
+    rank_places,
     redacted,
     serve_command,
     worker_command,
@@ -104,7 +105,7 @@ def launch(c: PodConfig, stop: Stop, environ: Mapping[str, str]) -> int:
     if c.role == "worker":
         argv = worker_command(c, prepare_sshd(c, environ))
         log(f"worker of group {c.group}: sshd on port {c.ssh_port} for the leader's mpirun")
-        return Supervisor(argv, Policy.FOLLOW_LEADER, c.exit_timeout, stop, ids).run()
+        return Supervisor(argv, Policy.FOLLOW_LEADER, c.exit_timeout, stop, ids, name="sshd").run()
     if c.multi_node:
         prepare_client(c)
         missing = wait_for_workers(worker_hosts(c), c.ssh_port, c.worker_wait, stop)
@@ -126,7 +127,7 @@ def launch(c: PodConfig, stop: Stop, environ: Mapping[str, str]) -> int:
     # Under trtllm-llmapi-launch, mpirun's and the wrapper's command lines name rank 0 too.
     wrappers = (c.llmapi_launch,) if c.llmapi_launch in argv else ()
     return Supervisor(argv, Policy.RANK0_FIRST, c.exit_timeout, stop, ids, companions=companions,
-                      wrappers=wrappers).run()  # fmt: skip
+                      wrappers=wrappers, places=rank_places(c, socket.gethostname())).run()  # fmt: skip
 
 
 def frontdoor_command(c: PodConfig) -> tuple[tuple[str, ...], ...]:

@@ -22,18 +22,23 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from types import FrameType
 
-from llm_operator.contract import KILL_GRACE_SECONDS, LAUNCHER
+from llm_operator.contract import KILL_GRACE_SECONDS, LAUNCHER, STALLED_PREFIX
+from llm_operator.runtime.mpi_report import MpiReport
 
 # Exit statuses of a server that stopped without being asked (besides its own, passed through, and
 # 128+N for one killed by signal N).
 EXIT_SERVER_GONE = 1  # a server exited on its own with status 0, or one rank vanished
 EXIT_NOT_FOUND = 127
+# How long a world that lost a rank leaves mpirun to finish its own abort and report the rank
+# before it is stopped like the rest (the pod's restart, which recreates the group, waits for it):
+# on the real node's 2 shared cores 1 s was too short for Open MPI to print its report.
+MPI_REPORT_SECONDS = 4.0
 
 
 def process_table(proc: Path = Path("/proc")) -> dict[int, tuple[int, list[str]]]:
@@ -82,6 +87,43 @@ def rank_pids(
     return found
 
 
+def start_time(pid: int, proc: Path = Path("/proc")) -> int:
+    """When the process started, in clock ticks since boot (/proc/PID/stat field 22); 0 if gone."""
+    try:
+        return int((proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _sshd(argv: list[str]) -> bool:
+    """/usr/sbin/sshd, or a title sshd gave itself ("sshd: user@notty", "sshd: /usr/sbin/sshd -D
+    ... [listener] ...", one string)."""
+    first = argv[0].split(" ", 1)[0] if argv else ""
+    return os.path.basename(first).startswith("sshd")
+
+
+def stale_launches(
+    table: Mapping[int, tuple[int, list[str]]],
+    root: int,
+    server: int,
+    started: Callable[[int], int] = start_time,
+) -> list[int]:
+    """A worker's processes of an earlier launch, to end when a newer one runs: Open MPI's orted
+    leaves the ssh session that started it (the session ends at once: sshd logs the leader's login
+    and its disconnect) and lives on under the worker's launcher, the child subreaper `root`, one
+    orted per launch; every one but the newest, with everything under it, is stale. A leader
+    launches once per world, so an older one still running means its leader is gone without ending
+    it (a lost node, a partition: orted may wait on a dead TCP peer for hours, its ranks holding the
+    GPUs the new world's ranks need). Processes still inside an ssh session are left alone: killing
+    a session's command would fail the launch it belongs to."""
+    launches = [pid for pid, (ppid, argv) in table.items()
+                if ppid == root and pid != server and argv and not _sshd(argv)]  # fmt: skip
+    if len(launches) < 2:
+        return []
+    newest = max(launches, key=lambda pid: (started(pid), pid))
+    return [p for pid in launches if pid != newest for p in (pid, *descendants(table, pid))]
+
+
 class Policy(StrEnum):
     SERVER = "server"  # the child is the serving tritonserver itself
     RANK0_FIRST = "rank0-first"  # mpirun: stop rank 0, then the rest; any rank lost is fatal
@@ -114,11 +156,16 @@ def log(message: str) -> None:
     LAST_WORDS[0] = message
 
 
-# Why the pod stopped, for its termination message: the launcher's last line, then the server's
-# last error lines (glog's E-lines, as Triton and TensorRT-LLM write them, and Triton's final
-# `error: ...`), most recent last.
+# Why the pod stopped, for its termination message: the launcher's line saying why it stopped the
+# servers unasked (CAUSE) and its last line, the server's last error lines (glog's E-lines, as
+# Triton and TensorRT-LLM write them, and Triton's final `error: ...`), most recent last, then what
+# names the member that broke the world: mpirun's report of a lost rank (mpi_report.py) or the
+# front door's stall line (frontdoor/stall.py). The operator keeps a long message's end.
+CAUSE = [""]
 LAST_WORDS = [""]
 SERVER_ERRORS: deque[str] = deque(maxlen=3)
+WHY: deque[str] = deque(maxlen=2)
+_STALLED = re.compile(rf"^[\w.-]+: ({re.escape(STALLED_PREFIX)}.*)$")
 _GLOG_ERROR = re.compile(r'^E\d{4} [\d:.]+\s+\d+ [^\]]+\] "?(?P<text>.*?)"?$')
 MAX_TERMINATION_MESSAGE = 2048  # the kubelet reads 4096 bytes at most
 
@@ -131,20 +178,25 @@ def error_line(line: str) -> str | None:
     return line if line.startswith("error: ") else None
 
 
-def relay(fd: int) -> None:
+def relay(fd: int, report: MpiReport) -> None:
     """Copy the server's output to our stderr line by line (whole lines: one write each), keeping
-    its error lines; returns at EOF, once every process holding the pipe is gone."""
+    its error lines and the lines that say why the world ended; returns at EOF, once every process
+    holding the pipe is gone."""
     with open(fd, "rb") as pipe:
         for line in pipe:
             os.write(sys.stderr.fileno(), line)
-            error = error_line(line.decode(errors="replace").rstrip())
+            text = line.decode(errors="replace").rstrip()
+            error = error_line(text)
             if error:
                 SERVER_ERRORS.append(error)
+            why = report.feed(text) or ((m := _STALLED.match(text)) and m.group(1))
+            if why:
+                WHY.append(why)
 
 
 def termination_message() -> str:
-    text = "\n".join(line for line in (LAST_WORDS[0], *SERVER_ERRORS) if line)
-    return text[-MAX_TERMINATION_MESSAGE:]
+    lines = dict.fromkeys(line for line in (CAUSE[0], LAST_WORDS[0], *SERVER_ERRORS, *WHY) if line)
+    return "\n".join(lines)[-MAX_TERMINATION_MESSAGE:]
 
 
 @dataclass
@@ -161,6 +213,8 @@ class Supervisor:
     ranks: tuple[str, ...] = ()  # --id of the ranks this pod hosts (rank0 first)
     companions: tuple[tuple[str, ...], ...] = ()  # argv of processes served beside the server
     wrappers: tuple[str, ...] = ()  # programs that start a rank without being it (rank_pids)
+    name: str = "the server"  # what argv is, in the log: a worker's is sshd
+    places: tuple[str, ...] = ()  # the host of each rank of the world, for mpirun's reports
     poll: float = 0.2
 
     def run(self) -> int:
@@ -182,17 +236,18 @@ class Supervisor:
         finally:
             os.close(write_fd)
         child, companions = spawned[0], set(spawned[1:])
-        relaying = threading.Thread(target=relay, args=(read_fd,), daemon=True)
+        relaying = threading.Thread(target=relay, args=(read_fd, MpiReport(self.places)), daemon=True)
         relaying.start()
         status: int | None = None
         companion_status: int | None = None
         seen: dict[str, int] = {}
-        cause, phase, deadline, killed = "", "", 0.0, False
+        cause, phase, deadline, killed, spared = "", "", 0.0, False, 0.0
 
-        def signal_all(table: Mapping[int, tuple[int, list[str]]], sig: int) -> None:
+        def signal_all(table: Mapping[int, tuple[int, list[str]]], sig: int, spare: int = 0) -> None:
             for pid in descendants(table, me):
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
+                    if pid != spare:
+                        os.kill(pid, sig)
 
         while True:
             reaped = self._reap({child, *companions})
@@ -204,6 +259,16 @@ class Supervisor:
             table = process_table()
             if status is not None and not descendants(table, me):
                 break
+            if (
+                self.policy == Policy.FOLLOW_LEADER
+                and not phase
+                and (stale := stale_launches(table, me, child))
+            ):
+                log(f"a new launch runs while an earlier one's processes still ran ({len(stale)}; its "
+                    "leader is gone): ending them")  # fmt: skip
+                for pid in stale:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
             live = rank_pids(table, me, self.ranks, self.wrappers) if self.ranks else {}
             seen.update({r: p for r, p in live.items() if r not in seen})
             gone = [r for r in seen if r not in live] if self.policy == Policy.RANK0_FIRST else []
@@ -212,7 +277,7 @@ class Supervisor:
                 # Nobody asked: the server, a rank or a companion went away. Stop whatever is left.
                 if status is not None:
                     cause = "exited"
-                    log(f"the server exited ({_describe(status)}): stopping the rest")
+                    log(f"{self.name} exited ({_describe(status)}): stopping the rest")
                 elif gone:
                     cause = "lost"
                     log(f"{gone[0]} exited: stopping the others")
@@ -221,10 +286,20 @@ class Supervisor:
                     cause = "companion"
                     log(
                         f"{' '.join(self.companions[0])} exited ({_describe(companion_status)}): "
-                        "stopping the server"
+                        f"stopping {self.name}"
                     )
-                signal_all(table, signal.SIGTERM)
+                CAUSE[0] = LAST_WORDS[0]
+                # A lost rank: mpirun, aborting the world already, ends the other pods' ranks and
+                # says which rank failed where (its report ends the termination message); SIGTERM
+                # would cut it short. The kill deadline below still covers it.
+                lost = cause == "lost" and self.policy == Policy.RANK0_FIRST
+                signal_all(table, signal.SIGTERM, spare=child if lost else 0)
                 phase, deadline = "terminating", now + KILL_GRACE_SECONDS
+                spared = now + MPI_REPORT_SECONDS if lost else 0.0
+            elif spared and now > spared and status is None:
+                with contextlib.suppress(ProcessLookupError):  # mpirun had its time to report
+                    os.kill(child, signal.SIGTERM)
+                spared = 0.0
             elif not phase and self.stop.signum is not None:
                 log(f"signal {self.stop.signum}: stopping ({self.policy.value})")
                 cause, phase, deadline = "stop", "draining", now + self.exit_timeout + KILL_GRACE_SECONDS
@@ -236,11 +311,15 @@ class Supervisor:
                 elif self.policy == Policy.RANK0_FIRST:
                     signal_all(table, signal.SIGTERM)  # rank 0 is not running: nothing to drain
                     phase, deadline = "terminating", now + KILL_GRACE_SECONDS
+                else:  # a worker on its way out takes no new launch (a new leader's, while its pod
+                    os.kill(child, signal.SIGTERM)  # is still a DNS name); the running world stays
             elif phase == "draining":
                 if self.policy == Policy.RANK0_FIRST:
                     drained = self.ranks[0] not in live
                 else:  # a worker without Triton ranks (pytorch) waits for every process of the leader's
-                    drained = not live if self.ranks else descendants(table, me) == [child]
+                    drained = (
+                        not live if self.ranks else not [p for p in descendants(table, me) if p != child]
+                    )
                 if drained or now > deadline:
                     signal_all(table, signal.SIGTERM)
                     phase, deadline = "terminating", now + KILL_GRACE_SECONDS
@@ -258,7 +337,7 @@ class Supervisor:
         if cause == "stop":
             return 128 + signal.SIGKILL if killed else 0
         if not cause:  # gone, with nothing left to stop, before the loop saw it
-            log(f"the server exited ({_describe(status)})")
+            log(f"{self.name} exited ({_describe(status)})")
         final = companion_status if cause == "companion" else status
         assert final is not None  # the loop ends once the server is reaped
         code = _exit_code(final)

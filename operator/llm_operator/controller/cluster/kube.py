@@ -132,7 +132,7 @@ class KubeApi(Protocol):
     async def add_labels(
         self, kind: str, namespace: str, selector: dict[str, str], owner_uid: str, labels: dict[str, str]
     ) -> int: ...
-    async def delete_pod(self, namespace: str, name: str) -> None: ...
+    async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None: ...
     async def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
     async def annotate_deployment(self, namespace: str, name: str, annotations: dict[str, str]) -> None: ...
@@ -267,10 +267,10 @@ class Kube:
             raise
         return True
 
-    async def delete_pod(self, namespace: str, name: str) -> None:
+    async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         self._write("Pod", "delete")
         try:
-            await self.client.delete(Pod, name, namespace=namespace)
+            await self.client.delete(Pod, name, namespace=namespace, grace_period=grace_seconds)
         except ApiError as e:
             if e.status.code != 404:
                 raise

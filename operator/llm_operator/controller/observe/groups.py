@@ -26,6 +26,11 @@ log = logging.getLogger(__name__)
 Group = tuple[str, int, Slot]  # pool, group index, slot
 _SEEN_LIMIT = 4096  # failed pods remembered (by uid) so each failure is acted on once
 GROUP_RECREATED = "GroupRecreated"  # the Event; its length is the room exited() leaves
+# A broken group's pods go at once: their world is lost or stalled, nothing is left to drain, and
+# while a pod terminates its name still resolves (the headless Service publishes terminating pods):
+# on the real node a new leader launched its world onto a worker on its way out, which died with
+# it, a second group event 47 s after the first (tests/e2e/test_cpu_multi_node.py).
+BROKEN_GROUP_GRACE_SECONDS = 1
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"  # on every pod of a LeaderWorkerSet, set by LWS
 
 
@@ -46,10 +51,30 @@ def why_failed(status: dict[str, Any]) -> str:
     return f"{status.get('reason') or status.get('phase')}: {status.get('message', '')}".rstrip(": ")
 
 
+def _never_ran(pod: dict[str, Any]) -> bool:
+    """A pod deleted before any container of it ran (a replacement caught by its group's own
+    recreation: LWS deletes a group's worker StatefulSet with its leader) ends Failed without a
+    reason; it broke nothing, and it would hide the member that did."""
+    status = pod.get("status") or {}
+    ran = any(
+        {"running", "terminated"} & set(c.get("state") or {}) or (c.get("lastState") or {}).get("terminated")
+        for c in status.get("containerStatuses") or []
+    )
+    return bool(pod["metadata"].get("deletionTimestamp")) and not ran and not status.get("reason")
+
+
 class GroupFailures:
     def __init__(self) -> None:
         self._broken: dict[Key, dict[Group, Failure]] = {}
         self._seen: dict[str, None] = {}
+        # The pods (name -> uid) of each group, as last seen: those of a group being recreated fail
+        # too as their world ends (a leader after its lost worker), and none of that is a new failure.
+        self._members: dict[Key, dict[Group, dict[str, str]]] = {}
+
+    def _mark(self, uid: str) -> None:
+        self._seen[uid] = None
+        while len(self._seen) > _SEEN_LIMIT:
+            del self._seen[next(iter(self._seen))]
 
     def update(self, pod: dict[str, Any]) -> Key | None:
         """Record a failed member of a group; its deployment when new."""
@@ -57,38 +82,40 @@ class GroupFailures:
         labels = meta.get("labels", {})
         if int(labels.get(L.GROUP_SIZE, "1")) < 2:
             return None
-        status = pod.get("status") or {}
-        restarted = any(c.get("restartCount", 0) > 0 for c in status.get("containerStatuses") or [])
-        # The StatefulSet controller deletes a Failed pod at once, so the failure may first be seen
-        # on a pod being deleted, or only in its DELETED event: both count, once per pod. A member
-        # deleted while it ran (by a user, by the operator's own recreation, by LWS's) ends Failed
-        # too, with no reason of its own (an evicted pod has one): its deleter acts, it did not
-        # fail, and a group it broke shows that in its leader's exit. Counted, the operator's own
-        # recreation would be taken for a new failure, and LWS's would be named for the fault.
-        uid = meta.get("uid", "")
-        deleted = bool(meta.get("deletionTimestamp")) and not status.get("reason") and not restarted
-        if not (restarted or status.get("phase") == "Failed") or deleted or uid in self._seen:
-            return None
-        self._seen[uid] = None
-        while len(self._seen) > _SEEN_LIMIT:
-            del self._seen[next(iter(self._seen))]
         lws = labels.get(LWS_NAME)
         # An LWS worker's pod-index is its rank in the group, not the group's index.
-        group = labels.get(LWS_GROUP_INDEX) if lws else labels.get(L.GROUP_INDEX) or labels.get(POD_INDEX)
+        index = labels.get(LWS_GROUP_INDEX) if lws else labels.get(L.GROUP_INDEX) or labels.get(POD_INDEX)
         deployment, pool = labels.get(L.DEPLOYMENT), labels.get(L.POOL)
-        if group is None or deployment is None or pool is None or not group.isdigit():
+        if index is None or deployment is None or pool is None or not index.isdigit():
             return None
         key = (meta["namespace"], deployment)
         slot = Slot.B if labels.get(L.SLOT) == Slot.B else Slot.A  # none: an operator before slots
+        group = (pool, int(index), slot)
+        uid = meta.get("uid", "")
+        self._members.setdefault(key, {}).setdefault(group, {})[meta["name"]] = uid
+        status = pod.get("status") or {}
+        restarted = any(c.get("restartCount", 0) > 0 for c in status.get("containerStatuses") or [])
+        # The StatefulSet controller deletes a Failed pod at once, so the failure may first be seen
+        # on a pod being deleted, or only in its DELETED event: both count, once per pod.
+        if not (restarted or status.get("phase") == "Failed") or uid in self._seen or _never_ran(pod):
+            return None
+        self._mark(uid)
         failure = Failure(meta["name"], why_failed(status), lws)
-        self._broken.setdefault(key, {}).setdefault((pool, int(group), slot), failure)
+        self._broken.setdefault(key, {}).setdefault(group, failure)
         return key
 
     def take(self, key: Key) -> list[tuple[Group, Failure]]:
-        return sorted(self._broken.pop(key, {}).items())
+        """The broken groups to recreate, once each: the failures of their pods as they are now,
+        seen later, are part of the same event."""
+        broken = sorted(self._broken.pop(key, {}).items())
+        for group, _ in broken:
+            for uid in self._members.get(key, {}).pop(group, {}).values():
+                self._mark(uid)
+        return broken
 
     def forget(self, key: Key) -> None:
         self._broken.pop(key, None)
+        self._members.pop(key, None)
 
 
 def group_pods(children: Children, namespace: str, deployment: str, group: Group) -> list[str]:
@@ -120,7 +147,7 @@ async def recreate(kube: KubeApi, children: Children, body: dict[str, Any], grou
              f"whole ({', '.join(pods)})")  # fmt: skip
     log.warning("%s/%s: %s", namespace, name, words)
     for pod in pods if lws is None else ():
-        await kube.delete_pod(namespace, pod)
+        await kube.delete_pod(namespace, pod, BROKEN_GROUP_GRACE_SECONDS)
     await kube.event(body, "Warning", GROUP_RECREATED, words, now)
 
 

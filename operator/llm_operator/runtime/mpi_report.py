@@ -1,0 +1,64 @@
+"""What mpirun says when a world ends because of one member, read back as one line naming the rank
+and its pod: the leader's termination message, and so the deployment's GroupRecreated Event, says
+which member failed and how, not only that mpirun exited.
+
+mpirun prints its reports as help texts over several lines (Open MPI v4.1.4, as Debian's openmpi-bin
+4.1.4 in the cpu-runtime image and HPC-X's 4.1 in NVIDIA's install them: orte/tools/orterun/
+help-orterun.txt [orterun:proc-aborted-strsignal], [orterun:proc-aborted], [orterun:non-zero-exit],
+[orterun:proc-exit-no-sync]; orte/mca/errmgr/base/help-errmgr-base.txt [node-died]):
+
+    mpirun noticed that process rank 1 with PID 0 on node w-1 exited on signal 15 (Terminated).
+    mpirun detected that one or more processes exited with non-zero status, ... The first process
+    to do so was:  /  Process name: [[1456,1],1]  /  Exit code:    3
+    mpirun has exited due to process rank 1 with PID 7 on  /  node w-1 exiting improperly. ...
+    ORTE has lost communication with a remote daemon.  /  ...  /  Remote daemon: [[9,0],1] on node w-1
+
+The non-zero exit names no node: the rank's pod comes from the launch's layout (`places`, one entry
+per rank). Standard library only (the serving images).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+_SIGNALED = re.compile(
+    r"noticed that process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)(?: \(([^)]*)\))?"
+)
+_PROCESS = re.compile(r"^\s*Process name:\s*\[\[\d+,\d+\],(\d+)\]")
+_EXIT_CODE = re.compile(r"^\s*Exit code:\s*(-?\d+)")
+_NO_SYNC = re.compile(r"has exited due to process rank (\d+) with PID \d+ on\s*$")
+_NO_SYNC_NODE = re.compile(r"^node (\S+) exiting improperly")
+_DAEMON = re.compile(r"^\s*Remote daemon:\s*\S+ on node (\S+)")
+
+
+class MpiReport:
+    """Fed mpirun's output line by line; returns the one-line reading of a report when its last
+    line arrives."""
+
+    def __init__(self, places: Sequence[str] = ()) -> None:
+        self.places = places  # rank -> the host mpirun placed it on
+        self._rank: int | None = None
+
+    def _place(self, rank: int) -> str:
+        return f" on {self.places[rank]}" if rank < len(self.places) else ""
+
+    def feed(self, line: str) -> str | None:
+        if found := _SIGNALED.search(line):
+            rank, node, signal, name = found.groups()
+            return f"mpirun: rank {rank} on {node} exited on signal {signal}" + (f" ({name})" if name else "")
+        if found := _PROCESS.match(line):
+            self._rank = int(found.group(1))
+            return None
+        if (found := _EXIT_CODE.match(line)) and self._rank is not None:
+            rank, self._rank = self._rank, None
+            return f"mpirun: rank {rank}{self._place(rank)} exited with status {found.group(1)}"
+        if found := _NO_SYNC.search(line):
+            self._rank = int(found.group(1))
+            return None
+        if (found := _NO_SYNC_NODE.match(line)) and self._rank is not None:
+            rank, self._rank = self._rank, None
+            return f"mpirun: rank {rank} on {found.group(1)} exited before the others (improperly)"
+        if found := _DAEMON.match(line):
+            return f"mpirun: lost the connection to the MPI daemon on {found.group(1)}"
+        return None

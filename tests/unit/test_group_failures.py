@@ -1,0 +1,63 @@
+"""A broken group is one event (controller/observe/groups.py): when one member fails, the others
+of the same world fail too as it ends (the leader after its lost worker, the worker after its
+killed sshd), each seen in its own pod event, before or after the reconcile that recreates the
+group; only the first is acted on. The group's new pods failing later are a new event."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llm_operator import labels as L
+from llm_operator.controller.observe.groups import GroupFailures
+
+NS, NAME = "ns", "tiny-pp"
+
+
+def pod(name: str, uid: str, restarts: int, group: str = "0", **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": NS, "uid": uid,
+                     "labels": {L.DEPLOYMENT: NAME, L.POOL: "main", L.GROUP_INDEX: group, L.GROUP_SIZE: "2",
+                                **labels}},
+        "status": {"phase": "Running", "containerStatuses": [{"restartCount": restarts, "lastState": {
+            "terminated": {"exitCode": 255, "reason": "Error", "message": "sshd exited (status 255)"}}}]},
+    }  # fmt: skip
+
+
+def test_the_members_of_a_group_being_recreated_that_fail_after_it_are_the_same_event() -> None:
+    failures = GroupFailures()
+    assert failures.update(pod(f"{NAME}-0", "l1", 0)) is None  # a running member is only remembered
+    assert failures.update(pod(f"{NAME}-g0-1", "w1", 1)) == (NS, NAME)
+    [(group, failure)] = failures.take((NS, NAME))
+    assert group[:2] == ("main", 0) and failure.pod == f"{NAME}-g0-1"
+    assert failure.why == "exited 255 (Error): sshd exited (status 255)"
+    assert failures.update(pod(f"{NAME}-0", "l1", 1)) is None  # the leader, as the world ends
+    assert failures.take((NS, NAME)) == []
+    # The recreated group's own pods: a later failure is a new event.
+    assert failures.update(pod(f"{NAME}-0", "l2", 0)) is None
+    assert failures.update(pod(f"{NAME}-0", "l2", 1)) == (NS, NAME)
+    assert [f.pod for _, f in failures.take((NS, NAME))] == [f"{NAME}-0"]
+
+
+def test_two_members_failing_before_the_reconcile_are_one_event_and_other_groups_are_apart() -> None:
+    failures = GroupFailures()
+    failures.update(pod(f"{NAME}-0", "l1", 1))
+    failures.update(pod(f"{NAME}-g0-1", "w1", 1))
+    failures.update(pod(f"{NAME}-1", "l9", 0, group="1"))
+    assert [f.pod for _, f in failures.take((NS, NAME))] == [f"{NAME}-0"]
+    assert failures.update(pod(f"{NAME}-1", "l9", 1, group="1")) == (NS, NAME)  # group 1 is not group 0
+    assert [(g[1], f.pod) for g, f in failures.take((NS, NAME))] == [(1, f"{NAME}-1")]
+
+
+def test_a_pod_deleted_before_it_ran_is_no_members_failure() -> None:
+    """LWS deletes a recreated group's worker StatefulSet with its leader: a replacement worker still
+    being created ends Failed, with no container that ran; the member that broke the group is named."""
+    failures = GroupFailures()
+    pending = pod(f"{NAME}-g0-1", "w2", 0)
+    pending["metadata"]["deletionTimestamp"] = "2026-11-30T02:54:00Z"
+    pending["status"] = {"phase": "Failed", "containerStatuses": [{"restartCount": 0, "state": {
+        "waiting": {"reason": "ContainerCreating"}}}]}  # fmt: skip
+    assert failures.update(pending) is None
+    evicted = {**pending, "status": {"phase": "Failed", "reason": "Evicted", "message": "low on memory"}}
+    assert failures.update({**evicted, "metadata": {**pending["metadata"], "uid": "w3"}}) == (NS, NAME)
+    assert failures.update(pod(f"{NAME}-0", "l1", 1)) == (NS, NAME)
+    assert [f.pod for _, f in failures.take((NS, NAME))] == [f"{NAME}-g0-1"]  # the evicted one, first

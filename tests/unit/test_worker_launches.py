@@ -1,0 +1,92 @@
+"""A worker hosts one world at a time (runtime/supervisor.py stale_launches): when a leader's new
+launch runs while processes of an earlier one still do (their leader gone without ending them: a
+lost node), the worker's launcher ends the earlier ones. Pure on process tables, then with real
+processes under a real Supervisor: orteds stood in for by processes that leave their parent, as
+Open MPI's leave the ssh session that started them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from llm_operator.runtime.supervisor import stale_launches
+
+from tests.unit.test_launcher import alive
+
+SSHD, SH, ORTED, RANK = ["/usr/sbin/sshd", "-D"], ["sh", "-c", "x"], ["orted", "-mca"], ["python3", "-m", "r"]
+
+
+def test_every_launch_but_the_newest_is_stale_with_all_under_it() -> None:
+    table = {
+        1: (0, ["launcher"]), 2: (1, SSHD),
+        10: (1, ORTED), 11: (10, RANK),  # an earlier launch's orted, re-parented to the launcher
+        20: (1, ORTED), 21: (20, RANK), 22: (20, RANK),  # the newest
+        30: (2, ["sshd: u@notty"]), 31: (30, SH),  # a launch still in its ssh session: left alone
+        50: (1, ["sshd: /usr/sbin/sshd -D -e -f /run/c [listener] 0 of 10-100 startups"]),  # no launch
+        40: (1, []),  # a zombie not reaped yet: no launch
+    }  # fmt: skip
+    started = {10: 500, 20: 900, 40: 999, 50: 999}.__getitem__
+    assert sorted(stale_launches(table, 1, 2, started)) == [10, 11]
+    assert stale_launches({k: v for k, v in table.items() if k < 20}, 1, 2, started) == []  # one world
+
+
+# sshd's stand-in: two launches whose orteds (sleeps) leave their sessions, as Open MPI's do, one a
+# second after the other; the listener stays.
+FAKE_SSHD = """
+( sleep 60 & )
+sleep 1
+( sleep 61 & )
+sleep 100
+"""
+SUPERVISE = """
+import sys
+from llm_operator.runtime.supervisor import Policy, Stop, Supervisor, become_subreaper
+stop = Stop()
+stop.install()
+become_subreaper()
+sys.exit(Supervisor(["bash", "-c", sys.argv[1]], Policy.FOLLOW_LEADER, 1, stop, name="sshd").run())
+"""
+
+
+def sleeps(root: int) -> dict[str, int]:
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        if argv[0] == "sleep" and argv[1] in ("60", "61") and str(root) in _ancestors(int(pid)):
+            found[argv[1]] = int(pid)
+    return found
+
+
+def _ancestors(pid: int) -> list[str]:
+    chain = []
+    while pid > 1:
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+        chain.append(str(pid))
+    return chain
+
+
+def test_a_worker_ends_an_earlier_launch_when_a_new_one_logs_in() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", SUPERVISE, FAKE_SSHD], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, seen = time.monotonic() + 20, {}
+        while "61" not in seen and time.monotonic() < deadline:
+            seen.update(sleeps(proc.pid))
+            time.sleep(0.05)
+        assert set(seen) == {"60", "61"}, seen
+        while alive(seen["60"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(seen["60"]) and alive(seen["61"])  # the earlier launch ended, the newest kept
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert "a new launch runs while an earlier one's processes still ran (1; its leader" in err, err
