@@ -38,8 +38,10 @@ from tests.e2e.test_cpu_multi_node import (
     READY_TIMEOUT,
     SPLIT,
     World,
+    all_new,
     deployment,
-    recover,
+    force_delete,
+    recover_from,
     what_the_pods_said,
 )  # fmt: skip
 
@@ -119,7 +121,10 @@ def test_a_killed_worker_is_one_group_event_under_lws(world: World, kubectl: Kub
     back new and the group serves again, nothing meanwhile answered by half a group."""
     ns = world.namespace
     before = {n: p["metadata"]["uid"] for n, p in world.members(kubectl, SPLIT).items()}
-    group = recover(world, kubectl, SPLIT, WORKER)
+    # Until both members are new: the killed worker's processes end with its grace period, and
+    # the old world answers meanwhile (as in test_cpu_multi_node.py).
+    kill = force_delete(kubectl, ns, WORKER)
+    group = recover_from(world, kubectl, SPLIT, kill, all_new(world, kubectl, before), f"{WORKER} was killed")
     assert group.wrong == [], group.wrong
     after = {n: p["metadata"]["uid"] for n, p in world.members(kubectl, SPLIT).items()}
     assert sorted(after) == sorted(before) and not set(after.values()) & set(before.values()), (
