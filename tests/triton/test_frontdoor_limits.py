@@ -133,9 +133,10 @@ def baseline(watch: Watch) -> int:
 
 
 # The stream's p99 gap during an attack against the 2 s before it: at most twice, with this much
-# slack (this 2-core machine's other work moves a 5 ms p99 by as much), and no gap past
-# LONGEST_GAP_S (a front door whose loop stops for a tokenization shows seconds).
-GAP_SLACK_S = 0.010
+# slack (`make test` runs this tier beside the e2e streams on 2 cores: a 9.5 ms p99 went to 31.7 ms
+# there on 2026-11-30 with nothing wrong), and no gap past LONGEST_GAP_S (a front door whose loop
+# stops for a tokenization shows seconds: 2.3 s for a 900 KB prompt, 35 s for 15 MiB).
+GAP_SLACK_S = 0.050
 LONGEST_GAP_S = 0.5
 
 
