@@ -57,12 +57,14 @@ def _xgrammar() -> Any:
 
 class Vocabulary:
     """What xgrammar needs to know of the model's tokenizer, as TensorRT-LLM's tokenizer info file
-    holds it (encoded_vocab, the tokenizer's metadata, stop_token_ids)."""
+    holds it (encoded_vocab, the tokenizer's metadata, stop_token_ids), read on the first guided
+    request: a model that is never guided loads no sooner for it."""
 
     def __init__(self, encoded: Sequence[bytes | str], vocab_size: int, stop_ids: Sequence[int],
-                 tokenizer_json: str | None = None) -> None:  # fmt: skip
+                 tokenizer_file: str = "") -> None:  # fmt: skip
+        """`encoded`: the ids' tokens, or none where `tokenizer_file` (a tokenizer.json) has them."""
         self.encoded, self.vocab_size, self.stop_ids = list(encoded), vocab_size, list(stop_ids)
-        self.tokenizer_json = tokenizer_json
+        self.tokenizer_file = tokenizer_file
         self._compiler: Any = None
 
     @classmethod
@@ -73,23 +75,23 @@ class Vocabulary:
     @classmethod
     def of_tokenizer(cls, path: str, vocab_size: int, stop_ids: Sequence[int]) -> Vocabulary:
         """A tokenizer.json's vocabulary, its type (byte-level, byte-fallback or raw) read from it."""
-        from tokenizers import Tokenizer
-
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-        vocab = Tokenizer.from_str(text).get_vocab(with_added_tokens=True)
-        encoded = [""] * max(vocab.values(), default=-1) + [""]
-        for token, index in vocab.items():
-            encoded[index] = token
-        return cls(encoded, vocab_size, stop_ids, text)
+        return cls([], vocab_size, stop_ids, path)
 
     def compiler(self) -> Any:
         if self._compiler is None:
             xgr = _xgrammar()
             metadata: dict[str, Any] = {"vocab_type": xgr.VocabType.RAW}
-            if self.tokenizer_json is not None:
+            if self.tokenizer_file:
+                from tokenizers import Tokenizer
+
+                with open(self.tokenizer_file, encoding="utf-8") as f:
+                    text = f.read()
+                vocab = Tokenizer.from_str(text).get_vocab(with_added_tokens=True)
+                self.encoded = [""] * (max(vocab.values(), default=-1) + 1)
+                for token, index in vocab.items():
+                    self.encoded[index] = token
                 # As TokenizerInfo.from_huggingface reads a fast tokenizer's backend.
-                metadata = xgr.TokenizerInfo._detect_metadata_from_hf(self.tokenizer_json)
+                metadata = xgr.TokenizerInfo._detect_metadata_from_hf(text)
             info = xgr.TokenizerInfo(
                 self.encoded, vocab_size=self.vocab_size, stop_token_ids=self.stop_ids, **metadata
             )
