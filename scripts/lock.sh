@@ -34,7 +34,10 @@ for name in "${names[@]}"; do
   inputs=()
   options=()
   case $name in
-    dev) printf 'setuptools\nwheel\n' >"$work/build.in"; inputs=("$root/pyproject.toml" --extra dev "$work/build.in") ;;
+    dev) printf 'setuptools\nwheel\n' >"$work/build.in"; inputs=("$root/pyproject.toml" --extra dev "$work/build.in")
+      # xgrammar's torch is Debian's (ensure-venv.sh) and its triton GPU kernels are not used on CPU.
+      printf 'torch; sys_platform == "never"\ntriton; sys_platform == "never"\n' >"$work/dev.overrides"
+      options=(--override "$work/dev.overrides") ;;
     bench) echo aiperf >"$work/$name.in"; inputs=("$work/$name.in") ;;
     hf-mirror) echo olah >"$work/$name.in"; inputs=("$work/$name.in") ;;
     pip|uv) echo "$name" >"$work/$name.in"; inputs=("$work/$name.in") ;;
@@ -42,7 +45,7 @@ for name in "${names[@]}"; do
     image-fetch) printf 'boto3\nhuggingface_hub\n' >"$work/$name.in"; inputs=("$work/$name.in") ;;
     image-fetch-tools) printf 'awscli\ngsutil\n' >"$work/$name.in"; inputs=("$work/$name.in")
       options=(-c "$work/image-fetch.pins"); pins "$root/requirements/image-fetch.lock" >"$work/image-fetch.pins" ;;
-    image-cpu-runtime) printf 'nvidia-pytriton\nnumpy\ntyping-extensions\njinja2\nmarkupsafe\ntokenizers\nsafetensors\ngguf\npyyaml\n' >"$work/$name.in"
+    image-cpu-runtime) printf 'nvidia-pytriton\nnumpy\ntyping-extensions\njinja2\nmarkupsafe\ntokenizers\nsafetensors\ngguf\npyyaml\nxgrammar\napache-tvm-ffi\npydantic\npydantic-core\nannotated-types\ntyping-inspection\n' >"$work/$name.in"
       inputs=("$work/$name.in"); options=(--no-deps) ;;
   esac
   if [[ $name == image-* ]]; then pins "$root/requirements/dev.lock" >"$work/dev.pins"; options+=(-c "$work/dev.pins"); fi

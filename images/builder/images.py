@@ -48,9 +48,10 @@ SITE_PACKAGES = {"/usr/local/lib/python3.11/site-packages": "/usr/local/lib/pyth
 # one its Dockerfile installs, checked by pip; our own wheel, built in the same build, goes in apart.
 # The CPU image's wheels, each without its dependencies: Triton's files, the front door's chat
 # templates (jinja2) and token counts (tokenizers, without its hub client), the model's cached
-# checkpoints (safetensors); not numpy and typing-extensions, which come from Debian with torch.
+# checkpoints (safetensors), guided decoding (xgrammar); not numpy, which comes from Debian with
+# torch. typing-extensions is the lock's: Debian's 4.4 lacks what apache-tvm-ffi (xgrammar's) imports.
 CPU_RUNTIME_LOCK = "requirements/image-cpu-runtime.lock"
-CPU_RUNTIME_FROM_DEBIAN = ("numpy", "typing-extensions")
+CPU_RUNTIME_FROM_DEBIAN = ("numpy",)
 # What of our package the CPU image carries: the cpu_reference model's package and the packages
 # above it (the launcher and the front door arrive through the pod's init container,
 # render/inject.py). As the Dockerfile COPYs them, under CPU_REFERENCE_ROOT.

@@ -32,6 +32,8 @@ pytestmark = [pytest.mark.images, pytest.mark.skipif(can_build() is not None, re
 # pod's init container copies the launcher and the front door in, render/inject.py). jinja2 is not
 # among them: the front door renders chat templates with it in the serving pod.
 OPERATOR_ONLY = ("pydantic", "lightkube", "kopf", "prometheus_client", "llm_operator")
+# The cpu-runtime image's xgrammar (guided decoding) imports pydantic.
+NOT_IN_CPU_RUNTIME = tuple(m for m in OPERATOR_ONLY if m != "pydantic")
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +173,7 @@ def test_cpu_runtime_has_the_model_but_not_the_launcher(image: Callable[[str], R
         f"sys.path.insert(0, {CPU_RUNTIME_PYTHON_PATH[0]!r})\n"
         "import llm_operator.runtime.cpu_reference.tiny_lm\n"
         "sys.path.pop(0); [sys.modules.pop(m) for m in list(sys.modules) if m.startswith('llm_operator')]\n"
-        f"print(json.dumps([m for m in {list(OPERATOR_ONLY)!r} if importlib.util.find_spec(m)]))"
+        f"print(json.dumps([m for m in {list(NOT_IN_CPU_RUNTIME)!r} if importlib.util.find_spec(m)]))"
     )
     imported = runtime.run(["python3", "-c", probe])
     assert imported.returncode == 0, imported.stdout
@@ -220,6 +222,34 @@ def test_cpu_runtime_serves_its_packaged_model_from_its_own_files(image: Callabl
     answered = runtime.run(["python3", "-c", probe], timeout=300)
     assert answered.returncode == 0, answered.stdout[-3000:]
     assert "Paris" in answered.stdout.splitlines()[-1], answered.stdout[-500:]
+
+
+def test_cpu_runtime_guides_with_its_own_xgrammar(image: Callable[[str], Rootfs]) -> None:
+    """The image's xgrammar (installed without transformers, which guided.py stands in for) guides
+    the tiny model to an object of a schema, and compiles one for SmolLM2's tokenizer."""
+    runtime = image("cpu-runtime")
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}  # fmt: skip
+    probe = (
+        f"import importlib.util, json, sys; sys.path.insert(0, {CPU_RUNTIME_PYTHON_PATH[0]!r})\n"
+        "without = importlib.util.find_spec('transformers') is None\n"
+        "from llm_operator.runtime.cpu_reference import packaged_dir, served\n"
+        "from llm_operator.runtime.cpu_reference.decoding import Limits, Sampling, job, steps\n"
+        "from llm_operator.runtime.cpu_reference.structured.guided import Matcher, Vocabulary\n"
+        "lm, codec = served.load('tiny-llama', 1, '')\n"
+        "vocabulary = Vocabulary.of_bytes(lm.embed.shape[0])\n"
+        f"grammar = vocabulary.grammar('json_schema', {json.dumps(schema)!r})\n"
+        "one = job(lm, codec, Limits(64, 256), None, 'x', Sampling(max_tokens=50, top_k=256), stream=False,\n"
+        "          exclude_input=True, guide=Matcher(grammar, vocabulary.vocab_size))\n"
+        "steps(lm, [one], lambda j, p: None, lambda b, a: None)\n"
+        "smol = packaged_dir('smollm2-135m-instruct') + '/tokenizer.json'\n"
+        "Vocabulary.of_tokenizer(smol, 49152, [2]).grammar('json_schema', '{\"type\": \"object\"}')\n"
+        "print(json.dumps([without, one.finish_reason, one.generated]))"
+    )
+    guided = runtime.run(["python3", "-c", probe], timeout=300)
+    assert guided.returncode == 0, guided.stdout[-3000:]
+    no_transformers, finish, text = json.loads(guided.stdout.splitlines()[-1])
+    assert no_transformers and finish == "stop" and set(json.loads(text)) == {"ok"}
 
 
 def test_cpu_runtime_has_the_front_doors_tokenizer_and_chat_templates(image: Callable[[str], Rootfs]) -> None:

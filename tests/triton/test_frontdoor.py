@@ -251,7 +251,7 @@ LONG = "x" * (MAX_INPUT_LEN + 1)
      ("/completions", b'{"model": "tiny", "prompt": "hi", "max_tokens": 100000}', 400, "max_tokens", None),
      ("/completions", b'{"model": "tiny", "prompt": "hi", "max_tokens": 255}', 400, "max_tokens",
       "context_length_exceeded"),
-     ("/completions", b'{"model": "tiny", "prompt": "hi", "n": 2}', 400, "n", "unsupported_parameter"),
+     ("/completions", b'{"model": "tiny", "prompt": "hi", "n": 9}', 400, "n", None),
      ("/completions", b'{"model": "tiny", "prompt": "hi", "logprobs": 3}', 400, "logprobs",
       "unsupported_parameter"),
      ("/completions", b'{"model": "tiny", "prompt": "hi", "repetition_penalty": 0}', 400,
@@ -303,7 +303,8 @@ def test_a_deployment_that_does_not_stream_answers_whole_and_refuses_stream(
     batch_server: TritonProcess, tmp_path: Path
 ) -> None:
     """runtime.streaming: false renders a model that is not decoupled: Triton's generate, not
-    generate_stream, and a stream request is refused with the field to change."""
+    generate_stream, and a stream request (or n > 1: one answer per request) is refused with the
+    field to change."""
     tokenizer_files.write(tmp_path)
     port = free_port()
     env = {**os.environ, "LLMOP_BACKEND": "cpu-reference", "LLMOP_SERVED_MODEL_NAMES": "tiny",
@@ -325,6 +326,9 @@ def test_a_deployment_that_does_not_stream_answers_whole_and_refuses_stream(
         with pytest.raises(openai.BadRequestError, match=r"runtime\.streaming") as e:
             client.completions.create(model="tiny", prompt="Once", max_tokens=9, stream=True)
         assert e.value.param == "stream"
+        with pytest.raises(openai.BadRequestError, match=r"runtime\.streaming") as e:
+            client.completions.create(model="tiny", prompt="Once", max_tokens=9, n=2)
+        assert e.value.param == "n"
     finally:
         door.terminate()
         assert door.wait(timeout=10) == 0

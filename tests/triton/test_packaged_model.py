@@ -17,6 +17,7 @@ import pytest
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
 from llm_operator.runtime.cpu_reference import gguf_files
 from openai.types.chat import ChatCompletionMessageParam
+from pydantic import BaseModel, Field
 
 from tests.triton.leader import leader_pod
 
@@ -104,3 +105,26 @@ def test_ignore_eos_and_min_tokens_run_past_the_natural_end(clients: Callable[[s
     for knob in ({"ignore_eos": True}, {"min_tokens": MAX_TOKENS}):
         longer, _ = ask(client, **knob)
         assert longer.startswith(natural) and len(longer) > len(natural), knob
+
+
+class Capital(BaseModel):
+    city: str = Field(max_length=24)
+    country: str = Field(max_length=24)
+
+
+def test_parse_on_the_engine_contract_ends_on_the_end_token(clients: Callable[[str], openai.OpenAI]) -> None:
+    """Guided by the model's own tokenizer.json (its byte-level vocabulary, its end token allowed
+    once the object is complete): a valid object, whole and streamed, finish_reason stop."""
+    client = clients("tensorrt-engine")
+    asked = {
+        "model": "smollm2",
+        "messages": QUESTION,
+        "response_format": Capital,
+        "temperature": 0,
+        "max_tokens": 60,
+    }
+    done = client.chat.completions.parse(**asked)  # type: ignore[arg-type]
+    assert isinstance(done.choices[0].message.parsed, Capital) and done.choices[0].finish_reason == "stop"
+    with client.chat.completions.stream(**asked) as stream:
+        streamed = stream.get_final_completion().choices[0]
+    assert streamed.message.parsed == done.choices[0].message.parsed

@@ -47,14 +47,10 @@ def bad(message: str, param: str | None = None, code: str | None = None) -> ApiE
 
 
 # Parameters no backend of this operator honours. Their default values are accepted (SDKs and
-# frameworks send them explicitly), anything else is refused: n and best_of > 1 would need several
-# sequences per request (the ensembles return one), logprobs the engine's log-probability outputs
-# (not requested by this server), tools and response_format constrained decoding.
+# frameworks send them explicitly), anything else is refused: best_of > 1 would need sequences
+# ranked by the server, tools a tool-call parser. n, logprobs and response_format: structured.py.
 UNSUPPORTED: dict[str, tuple[object, ...]] = {
-    "n": (1,),
     "best_of": (1,),
-    "logprobs": (False, 0),
-    "top_logprobs": (0,),
     "echo": (False,),
     "suffix": ("",),
     "logit_bias": ({},),
@@ -62,7 +58,6 @@ UNSUPPORTED: dict[str, tuple[object, ...]] = {
     "tool_choice": ("none",),
     "functions": ([],),
     "function_call": ("none",),
-    "response_format": ({"type": "text"},),
     "parallel_tool_calls": (),
     "audio": (),
     "modalities": (["text"],),
@@ -107,10 +102,13 @@ FIXED: dict[str, tuple[object, str]] = {
 # Chat template variables the server sets itself (chat.py's render_chat).
 TEMPLATE_RESERVED = frozenset({"messages", "add_generation_prompt", "bos_token", "eos_token", "tools",
                                "documents", "raise_exception", "strftime_now"})  # fmt: skip
-COMMON = ("model", "max_tokens", "stop", "temperature", "top_p", "seed", *ENGINE_KNOBS, *FIXED, *IGNORED)
+# n, logprobs, top_logprobs and response_format: structured.py.
+COMMON = ("model", "max_tokens", "stop", "temperature", "top_p", "seed", "n", "logprobs", *ENGINE_KNOBS,
+          *FIXED, *IGNORED)  # fmt: skip
+CHAT = ("messages", "max_completion_tokens", "chat_template_kwargs", "top_logprobs", "response_format")
 KNOWN = {
     "completion": {*COMMON, "prompt", *UNSUPPORTED},
-    "chat": {*COMMON, "messages", "max_completion_tokens", "chat_template_kwargs", *UNSUPPORTED},
+    "chat": {*COMMON, *CHAT, *UNSUPPORTED},
 }
 
 
@@ -120,6 +118,16 @@ class Limits:
 
     max_input_len: int = 0
     max_seq_len: int = 0
+
+
+@dataclass(frozen=True)
+class Extras:
+    """n, log probabilities and a guide, checked (structured.py), in the engine contract's terms."""
+
+    n: int = 1
+    logprobs: bool = False  # each sampled token's log-probability
+    guide_type: str = ""  # guided_decoding_guide_type ("": none)
+    guide: str = ""
 
 
 @dataclass
@@ -145,6 +153,7 @@ class Generation:
     usage_every_chunk: bool = False  # stream_options.continuous_usage_stats (vLLM's)
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # chat_template_kwargs
     prompt_ids: list[int] = field(default_factory=list)  # the engine contract's input_ids
+    extras: Extras = field(default_factory=Extras)
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
 

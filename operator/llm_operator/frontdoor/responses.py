@@ -65,32 +65,41 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
             "total_tokens": prompt_tokens + completion_tokens}  # fmt: skip
 
 
-def response(gen: Generation, text: str, finish: str, counts: dict[str, int]) -> dict[str, Any]:
-    if gen.kind == "chat":
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                  "logprobs": None, "finish_reason": finish}  # fmt: skip
-        obj = "chat.completion"
-    else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
-        obj = "text_completion"
+def response(
+    gen: Generation, choices: list[tuple[str, str, dict[str, Any] | None]], counts: dict[str, int]
+) -> dict[str, Any]:
+    """The whole answer: each choice's (text, finish_reason, logprobs), by index."""
+    out: list[dict[str, Any]] = []
+    for index, (text, finish, logprobs) in enumerate(choices):
+        if gen.kind == "chat":
+            out.append({"index": index, "message": {"role": "assistant", "content": text},
+                        "logprobs": logprobs, "finish_reason": finish})  # fmt: skip
+        else:
+            out.append({"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish})
+    obj = "chat.completion" if gen.kind == "chat" else "text_completion"
     return {"id": gen.response_id, "object": obj, "created": gen.created, "model": gen.model,
-            "choices": [choice], "usage": counts}  # fmt: skip
+            "choices": out, "usage": counts}  # fmt: skip
 
 
 def chunk(
     gen: Generation, text: str | None, finish: str | None, *, first: bool = False,
-    counts: dict[str, int] | None = None,
+    counts: dict[str, int] | None = None, index: int = 0, logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """One streamed event. With include_usage every chunk carries "usage": null but the last, or
-    with continuous_usage_stats (vLLM's) the counts so far."""
+    """One streamed event of choice `index`. With include_usage every chunk carries "usage": null
+    but the last, or with continuous_usage_stats (vLLM's) the counts so far."""
     if gen.kind == "chat":
         delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
         if text:
             delta["content"] = text
-        choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        choice: dict[str, Any] = {
+            "index": index,
+            "delta": delta,
+            "logprobs": logprobs,
+            "finish_reason": finish,
+        }
         obj = "chat.completion.chunk"
     else:
-        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+        choice = {"index": index, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
         obj = "text_completion"
     out = {"id": gen.response_id, "object": obj, "created": gen.created, "model": gen.model,
            "choices": [choice]}  # fmt: skip

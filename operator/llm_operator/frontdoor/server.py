@@ -25,10 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from llm_operator.frontdoor import engine
+from llm_operator.frontdoor import choices as C
 from llm_operator.frontdoor import http1 as H
 from llm_operator.frontdoor import protocol as P
 from llm_operator.frontdoor import responses as R
+from llm_operator.frontdoor import structured
 from llm_operator.frontdoor import triton_inputs as T
 from llm_operator.frontdoor.api_keys import ApiKeys
 from llm_operator.frontdoor.chat import ChatTemplateError, render_chat
@@ -208,6 +209,7 @@ class FrontDoor:
         s = self.settings
         body = P.parse_json(raw)
         gen = P.check(body, kind, s.limits, backend=s.backend, defaults=s.defaults)
+        gen.extras = structured.extras(body, kind, s.backend)
         gen.id = request_id  # the response's id carries it: chatcmpl-<X-Request-Id>
         self._model(gen.model)
         gen.prompt = self._prompt(gen, body)
@@ -236,47 +238,35 @@ class FrontDoor:
         if gen.stream and not decoupled:
             raise P.bad("this deployment does not stream (runtime.streaming: false); send stream: false",
                         "stream")  # fmt: skip
+        if gen.extras.n > 1 and not decoupled:  # its model answers once per request: one sequence
+            raise P.bad("n > 1 needs a deployment that streams (runtime.streaming: true)", "n")
         end_id = self.tokenizer.end_id
         inputs = T.triton_inputs(gen, s.backend, decoupled, end_id=end_id)
         pieces = self.upstream.generate(s.triton_model, inputs, decoupled)
         pieces = (
-            engine.texts(pieces, self.tokenizer, None if gen.ignore_eos else end_id)
-            if ids
-            else _deltas(pieces)
+            C.texts(pieces, self.tokenizer, None if gen.ignore_eos else end_id) if ids else _deltas(pieces)
         )
-        stops = R.Stops(gen.stop)
         try:
-            first = await _next(pieces)
+            first = await C.next_answer(pieces)
         except UpstreamError as e:
             raise _refusal(e) from None
+
+        def usage(answer: list[C.Choice]) -> dict[str, int]:
+            return self._usage(prompt_tokens, "".join(c.text for c in answer), sum(c.count for c in answer))
+
         if not gen.stream:
-            return await self._whole(peer, gen, first, pieces, stops, prompt_tokens, close)
+            try:
+                answer = await C.whole(gen, first, pieces)
+            except UpstreamError as e:
+                raise _refusal(e) from None
+            finally:
+                await pieces.aclose()
+            counts = usage(answer)
+            whole = [(c.text, C.finish(c, gen), C.logprobs(gen, c.entries, self._token)) for c in answer]
+            return await _json(peer, 200, R.response(gen, whole, counts), close)
         peer.start_stream(close)
-        text, count, sent, reason = "", 0, False, None
-
-        def so_far(text: str) -> dict[str, int] | None:
-            return self._usage(prompt_tokens, text, count) if gen.usage_every_chunk else None
-
         try:
-            piece = first
-            while piece is not None:
-                count += len(piece.ids)
-                reason = piece.finish_reason or reason
-                out = stops.feed(piece.text)
-                text += out
-                if out or not sent:
-                    await peer.event(R.chunk(gen, out, None, first=not sent, counts=so_far(text)))
-                    sent = True
-                if stops.hit:
-                    break
-                piece = await _next(pieces)
-            text += (tail := stops.flush())
-            if tail:
-                await peer.event(R.chunk(gen, tail, None, counts=so_far(text)))
-            counts = self._usage(prompt_tokens, text, count)
-            await peer.event(R.chunk(gen, None, _finish(stops, counts, gen, reason), counts=counts))
-            if gen.include_usage:
-                await peer.event(R.usage_chunk(gen, counts))
+            await C.stream(peer, gen, first, pieces, usage, self._token)
         except UpstreamError as e:  # headers are sent: the error is an event, then [DONE]
             await peer.event(_refusal(e).body())
         except P.ApiError as e:  # the engine's finish reason is no answer (R.finish_reason)
@@ -292,26 +282,10 @@ class FrontDoor:
         await peer.end_stream()
         return True
 
-    async def _whole(self, peer: H.Peer, gen: P.Generation, first: Answer | None,
-                     pieces: AsyncGenerator[Answer, None], stops: R.Stops, prompt_tokens: int,
-                     close: bool) -> bool:  # fmt: skip
-        text, count, piece, reason = "", 0, first, None
-        try:
-            while piece is not None:
-                count += len(piece.ids)
-                reason = piece.finish_reason or reason
-                text += stops.feed(piece.text)
-                if stops.hit:
-                    break
-                piece = await _next(pieces)
-        except UpstreamError as e:
-            raise _refusal(e) from None
-        finally:
-            await pieces.aclose()
-        text += stops.flush()
-        counts = self._usage(prompt_tokens, text, count)
-        answer = R.response(gen, text, _finish(stops, counts, gen, reason), counts)
-        return await _json(peer, 200, answer, close)
+    def _token(self, id_: int) -> str:
+        """A log-probability entry's token: the id decoded alone, as vLLM shows it."""
+        token: str = self.tokenizer.backend.decode([id_], skip_special_tokens=False)
+        return token
 
     def _usage(self, prompt_tokens: int, text: str, ids: int) -> dict[str, int]:
         """The engine's ids counted (engine contract); the LLM API contract returns text only,
@@ -324,18 +298,6 @@ class FrontDoor:
 async def _json(peer: H.Peer, status: int, body: dict[str, Any], close: bool) -> bool:
     await peer.json(status, body, close)
     return True
-
-
-def _finish(stops: R.Stops, counts: dict[str, int], gen: P.Generation, reason: str | None) -> str:
-    """ "stop": a stop sequence, or the model ended before max_tokens. The llmapi model says why
-    itself (its finish_reason output, the LLM API's CompletionOutput.finish_reason), mapped to
-    OpenAI's values by responses.finish_reason; on the engine contract its last id being the end
-    id says "stop" (engine.py), else its ids are counted against max_tokens (fewer: "stop")."""
-    if stops.hit:
-        return "stop"
-    if reason is not None:
-        return R.finish_reason(reason)
-    return "length" if counts["completion_tokens"] >= gen.max_tokens else "stop"
 
 
 def _refusal(e: UpstreamError) -> P.ApiError:
@@ -366,13 +328,6 @@ async def _deltas(answers: AsyncGenerator[Answer, None]) -> AsyncGenerator[Answe
             sent = text
     finally:
         await answers.aclose()
-
-
-async def _next(pieces: AsyncGenerator[Answer, None]) -> Answer | None:
-    try:
-        return await anext(pieces)
-    except StopAsyncIteration:
-        return None
 
 
 async def serve(door: FrontDoor, host: str | None, port: int) -> asyncio.Server:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from llm_operator.frontdoor import structured
 from llm_operator.frontdoor.protocol import Generation
 
 
@@ -49,7 +50,7 @@ ENGINE_NAMES = {"top_k": "runtime_top_k", "top_p": "runtime_top_p"}
 
 def engine_inputs(gen: Generation, end_id: int | None, stream: bool) -> dict[str, Any]:
     """The engine contract's `tensorrt_llm` model: the prompt's ids in (gen.prompt_ids), ids out
-    (frontdoor/engine.py decodes them). ignore_eos is an end id no token has (-1), as TensorRT-LLM's
+    (frontdoor/choices.py decodes them). ignore_eos is an end id no token has (-1), as TensorRT-LLM's
     own LLM API sends its executor for it (tensorrt_llm/executor/base_worker.py:
     `end_id=-1 if request.sampling_params.ignore_eos`);
     else the tokenizer's end token, which upstream's preprocessing sends too (its END_ID and
@@ -63,6 +64,7 @@ def engine_inputs(gen: Generation, end_id: int | None, stream: bool) -> dict[str
     sampling = _sampling(gen) | {"min_tokens": gen.min_tokens,
                                  "repetition_penalty": gen.repetition_penalty}  # fmt: skip
     body.update({ENGINE_NAMES.get(k, k): v for k, v in sampling.items() if v is not None})
+    body.update(structured.engine_inputs(gen.extras))
     if gen.ignore_eos:
         body["end_id"] = -1
     elif end_id is not None:

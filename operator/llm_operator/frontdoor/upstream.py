@@ -42,11 +42,15 @@ SPARE_IDLE_S = 2.0
 class Answer:
     """One response of the model: its text output (engine.py makes it from the ids on the engine
     contract), its finish reason when there is one (the llmapi model's return_finish_reason), and
-    the engine contract's output ids."""
+    the engine contract's output ids, with the sequence they belong to (sequence_index, n > 1),
+    their log-probabilities (output_log_probs, when asked for) and each id's text (engine.py)."""
 
     text: str
     finish_reason: str | None = None
     ids: tuple[int, ...] = ()
+    index: int = 0
+    log_probs: tuple[float, ...] = ()
+    pieces: tuple[str, ...] = ()
 
 
 class UpstreamError(Exception):
@@ -196,7 +200,21 @@ def _answer(response: dict[str, Any]) -> Answer:
     if "error" in response:
         raise UpstreamError(500, str(response["error"]))
     reason = _string(response.get("finish_reason"))
-    return Answer(_string(response.get("text_output", "")), reason or None, _ids(response))
+    ids = _ids(response)
+    index = _ints(response.get("sequence_index"))
+    return Answer(_string(response.get("text_output", "")), reason or None, ids, index[0] if index else 0,
+                  _log_probs(response.get("output_log_probs"), len(ids)))  # fmt: skip
+
+
+def _log_probs(value: Any, ids: int) -> tuple[float, ...]:
+    """The new ids' log-probabilities: the trailing entries, right whether the engine sends those
+    of the new ids or of all so far (which TensorRT-LLM does when streaming is unverified)."""
+    if value is None or not ids:
+        return ()
+    values = value if isinstance(value, list) else [value]
+    if len(values) < ids or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        raise UpstreamError(502, "the model server sent log-probabilities that do not match its ids")
+    return tuple(float(v) for v in values[len(values) - ids :])
 
 
 def _ids(response: dict[str, Any]) -> tuple[int, ...]:

@@ -19,6 +19,7 @@ import torch
 
 from llm_operator.runtime.cpu_reference.faults import ERROR_PERCENT, INJECTED, Faults
 from llm_operator.runtime.cpu_reference.served import Codec, Pieces
+from llm_operator.runtime.cpu_reference.structured.guided import Matcher
 from llm_operator.runtime.cpu_reference.tiny_lm import Batch, Decoder, Penalties, Sampler
 
 # TensorRT-LLM's paged KV cache hands out blocks of this many tokens (trtllm-build's default).
@@ -50,6 +51,9 @@ class Job:
     finish_reason: str | None = None  # the LLM API's: "stop", "length" or "cancelled"
     stop_reason: str | None = None  # the stop word that ended it
     logprob: float = 0.0  # cumulative log-probability of its tokens (the model's distribution)
+    logprobs: list[float] = field(default_factory=list)  # each generated token's, when computed
+    index: int = 0  # its sequence among the request's num_return_sequences
+    sent: int = 0  # generated ids already streamed
     extra: dict[str, Any] = field(default_factory=dict)  # the contract's own per-request state
 
     def text(self) -> str:
@@ -91,10 +95,11 @@ class Sampling:
 
 def job(
     lm: Decoder, codec: Codec, limits: Limits, request: Any, prompt: str | list[int], s: Sampling, *,
-    stream: bool, exclude_input: bool,
+    stream: bool, exclude_input: bool, guide: Matcher | None = None, index: int = 0,
 ) -> Job | str:  # fmt: skip
     """The request's job, or why it is refused (TensorRT-LLM refuses the same requests). `prompt`:
-    text (encoded with the codec) or token ids (the engine contract's input_ids)."""
+    text (encoded with the codec) or token ids (the engine contract's input_ids); `guide`: its
+    sequence's place in the request's grammar (guided.py); `index`: its sequence's."""
     prompt_ids = codec.encode(prompt) if isinstance(prompt, str) else prompt
     tokens = len(prompt_ids)
     if not tokens:
@@ -131,8 +136,10 @@ def job(
             pickable=lm.pickable,
             end_id=None if s.ignore_end else lm.end_id,
             min_tokens=s.min_tokens,
+            guide=guide,
         ),
         pieces=codec.pieces(),
+        index=index,
     )
 
 
@@ -141,7 +148,10 @@ def steps(
     *, logprobs: bool = False,
 ) -> None:  # fmt: skip
     """Decode `jobs` in lockstep until each is done: emit(job, piece) sees every token (a done
-    job's last one flagged by job.done), before(batch, active) runs ahead of each step."""
+    job's last one flagged by job.done; a guided job whose grammar left nothing to pick ends "stop"
+    with no new token), before(batch, active) runs ahead of each step. `logprobs`: each token's
+    log-probability under the model's own distribution (log_softmax of its logits, before the
+    sampling knobs and the guide's mask) goes into job.logprobs and job.logprob."""
     batch = lm.start([j.prompt_ids for j in jobs])
     while True:
         before(batch, sum(not j.done for j in jobs))
@@ -149,15 +159,22 @@ def steps(
         if logprobs:
             logs = torch.log_softmax(batch.logits, dim=-1)
         for i, (j, token) in enumerate(zip(jobs, tokens, strict=True)):
-            if not j.done:
+            if j.done:
+                continue
+            if j.sampler.exhausted:
+                piece, j.done, j.finish_reason = "", True, "stop"
+            else:
                 piece = j.pieces(token)
                 j.generated += piece
                 j.ids.append(token)
                 j.tokens += 1
                 if logprobs:
-                    j.logprob += float(logs[i, token])
+                    j.logprobs.append(float(logs[i, token]))
+                    j.logprob += j.logprobs[-1]
                 j.end(token, piece)
-                emit(j, piece)
+            if j.done:
+                j.sampler.guide = None  # a done job's rows are still picked, unguided
+            emit(j, piece)
         if all(j.done for j in jobs):
             return
         batch.advance(tokens)

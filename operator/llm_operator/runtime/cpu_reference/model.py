@@ -49,6 +49,7 @@ sys.path[:0] = [p for p in _python_path() if p not in sys.path]
 import json  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
+from dataclasses import replace  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -71,6 +72,8 @@ from llm_operator.runtime.cpu_reference.decoding import (  # noqa: E402
     steps,
 )
 from llm_operator.runtime.cpu_reference.faults import INJECTED  # noqa: E402
+from llm_operator.runtime.cpu_reference.structured.guided import Matcher, Vocabulary  # noqa: E402
+from llm_operator.runtime.cpu_reference.structured.sequences import extras, result_outputs, step_outputs  # noqa: E402
 from llm_operator.runtime.cpu_reference.tiny_lm import Batch, Penalties  # noqa: E402
 from llm_operator.runtime.trtllm_metrics import KV_CACHE_BLOCK_METRICS, REQUEST_METRICS, gauges  # noqa: E402
 
@@ -87,13 +90,8 @@ def _first(request: Any, name: str, default: Any) -> Any:
     return values[0].item() if isinstance(values[0], np.generic) else values[0]  # BYTES are bytes
 
 
-def _ids(ids: list[int]) -> Any:
-    return pb_utils.InferenceResponse(
-        [
-            pb_utils.Tensor("output_ids", np.array([[ids]], dtype=np.int32)),
-            pb_utils.Tensor("sequence_length", np.array([[len(ids)]], dtype=np.int32)),
-        ]
-    )
+def _response(tensors: dict[str, np.ndarray[Any, Any]]) -> Any:
+    return pb_utils.InferenceResponse([pb_utils.Tensor(name, value) for name, value in tensors.items()])
 
 
 def _error(message: str, code: Any = None) -> Any:
@@ -166,7 +164,7 @@ class LoadGauges:
         self.update()
 
 
-def _raise_injected(checked: list[Job | str]) -> None:
+def _raise_injected(checked: list[list[Job] | str]) -> None:
     """Fail the batch if the fault knob failed one of its requests. Triton's python backend
     reports every request of a batch a success, error responses included, unless execute raises:
     only then is nv_inference_request_failure counted (for the whole batch)."""
@@ -187,6 +185,13 @@ class TritonPythonModel:
             )
         except ValueError as e:
             raise pb_utils.TritonModelException(str(e)) from None
+        vocab_size = self.lm.embed.shape[0]
+        file, end = self.codec.tokenizer_file, self.lm.end_id
+        self.vocabulary = (
+            Vocabulary.of_tokenizer(file, vocab_size, [] if end is None else [end])
+            if file
+            else Vocabulary.of_bytes(vocab_size)
+        )
         self.limits = Limits(int(params["max_input_len"]), int(params["max_seq_len"]))
         self.exclude_input = params["exclude_input_in_output"] == "true"
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
@@ -198,15 +203,25 @@ class TritonPythonModel:
     def finalize(self) -> None:
         self.load.close()
 
-    def _admit(self, request: Any) -> Job | str:
-        """The request's job, or why it is refused (or fails on purpose: faults.py)."""
+    def _admit(self, request: Any) -> list[Job] | str:
+        """The request's jobs (one per sequence), or why it is refused (or fails on purpose: faults.py)."""
         n, self.received = self.received, self.received + 1
         if self.faults.fails(n):
             return injected(self.faults)
         return self._job(request)
 
-    def _job(self, request: Any) -> Job | str:
-        """The request's job (decoding.job), read from upstream's inputs."""
+    def _job(self, request: Any) -> list[Job] | str:
+        """The request's jobs (decoding.job, one per sequence: sequences.py), read from upstream's
+        inputs."""
+        extra = extras(lambda name, default: _first(request, name, default), self.decoupled)
+        if isinstance(extra, str):
+            return extra
+        grammar = None
+        if extra.guide_type:
+            try:
+                grammar = self.vocabulary.grammar(extra.guide_type, extra.guide)
+            except ValueError as e:
+                return str(e)
         stream = bool(_first(request, "streaming", False))
         if stream and not self.decoupled:
             return "streaming=true needs a decoupled model (runtime.streaming: true)"
@@ -230,9 +245,17 @@ class TritonPythonModel:
         prompt = [int(i) for i in given] if given is not None else []
         prompt = prompt[: int(_first(request, "input_lengths", len(prompt)))]
         exclude = bool(_first(request, "exclude_input_in_output", self.exclude_input))
-        return job(
-            self.lm, self.codec, self.limits, request, prompt, sampling, stream=stream, exclude_input=exclude
-        )
+        jobs: list[Job] = []
+        for i in range(extra.sequences):  # sequence i samples with seed + i, as upstream's children
+            guide = None if grammar is None else Matcher(grammar, self.vocabulary.vocab_size)
+            knobs = replace(sampling, seed=sampling.seed + i)
+            one = job(self.lm, self.codec, self.limits, request, prompt, knobs,
+                      stream=stream, exclude_input=exclude, guide=guide, index=i)  # fmt: skip
+            if isinstance(one, str):
+                return one
+            one.extra["log_probs"], one.extra["sequences"] = extra.log_probs, extra.sequences
+            jobs.append(one)
+        return jobs
 
     def _decode(self, jobs: list[Job], emit: Callable[[Job, str], None]) -> None:
         """emit(job, piece) sees every token. The load gauges follow the batch: every sequence
@@ -247,62 +270,69 @@ class TritonPythonModel:
 
         try:
             delay(self.faults.ttft_ms)  # a slow prefill
-            steps(self.lm, jobs, emit, before)
+            steps(self.lm, jobs, emit, before, logprobs=any(j.extra["log_probs"] for j in jobs))
         finally:
             self.load.update()
         for job_, prompt in zip(jobs, prompts, strict=True):
             self.load.completed(len(prompt), job_.tokens)
 
     def _result(self, job: Job) -> Any:
-        """A request's whole answer."""
-        return _ids(job.ids if job.exclude_input else job.prompt_ids + job.ids)
+        """A sequence's whole answer."""
+        return _response(result_outputs(job, job.extra["sequences"]))
 
     def _step(self, job: Job) -> Any:
-        """A streaming request's newest token."""
-        return _ids(job.ids[-1:])
+        """A streaming sequence's new tokens."""
+        return _response(step_outputs(job, job.extra["sequences"]))
 
     def execute(self, requests: list[Any]) -> list[Any] | None:
         started = time.monotonic()
         checked = [self._admit(r) for r in requests]
-        jobs = [j for j in checked if isinstance(j, Job)]
-        if not self.decoupled:
+        groups = [g for g in checked if isinstance(g, list)]
+        jobs = [j for g in groups for j in g]
+        if not self.decoupled:  # one sequence per request (sequences.extras)
             if jobs:
                 self._decode(jobs, lambda job, piece: None)
                 delay(self.faults.latency_ms)
             _raise_injected(checked)  # the whole batch fails with it
             for job in jobs:
                 self.first_response.observe(job, started)
-            return [_error(j) if isinstance(j, str) else self._result(j) for j in checked]
+            return [_error(g) if isinstance(g, str) else self._result(g[0]) for g in checked]
 
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         for request, refusal in zip(requests, checked, strict=True):
             if isinstance(refusal, str):
                 request.get_response_sender().send(_error(refusal), flags=final)
-        senders = {id(j): j.request.get_response_sender() for j in jobs}
-        held: list[tuple[Job, Any]] = []  # final responses the fault knob delays
+        senders = {id(g[0].request): g[0].request.get_response_sender() for g in groups}
+        group_of = {id(j): g for g in groups for j in g}
+        held: list[tuple[Job, Any, int]] = []  # final responses the fault knob delays
 
         def send(job: Job, response: Any, flags: int) -> None:
-            self.first_response.observe(job, started)
-            senders[id(job)].send(response, flags=flags)
+            self.first_response.observe(group_of[id(job)][0], started)
+            senders[id(job.request)].send(response, flags=flags)
 
         def emit(job: Job, piece: str) -> None:
-            if job.request.is_cancelled():  # the client left: free its slot in the batch
-                job.done = True
-                senders[id(job)].send(
+            group = group_of[id(job)]
+            if job.request.is_cancelled():  # the client left: free its sequences' slots
+                for sibling in group:
+                    sibling.done = True
+                senders[id(job.request)].send(
                     _error("request cancelled", pb_utils.TritonError.CANCELLED), flags=final
                 )
-            elif job.done and self.faults.latency_ms:
-                held.append((job, self._step(job) if job.stream else self._result(job)))
+                return
+            # The final flag comes once every sequence of the request is done.
+            flags = final if all(j.done for j in group) else 0
+            if job.done and self.faults.latency_ms:
+                held.append((job, self._step(job) if job.stream else self._result(job), flags))
             elif job.stream:
-                send(job, self._step(job), final if job.done else 0)
+                send(job, self._step(job), flags)
             elif job.done:
-                send(job, self._result(job), final)
+                send(job, self._result(job), flags)
 
         if jobs:
             self._decode(jobs, emit)
         if held:
             delay(self.faults.latency_ms)
-            for job, response in held:
-                send(job, response, final)
+            for job, response, flags in held:
+                send(job, response, flags)
         _raise_injected(checked)  # its other requests have their answers already
         return None

@@ -28,6 +28,7 @@ Pieces = Callable[[int], str]  # each generated id -> the text it completes (may
 class Codec:
     encode: Callable[[str], list[int]]
     pieces: Callable[[], Pieces]  # a new incremental decoder, one per request
+    tokenizer_file: str = ""  # its tokenizer.json (guided decoding reads the vocabulary); "": bytes
 
 
 # TinyLM's (tiny_lm.encode): UTF-8 bytes in; it generates printable ASCII only.
@@ -47,7 +48,8 @@ def tokenizer_codec(directory: Path) -> Codec:
         stream = DecodeStream(skip_special_tokens=True)
         return lambda token: stream.step(tok, token) or ""
 
-    return Codec(encode=lambda text: tok.encode(text, add_special_tokens=False).ids, pieces=pieces)
+    return Codec(encode=lambda text: tok.encode(text, add_special_tokens=False).ids, pieces=pieces,
+                 tokenizer_file=str(directory / "tokenizer.json"))  # fmt: skip
 
 
 def _packaged(model_dir: str) -> bool:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from llm_operator.runtime.cpu_reference import TinyConfig
+from llm_operator.runtime.cpu_reference.structured.guided import Matcher
 
 DTYPE = torch.float64
 PRINTABLE_FIRST, PRINTABLE_LAST = 32, 126
@@ -81,8 +82,10 @@ class Sampler:
     pickable: tuple[int, int] = (PRINTABLE_FIRST, PRINTABLE_LAST)  # the ids it may pick, both ends in
     end_id: int | None = None  # the end token, which is not picked before min_tokens
     min_tokens: int = 0
+    guide: Matcher | None = None  # guided decoding: the grammar's mask comes first
     generator: torch.Generator = field(init=False)
     output: Counter[int] = field(init=False, default_factory=Counter)
+    exhausted: bool = field(init=False, default=False)  # the guide left nothing to pick: the end
 
     def __post_init__(self) -> None:
         self.generator = torch.Generator().manual_seed(self.seed)
@@ -101,11 +104,23 @@ class Sampler:
         return None
 
     def pick(self, logits: torch.Tensor) -> int:
+        """The next id. When a guide leaves none of the pickable ids (its grammar is complete and
+        the model has no end token, or min_tokens holds the end token back), `exhausted` is set and
+        the id returned is the unguided one, only to keep the batch in lockstep."""
         logits = self.penalties.apply(logits, self.prompt, self.output)
         if self.min_tokens and self.end_id is not None and self.output.total() < self.min_tokens:
             logits = logits.index_fill(0, torch.tensor([self.end_id]), -math.inf)
-        token = self.pickable[0] + self._pick(logits[self.pickable[0] : self.pickable[1] + 1])
+        pickable = slice(self.pickable[0], self.pickable[1] + 1)
+        if self.guide is not None:
+            masked = logits.masked_fill(~self.guide.allowed(), -math.inf)
+            if not torch.isfinite(masked[pickable]).any():
+                self.exhausted = True
+                return self.pickable[0] + self._pick(logits[pickable])
+            logits = masked
+        token = self.pickable[0] + self._pick(logits[pickable])
         self.output[token] += 1
+        if self.guide is not None:
+            self.guide.accept(token)
         return token
 
     def _pick(self, logits: torch.Tensor) -> int:
