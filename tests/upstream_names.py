@@ -307,7 +307,7 @@ LLM_ARGS = frozenset(
     {"model", "tokenizer", "revision", "backend", "dtype", "tensor_parallel_size",
      "pipeline_parallel_size", "max_batch_size", "max_seq_len", "max_num_tokens", "max_input_len",
      "max_beam_width", "enable_chunked_prefill", "kv_cache_config", "trust_remote_code",
-     "enable_iter_perf_stats"}
+     "enable_iter_perf_stats", "guided_decoding_backend"}
 )  # fmt: skip
 KV_CACHE_CONFIG = frozenset(
     {"free_gpu_memory_fraction", "enable_block_reuse", "max_tokens", "host_cache_size", "dtype"}
@@ -341,6 +341,34 @@ LLMAPI_WORKER_MODULE = "tensorrt_llm.llmapi.mgmn_worker_node"
 # drained; the stored copies, not resolved to a tag: re-check at v1.1.0 and v1.2.1).
 LLMAPI_MODEL_CLASS = "TritonPythonModel"
 LLMAPI_MODEL_METHODS = ("initialize", "finalize")
+# What the wrapper overrides for guided decoding, n and log probabilities (runtime/
+# llmapi_structured.py), by the stored model.py's signatures: _convert_request(request) returns
+# (prompt, sampling_params, streaming, output_config), _execute_single_request calling
+# `SamplingParams(**sampling_params)` and `_create_response(request_output=, output_config=)`.
+LLMAPI_MODEL_OVERRIDES = {
+    "_convert_request": ("self", "request"),
+    "_create_response": ("self", "request_output", "output_config"),
+}
+LLMAPI_CONVERT_REQUEST_RETURNS = ("prompt", "sampling_params", "streaming", "output_config")
+# The LLM API's names the overrides use (tensorrt_llm/sampling_params.py, stored copy 000a01de):
+# SamplingParams' keywords, GuidedDecodingParams' fields, CompletionOutput's fields read.
+SAMPLING_PARAMS = frozenset({"n", "logprobs", "guided_decoding"})
+GUIDED_DECODING_PARAMS = frozenset({"json", "regex", "grammar", "json_object", "structural_tag"})
+COMPLETION_OUTPUT = frozenset({"token_ids", "logprobs"})
+# The wrapper's own inputs and outputs, declared after upstream's in the llmapi config.pbtxt:
+# the engine contract's names and types where it has one (TENSORRT_LLM_INPUTS/OUTPUTS).
+LLMAPI_WRAPPER_INPUTS: Inputs = {
+    "guided_decoding_guide_type": ("TYPE_STRING", True),
+    "guided_decoding_guide": ("TYPE_STRING", True),
+    "sampling_param_n": ("TYPE_INT32", True),
+    "sampling_param_logprobs": ("TYPE_INT32", True),
+}
+LLMAPI_WRAPPER_OUTPUTS: Outputs = {
+    "output_ids": "TYPE_INT32",
+    "output_log_probs": "TYPE_FP32",
+    "top_logprob_ids": "TYPE_INT32",
+    "top_logprobs": "TYPE_FP32",
+}
 LLMAPI_MODEL_ATTRIBUTES = ("_llm_engine", "_event_loop")
 LLM_STATS_METHOD = "get_stats_async"
 # IterationStats as TensorRT-LLM serializes it (cpp/tensorrt_llm/executor/jsonSerialization.cpp,

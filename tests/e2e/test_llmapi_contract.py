@@ -4,12 +4,14 @@ it on GPUs) becomes Ready, and the official openai SDK gets, streamed and not, t
 tiny model decodes in this process (the text the ensemble contract serves: tests/triton/
 test_frontdoor.py holds it to the same reference), with the model's own finish_reason. The pod's
 metrics port has the TensorRT-LLM backend's load gauges under the model `tensorrt_llm`, which the
-operator's llmapi wrapper sets from the engine's iteration stats, as on GPU pods."""
+operator's llmapi wrapper sets from the engine's iteration stats, as on GPU pods. The SDK's
+`chat.completions.parse` with a pydantic model gets a valid object: response_format as the
+wrapper's guide inputs, which the CPU llmapi model compiles with xgrammar."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import yaml
@@ -19,6 +21,7 @@ from llm_operator.modelrepo import weights_seed
 from llm_operator.runtime.cpu_reference import TINY_MODELS
 from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM
 from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel, Field
 
 from e2e.chat import base_url
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, wait_for
@@ -30,6 +33,14 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cpu-reference-llma
 NAME = "tiny-llama-llmapi"
 PROMPT, MAX_TOKENS = "Once upon a time", 24
 GAUGES = ("nv_trt_llm_request_metrics", "nv_trt_llm_kv_cache_block_metrics")
+
+
+class Weather(BaseModel):
+    """Bounded values only: the random tiny model reaches the grammar's end on every path."""
+
+    answer: Literal["yes", "no"]
+    sure: bool
+    percent: int = Field(ge=0, le=99)
 
 
 def test_the_llm_api_contract_serves_the_reference_text_and_the_trtllm_gauges(
@@ -55,6 +66,11 @@ def test_the_llm_api_contract_serves_the_reference_text_and_the_trtllm_gauges(
                                                 temperature=0, stream=True))  # fmt: skip
         assert "".join(c.choices[0].text for c in chunks if c.choices) == want
         assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+        question: Any = [{"role": "user", "content": "Is it raining? Answer in JSON."}]
+        parsed = client.chat.completions.parse(model="tiny-llama", messages=question, response_format=Weather,
+                                               seed=3, max_tokens=80)  # fmt: skip
+        assert isinstance(parsed.choices[0].message.parsed, Weather), parsed.choices[0]
+        assert parsed.choices[0].finish_reason == "stop"
 
     (pod,) = kubectl.items("pods", namespace, f"llmoperator.io/deployment={NAME}")
     path = f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}:{METRICS_PORT}/proxy/metrics"

@@ -2,7 +2,9 @@
 Triton's python backend, as test_frontdoor.py runs them) on the engine contract, asked with the
 official openai SDK: `chat.completions.parse` with a pydantic model returns a valid object,
 streamed and not; n choices are each the single request with seed + i; log-probability entries
-spell the text they come with; usage sums the choices."""
+spell the text they come with; usage sums the choices. Each test runs on both contracts: the
+engine contract's inputs, and the LLM API contract's (the operator's wrapper's names, which the
+CPU llmapi model reads: runtime/llmapi_structured.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from pydantic import BaseModel, Field
 
 from tests.triton.leader import leader_pod
+from tests.triton.test_cpu_llmapi import llmapi_spec
 from tests.triton.test_frontdoor import NAMES, TIMEOUT, spec
 
 pytestmark = pytest.mark.triton
@@ -32,10 +35,13 @@ class Weather(BaseModel):
     note: str = Field(max_length=5)
 
 
-@pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
+@pytest.fixture(scope="module", params=["engine", "llmapi"])
+def client(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[openai.OpenAI]:
+    deployment = spec() if request.param == "engine" else llmapi_spec(spec())
     try:
-        with leader_pod(tmp_path_factory.mktemp("structured"), spec(), NAMES) as pod:
+        with leader_pod(tmp_path_factory.mktemp("structured"), deployment, NAMES) as pod:
             yield openai.OpenAI(base_url=pod.base_url, api_key="unused", timeout=TIMEOUT, max_retries=0)
     except RuntimeError as e:
         pytest.fail(str(e))

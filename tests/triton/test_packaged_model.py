@@ -112,10 +112,12 @@ class Capital(BaseModel):
     country: str = Field(max_length=24)
 
 
-def test_parse_on_the_engine_contract_ends_on_the_end_token(clients: Callable[[str], openai.OpenAI]) -> None:
+@pytest.mark.parametrize("contract", CONTRACTS)
+def test_parse_ends_on_the_end_token(clients: Callable[[str], openai.OpenAI], contract: str) -> None:
     """Guided by the model's own tokenizer.json (its byte-level vocabulary, its end token allowed
-    once the object is complete): a valid object, whole and streamed, finish_reason stop."""
-    client = clients("tensorrt-engine")
+    once the object is complete): a valid object, whole and streamed, finish_reason stop, on the
+    engine contract's inputs and on the LLM API contract's (the operator's wrapper's)."""
+    client = clients(contract)
     asked = {
         "model": "smollm2",
         "messages": QUESTION,

@@ -55,9 +55,12 @@ def test_response_format_refusals() -> None:
                         ({"type": "structural_tag"}, "unsupported_parameter")):  # fmt: skip
         e = refused(response_format=value)
         assert (e.param, e.code) == ("response_format", code), value
-    for backend in ("tensorrt-engine", "pytorch"):  # no guided decoder configured yet
-        e = refused(backend=backend, response_format={"type": "json_object"})
-        assert (e.param, e.code) == ("response_format", "unsupported_parameter") and backend in e.message
+    # No guided decoder configured yet (the engine's tokenizer info file).
+    e = refused(backend="tensorrt-engine", response_format={"type": "json_object"})
+    assert (e.param, e.code) == (
+        "response_format",
+        "unsupported_parameter",
+    ) and "tensorrt-engine" in e.message
 
 
 def test_n_and_logprobs_by_backend() -> None:
@@ -69,9 +72,9 @@ def test_n_and_logprobs_by_backend() -> None:
     assert "num_return_sequences" not in T.triton_inputs(gen(P.Extras()), "cpu-reference", True)
     assert extras(logprobs=False, n=1) == P.Extras()
     cases: list[tuple[str, str, dict[str, Any], str, str | None]] = [
-        ("chat", "pytorch", {"n": 2}, "n", "unsupported_parameter"),
-        ("chat", "pytorch", {"logprobs": True}, "logprobs", "unsupported_parameter"),
-        ("completion", "pytorch", {"logprobs": 0}, "logprobs", "unsupported_parameter"),
+        # The PyTorch backend's alternatives wait for a GPU check.
+        ("chat", "pytorch", {"logprobs": True, "top_logprobs": 1}, "top_logprobs", "unsupported_parameter"),
+        ("completion", "pytorch", {"logprobs": 2}, "logprobs", "unsupported_parameter"),
         (
             "chat",
             "cpu-reference",
@@ -89,6 +92,22 @@ def test_n_and_logprobs_by_backend() -> None:
     for kind, backend, body, param, code in cases:
         e = refused(kind, backend, **body)
         assert (e.param, e.code) == (param, code), (kind, backend, body)
+
+
+def test_the_llm_api_contract_sends_the_wrappers_inputs() -> None:
+    """pytorch (and cpu-reference's llmapi contract): n, logprobs (the sampled token's: k 0) and
+    the guide under the operator's wrapper's names (runtime/llmapi_structured.py)."""
+    schema_format = {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}}
+    got = extras(backend="pytorch", n=3, logprobs=True, top_logprobs=0, response_format=schema_format)
+    assert (got.n, got.logprobs, got.guide_type, json.loads(got.guide)) == (3, True, "json_schema", SCHEMA)
+    inputs = T.triton_inputs(gen(got), "pytorch", True)
+    wanted = {"sampling_param_n": 3, "sampling_param_logprobs": 0,
+              "guided_decoding_guide_type": "json_schema", "guided_decoding_guide": got.guide}  # fmt: skip
+    assert {k: inputs.get(k) for k in wanted} == wanted
+    assert extras("completion", "pytorch", logprobs=0) == P.Extras(logprobs=True)
+    plain = T.triton_inputs(gen(P.Extras()), "pytorch", False)
+    assert not {"sampling_param_n", "sampling_param_logprobs", "guided_decoding_guide_type"} & set(plain)
+    assert "num_return_sequences" not in inputs and "return_log_probs" not in inputs
 
 
 def test_the_protocol_accepts_the_parameters_structured_checks() -> None:

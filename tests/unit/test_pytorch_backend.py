@@ -168,7 +168,7 @@ def test_the_llmapi_code_is_taken_from_the_image_into_the_repository(tmp_path: P
     launch(c, Stop(), {})  # type: ignore[arg-type]
     repo = tmp_path / "repo" / "tensorrt_llm"
     assert sorted(p.name for p in (repo / "1").iterdir()) == [
-        "base_model.py", "helpers.py", "model.py", "model.yaml", "trtllm_metrics.py"
+        "base_model.py", "helpers.py", "llmapi_structured.py", "model.py", "model.yaml", "trtllm_metrics.py"
     ]  # fmt: skip
     assert (repo / "1" / "helpers.py").read_text() == "# upstream helpers.py\n"
     # Upstream's model is the base of the operator's wrapper, which the ConfigMap carries.

@@ -116,19 +116,29 @@ def test_llmapi_uses_only_upstream_names_and_all_it_requires(uri: str) -> None:
     files = render_repository(spec("pytorch", uri), POOL, engine_dir="", tokenizer_dir="", model_dir="/m")
     # model.py: the operator's wrapper over upstream's (base_model.py, from the image).
     assert set(files) == {"tensorrt_llm/config.pbtxt", "tensorrt_llm/1/model.yaml", "tensorrt_llm/1/model.py",
-                          "tensorrt_llm/1/trtllm_metrics.py"}  # fmt: skip
+                          "tensorrt_llm/1/trtllm_metrics.py",
+                          "tensorrt_llm/1/llmapi_structured.py"}  # fmt: skip
     cfg = configs(files)["tensorrt_llm"]
-    assert held_against(cfg, up.LLMAPI_INPUTS, up.LLMAPI_OUTPUTS, up.LLMAPI_PARAMETERS) == []
-    assert missing(cfg, up.LLMAPI_INPUTS, frozenset()) == []
-    # Upstream declares its whole list because model.py reads and writes them by name.
-    assert {t.name for t in cfg.input} == set(up.LLMAPI_INPUTS)
-    assert {t.name for t in cfg.output} == set(up.LLMAPI_OUTPUTS)
+    inputs, outputs = (
+        up.LLMAPI_INPUTS | up.LLMAPI_WRAPPER_INPUTS,
+        up.LLMAPI_OUTPUTS | up.LLMAPI_WRAPPER_OUTPUTS,
+    )
+    assert held_against(cfg, inputs, outputs, up.LLMAPI_PARAMETERS) == []
+    assert missing(cfg, inputs, frozenset()) == []
+    # Upstream declares its whole list because model.py reads and writes them by name; the wrapper's follow.
+    assert {t.name for t in cfg.input} == set(inputs)
+    assert {t.name for t in cfg.output} == set(outputs)
+    for name, (data_type, _) in up.LLMAPI_WRAPPER_INPUTS.items():  # one vocabulary with the engine contract
+        assert up.TENSORRT_LLM_INPUTS.get(name, (data_type,))[0] == data_type, name
+    for name, data_type in up.LLMAPI_WRAPPER_OUTPUTS.items():
+        assert up.TENSORRT_LLM_OUTPUTS.get(name, data_type) == data_type, name
     model_yaml = yaml.safe_load(files["tensorrt_llm/1/model.yaml"])
     assert set(model_yaml) >= up.MODEL_YAML_KEYS
     assert set(model_yaml) - {"triton_config"} <= up.LLM_ARGS
     assert set(model_yaml["kv_cache_config"]) <= up.KV_CACHE_CONFIG
     assert up.TRITON_CONFIG_REQUIRED <= set(model_yaml["triton_config"]) <= up.TRITON_CONFIG_KEYS
     assert model_yaml["enable_iter_perf_stats"] is True  # the gauges' source
+    assert model_yaml["guided_decoding_backend"] == "xgrammar"  # the wrapper's guides
 
 
 def test_the_wrapper_uses_upstreams_model_by_its_pinned_names() -> None:
@@ -138,6 +148,15 @@ def test_the_wrapper_uses_upstreams_model_by_its_pinned_names() -> None:
     assert f"from base_model import {up.LLMAPI_MODEL_CLASS} as BaseModel" in wrapper
     for name in (*up.LLMAPI_MODEL_ATTRIBUTES, *up.LLMAPI_MODEL_METHODS, up.LLM_STATS_METHOD):
         assert name in wrapper, name
+    # Its overrides take upstream's arguments, call upstream's, and hand back what upstream's return.
+    tree = ast.parse(wrapper)
+    defs = {f.name: f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)}
+    for name, args in up.LLMAPI_MODEL_OVERRIDES.items():
+        assert tuple(a.arg for a in defs[name].args.args) == args, name
+        assert f"super().{name}(" in ast.unparse(defs[name]), name
+    convert = ast.unparse(defs["_convert_request"])
+    assert f"return ({', '.join(up.LLMAPI_CONVERT_REQUEST_RETURNS)})" in convert
+    assert f"{', '.join(up.LLMAPI_CONVERT_REQUEST_RETURNS)} = super()._convert_request(request)" in convert
     # The CPU base model provides the same, so the same wrapper runs on CPU pods.
     cpu = (REPO / "operator/llm_operator/runtime/cpu_reference/llmapi.py").read_text()
     for name in (f"class {up.LLMAPI_MODEL_CLASS}", *up.LLMAPI_MODEL_ATTRIBUTES, *up.LLMAPI_MODEL_METHODS):

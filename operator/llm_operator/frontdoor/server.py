@@ -242,9 +242,12 @@ class FrontDoor:
             raise P.bad("n > 1 needs a deployment that streams (runtime.streaming: true)", "n")
         end_id = self.tokenizer.end_id
         inputs = T.triton_inputs(gen, s.backend, decoupled, end_id=end_id)
-        pieces = self.upstream.generate(s.triton_model, inputs, decoupled)
+        sequences = 0 if ids else gen.extras.n  # the llmapi model: an answer per sequence
+        pieces = self.upstream.generate(s.triton_model, inputs, decoupled, sequences)
         pieces = (
-            C.texts(pieces, self.tokenizer, None if gen.ignore_eos else end_id) if ids else _deltas(pieces)
+            C.texts(pieces, self.tokenizer, None if gen.ignore_eos else end_id)
+            if ids
+            else _deltas(pieces, self._token)
         )
         try:
             first = await C.next_answer(pieces)
@@ -309,23 +312,32 @@ def _refusal(e: UpstreamError) -> P.ApiError:
     return P.ApiError(500, f"the model failed: {e.message}", kind="server_error")
 
 
-async def _deltas(answers: AsyncGenerator[Answer, None]) -> AsyncGenerator[Answer, None]:
-    """The new text of each response of Triton's llmapi model, which sends the text so far in each
-    (NVIDIA/TensorRT-LLM triton_backend/all_models/llmapi/tensorrt_llm/1/model.py, _create_response:
-    `output.text`, the LLM API's whole text, not its `text_diff`)."""
-    sent = ""
+async def _deltas(
+    answers: AsyncGenerator[Answer, None], token: Callable[[int], str]
+) -> AsyncGenerator[Answer, None]:
+    """The new text, ids and log-probabilities of each sequence of Triton's llmapi model, which
+    sends each sequence's whole so far in every response (NVIDIA/TensorRT-LLM triton_backend/
+    all_models/llmapi/tensorrt_llm/1/model.py, _create_response: `output.text`, the LLM API's whole
+    text, not its `text_diff`). The new ids' entries ride with the new text: each id's piece is
+    token(id) where those spell the new text, else the text is the last id's."""
+    sent: dict[int, tuple[str, int]] = {}  # sequence -> (its text, its ids) sent so far
     try:
         async for answer in answers:
-            text = answer.text
+            text, (before, ids) = answer.text, sent.get(answer.index, ("", 0))
             # The LLM API's text only grows (a C-level prefix check per response, not a Python loop
             # over the whole text); were an earlier part revised, what was sent stays sent.
-            if text.startswith(sent):
-                common = len(sent)
+            if text.startswith(before):
+                common = len(before)
             else:
-                common = next((i for i, (a, b) in enumerate(zip(sent, text, strict=False)) if a != b),
-                              min(len(sent), len(text)))  # fmt: skip
-            yield Answer(text[common:], answer.finish_reason)
-            sent = text
+                common = next((i for i, (a, b) in enumerate(zip(before, text, strict=False)) if a != b),
+                              min(len(before), len(text)))  # fmt: skip
+            new_ids = answer.ids[ids:]
+            pieces = tuple(token(i) for i in new_ids)
+            if "".join(pieces) != text[common:]:
+                pieces = ("",) * (len(new_ids) - 1) + (text[common:],) if new_ids else ()
+            yield Answer(text[common:], answer.finish_reason, new_ids, answer.index,
+                         answer.log_probs[ids:], pieces)  # fmt: skip
+            sent[answer.index] = text, max(ids, len(answer.ids))
     finally:
         await answers.aclose()
 

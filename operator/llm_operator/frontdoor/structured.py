@@ -1,11 +1,13 @@
 """OpenAI's n, logprobs / top_logprobs and response_format, checked and put in the engine contract's
 terms (pure; docs/architecture.md, "Structured outputs, tools, log probabilities and n: the
 design"): `num_return_sequences`, `return_log_probs`, `guided_decoding_guide_type` and
-`guided_decoding_guide`, as vLLM and trtllm-serve map them.
+`guided_decoding_guide`, as vLLM and trtllm-serve map them; on the LLM API contract the operator's
+wrapper's `sampling_param_n`, `sampling_param_logprobs` and the same guide inputs
+(runtime/llmapi_structured.py).
 
 What a backend cannot do yet is a 400 `unsupported_parameter` naming the parameter:
 - the LLM API contract (`pytorch`, and cpu-reference's llmapi contract, which the front door sees
-  as `pytorch`) takes none of them until the operator's wrapper adds its inputs;
+  as `pytorch`) refuses top_logprobs > 0 until a GPU shows the PyTorch backend fills them;
 - the engine contract returns each sampled token's log-probability only (`output_log_probs`), so
   top_logprobs > 0 and completions' logprobs > 0 are refused there for good;
 - a guide needs the engine's guided decoder, configured with the tokenizer's xgrammar info: the CPU
@@ -23,9 +25,7 @@ from llm_operator.frontdoor.protocol import ApiError, Extras, bad
 MAX_CHOICES = 8  # each sequence takes a batch slot of the engine
 MAX_SCHEMA_BYTES = 64 * 1024
 MAX_TOP_LOGPROBS = {"chat": 20, "completion": 5}  # OpenAI's bounds
-# The backends whose model speaks the engine contract (frontdoor/triton_inputs.py).
-ENGINE_CONTRACT = frozenset({"tensorrt-engine", "cpu-reference"})
-GUIDED = frozenset({"cpu-reference"})
+GUIDED = frozenset({"cpu-reference", "pytorch"})
 
 
 def _unsupported(name: str, backend: str, why: str) -> ApiError:
@@ -42,11 +42,8 @@ def _count(body: Mapping[str, Any], name: str, low: int, high: int) -> int | Non
     return value
 
 
-def _n(body: Mapping[str, Any], backend: str) -> int:
-    n = _count(body, "n", 1, MAX_CHOICES)
-    if n is not None and n > 1 and backend not in ENGINE_CONTRACT:
-        raise _unsupported("n", backend, "its model returns one sequence per request")
-    return n or 1
+def _n(body: Mapping[str, Any]) -> int:
+    return _count(body, "n", 1, MAX_CHOICES) or 1
 
 
 def _logprobs(body: Mapping[str, Any], kind: str, backend: str) -> bool:
@@ -65,8 +62,8 @@ def _logprobs(body: Mapping[str, Any], kind: str, backend: str) -> bool:
         wanted = top is not None
     if not wanted:
         return False
-    if backend not in ENGINE_CONTRACT:
-        raise _unsupported("logprobs", backend, "its model returns no log-probabilities yet")
+    if top and backend == "pytorch":
+        raise _unsupported(top_name, backend, "alternatives are not yet checked on this backend; send 0")
     if top:
         raise _unsupported(top_name, backend, "the engine returns the sampled token's log-probability "
                            "only, no alternatives; send 0")  # fmt: skip
@@ -108,7 +105,7 @@ def _guide(body: Mapping[str, Any], backend: str) -> tuple[str, str]:
 def extras(body: Mapping[str, Any], kind: str, backend: str) -> Extras:
     """The request's Extras, or ApiError."""
     guide_type, guide = _guide(body, backend) if kind == "chat" else ("", "")
-    return Extras(_n(body, backend), _logprobs(body, kind, backend), guide_type, guide)
+    return Extras(_n(body), _logprobs(body, kind, backend), guide_type, guide)
 
 
 def engine_inputs(extras: Extras) -> dict[str, Any]:
@@ -118,6 +115,21 @@ def engine_inputs(extras: Extras) -> dict[str, Any]:
         inputs["num_return_sequences"] = extras.n
     if extras.logprobs:
         inputs["return_log_probs"] = True
+    if extras.guide_type:
+        inputs["guided_decoding_guide_type"] = extras.guide_type
+        if extras.guide:
+            inputs["guided_decoding_guide"] = extras.guide
+    return inputs
+
+
+def llmapi_inputs(extras: Extras) -> dict[str, Any]:
+    """The LLM API contract's inputs for them (the operator's wrapper's; none for a request without
+    any): logprobs 0, the sampled token's only."""
+    inputs: dict[str, Any] = {}
+    if extras.n > 1:
+        inputs["sampling_param_n"] = extras.n
+    if extras.logprobs:
+        inputs["sampling_param_logprobs"] = 0
     if extras.guide_type:
         inputs["guided_decoding_guide_type"] = extras.guide_type
         if extras.guide:

@@ -41,6 +41,7 @@ def triton_inputs(
     body.update({f"sampling_param_{k}": v for k, v in _sampling(gen).items() if v is not None})
     if gen.stop:
         body["sampling_param_stop"] = gen.stop
+    body.update(structured.llmapi_inputs(gen.extras))
     return body
 
 

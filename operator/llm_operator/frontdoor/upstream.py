@@ -15,7 +15,10 @@ every stop after OpenAI traffic last 30 s and end with "Exit timeout expired"). 
 generate_stream are server-sent events, `data: {...}` per response, each with the model's outputs
 (the engine contract's `output_ids` and `sequence_length`; the llmapi model's `text_output`, and
 its `finish_reason` when asked for it) or an `error`. A tensor of one element is written as a
-number, a longer one as a flat list.
+number, a longer one as a flat list. The llmapi model's outputs have a row per sequence (n: the
+operator's wrapper's sampling_param_n, runtime/llmapi_structured.py): `text_output` and
+`finish_reason` [n], `output_ids` and `output_log_probs` [n, len] padded with id -1; each response
+becomes one Answer per sequence.
 """
 
 from __future__ import annotations
@@ -150,10 +153,11 @@ class Upstream:
         return self._decoupled[model]
 
     async def generate(
-        self, model: str, inputs: dict[str, Any], stream: bool
+        self, model: str, inputs: dict[str, Any], stream: bool, sequences: int = 0
     ) -> AsyncGenerator[Answer, None]:
-        """Each response, in order. Leaving the loop early (or cancelling the task)
-        closes the connection, which cancels the request in Triton."""
+        """Each response, in order (`sequences` > 0: the llmapi model's, an Answer per sequence).
+        Leaving the loop early (or cancelling the task) closes the connection, which cancels the
+        request in Triton."""
         path = f"/v2/models/{model}/generate_stream" if stream else f"/v2/models/{model}/generate"
         watch, now = self.watch, time.monotonic
         watch.began(now())
@@ -167,7 +171,8 @@ class Upstream:
                 if not stream:
                     whole = b"".join([part async for part in _body(reader, headers)])
                     watch.answered(now())
-                    yield _answer(json.loads(whole))
+                    for answer in _answers(json.loads(whole), sequences):
+                        yield answer
                     return
                 pending = b""
                 async for part in _body(reader, headers):
@@ -177,7 +182,8 @@ class Upstream:
                         for line in event.split(b"\n"):
                             if line.startswith(b"data:"):
                                 watch.answered(now())
-                                yield _answer(_event(line[5:]))
+                                for answer in _answers(_event(line[5:]), sequences):
+                                    yield answer
             finally:
                 writer.close()
                 with contextlib.suppress(Exception):
@@ -204,6 +210,38 @@ def _answer(response: dict[str, Any]) -> Answer:
     index = _ints(response.get("sequence_index"))
     return Answer(_string(response.get("text_output", "")), reason or None, ids, index[0] if index else 0,
                   _log_probs(response.get("output_log_probs"), len(ids)))  # fmt: skip
+
+
+def _answers(response: dict[str, Any], sequences: int) -> list[Answer]:
+    if not sequences:
+        return [_answer(response)]
+    if "error" in response:
+        raise UpstreamError(500, str(response["error"]))
+    texts = _row(response.get("text_output"), sequences)
+    reasons = _row(response.get("finish_reason"), sequences)
+    ids, values = _ints(response.get("output_ids")), response.get("output_log_probs")
+    width = len(ids) // sequences
+    if len(ids) != width * sequences:
+        raise UpstreamError(502, f"the model server sent output_ids that are not {sequences} rows")
+    log_probs = _log_probs(values, len(ids)) if values is not None else ()
+    answers = []
+    for i in range(sequences):
+        row = ids[i * width : (i + 1) * width]
+        length = next((n for n, id_ in enumerate(row) if id_ < 0), len(row))  # padded with -1
+        reason = reasons[i] if reasons and reasons[i] not in ("", "None") else None
+        row_log_probs = log_probs[i * width : i * width + length] if log_probs else ()
+        answers.append(Answer(texts[i] if texts else "", reason, row[:length], i, row_log_probs))
+    return answers
+
+
+def _row(value: Any, sequences: int) -> list[str]:
+    """A BYTES output of one entry per sequence (none when absent)."""
+    if value is None:
+        return []
+    values = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    if len(values) != sequences:
+        raise UpstreamError(502, f"the model server sent {len(values)} texts for {sequences} sequences")
+    return values
 
 
 def _log_probs(value: Any, ids: int) -> tuple[float, ...]:

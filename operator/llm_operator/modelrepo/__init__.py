@@ -36,12 +36,14 @@ LOGITS_DATATYPE = "TYPE_FP32"
 # the launcher's injected copy of llm_operator, on PYTHONPATH, has no cpu_reference/) and torch
 # and numpy.
 CPU_RUNTIME_PYTHON_PATH = ("/opt/llm-operator/cpu-reference", "/usr/local/lib/python3.11/site-packages")
-# The llmapi model of either runtime: the operator's wrapper (model.py) with the gauges beside it,
+# The llmapi model of either runtime: the operator's wrapper (model.py) with the gauges and the
+# structured outputs' inputs and outputs beside it,
 # over base_model.py (NVIDIA's model.py, which the launcher copies from the serving image, or the CPU
 # runtime's, shipped here).
 LLMAPI_MODEL_FILES = {
     "tensorrt_llm/1/model.py": resources.files("llm_operator.runtime") / "llmapi_model.py",
     "tensorrt_llm/1/trtllm_metrics.py": resources.files("llm_operator.runtime") / "trtllm_metrics.py",
+    "tensorrt_llm/1/llmapi_structured.py": resources.files("llm_operator.runtime") / "llmapi_structured.py",
 }
 CPU_LLMAPI_BASE_PY = resources.files("llm_operator.runtime.cpu_reference") / "llmapi.py"
 # nv_inference_first_response_histogram_ms's buckets in Triton's core (metric_model_reporter.h).

@@ -18,6 +18,13 @@ no new stats arrived for `timeout` seconds (tensorrt_llm/executor/result.py Iter
 __anext__) or at once when none were ever produced; it is polled on the engine's loop, as
 trtllm-serve's /metrics reads it (tensorrt_llm/serve/openai_server.py).
 
+It also adds guided decoding, n and log probabilities, which upstream's model does not read though
+the LLM API has them (llmapi_structured.py, beside it, names the inputs and outputs): its
+_convert_request(request) returns (prompt, sampling_params, streaming, output_config), with
+sampling_params the keyword arguments of SamplingParams, and its _create_response(request_output,
+output_config) the response; the overrides add to both, and carry the request's extras from one to
+the other in output_config. On CPU pods the base model reads the same inputs itself.
+
 Standard library and triton_python_backend_utils only: the serving image has no llm_operator.
 """
 
@@ -30,12 +37,20 @@ from concurrent.futures import Future
 from typing import Any
 
 import triton_python_backend_utils as pb_utils
+from llmapi_structured import Extras, extras, outputs
 from trtllm_metrics import IterationGauges
 
 # get_stats_async's own default, and what trtllm-serve's /metrics passes.
 STATS_TIMEOUT_S = 2.0
 # Between polls that found the stats drained: the gauges are at most this much older.
 POLL_PAUSE_S = 1.0
+# output_config's key for the request's extras (upstream's keys are the return_* flags).
+EXTRAS = "llm_operator_extras"
+
+
+def _scalar(request: Any, name: str) -> Any:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy().reshape(-1)[0]
 
 
 class TritonPythonModel(BaseModel):  # type: ignore[misc]
@@ -63,6 +78,29 @@ class TritonPythonModel(BaseModel):  # type: ignore[misc]
             if not seen:
                 self._gauges.idle()
             await asyncio.sleep(POLL_PAUSE_S)
+
+    def _convert_request(self, request: Any) -> tuple[Any, dict[str, Any], bool, dict[str, Any]]:
+        prompt, sampling_params, streaming, output_config = super()._convert_request(request)
+        try:
+            extra = extras(lambda name: _scalar(request, name))
+        except ValueError as e:
+            raise pb_utils.TritonModelException(str(e)) from None
+        sampling_params.update(extra.sampling_params())
+        guide = extra.guided_decoding_params()
+        if guide is not None:  # model.yaml's guided_decoding_backend compiles it
+            from tensorrt_llm.sampling_params import GuidedDecodingParams
+
+            sampling_params["guided_decoding"] = GuidedDecodingParams(**guide)
+        output_config[EXTRAS] = extra
+        return prompt, sampling_params, streaming, output_config
+
+    def _create_response(self, request_output: Any, output_config: dict[str, Any]) -> Any:
+        response = super()._create_response(request_output, output_config)
+        tensors = outputs(request_output.outputs, output_config.get(EXTRAS, Extras()))
+        if not tensors:
+            return response
+        added = [pb_utils.Tensor(name, value) for name, value in tensors.items()]
+        return pb_utils.InferenceResponse(output_tensors=response.output_tensors() + added)
 
     def finalize(self) -> None:
         if getattr(self, "_stats_poll", None) is not None:

@@ -52,6 +52,8 @@ class Job:
     stop_reason: str | None = None  # the stop word that ended it
     logprob: float = 0.0  # cumulative log-probability of its tokens (the model's distribution)
     logprobs: list[float] = field(default_factory=list)  # each generated token's, when computed
+    top_logprobs: int = 0  # k: each position's k likeliest ids go into `alternatives` (logprobs on)
+    alternatives: list[dict[int, float]] = field(default_factory=list)
     index: int = 0  # its sequence among the request's num_return_sequences
     sent: int = 0  # generated ids already streamed
     extra: dict[str, Any] = field(default_factory=dict)  # the contract's own per-request state
@@ -151,7 +153,8 @@ def steps(
     job's last one flagged by job.done; a guided job whose grammar left nothing to pick ends "stop"
     with no new token), before(batch, active) runs ahead of each step. `logprobs`: each token's
     log-probability under the model's own distribution (log_softmax of its logits, before the
-    sampling knobs and the guide's mask) goes into job.logprobs and job.logprob."""
+    sampling knobs and the guide's mask) goes into job.logprobs and job.logprob, and the k likeliest
+    of the same row into job.alternatives for a job with top_logprobs k."""
     batch = lm.start([j.prompt_ids for j in jobs])
     while True:
         before(batch, sum(not j.done for j in jobs))
@@ -171,6 +174,9 @@ def steps(
                 if logprobs:
                     j.logprobs.append(float(logs[i, token]))
                     j.logprob += j.logprobs[-1]
+                    if j.top_logprobs:
+                        values, ids = logs[i].topk(j.top_logprobs)
+                        j.alternatives.append(dict(zip(ids.tolist(), values.tolist(), strict=True)))
                 j.end(token, piece)
             if j.done:
                 j.sampler.guide = None  # a done job's rows are still picked, unguided

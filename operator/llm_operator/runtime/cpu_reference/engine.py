@@ -29,13 +29,28 @@ MAX_STATS = 1000
 
 @dataclass(frozen=True)
 class Output:
-    """A snapshot of a request's output: the LLM API's RequestOutput.outputs[0], and `finished`."""
+    """A snapshot of one sequence's output: the LLM API's CompletionOutput, and `finished`."""
 
     text: str  # the whole text so far
     finished: bool
     finish_reason: str | None
     stop_reason: str | None
     cumulative_logprob: float
+    # Only for a job that returns log-probabilities (job.extra["token_logprobs"]), as the LLM API's:
+    # the generated ids and each one's {id: log-probability} (itself and its alternatives).
+    token_ids: tuple[int, ...] = ()
+    logprobs: tuple[dict[int, float], ...] = ()
+
+
+def output(job: Job) -> Output:
+    """The job's output now."""
+    ids: tuple[int, ...] = ()
+    positions: tuple[dict[int, float], ...] = ()
+    if job.extra.get("token_logprobs"):
+        ids = tuple(job.ids)
+        alternatives = job.alternatives or [{}] * len(ids)
+        positions = tuple({**a, i: lp} for a, i, lp in zip(alternatives, ids, job.logprobs, strict=False))
+    return Output(job.text(), job.done, job.finish_reason, job.stop_reason, job.logprob, ids, positions)
 
 
 class Generation:
@@ -133,9 +148,7 @@ class CpuLLM:
             if not job.done and (job.extra.get("aborted") or job.request.is_cancelled()):
                 job.done, job.finish_reason = True, "cancelled"
             if job.done or (job.stream and piece):  # (a token may complete no character yet)
-                deliver[id(job)](
-                    Output(job.text(), job.done, job.finish_reason, job.stop_reason, job.logprob)
-                )
+                deliver[id(job)](output(job))
 
         steps(self.lm, jobs, emit, before, logprobs=any(j.extra.get("logprob") for j in jobs))
 

@@ -18,6 +18,10 @@ the same way on both: from the engine's iteration stats. Like upstream's model i
 - spans the ranks of a multi-node group when launch.py started it as rank 0 of several: the model's
   layers split into pipeline stages over them (pipeline.py), as upstream's LLM API spreads its
   pipeline stages over the MPI world trtllm-llmapi-launch starts;
+- takes the operator's wrapper's inputs for guided decoding, n and log probabilities and answers
+  with its outputs (runtime/llmapi_structured.py), on the engine contract's machinery: xgrammar
+  (structured/guided.py), n jobs sampled with seeds seed + i (as upstream's child requests), each
+  token's log-probability and its k likeliest; `text_output` has a row per sequence, as upstream's;
 - takes a request with the `stop` input true as the end of every request with its request id
   (upstream's handle_stop_request: each is aborted, the stop request answered with a CANCELLED
   error). An aborted request ends with finish_reason "cancelled", as upstream streams it; upstream
@@ -51,6 +55,8 @@ import asyncio  # noqa: E402
 import json  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
+from collections.abc import AsyncIterator  # noqa: E402
+from dataclasses import replace  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -69,8 +75,10 @@ from llm_operator.runtime.cpu_reference.decoding import (  # noqa: E402
     injected,
     job,
 )
-from llm_operator.runtime.cpu_reference.engine import CpuLLM, Generation, Output  # noqa: E402
+from llm_operator.runtime.cpu_reference.engine import CpuLLM, Generation, Output, output  # noqa: E402
+from llm_operator.runtime.cpu_reference.structured.guided import Matcher, Vocabulary, check_schema  # noqa: E402
 from llm_operator.runtime.cpu_reference.tiny_lm import Penalties  # noqa: E402
+from llm_operator.runtime.llmapi_structured import Extras, extras, outputs  # noqa: E402
 
 # SamplingParams' default max_tokens (tensorrt_llm/sampling_params.py).
 DEFAULT_MAX_TOKENS = 32
@@ -124,6 +132,12 @@ class TritonPythonModel:
             identity = {"model": params.get("model", ""), "weights_seed": int(params["weights_seed"]),
                         "model_dir": os.environ.get("LLMOP_MODEL_DIR", "")}  # fmt: skip
             self.lm = pipeline.lead(self.lm, world, identity, os.environ)
+        file, end = self.codec.tokenizer_file, self.lm.end_id
+        self.vocabulary = (
+            Vocabulary.of_tokenizer(file, self.lm.embed.shape[0], [] if end is None else [end])
+            if file
+            else Vocabulary.of_bytes(self.lm.embed.shape[0])
+        )
         self.limits = Limits(int(params["max_input_len"]), int(params["max_seq_len"]))
         self.first_response = FirstResponse(pb_utils, args, buckets(params["ttft_buckets_ms"]))
         self.faults = fault_knob(pb_utils)
@@ -180,12 +194,19 @@ class TritonPythonModel:
             # (nv_inference_request_failure); the failed request has its answer already.
             raise pb_utils.TritonModelException(failed)
 
-    def _job(self, request: Any) -> tuple[Job | str, bool, dict[str, bool]]:
-        """(the request's job or why it is refused, streaming, its output flags)."""
+    def _jobs(self, request: Any) -> tuple[list[Job] | str, bool, dict[str, bool], Extras]:
+        """(the request's jobs, one per sequence, or why it is refused; streaming; its output flags;
+        its extras)."""
         flags = {flag: bool(_scalar(request, flag, False)) for flag in OUTPUT_FIELDS}
         streaming = bool(_scalar(request, "streaming", False))
+        extra = extras(lambda name: _scalar(request, name, None))  # ValueError: refused
         if streaming and not self.decoupled:
-            return "Streaming is only supported in decoupled mode.", streaming, flags
+            return "Streaming is only supported in decoupled mode.", streaming, flags, extra
+        grammar = None
+        if extra.guide_type:
+            if extra.guide_type == "json_schema" and (problem := check_schema(extra.guide)):
+                return problem, streaming, flags, extra
+            grammar = self.vocabulary.grammar(extra.guide_type, extra.guide)
         prompt = _scalar(request, "text_input", b"")
         sampling = Sampling(
             max_tokens=int(_scalar(request, "sampling_param_max_tokens", DEFAULT_MAX_TOKENS)),
@@ -199,20 +220,29 @@ class TritonPythonModel:
             ),
             stop_words=_strings(request, "sampling_param_stop"),
         )
-        found = job(
-            self.lm,
-            self.codec,
-            self.limits,
-            request,
-            prompt.decode("utf-8", "replace") if isinstance(prompt, bytes) else str(prompt),
-            sampling,
-            stream=streaming,
-            # helpers.py's default, False: the prompt, then the answer.
-            exclude_input=bool(_scalar(request, "sampling_param_exclude_input_from_output", False)),
-        )
-        if isinstance(found, Job):
-            found.extra["logprob"] = flags["return_cumulative_logprob"]
-        return found, streaming, flags
+        jobs: list[Job] = []
+        for i in range(extra.n):  # sequence i samples with seed + i, as upstream's children
+            found = job(
+                self.lm,
+                self.codec,
+                self.limits,
+                request,
+                prompt.decode("utf-8", "replace") if isinstance(prompt, bytes) else str(prompt),
+                replace(sampling, seed=sampling.seed + i),
+                stream=streaming,
+                # helpers.py's default, False: the prompt, then the answer.
+                exclude_input=bool(_scalar(request, "sampling_param_exclude_input_from_output", False)),
+                guide=None if grammar is None else Matcher(grammar, self.vocabulary.vocab_size),
+                index=i,
+            )
+            if isinstance(found, str):
+                return found, streaming, flags, extra
+            logprobs = extra.logprobs is not None
+            found.extra["logprob"] = flags["return_cumulative_logprob"] or logprobs
+            found.extra["token_logprobs"] = logprobs
+            found.top_logprobs = extra.logprobs or 0
+            jobs.append(found)
+        return jobs, streaming, flags, extra
 
     async def _execute_single_request(self, request: Any, since: float) -> None:
         sender = request.get_response_sender()
@@ -221,30 +251,35 @@ class TritonPythonModel:
             if _scalar(request, "stop", False):
                 self._stop(request.request_id(), sender)
                 return
-            found, streaming, flags = self._job(request)
+            found, streaming, flags, extra = self._jobs(request)
         except ValueError as e:
-            found, streaming, flags = str(e), False, {}
+            found, streaming, flags, extra = str(e), False, {}, Extras()
         if isinstance(found, str):
             sender.send(_error(found, pb_utils.TritonError.INVALID_ARG), flags=final)
             return
         assert self._llm_engine is not None
-        generation = self._llm_engine.generate_async(found)
+        generations = [self._llm_engine.generate_async(j) for j in found]
         request_id = request.request_id()
         if request_id:  # a `stop` can name it
-            self._by_id.setdefault(request_id, set()).add(generation)
+            self._by_id.setdefault(request_id, set()).update(generations)
+        latest = [output(j) for j in found]  # each sequence's, as the LLM API's RequestOutput.outputs
         try:
-            async for output in generation:
-                if output.finish_reason == "cancelled" and not found.extra.get("aborted"):
+            async for index, out in _merged(generations):
+                latest[index] = out
+                done = all(o.finished for o in latest)
+                if out.finish_reason == "cancelled" and not found[index].extra.get("aborted"):
                     cancelled = _error("Request cancelled by client", pb_utils.TritonError.CANCELLED)
                     sender.send(cancelled, flags=final)
-                elif streaming or output.finished:
-                    if output.finished and self.faults.latency_ms:  # TEST-ONLY (faults.py)
+                    return
+                if streaming or done:
+                    if done and self.faults.latency_ms:  # TEST-ONLY (faults.py)
                         await asyncio.sleep(self.faults.latency_ms / 1000.0)
-                    self.first_response.observe(found, since)
-                    sender.send(self._response(output, flags), flags=final if output.finished else 0)
+                    self.first_response.observe(found[0], since)
+                    sender.send(self._response(latest, flags, extra), flags=final if done else 0)
         finally:
-            if (same := self._by_id.get(request_id)) is not None:
-                same.discard(generation)
+            same = self._by_id.get(request_id)
+            if same is not None:
+                same.difference_update(generations)
                 if not same:
                     del self._by_id[request_id]
 
@@ -261,11 +296,32 @@ class TritonPythonModel:
         sender.send(_error("Request cancelled by client", pb_utils.TritonError.CANCELLED), flags=final)
 
     @staticmethod
-    def _response(output: Output, flags: dict[str, bool]) -> Any:
-        tensors = [pb_utils.Tensor("text_output", np.array([output.text.encode("utf-8")], dtype=np.object_))]
+    def _response(latest: list[Output], flags: dict[str, bool], extra: Extras) -> Any:
+        texts = np.array([o.text.encode("utf-8") for o in latest], dtype=np.object_)
+        tensors = [pb_utils.Tensor("text_output", texts)]
         for flag, (name, field) in OUTPUT_FIELDS.items():
             if flags.get(flag):
-                tensors.append(
-                    pb_utils.Tensor(name, np.array([str(getattr(output, field))], dtype=np.object_))
-                )
+                values = np.array([str(getattr(o, field)) for o in latest], dtype=np.object_)
+                tensors.append(pb_utils.Tensor(name, values))
+        tensors += [pb_utils.Tensor(name, value) for name, value in outputs(latest, extra).items()]
         return pb_utils.InferenceResponse(tensors)
+
+
+async def _merged(generations: list[Generation]) -> AsyncIterator[tuple[int, Output]]:
+    """(sequence, output) as each sequence's come, until every one is finished."""
+    queue: asyncio.Queue[tuple[int, Output]] = asyncio.Queue()
+
+    async def pump(index: int, generation: Generation) -> None:
+        async for out in generation:
+            queue.put_nowait((index, out))
+
+    pumps = [asyncio.ensure_future(pump(i, g)) for i, g in enumerate(generations)]
+    try:
+        left = len(generations)
+        while left:
+            index, out = await queue.get()
+            left -= out.finished
+            yield index, out
+    finally:
+        for task in pumps:
+            task.cancel()
