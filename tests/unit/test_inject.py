@@ -50,14 +50,15 @@ def test_the_python_copy_copies_the_package(tmp_path: Path) -> None:
 
 def test_the_copy_imports_with_the_standard_library_alone(tmp_path: Path) -> None:
     """All but the front door, which the serving images' jinja2 and tokenizers serve
-    (tests/unit/test_frontdoor_process.py guards its imports), and the llmapi wrapper, which
-    Triton's stub imports from the model repository beside its base model. The libraries shipped
+    (tests/unit/test_frontdoor_process.py guards its imports), and the llmapi wrapper with its
+    structured-outputs module (numpy), which Triton's stub imports from the model repository beside
+    its base model. The libraries shipped
     with the copy (h11) import from it, on the standard library alone."""
     inject.copy(tmp_path)
     modules = sorted(
         ".".join(p.relative_to(tmp_path).with_suffix("").parts).removesuffix(".__init__")
         for p in tmp_path.rglob("*.py")
-        if "frontdoor" not in p.parts and p.name != "llmapi_model.py"
+        if "frontdoor" not in p.parts and p.name not in ("llmapi_model.py", "llmapi_structured.py")
     )
     code = (
         "import importlib, json\n"
