@@ -36,7 +36,7 @@ RUN pip install --no-cache-dir --no-deps --index-url https://download.pytorch.or
 # The model's package (runtime/cpu_reference/), whole packages above it so that it is found first
 # whatever else is on the path.
 COPY operator/llm_operator/__init__.py /opt/llm-operator/cpu-reference/llm_operator/
-COPY operator/llm_operator/runtime/__init__.py operator/llm_operator/runtime/trtllm_metrics.py /opt/llm-operator/cpu-reference/llm_operator/runtime/
+COPY operator/llm_operator/runtime/__init__.py operator/llm_operator/runtime/trtllm_metrics.py operator/llm_operator/runtime/llmapi_structured.py /opt/llm-operator/cpu-reference/llm_operator/runtime/
 COPY operator/llm_operator/runtime/cpu_reference/*.py /opt/llm-operator/cpu-reference/llm_operator/runtime/cpu_reference/
 COPY operator/llm_operator/runtime/cpu_reference/structured/*.py /opt/llm-operator/cpu-reference/llm_operator/runtime/cpu_reference/structured/
 # The cpu-reference models' tokenizer directory (contract.CPU_REFERENCE_TOKENIZER_DIR), and the

@@ -171,6 +171,7 @@ def test_serving_images_carry_nothing_of_the_operator_but_the_cpu_model(name: st
     allowed = ("operator/llm_operator/__init__.py", "operator/llm_operator/runtime/__init__.py",
                "operator/llm_operator/runtime/cpu_reference/",
                "operator/llm_operator/runtime/trtllm_metrics.py",  # the ensemble's load gauges
+               "operator/llm_operator/runtime/llmapi_structured.py",  # the llmapi model's extra tensors
                "requirements/image-cpu-runtime.lock")  # fmt: skip
     assert all(src.startswith(allowed) for sources in copied for src in sources), copied
 
