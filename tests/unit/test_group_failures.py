@@ -67,10 +67,13 @@ def test_a_pod_deleted_before_it_ran_is_no_members_failure() -> None:
 def test_a_group_is_wanted_while_its_leader_set_runs_its_index_and_slot() -> None:
     """An aborted canary's slot (its leader StatefulSet pruned) and a group past the replicas are
     being removed; a LeaderWorkerSet's groups are counted on the LWS."""
-    sts = {("StatefulSet", NS, NAME): {"spec": {"replicas": 2}}, ("LeaderWorkerSet", NS, "x-lws"): {
-        "spec": {"replicas": 1}}}  # fmt: skip
+    sts = {("StatefulSet", NS, NAME): {"metadata": {}, "spec": {"replicas": 2}},
+           ("LeaderWorkerSet", NS, "x-lws"): {"metadata": {}, "spec": {"replicas": 1}}}  # fmt: skip
     assert wanted(sts, NS, NAME, ("main", 1, Slot.A), None)
     assert not wanted(sts, NS, NAME, ("main", 2, Slot.A), None)
     assert not wanted(sts, NS, NAME, ("main", 0, Slot.B), None)  # tiny-pp-b: gone
     assert wanted(sts, NS, NAME, ("main", 0, Slot.B), "x-lws")
     assert not wanted(sts, NS, NAME, ("main", 1, Slot.A), "x-lws")
+    deleting = {("StatefulSet", NS, NAME): {"metadata": {"deletionTimestamp": "2026-11-30T05:30:00Z"},
+                                             "spec": {"replicas": 2}}}  # fmt: skip
+    assert not wanted(deleting, NS, NAME, ("main", 0, Slot.A), None)  # pruned, its pods still going

@@ -133,13 +133,15 @@ def group_pods(children: Children, namespace: str, deployment: str, group: Group
 def wanted(children: Children, namespace: str, deployment: str, group: Group, lws: str | None) -> bool:
     """Whether the deployment still runs `group`: one scaled away (its index at or past its leader
     StatefulSet's or LeaderWorkerSet's replicas) or of a slot removed (an aborted canary's, the
-    replaced stable's) is ending on purpose, and a member that ends Failed meanwhile (a leader whose
-    world lost its worker first) broke nothing: recreating it would cut the leader's drain short and
-    report a group that is gone."""
+    replaced stable's: its leader set deleted or gone) is ending on purpose, and a member that ends
+    Failed meanwhile (a leader whose world lost its worker first) broke nothing: recreating it
+    would cut the leader's drain short and report a group that is gone."""
     pool, index, slot = group
     leader = ("StatefulSet", namespace, names.serving(deployment, pool, slot))
     obj = children.get(("LeaderWorkerSet", namespace, lws) if lws else leader)
-    return obj is not None and index < int(obj["spec"].get("replicas", 0))
+    if obj is None or obj["metadata"].get("deletionTimestamp"):
+        return False
+    return index < int(obj["spec"].get("replicas", 0))
 
 
 async def recreate(kube: KubeApi, children: Children, body: dict[str, Any], group: Group, failure: Failure,
