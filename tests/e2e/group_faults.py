@@ -1,6 +1,6 @@
 """Faults of a group's members on the real node, for test_cpu_multi_node.py: a signal sent to a
 process in a pod by `kubectl exec`, the deployment's GroupRecreated Events since a moment, and
-another deployment asked over and over while a fault runs."""
+another deployment asked over and over while a fault runs, and what the pods said."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import openai
+import yaml
 
 from e2e.cluster.testing import Kubectl
 
@@ -97,3 +98,20 @@ class Other:
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join(timeout=60)
+
+
+def what_the_pods_said(kubectl: Kubectl, namespace: str) -> str:
+    """Each pod's state, its last log lines (the previous container's too) and the namespace's
+    Events: what a failure on the real node needs to be understood after the namespace is gone."""
+    out = []
+    for pod in kubectl.items("pods", namespace):
+        name = pod["metadata"]["name"]
+        out.append(f"--- {name}: {yaml.safe_dump(pod.get('status', {}).get('containerStatuses'))}")
+        for previous in ("--previous=false", "--previous=true"):
+            got = kubectl("logs", name, "--all-containers", previous, "--tail=60", namespace=namespace,
+                          check=False)  # fmt: skip
+            out.append(f"logs {previous}: {got.stdout}{got.stderr}")
+    for event in kubectl.events(namespace):
+        about = event.get("involvedObject", {}).get("name")
+        out.append(f"event {event.get('reason')} {about}: {event.get('message')}")
+    return "\n".join(out)

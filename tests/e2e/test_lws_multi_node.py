@@ -31,6 +31,7 @@ from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM
 from e2e.chat import base_url
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, wait_for
 from tests.e2e import openai_sdk
+from tests.e2e.group_faults import what_the_pods_said
 from tests.e2e.test_cpu_multi_node import (
     MAX_TOKENS,
     MODEL,
@@ -42,7 +43,6 @@ from tests.e2e.test_cpu_multi_node import (
     deployment,
     force_delete,
     recover_from,
-    what_the_pods_said,
 )  # fmt: skip
 
 # Installs LWS's CRDs and cluster-wide webhooks, and runs an operator of its own that sees them.

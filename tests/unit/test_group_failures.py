@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from llm_operator import labels as L
-from llm_operator.controller.observe.groups import GroupFailures
+from llm_operator.controller.observe.groups import GroupFailures, wanted
+from llm_operator.rollout.revision import Slot
 
 NS, NAME = "ns", "tiny-pp"
 
@@ -61,3 +62,18 @@ def test_a_pod_deleted_before_it_ran_is_no_members_failure() -> None:
     assert failures.update({**evicted, "metadata": {**pending["metadata"], "uid": "w3"}}) == (NS, NAME)
     assert failures.update(pod(f"{NAME}-0", "l1", 1)) == (NS, NAME)
     assert [f.pod for _, f in failures.take((NS, NAME))] == [f"{NAME}-g0-1"]  # the evicted one, first
+
+
+def test_a_group_is_wanted_while_its_leader_set_runs_its_index_and_slot() -> None:
+    """An aborted canary's slot (its leader StatefulSet pruned) and a group past the replicas are
+    being removed; a LeaderWorkerSet's groups are counted on the LWS."""
+    sts = {("StatefulSet", NS, NAME): {"metadata": {}, "spec": {"replicas": 2}},
+           ("LeaderWorkerSet", NS, "x-lws"): {"metadata": {}, "spec": {"replicas": 1}}}  # fmt: skip
+    assert wanted(sts, NS, NAME, ("main", 1, Slot.A), None)
+    assert not wanted(sts, NS, NAME, ("main", 2, Slot.A), None)
+    assert not wanted(sts, NS, NAME, ("main", 0, Slot.B), None)  # tiny-pp-b: gone
+    assert wanted(sts, NS, NAME, ("main", 0, Slot.B), "x-lws")
+    assert not wanted(sts, NS, NAME, ("main", 1, Slot.A), "x-lws")
+    deleting = {("StatefulSet", NS, NAME): {"metadata": {"deletionTimestamp": "2026-11-30T05:30:00Z"},
+                                             "spec": {"replicas": 2}}}  # fmt: skip
+    assert not wanted(deleting, NS, NAME, ("main", 0, Slot.A), None)  # pruned, its pods still going

@@ -130,13 +130,31 @@ def group_pods(children: Children, namespace: str, deployment: str, group: Group
     return pods
 
 
+def wanted(children: Children, namespace: str, deployment: str, group: Group, lws: str | None) -> bool:
+    """Whether the deployment still runs `group`: one scaled away (its index at or past its leader
+    StatefulSet's or LeaderWorkerSet's replicas) or of a slot removed (an aborted canary's, the
+    replaced stable's: its leader set deleted or gone) is ending on purpose, and a member that ends
+    Failed meanwhile (a leader whose world lost its worker first) broke nothing: recreating it
+    would cut the leader's drain short and report a group that is gone."""
+    pool, index, slot = group
+    leader = ("StatefulSet", namespace, names.serving(deployment, pool, slot))
+    obj = children.get(("LeaderWorkerSet", namespace, lws) if lws else leader)
+    if obj is None or obj["metadata"].get("deletionTimestamp"):
+        return False
+    return index < int(obj["spec"].get("replicas", 0))
+
+
 async def recreate(kube: KubeApi, children: Children, body: dict[str, Any], group: Group, failure: Failure,
                    now: str) -> None:  # fmt: skip
     """Delete every pod of the group (their controllers make them anew) and say why; for a
-    LeaderWorkerSet's group, only say why (LWS recreates it)."""
+    LeaderWorkerSet's group, only say why (LWS recreates it). Nothing for a group being removed."""
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     pool, index, _ = group
     lws = failure.leader_worker_set
+    if not wanted(children, namespace, name, group, lws):
+        log.info("%s/%s: %s ended (%s) with group %d of pool %s, which is being removed: nothing to recreate",
+                 namespace, name, failure.pod, failure.why, index, pool)  # fmt: skip
+        return
     pods = (
         group_pods(children, namespace, name, group)
         if lws is None
