@@ -24,7 +24,7 @@ between the pods (runtime/cpu_reference/pipeline.py).
   leader's error rate and removed whole, and the stable spec rolls it back, the stable group
   untouched. Neither is a group failure (docs/launcher-and-engines.md, "Scaling and canaries").
 
-Two deployments, three pods of CPU_LIMIT each (five while a second group or a canary's runs): the
+Two deployments, three pods of group_world.CPU_LIMIT each (five while a second group or a canary's runs): the
 node has 2 CPUs for the whole suite.
 """
 
@@ -35,13 +35,9 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
-import yaml
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
 from llm_operator.contract import OPENAI_PORT
 from llm_operator.modelrepo import weights_seed
@@ -57,7 +53,6 @@ from tests.e2e import openai_sdk
 from tests.e2e.group_faults import TREE, Other, group_events, new_group_events, signal_in, what_the_pods_said
 from tests.e2e.group_scale import (
     HalfGroups,
-    at_pod,
     autoscaled,
     groups,
     hpa_metric,
@@ -65,63 +60,29 @@ from tests.e2e.group_scale import (
     since,
     with_canary,
 )
+from tests.e2e.group_world import (
+    MAX_TOKENS,
+    MODEL,
+    PROMPT,
+    READY_TIMEOUT,
+    SINGLE,
+    SPLIT,
+    Recovery,
+    World,
+    all_new,
+    deployment,
+    force_delete,
+    recover,
+    recover_from,
+    split_deployment,
+    uids,
+)
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cpu-reference-llmapi.yaml"
-SPLIT, SINGLE = "tiny-pp", "tiny-single"
-CPU_LIMIT = "250m"
-PROMPT, MAX_TOKENS = "Once upon a time", 24
-MODEL = "tiny-llama"
-READY_TIMEOUT = 300
-# The group's stallTimeoutSeconds: a token of tiny-llama on these pods comes within a second.
-STALL_TIMEOUT = 15
 RANK = "llm_operator.runtime.cpu_reference.launch"  # a later stage's argv (cpu_reference/launch.py)
 SSHD = "sshd,[listener]"  # the worker's sshd, as OpenSSH titles its listener (not a connection's)
 TRITON = "--id=rank0"  # a single pod's tritonserver (runtime/commands.py rank_args)
-
-
-def deployment(name: str, **spec: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
-    doc["metadata"]["name"] = name
-    doc["spec"]["resources"]["cpu"] = CPU_LIMIT
-    doc["spec"].update(spec)
-    return doc
-
-
-def split_deployment() -> dict[str, Any]:
-    doc = deployment(SPLIT, parallelism={"tensor": 1, "pipeline": 2})
-    doc["spec"]["runtime"]["stallTimeoutSeconds"] = STALL_TIMEOUT
-    return doc
-
-
-@dataclass
-class World:
-    namespace: str
-    cluster: E2ECluster
-    want: str  # the reference text: the same weights decoded in this process
-
-    def members(self, kubectl: Kubectl, name: str) -> dict[str, dict[str, Any]]:
-        pods = kubectl.items("pods", self.namespace, f"llmoperator.io/deployment={name}")
-        return {p["metadata"]["name"]: p for p in pods}
-
-    def answer(self, name: str, timeout: float = 60) -> str:
-        assert self.cluster.launcher is not None
-        url = f"http://{name}.{self.namespace}.svc:8080/v1"
-        with base_url(self.cluster.launcher, url) as served:
-            return ask(served, timeout)
-
-    def answer_at(self, pod: dict[str, Any]) -> str:
-        """The answer of one leader pod's own front door."""
-        assert self.cluster.launcher is not None
-        with at_pod(self.cluster.launcher.netns, pod) as served:
-            return ask(served, 60)
-
-
-def ask(served: str, timeout: float) -> str:
-    client = openai.OpenAI(base_url=served, api_key="unused", max_retries=0, timeout=timeout)
-    done = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=MAX_TOKENS, temperature=0)
-    return done.choices[0].text
 
 
 @pytest.fixture(scope="module")
@@ -161,80 +122,6 @@ def test_a_model_split_over_two_pods_answers_as_one_pod_does(world: World, kubec
     assert world.cluster.launcher is not None
     with base_url(world.cluster.launcher, f"http://{SPLIT}.{world.namespace}.svc:8080/v1") as served:
         openai_sdk.speaks_openai(served, "llm-operator/tiny-llama", MODEL)
-
-
-@dataclass
-class Recovery:
-    seconds: float  # from the fault to the first right answer
-    wrong: list[str]  # answers served meanwhile that were not the reference text
-    not_ready: list[str]  # the Ready condition's messages meanwhile
-
-
-def recover(world: World, kubectl: Kubectl, name: str, pod: str, timeout: float = READY_TIMEOUT) -> Recovery:
-    """Kill `pod` (its API object deleted with no grace, as a node's loss ends it) and ask the
-    deployment until it answers the reference text again, from a group that lost a request or from
-    a Ready replacement of `pod`. Both, because the API object goes at once and its processes
-    later: a kubelet ends a force-deleted pod with the grace period of its spec (the preStop drain
-    runs), so a single pod may keep answering until its replacement is Ready and no request fails;
-    a group's leader stops with its worker."""
-    old = (kubectl.get("pod", pod, world.namespace) or {})["metadata"]["uid"]
-
-    def back(down: bool) -> bool:
-        return down or replaced(kubectl, world.namespace, pod, old)
-
-    return recover_from(world, kubectl, name, force_delete(kubectl, world.namespace, pod), back,
-                        f"{pod} was killed", timeout)  # fmt: skip
-
-
-def force_delete(kubectl: Kubectl, namespace: str, pod: str) -> Callable[[], object]:
-    return lambda: kubectl("delete", "pod", pod, "--grace-period=0", "--force", "--wait=false",
-                           namespace=namespace)  # fmt: skip
-
-
-def recover_from(world: World, kubectl: Kubectl, name: str, fault: Callable[[], object],
-                 back: Callable[[bool], bool], what: str,
-                 timeout: float = READY_TIMEOUT) -> Recovery:  # fmt: skip
-    """Cause `fault`, then ask `name` until it answers the reference text once `back(down)` holds
-    (down: a request failed since the fault)."""
-    fault()
-    start, wrong, not_ready, down = time.monotonic(), list[str](), list[str](), False
-    while time.monotonic() - start < timeout:
-        ready = condition(kubectl.get("llmdeployment", name, world.namespace), "Ready") or {}
-        said = f"{ready.get('reason')}: {ready.get('message')}"
-        if ready.get("status") != "True" and said not in not_ready:
-            not_ready.append(said)
-        try:
-            text = world.answer(name, timeout=STALL_TIMEOUT + 10)
-        except (openai.APIError, OSError):  # refused, reset, timed out: not serving
-            down = True
-            time.sleep(1)
-            continue
-        if text != world.want:
-            wrong.append(text)
-        elif back(down):
-            return Recovery(time.monotonic() - start, wrong, not_ready)
-        time.sleep(0.5)
-    said = what_the_pods_said(kubectl, world.namespace)
-    pytest.fail(f"{name} not serving again {timeout:.0f} s after {what} (down: {down}):\n{said}")
-
-
-def replaced(kubectl: Kubectl, namespace: str, pod: str, uid: str) -> bool:
-    now = kubectl.get("pod", pod, namespace)
-    return now is not None and now["metadata"]["uid"] != uid and pod_ready(now)
-
-
-def uids(world: World, kubectl: Kubectl) -> dict[str, str]:
-    return {n: p["metadata"]["uid"] for n, p in world.members(kubectl, SPLIT).items()}
-
-
-def all_new(world: World, kubectl: Kubectl, before: dict[str, str]) -> Callable[[bool], bool]:
-    """Every member of the group is a new pod (by UID) under its old name."""
-
-    def check(_down: bool) -> bool:
-        now = uids(world, kubectl)
-        return sorted(now) == sorted(before) and not set(now.values()) & set(before.values())
-
-    return check
 
 
 def test_a_killed_worker_is_one_group_event(world: World, kubectl: Kubectl) -> None:

@@ -32,7 +32,7 @@ from e2e.chat import base_url
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, wait_for
 from tests.e2e import openai_sdk
 from tests.e2e.group_faults import what_the_pods_said
-from tests.e2e.test_cpu_multi_node import (
+from tests.e2e.group_world import (
     MAX_TOKENS,
     MODEL,
     PROMPT,
