@@ -57,6 +57,7 @@ CPU_RUNTIME_FROM_DEBIAN = ("numpy",)
 # render/inject.py). As the Dockerfile COPYs them, under CPU_REFERENCE_ROOT.
 CPU_REFERENCE_FILES = ("operator/llm_operator/__init__.py", "operator/llm_operator/runtime/__init__.py",
                        "operator/llm_operator/runtime/trtllm_metrics.py",  # the gauges model.py exports
+                       "operator/llm_operator/runtime/llmapi_structured.py",  # llmapi.py's extra tensors
                        "operator/llm_operator/runtime/cpu_reference")  # fmt: skip
 CPU_REFERENCE_ROOT = "opt/llm-operator/cpu-reference"
 # Debian packages: the CPU runtime's torch/numpy (PyPI's torch bundles CUDA) and libpython3.11 for

@@ -221,3 +221,16 @@ def test_the_build_lock_sweeps_what_killed_builds_left_but_not_a_running_push(tm
     found = sorted(str(p.relative_to(tmp_path)) for p in stale_temporaries(tmp_path))
 
     assert found == ["bin/.etcd.tmp", "images/.operator.oci.tar.tmp"]
+
+
+def test_the_cpu_runtime_builder_takes_what_its_dockerfile_copies_of_the_package() -> None:
+    """images.builder writes the image itself from CPU_REFERENCE_FILES, beside the Dockerfile that
+    documents it: a file only one of them names is missing from the built image (the CPU llmapi
+    model's import of runtime/llmapi_structured.py failed in its pods so)."""
+    from images.builder.images import CPU_REFERENCE_FILES
+
+    steps = instructions(REPO / "images" / "cpu-runtime.Dockerfile")
+    sources = [src for op, rest in steps if op == "COPY" for src in rest.split()[:-1]]
+    ours = [src for src in sources if src.startswith("operator/")]
+    assert all(src.startswith(CPU_REFERENCE_FILES) for src in ours), ours
+    assert all(any(src.startswith(path) for src in ours) for path in CPU_REFERENCE_FILES), ours
