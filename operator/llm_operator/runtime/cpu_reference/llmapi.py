@@ -132,11 +132,8 @@ class TritonPythonModel:
             identity = {"model": params.get("model", ""), "weights_seed": int(params["weights_seed"]),
                         "model_dir": os.environ.get("LLMOP_MODEL_DIR", "")}  # fmt: skip
             self.lm = pipeline.lead(self.lm, world, identity, os.environ)
-        file, end = self.codec.tokenizer_file, self.lm.end_id
-        self.vocabulary = (
-            Vocabulary.of_tokenizer(file, self.lm.embed.shape[0], [] if end is None else [end])
-            if file
-            else Vocabulary.of_bytes(self.lm.embed.shape[0])
+        self.vocabulary = Vocabulary.of_model(
+            self.codec.tokenizer_file, self.lm.embed.shape[0], self.lm.end_id
         )
         self.limits = Limits(int(params["max_input_len"]), int(params["max_seq_len"]))
         self.first_response = FirstResponse(pb_utils, args, buckets(params["ttft_buckets_ms"]))

@@ -185,12 +185,8 @@ class TritonPythonModel:
             )
         except ValueError as e:
             raise pb_utils.TritonModelException(str(e)) from None
-        vocab_size = self.lm.embed.shape[0]
-        file, end = self.codec.tokenizer_file, self.lm.end_id
-        self.vocabulary = (
-            Vocabulary.of_tokenizer(file, vocab_size, [] if end is None else [end])
-            if file
-            else Vocabulary.of_bytes(vocab_size)
+        self.vocabulary = Vocabulary.of_model(
+            self.codec.tokenizer_file, self.lm.embed.shape[0], self.lm.end_id
         )
         self.limits = Limits(int(params["max_input_len"]), int(params["max_seq_len"]))
         self.exclude_input = params["exclude_input_in_output"] == "true"

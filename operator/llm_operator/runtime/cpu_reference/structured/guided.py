@@ -77,6 +77,13 @@ class Vocabulary:
         """A tokenizer.json's vocabulary, its type (byte-level, byte-fallback or raw) read from it."""
         return cls([], vocab_size, stop_ids, path)
 
+    @classmethod
+    def of_model(cls, tokenizer_file: str, vocab_size: int, end_id: int | None) -> Vocabulary:
+        """A served model's: its tokenizer.json's (ending on its end token), or TinyLM's bytes."""
+        if not tokenizer_file:
+            return cls.of_bytes(vocab_size)
+        return cls.of_tokenizer(tokenizer_file, vocab_size, [] if end_id is None else [end_id])
+
     def compiler(self) -> Any:
         if self._compiler is None:
             xgr = _xgrammar()
