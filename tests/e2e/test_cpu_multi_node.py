@@ -352,10 +352,10 @@ def test_a_bad_canary_of_the_split_deployment_is_aborted_and_rolled_back(
     assert stats.injected > 0 and stats.not_injected == 0, stats.errors
     assert took["canarySlot"] == "b" and "error rate" in aborted["abortReason"], aborted
     assert uids(world, kubectl) == stable, "the stable group untouched"
-    # Seen on the real node: the canary's leader, SIGTERMed, ending Failed while the canary group
-    # was still wanted, made one GroupRecreated (not yet understood; docs/launcher-and-engines.md).
+    # The canary's leader may end Failed as its group is removed (its worker ended the world first):
+    # a member asked to end is no failure (docs/launcher-and-engines.md).
     broken = [e["message"] for e in new_group_events(kubectl, ns, SPLIT, seen)]
-    print(f"GroupRecreated during the canary: {broken}")
+    assert broken == [], broken
     # Only its leader was ever behind the Service (or the knob's errors would not show).
     assert rec.first(lambda s: (s.revisions.get("canaryWeight") or 0) > 0)
     kubectl.apply(v1, namespace=ns)  # the stable spec: rolled back

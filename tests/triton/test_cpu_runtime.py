@@ -171,11 +171,13 @@ def test_a_request_queued_behind_a_batch_starts_when_the_batch_ends(streaming_se
     tick: with a queue bound Triton 2.51 does not prefetch (core r24.10 src/scheduler_utils.cc
     support_prefetching_), and a request that came while the only instance decoded then waited
     about 505 ms after it in 2 to 6 of these 12 rounds (docs/runtime.md "Queue bounds"). One slow
-    round is allowed to this machine's load."""
+    round is allowed to this machine's load. A round whose first request had already ended when
+    the second was sent (its reader starved while the events piled up) proves nothing and is run
+    again."""
     config = (streaming_server.repo / ENGINE / "config.pbtxt").read_text()
     assert "count: 1 kind: KIND_CPU" in config, "one instance: the second request must wait for it"
-    gaps = []
-    for i in range(12):
+    gaps: list[float] = []
+    for i in range(24):
         decoding = threading.Event()
         with ThreadPoolExecutor(1) as pool:
             batch = pool.submit(timed_stream, streaming_server, f"a long answer {i}", 200, decoding)
@@ -183,8 +185,11 @@ def test_a_request_queued_behind_a_batch_starts_when_the_batch_ends(streaming_se
             sent = time.monotonic()
             queued = timed_stream(streaming_server, f"queued {i}", 2)
             ended = batch.result()[-1]
-        assert sent < ended, "the second request came while the first decoded"
-        gaps.append(queued[0] - ended)  # this side's clock: the first's end may be read late, never early
+        if sent < ended:  # the second request came while the first decoded
+            gaps.append(queued[0] - ended)  # this side's clock: the end may be read late, never early
+        if len(gaps) == 12:
+            break
+    assert len(gaps) == 12, f"only {len(gaps)} of 24 rounds sent the second request during the first"
     assert sum(g > 0.25 for g in gaps) <= 1, [f"{g * 1000:.0f} ms" for g in gaps]
 
 

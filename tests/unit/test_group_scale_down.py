@@ -31,6 +31,14 @@ def ended_failed(name: str, uid: str, group: str, role: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def restarted(pod: dict[str, Any]) -> dict[str, Any]:
+    """The member as its container restarted in place, its pod not (yet) deleted."""
+    [state] = pod["status"]["containerStatuses"]
+    meta = {k: v for k, v in pod["metadata"].items() if k != "deletionTimestamp"}
+    last = {"restartCount": 1, "lastState": state["state"], "state": {"running": {}}}
+    return {"metadata": meta, "status": {"phase": "Running", "containerStatuses": [last]}}
+
+
 def pod_deletes(kube: FakeKube) -> list[str]:
     return [name for verb, kind, name in kube.take_writes() if verb == "delete" and kind == "Pod"]
 
@@ -49,13 +57,19 @@ async def test_a_group_scaled_away_that_ends_failed_is_not_recreated_and_a_kept_
     kube.take_writes()
     events = len(kube.events)
 
+    # Its leader, being deleted, ends Failed; or, its worker gone first, restarts before its own
+    # deletion comes (`wanted`).
     await reconciler.pod_event("MODIFIED", ended_failed(f"{leader}-1", "l1", "1", "leader"))
+    await reconciler.pod_event("MODIFIED", restarted(ended_failed(f"{leader}-1", "l1b", "1", "leader")))
     await reconciler.reconcile(*key)
     assert pod_deletes(kube) == [], "the removed group's leader keeps its grace period to drain"
     assert [e for e in kube.events[events:] if e[1] == "GroupRecreated"] == []
 
     # Group 0 is still run: its member's failure is one, and recreates it.
-    await reconciler.pod_event("MODIFIED", ended_failed(f"{leader}-g0-1", "w0", "0", "worker"))
+    await reconciler.pod_event("MODIFIED", restarted(ended_failed(f"{leader}-g0-1", "w0", "0", "worker")))
     await reconciler.reconcile(*key)
-    assert pod_deletes(kube) == [f"{leader}-0", f"{leader}-g0-1"]
+    assert pod_deletes(kube) == [f"{leader}-g0-1"]
+    await reconciler.pod_event("DELETED", ended_failed(f"{leader}-g0-1", "w0", "0", "worker"))
+    await reconciler.reconcile(*key)
+    assert pod_deletes(kube) == [f"{leader}-0"], "the leader once its worker is gone"
     assert kube.events[-1][1] == "GroupRecreated"

@@ -42,7 +42,7 @@ from llm_operator.controller.deployment_body import (
 from llm_operator.controller.metrics import RECONCILE_ERRORS, RECONCILE_SECONDS, ConditionCounts
 from llm_operator.controller.observe import engines
 from llm_operator.controller.observe.cold_start import ColdStarts
-from llm_operator.controller.observe.groups import GroupFailures, recreate
+from llm_operator.controller.observe.groups import GroupFailures, recreate_broken
 from llm_operator.controller.observe.model_cache import ModelCache
 from llm_operator.controller.observe.observe import (
     CompactDicts,
@@ -162,11 +162,10 @@ class Reconciler:
                     self.queue.add(key)
 
     async def pod_event(self, event: str, pod: dict[str, Any]) -> None:
-        self._wake(self.pod_problems.update(event, pod))
-        self._wake(self.rollouts.ready.update(event, pod))
-        self._wake(self.group_failures.update(pod))
-        self._wake(self.models.pods.update(event, pod))
-        self._wake(self.cold_starts.update(event, pod))
+        watchers = (self.pod_problems, self.rollouts.ready, self.group_failures, self.models.pods,
+                    self.cold_starts)  # fmt: skip
+        for seen in watchers:
+            self._wake(seen.update(event, pod))
 
     async def endpoint_event(self, event: str, endpoint_slice: dict[str, Any]) -> None:
         """An EndpointSlice of a revision Service: what a gateway can route to changed."""
@@ -232,7 +231,8 @@ class Reconciler:
         if body is None or body["metadata"].get("deletionTimestamp"):
             self.forget((namespace, name))
             return
-        await self._recreate_broken_groups(body)
+        if await recreate_broken(self.kube, self.applier.children, self.group_failures, body, now()):
+            self.secrets.ssh.forget((namespace, name))  # a missing key is a reason groups fail: check again
         try:
             ld = LLMDeployment.model_validate(body)
         except ValidationError as e:
@@ -292,7 +292,10 @@ class Reconciler:
         await self._write_status(body, observed, events)
         self.cold_starts.reported((namespace, name), observed.cold_starts)  # posted with that status
         unplaced = unplaced_recheck_seconds(observed, now())
-        later = [t for t in (rollout.decision.requeue_after, unplaced, model_later) if t is not None]
+        groups_later = self.group_failures.next_check((namespace, name))
+        later = [
+            t for t in (rollout.decision.requeue_after, unplaced, model_later, groups_later) if t is not None
+        ]
         if missing_apis & {"ScaledObject", "InferencePool"}:
             later.append(KEDA_RECHECK_SECONDS)
         if later:
@@ -315,12 +318,6 @@ class Reconciler:
         keep = {obj_key(o) for o in objs}
         await self.applier.prune((ld.namespace, ld.name), keep, frozenset().union(*(w.held for w in wants)))
         return missing
-
-    async def _recreate_broken_groups(self, body: dict[str, Any]) -> None:
-        key = (body["metadata"]["namespace"], body["metadata"]["name"])
-        for group, failure in self.group_failures.take(key):
-            self.secrets.ssh.forget(key)  # a missing key is a reason groups fail: check again
-            await recreate(self.kube, self.applier.children, body, group, failure, now())
 
     # -- observing and reporting ---------------------------------------------------------------
 
