@@ -3,7 +3,8 @@ terms (pure; docs/architecture.md, "Structured outputs, tools, log probabilities
 design"): `num_return_sequences`, `return_log_probs`, `guided_decoding_guide_type` and
 `guided_decoding_guide`, as vLLM and trtllm-serve map them; on the LLM API contract the operator's
 wrapper's `sampling_param_n`, `sampling_param_logprobs` and the same guide inputs
-(runtime/llmapi_structured.py).
+(runtime/llmapi_structured.py). A chat's tools are tools/request.py's: a guided tool_choice
+(required, a named function) becomes the request's guide.
 
 What a backend cannot do yet is a 400 `unsupported_parameter` naming the parameter:
 - the LLM API contract (`pytorch`, and cpu-reference's llmapi contract, which the front door sees
