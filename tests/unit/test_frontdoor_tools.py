@@ -314,3 +314,29 @@ def test_a_marker_that_is_a_special_token_is_kept_for_the_parser_and_only_for_it
     assert (called.finish_reason, call.function.name, len(call.id)) == ("tool_calls", "get_time", 9)  # type: ignore[union-attr]
     assert asyncio.run(ask("mistral")).choices[0].message.content == said, "no tools: skipped"
     assert asyncio.run(ask("mistral", tools=TOOLS, tool_choice="none")).choices[0].message.content == said
+
+
+def test_each_of_n_choices_is_parsed_on_its_own(tmp_path: Path) -> None:
+    """n = 2, the engine's responses interleaved: one choice calls tools, the other answers."""
+    texts = [HERMES, "Just text, no call."]
+
+    async def engine(w: asyncio.StreamWriter) -> None:
+        steps = [(i, t[k : k + 4]) for k in range(0, max(map(len, texts)), 4) for i, t in enumerate(texts)]
+        body = b"".join(sse({**ids(piece), "sequence_index": i}) for i, piece in steps if piece)
+        w.write(STREAM_HEAD + body + b"0\r\n\r\n")
+        await w.drain()
+
+    async def ask(stream: bool) -> tuple[int, bytes]:
+        async with front_door(engine, tmp_path, tool_parser="hermes") as port:
+            request = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 500,
+                       "tools": TOOLS, "n": 2, "stream": stream}  # fmt: skip
+            return await exchange(port, request, "/v1/chat/completions")
+
+    whole = answer(asyncio.run(ask(False))[1])
+    _, streamed_answer = streamed(asyncio.run(ask(True))[1])
+    for got in (whole, streamed_answer):
+        first, second = sorted(got.choices, key=lambda c: c.index)
+        assert (first.finish_reason, first.message.content, len(first.message.tool_calls or [])) == (
+            "tool_calls", "Checking.", 2)  # fmt: skip
+        assert (second.finish_reason, second.message.content, second.message.tool_calls) == (
+            "stop", texts[1], None)  # fmt: skip
