@@ -340,3 +340,28 @@ def test_each_of_n_choices_is_parsed_on_its_own(tmp_path: Path) -> None:
             "tool_calls", "Checking.", 2)  # fmt: skip
         assert (second.finish_reason, second.message.content, second.message.tool_calls) == (
             "stop", texts[1], None)  # fmt: skip
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_the_llm_api_contracts_text_so_far_is_parsed_once(tmp_path: Path, stream: bool) -> None:
+    """pytorch: the llmapi model sends each sequence's whole text so far; the parser reads each new
+    part once, so the calls are the engine contract's."""
+
+    async def engine(w: asyncio.StreamWriter) -> None:
+        body = b"".join(sse({"text_output": HERMES[:k]}) for k in range(5, len(HERMES) + 5, 5))
+        w.write(STREAM_HEAD + body + b"0\r\n\r\n")
+        await w.drain()
+
+    async def ask() -> tuple[int, bytes]:
+        async with front_door(engine, tmp_path, backend="pytorch", tool_parser="hermes") as port:
+            request = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 500,
+                       "tools": TOOLS, "stream": stream}  # fmt: skip
+            return await exchange(port, request, "/v1/chat/completions")
+
+    status, raw = asyncio.run(ask())
+    assert status == 200, raw
+    got = streamed(raw)[1] if stream else answer(raw)
+    calls = got.choices[0].message.tool_calls or []
+    assert [(c.function.name, c.function.arguments) for c in calls] == [  # type: ignore[union-attr]
+        ("get_weather", '{"city": "Paris"}'), ("get_time", "{}")]  # fmt: skip
+    assert (got.choices[0].message.content, got.choices[0].finish_reason) == ("Checking.", "tool_calls")
