@@ -113,6 +113,9 @@ ENV: dict[str, str] = {
     # ("" = not checked there): spec.engine.maxInputLen and maxSeqLen.
     "LLMOP_MAX_INPUT_LEN": "",
     "LLMOP_MAX_SEQ_LEN": "",
+    # spec.model.toolCallParser: how the front door reads tool calls out of the text ("" = none:
+    # tool_choice auto is refused).
+    "LLMOP_TOOL_CALL_PARSER": "",
     "LLMOP_EXIT_TIMEOUT_SECONDS": str(EXIT_TIMEOUT_SECONDS),
     "LLMOP_DRAIN_TIMEOUT_SECONDS": str(DRAIN_TIMEOUT_SECONDS),
     "LLMOP_DRAIN_SETTLE_SECONDS": str(DRAIN_SETTLE_SECONDS),

@@ -6,8 +6,10 @@ takes a base URL this machine can reach (e2e.chat.base_url) and the names the de
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
+import jsonschema
 import openai
 import pytest
 
@@ -93,3 +95,35 @@ def speaks_openai(base: str, name: str, alias: str) -> None:
     streams_the_same_text(base, name, text)
     answers_concurrent_async_completions(base, alias)
     refuses_an_unknown_model_in_openais_words(base)
+
+
+# Bounded values only: the random tiny model reaches the guide's end on every path.
+FORECAST = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}, "sure": {"type": "boolean"},
+                                             "percent": {"type": "integer", "minimum": 0, "maximum": 99}},
+            "required": ["answer", "sure", "percent"], "additionalProperties": False}  # fmt: skip
+CLOCK = {"type": "object", "properties": {"zone": {"enum": ["utc", "local"]}}, "required": ["zone"],
+         "additionalProperties": False}  # fmt: skip
+TOOLS: Any = [{"type": "function", "function": {"name": "forecast", "parameters": FORECAST}},
+              {"type": "function", "function": {"name": "clock", "parameters": CLOCK}}]  # fmt: skip
+SCHEMAS = {"forecast": FORECAST, "clock": CLOCK}
+
+
+def calls_tools_as_told(c: openai.OpenAI, model: str, max_tokens: int, seed: int = 3) -> None:
+    """tool_choice named and required (guided): tool calls whose arguments validate against their
+    function's parameters, the same calls streamed (the SDK's stream accumulator) and not."""
+    question: Any = [{"role": "user", "content": "Rain?"}]
+    named: Any = {"type": "function", "function": {"name": "forecast"}}
+    for choice, finish in ((named, "stop"), ("required", "tool_calls")):
+        ask: Any = {"model": model, "messages": question, "tools": TOOLS, "tool_choice": choice, "seed": seed,
+                    "max_tokens": max_tokens}  # fmt: skip
+        whole = c.chat.completions.create(**ask).choices[0]
+        assert whole.finish_reason == finish and whole.message.tool_calls, whole
+        calls = [(t.function.name, t.function.arguments) for t in whole.message.tool_calls]
+        for name, arguments in calls:
+            jsonschema.validate(json.loads(arguments), SCHEMAS[name])
+        if choice is named:
+            assert [name for name, _ in calls] == ["forecast"] and whole.message.content is None
+        with c.chat.completions.stream(**ask) as stream:
+            streamed = stream.get_final_completion().choices[0]
+        assert [(t.function.name, t.function.arguments) for t in streamed.message.tool_calls or []] == calls
+        assert streamed.finish_reason == finish

@@ -6,7 +6,8 @@ test_frontdoor.py holds it to the same reference), with the model's own finish_r
 metrics port has the TensorRT-LLM backend's load gauges under the model `tensorrt_llm`, which the
 operator's llmapi wrapper sets from the engine's iteration stats, as on GPU pods. The SDK's
 `chat.completions.parse` with a pydantic model gets a valid object: response_format as the
-wrapper's guide inputs, which the CPU llmapi model compiles with xgrammar."""
+wrapper's guide inputs, which the CPU llmapi model compiles with xgrammar; tool_choice named and
+required (the same guide inputs) get tool calls whose arguments validate, streamed and not."""
 
 from __future__ import annotations
 
@@ -71,6 +72,7 @@ def test_the_llm_api_contract_serves_the_reference_text_and_the_trtllm_gauges(
                                                seed=3, max_tokens=80)  # fmt: skip
         assert isinstance(parsed.choices[0].message.parsed, Weather), parsed.choices[0]
         assert parsed.choices[0].finish_reason == "stop"
+        openai_sdk.calls_tools_as_told(client, "tiny-llama", max_tokens=300)
 
     (pod,) = kubectl.items("pods", namespace, f"llmoperator.io/deployment={NAME}")
     path = f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}:{METRICS_PORT}/proxy/metrics"

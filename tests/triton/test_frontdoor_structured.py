@@ -2,7 +2,8 @@
 Triton's python backend, as test_frontdoor.py runs them) on the engine contract, asked with the
 official openai SDK: `chat.completions.parse` with a pydantic model returns a valid object,
 streamed and not; n choices are each the single request with seed + i; log-probability entries
-spell the text they come with; usage sums the choices. Each test runs on both contracts: the
+spell the text they come with; usage sums the choices; tool_choice named and required answer with
+tool calls whose arguments validate. Each test runs on both contracts: the
 engine contract's inputs, and the LLM API contract's (the operator's wrapper's names, which the
 CPU llmapi model reads: runtime/llmapi_structured.py)."""
 
@@ -17,6 +18,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 from pydantic import BaseModel, Field
 
+from tests.e2e import openai_sdk
 from tests.triton.leader import leader_pod
 from tests.triton.test_cpu_llmapi import llmapi_spec
 from tests.triton.test_frontdoor import NAMES, TIMEOUT, spec
@@ -57,6 +59,11 @@ def test_parse_returns_a_valid_object_whole_and_streamed(client: openai.OpenAI) 
                                             seed=seed, max_tokens=120) as stream:  # fmt: skip
             streamed = stream.get_final_completion().choices[0]
         assert streamed.message.parsed == choice.message.parsed and streamed.finish_reason == "stop"
+
+
+def test_tool_choice_named_and_required_call_tools_whose_arguments_validate(client: openai.OpenAI) -> None:
+    for seed in range(3):
+        openai_sdk.calls_tools_as_told(client, "tiny", max_tokens=190, seed=seed)
 
 
 def test_n_choices_are_single_requests_with_seed_plus_i_and_their_logprobs_spell_them(

@@ -76,6 +76,19 @@ def test_the_leader_checks_requests_against_the_limits_the_model_enforces() -> N
     assert env(gpu)["LLMOP_MAX_INPUT_LEN"] == str(spec.max_input_len)
 
 
+def test_the_leader_reads_tool_calls_with_the_parser_the_spec_names_and_no_other() -> None:
+    """spec.model.toolCallParser reaches the front door (tool_choice auto); unset, nothing is set
+    (auto is refused there); a parser the API does not know is refused at admission."""
+    (plain,) = serving_containers(render_slot(deployment("cpu-reference"), Slot.A)).values()
+    assert "LLMOP_TOOL_CALL_PARSER" not in env(plain)
+    model = {**deployment("cpu-reference").spec.model.model_dump(mode="json", by_alias=True),
+             "toolCallParser": "hermes"}  # fmt: skip
+    (tools,) = serving_containers(render_slot(deployment("cpu-reference", model=model), Slot.A)).values()
+    assert env(tools)["LLMOP_TOOL_CALL_PARSER"] == "hermes"
+    with pytest.raises(pydantic.ValidationError, match="toolCallParser"):
+        ModelSpec.model_validate({**model, "toolCallParser": "qwen"})
+
+
 def test_cpu_reference_reads_the_images_tokenizer_unless_the_spec_names_one() -> None:
     (container,) = serving_containers(render_slot(deployment("cpu-reference"), Slot.A)).values()
     assert env(container)["LLMOP_TOKENIZER_DIR"] == contract.CPU_REFERENCE_TOKENIZER_DIR

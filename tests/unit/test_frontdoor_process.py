@@ -109,7 +109,8 @@ def test_a_stop_drains_triton_while_the_front_door_still_answers(
     ("env", "names"),
     [({"LLMOP_SERVED_MODEL_NAMES": ""}, "LLMOP_SERVED_MODEL_NAMES"),
      ({"LLMOP_TOKENIZER_DIR": "/nonexistent"}, "/nonexistent/tokenizer.json"),
-     ({"LLMOP_MAX_SEQ_LEN": "many"}, "LLMOP_MAX_SEQ_LEN")],
+     ({"LLMOP_MAX_SEQ_LEN": "many"}, "LLMOP_MAX_SEQ_LEN"),
+     ({"LLMOP_TOOL_CALL_PARSER": "qwen"}, "LLMOP_TOOL_CALL_PARSER='qwen' is not one of hermes, llama3-json")],
 )  # fmt: skip
 def test_a_bad_environment_is_refused_with_78_naming_it(
     env: dict[str, str], names: str, tmp_path: Path

@@ -26,8 +26,7 @@ def refused(kind: str = "completion", backend: str = "tensorrt-engine", **body: 
     ("body", "param"),
     [({"best_of": 2}, "best_of"), ({"echo": True}, "echo"),
      ({"suffix": "x"}, "suffix"), ({"logit_bias": {"1": 5}}, "logit_bias"),
-     ({"tools": [{"type": "function"}]}, "tools"), ({"tool_choice": "auto"}, "tool_choice"),
-     ({"functions": [{}]}, "functions"),
+     ({"functions": [{}]}, "functions"), ({"function_call": "auto"}, "function_call"),
      ({"skip_special_tokens": False}, "skip_special_tokens"), ({"stop_token_ids": [2]}, "stop_token_ids")],
 )  # fmt: skip
 def test_what_the_backend_cannot_honour_is_refused_by_name(body: dict[str, Any], param: str) -> None:

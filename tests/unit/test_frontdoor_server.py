@@ -105,16 +105,21 @@ async def front_door(
     template_suffix: str = "",
     backend: str = "cpu-reference",
     http: HttpLimits | None = None,
+    tool_parser: str = "",
+    template_prefix: str = "",
 ) -> AsyncIterator[int]:
-    """A front door for the cpu-reference tokenizer (its chat template + template_suffix) before a
-    Triton stand-in; yields its port."""
+    """A front door for the cpu-reference tokenizer (its chat template between template_prefix and
+    template_suffix) before a Triton stand-in; yields its port."""
     tokenizer_files.write(tmp_path)
     config = tmp_path / "tokenizer_config.json"
     doc = json.loads(config.read_text())
-    config.write_text(json.dumps({**doc, "chat_template": doc["chat_template"] + template_suffix}))
+    config.write_text(
+        json.dumps({**doc, "chat_template": template_prefix + doc["chat_template"] + template_suffix})
+    )
     triton = await fake_triton(behaviour, [] if seen is None else seen)
     upstream = Upstream("127.0.0.1", triton.sockets[0].getsockname()[1])
-    settings = Settings(["m"], "tensorrt_llm", backend, limits or Limits(), http=http or HttpLimits())
+    settings = Settings(["m"], "tensorrt_llm", backend, limits or Limits(), http=http or HttpLimits(),
+                        tool_parser=tool_parser)  # fmt: skip
     door = FrontDoor(settings, Tokenizer.load(tmp_path), upstream)
     server = await serve(door, "127.0.0.1", 0)
     try:

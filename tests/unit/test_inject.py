@@ -76,6 +76,26 @@ def test_the_copy_imports_with_the_standard_library_alone(tmp_path: Path) -> Non
     assert any(f.endswith("/h11/__init__.py") for f in ours)
 
 
+def test_the_front_door_imports_whole_from_the_copy(tmp_path: Path) -> None:
+    """Every module of the front door, subpackages included, comes from the copy (the serving
+    images' jinja2 and tokenizers from site-packages, here the test environment's)."""
+    inject.copy(tmp_path)
+    site = [p for p in sys.path if p.endswith("-packages")]
+    code = (
+        f"sys.path[1:1] = {site!r}\n"
+        "import pkgutil, importlib, llm_operator.frontdoor as fd\n"
+        "for m in pkgutil.walk_packages(fd.__path__, 'llm_operator.frontdoor.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "print(sorted(m.__file__ for n, m in sys.modules.items() if n.startswith('llm_operator.frontdoor')))"
+    )
+    done = isolated(tmp_path, code)
+    assert done.returncode == 0, done.stderr
+    files = done.stdout
+    assert str(tmp_path / "llm_operator/frontdoor/tools/parsers.py") in files, "its subpackages too"
+    checkout = Path(inject.__file__).parent
+    assert str(checkout) not in files, "nothing from the checkout"
+
+
 def test_both_entry_points_run_from_the_copy(tmp_path: Path) -> None:
     inject.copy(tmp_path)
     run = (

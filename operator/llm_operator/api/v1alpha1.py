@@ -339,6 +339,14 @@ class ModelFamily(StrEnum):
     FALCON = "falcon"
 
 
+# How the front door reads tool calls out of a model's text (frontdoor/tools/): vLLM's
+# --tool-call-parser names for the same formats.
+class ToolCallParser(StrEnum):
+    HERMES = "hermes"
+    LLAMA3_JSON = "llama3-json"
+    MISTRAL = "mistral"
+
+
 REVISION_REFUSED = (
     "model.revision is for hf:// sources (a branch, tag or commit); s3:// sources are keyed by their "
     "objects' ETags (use a new prefix for new weights), pvc:// and builtin:// ones are read as they "
@@ -418,6 +426,14 @@ class ModelSpec(Spec):
         description="The model family, which picks the checkpoint converter of an engine build. "
         "Unset: told from model.name (Llama, Mistral, Mixtral, Qwen, Gemma and Falcon names); a "
         "build of a model whose family cannot be told is refused at planning.",
+    )
+    tool_call_parser: ToolCallParser | None = Field(
+        default=None,
+        description="How the OpenAI API reads tool calls out of the model's text when a chat request "
+        "sends tools with tool_choice auto (the model decides): hermes (<tool_call>{...}</tool_call>: "
+        "Qwen2.5, Qwen3, Hermes), llama3-json (Llama 3.1+ JSON tool calls) or mistral ([TOOL_CALLS] "
+        "then a JSON array). Unset: tool_choice auto is refused; none, required and a named "
+        "function work without it.",
     )
 
     @model_validator(mode="after")

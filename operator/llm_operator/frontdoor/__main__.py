@@ -23,6 +23,7 @@ from llm_operator.frontdoor.protocol import Limits
 from llm_operator.frontdoor.server import FrontDoor, Settings, serve
 from llm_operator.frontdoor.stall import EXIT_STALLED, StallWatch
 from llm_operator.frontdoor.tokenizer import Tokenizer, TokenizerError
+from llm_operator.frontdoor.tools.parsers import PARSERS
 from llm_operator.frontdoor.upstream import Upstream
 
 EXIT_CONFIG = 78
@@ -59,6 +60,9 @@ def settings(environ: Mapping[str, str]) -> Settings:
     if not names:
         raise ConfigError("LLMOP_SERVED_MODEL_NAMES is not set: name the model(s) the API serves")
     limits = Limits(_int(environ, "LLMOP_MAX_INPUT_LEN"), _int(environ, "LLMOP_MAX_SEQ_LEN"))
+    tool_parser = _get(environ, "LLMOP_TOOL_CALL_PARSER")
+    if tool_parser and tool_parser not in PARSERS:
+        raise ConfigError(f"LLMOP_TOOL_CALL_PARSER={tool_parser!r} is not one of {', '.join(PARSERS)}")
     return Settings(
         names=names,
         triton_model=triton_model,
@@ -66,6 +70,7 @@ def settings(environ: Mapping[str, str]) -> Settings:
         limits=limits,
         api_keys=api_keys(environ),
         http=HttpLimits(max_body_bytes=body_limit(limits.max_input_len)),
+        tool_parser=tool_parser,
     )
 
 

@@ -27,11 +27,16 @@ An id whose text DecodeStream holds back (part of a character) goes with the id 
 text a stop sequence holds back keeps its ids' entries back too; a stop sequence's cut drops the
 entries after it. Each entry is vLLM's: the id decoded alone, its UTF-8 bytes, its log-probability
 (the engine's: the sampled token only, no alternatives).
+
+Tool calls (tools/parsers.py) are read out of each choice's text after its stop sequences, the same
+parser streaming or not: a chunk carries either content or one call's start or one fragment of its
+arguments, as OpenAI's do; log-probability entries ride with the chunks their text is released in
+before the parser, so a chunk of held text may carry none.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -41,22 +46,26 @@ from llm_operator.frontdoor import http1 as H
 from llm_operator.frontdoor import protocol as P
 from llm_operator.frontdoor import responses as R
 from llm_operator.frontdoor.tokenizer import Tokenizer
+from llm_operator.frontdoor.tools import parsers as TP
 from llm_operator.frontdoor.upstream import Answer, UpstreamError
 
 Usage = Callable[[list["Choice"]], dict[str, int]]
 
 
 async def texts(
-    answers: AsyncGenerator[Answer, None], tokenizer: Tokenizer, end_id: int | None
-) -> AsyncGenerator[Answer, None]:
+    answers: AsyncGenerator[Answer, None], tokenizer: Tokenizer, end_id: int | None,
+    keep: Mapping[int, str] | None = None,
+) -> AsyncGenerator[Answer, None]:  # fmt: skip
     """Each response's text (maybe "" while a character is incomplete) and each id's part of it,
     its ids kept; the response whose last id is `end_id` says "stop" (the engine ended the
-    sequence itself). One DecodeStream per sequence (n > 1: the responses interleave)."""
+    sequence itself). One DecodeStream per sequence (n > 1: the responses interleave). Special
+    tokens are skipped but those in `keep`, written as their text: a tool-call parser's markers."""
     streams: dict[int, DecodeStream] = {}
+    kept = keep or {}
     try:
         async for answer in answers:
             stream = streams.setdefault(answer.index, DecodeStream(skip_special_tokens=True))
-            pieces = tuple(stream.step(tokenizer.backend, i) or "" for i in answer.ids)
+            pieces = tuple((stream.step(tokenizer.backend, i) or "") + kept.get(i, "") for i in answer.ids)
             ended = end_id is not None and bool(answer.ids) and answer.ids[-1] == end_id
             yield replace(
                 answer, text="".join(pieces), finish_reason="stop" if ended else None, pieces=pieces
@@ -73,9 +82,14 @@ class Entry:
     chars: int  # the length of its text (0 while DecodeStream holds it back)
 
 
+def parser(gen: P.Generation) -> TP.ToolParser | None:
+    """A choice's tool-call parser (None: its text is the answer)."""
+    return TP.ToolParser(gen.extras.parser, gen.extras.tool) if gen.extras.parser else None
+
+
 class Choice:
-    def __init__(self, index: int, stops: list[str]) -> None:
-        self.index, self.stops = index, R.Stops(stops)
+    def __init__(self, index: int, stops: list[str], tools: TP.ToolParser | None = None) -> None:
+        self.index, self.stops, self.tools = index, R.Stops(stops), tools
         self.text, self.count = "", 0
         self.reason: str | None = None
         self.started = self.done = False
@@ -140,16 +154,38 @@ def logprobs(gen: P.Generation, entries: list[Entry], token: Callable[[int], str
             "text_offset": [e.offset for e in entries]}  # fmt: skip
 
 
+def tool_calls(choice: Choice) -> list[dict[str, Any]]:
+    """The choice's whole calls, as a response's message carries them."""
+    if choice.tools is None:
+        return []
+    return [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": a}}
+            for c, a in zip(choice.tools.calls, choice.tools.arguments, strict=True)]  # fmt: skip
+
+
+def _delta(event: TP.Event) -> tuple[str | None, list[dict[str, Any]] | None]:
+    """A parser's event as a chunk's (content, tool_calls)."""
+    if isinstance(event, TP.Content):
+        return event.text, None
+    if isinstance(event, TP.Start):
+        function = {"name": event.name, "arguments": ""}
+        return None, [{"index": event.index, "id": event.id, "type": "function", "function": function}]
+    return None, [{"index": event.index, "function": {"arguments": event.text}}]
+
+
 def finish(choice: Choice, gen: P.Generation) -> str:
     """ "stop": a stop sequence, or the model ended before max_tokens. The llmapi model says why
     itself (its finish_reason output, the LLM API's CompletionOutput.finish_reason), mapped to
     OpenAI's values by responses.finish_reason; on the engine contract its last id being the end
     id says "stop" (engine.py), else its ids are counted against max_tokens (fewer: "stop")."""
     if choice.stops.hit:
-        return "stop"
-    if choice.reason is not None:
-        return R.finish_reason(choice.reason)
-    return "length" if choice.count >= gen.max_tokens else "stop"
+        reason = "stop"
+    elif choice.reason is not None:
+        reason = R.finish_reason(choice.reason)
+    else:
+        reason = "length" if choice.count >= gen.max_tokens else "stop"
+    # Calls the model chose to make (a named tool_choice's is the answer asked for: "stop", as OpenAI).
+    called = choice.tools is not None and choice.tools.calls and not choice.tools.named
+    return "tool_calls" if called and reason == "stop" else reason
 
 
 async def next_answer(pieces: AsyncGenerator[Answer, None]) -> Answer | None:
@@ -169,33 +205,44 @@ async def whole(
     gen: P.Generation, first: Answer | None, pieces: AsyncGenerator[Answer, None]
 ) -> list[Choice]:
     """The choices, read to their ends."""
-    choices = [Choice(i, gen.stop) for i in range(gen.extras.n)]
+    choices = [Choice(i, gen.stop, parser(gen)) for i in range(gen.extras.n)]
     piece = first
     while piece is not None:
         choice = _choice(choices, piece)
         if not choice.done:
-            choice.feed(piece)
+            text, _ = choice.feed(piece)
+            if choice.tools is not None:
+                choice.tools.feed(text)
         if all(c.done for c in choices):
             break
         piece = await next_answer(pieces)
     for choice in choices:
-        choice.flush()
+        tail, _ = choice.flush()
+        if choice.tools is not None:
+            choice.tools.feed(tail)
+            choice.tools.flush()
     return choices
 
 
 async def stream(peer: H.Peer, gen: P.Generation, first: Answer | None, pieces: AsyncGenerator[Answer, None],
                  usage: Usage, token: Callable[[int], str]) -> None:  # fmt: skip
     """The choices' chunks as their text comes, then each one's finish and the usage."""
-    choices = [Choice(i, gen.stop) for i in range(gen.extras.n)]
+    choices = [Choice(i, gen.stop, parser(gen)) for i in range(gen.extras.n)]
 
     def so_far() -> dict[str, int] | None:
         return usage(choices) if gen.usage_every_chunk else None
 
-    async def send(choice: Choice, text: str, entries: list[Entry]) -> None:
-        if text or entries or not choice.started:
-            await peer.event(R.chunk(gen, text, None, first=not choice.started, counts=so_far(),
-                                     index=choice.index, logprobs=logprobs(gen, entries, token)))  # fmt: skip
-            choice.started = True
+    async def send(choice: Choice, text: str, entries: list[Entry], end: bool = False) -> None:
+        deltas: list[tuple[str | None, list[dict[str, Any]] | None]] = [(text, None)]
+        if choice.tools is not None:
+            events = choice.tools.feed(text) + (choice.tools.flush() if end else [])
+            deltas = [_delta(e) for e in events] or [(None, None)]
+        for content, calls in deltas:
+            if content or calls or entries or not choice.started:
+                await peer.event(R.chunk(gen, content, None, first=not choice.started, counts=so_far(),
+                                         index=choice.index, logprobs=logprobs(gen, entries, token),
+                                         tool_calls=calls))  # fmt: skip
+                choice.started, entries = True, []
 
     piece = first
     while piece is not None:
@@ -207,8 +254,8 @@ async def stream(peer: H.Peer, gen: P.Generation, first: Answer | None, pieces: 
         piece = await next_answer(pieces)
     for choice in choices:
         tail, entries = choice.flush()
-        if tail or entries:
-            await send(choice, tail, entries)
+        if tail or entries or choice.tools is not None:
+            await send(choice, tail, entries, end=True)
     counts = usage(choices)
     for choice in choices:
         await peer.event(R.chunk(gen, None, finish(choice, gen), counts=counts, index=choice.index))

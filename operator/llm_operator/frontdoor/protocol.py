@@ -48,17 +48,15 @@ def bad(message: str, param: str | None = None, code: str | None = None) -> ApiE
 
 # Parameters no backend of this operator honours. Their default values are accepted (SDKs and
 # frameworks send them explicitly), anything else is refused: best_of > 1 would need sequences
-# ranked by the server, tools a tool-call parser. n, logprobs and response_format: structured.py.
+# ranked by the server; OpenAI's deprecated functions / function_call have tools in their place.
+# n, logprobs and response_format: structured.py; tools, tool_choice, parallel_tool_calls: tools/.
 UNSUPPORTED: dict[str, tuple[object, ...]] = {
     "best_of": (1,),
     "echo": (False,),
     "suffix": ("",),
     "logit_bias": ({},),
-    "tools": ([],),
-    "tool_choice": ("none",),
     "functions": ([],),
     "function_call": ("none",),
-    "parallel_tool_calls": (),
     "audio": (),
     "modalities": (["text"],),
     "prediction": (),
@@ -105,9 +103,17 @@ TEMPLATE_RESERVED = frozenset({"messages", "add_generation_prompt", "bos_token",
 # n, logprobs, top_logprobs and response_format: structured.py.
 COMMON = ("model", "max_tokens", "stop", "temperature", "top_p", "seed", "n", "logprobs", *ENGINE_KNOBS,
           *FIXED, *IGNORED)  # fmt: skip
-CHAT = ("messages", "max_completion_tokens", "chat_template_kwargs", "top_logprobs", "response_format")
+TOOLS = ("tools", "tool_choice", "parallel_tool_calls")
+CHAT = (
+    "messages",
+    "max_completion_tokens",
+    "chat_template_kwargs",
+    "top_logprobs",
+    "response_format",
+    *TOOLS,
+)
 KNOWN = {
-    "completion": {*COMMON, "prompt", *UNSUPPORTED},
+    "completion": {*COMMON, "prompt", *UNSUPPORTED, *TOOLS},  # tools: refused there (structured.py)
     "chat": {*COMMON, *CHAT, *UNSUPPORTED},
 }
 
@@ -122,12 +128,16 @@ class Limits:
 
 @dataclass(frozen=True)
 class Extras:
-    """n, log probabilities and a guide, checked (structured.py), in the engine contract's terms."""
+    """n, log probabilities, a guide and tools, checked (structured.py, tools/request.py), in the
+    engine contract's terms."""
 
     n: int = 1
     logprobs: bool = False  # each sampled token's log-probability
     guide_type: str = ""  # guided_decoding_guide_type ("": none)
     guide: str = ""
+    tools: list[dict[str, Any]] | None = None  # for the chat template's `tools`
+    parser: str = ""  # how each choice's text is read for tool calls (tools/parsers.py; "": not)
+    tool: str = ""  # a named tool_choice's function
 
 
 @dataclass

@@ -65,15 +65,19 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
             "total_tokens": prompt_tokens + completion_tokens}  # fmt: skip
 
 
-def response(
-    gen: Generation, choices: list[tuple[str, str, dict[str, Any] | None]], counts: dict[str, int]
-) -> dict[str, Any]:
-    """The whole answer: each choice's (text, finish_reason, logprobs), by index."""
+Whole = tuple[str, str, dict[str, Any] | None, list[dict[str, Any]]]
+
+
+def response(gen: Generation, choices: list[Whole], counts: dict[str, int]) -> dict[str, Any]:
+    """The whole answer: each choice's (text, finish_reason, logprobs, tool calls), by index. With
+    tool calls, a message without other text has content null, as OpenAI's."""
     out: list[dict[str, Any]] = []
-    for index, (text, finish, logprobs) in enumerate(choices):
+    for index, (text, finish, logprobs, calls) in enumerate(choices):
         if gen.kind == "chat":
-            out.append({"index": index, "message": {"role": "assistant", "content": text},
-                        "logprobs": logprobs, "finish_reason": finish})  # fmt: skip
+            message: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else text)}
+            if calls:
+                message["tool_calls"] = calls
+            out.append({"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish})
         else:
             out.append({"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish})
     obj = "chat.completion" if gen.kind == "chat" else "text_completion"
@@ -84,6 +88,7 @@ def response(
 def chunk(
     gen: Generation, text: str | None, finish: str | None, *, first: bool = False,
     counts: dict[str, int] | None = None, index: int = 0, logprobs: dict[str, Any] | None = None,
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """One streamed event of choice `index`. With include_usage every chunk carries "usage": null
     but the last, or with continuous_usage_stats (vLLM's) the counts so far."""
@@ -91,6 +96,8 @@ def chunk(
         delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
         if text:
             delta["content"] = text
+        if tool_calls:
+            delta["tool_calls"] = tool_calls
         choice: dict[str, Any] = {
             "index": index,
             "delta": delta,

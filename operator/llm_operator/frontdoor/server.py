@@ -35,6 +35,8 @@ from llm_operator.frontdoor.api_keys import ApiKeys
 from llm_operator.frontdoor.chat import ChatTemplateError, render_chat
 from llm_operator.frontdoor.sampling import OPENAI, Defaults
 from llm_operator.frontdoor.tokenizer import Tokenizer
+from llm_operator.frontdoor.tools import parsers as TP
+from llm_operator.frontdoor.tools.messages import template_messages
 from llm_operator.frontdoor.upstream import Answer, Upstream, UpstreamError
 
 
@@ -46,6 +48,7 @@ class Settings:
     limits: P.Limits
     api_keys: ApiKeys | None = None  # spec.routing.apiKeys: every request but /health needs one
     defaults: Defaults = OPENAI  # what a request leaves out of its sampling (sampling.py)
+    tool_parser: str = ""  # spec.model.toolCallParser (tools/parsers.py; "": tool_choice auto refused)
     http: H.HttpLimits = field(default_factory=H.HttpLimits)  # body cap: H.body_limit(maxInputLen)
 
 
@@ -67,6 +70,11 @@ class FrontDoor:
         self.created = int(time.time())
         self.open = 0  # client connections now
         self.prepare = ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="frontdoor-prepare")
+        # The parser's marker where the tokenizer has it as a special token, which decoding would
+        # skip: kept as text on requests the parser reads (engine contract; the LLM API contract
+        # detokenizes in the engine, which skips it).
+        marker = TP.FORMATS[settings.tool_parser].marker if settings.tool_parser in TP.FORMATS else ""
+        self.markers = tokenizer.special_ids([marker] if marker else [])
 
     async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.open >= self.settings.http.max_connections:
@@ -191,15 +199,16 @@ class FrontDoor:
         the text whose ids (gen.prompt_ids) the engine gets."""
         if gen.kind == "completion":
             return P.completion_prompt(body)
-        messages = P.chat_messages(body)
+        messages = template_messages(P.chat_messages(body))
         template = self.tokenizer.chat_template
         if not template:
             raise P.bad("this model has no chat template (tokenizer_config.json); use /v1/completions",
                         "messages")  # fmt: skip
         try:
             tok = self.tokenizer
+            tools: dict[str, Any] = {"tools": gen.extras.tools} if gen.extras.tools else {}
             rendered = render_chat(template, messages, bos_token=tok.bos_token, eos_token=tok.eos_token,
-                                   **gen.template_kwargs)  # fmt: skip
+                                   **gen.template_kwargs, **tools)  # fmt: skip
             return tok.chat_prompt(rendered) if self.settings.backend == "pytorch" else rendered
         except ChatTemplateError as e:
             raise P.bad(e.message, "messages") from None
@@ -209,7 +218,7 @@ class FrontDoor:
         s = self.settings
         body = P.parse_json(raw)
         gen = P.check(body, kind, s.limits, backend=s.backend, defaults=s.defaults)
-        gen.extras = structured.extras(body, kind, s.backend)
+        gen.extras = structured.extras(body, kind, s.backend, s.tool_parser)
         gen.id = request_id  # the response's id carries it: chatcmpl-<X-Request-Id>
         self._model(gen.model)
         gen.prompt = self._prompt(gen, body)
@@ -245,7 +254,12 @@ class FrontDoor:
         sequences = 0 if ids else gen.extras.n  # the llmapi model: an answer per sequence
         pieces = self.upstream.generate(s.triton_model, inputs, decoupled, sequences)
         pieces = (
-            C.texts(pieces, self.tokenizer, None if gen.ignore_eos else end_id)
+            C.texts(
+                pieces,
+                self.tokenizer,
+                None if gen.ignore_eos else end_id,
+                self.markers if gen.extras.parser in TP.PARSERS else None,
+            )
             if ids
             else _deltas(pieces, self._token)
         )
@@ -265,7 +279,8 @@ class FrontDoor:
             finally:
                 await pieces.aclose()
             counts = usage(answer)
-            whole = [(c.text, C.finish(c, gen), C.logprobs(gen, c.entries, self._token)) for c in answer]
+            whole = [(c.tools.content if c.tools else c.text, C.finish(c, gen),
+                      C.logprobs(gen, c.entries, self._token), C.tool_calls(c)) for c in answer]  # fmt: skip
             return await _json(peer, 200, R.response(gen, whole, counts), close)
         peer.start_stream(close)
         try:

@@ -3,7 +3,8 @@ terms (pure; docs/architecture.md, "Structured outputs, tools, log probabilities
 design"): `num_return_sequences`, `return_log_probs`, `guided_decoding_guide_type` and
 `guided_decoding_guide`, as vLLM and trtllm-serve map them; on the LLM API contract the operator's
 wrapper's `sampling_param_n`, `sampling_param_logprobs` and the same guide inputs
-(runtime/llmapi_structured.py).
+(runtime/llmapi_structured.py). A chat's tools are tools/request.py's: a guided tool_choice
+(required, a named function) becomes the request's guide.
 
 What a backend cannot do yet is a 400 `unsupported_parameter` naming the parameter:
 - the LLM API contract (`pytorch`, and cpu-reference's llmapi contract, which the front door sees
@@ -20,7 +21,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from llm_operator.frontdoor.protocol import ApiError, Extras, bad
+from llm_operator.frontdoor.protocol import TOOLS, ApiError, Extras, bad
+from llm_operator.frontdoor.tools import request as tools_request
 
 MAX_CHOICES = 8  # each sequence takes a batch slot of the engine
 MAX_SCHEMA_BYTES = 64 * 1024
@@ -102,10 +104,20 @@ def _guide(body: Mapping[str, Any], backend: str) -> tuple[str, str]:
     return "json_schema", text
 
 
-def extras(body: Mapping[str, Any], kind: str, backend: str) -> Extras:
-    """The request's Extras, or ApiError."""
-    guide_type, guide = _guide(body, backend) if kind == "chat" else ("", "")
-    return Extras(_n(body), _logprobs(body, kind, backend), guide_type, guide)
+def extras(body: Mapping[str, Any], kind: str, backend: str, tool_parser: str = "") -> Extras:
+    """The request's Extras, or ApiError. tool_parser: the deployment's (spec.model.toolCallParser)."""
+    if kind != "chat":
+        for name in TOOLS:
+            if body.get(name) not in (None, [], "none"):
+                raise bad(f"{name} is for /v1/chat/completions (a completion's prompt has no tools); "
+                          "remove it", name, "unsupported_parameter")  # fmt: skip
+        return Extras(_n(body), _logprobs(body, kind, backend))
+    guide_type, guide = _guide(body, backend)
+    tools = tools_request.check(body, parser=tool_parser, guided=backend in GUIDED, backend=backend)
+    if tools.guide:
+        guide_type, guide = "json_schema", tools.guide
+    return Extras(_n(body), _logprobs(body, kind, backend), guide_type, guide, tools.tools, tools.parser,
+                  tools.name)  # fmt: skip
 
 
 def engine_inputs(extras: Extras) -> dict[str, Any]:

@@ -162,6 +162,11 @@ class Tokenizer:
             without if self.encode(without) == self.encode(rendered, add_special_tokens=False) else rendered
         )
 
+    def special_ids(self, texts: list[str]) -> dict[int, str]:
+        """The ids of those texts that are special tokens (decoding skips them), with their text."""
+        special = {t.content: i for i, t in self.backend.get_added_tokens_decoder().items() if t.special}
+        return {special[t]: t for t in texts if t in special}
+
     def count(self, text: str, *, add_special_tokens: bool = True) -> int:
         """How many tokens the engine receives for `text` (the prompt's share of maxInputLen)."""
         return len(self.encode(text, add_special_tokens=add_special_tokens))

@@ -124,8 +124,8 @@ def served_names(spec: LLMDeploymentSpec) -> list[str]:
 
 
 def front_door_env(spec: LLMDeploymentSpec) -> list[dict[str, str]]:
-    """The leader's OpenAI API: the names it serves, the limits it checks requests against, and
-    where its API keys are (spec.routing.apiKeys)."""
+    """The leader's OpenAI API: the names it serves, the limits it checks requests against, where
+    its API keys are (spec.routing.apiKeys) and its tool-call parser (spec.model.toolCallParser)."""
     max_input_len, max_seq_len = sequence_limits(spec)
     env = [
         {"name": "LLMOP_SERVED_MODEL_NAMES", "value": ",".join(served_names(spec))},
@@ -134,6 +134,8 @@ def front_door_env(spec: LLMDeploymentSpec) -> list[dict[str, str]]:
     ]
     if api_keys_secret(spec):
         env.append({"name": "LLMOP_API_KEYS_DIR", "value": contract.API_KEYS_DIR})
+    if spec.model.tool_call_parser is not None:
+        env.append({"name": "LLMOP_TOOL_CALL_PARSER", "value": spec.model.tool_call_parser.value})
     return env
 
 
