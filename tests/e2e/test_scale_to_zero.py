@@ -7,8 +7,10 @@ so); a burst of requests sent at zero through the router (status.endpoints.opena
 picker, wakes the deployment through KEDA, and is answered with the model's reference text once the
 first replica is Ready (the test prints request -> answer against the pod's own creation -> Ready),
 one of them a streamed request that gets the router waker's `: waking` comments before its first
-token; back at zero only after the idle window; with a hold shorter than a cold start, the client gets
-OpenAI's error object with Retry-After.
+token; back at zero only after the idle window; with an image the node cannot pull, held requests end
+well before the hold with a 503 (or an SSE error event) naming the status's PodsFailing, and once
+restored the next request is served; with a hold shorter than a cold start, the client gets OpenAI's
+error object with Retry-After.
 
 Needs the embedded cluster (the real node, its monitoring stack scraping the router's picker).
 """
@@ -36,6 +38,8 @@ from llm_operator.render.router.objects import router_pod_labels
 from llm_operator.render.scale_to_zero import PICKER_QUEUE, RETRY_AFTER_SECONDS
 from llm_operator.runtime.cpu_reference import TINY_MODELS
 from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM
+from llm_operator.waker.stall import PERIOD_S as WATCH_PERIOD_S
+from llm_operator.waker.stall import refusal
 
 from e2e.cluster import netns
 from e2e.cluster.load import prometheus_query
@@ -265,6 +269,70 @@ def test_it_goes_back_to_zero_only_after_the_idle_window(zero: Zero, kubectl: Ku
     print(f"zero: back at 0 replicas {after:.1f} s after the last answer (idle window {IDLE_S} s)")
     # KEDA saw the last request in flight at most a scrape (2 s) and a poll (2 s) before it ended.
     assert after >= IDLE_S - 4, after
+
+
+def _refusal_of(answer: Streamed) -> tuple[str, dict[str, Any]]:
+    """How a request was refused: ("503", error) as JSON, or ("event", error) as the SSE error event
+    in the stream the waker began."""
+    if answer.status == 503:
+        return "503", json.loads(answer.text)["error"]
+    data = [text.removeprefix("data: ") for _, text in answer.lines if text.startswith("data: ")]
+    assert answer.status == 200 and data[-1] == "[DONE]" and len(data) == 2, answer
+    return "event", json.loads(data[0])["error"]
+
+
+def test_a_wake_up_that_cannot_succeed_ends_held_requests(zero: Zero, kubectl: Kubectl) -> None:
+    """An image the node cannot pull: the woken replica's pod fails (PodsFailing), and the waker,
+    reading the status while it holds requests, ends them at once with a 503 naming it, well before
+    the hold (docs/autoscaling.md, "Progress while held"). Restored, the next request is served."""
+    ns = zero.namespace
+    assert _at_zero(kubectl, ns) is not None
+    # Not on the node, and no registry at localhost: the pull fails at once (ErrImagePull).
+    bad = {"spec": {"runtime": {"image": "localhost/llm-operator/no-such-image:0"}}}
+    kubectl("patch", "llmdeployment", NAME, "--type=merge", "-p", json.dumps(bad), namespace=ns)
+    answers = [Streamed(time.time()), Streamed(time.time())]
+    threads = [threading.Thread(target=f, args=(zero, a, HOLD_S + 60), daemon=True)
+               for f, a in zip((_stream, _complete), answers, strict=True)]  # fmt: skip
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=HOLD_S + 90)
+        # While the status still says so, a new request is refused at once: no hold.
+        late = Streamed(time.time())
+        _complete(zero, late, 60)
+        degraded = condition(kubectl.get("llmdeployment", NAME, ns), "Degraded") or {}
+    finally:
+        kubectl("patch", "llmdeployment", NAME, "--type=merge", "-p",
+                json.dumps({"spec": {"runtime": {"image": None}}}), namespace=ns)  # fmt: skip
+    for name, answer in (("streamed", answers[0]), ("unstreamed", answers[1]), ("arriving late", late)):
+        shape, error = _refusal_of(answer)
+        took = answer.done - answer.sent
+        print(f"zero: an image that cannot be pulled: the {name} request got {shape} after {took:.1f} s "
+              f"(hold {HOLD_S} s): {error['message'][:160]}")  # fmt: skip
+        assert (error["type"], error["code"]) == ("server_error", "model_not_ready"), error
+        assert error["message"].startswith("the deployment cannot start a replica: PodsFailing: "), error
+        assert "no-such-image" in error["message"], error
+        assert took < 60, took
+        if shape == "503":
+            assert answer.headers.get("retry-after") == str(RETRY_AFTER_SECONDS), answer.headers
+    assert _refusal_of(answers[1])[0] == "503"
+    said = datetime.fromisoformat(degraded["lastTransitionTime"]).timestamp() - answers[0].sent
+    print(f"zero: the status said PodsFailing {said:.0f} s after the requests were sent (to the second)")
+    assert late.done - late.sent < 3, late
+
+    # Restored: once the status no longer says no replica can start, a request is held and served.
+    restored = time.time()
+    wait_for("a status that allows a wake-up", lambda: kubectl.get("llmdeployment", NAME, ns),
+             lambda d: refusal(d or {}) is None, timeout=120)  # fmt: skip
+    cleared = time.time() - restored
+    time.sleep(WATCH_PERIOD_S)  # the waker's last read, made while it held requests, goes stale
+    served = Answer(time.time())
+    _complete(zero, served, HOLD_S + 30)
+    print(f"zero: restored: the status allowed a wake-up {cleared:.1f} s later; the next request was "
+          f"served {served.done - served.sent:.1f} s after it was sent")  # fmt: skip
+    assert (served.status, served.text) == (200, zero.want), served
+    wait_for("the deployment back at zero", lambda: _at_zero(kubectl, ns), timeout=IDLE_S + 90)
 
 
 def test_past_the_hold_the_client_gets_an_openai_error_with_retry_after(zero: Zero, kubectl: Kubectl) -> None:

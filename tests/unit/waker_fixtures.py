@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from llm_operator.frontdoor.http1 import HttpLimits
 from llm_operator.waker.exchange import Settings
 from llm_operator.waker.server import Waker, serve
+from llm_operator.waker.stall import Watch
 
 HOLD_503 = {
     "error": {
@@ -124,15 +125,17 @@ class Running:
 
 
 @contextlib.contextmanager
-def running(first_wait_s: float = 0.5, interval_s: float = 0.3, **limits: float) -> Iterator[Running]:
-    """A stand-in Envoy and a waker in front of it, both on 127.0.0.1."""
+def running(first_wait_s: float = 0.5, interval_s: float = 0.3, watch: Watch | None = None,
+            **limits: float) -> Iterator[Running]:  # fmt: skip
+    """A stand-in Envoy and a waker in front of it, both on 127.0.0.1; `watch`: the deployment's
+    status as the waker reads it."""
     seen = Seen()
     handler = type("Handler", (_FakeEnvoy,), {"seen": seen})
     envoy = _Quiet(("127.0.0.1", 0), handler)
     threading.Thread(target=envoy.serve_forever, daemon=True).start()
     envoy_port = int(envoy.server_address[1])
     try:
-        with waker_on(envoy_port, first_wait_s, interval_s, **limits) as (port, waker):
+        with waker_on(envoy_port, first_wait_s, interval_s, watch, **limits) as (port, waker):
             yield Running(port, envoy_port, seen, waker)
     finally:
         envoy.shutdown()
@@ -141,14 +144,14 @@ def running(first_wait_s: float = 0.5, interval_s: float = 0.3, **limits: float)
 
 @contextlib.contextmanager
 def waker_on(
-    envoy_port: int, first_wait_s: float, interval_s: float, **limits: float
+    envoy_port: int, first_wait_s: float, interval_s: float, watch: Watch | None = None, **limits: float
 ) -> Iterator[tuple[int, Waker]]:
     """The waker on a free port of 127.0.0.1, in front of Envoy (or a stand-in) at `envoy_port`, on
     an event loop of its own thread."""
     http_limits = HttpLimits(**limits)  # type: ignore[arg-type]
     settings = Settings(envoy_port=envoy_port, http=http_limits, first_wait_s=first_wait_s,
                         interval_s=interval_s)  # fmt: skip
-    waker = Waker(settings)
+    waker = Waker(settings, watch)
     loop = asyncio.new_event_loop()
     started = threading.Event()
     server: list[asyncio.Server] = []

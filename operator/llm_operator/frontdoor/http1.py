@@ -227,10 +227,11 @@ class Peer:
         """Whether no response of this request has started: an error can still be sent as one."""
         return self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE) and not self.held
 
-    async def json(self, status: int, body: dict[str, Any], close: bool) -> None:
+    async def json(self, status: int, body: dict[str, Any], close: bool,
+                   headers: list[tuple[bytes, bytes]] | None = None) -> None:  # fmt: skip
         data = json.dumps(body).encode()
-        head = self._head(status, [(b"Content-Type", b"application/json"),
-                                   (b"Content-Length", b"%d" % len(data))], close)  # fmt: skip
+        fields = [(b"Content-Type", b"application/json"), (b"Content-Length", b"%d" % len(data))]
+        head = self._head(status, fields + (headers or []), close)
         await self.write(head + (self.conn.send(h11.Data(data=data)) or b"") + self._end())
 
     def start_stream(self, close: bool) -> None:

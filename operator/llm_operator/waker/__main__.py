@@ -14,8 +14,9 @@ import signal
 import sys
 
 from llm_operator.frontdoor import http1 as H
-from llm_operator.waker.exchange import FIRST_WAIT_S, INTERVAL_S, Settings
+from llm_operator.waker.exchange import FIRST_WAIT_S, INTERVAL_S, Settings, log
 from llm_operator.waker.server import Waker, serve
+from llm_operator.waker.stall import Watch, kube_reader
 
 NAME = "llm-operator-waker"
 # After SIGTERM (the router pod's termination grace is 60 s): open requests get this long to end.
@@ -39,8 +40,11 @@ def parse(argv: list[str]) -> tuple[Settings, int]:
     parser.add_argument("--idle-timeout-seconds", type=float, default=H.HttpLimits.idle_timeout_s)
     parser.add_argument("--send-timeout-seconds", type=float, default=H.HttpLimits.send_timeout_s)
     parser.add_argument("--silence-seconds", type=float, default=Settings.silence_s)
+    parser.add_argument("--retry-after-seconds", type=int, default=Settings.retry_after_s)
+    parser.add_argument("--deployment", default="",
+                        help="the LLMDeployment whose status can end held requests")  # fmt: skip
     args = parser.parse_args(argv)
-    values = [v for k, v in vars(args).items() if k != "port"]
+    values = [v for k, v in vars(args).items() if k not in ("port", "deployment")]
     if any(v <= 0 for v in values):
         parser.error("every value must be above 0")
     http = H.HttpLimits(
@@ -59,12 +63,23 @@ def parse(argv: list[str]) -> tuple[Settings, int]:
         first_wait_s=args.first_wait_seconds,
         interval_s=args.interval_seconds,
         silence_s=args.silence_seconds,
+        retry_after_s=args.retry_after_seconds,
+        deployment=args.deployment,
     )
     return settings, args.port
 
 
+def watch(settings: Settings) -> Watch | None:
+    if not settings.deployment:
+        return None
+    read, namespace = kube_reader(settings.deployment)
+    print(f"{NAME}: a held request ends at once when LLMDeployment {namespace}/{settings.deployment} "
+          "cannot start a replica", file=sys.stderr, flush=True)  # fmt: skip
+    return Watch(read, log=log)
+
+
 async def run(settings: Settings, port: int) -> None:
-    waker = Waker(settings)
+    waker = Waker(settings, watch(settings))
     server = await serve(waker, None, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -20,6 +20,7 @@ import h11
 from llm_operator.frontdoor import http1 as H
 from llm_operator.frontdoor import protocol as P
 from llm_operator.waker.envoy import Connection, UpstreamError, end_to_end
+from llm_operator.waker.stall import Watch
 
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
 # No answer head within this: a held request. A warm replica's front door sends a stream's head with
@@ -48,6 +49,9 @@ class Settings:
     # How long Envoy's answer may stay silent: Envoy's own limit (86,400 s) ends it first.
     silence_s: float = 86_400.0 + 60.0
     envoy_host: str = "127.0.0.1"
+    # What a client refused at once is told to wait: the router's (render/scale_to_zero.py).
+    retry_after_s: int = 5
+    deployment: str = ""  # the LLMDeployment whose status is read while requests are held
 
 
 def log(line: str) -> None:
@@ -113,9 +117,11 @@ def error_payload(status: int, reason: bytes, body: bytes) -> dict[str, Any]:
 class Exchange:
     """One request and its answer; run() says whether the client's connection may carry another."""
 
-    def __init__(self, settings: Settings, peer: Client, request: H.Request, up: Connection) -> None:
+    def __init__(self, settings: Settings, peer: Client, request: H.Request, up: Connection,
+                 watch: Watch | None = None) -> None:  # fmt: skip
         assert peer.head is not None
         self.settings, self.peer, self.request, self.up = settings, peer, request, up
+        self.watch = watch  # the deployment's status, read while a generation request is held
         self.head = peer.head
         loop = asyncio.get_running_loop()
         self.generation = request.path in GENERATION_ROUTES
@@ -133,7 +139,7 @@ class Exchange:
                                     headers=end_to_end(self.head.headers.raw_items()))  # fmt: skip
             await self.up.send(forwarded, self.settings.silence_s)
             self.pump = asyncio.create_task(self._pump())
-            head = asyncio.create_task(self.up.response(self._loop().time() + self.settings.silence_s))
+            head = asyncio.create_task(self._head())
             try:
                 response = await self._await_head(head)
             finally:
@@ -156,6 +162,10 @@ class Exchange:
             log(f"502 to {self._what()}: {e}")
             await self._upstream_failed(e)
             return False
+        except Refused as e:
+            log(f"503 to {self._what()}: {e}")
+            await self._refuse(str(e))
+            return False
         finally:
             if self.pump is not None:
                 await _cancel(self.pump)
@@ -167,6 +177,37 @@ class Exchange:
 
     def _what(self) -> str:
         return f"{self.request.method} {self.request.path[:100]} from {H.client(self.peer.writer)}"
+
+    async def _head(self) -> h11.Response:
+        """Envoy's response head; for a generation request, Refused first if the deployment's status
+        says no replica can start (its Envoy connection is then closed: the picker drops the request)."""
+        response = asyncio.ensure_future(self.up.response(self._loop().time() + self.settings.silence_s))
+        if self.watch is None or not self.generation:
+            return await response
+        with self.watch.holding():
+            refused = asyncio.ensure_future(self.watch.refused())
+            try:
+                await asyncio.wait({response, refused}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                await _cancel(refused)
+                if not response.done():
+                    await _cancel(response)
+        if response.cancelled() and refused.done() and not refused.cancelled():
+            raise Refused(refused.result())
+        return response.result()
+
+    async def _refuse(self, message: str) -> None:
+        """The hold's refusal, at once: a 503 with Retry-After, or one SSE error event in a stream the
+        waker has begun."""
+        error = P.ApiError(503, message, kind="server_error", code="model_not_ready")
+        if self.waking and self.peer.conn.our_state is h11.SEND_BODY:
+            await self._events(error.body())
+        elif self.peer.can_answer():
+            retry = [(b"Retry-After", b"%d" % self.settings.retry_after_s)]
+            await self.peer.json(503, error.body(), close=True, headers=retry)
+            await self.peer.linger()
+        else:
+            raise H.Gone from None
 
     async def _upstream_failed(self, e: UpstreamError) -> None:
         error = P.ApiError(502, f"the router's Envoy failed: {e}", kind="server_error",
@@ -295,6 +336,10 @@ class Exchange:
 
     def _data(self, data: bytes) -> bytes:
         return self.peer.conn.send(h11.Data(data=data)) or b""
+
+
+class Refused(Exception):
+    """The deployment's status says no replica can start: the message to answer with."""
 
 
 def _event_stream(response: h11.Response) -> bool:

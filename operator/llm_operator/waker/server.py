@@ -15,13 +15,15 @@ from llm_operator.frontdoor import http1 as H
 from llm_operator.frontdoor import protocol as P
 from llm_operator.waker.envoy import CHUNK, Pool, UpstreamError
 from llm_operator.waker.exchange import Client, Exchange, Settings, log
+from llm_operator.waker.stall import Watch
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # RFC 9113 section 3.4
 
 
 class Waker:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, watch: Watch | None = None) -> None:
         self.settings = settings
+        self.watch = watch  # None: no deployment to read (held requests wait out the hold)
         self.pool = Pool(settings.envoy_host, settings.envoy_port)
         self.open = 0  # client connections now
         self.idle = asyncio.Event()  # set while none is open (the drain at SIGTERM waits for it)
@@ -103,7 +105,7 @@ class Waker:
             await peer.json(503, error.body(), close=True)
             await peer.linger()
             return False
-        exchange = Exchange(self.settings, peer, request, up)
+        exchange = Exchange(self.settings, peer, request, up, self.watch)
         try:
             again = await exchange.run()
         except BaseException:

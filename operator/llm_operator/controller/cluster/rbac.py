@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from llm_operator.api import v1alpha1 as api
 from llm_operator.render.router.objects import ROUTER_RULES
+from llm_operator.render.router.waker import WAKER_RULE
 
 
 class Permission(NamedTuple):
@@ -52,7 +53,7 @@ def granted_permissions() -> frozenset[Permission]:
     the chart grants the operator these too."""
     return frozenset(
         Permission(group, resource, verb)
-        for rule in ROUTER_RULES
+        for rule in [*ROUTER_RULES, WAKER_RULE]
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]

@@ -32,7 +32,7 @@ from llm_operator.render.router.envoy import (
     epp_config,
 )
 from llm_operator.render.router.limits import router_limits
-from llm_operator.render.router.waker import ENVOY_BEHIND_WAKER_PORT, waker_container, waking
+from llm_operator.render.router.waker import ENVOY_BEHIND_WAKER_PORT, waker_container, waker_rule, waking
 from llm_operator.render.scale_to_zero import flow_control
 
 POOL_GROUP = "inference.networking.k8s.io"
@@ -185,17 +185,18 @@ def _epp(ld: LLMDeployment, image: str) -> dict[str, Any]:
         "securityContext": copy.deepcopy(RESTRICTED),
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
-            {"name": TOKEN_VOLUME, "mountPath": TOKEN_MOUNT, "readOnly": True},
+            copy.deepcopy(TOKEN),
             {"name": PICKER_TLS_VOLUME, "mountPath": PICKER_TLS_MOUNT, "readOnly": True},
         ],
     }
 
 
 # The picker's API credentials, as the API server would mount them into every container, mounted
-# into the picker's only: Envoy, which faces clients, holds no token (automountServiceAccountToken
-# is off for the pod).
+# into the picker's and the waker's only (the waker reads its LLMDeployment's status while it holds
+# requests): Envoy holds no token (automountServiceAccountToken is off for the pod).
 TOKEN_VOLUME = "picker-token"
 TOKEN_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+TOKEN = {"name": TOKEN_VOLUME, "mountPath": TOKEN_MOUNT, "readOnly": True}
 TOKEN_SOURCES = [
     {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
     {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
@@ -285,7 +286,7 @@ def router_deployment(ld: LLMDeployment, images: Images, config: dict[str, Any])
                     "containers": [
                         _epp(ld, images.picker),
                         _envoy(images.envoy, waking(ld)),
-                        *([waker_container(ld, images.waker, router_limits(ld.spec))] if waking(ld) else []),
+                        *_waker(ld, images),
                     ],
                     "volumes": [
                         {"name": "config", "configMap": {"name": names.router(ld.name)}},
@@ -296,6 +297,10 @@ def router_deployment(ld: LLMDeployment, images: Images, config: dict[str, Any])
             },
         },
     }
+
+
+def _waker(ld: LLMDeployment, images: Images) -> list[dict[str, Any]]:
+    return [waker_container(ld, images.waker, router_limits(ld.spec), TOKEN)] if waking(ld) else []
 
 
 def router_service(ld: LLMDeployment) -> dict[str, Any]:
@@ -328,7 +333,7 @@ def router_rbac(ld: LLMDeployment) -> list[dict[str, Any]]:
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
             "metadata": _meta(ld),
-            "rules": copy.deepcopy(ROUTER_RULES),
+            "rules": copy.deepcopy(ROUTER_RULES) + ([waker_rule(ld)] if waking(ld) else []),
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",

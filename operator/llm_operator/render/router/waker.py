@@ -15,11 +15,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from llm_operator.api.v1alpha1 import LLMDeployment
+from llm_operator.api.v1alpha1 import GROUP, PLURAL, LLMDeployment
 from llm_operator.contract import OPENAI_PORT
 from llm_operator.frontdoor.http1 import body_limit
 from llm_operator.modelrepo import sequence_limits
 from llm_operator.render.router.limits import RouterLimits
+from llm_operator.render.scale_to_zero import RETRY_AFTER_SECONDS
 from llm_operator.waker.exchange import FIRST_WAIT_S, INTERVAL_S
 
 # Envoy's OpenAI listener behind the waker: on 127.0.0.1, beside the picking listener (18080).
@@ -59,11 +60,25 @@ def waker_args(ld: LLMDeployment, limits: RouterLimits) -> list[str]:
         "body-timeout-seconds": limits.request_timeout_s,
         "idle-timeout-seconds": limits.idle_timeout_s,
         "silence-seconds": limits.silent_timeout_s + SILENCE_MARGIN_S,
+        "retry-after-seconds": RETRY_AFTER_SECONDS,
+        # Its status, read while requests are held, ends them when no replica can start.
+        "deployment": ld.name,
     }
     return [part for name, value in flags.items() for part in (f"--{name}", str(value))]
 
 
-def waker_container(ld: LLMDeployment, image: str, limits: RouterLimits) -> dict[str, Any]:
+# The waker's only API request: its own LLMDeployment, by name (the router's Role, objects.py).
+WAKER_RULE: dict[str, Any] = {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get"]}
+
+
+def waker_rule(ld: LLMDeployment) -> dict[str, Any]:
+    return {**copy.deepcopy(WAKER_RULE), "resourceNames": [ld.name]}
+
+
+def waker_container(ld: LLMDeployment, image: str, limits: RouterLimits,
+                    token: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """`token`: the mount of the router's ServiceAccount credentials (its Role lets the waker get
+    its own LLMDeployment, and what the picker reads)."""
     # A TCP probe: an HTTP one would pass through to Envoy and the picker, which would hold it.
     probe = {"tcpSocket": {"port": "openai"}, "periodSeconds": 5}
     return {
@@ -76,4 +91,5 @@ def waker_container(ld: LLMDeployment, image: str, limits: RouterLimits) -> dict
         "readinessProbe": probe,
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
         "securityContext": copy.deepcopy(RESTRICTED),
+        "volumeMounts": [copy.deepcopy(token)],
     }
