@@ -263,7 +263,8 @@ def _free_port() -> int:
 def test_the_waker_needs_only_the_standard_library_and_h11() -> None:
     """It runs from the operator's image, which has h11 but not the front door's tokenizers or
     jinja2: importing it loads nothing else (the front door's HTTP layer imports its tokenizer
-    module, which loads the tokenizers library only where a tokenizer is loaded)."""
+    module, which loads the tokenizers library only where a tokenizer is loaded). Reading the
+    deployment's status (--deployment, waker/stall.py) loads lightkube, which the image has, then."""
     check = (
         "import sys\n"
         "allowed = set(sys.stdlib_module_names) | {'h11', 'llm_operator'}\n"
