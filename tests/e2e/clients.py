@@ -38,7 +38,7 @@ ENVIRONMENTS: dict[str, tuple[str, ...]] = {
 
 @dataclass
 class Run:
-    sent: int  # as the tool's report counts them
+    counted: int  # the requests the tool's report counts
     ok: int
     failed: int
     seconds: float
@@ -167,7 +167,7 @@ def run_all(base: str, model: str, work: Path) -> dict[str, Run]:
         }
         runs = {name: future.result() for name, future in futures.items()}
     for name, got in runs.items():
-        print(f"{name}: {got.sent} sent, {got.ok} ok, {got.failed} failed, {got.seconds:.1f} s",
+        print(f"{name}: {got.counted} counted, {got.ok} ok, {got.failed} failed, {got.seconds:.1f} s",
               got.errors[:3], file=sys.stderr)  # fmt: skip
     print(f"the four clients at once: {time.monotonic() - began:.1f} s", file=sys.stderr)
     return runs
@@ -177,10 +177,10 @@ def completes_every_run(base: str, model: str, work: Path) -> None:
     """Each client's own report: every request it counts completed, none failed. inference-perf's and
     guidellm's reports count fewer than they were told to send at times (above), never 0."""
     runs = run_all(base, model, work)
-    assert {n: (r.ok, r.failed) for n, r in runs.items()} == {n: (r.sent, 0) for n, r in runs.items()}, {
+    assert {n: (r.ok, r.failed) for n, r in runs.items()} == {n: (r.counted, 0) for n, r in runs.items()}, {
         n: r.errors[:3] for n, r in runs.items()
     }
-    assert all(r.sent >= REQUESTS // 2 for r in runs.values()), runs
+    assert all(r.counted >= REQUESTS // 2 for r in runs.values()), runs
 
 
 if __name__ == "__main__":  # scripts/test.sh: every environment, beside the tiers
