@@ -21,9 +21,14 @@ trap 'rm -f "$log"; eval "$release_cluster"' EXIT
 # the lowest priority beside the tiers instead of before them in `make tools`.
 nice -n 19 e2e/cluster/build-tools.sh keda lws release >/dev/null 2>&1 &
 release_tools=$!
+# The clients' environments (tests/e2e/clients.py: aiperf, inference-perf, guidellm, LiteLLM), for
+# test_routing.py and test_llmapi_contract.py, which wait on each environment's lock: cold about 6
+# minutes in all, mostly downloads, beside the tiers rather than in the e2e tier's way.
+PYTHONPATH=.:operator nice -n 19 "$PY" -m tests.e2e.clients >/dev/null 2>&1 &
+client_envs=$!
 "$PY" -m pytest -p no:cacheprovider --durations=10 -m "not e2e" >"$log" 2>&1 &
 others=$!
-trap 'kill "$others" "$release_tools" 2>/dev/null; exit 130' INT TERM
+trap 'kill "$others" "$release_tools" "$client_envs" 2>/dev/null; exit 130' INT TERM
 embedded=1
 if [ -n "${KUBECONFIG:-}" ] && [ "$(realpath -m "$KUBECONFIG")" != "$(realpath -m .cluster/kubeconfig)" ]; then
   embedded=0  # the tests use that cluster as it is (tests/e2e/conftest.py)
@@ -40,6 +45,7 @@ e2e=$((exclusive > streams ? exclusive : streams))
 wait "$others"
 rest=$?
 wait "$release_tools"
+wait "$client_envs"
 
 echo
 echo "=== the other tiers (unit, Triton on CPU, images, gitops), run beside the e2e tier ==="

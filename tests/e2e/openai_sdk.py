@@ -1,4 +1,5 @@
-"""What the official `openai` SDK must get from a deployment's OpenAI API (sync, async, streaming),
+"""What the official `openai` SDK must get from a deployment's OpenAI API (sync, async, streaming,
+`parse`, tools),
 asked by the e2e modules that run a real cpu-reference deployment (test_real_pods.py). Each check
 takes a base URL this machine can reach (e2e.chat.base_url) and the names the deployment serves.
 """
@@ -7,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
 import openai
 import pytest
+from pydantic import BaseModel, Field
 
 # Any: the SDK types messages as its own TypedDicts.
 MESSAGES: Any = [{"role": "user", "content": "Once upon a time"}]
@@ -127,3 +129,22 @@ def calls_tools_as_told(c: openai.OpenAI, model: str, max_tokens: int, seed: int
             streamed = stream.get_final_completion().choices[0]
         assert [(t.function.name, t.function.arguments) for t in streamed.message.tool_calls or []] == calls
         assert streamed.finish_reason == finish
+
+
+class Weather(BaseModel):
+    """Bounded values only: the random tiny model reaches the grammar's end on every path."""
+
+    answer: Literal["yes", "no"]
+    sure: bool
+    percent: int = Field(ge=0, le=99)
+
+
+def parses_and_calls_tools(c: openai.OpenAI, model: str) -> None:
+    """`chat.completions.parse` with a pydantic model gets a valid object (response_format through
+    guided decoding), then calls_tools_as_told."""
+    question: Any = [{"role": "user", "content": "Is it raining? Answer in JSON."}]
+    parsed = c.chat.completions.parse(model=model, messages=question, response_format=Weather, seed=3,
+                                      max_tokens=80)  # fmt: skip
+    assert isinstance(parsed.choices[0].message.parsed, Weather), parsed.choices[0]
+    assert parsed.choices[0].finish_reason == "stop"
+    calls_tools_as_told(c, model, max_tokens=300)

@@ -7,12 +7,15 @@ metrics port has the TensorRT-LLM backend's load gauges under the model `tensorr
 operator's llmapi wrapper sets from the engine's iteration stats, as on GPU pods. The SDK's
 `chat.completions.parse` with a pydantic model gets a valid object: response_format as the
 wrapper's guide inputs, which the CPU llmapi model compiles with xgrammar; tool_choice named and
-required (the same guide inputs) get tool calls whose arguments validate, streamed and not."""
+required (the same guide inputs) get tool calls whose arguments validate, streamed and not. Through
+the same client Service (spec.routing.mode service), the clients users run (tests/e2e/clients.py:
+aiperf, inference-perf, guidellm, LiteLLM) each complete a bounded run with no failed request;
+tests/e2e/test_routing.py runs them through the router."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 import yaml
@@ -22,11 +25,10 @@ from llm_operator.modelrepo import weights_seed
 from llm_operator.runtime.cpu_reference import TINY_MODELS
 from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM
 from prometheus_client.parser import text_string_to_metric_families
-from pydantic import BaseModel, Field
 
 from e2e.chat import base_url
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, wait_for
-from tests.e2e import openai_sdk
+from tests.e2e import clients, openai_sdk
 
 pytestmark = pytest.mark.e2e
 
@@ -36,16 +38,8 @@ PROMPT, MAX_TOKENS = "Once upon a time", 24
 GAUGES = ("nv_trt_llm_request_metrics", "nv_trt_llm_kv_cache_block_metrics")
 
 
-class Weather(BaseModel):
-    """Bounded values only: the random tiny model reaches the grammar's end on every path."""
-
-    answer: Literal["yes", "no"]
-    sure: bool
-    percent: int = Field(ge=0, le=99)
-
-
 def test_the_llm_api_contract_serves_the_reference_text_and_the_trtllm_gauges(
-    operator: None, embedded: E2ECluster, kubectl: Kubectl, namespace: str
+    operator: None, embedded: E2ECluster, kubectl: Kubectl, namespace: str, tmp_path: Path
 ) -> None:
     doc: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     doc["spec"]["resources"]["cpu"] = "250m"  # the node has 2 CPUs for the whole suite
@@ -67,12 +61,10 @@ def test_the_llm_api_contract_serves_the_reference_text_and_the_trtllm_gauges(
                                                 temperature=0, stream=True))  # fmt: skip
         assert "".join(c.choices[0].text for c in chunks if c.choices) == want
         assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
-        question: Any = [{"role": "user", "content": "Is it raining? Answer in JSON."}]
-        parsed = client.chat.completions.parse(model="tiny-llama", messages=question, response_format=Weather,
-                                               seed=3, max_tokens=80)  # fmt: skip
-        assert isinstance(parsed.choices[0].message.parsed, Weather), parsed.choices[0]
-        assert parsed.choices[0].finish_reason == "stop"
-        openai_sdk.calls_tools_as_told(client, "tiny-llama", max_tokens=300)
+        openai_sdk.parses_and_calls_tools(client, "tiny-llama")
+        openai_sdk.speaks_openai(served_url, "llm-operator/tiny-llama", "tiny-llama")
+        # The clients users run, through the client Service (spec.routing.mode service).
+        clients.completes_every_run(served_url, "tiny-llama", tmp_path)
 
     (pod,) = kubectl.items("pods", namespace, f"llmoperator.io/deployment={NAME}")
     path = f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}:{METRICS_PORT}/proxy/metrics"

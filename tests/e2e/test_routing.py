@@ -3,7 +3,9 @@ spec.routing.mode inference-pool and three replicas, one of them a straggler (e2
 on the embedded cluster's real node; every request comes from inside the cluster's network namespace.
 
 - The status names the router (`<name>-router`, Envoy with the endpoint picker over ext_proc) as the
-  OpenAI base URL, and the official `openai` SDK is answered there: sync, async, streaming.
+  OpenAI base URL, and the official `openai` SDK is answered there: sync, async, streaming, `parse`,
+  tools. The clients users run (tests/e2e/clients.py: aiperf, inference-perf, guidellm, LiteLLM)
+  each complete a bounded run there with no failed request.
 - The picker avoids the straggler: the same bounded load through the router and through the client
   Service (kube-proxy's blind choice), each replica's share read from its own Triton counters.
 
@@ -25,6 +27,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,7 +40,7 @@ from e2e.cluster import straggler
 from e2e.cluster.load import Load, LoadStats
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, pod_ready, wait_for
 from e2e.generate import connection
-from tests.e2e import istio_gateway, openai_sdk
+from tests.e2e import clients, istio_gateway, openai_sdk
 
 pytestmark = pytest.mark.e2e
 
@@ -85,6 +88,17 @@ def test_the_status_names_the_router_and_the_openai_sdk_is_answered_through_it(
     assert cluster.launcher is not None
     with base_url(cluster.launcher, url) as base:
         openai_sdk.speaks_openai(base, "llm-operator/tiny-llama", "tiny-llama")
+        openai_sdk.parses_and_calls_tools(openai_sdk.client(base), straggler.MODEL)
+
+
+def test_the_clients_users_run_complete_through_the_router(
+    routed: Routed, cluster: E2ECluster, kubectl: Kubectl, tmp_path: Path
+) -> None:
+    ld = kubectl.get("llmdeployment", straggler.NAME, routed.namespace)
+    url = ((ld or {}).get("status") or {}).get("endpoints", {}).get("openai")
+    assert url and straggler.router() in url and cluster.launcher is not None, ld
+    with base_url(cluster.launcher, url) as base:
+        clients.completes_every_run(base, straggler.MODEL, tmp_path)
 
 
 def drive(routed: Routed, kubectl: Kubectl, service: str) -> tuple[dict[str, float], LoadStats, float]:

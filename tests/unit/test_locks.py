@@ -60,6 +60,15 @@ def test_environments_are_installed_hash_checked_pip_first(script: Path) -> None
     assert "requirements/pip.lock" in installs[0], "pip itself comes first, from its own lock"
 
 
+def test_the_clients_environments_have_locks_and_make_test_installs_them() -> None:
+    from tests.e2e import clients
+
+    assert all((REPO / "requirements" / f"{name}.lock").exists() for name in clients.ENVIRONMENTS)
+    assert '"$PY" -m tests.e2e.clients' in (REPO / "scripts" / "test.sh").read_text()
+    lock = (REPO / "requirements" / "inference-perf.lock").read_text()
+    assert "# python: 3.12" in lock.splitlines(), "inference-perf requires Python >= 3.12"
+
+
 def test_a_lock_without_some_requirements_keeps_the_others_hashes(tmp_path: Path) -> None:
     lock = REPO / "requirements" / "image-cpu-runtime.lock"
     kept = locks.write_without(lock, {"numpy", "typing-extensions"}, tmp_path / "kept.lock")
