@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from llm_operator import labels as L
-from llm_operator.controller.observe.groups import WORKERS_GONE_SECONDS, GroupFailures, wanted
+from llm_operator.controller.observe.groups import LWS_NAME, WORKERS_GONE_SECONDS, GroupFailures, wanted
+from llm_operator.render.serving import LWS_GROUP_INDEX
 from llm_operator.rollout.revision import Slot
 
 NS, NAME = "ns", "tiny-pp"
@@ -117,3 +118,21 @@ def test_a_broken_groups_leader_goes_once_its_deleted_workers_are_gone() -> None
     )  # the leader was replaced meanwhile (someone deleted it)
     failures.update("DELETED", pod(f"{NAME}-g0-1", "w3", 0))
     assert failures.leaders_due(key) == []
+
+
+def test_a_member_deleted_by_its_leader_worker_set_counts_and_one_of_a_statefulset_does_not() -> None:
+    """A LeaderWorkerSet deletes its group's leader as soon as another member is deleted or
+    restarts: that leader, ending Failed while deleted, is the failure it acted on. The same end of
+    a StatefulSet's pod was asked for (a scale-down, a removal, the recreation's own deletion)."""
+    failures = GroupFailures()
+    ended = pod(f"{NAME}-0", "l1", 0)
+    ended["metadata"]["deletionTimestamp"] = "2026-11-30T09:40:00Z"
+    words = "mpirun: lost the connection to the MPI daemon"
+    state = {"terminated": {"exitCode": 1, "reason": "Error", "message": words}}
+    ended["status"] = {"phase": "Failed", "containerStatuses": [{"restartCount": 0, "state": state}]}
+    assert failures.update("MODIFIED", ended) is None
+    labels = {**ended["metadata"]["labels"], LWS_NAME: NAME, LWS_GROUP_INDEX: "0"}
+    lws = {**ended, "metadata": {**ended["metadata"], "uid": "l2", "labels": labels}}
+    assert failures.update("MODIFIED", lws) == (NS, NAME)
+    [(_, failure, _)] = failures.take((NS, NAME))
+    assert failure.leader_worker_set == NAME and "lost the connection" in failure.why

@@ -73,10 +73,24 @@ def _ended_by_its_deletion(pod: dict[str, Any]) -> bool:
     leader whose worker, deleted with it, ended the world first exits 1 before its own SIGTERM
     comes); if its world breaks, the members that stay fail and say so. So neither a scaled-away or
     removed group's members, nor a replacement deleted before it ran, nor a deleted leader (its
-    StatefulSet replaces it; its workers relaunch under the new one) is a group failure."""
+    StatefulSet replaces it; its workers relaunch under the new one) is a group failure.
+
+    A LeaderWorkerSet deletes its group's leader as soon as a member restarts or is deleted
+    (RecreateGroupOnPodRestart; kubernetes-sigs/lws v0.9.0 pkg/controllers/pod_controller.go with
+    pkg/utils/pod ContainerRestarted, PodDeleted): that leader, ending with the world the other
+    member broke, is the one that says so. There only a pod deleted before it ran broke nothing;
+    a group scaled away or removed is told apart by `wanted`."""
     status = pod.get("status") or {}
-    restarted = any(c.get("restartCount", 0) > 0 for c in status.get("containerStatuses") or [])
-    return bool(pod["metadata"].get("deletionTimestamp")) and not restarted and not status.get("reason")
+    if not pod["metadata"].get("deletionTimestamp") or status.get("reason"):
+        return False
+    containers = status.get("containerStatuses") or []
+    if LWS_NAME in pod["metadata"].get("labels", {}):
+        return not any(
+            {"running", "terminated"} & set(c.get("state") or {})
+            or (c.get("lastState") or {}).get("terminated")
+            for c in containers
+        )
+    return not any(c.get("restartCount", 0) > 0 for c in containers)
 
 
 class GroupFailures:
