@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from llm_operator import labels as L
-from llm_operator.controller.observe.groups import LWS_NAME, WORKERS_GONE_SECONDS, GroupFailures, wanted
+from llm_operator.controller.observe.groups import LWS_NAME, GroupFailures, wanted
 from llm_operator.render.serving import LWS_GROUP_INDEX
 from llm_operator.rollout.revision import Slot
 
@@ -31,8 +31,7 @@ def test_the_members_of_a_group_being_recreated_that_fail_after_it_are_the_same_
         failures.update("MODIFIED", pod(f"{NAME}-0", "l1", 0)) is None
     )  # a running member is only remembered
     assert failures.update("MODIFIED", pod(f"{NAME}-g0-1", "w1", 1)) == (NS, NAME)
-    [(group, failure, members)] = failures.take((NS, NAME))
-    assert members == {f"{NAME}-0": "l1", f"{NAME}-g0-1": "w1"}
+    [(group, failure)] = failures.take((NS, NAME))
     assert group[:2] == ("main", 0) and failure.pod == f"{NAME}-g0-1"
     assert failure.why == "exited 255 (Error): sshd exited (status 255)"
     assert failures.update("MODIFIED", pod(f"{NAME}-0", "l1", 1)) is None  # the leader, as the world ends
@@ -40,7 +39,7 @@ def test_the_members_of_a_group_being_recreated_that_fail_after_it_are_the_same_
     # The recreated group's own pods: a later failure is a new event.
     assert failures.update("MODIFIED", pod(f"{NAME}-0", "l2", 0)) is None
     assert failures.update("MODIFIED", pod(f"{NAME}-0", "l2", 1)) == (NS, NAME)
-    assert [f.pod for _, f, _ in failures.take((NS, NAME))] == [f"{NAME}-0"]
+    assert [f.pod for _, f in failures.take((NS, NAME))] == [f"{NAME}-0"]
 
 
 def test_two_members_failing_before_the_reconcile_are_one_event_and_other_groups_are_apart() -> None:
@@ -48,12 +47,12 @@ def test_two_members_failing_before_the_reconcile_are_one_event_and_other_groups
     failures.update("MODIFIED", pod(f"{NAME}-0", "l1", 1))
     failures.update("MODIFIED", pod(f"{NAME}-g0-1", "w1", 1))
     failures.update("MODIFIED", pod(f"{NAME}-1", "l9", 0, group="1"))
-    assert [f.pod for _, f, _ in failures.take((NS, NAME))] == [f"{NAME}-0"]
+    assert [f.pod for _, f in failures.take((NS, NAME))] == [f"{NAME}-0"]
     assert failures.update("MODIFIED", pod(f"{NAME}-1", "l9", 1, group="1")) == (
         NS,
         NAME,
     )  # group 1 is not group 0
-    assert [(g[1], f.pod) for g, f, _ in failures.take((NS, NAME))] == [(1, f"{NAME}-1")]
+    assert [(g[1], f.pod) for g, f in failures.take((NS, NAME))] == [(1, f"{NAME}-1")]
 
 
 def test_a_pod_deleted_before_it_ran_is_no_members_failure() -> None:
@@ -71,7 +70,7 @@ def test_a_pod_deleted_before_it_ran_is_no_members_failure() -> None:
         NAME,
     )
     assert failures.update("MODIFIED", pod(f"{NAME}-0", "l1", 1)) == (NS, NAME)
-    assert [f.pod for _, f, _ in failures.take((NS, NAME))] == [f"{NAME}-g0-1"]  # the evicted one, first
+    assert [f.pod for _, f in failures.take((NS, NAME))] == [f"{NAME}-g0-1"]  # the evicted one, first
 
 
 def test_a_group_is_wanted_while_its_leader_set_runs_its_index_and_slot() -> None:
@@ -89,37 +88,6 @@ def test_a_group_is_wanted_while_its_leader_set_runs_its_index_and_slot() -> Non
     assert not wanted(deleting, NS, NAME, ("main", 0, Slot.A), None)  # pruned, its pods still going
 
 
-def test_a_broken_groups_leader_goes_once_its_deleted_workers_are_gone() -> None:
-    """The new leader's mpirun must reach only new workers: the old leader is deleted (and so
-    replaced) once the old workers' DELETED events came, or after WORKERS_GONE_SECONDS; a leader
-    already replaced meanwhile is left alone."""
-    clock = [100.0]
-    failures = GroupFailures(clock=lambda: clock[0])
-    key, group = (NS, NAME), ("main", 0, Slot.A)
-    failures.update("MODIFIED", pod(f"{NAME}-0", "l1", 0))
-    failures.update("MODIFIED", pod(f"{NAME}-g0-1", "w1", 1))
-    [(_, _, members)] = failures.take(key)
-    failures.leader_last(key, group, f"{NAME}-0", members[f"{NAME}-0"], {members[f"{NAME}-g0-1"]})
-    assert failures.leaders_due(key) == [] and failures.next_check(key) == WORKERS_GONE_SECONDS
-    assert failures.update("DELETED", pod(f"{NAME}-g0-1", "w1", 1)) == key  # the wait is over: wake
-    assert failures.leaders_due(key) == [f"{NAME}-0"]
-    assert failures.leaders_due(key) == [] and failures.next_check(key) is None  # once
-
-    failures.leader_last(key, group, f"{NAME}-0", "l1", {"w2"})
-    assert failures.update("DELETED", pod(f"{NAME}-g0-1", "w9", 0)) is None  # another worker's end
-    clock[0] += WORKERS_GONE_SECONDS - 1
-    assert failures.leaders_due(key) == [] and failures.next_check(key) == 1
-    clock[0] += 1
-    assert failures.leaders_due(key) == [f"{NAME}-0"], "a worker stuck terminating does not hold the group"
-
-    failures.leader_last(key, group, f"{NAME}-0", "l1", {"w3"})
-    failures.update(
-        "MODIFIED", pod(f"{NAME}-0", "l2", 0)
-    )  # the leader was replaced meanwhile (someone deleted it)
-    failures.update("DELETED", pod(f"{NAME}-g0-1", "w3", 0))
-    assert failures.leaders_due(key) == []
-
-
 def test_a_member_deleted_by_its_leader_worker_set_counts_and_one_of_a_statefulset_does_not() -> None:
     """A LeaderWorkerSet deletes its group's leader as soon as another member is deleted or
     restarts: that leader, ending Failed while deleted, is the failure it acted on. The same end of
@@ -134,5 +102,5 @@ def test_a_member_deleted_by_its_leader_worker_set_counts_and_one_of_a_statefuls
     labels = {**ended["metadata"]["labels"], LWS_NAME: NAME, LWS_GROUP_INDEX: "0"}
     lws = {**ended, "metadata": {**ended["metadata"], "uid": "l2", "labels": labels}}
     assert failures.update("MODIFIED", lws) == (NS, NAME)
-    [(_, failure, _)] = failures.take((NS, NAME))
+    [(_, failure)] = failures.take((NS, NAME))
     assert failure.leader_worker_set == NAME and "lost the connection" in failure.why

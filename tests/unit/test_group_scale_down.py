@@ -68,8 +68,5 @@ async def test_a_group_scaled_away_that_ends_failed_is_not_recreated_and_a_kept_
     # Group 0 is still run: its member's failure is one, and recreates it.
     await reconciler.pod_event("MODIFIED", restarted(ended_failed(f"{leader}-g0-1", "w0", "0", "worker")))
     await reconciler.reconcile(*key)
-    assert pod_deletes(kube) == [f"{leader}-g0-1"]
-    await reconciler.pod_event("DELETED", ended_failed(f"{leader}-g0-1", "w0", "0", "worker"))
-    await reconciler.reconcile(*key)
-    assert pod_deletes(kube) == [f"{leader}-0"], "the leader once its worker is gone"
+    assert pod_deletes(kube) == [f"{leader}-0", f"{leader}-g0-1"]
     assert kube.events[-1][1] == "GroupRecreated"

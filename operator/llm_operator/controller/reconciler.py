@@ -292,10 +292,7 @@ class Reconciler:
         await self._write_status(body, observed, events)
         self.cold_starts.reported((namespace, name), observed.cold_starts)  # posted with that status
         unplaced = unplaced_recheck_seconds(observed, now())
-        groups_later = self.group_failures.next_check((namespace, name))
-        later = [
-            t for t in (rollout.decision.requeue_after, unplaced, model_later, groups_later) if t is not None
-        ]
+        later = [t for t in (rollout.decision.requeue_after, unplaced, model_later) if t is not None]
         if missing_apis & {"ScaledObject", "InferencePool"}:
             later.append(KEDA_RECHECK_SECONDS)
         if later:

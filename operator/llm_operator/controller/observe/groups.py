@@ -12,8 +12,6 @@ pkg/controllers/pod_controller.go handleRestartPolicy), so there the operator on
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,9 +32,6 @@ GROUP_RECREATED = "GroupRecreated"  # the Event; its length is the room exited()
 # it, a second group event 47 s after the first (tests/e2e/test_cpu_multi_node.py).
 BROKEN_GROUP_GRACE_SECONDS = 1
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"  # on every pod of a LeaderWorkerSet, set by LWS
-# How long a broken group's leader waits for its deleted workers to be gone: a worker stuck
-# terminating (its node lost) must not keep the group down for good.
-WORKERS_GONE_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -44,16 +39,6 @@ class Failure:
     pod: str  # the member whose failure broke the group (the first seen)
     why: str  # in its container's words: exit status, reason, the launcher's last lines
     leader_worker_set: str | None = None  # the LWS that recreates the group itself; None: we do
-
-
-@dataclass
-class _LeaderLast:
-    """A broken group whose workers were deleted: its leader goes once they are gone."""
-
-    leader: str
-    leader_uid: str | None  # None: never seen (deleted by name, whatever holds it)
-    workers: set[str]  # uids of the deleted workers not yet gone
-    deadline: float  # monotonic: delete the leader anyway
 
 
 def why_failed(status: dict[str, Any]) -> str:
@@ -94,14 +79,12 @@ def _ended_by_its_deletion(pod: dict[str, Any]) -> bool:
 
 
 class GroupFailures:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
+    def __init__(self) -> None:
         self._broken: dict[Key, dict[Group, Failure]] = {}
         self._seen: dict[str, None] = {}
         # The pods (name -> uid) of each group, as last seen: those of a group being recreated fail
         # too as their world ends (a leader after its lost worker), and none of that is a new failure.
         self._members: dict[Key, dict[Group, dict[str, str]]] = {}
-        self._leaders_last: dict[Key, dict[Group, _LeaderLast]] = {}
 
     def _mark(self, uid: str) -> None:
         self._seen[uid] = None
@@ -109,8 +92,8 @@ class GroupFailures:
             del self._seen[next(iter(self._seen))]
 
     def update(self, event: str, pod: dict[str, Any]) -> Key | None:
-        """Record a failed member of a group, or a deleted worker its leader waits for; its
-        deployment when there is something to do."""
+        """Record a failed member of a group; its deployment when new. Every event counts the same
+        (a failure may first be seen in a DELETED one)."""
         meta = pod["metadata"]
         labels = meta.get("labels", {})
         if int(labels.get(L.GROUP_SIZE, "1")) < 2:
@@ -125,9 +108,7 @@ class GroupFailures:
         slot = Slot.B if labels.get(L.SLOT) == Slot.B else Slot.A  # none: an operator before slots
         group = (pool, int(index), slot)
         uid = meta.get("uid", "")
-        gone = self._gone(key, group, meta["name"], uid) if event == "DELETED" else None
-        if event != "DELETED":
-            self._members.setdefault(key, {}).setdefault(group, {})[meta["name"]] = uid
+        self._members.setdefault(key, {}).setdefault(group, {})[meta["name"]] = uid
         status = pod.get("status") or {}
         restarted = any(c.get("restartCount", 0) > 0 for c in status.get("containerStatuses") or [])
         # The StatefulSet controller deletes a Failed pod (evicted, its node shut down) at once, so
@@ -138,63 +119,24 @@ class GroupFailures:
             or uid in self._seen
             or _ended_by_its_deletion(pod)
         ):
-            return gone
+            return None
         self._mark(uid)
         failure = Failure(meta["name"], why_failed(status), lws)
         self._broken.setdefault(key, {}).setdefault(group, failure)
         return key
 
-    def _gone(self, key: Key, group: Group, name: str, uid: str) -> Key | None:
-        members = self._members.get(key, {}).get(group, {})
-        if members.get(name) == uid:
-            del members[name]
-        waiting = self._leaders_last.get(key, {}).get(group)
-        if waiting is None or uid not in waiting.workers:
-            return None
-        waiting.workers.discard(uid)
-        return None if waiting.workers else key
-
-    def take(self, key: Key) -> list[tuple[Group, Failure, dict[str, str]]]:
-        """The broken groups to recreate, once each, with their members (name -> uid) as last
-        seen: the failures of those pods, seen later, are part of the same event."""
-        broken = []
-        for group, failure in sorted(self._broken.pop(key, {}).items()):
-            members = self._members.get(key, {}).pop(group, {})
-            for uid in members.values():
+    def take(self, key: Key) -> list[tuple[Group, Failure]]:
+        """The broken groups to recreate, once each: the failures of their pods as they are now,
+        seen later, are part of the same event."""
+        broken = sorted(self._broken.pop(key, {}).items())
+        for group, _ in broken:
+            for uid in self._members.get(key, {}).pop(group, {}).values():
                 self._mark(uid)
-            broken.append((group, failure, members))
         return broken
-
-    def leader_last(self, key: Key, group: Group, leader: str, uid: str | None, workers: set[str]) -> None:
-        """The workers (uids) of `group` were deleted: its leader, the pod `uid` if known, goes
-        once they are gone (`leaders_due`)."""
-        self._leaders_last.setdefault(key, {})[group] = _LeaderLast(
-            leader, uid, workers, self._clock() + WORKERS_GONE_SECONDS
-        )
-
-    def leaders_due(self, key: Key) -> list[str]:
-        """The leaders to delete now: their workers are gone or the wait is over. One replaced
-        meanwhile (another uid under its name) has already gone."""
-        now, due = self._clock(), []
-        waiting = self._leaders_last.get(key, {})
-        for group, last in sorted(waiting.items()):
-            if last.workers and now < last.deadline:
-                continue
-            del waiting[group]
-            current = self._members.get(key, {}).get(group, {}).get(last.leader)
-            if last.leader_uid is None or current in (None, last.leader_uid):
-                due.append(last.leader)
-        return due
-
-    def next_check(self, key: Key) -> float | None:
-        """Seconds until a waiting leader's deadline, if one waits."""
-        deadlines = [last.deadline for last in self._leaders_last.get(key, {}).values()]
-        return max(0.0, min(deadlines) - self._clock()) if deadlines else None
 
     def forget(self, key: Key) -> None:
         self._broken.pop(key, None)
         self._members.pop(key, None)
-        self._leaders_last.pop(key, None)
 
 
 def group_pods(children: Children, namespace: str, deployment: str, group: Group) -> list[str]:
@@ -223,11 +165,10 @@ def wanted(children: Children, namespace: str, deployment: str, group: Group, lw
     return index < int(obj["spec"].get("replicas", 0))
 
 
-async def recreate(kube: KubeApi, children: Children, failures: GroupFailures, body: dict[str, Any],
-                   group: Group, failure: Failure, members: dict[str, str], now: str) -> None:  # fmt: skip
-    """Delete the group's workers (their controllers make them anew; the leader follows once they
-    are gone) and say why; for a LeaderWorkerSet's group, only say why (LWS recreates it).
-    Nothing for a group being removed."""
+async def recreate(kube: KubeApi, children: Children, body: dict[str, Any], group: Group, failure: Failure,
+                   now: str) -> None:  # fmt: skip
+    """Delete every pod of the group (their controllers make them anew) and say why; for a
+    LeaderWorkerSet's group, only say why (LWS recreates it). Nothing for a group being removed."""
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     pool, index, _ = group
     lws = failure.leader_worker_set
@@ -244,26 +185,17 @@ async def recreate(kube: KubeApi, children: Children, failures: GroupFailures, b
     words = (f"{failure.pod} failed ({failure.why}): {who} group {index} of pool {pool} as a "
              f"whole ({', '.join(pods)})")  # fmt: skip
     log.warning("%s/%s: %s", namespace, name, words)
-    if lws is None:
-        leader, workers = pods[0], pods[1:]
-        for pod in workers:
-            await kube.delete_pod(namespace, pod, BROKEN_GROUP_GRACE_SECONDS)
-        known = {members[w] for w in workers if w in members}
-        failures.leader_last((namespace, name), group, leader, members.get(leader), known)
+    for pod in pods if lws is None else ():
+        await kube.delete_pod(namespace, pod, BROKEN_GROUP_GRACE_SECONDS)
     await kube.event(body, "Warning", GROUP_RECREATED, words, now)
 
 
 async def recreate_broken(kube: KubeApi, children: Children, failures: GroupFailures, body: dict[str, Any],
                           now: str) -> bool:  # fmt: skip
-    """Recreate the deployment's broken groups, then delete the leaders whose workers are gone;
-    whether any group was broken."""
-    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-    broken = failures.take((namespace, name))
-    for group, failure, members in broken:
-        await recreate(kube, children, failures, body, group, failure, members, now)
-    for leader in failures.leaders_due((namespace, name)):
-        log.info("%s/%s: the workers of %s are gone: deleting it", namespace, name, leader)
-        await kube.delete_pod(namespace, leader, BROKEN_GROUP_GRACE_SECONDS)
+    """Recreate the deployment's broken groups; whether any group was broken."""
+    broken = failures.take((body["metadata"]["namespace"], body["metadata"]["name"]))
+    for group, failure in broken:
+        await recreate(kube, children, body, group, failure, now)
     return bool(broken)
 
 
