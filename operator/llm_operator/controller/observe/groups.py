@@ -51,7 +51,7 @@ def why_failed(status: dict[str, Any]) -> str:
     return f"{status.get('reason') or status.get('phase')}: {status.get('message', '')}".rstrip(": ")
 
 
-def _ended_by_its_deletion(pod: dict[str, Any]) -> bool:
+def _ended_by_its_deletion(pod: dict[str, Any], restarted: bool) -> bool:
     """A member whose pod is being deleted and that neither restarted nor failed as a pod (an
     eviction, a node shutdown: the pod's own reason) ended because it was asked to: a StatefulSet
     pod's container that fails otherwise is restarted in place. Its exit status says nothing (a
@@ -75,7 +75,7 @@ def _ended_by_its_deletion(pod: dict[str, Any]) -> bool:
             or (c.get("lastState") or {}).get("terminated")
             for c in containers
         )
-    return not any(c.get("restartCount", 0) > 0 for c in containers)
+    return not restarted
 
 
 class GroupFailures:
@@ -117,7 +117,7 @@ class GroupFailures:
         if (
             not (restarted or status.get("phase") == "Failed")
             or uid in self._seen
-            or _ended_by_its_deletion(pod)
+            or _ended_by_its_deletion(pod, restarted)
         ):
             return None
         self._mark(uid)
