@@ -199,6 +199,10 @@ def test_a_body_that_stops_coming_gets_a_408() -> None:
     raw = request_bytes(STREAMED, "json:0")
     with running(FIRST_WAIT, INTERVAL, body_timeout_s=1.0) as r:
         answer = exchange(r.port, raw[: len(raw) - 10], until=b"}}")
+        deadline = time.monotonic() + 2
+        while not r.seen.gone and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert r.seen.gone == 1  # the waker dropped its connection to Envoy mid-body
         assert not r.seen.requests  # the stand-in never got a whole request
     status, error = openai_error(answer.raw)
     assert status == 408 and "body did not arrive within 1 s" in error["message"], error

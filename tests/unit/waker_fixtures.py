@@ -77,6 +77,10 @@ class _FakeEnvoy(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length", 0))
         body = self.rfile.read(length) if length else b""
+        if len(body) < length:  # its client left mid-body: Envoy passes no partial request on
+            self.seen.gone += 1
+            self.close_connection = True
+            return
         self.seen.requests.append((self.command, self.path, list(self.headers.items()), body))
         kind, _, delay = self.headers.get("x-fake", "json:0").partition(":")
         if not self._hold(float(delay or 0)):

@@ -68,7 +68,10 @@ class FrontDoor:
     def __init__(self, settings: Settings, tokenizer: Tokenizer, upstream: Upstream) -> None:
         self.settings, self.tokenizer, self.upstream = settings, tokenizer, upstream
         self.created = int(time.time())
-        self.open = 0  # client connections now
+        # The client connections' handlers, held: asyncio keeps tasks only weakly, and a handler
+        # whose socket is paused (its read-ahead full) while its answer waits is otherwise
+        # garbage, collected mid-answer ("Task was destroyed but it is pending!").
+        self.handlers: set[asyncio.Task[Any]] = set()
         self.prepare = ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="frontdoor-prepare")
         # The parser's marker where the tokenizer has it as a special token, which decoding would
         # skip: kept as text on requests the parser reads (engine contract; the LLM API contract
@@ -77,11 +80,13 @@ class FrontDoor:
         self.markers = tokenizer.special_ids([marker] if marker else [])
 
     async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.open >= self.settings.http.max_connections:
-            H.log(f"503 to {H.client(writer)}: {self.open} connections open, the limit")
-            await H.refuse(reader, writer, self.open)
+        if (open_now := len(self.handlers)) >= self.settings.http.max_connections:
+            H.log(f"503 to {H.client(writer)}: {open_now} connections open, the limit")
+            await H.refuse(reader, writer, open_now)
             return
-        self.open += 1
+        handler = asyncio.current_task()
+        assert handler is not None
+        self.handlers.add(handler)
         peer = H.Peer(reader, writer, self.settings.http)
         try:
             while await self._one(peer):
@@ -91,7 +96,7 @@ class FrontDoor:
         except (H.Gone, ConnectionError, asyncio.CancelledError):
             pass
         finally:
-            self.open -= 1
+            self.handlers.discard(handler)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

@@ -25,18 +25,22 @@ class Waker:
         self.settings = settings
         self.watch = watch  # None: no deployment to read (held requests wait out the hold)
         self.pool = Pool(settings.envoy_host, settings.envoy_port)
-        self.open = 0  # client connections now
+        # The client connections' handlers, held: asyncio keeps tasks only weakly (a handler
+        # whose sockets are all paused is otherwise garbage; frontdoor/server.py says more).
+        self.handlers: set[asyncio.Task[object]] = set()
         self.idle = asyncio.Event()  # set while none is open (the drain at SIGTERM waits for it)
         self.idle.set()
         self.stopping = False
         self.waiting: set[asyncio.Task[object]] = set()  # connections between requests
 
     async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.open >= self.settings.http.max_connections:
-            log(f"503 to {H.client(writer)}: {self.open} connections open, the limit")
-            await H.refuse(reader, writer, self.open)
+        if (open_now := len(self.handlers)) >= self.settings.http.max_connections:
+            log(f"503 to {H.client(writer)}: {open_now} connections open, the limit")
+            await H.refuse(reader, writer, open_now)
             return
-        self.open += 1
+        handler = asyncio.current_task()
+        assert handler is not None
+        self.handlers.add(handler)
         self.idle.clear()
         try:
             first = await self._first_bytes(reader)
@@ -51,8 +55,8 @@ class Waker:
         except (H.Gone, ConnectionError, asyncio.CancelledError):
             pass
         finally:
-            self.open -= 1
-            if not self.open:
+            self.handlers.discard(handler)
+            if not self.handlers:
                 self.idle.set()
             writer.close()
             with contextlib.suppress(Exception):
