@@ -13,9 +13,10 @@ import sys
 import time
 from pathlib import Path
 
-from llm_operator.runtime.supervisor import stale_launches
+from llm_operator.runtime.drain import close_to_launches
+from llm_operator.runtime.supervisor import LAUNCHER_PID_FILE, stale_launches
 
-from tests.unit.test_launcher import alive
+from tests.unit.test_launcher import MULTI, alive, config
 
 SSHD, SH, ORTED, RANK = ["/usr/sbin/sshd", "-D"], ["sh", "-c", "x"], ["orted", "-mca"], ["python3", "-m", "r"]
 
@@ -90,3 +91,78 @@ def test_a_worker_ends_an_earlier_launch_when_a_new_one_logs_in() -> None:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     assert "a new launch runs while an earlier one's processes still ran (1; its leader" in err, err
+
+
+# sshd's stand-in holding one launch: its orted (a sleep) leaves the session, as Open MPI's does.
+ONE_LAUNCH = """
+( sleep 60 & )
+sleep 100
+"""
+
+
+def _worker(tmp_path: Path) -> tuple[subprocess.Popen[str], dict[str, int]]:
+    proc = subprocess.Popen([sys.executable, "-c", SUPERVISE, ONE_LAUNCH], stderr=subprocess.PIPE, text=True)
+    deadline, seen = time.monotonic() + 20, {}
+    while "60" not in seen and time.monotonic() < deadline:
+        seen.update(sleeps(proc.pid))
+        time.sleep(0.05)
+    assert "60" in seen
+    (tmp_path / LAUNCHER_PID_FILE).write_text(str(proc.pid))  # as the worker's launcher writes it
+    return proc, seen
+
+
+def _closed(proc: subprocess.Popen[str], tmp_path: Path) -> None:
+    """The worker's preStop, as the pod runs it: drain.py's first step."""
+    close_to_launches(config(**MULTI, LLMOP_ROLE="worker", LLMOP_RUNTIME_DIR=str(tmp_path)))
+    deadline = time.monotonic() + 10
+    while _listener(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _listener(root: int) -> bool:
+    """The stand-in sshd (bash, the supervisor's child) still runs."""
+    return any(
+        Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"bash\0-c")
+        for pid in filter(str.isdigit, os.listdir("/proc"))
+        if _ppid(int(pid)) == root
+    )
+
+
+def _ppid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def test_a_stopping_worker_takes_no_new_launch_and_keeps_its_world_until_it_ends(tmp_path: Path) -> None:
+    """A worker's preStop stops its sshd at once (a recreated group's new leader could otherwise
+    start ranks on a pod about to go, by its DNS name); the running launch is left to its leader,
+    and when it ends the launcher exits 0 without waiting for SIGTERM."""
+    proc, seen = _worker(tmp_path)
+    try:
+        _closed(proc, tmp_path)
+        assert not _listener(proc.pid)  # no new launch
+        time.sleep(1)  # several of the supervisor's polls: the sshd's exit is no cause to stop the world
+        assert alive(seen["60"]) and proc.poll() is None
+        os.kill(seen["60"], signal.SIGKILL)  # the leader's world ends
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _, err = proc.communicate(timeout=30)
+    assert "the pod is stopping: sshd takes no new launch (the running world stays)" in err, err
+    assert "stopping the rest" not in err, err
+
+
+def test_sigterm_after_the_door_closed_ends_the_world_and_exits_0(tmp_path: Path) -> None:
+    proc, seen = _worker(tmp_path)
+    try:
+        _closed(proc, tmp_path)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert not alive(seen["60"])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)

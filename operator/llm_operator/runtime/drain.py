@@ -6,12 +6,15 @@ cover the rest.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import time
 import urllib.request
+from pathlib import Path
 
 from llm_operator.runtime.config import PodConfig
-from llm_operator.runtime.supervisor import log
+from llm_operator.runtime.supervisor import CLOSING_SIGNAL, LAUNCHER_PID_FILE, log
 
 PENDING = "nv_inference_pending_request_count"
 TRTLLM_REQUESTS = "nv_trt_llm_request_metrics"
@@ -64,11 +67,20 @@ def inflight(metrics: str) -> float:
     )
 
 
+def close_to_launches(c: PodConfig) -> None:
+    """Tell the worker's launcher that its pod is stopping: it stops sshd at once (the running
+    world stays), so no new leader starts ranks here while this hook waits on the old one."""
+    with contextlib.suppress(OSError, ValueError):  # no launcher (any more): nothing to close
+        os.kill(int((Path(c.runtime_dir) / LAUNCHER_PID_FILE).read_text()), CLOSING_SIGNAL)
+
+
 def drain(c: PodConfig, poll: float = 0.5) -> int:
     """Give endpoint removal time to reach every proxy, then wait (bounded) until nothing is in
     flight on rank 0. Workers wait on their leader, so their ranks outlive its requests. Always 0:
     a failing preStop hook would only delay the SIGTERM that stops the pod anyway."""
     start = time.monotonic()
+    if c.role == "worker":
+        close_to_launches(c)
     host = c.leader_host if c.role == "worker" else "127.0.0.1"
     time.sleep(min(c.drain_settle, c.drain_timeout))
     if not host:

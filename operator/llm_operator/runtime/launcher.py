@@ -41,6 +41,7 @@ from llm_operator.runtime.repository import materialize
 from llm_operator.runtime.ssh import prepare_client, prepare_sshd
 from llm_operator.runtime.startup_cache import drop_unreadable
 from llm_operator.runtime.supervisor import (
+    LAUNCHER_PID_FILE,
     Policy,
     Stop,
     Supervisor,
@@ -105,6 +106,7 @@ def launch(c: PodConfig, stop: Stop, environ: Mapping[str, str]) -> int:
     if c.role == "worker":
         argv = worker_command(c, prepare_sshd(c, environ))
         log(f"worker of group {c.group}: sshd on port {c.ssh_port} for the leader's mpirun")
+        Path(c.runtime_dir, LAUNCHER_PID_FILE).write_text(str(os.getpid()))  # for the preStop (drain.py)
         return Supervisor(argv, Policy.FOLLOW_LEADER, c.exit_timeout, stop, ids, name="sshd").run()
     if c.multi_node:
         prepare_client(c)

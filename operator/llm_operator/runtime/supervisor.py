@@ -124,6 +124,11 @@ def stale_launches(
     return [p for pid in launches if pid != newest for p in (pid, *descendants(table, pid))]
 
 
+# A worker pod's preStop began (drain.py sends it to the launcher named in LAUNCHER_PID_FILE).
+CLOSING_SIGNAL = signal.SIGUSR1
+LAUNCHER_PID_FILE = "launcher.pid"  # in the pod's runtime directory
+
+
 class Policy(StrEnum):
     SERVER = "server"  # the child is the serving tritonserver itself
     RANK0_FIRST = "rank0-first"  # mpirun: stop rank 0, then the rest; any rank lost is fatal
@@ -131,17 +136,23 @@ class Policy(StrEnum):
 
 
 class Stop:
-    """SIGTERM/SIGINT, remembered from the launcher's first instruction on."""
+    """SIGTERM/SIGINT, remembered from the launcher's first instruction on; and CLOSING_SIGNAL,
+    a worker's preStop beginning (drain.py), which only closes the door to new launches."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self.closing = False
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._handle)
         signal.signal(signal.SIGINT, self._handle)
+        signal.signal(CLOSING_SIGNAL, self._close)
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         self.signum = signum
+
+    def _close(self, _signum: int, _frame: FrameType | None) -> None:
+        self.closing = True
 
 
 def become_subreaper() -> None:
@@ -242,6 +253,7 @@ class Supervisor:
         companion_status: int | None = None
         seen: dict[str, int] = {}
         cause, phase, deadline, killed, spared = "", "", 0.0, False, 0.0
+        closed = False  # a worker's sshd was stopped at its preStop: no new launch, the world stays
 
         def signal_all(table: Mapping[int, tuple[int, list[str]]], sig: int, spare: int = 0) -> None:
             for pid in descendants(table, me):
@@ -273,7 +285,7 @@ class Supervisor:
             seen.update({r: p for r, p in live.items() if r not in seen})
             gone = [r for r in seen if r not in live] if self.policy == Policy.RANK0_FIRST else []
             now = time.monotonic()
-            if not phase and (status is not None or gone or companion_status is not None):
+            if not phase and ((status is not None and not closed) or gone or companion_status is not None):
                 # Nobody asked: the server, a rank or a companion went away. Stop whatever is left.
                 if status is not None:
                     cause = "exited"
@@ -300,6 +312,13 @@ class Supervisor:
                 with contextlib.suppress(ProcessLookupError):  # mpirun had its time to report
                     os.kill(child, signal.SIGTERM)
                 spared = 0.0
+            elif not phase and not closed and self.stop.closing and self.policy == Policy.FOLLOW_LEADER:
+                # The pod is being deleted, and its preStop waits on the leader: a new leader (its
+                # group recreated) could meanwhile reach this pod's sshd by its DNS name and start
+                # ranks on a pod about to go. A refused connection makes it wait for the new pod.
+                log("the pod is stopping: sshd takes no new launch (the running world stays)")
+                os.kill(child, signal.SIGTERM)
+                closed = True
             elif not phase and self.stop.signum is not None:
                 log(f"signal {self.stop.signum}: stopping ({self.policy.value})")
                 cause, phase, deadline = "stop", "draining", now + self.exit_timeout + KILL_GRACE_SECONDS
@@ -311,8 +330,8 @@ class Supervisor:
                 elif self.policy == Policy.RANK0_FIRST:
                     signal_all(table, signal.SIGTERM)  # rank 0 is not running: nothing to drain
                     phase, deadline = "terminating", now + KILL_GRACE_SECONDS
-                else:  # a worker on its way out takes no new launch (a new leader's, while its pod
-                    os.kill(child, signal.SIGTERM)  # is still a DNS name); the running world stays
+                elif not closed:  # a worker on its way out takes no new launch (a new leader's,
+                    os.kill(child, signal.SIGTERM)  # while its pod is still a DNS name); the world stays
             elif phase == "draining":
                 if self.policy == Policy.RANK0_FIRST:
                     drained = self.ranks[0] not in live
@@ -334,7 +353,7 @@ class Supervisor:
                 phase, killed = "killed", True
             time.sleep(self.poll)
         relaying.join(timeout=2)
-        if cause == "stop":
+        if cause == "stop" or (closed and not cause):  # closed: its world ended before SIGTERM came
             return 128 + signal.SIGKILL if killed else 0
         if not cause:  # gone, with nothing left to stop, before the loop saw it
             log(f"{self.name} exited ({_describe(status)})")
