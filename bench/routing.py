@@ -34,10 +34,11 @@ from typing import Any
 from llm_operator.contract import OPENAI_PORT
 from llm_operator.runtime.cpu_reference import tokenizer_files
 
-from bench.world import REPO, operator_in
+from bench.world import operator_in
 from e2e.cluster import netns, straggler
 from e2e.cluster.launcher import Cluster
 from e2e.cluster.testing import Kubectl
+from e2e.tool_venvs import environment
 
 NAMESPACE = "bench-routing"
 RATE, SECONDS = 4, 30  # requests per second (constant arrivals) for this long, per side
@@ -71,15 +72,6 @@ def summary(report: dict[str, Any]) -> Side:
         requests=int(avg("request_count")),
         errors=int(avg("error_request_count")),
     )
-
-
-def aiperf() -> str:
-    """The aiperf executable of the benchmark client's environment (created on first use)."""
-    done = subprocess.run([str(REPO / "scripts" / "ensure-tool-venv.sh"), "bench", "aiperf", "--version"],
-                          capture_output=True, text=True, timeout=1200, check=False)  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"scripts/ensure-tool-venv.sh bench failed: {done.stderr.strip()[-2000:]}")
-    return f"{done.stdout.strip().splitlines()[-1]}/aiperf"
 
 
 def profile(tool: str, ns: str, url: str, tokenizer: Path, out: Path) -> dict[str, Any]:
@@ -137,7 +129,7 @@ SCENARIOS = (
 
 
 def run(print_fn: Callable[[str], None] = print) -> None:
-    tool = aiperf()
+    tool = str(environment("bench") / "aiperf")
     with (
         operator_in(NAMESPACE, (18930, 18931), print_fn) as (cluster, kubectl),
         tempfile.TemporaryDirectory() as work,

@@ -22,18 +22,11 @@ from pathlib import Path
 import yaml
 from llm_operator.runtime.cpu_reference import tokenizer_files
 
-REPO = Path(__file__).resolve().parents[2]
+from e2e.tool_venvs import ENVIRONMENTS, environment
+
 REQUESTS, CONCURRENCY = 8, 2  # per tool: bounded, a few seconds of the tiny model's time
 ISL, OSL = 16, 8  # prompt and output tokens (the tokenizer is byte-level: one token per byte)
 RUN_S = 240  # one tool's whole run, its start included
-INSTALL_S = 1800  # a cold environment (scripts/test.sh installs them beside the tiers)
-# Each tool's environment, and the command that proves it runs (ensure-tool-venv.sh's CHECK).
-ENVIRONMENTS: dict[str, tuple[str, ...]] = {
-    "bench": ("aiperf", "--version"),
-    "inference-perf": ("inference-perf", "--help"),
-    "guidellm": ("guidellm", "--version"),
-    "litellm": ("python", "-c", "import litellm"),
-}
 
 
 @dataclass
@@ -43,15 +36,6 @@ class Run:
     failed: int
     seconds: float
     errors: list[str] = field(default_factory=list)
-
-
-def environment(name: str) -> Path:
-    """The bin directory of the tool's environment, created the first time (cached after)."""
-    done = subprocess.run([str(REPO / "scripts" / "ensure-tool-venv.sh"), name, *ENVIRONMENTS[name]],
-                          capture_output=True, text=True, timeout=INSTALL_S, check=False)  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"scripts/ensure-tool-venv.sh {name} failed: {done.stderr.strip()[-2000:]}")
-    return Path(done.stdout.strip().splitlines()[-1])
 
 
 def _run(argv: list[str], what: str, cwd: Path, **env: str) -> str:

@@ -61,9 +61,9 @@ def test_environments_are_installed_hash_checked_pip_first(script: Path) -> None
 
 
 def test_the_clients_environments_have_locks_and_make_test_installs_them() -> None:
-    from tests.e2e import clients
+    from e2e.tool_venvs import ENVIRONMENTS
 
-    assert all((REPO / "requirements" / f"{name}.lock").exists() for name in clients.ENVIRONMENTS)
+    assert all((REPO / "requirements" / f"{name}.lock").exists() for name in ENVIRONMENTS)
     assert '"$PY" -m tests.e2e.clients' in (REPO / "scripts" / "test.sh").read_text()
     lock = (REPO / "requirements" / "inference-perf.lock").read_text()
     assert "# python: 3.12" in lock.splitlines(), "inference-perf requires Python >= 3.12"
