@@ -12,6 +12,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 log=$(mktemp)
+# How busy the machine's CPUs were over a part (from /proc/stat): whether a part waits or computes,
+# the figure test-time work starts from.
+cpu_now() { read -r _ user nice system idle iowait irq softirq steal _ </proc/stat
+  echo "$((user + nice + system + irq + softirq + steal)) $((idle + iowait)) $SECONDS"; }
+cpu_since() { read -r busy0 idle0 t0 <<<"$1"; read -r busy1 idle1 t1 <<<"$(cpu_now)"
+  echo "$2: $((t1 - t0)) s, CPUs $(( 100 * (busy1 - busy0) / (busy1 - busy0 + idle1 - idle0 + 1) ))% busy"; }
+run_start=$(cpu_now)
 release_cluster=:
 trap 'rm -f "$log"; eval "$release_cluster"' EXIT
 
@@ -37,10 +44,14 @@ if [ $embedded = 1 ]; then  # a failure here is the first test's to report
   "$PY" -m e2e.cluster up --with all --session $$ >/dev/null
   release_cluster="$PY -m e2e.cluster release --session $$ >/dev/null"
 fi
+part_start=$(cpu_now)
 "$PY" -m pytest -p no:cacheprovider --durations=12 -m "e2e and exclusive"
 exclusive=$?
+timing=$(cpu_since "$part_start" "the exclusive e2e part")
+part_start=$(cpu_now)
 "$PY" -m pytest -p no:cacheprovider --durations=15 -m "e2e and not exclusive" -n "${E2E_STREAMS:-2}"
 streams=$?
+timing="$timing; $(cpu_since "$part_start" "the e2e streams")"
 e2e=$((exclusive > streams ? exclusive : streams))
 wait "$others"
 rest=$?
@@ -50,6 +61,7 @@ wait "$client_envs"
 echo
 echo "=== the other tiers (unit, Triton on CPU, images, gitops), run beside the e2e tier ==="
 cat "$log"
+echo "=== $timing; $(cpu_since "$run_start" "in all") ==="
 echo "=== e2e tier: exit $e2e; other tiers: exit $rest ==="
 # pytest's own codes (1 tests failed, 2 interrupted, ...): the larger one tells the worse story.
 exit $((e2e > rest ? e2e : rest))
