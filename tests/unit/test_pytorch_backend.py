@@ -22,6 +22,7 @@ from llm_operator.runtime.config import PodConfig
 from llm_operator.runtime.launcher import launch
 from llm_operator.runtime.preflight import image_files
 from llm_operator.runtime.repository import configmap_path
+from llm_operator.runtime.supervisor import Stop
 from pydantic import ValidationError
 
 from tests.unit.model_cache_fixtures import CACHED, cached
@@ -162,10 +163,9 @@ def test_the_llmapi_code_is_taken_from_the_image_into_the_repository(tmp_path: P
         c, model_repo_src=str(src), model_repo=str(tmp_path / "repo"), tritonserver="/no/tritonserver"
     )
 
-    class Stop:
-        signum = 15  # stop at once: only the materialized repository is of interest
-
-    launch(c, Stop(), {})  # type: ignore[arg-type]
+    stop = Stop()
+    stop.signum = 15  # stop at once: only the materialized repository is of interest
+    launch(c, stop, {})
     repo = tmp_path / "repo" / "tensorrt_llm"
     assert sorted(p.name for p in (repo / "1").iterdir()) == [
         "base_model.py", "helpers.py", "llmapi_structured.py", "model.py", "model.yaml", "trtllm_metrics.py"

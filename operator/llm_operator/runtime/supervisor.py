@@ -312,7 +312,7 @@ class Supervisor:
                 with contextlib.suppress(ProcessLookupError):  # mpirun had its time to report
                     os.kill(child, signal.SIGTERM)
                 spared = 0.0
-            elif not phase and not closed and self.stop.closing and self.policy == Policy.FOLLOW_LEADER:
+            elif self.policy == Policy.FOLLOW_LEADER and not phase and not closed and self.stop.closing:
                 # The pod is being deleted, and its preStop waits on the leader: a new leader (its
                 # group recreated) could meanwhile reach this pod's sshd by its DNS name and start
                 # ranks on a pod about to go. A refused connection makes it wait for the new pod.
