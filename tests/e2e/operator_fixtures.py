@@ -23,7 +23,7 @@ import pytest
 from llm_operator.render.autoscaling import DEFAULT_PROMETHEUS_URL
 
 from e2e.cluster.netns import NODE_IP
-from e2e.cluster.processes import Children, free_port
+from e2e.cluster.processes import Children, free_ports
 from e2e.cluster.testing import E2ECluster, Kubectl, is_true, wait_for
 from tests.e2e import streams
 
@@ -70,13 +70,10 @@ class OperatorProcess:
     def __init__(
         self, cluster: E2ECluster, log_path: Path, args: Sequence[str] = ("--all-namespaces",), **env: str
     ) -> None:
-        self.health, self.metrics_port = free_port(), free_port()
         self.log_path, self.argv = log_path, [sys.executable, "-m", "llm_operator.cli", "run", *args]
         self.env = {
             **os.environ,
             "KUBECONFIG": str(cluster.kubeconfig),
-            "LLMOP_HEALTH_PORT": str(self.health),
-            "LLMOP_METRICS_PORT": str(self.metrics_port),
             "LLMOP_LOG_LEVEL": "INFO",
             "LLMOP_CPU_RUNTIME_IMAGE": CPU_RUNTIME_IMAGE,
             "LLMOP_LAUNCHER_IMAGE_REPOSITORY": LAUNCHER_REPOSITORY,
@@ -88,14 +85,23 @@ class OperatorProcess:
         self.start()
 
     def start(self) -> None:
+        """Ports picked again at each start: one kept across restarts can be taken meanwhile by any
+        client's connection (its port, ESTABLISHED or in TIME_WAIT, refuses the bind even with
+        SO_REUSEADDR), and the operator then exits at once."""
+        self.health, self.metrics_port = free_ports(2)
+        self.env |= {"LLMOP_HEALTH_PORT": str(self.health), "LLMOP_METRICS_PORT": str(self.metrics_port)}
         with self.log_path.open("a") as log:
             self.proc = subprocess.Popen(
                 self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO
             )
 
-    def healthy(self) -> bool:
+    def running(self) -> None:
+        """Fails the test at once, with the log's tail, when the process has exited."""
         if self.proc.poll() is not None:  # no point waiting: show why it died
             pytest.fail(f"operator exited {self.proc.returncode}:\n{self.log()[-3000:]}", pytrace=False)
+
+    def healthy(self) -> bool:
+        self.running()
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.health}/healthz", timeout=2) as r:
                 return bool(r.status == 200)

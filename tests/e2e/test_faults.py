@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.cluster.testing import E2ECluster, Kubectl, is_true, wait_for
+from e2e.cluster.testing import E2ECluster, Kubectl, condition, wait_for
 from tests.e2e import manifests
 from tests.e2e.operator_fixtures import REPO, OperatorProcess, sample
 
@@ -99,15 +99,21 @@ def strays(kubectl: Kubectl, namespace: str, tmp: Path) -> tuple[list[str], int]
     return problems, len(have)
 
 
-def converged(kubectl: Kubectl, namespace: str) -> bool:
+def unconverged(kubectl: Kubectl, namespace: str) -> list[str]:
+    """Why each deployment is not Ready at its generation with its StatefulSet at spec.replicas
+    (empty when all are): what a timed-out wait should show."""
+    why = []
     for ld in kubectl.items("llmdeployments", namespace):
-        status = ld.get("status") or {}
-        if status.get("observedGeneration") != ld["metadata"]["generation"] or not is_true(ld, "Ready"):
-            return False
-        sts = kubectl.get("statefulset", ld["metadata"]["name"], namespace)
-        if sts is None or sts["spec"]["replicas"] != ld["spec"]["replicas"]:
-            return False
-    return True
+        name, generation = ld["metadata"]["name"], ld["metadata"]["generation"]
+        observed = (ld.get("status") or {}).get("observedGeneration")
+        ready = condition(ld, "Ready") or {}
+        sts = kubectl.get("statefulset", name, namespace)
+        replicas = None if sts is None else sts["spec"]["replicas"]
+        if observed != generation or ready.get("status") != "True" or replicas != ld["spec"]["replicas"]:
+            why.append(f"{name}: observedGeneration {observed} of {generation}, Ready "
+                       f"{ready.get('status')} ({ready.get('reason')}: {ready.get('message')}), "
+                       f"StatefulSet replicas {replicas} of {ld['spec']['replicas']}")  # fmt: skip
+    return why
 
 
 def test_operator_killed_twenty_times_while_deployments_change_converges_without_strays(
@@ -131,7 +137,13 @@ def test_operator_killed_twenty_times_while_deployments_change_converges_without
         own_operator.kill()
     own_operator.start()
     restarted = time.monotonic()
-    wait_for("every deployment Ready at its generation", lambda: converged(kubectl, namespace), timeout=180)
+
+    def not_converged() -> list[str]:
+        own_operator.running()  # a dead operator converges nothing: say so, not only that nothing did
+        return unconverged(kubectl, namespace)
+
+    wait_for(f"every deployment Ready at its generation (seed {seed}, log {own_operator.log_path})",
+             not_converged, lambda why: not why, timeout=180)  # fmt: skip
     took = time.monotonic() - restarted
     problems, count = strays(kubectl, namespace, tmp_path)
     assert not problems, problems
@@ -214,7 +226,7 @@ def test_apiserver_and_etcd_restarted_during_a_rollout(
         pytest.skip("restarts components of the embedded control plane")
     spec = manifests.deployment("roll", resources=GPU, replicas=2)
     kubectl.apply(spec, namespace=namespace)
-    wait_for("roll Ready", lambda: converged(kubectl, namespace), timeout=120)
+    wait_for("roll Ready", lambda: unconverged(kubectl, namespace), lambda why: not why, timeout=120)
     before, repos_before = in_place(children(kubectl, namespace))
     watch = ServingWatch(kubectl, namespace, "roll")
     generation = (kubectl.get("statefulset", "roll", namespace) or {})["metadata"]["generation"]
@@ -234,15 +246,15 @@ def test_apiserver_and_etcd_restarted_during_a_rollout(
     etcd = cluster.launcher.restart("etcd")
     restarted = time.monotonic()
 
-    def rolled_out() -> bool:
+    def not_rolled_out() -> list[str]:
         sts = kubectl.get("statefulset", "roll", namespace)
         status = (sts or {}).get("status", {})
         done = status.get("updatedReplicas") == 2 and status.get("currentRevision") == status.get(
             "updateRevision"
         )
-        return converged(kubectl, namespace) and done
+        return unconverged(kubectl, namespace) + ([] if done else [f"StatefulSet roll status {status}"])
 
-    wait_for("the rollout converged", rolled_out, timeout=180)
+    wait_for("the rollout converged", not_rolled_out, lambda why: not why, timeout=180)
     took = time.monotonic() - restarted
     samples = watch.stop()
     after, repos = in_place(children(kubectl, namespace))

@@ -21,6 +21,20 @@ WITH_GENERATION = {"StatefulSet", "Job", "PodDisruptionBudget", "HorizontalPodAu
                    "ScaledObject", "Deployment"}  # fmt: skip
 
 
+def merged(old: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """`old` with the JSON merge patch (RFC 7386) applied, as the API server applies patch_status's."""
+    out = dict(old)
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        elif isinstance(v, dict):
+            before = old.get(k)
+            out[k] = merged(before if isinstance(before, dict) else {}, v)
+        else:
+            out[k] = v
+    return out
+
+
 class FakeKube:
     def __init__(self) -> None:
         self.objects: dict[ObjKey, dict[str, Any]] = {}
@@ -111,8 +125,7 @@ class FakeKube:
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.writes.append(("status", "LLMDeployment", name))
         body = self.objects[("LLMDeployment", namespace, name)]
-        merged = {**body.get("status", {}), **status}
-        body["status"] = {k: v for k, v in merged.items() if v is not None}
+        body["status"] = merged(body.get("status", {}), status)
 
     async def annotate_deployment(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         self.writes.append(("annotate", "LLMDeployment", name))

@@ -2381,6 +2381,12 @@ class LLMDeploymentStatus(Spec):
         "(routing.mode inference-pool; ca.crt verifies it): a Secret under that name that it did "
         "not create is never mounted.",
     )
+    creating_secrets: dict[str, str] | None = Field(
+        default=None,
+        description="The Secrets the operator is creating, by the field above that records each "
+        "once created: written before the create, so that after a restart between the create and "
+        "that record the operator knows the Secret as its own.",
+    )
 
 
 class LLMDeployment(BaseModel):

@@ -6,6 +6,12 @@ from the create itself: when it succeeds, the operator records the name in a sta
 writes. AlreadyExists for a name recorded there means an earlier run made it; for any other,
 someone else did, and the deployment is refused (Stalled) rather than given a key it cannot vouch
 for. Remembered, so a steady reconcile sends nothing; after a restart, one create per deployment.
+
+The name is also written to status.creatingSecrets before the create and removed with the record:
+an operator killed between its create and the record (seen in the e2e test that SIGKILLs it 20
+times: the deployment Stalled for good on its own Secret) finds the name there and takes the
+Secret as its own. The cost: a Secret someone else creates in that moment, the operator killed
+in it, would be taken too.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.controller.cluster.kube import KubeApi
 from llm_operator.plan.types import PlanningError
 from llm_operator.render.children import owner_reference
+
+CREATING = "creatingSecrets"  # status: {status field: the name being created}
 
 
 def secret_of(
@@ -64,13 +72,23 @@ class OwnedSecret:
         secret = self.build(ld)
         name = secret["metadata"]["name"]
         status = ld.status.model_dump(by_alias=True) if ld.status is not None else {}
-        if status.get(self.status_field) == name:
-            self._owned.add((ld.namespace, name))
-        if await self.kube.create(secret):
-            written = {self.status_field: name}
-            await self.kube.patch_status(ld.namespace, ld.name, written)
+        reserved = status.get(CREATING) or {}
+        creating = reserved.get(self.status_field) == name
+        if status.get(self.status_field) == name or creating:
             self._owned.add((ld.namespace, name))
         elif (ld.namespace, name) not in self._owned:
+            creating = True
+            await self.kube.patch_status(ld.namespace, ld.name, {CREATING: {self.status_field: name}})
+        created = await self.kube.create(secret)
+        others = set(reserved) - {self.status_field}  # an empty map is no record: none left
+        done: dict[str, Any] = {CREATING: {self.status_field: None} if others else None} if creating else {}
+        if created or (creating and (ld.namespace, name) in self._owned):
+            written = {self.status_field: name}
+            await self.kube.patch_status(ld.namespace, ld.name, {**written, **done})
+            self._owned.add((ld.namespace, name))
+        elif (ld.namespace, name) not in self._owned:
+            if done:
+                await self.kube.patch_status(ld.namespace, ld.name, done)
             raise self.refusal(name)
         self._ensured.add(key)
         return written
