@@ -2,14 +2,15 @@
 
 Options: --sizes 100,500,1000,2000 (the operator's load curve; P4 is measured at 1000), --idle-seconds
 S (default 120, per size), --edits-at N (default 1000), --only
-planner|operator|autoscaling|canary|frontdoor|routing|cpu-models|waker.
+planner|operator|autoscaling|canary|frontdoor|routing|cpu-models|waker|zero (P15 and P16, scale to
+zero: bench/zero.py).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from bench import autoscaling, canary, cpu_models, frontdoor, operator, planner, routing, waker
+from bench import autoscaling, canary, cpu_models, frontdoor, operator, planner, routing, waker, zero
 
 
 def main() -> None:
@@ -28,6 +29,7 @@ def main() -> None:
             "routing",
             "cpu-models",
             "waker",
+            "zero",
         ],
     )
     args = parser.parse_args()
@@ -47,6 +49,8 @@ def main() -> None:
         cpu_models.run(print)
     if args.only in (None, "waker"):
         waker.run(print)
+    if args.only in (None, "zero"):
+        zero.run(print)
 
 
 if __name__ == "__main__":

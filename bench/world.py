@@ -15,7 +15,7 @@ from e2e import operator_release
 from e2e.cluster import addons
 from e2e.cluster.launcher import Cluster
 from e2e.cluster.testing import Kubectl, wait_for
-from tests.e2e.operator_fixtures import CPU_RUNTIME_IMAGE, LAUNCHER_REPOSITORY
+from e2e.operator_env import ENV
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -51,9 +51,8 @@ def operator_in(
         "LLMOP_METRICS_PORT": str(metrics),
         "LLMOP_HEALTH_PORT": str(health),
         "LLMOP_LOG_LEVEL": "WARNING",
-        "LLMOP_CPU_RUNTIME_IMAGE": CPU_RUNTIME_IMAGE,
-        # The serving pods' init container copies the operator's runtime code from the launcher image.
-        "LLMOP_LAUNCHER_IMAGE_REPOSITORY": LAUNCHER_REPOSITORY,
+        # The serving pods' images and the metrics peers of their NetworkPolicies, as the tests' operator.
+        **ENV,
         # bench/canary.py's analysis queries the test world's Prometheus through its forwarder.
         "LLMOP_ANALYSIS_PROMETHEUS_URLS": cluster.prometheus_url,
     }

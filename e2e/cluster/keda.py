@@ -1,5 +1,5 @@
-"""KEDA in the test world: the controller behind `autoscaling.provider: keda`, installed by
-tests/e2e/test_keda.py only (docs/development.md, "KEDA").
+"""KEDA in the test world: the controller behind `autoscaling.provider: keda`, installed for a
+test module or a bench by e2e/keda_world.py (docs/development.md, "KEDA").
 
 build-tools.sh (group `keda`) builds KEDA's operator and its metrics API server from the
 github.com/kedacore/keda/v2 module at v2.21.0 and copies the module's install manifests (its

@@ -22,25 +22,12 @@ from pathlib import Path
 import pytest
 from llm_operator.render.autoscaling import DEFAULT_PROMETHEUS_URL
 
-from e2e.cluster.netns import NODE_IP
 from e2e.cluster.processes import Children, free_ports
 from e2e.cluster.testing import E2ECluster, Kubectl, is_true, wait_for
+from e2e.operator_env import ENV
 from tests.e2e import streams
 
 REPO = Path(__file__).resolve().parents[2]
-# cpu-reference serving pods run this image on the embedded cluster's real node, which has it
-# imported at `up` (images.builder); a `:dev` tag means imagePullPolicy IfNotPresent.
-CPU_RUNTIME_IMAGE = "localhost/llm-operator/cpu-runtime:dev"
-# The init container of every serving pod copies the launcher from the launcher image, tagged by
-# the operator with the content hash of the files it copies (render/inject.py); `up` pushes it under
-# that tag (images.builder names it so), and the node pulls it through its mirror of localhost.
-LAUNCHER_REPOSITORY = "localhost/llm-operator/launcher"
-# Multi-node groups need an image with sshd (images/triton-trtllm-sshd.Dockerfile) or are refused;
-# their pods land on the simulated GPU nodes, which pull nothing, so a name is all they need here.
-MULTI_NODE_RUNTIME_IMAGE = "localhost/llm-operator/triton-trtllm-sshd:dev"
-# The test world's Prometheus is a process on the node address, not a pod in `monitoring`: the
-# serving pods' NetworkPolicies admit their metrics port from there (e2e/cluster/monitoring.py).
-METRICS_PEERS = f"{NODE_IP}/32"
 
 
 @pytest.fixture(scope="session")
@@ -75,10 +62,7 @@ class OperatorProcess:
             **os.environ,
             "KUBECONFIG": str(cluster.kubeconfig),
             "LLMOP_LOG_LEVEL": "INFO",
-            "LLMOP_CPU_RUNTIME_IMAGE": CPU_RUNTIME_IMAGE,
-            "LLMOP_LAUNCHER_IMAGE_REPOSITORY": LAUNCHER_REPOSITORY,
-            "LLMOP_MULTI_NODE_RUNTIME_IMAGE": MULTI_NODE_RUNTIME_IMAGE,
-            "LLMOP_METRICS_PEERS": METRICS_PEERS,
+            **ENV,
             "LLMOP_ANALYSIS_PROMETHEUS_URLS": " ".join(analysis_endpoints(cluster)),
             **env,
         }

@@ -29,8 +29,8 @@ from llm_operator.inject import content_tag
 
 from e2e.cluster.processes import free_port
 from e2e.cluster.testing import E2ECluster, Kubectl, is_true, pod_ready, wait_for
+from e2e.operator_env import CPU_RUNTIME_IMAGE, MULTI_NODE_RUNTIME_IMAGE
 from tests.e2e import manifests
-from tests.e2e.operator_fixtures import CPU_RUNTIME_IMAGE, MULTI_NODE_RUNTIME_IMAGE
 from tests.unit.test_chart import CHART, HELM
 
 pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]  # the chart's operator watches every namespace

@@ -22,7 +22,7 @@ from llm_operator.render.autoscaling import keda_query
 from e2e.cluster import scaling
 from e2e.cluster.load import Load, prometheus_query
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, wait_for
-from tests.e2e.keda_fixtures import TIMEOUT
+from e2e.keda_world import TIMEOUT
 from tests.e2e.test_operator import example, wait_ready
 
 # Installs KEDA's CRDs and takes the cluster's external metrics API, both cluster-wide.

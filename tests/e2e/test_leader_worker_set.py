@@ -24,7 +24,7 @@ from llm_operator.cli import dump_objects
 
 from e2e.cluster import lws
 from e2e.cluster.testing import E2ECluster, Kubectl, KubectlError, is_true, wait_for
-from tests.e2e.operator_fixtures import MULTI_NODE_RUNTIME_IMAGE
+from e2e.operator_env import MULTI_NODE_RUNTIME_IMAGE
 
 pytestmark = [
     pytest.mark.e2e,

@@ -55,8 +55,8 @@ from e2e.chat import base_url
 from e2e.cluster.processes import free_port
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, pod_ready, wait_for
 from e2e.generate import ADMIN_REQUESTS, Chunk, GenerateError, answers, connection, open_requests, stream
+from e2e.operator_env import LAUNCHER_REPOSITORY
 from tests.e2e import openai_sdk
-from tests.e2e.operator_fixtures import LAUNCHER_REPOSITORY
 
 pytestmark = pytest.mark.e2e
 

@@ -17,13 +17,12 @@ Needs the embedded cluster (the real node, its monitoring stack scraping the rou
 
 from __future__ import annotations
 
-import http.client
 import json
 import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -35,17 +34,17 @@ from llm_operator.contract import OPENAI_PORT
 from llm_operator.modelrepo import weights_seed
 from llm_operator.render import names
 from llm_operator.render.router.objects import router_pod_labels
-from llm_operator.render.scale_to_zero import PICKER_QUEUE, RETRY_AFTER_SECONDS
+from llm_operator.render.scale_to_zero import RETRY_AFTER_SECONDS
 from llm_operator.runtime.cpu_reference import TINY_MODELS
 from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM
 from llm_operator.waker.stall import PERIOD_S as WATCH_PERIOD_S
 from llm_operator.waker.stall import refusal
 
 from e2e.cluster import netns
-from e2e.cluster.load import prometheus_query
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, wait_for
+from e2e.zero_world import Answer, Phases, Router, Streamed, at_zero, complete, pod_times, stream, timestamp
 
-# Installs KEDA (cluster-wide CRDs, the external metrics API: tests/e2e/keda_fixtures.py).
+# Installs KEDA (cluster-wide CRDs, the external metrics API: e2e/keda_world.py).
 pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cpu-reference-scale-to-zero.yaml"
@@ -61,9 +60,8 @@ ROUTER_PODS = ",".join(f"{k}={v}" for k, v in router_pod_labels(NAME).items())
 @dataclass
 class Zero:
     namespace: str
-    netns: str
+    router: Router
     prometheus: str
-    router_ip: str
     want: str  # the model's greedy text for PROMPT
     last_answer: float = 0.0  # time.time() of the last answer the burst got
 
@@ -91,24 +89,18 @@ def zero(operator: None, keda_running: None, cluster: E2ECluster, kubectl: Kubec
         assert (url.hostname, url.port) == (f"{names.router(NAME)}.{ns}.svc", OPENAI_PORT), url
         service = kubectl.get("service", names.router(NAME), ns)
         assert service is not None
-        yield Zero(ns, launcher.netns, launcher.prometheus_url,
-                   service["spec"]["clusterIP"], "".join(lm.generate(PROMPT, MAX_TOKENS)))  # fmt: skip
+        yield Zero(ns, Router(launcher.netns, service["spec"]["clusterIP"]), launcher.prometheus_url,
+                   "".join(lm.generate(PROMPT, MAX_TOKENS)))  # fmt: skip
     finally:
         kubectl.delete_namespace(ns)
 
 
 def _at_zero(kubectl: Kubectl, ns: str) -> dict[str, Any] | None:
-    """The deployment, once KEDA set it to 0 replicas, the operator's status says so and no
-    serving pod is left."""
-    ld = kubectl.get("llmdeployment", NAME, ns)
-    if ld is None or ld["spec"].get("replicas") != 0 or kubectl.items("pods", ns, SERVING):
-        return None
-    ready = condition(ld, "Ready") or {}
-    return ld if (ready.get("status"), ready.get("reason")) == ("True", "ScaledToZero") else None
+    return at_zero(kubectl, ns, NAME)
 
 
-def _since(timestamp: str) -> float:
-    return time.time() - datetime.fromisoformat(timestamp).timestamp()
+def _since(value: str) -> float:
+    return time.time() - timestamp(value)
 
 
 def test_an_idle_deployment_scales_to_zero_after_its_idle_window(zero: Zero, kubectl: Kubectl) -> None:
@@ -126,100 +118,15 @@ def test_an_idle_deployment_scales_to_zero_after_its_idle_window(zero: Zero, kub
     assert ld is not None and ld["status"]["replicas"] == 0
 
 
-@dataclass
-class Answer:
-    sent: float
-    status: int = 0
-    text: str = ""
-    headers: dict[str, str] = field(default_factory=dict)
-    done: float = 0.0
+BODY = {"model": "tiny-llama", "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0}
 
 
 def _complete(zero: Zero, answer: Answer, timeout: float) -> None:
-    body = json.dumps({"model": "tiny-llama", "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0})
-    conn = netns.HTTPConnection(zero.netns, zero.router_ip, OPENAI_PORT, timeout=timeout)
-    try:
-        conn.request("POST", "/v1/completions", body, {"content-type": "application/json"})
-        response = conn.getresponse()
-        raw = response.read().decode()
-        answer.status, answer.headers = response.status, {k.lower(): v for k, v in response.getheaders()}
-        parsed = json.loads(raw)
-        answer.text = parsed["choices"][0]["text"] if response.status == 200 else raw
-    except (OSError, http.client.HTTPException, ValueError, KeyError) as e:
-        answer.text = f"{type(e).__name__}: {e}"
-    finally:
-        answer.done = time.time()
-        conn.close()
-
-
-@dataclass
-class Streamed(Answer):
-    """A streamed request read line by line: (seconds after sending, line) for each."""
-
-    lines: list[tuple[float, str]] = field(default_factory=list)
+    complete(zero.router, BODY, answer, timeout)
 
 
 def _stream(zero: Zero, answer: Streamed, timeout: float) -> None:
-    """A raw streamed completion through the router, read line by line as it comes: held at zero,
-    the waker sends `: waking` comments before the first token (docs/autoscaling.md, "Progress
-    while held")."""
-    body = json.dumps({"model": "tiny-llama", "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0,
-                       "stream": True})  # fmt: skip
-    conn = netns.HTTPConnection(zero.netns, zero.router_ip, OPENAI_PORT, timeout=timeout)
-    try:
-        conn.request("POST", "/v1/completions", body, {"content-type": "application/json"})
-        response = conn.getresponse()
-        answer.status, answer.headers = response.status, {k.lower(): v for k, v in response.getheaders()}
-        while line := response.readline():
-            answer.lines.append((time.time() - answer.sent, line.decode().rstrip("\n")))
-        data = [text.removeprefix("data: ") for _, text in answer.lines if text.startswith("data: ")]
-        answer.text = "".join(json.loads(d)["choices"][0]["text"] for d in data if d != "[DONE]")
-    except (OSError, http.client.HTTPException, ValueError, KeyError) as e:
-        answer.text = f"{type(e).__name__}: {e}"
-    finally:
-        answer.done = time.time()
-        conn.close()
-
-
-class Phases:
-    """When each step of the wake-up happened, polled from the API and Prometheus."""
-
-    def __init__(self, kubectl: Kubectl, zero: Zero) -> None:
-        self.kubectl, self.zero = kubectl, zero
-        self.first: dict[str, float] = {}
-        self.held = 0.0  # the most requests Prometheus saw the picker hold
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def __enter__(self) -> Phases:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _poll(self) -> None:
-        query = f'sum({PICKER_QUEUE}{{namespace="{self.zero.namespace}"}})'
-        while not self._stop.wait(0.25):
-            now = time.time()
-            try:
-                self.held = max(self.held, *prometheus_query(self.zero.prometheus, query).values(), 0.0)
-                ld = self.kubectl.get("llmdeployment", NAME, self.zero.namespace) or {}
-            except (OSError, ValueError):
-                continue
-            if ld.get("spec", {}).get("replicas", 0) > 0:
-                self.first.setdefault("replicas", now)
-
-
-def _pod_times(kubectl: Kubectl, ns: str) -> tuple[float, float]:
-    """The serving pod's creation and Ready times (the API's, to the second)."""
-    pod = min(kubectl.items("pods", ns, SERVING), key=lambda p: str(p["metadata"]["creationTimestamp"]))
-    ready = next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")
-    return tuple(  # type: ignore[return-value]
-        datetime.fromisoformat(t).timestamp()
-        for t in (pod["metadata"]["creationTimestamp"], ready["lastTransitionTime"])
-    )
+    stream(zero.router, BODY, answer, timeout)
 
 
 def test_requests_at_zero_are_held_wake_it_and_are_answered(zero: Zero, kubectl: Kubectl) -> None:
@@ -228,7 +135,7 @@ def test_requests_at_zero_are_held_wake_it_and_are_answered(zero: Zero, kubectl:
     answers = [Answer(0.0) for _ in range(BURST - 1)] + [streamed := Streamed(0.0)]
     threads = [threading.Thread(target=_stream if a is streamed else _complete, args=(zero, a, HOLD_S + 60),
                                 daemon=True) for a in answers]  # fmt: skip
-    with Phases(kubectl, zero) as phases:
+    with Phases(kubectl, zero.prometheus, zero.namespace, NAME) as phases:
         for answer, thread in zip(answers, threads, strict=True):
             answer.sent = time.time()
             thread.start()
@@ -236,7 +143,7 @@ def test_requests_at_zero_are_held_wake_it_and_are_answered(zero: Zero, kubectl:
             thread.join(timeout=HOLD_S + 90)
     got = [(a.status, a.text) for a in answers]
     assert all(answer == (200, zero.want) for answer in got), got
-    created, ready = _pod_times(kubectl, zero.namespace)
+    created, ready = pod_times(kubectl, zero.namespace, NAME)
     first = answers[0]
     asked = phases.first.get("replicas", float("nan")) - first.sent
     waited = sorted(a.done - a.sent for a in answers)
@@ -359,7 +266,7 @@ def test_past_the_hold_the_client_gets_an_openai_error_with_retry_after(zero: Ze
         """kube-proxy routes the Service to the new router: it drops the old pod's address some
         time after the pod is gone, and a request sent there would wait out its whole timeout."""
         try:
-            netns.connect(zero.netns, zero.router_ip, OPENAI_PORT, timeout=2).close()
+            netns.connect(zero.router.netns, zero.router.ip, OPENAI_PORT, timeout=2).close()
         except OSError:
             return False
         return True

@@ -28,7 +28,7 @@ from llm_operator.storage import engine_location
 
 from e2e.cluster.pki import NODE_NAME
 from e2e.cluster.testing import E2ECluster, Kubectl, wait_for
-from tests.e2e.operator_fixtures import CPU_RUNTIME_IMAGE, LAUNCHER_REPOSITORY
+from e2e.operator_env import CPU_RUNTIME_IMAGE, LAUNCHER_REPOSITORY
 
 pytestmark = pytest.mark.e2e
 
