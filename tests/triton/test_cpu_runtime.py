@@ -244,6 +244,18 @@ def test_http_generate_endpoint_on_the_streaming_server(streaming_server: Triton
 
 
 def test_concurrent_http_requests_are_batched_and_metered(batch_server: TritonProcess) -> None:
+    """32 concurrent requests, batched and counted. The queue they wait in is seen through the
+    pending-requests gauge (the autoscaler's signal) by a sampling thread; a round whose sampler
+    the loaded machine starved while the queue stood proves nothing and is run again, at most
+    three rounds (a gauge that never moves fails all three)."""
+    for _ in range(3):
+        pending = _batched_round(batch_server)
+        if max(pending) > 0:
+            break
+    assert max(pending) > 0, "requests waited in the queue: the autoscaler's pending-requests signal"
+
+
+def _batched_round(batch_server: TritonProcess) -> list[float]:
     client = httpclient.InferenceServerClient(f"127.0.0.1:{batch_server.http_port}", concurrency=16)
     prompts = [f"request {i}" for i in range(32)]
     before = batch_server.metrics(ENGINE)
@@ -273,7 +285,7 @@ def test_concurrent_http_requests_are_batched_and_metered(batch_server: TritonPr
     assert 0 < moved["nv_inference_exec_count"] < len(prompts), "dynamic batching grouped requests"
     assert moved["nv_inference_queue_duration_us"] > 0
     assert moved["nv_inference_compute_infer_duration_us"] > 0
-    assert max(pending) > 0, "requests waited in the queue: the autoscaler's pending-requests signal"
+    return pending
 
 
 def test_http_request_options_and_refusals(batch_server: TritonProcess) -> None:
