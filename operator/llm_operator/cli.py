@@ -230,7 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("run", help="run the operator against the current kubeconfig / in-cluster config")
     scope = p.add_mutually_exclusive_group()
     scope.add_argument(
-        "--namespace", action="append", help="watch this namespace (repeat for several); default: all"
+        "--namespace",
+        action="append",
+        help="watch this namespace (repeat for several), or those a kopf pattern matches ('!team-*': every"
+        " namespace but team-*'s; needs cluster-wide permissions); default: all",
     )
     scope.add_argument("--all-namespaces", action="store_true", help="watch every namespace (default)")
     p.set_defaults(func=run)

@@ -61,7 +61,10 @@ def namespace(kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]
     """Pod Security `restricted` is enforced there; a test whose own pods need less says so with
     @pytest.mark.pod_security("baseline" or "privileged") and why."""
     marker = request.node.get_closest_marker("pod_security")
-    name = kubectl.create_namespace(request.node.name, *(marker.args if marker else ()))
+    hint = request.node.name
+    if request.node.get_closest_marker("own_operator") is not None:  # its operator's alone
+        hint = f"{request.getfixturevalue('own_namespaces')}-{hint}"
+    name = kubectl.create_namespace(hint, *(marker.args if marker else ()))
     yield name
     kubectl.delete("namespace", name)
 
@@ -107,4 +110,4 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # Operator fixtures (crd, operator) live beside the tests that use them.
 from tests.e2e.keda_fixtures import keda_running  # noqa: E402, F401
 from tests.e2e.lws_fixtures import lws_operator, lws_running  # noqa: E402, F401
-from tests.e2e.operator_fixtures import crd, operator, operator_process  # noqa: E402, F401
+from tests.e2e.operator_fixtures import crd, operator, operator_process, own_namespaces  # noqa: E402, F401

@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -28,6 +29,9 @@ from e2e.operator_env import ENV
 from tests.e2e import streams
 
 REPO = Path(__file__).resolve().parents[2]
+# Namespaces of modules marked `own_operator` begin so: their own operators watch them, and the
+# streams' shared operator leaves them alone (tests/e2e/streams.py).
+OWN_NAMESPACES = "e2e-own-"
 
 
 @pytest.fixture(scope="session")
@@ -135,14 +139,28 @@ def sample(text: str, name: str, **labels: str) -> float:
     return total
 
 
+@pytest.fixture(scope="module")
+def own_namespaces() -> str:
+    """What `namespace` prefixes the names of a module marked `own_operator` with (`own-<token>`:
+    the namespaces are `e2e-own-<token>-...`), the ones its `operator_process` alone watches."""
+    return f"{OWN_NAMESPACES.removeprefix('e2e-')}{secrets.token_hex(3)}"
+
+
 # Module scope: the operator stops when the module's tests are done, so a test module that runs
 # its own operators (HA, faults) never shares a namespace with this one.
 @pytest.fixture(scope="module")
 def operator_process(
-    crd: None, cluster: E2ECluster, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    crd: None,
+    cluster: E2ECluster,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
-    """`llm-operator run` against the session cluster; its log is printed if it dies."""
-    op = OperatorProcess(cluster, tmp_path_factory.mktemp("operator") / "operator.log")
+    """`llm-operator run` against the session cluster, watching every namespace, or in a module
+    marked `own_operator` only the module's; its log is printed if it dies."""
+    scope: tuple[str, ...] = ("--all-namespaces",)
+    if request.node.get_closest_marker("own_operator") is not None:
+        scope = ("--namespace", f"e2e-{request.getfixturevalue('own_namespaces')}-*")
+    op = OperatorProcess(cluster, tmp_path_factory.mktemp("operator") / "operator.log", scope)
     try:
         op.wait_healthy()
         yield op
@@ -159,7 +177,7 @@ def shared_operator(cluster: E2ECluster, directory: Path) -> None:
     with (directory / "operator.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not state.exists():
-            op = OperatorProcess(cluster, directory / "operator.log")
+            op = OperatorProcess(cluster, directory / "operator.log", ("--namespace", f"!{OWN_NAMESPACES}*"))
             op.wait_healthy()
             state.write_text(json.dumps({"pid": op.proc.pid, "health": op.health}))
             return

@@ -7,7 +7,10 @@ on each deployment). A worker takes a whole module at a time (tests/conftest.py'
 `scope`), so module-scoped fixtures are built once. The modules that place pods on the simulated
 GPU pools are one scope, run one after another: the pools are small (two A10G GPUs), and their
 tests expect the GPUs they ask for to be free. Modules marked `exclusive` need the cluster to
-themselves: they run alone, before the streams, each with an operator of its own.
+themselves: they run alone, before the streams, each with an operator of its own. Modules marked
+`own_operator` stop, kill or restart an operator of their own: it watches only their namespaces
+(e2e-own-*, operator_fixtures.own_namespaces), which the shared operator leaves alone (`--namespace
+'!e2e-own-*'`), so they run in the streams too.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ SIMULATED_GPU_POOL_MODULES = frozenset(
     f"test_{name}.py"
     for name in (
         "admission", "cluster", "cluster_knowledge", "gitops", "monitoring_stack", "operator",
-        "placement", "ssh_volume",
+        "placement", "random_specs", "ssh_volume",
     )
 )  # fmt: skip
 # The directory the xdist controller made for this run's shared operator; set only in its workers.

@@ -17,7 +17,7 @@ from e2e.cluster.testing import Kubectl
 from tests.e2e.operator_fixtures import OperatorProcess
 from tests.e2e.test_canary import epoch_seconds, get, start, wait_revisions
 
-pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]  # kills and restarts the operator mid-rollout
+pytestmark = [pytest.mark.e2e, pytest.mark.own_operator]  # kills and restarts it mid-rollout
 
 
 def test_f_a_restarted_operator_resumes_the_same_step_with_the_time_left(

@@ -53,7 +53,7 @@ from tests.e2e import openai_sdk
 from tests.e2e.operator_fixtures import OperatorProcess
 from tests.e2e.stores import hub_gets, s3_gets
 
-pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]  # an operator of its own, with a fetch rate cap
+pytestmark = [pytest.mark.e2e, pytest.mark.own_operator]  # with a fetch rate cap
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CLAIM = "llm-model-cache"
@@ -150,14 +150,18 @@ def hf_source(stores: artifacts.Stores) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def world(
-    crd: None, cluster: E2ECluster, kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory
+    crd: None,
+    cluster: E2ECluster,
+    kubectl: Kubectl,
+    own_namespaces: str,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[World]:
     """A namespace with the cache claim and the S3 keys' Secrets, and an operator whose fetch Jobs
     are capped at MAX_BYTES_PER_SECOND."""
     if cluster.launcher is None:
         pytest.skip("needs the embedded cluster: its stores, real node and images")
     stores = cluster.launcher.stores
-    ns = kubectl.create_namespace("model-cache")
+    ns = kubectl.create_namespace(f"{own_namespaces}-model-cache")
     pv = f"{ns}-model-cache"
     claim_dir = Path("/tmp") / pv
     claim_dir.mkdir()
@@ -168,6 +172,7 @@ def world(
         operator = OperatorProcess(
             cluster,
             tmp_path_factory.mktemp("operator") / "operator.log",
+            ("--namespace", ns),
             LLMOP_FETCH_MAX_BYTES_PER_SECOND=str(MAX_BYTES_PER_SECOND),
         )
         operator.wait_healthy()

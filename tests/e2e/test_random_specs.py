@@ -29,9 +29,9 @@ from tests.unit.model_cache_fixtures import CACHED
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.exclusive,
+    pytest.mark.own_operator,  # reads its operator's own log
     pytest.mark.usefixtures("gpu_pools"),
-]  # reads its operator's own log
+]
 CAMEL_CASE = re.compile(r"^[A-Z][A-Za-z0-9]+$")
 # What the API server says when it refuses a manifest: the field and why, never an internal error.
 REFUSAL = re.compile(r"is invalid|Invalid value|Unsupported value|Required value|Too long|must be")

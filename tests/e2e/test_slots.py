@@ -20,7 +20,7 @@ import yaml
 from e2e.cluster.testing import Kubectl, is_true, pod_ready, wait_for
 from tests.e2e.operator_fixtures import OperatorProcess
 
-pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]  # stops the operator for an upgrade
+pytestmark = [pytest.mark.e2e, pytest.mark.own_operator]  # stops it for an upgrade
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TIMEOUT = 120

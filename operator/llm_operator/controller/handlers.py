@@ -28,6 +28,7 @@ from llm_operator.controller.cluster.kube import (
     Kube,
 )
 from llm_operator.controller.cluster.leader import Term
+from llm_operator.controller.cluster.namespaces import NamespaceScope
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.reconciler import Reconciler
 from llm_operator.controller.status.status import REFUSED
@@ -65,7 +66,8 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     kube = Kube(fence=Runtime.term.fence)
     reconciler = Reconciler(kube, config)
     Runtime.reconciler = reconciler
-    scopes: tuple[str | None, ...] = config.namespaces or (None,)
+    scope = NamespaceScope(config.namespaces)
+    scopes = scope.watches
     managed = {L.MANAGED_BY: "llm-operator"}
     routable = {**managed, L.COMPONENT: REVISION_SERVICE_COMPONENT}
 
@@ -73,7 +75,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         async def on_event(event: str, obj: dict[str, Any]) -> None:
             await reconciler.child_event(event, {**obj, "kind": kind})
 
-        return on_event
+        return scope.only_in_scope(on_event)
 
     # LeaderWorkerSets change how multi-node replicas are rendered: that is decided at start.
     reconciler.leader_worker_set = await kube.has_leader_worker_set()
@@ -122,13 +124,19 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
             for crd, api in apis.items()
         ),
         # Our serving pods only (server-side selector): to recreate broken multi-node groups.
-        *(watch(Pod, reconciler.pod_event, ns, labels=managed) for ns in scopes),
+        *(watch(Pod, scope.only_in_scope(reconciler.pod_event), ns, labels=managed) for ns in scopes),
         # The revision Services' EndpointSlices (they carry the Services' labels): what a gateway
         # routes to, so gateway-api weights follow routable addresses, not Ready pods.
-        *(watch(EndpointSlice, reconciler.endpoint_event, ns, labels=routable) for ns in scopes),
+        *(
+            watch(EndpointSlice, scope.only_in_scope(reconciler.endpoint_event), ns, labels=routable)
+            for ns in scopes
+        ),
         # Pods the API server refused our StatefulSets and Jobs (Pod Security, quota): only an
         # Event says so. Filtered by the server, so other Events never reach the operator.
-        *(watch(Event, reconciler.create_failed, ns, fields={"reason": REFUSED}) for ns in scopes),
+        *(
+            watch(Event, scope.only_in_scope(reconciler.create_failed), ns, fields={"reason": REFUSED})
+            for ns in scopes
+        ),
     ]
     settled = asyncio.Event()
     Runtime.tasks = [
