@@ -37,6 +37,9 @@ COPY --from=examples /opt/trtllm-examples /opt/trtllm-examples
 # The model cache's fetcher, with the package above it (standard library + boto3 + huggingface_hub).
 COPY operator/llm_operator/__init__.py /opt/llm-operator/llm_operator/
 COPY operator/llm_operator/modelcache/ /opt/llm-operator/llm_operator/modelcache/
+# Bytecode compiled once here, not by every process at its start (images/README.md, "Bytecode").
+RUN python -m compileall -q -j 0 --invalidation-mode unchecked-hash -x '/(sympy|tests?)/' \
+    /usr/local/lib/python3.12 /opt/tools/lib/python3.12 /opt/llm-operator
 # Jobs run every container as uid 1000 (runAsNonRoot), engine builds with HOME on their scratch volume.
 USER 1000:1000
 # Engine builds name their command (llm_operator.engine.fetch, injected); fetch Jobs name this one.

@@ -191,6 +191,7 @@ def _cpu_runtime_base(rootfs: Path) -> None:
         key.unlink()
     debian.add_nonroot_user(rootfs, shell="/bin/sh")  # sshd runs the leader's orted through it
     debian.trim(rootfs)
+    debian.compile_bytecode(rootfs, *debian.PYTHON_PATHS)
 
 
 def _cpu_runtime_assemble(rootfs: Path, work: Path) -> ImageConfig:
@@ -214,6 +215,7 @@ def _cpu_runtime_assemble(rootfs: Path, work: Path) -> ImageConfig:
     for name in PACKAGED_MODELS:  # from the weights in the base layer
         directory = rootfs / packaged_dir(name).lstrip("/")
         gguf_files.write_tokenizer(gguf_files.fields(directory / gguf_files.WEIGHTS_FILE), directory)
+    debian.compile_bytecode(rootfs, "/" + CPU_REFERENCE_ROOT)
     return runtime_config(REPO / "images/cpu-runtime.Dockerfile", SITE_PACKAGES)
 
 
@@ -236,6 +238,7 @@ def _operator_assemble(rootfs: Path, work: Path) -> ImageConfig:
     config = runtime_config(REPO / "images/operator.Dockerfile")
     debian.add_nonroot_user(rootfs)
     debian.trim(rootfs)
+    debian.compile_bytecode(rootfs, *debian.PYTHON_PATHS)
     return config
 
 
@@ -261,6 +264,7 @@ def _fetch_assemble(rootfs: Path, work: Path) -> ImageConfig:
             shutil.copyfile(path, target)
     config = runtime_config(REPO / "images/fetch.Dockerfile")
     debian.trim(rootfs)
+    debian.compile_bytecode(rootfs, *debian.PYTHON_PATHS, "/" + FETCH_ROOT)
     return config
 
 

@@ -184,6 +184,45 @@ def test_cpu_runtime_has_the_model_but_not_the_launcher(image: Callable[[str], R
     assert (runtime.path / stub).is_file()
 
 
+# What each image's processes import as they start: the operator (and the waker it also runs), the
+# fetch Job, the serving pod's model (with the python_path its model parameter sets; xgrammar as its
+# first guided request imports it) and its front door's libraries.
+START_UP_IMPORTS = {
+    "operator": ("", "import llm_operator.cli, llm_operator.controller.handlers, llm_operator.waker.server"),
+    "fetch": ("", "import boto3, huggingface_hub, llm_operator.modelcache.fetch"),
+    "cpu-runtime": (
+        CPU_RUNTIME_PYTHON_PATH[0],
+        "import numpy, torch, tokenizers, jinja2, safetensors, gguf\n"
+        "import llm_operator.runtime.cpu_reference.engine\n"
+        "from llm_operator.runtime.cpu_reference.structured import guided\n"
+        "guided._xgrammar()",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(START_UP_IMPORTS))
+def test_every_module_a_process_starts_with_is_compiled_in_the_image(
+    image: Callable[[str], Rootfs], name: str
+) -> None:
+    """Pods write no bytecode (PYTHONDONTWRITEBYTECODE, read-only roots): without the image's own,
+    every start compiles all it imports again (2 to 4 s of CPU per serving pod process)."""
+    path, modules = START_UP_IMPORTS[name]
+    probe = (
+        "import importlib.util, json, os, sys\n"
+        f"sys.path[:0] = {[path] if path else []!r}\n"
+        f"{modules}\n"
+        "files = [getattr(m, '__file__', None) or '' for m in list(sys.modules.values())]\n"
+        "sources = [f for f in files if f.endswith('.py')]\n"
+        "print(json.dumps([len(sources), sorted(f for f in sources\n"
+        "    if not os.path.exists(importlib.util.cache_from_source(f)))]))"
+    )
+    imported = image(name).run(["python3", "-c", probe])
+    assert imported.returncode == 0, imported.stdout
+    count, uncompiled = json.loads(imported.stdout.splitlines()[-1])
+    assert count > 100, f"the probe imported too little to tell: {count} modules"
+    assert uncompiled == [], f"{len(uncompiled)} of {count} modules without bytecode: {uncompiled[:10]}"
+
+
 def test_cpu_runtime_reads_a_checkpoint_as_the_host_writes_it(image: Callable[[str], Rootfs]) -> None:
     """The image's safetensors and torch load a cached checkpoint (seed 1) into the same model the
     host's builtin seed 1 is: same text."""
