@@ -122,15 +122,22 @@ class FakeKube:
         found = self.objects.get(("LLMDeployment", namespace, name))
         return copy.deepcopy(found) if found else None
 
+    def _deployment(self, namespace: str, name: str) -> dict[str, Any]:
+        """The stored deployment, or the API server's 404 for a PATCH of one that is gone."""
+        if (body := self.objects.get(("LLMDeployment", namespace, name))) is None:
+            message = f'llmdeployments.llmoperator.io "{name}" not found'
+            raise ApiError(status=Status(code=404, reason="NotFound", message=message))
+        return body
+
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.writes.append(("status", "LLMDeployment", name))
-        body = self.objects[("LLMDeployment", namespace, name)]
+        body = self._deployment(namespace, name)
         body["status"] = merged(body.get("status", {}), status)
 
     async def annotate_deployment(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         self.writes.append(("annotate", "LLMDeployment", name))
         k = ("LLMDeployment", namespace, name)
-        body = self.objects[k]
+        body = self._deployment(namespace, name)
         body["metadata"]["annotations"] = {**body["metadata"].get("annotations", {}), **annotations}
         self._store(k, body)  # a new resourceVersion, as any write
 

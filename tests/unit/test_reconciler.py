@@ -708,3 +708,19 @@ async def test_a_failure_of_a_deployment_deleted_meanwhile_is_not_reported(
         await reconciler._run(key)
     assert "Traceback" not in caplog.text and "cannot report" not in caplog.text, caplog.text
     assert key in reconciler.queue._timers, "still retried: the DELETED event is what forgets it"
+
+
+async def test_a_deployment_gone_with_its_namespace_is_forgotten_without_its_deleted_event(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A watch of matching namespaces ends with the namespace: no DELETED event comes, and the
+    operator's cached body would have it retried forever against a namespace that is gone."""
+    kube, reconciler, key = await applies_refused(
+        ApiError(status=Status(code=404, reason="NotFound", message=f'namespaces "{NS}" not found'))
+    )
+    reconciler.deployment_event("ADDED", *key, kube.objects.pop(("LLMDeployment", *key)))  # as watched
+    with caplog.at_level(logging.INFO):
+        await reconciler._run(key)
+    assert not reconciler.queue._timers, "no retry"
+    assert key not in reconciler.known and key not in reconciler.bodies
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text

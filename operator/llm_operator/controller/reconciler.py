@@ -197,6 +197,8 @@ class Reconciler:
                 # nothing to retry, and nowhere to write an Event or a status.
                 log.info("%s/%s: its namespace is being deleted; not reconciled", *key)
                 return
+            if e.status.code == 404 and await self._gone(key):
+                return
             RECONCILE_ERRORS.labels(f"Api{e.status.code}").inc()
             await self._failed(key, f"API error {e.status.code}: {e.status.message}")
         except Exception as e:
@@ -205,6 +207,18 @@ class Reconciler:
             await self._failed(key, f"{type(e).__name__}: {e}")
         finally:
             RECONCILE_SECONDS.observe(time.perf_counter() - start)
+
+    async def _gone(self, key: Key) -> bool:
+        """After a 404: whether the deployment itself is gone, then forgotten. Its DELETED event
+        may never come: a watch of one namespace (`--namespace` patterns) ends with the namespace."""
+        try:
+            if await self.kube.get_deployment(*key) is not None:
+                return False
+        except ApiError:
+            return False
+        log.info("%s/%s is gone: forgotten", *key)
+        self.forget(key)
+        return True
 
     async def _failed(self, key: Key, why: str) -> None:
         """Retry with backoff; once it has failed REPORT_AFTER_FAILURES times in a row, say so in
