@@ -199,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
 
     from llm_operator.controller import handlers
     from llm_operator.controller.cluster import leader
+    from llm_operator.controller.cluster.namespaces import NamespaceScope
     from llm_operator.controller.http_server import serve_metrics
 
     level = logging.getLevelName(os.environ.get("LLMOP_LOG_LEVEL", "INFO"))
@@ -206,6 +207,9 @@ def run(args: argparse.Namespace) -> int:
     # One line per API request only when debugging.
     logging.getLogger("httpx2").setLevel(level if level <= logging.DEBUG else logging.WARNING)
     namespaces = tuple(dict.fromkeys(args.namespace or ()))
+    # kopf watches named namespaces each; a pattern is one cluster-wide watch, filtered by the
+    # handler as the children's are (controller/cluster/namespaces.py).
+    kopf_namespaces = () if NamespaceScope(namespaces).patterned else namespaces
     try:
         config = handlers.Runtime.config = OperatorConfig.from_env(namespaces)
     except ValueError as e:
@@ -216,8 +220,8 @@ def run(args: argparse.Namespace) -> int:
         handlers.Runtime.term = term
         await kopf.operator(
             standalone=True,  # no kopf peering: the Lease decides which replica runs at all
-            clusterwide=not namespaces,
-            namespaces=namespaces,
+            clusterwide=not kopf_namespaces,
+            namespaces=kopf_namespaces,
             stop_flag=term.stop,
         )
 

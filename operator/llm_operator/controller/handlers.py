@@ -50,6 +50,7 @@ class Runtime:
     config: OperatorConfig | None = None
     term: Term = Term(asyncio.Event())  # leader election's fence and step-down (controller/cluster/leader.py)
     reconciler: Reconciler | None = None
+    scope: NamespaceScope = NamespaceScope(())
     tasks: list[asyncio.Task[None]] = []
 
 
@@ -66,7 +67,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     kube = Kube(fence=Runtime.term.fence)
     reconciler = Reconciler(kube, config)
     Runtime.reconciler = reconciler
-    scope = NamespaceScope(config.namespaces)
+    scope = Runtime.scope = NamespaceScope(config.namespaces)
     scopes = scope.watches
     managed = {L.MANAGED_BY: "llm-operator"}
     routable = {**managed, L.COMPONENT: REVISION_SERVICE_COMPONENT}
@@ -206,6 +207,6 @@ async def cleanup(**_: Any) -> None:
 async def deployment_event(
     type: str, namespace: str | None, name: str, event: kopf.RawEvent, **_: Any
 ) -> None:
-    if Runtime.reconciler is not None and namespace is not None:
+    if Runtime.reconciler is not None and namespace is not None and Runtime.scope.includes(namespace):
         body = dict(event["object"])  # the raw object: the reconcile reads it instead of a GET
         Runtime.reconciler.deployment_event(type or "ADDED", namespace, name, body)

@@ -3,9 +3,11 @@
 Names: LLMDeployments and children are watched in those namespaces only, with permissions that
 can be granted there alone (the chart's `watchNamespaces`). Patterns, kopf's syntax (globs with
 `*` and `?`, `!` excluding, comma-separated; `--namespace '!team-*'` is every namespace but those):
-kopf watches LLMDeployments in the namespaces they match, and the children are watched cluster-wide
-and filtered with kopf's own matcher, so a child is acted on exactly where its deployment is. This
-needs the cluster-wide permissions of `--all-namespaces` plus listing and watching namespaces.
+LLMDeployments and children are watched cluster-wide, as with no option, and the events of
+namespaces that do not match are dropped (kopf's own matcher), with the permissions of
+`--all-namespaces`. Not kopf's own namespace patterns: those start a watch per matching namespace,
+which ends with its namespace before the deployments' DELETED events, and one of them once saw a
+new deployment only when its namespace was deleted, 240 s later (make test, 2026-11-30).
 No option: every namespace.
 """
 
