@@ -24,7 +24,8 @@ from llm_operator.controller.cluster.queue import WorkQueue
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.observe.engines import ENGINE_INDEX
 from llm_operator.controller.observe.groups import BROKEN_GROUP_GRACE_SECONDS, why_failed
-from llm_operator.controller.reconciler import REPORT_AFTER_FAILURES, Reconciler
+from llm_operator.controller.reconciler import Reconciler
+from llm_operator.controller.retries import REPORT_AFTER_FAILURES
 from llm_operator.controller.status.status import UNPLACED_GRACE_SECONDS
 from llm_operator.desired import index_value
 from llm_operator.render.model_fetch import MODEL_INDEX, model_request

@@ -52,6 +52,7 @@ from llm_operator.controller.observe.observe import (
     existing_pools,
     pool_observed,
 )
+from llm_operator.controller.retries import Retries
 from llm_operator.controller.rollout import analysis
 from llm_operator.controller.rollout.rollout import Rollout, Rollouts
 from llm_operator.controller.secrets.deployment import DeploymentSecrets
@@ -70,9 +71,6 @@ from llm_operator.render.services import endpoints
 
 log = logging.getLogger(__name__)
 
-# Consecutive failed reconciles (about 3.5 s of backoff) before the error goes into status.
-REPORT_AFTER_FAILURES = 4
-MAX_BACKOFF_SECONDS = 60.0
 CLAIM_RECHECK_SECONDS = 15.0  # claims are not watched: look again for one that was missing
 KEDA_RECHECK_SECONDS = 30.0  # a ScaledObject (InferencePool) refused for want of its CRDs: try again
 # CRDs a cluster may lack (KEDA, the Gateway API, its Inference Extension)
@@ -106,7 +104,7 @@ class Reconciler:
         self.known: set[Key] = set()
         self.bodies: CompactDicts[Key] = CompactDicts()  # each deployment as last watched or written
         self.leader_worker_set = False  # render multi-node replicas as LeaderWorkerSets
-        self._failures: dict[Key, int] = {}  # consecutive failed reconciles
+        self.retries = Retries(kube, self.queue, self._report)
         # Volume claims seen to exist, with their capacity in bytes (None: not stated).
         self._claims: dict[tuple[str, str], int | None] = {}
 
@@ -136,7 +134,7 @@ class Reconciler:
         """Children go with the owner (garbage collector); drop what we remember of them."""
         self.known.discard(key)
         self.bodies.pop(key, None)
-        self._failures.pop(key, None)
+        self.retries.succeeded(key)
         self.counts.replace(self.statuses.pop(key, None), None)
         self.pod_problems.forget(key)
         self.rollouts.forget(key)
@@ -188,7 +186,7 @@ class Reconciler:
         start = time.perf_counter()
         try:
             await self.reconcile(*key)
-            self._failures.pop(key, None)
+            self.retries.succeeded(key)
         except NotLeading:
             raise  # not a failure to retry: this replica stops (controller/cluster/leader.py)
         except ApiError as e:
@@ -197,48 +195,18 @@ class Reconciler:
                 # nothing to retry, and nowhere to write an Event or a status.
                 log.info("%s/%s: its namespace is being deleted; not reconciled", *key)
                 return
-            if e.status.code == 404 and await self._gone(key):
+            if e.status.code == 404 and await self.retries.gone(key):
+                log.info("%s/%s is gone: forgotten", *key)
+                self.forget(key)
                 return
             RECONCILE_ERRORS.labels(f"Api{e.status.code}").inc()
-            await self._failed(key, f"API error {e.status.code}: {e.status.message}")
+            await self.retries.failed(key, f"API error {e.status.code}: {e.status.message}")
         except Exception as e:
             RECONCILE_ERRORS.labels(type(e).__name__).inc()
             log.exception("reconcile of %s/%s failed", *key)
-            await self._failed(key, f"{type(e).__name__}: {e}")
+            await self.retries.failed(key, f"{type(e).__name__}: {e}")
         finally:
             RECONCILE_SECONDS.observe(time.perf_counter() - start)
-
-    async def _gone(self, key: Key) -> bool:
-        """After a 404: whether the deployment itself is gone, then forgotten. Its DELETED event
-        may never come: a watch of one namespace (`--namespace` patterns) ends with the namespace."""
-        try:
-            if await self.kube.get_deployment(*key) is not None:
-                return False
-        except ApiError:
-            return False
-        log.info("%s/%s is gone: forgotten", *key)
-        self.forget(key)
-        return True
-
-    async def _failed(self, key: Key, why: str) -> None:
-        """Retry with backoff; once it has failed REPORT_AFTER_FAILURES times in a row, say so in
-        status (Stalled, the error, an Event) rather than retry silently. Nothing running is touched;
-        the next successful pass writes the normal status back."""
-        attempt = self._failures[key] = self._failures.get(key, 0) + 1
-        delay = min(MAX_BACKOFF_SECONDS, 0.5 * 2 ** (attempt - 1))
-        log.warning("retrying %s/%s in %.1f s: %s", *key, delay, why)
-        if attempt >= REPORT_AFTER_FAILURES:
-            try:
-                body = await self.kube.get_deployment(*key)
-                if body is not None and not body["metadata"].get("deletionTimestamp"):
-                    failure = PlanningError("ReconcileFailed", f"{why} (attempt {attempt}, retrying)")
-                    await self._write_status(body, self._stalled(body, failure))
-            except ApiError as e:  # a 404: deleted meanwhile, and its DELETED event forgets it
-                if e.status.code != 404:
-                    log.warning("cannot report the failure of %s/%s: %s", *key, e.status.message)
-            except Exception:  # the API is what fails: the retry below is all that is left
-                log.exception("cannot report the failure of %s/%s", *key)
-        self.queue.add_after(key, delay)
 
     async def reconcile(self, namespace: str, name: str) -> None:
         body = self.bodies.get((namespace, name)) or await self.kube.get_deployment(namespace, name)
@@ -369,6 +337,9 @@ class Reconciler:
             release=release.status(spec.ld, current.plan, spec.images),
             cold_starts=self.cold_starts.pending((ld.namespace, ld.name)),
         )
+
+    async def _report(self, body: dict[str, Any], failure: PlanningError) -> None:
+        await self._write_status(body, self._stalled(body, failure))
 
     def _stalled(self, body: dict[str, Any], error: PlanningError) -> Observation:
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
