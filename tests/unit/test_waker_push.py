@@ -1,8 +1,8 @@
 """The waker's KEDA external-push scaler (llm_operator/waker/push.py) on real sockets, called by a real
 gRPC client as KEDA calls it: StreamIsActive pushes true within 100 ms of a held generation request
-and false QUIET_S after the last; IsActive and GetMetrics answer from the same state; the stream
-ends cleanly at shutdown. Its messages match KEDA v2.21.0's externalscaler.proto, field by field,
-and encode as protobuf's wire format says."""
+and false QUIET_S after the last; IsActive and GetMetrics answer from the same state;
+StreamMetricSpec sends the spec at once; both streams end cleanly at shutdown. Its messages match
+KEDA v2.21.0's externalscaler.proto, field by field, and encode as protobuf's wire format says."""
 
 from __future__ import annotations
 
@@ -117,21 +117,19 @@ def test_the_metric_spec_asks_a_replica_per_capacity(channel_to: Any) -> None:
     assert [(s.metricName, s.targetSize) for s in default.metricSpecs] == [(METRIC, 1)]
 
 
-def test_the_stream_ends_cleanly_at_shutdown_and_stream_metric_spec_is_unimplemented(channel_to: Any) -> None:
+def test_the_metric_spec_is_streamed_at_once_and_the_streams_end_cleanly_at_shutdown(channel_to: Any) -> None:
     with running(push=True) as r:
         channel = channel_to(r.push_port)
         stream = Stream(channel)
         stream.wait_for(1, within=5)
-        ref, specs = MESSAGE["ScaledObjectRef"], MESSAGE["GetMetricSpecResponse"]
-        method = f"/{SERVICE}/StreamMetricSpec"
-        stream_specs = channel.unary_stream(method, request_serializer=ref.SerializeToString,
-                                            response_deserializer=specs.FromString)  # fmt: skip
-        with pytest.raises(grpc.RpcError) as refused:
-            next(iter(stream_specs(ref())))
+        specs = _call(channel, "StreamMetricSpec", streaming=True)(
+            MESSAGE["ScaledObjectRef"](name="tl", scalerMetadata={CAPACITY_KEY: "3"}))  # fmt: skip
+        first = next(iter(specs))
     stream.thread.join(5)
     # KEDA reads a stream that ends OK as io.EOF: it reconnects in 2 s, its backoff reset.
     assert stream.ended == "ok"
-    assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED  # KEDA keeps GetMetricSpec's answer
+    assert list(specs) == []  # ended OK too (an error would raise)
+    assert [(s.metricName, s.targetSize) for s in first.metricSpecs] == [(METRIC, 3)]
 
 
 def test_the_messages_encode_as_the_wire_format_says() -> None:
@@ -173,6 +171,4 @@ def test_the_messages_and_methods_are_upstreams() -> None:
     assert upstream == MESSAGES
     rpcs = {name: (request, response, bool(stream)) for name, request, stream, response in re.findall(
         r"rpc\s+(\w+)\s*\(\s*(\w+)\s*\)\s*returns\s*\(\s*(stream\s+)?(\w+)\s*\)", text)}  # fmt: skip
-    assert {name: rpcs[name] for name in METHODS} == METHODS
-    # The one left: optional upstream (UNIMPLEMENTED makes KEDA fall back to GetMetricSpec).
-    assert set(rpcs) - set(METHODS) == {"StreamMetricSpec"}
+    assert rpcs == METHODS

@@ -11,8 +11,13 @@ waker KEDA cannot reach leaves the wake-up as it was (docs/autoscaling.md, "The 
 
 The messages are built at import from field tables (descriptor_pb2, message_factory): no generated
 or fetched source in the repository. tests/unit/test_waker_push.py checks them against upstream's
-proto field by field. The methods are served by a generic handler; StreamMetricSpec, optional
-upstream, is not: KEDA gets UNIMPLEMENTED and keeps GetMetricSpec's answer.
+proto field by field. The methods are served by a generic handler.
+
+StreamMetricSpec (optional upstream) sends the one spec when KEDA opens it: KEDA then caches it and
+reconciles the ScaledObject, which lists the push trigger's metric. Without it, a ScaledObject that
+KEDA reconciled before the router was up would lack that metric, and KEDA would ignore every push
+(scale_handler.go: "Could not resolve metric name for push scaler") until something else made it
+reconcile the ScaledObject again.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ METHODS = {
     "StreamIsActive": ("ScaledObjectRef", "IsActiveResponse", True),
     "GetMetricSpec": ("ScaledObjectRef", "GetMetricSpecResponse", False),
     "GetMetrics": ("GetMetricsRequest", "GetMetricsResponse", False),
+    "StreamMetricSpec": ("ScaledObjectRef", "GetMetricSpecResponse", True),
 }
 F = descriptor_pb2.FieldDescriptorProto
 SCALARS = {"string": F.TYPE_STRING, "bool": F.TYPE_BOOL, "int64": F.TYPE_INT64, "double": F.TYPE_DOUBLE}
@@ -116,6 +122,13 @@ class Scaler:
         spec = MESSAGE["MetricSpec"](metricName=METRIC, targetSize=capacity, targetSizeFloat=float(capacity))
         return MESSAGE["GetMetricSpecResponse"](metricSpecs=[spec])
 
+    async def stream_metric_spec(self, ref: Any, context: Any) -> AsyncIterator[Any]:
+        """The spec at once (it never changes: its capacity is the trigger's own metadata), then
+        the stream stays open until shutdown (KEDA would reopen a stream that ends, 2 s later)."""
+        yield await self.get_metric_spec(ref, context)
+        async for _ in self.activity.changes():
+            pass
+
     async def get_metrics(self, request: Any, context: Any) -> Any:
         held = self.activity.held
         value = MESSAGE["MetricValue"](metricName=METRIC, metricValue=held, metricValueFloat=float(held))
@@ -123,7 +136,8 @@ class Scaler:
 
     def handler(self) -> grpc.GenericRpcHandler:
         behaviours = {"IsActive": self.is_active, "StreamIsActive": self.stream_is_active,
-                      "GetMetricSpec": self.get_metric_spec, "GetMetrics": self.get_metrics}  # fmt: skip
+                      "GetMetricSpec": self.get_metric_spec, "GetMetrics": self.get_metrics,
+                      "StreamMetricSpec": self.stream_metric_spec}  # fmt: skip
         handlers = {}
         for name, (request, response, streaming) in METHODS.items():
             make = grpc.unary_stream_rpc_method_handler if streaming else grpc.unary_unary_rpc_method_handler
