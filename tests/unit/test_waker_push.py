@@ -2,7 +2,8 @@
 gRPC client as KEDA calls it: StreamIsActive pushes true within 100 ms of a held generation request
 and false QUIET_S after the last; IsActive and GetMetrics answer from the same state;
 StreamMetricSpec sends the spec at once; both streams end cleanly at shutdown. Its messages match
-KEDA v2.21.0's externalscaler.proto, field by field, and encode as protobuf's wire format says."""
+KEDA v2.21.0's externalscaler.proto, field by field, and encode as protobuf's wire format says; and
+KEDA's own generated Go client (keda_client/main.go) reads each answer as KEDA's operator would."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from llm_operator.waker.push import MESSAGE, MESSAGES, METHODS, METRIC, SERVICE
 from e2e.cluster.keda import RELEASE
 from tests.unit.waker_fixtures import exchange, request_bytes, running
 
+REPO = Path(__file__).resolve().parents[2]
 UNSTREAMED = {"model": "tiny-llama", "prompt": "Once upon a time", "max_tokens": 2}
 
 
@@ -142,19 +144,50 @@ def test_the_messages_encode_as_the_wire_format_says() -> None:
     assert request.SerializeToString() == b"\x0a\x0e" + ref.SerializeToString() + b"\x12\x01m"
 
 
-def _upstream_proto() -> str:
-    """KEDA's externalscaler.proto from its Go module (cached outside the repo, as build-tools.sh
-    and the e2e tier fetch it)."""
+def _go() -> tuple[Path, dict[str, str]]:
+    """The Go module cache build-tools.sh and the e2e tier use (outside the repo), and go's env."""
     if shutil.which("go") is None:
         pytest.skip("no Go toolchain to fetch KEDA's module with")
     cache = Path(os.environ.get("LLMOP_CACHE") or Path.home() / ".cache" / "llm-operator")
     env = {**os.environ, "GOMODCACHE": str(cache / "gomod"), "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
+    return cache, env
+
+
+def _upstream_proto() -> str:
+    """KEDA's externalscaler.proto from its Go module."""
+    cache, env = _go()
     out = subprocess.run(
         ["go", "mod", "download", "-json", f"github.com/kedacore/keda/v2@v{RELEASE}"],
         env=env, cwd=cache, capture_output=True, text=True, timeout=300, check=True,
     )  # fmt: skip
     module = Path(json.loads(out.stdout)["Dir"])
     return (module / "pkg/scalers/externalscaler/externalscaler.proto").read_text()
+
+
+def test_kedas_own_client_reads_the_push(tmp_path: Path) -> None:
+    """keda_client/main.go, built with KEDA v2.21.0's generated client (the test world's KEDA
+    module, e2e/cluster/tools/keda/go.mod), calls each method as KEDA's operator does."""
+    _, env = _go()
+    for name in ("go.mod", "go.sum"):
+        text = (REPO / "e2e/cluster/tools/keda" / name).read_text()
+        (tmp_path / name).write_text(re.sub(r"(?m)^module .*$", "module kedaclient", text))
+    shutil.copy(Path(__file__).parent / "keda_client" / "main.go", tmp_path / "main.go")
+    subprocess.run(["go", "build", "-o", "keda_client", "."], cwd=tmp_path, env=env, check=True,
+                   capture_output=True, timeout=600)  # fmt: skip
+    with running(push=True) as r:
+        argv = [str(tmp_path / "keda_client"), f"127.0.0.1:{r.push_port}", f"127.0.0.1:{r.port}"]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
+    lines = [line.split(" ") for line in out.splitlines()]
+    said = {words[0]: " ".join(words[1:]) for words in lines}
+    spec = 'metricSpecs:{metricName:"held"  targetSize:16  targetSizeFloat:16} <nil>'
+    assert said["GetMetricSpec"] == spec and said["StreamMetricSpec"] == spec, out
+    assert said["IsActive"] == "false <nil>", out
+    held = 'metricValues:{metricName:"held"  metricValue:1  metricValueFloat:1} <nil>'
+    assert said["GetMetrics"] == held, out
+    pushed = [(w[1], float(w[3]) if len(w) > 3 else 0.0) for w in lines if w[0] == "StreamIsActive"]
+    assert [active for active, _ in pushed] == ["false", "true", "false"], out
+    assert pushed[1][1] < 0.1, "true within 100 ms of the request"
+    assert 1.5 + QUIET_S - 0.1 <= pushed[2][1] <= 1.5 + QUIET_S + 1.0, out
 
 
 def test_the_messages_and_methods_are_upstreams() -> None:
