@@ -104,7 +104,7 @@ def _capacity(ref: Any) -> int:
 
 
 class Scaler:
-    """The four methods, on one deployment's activity (the waker serves its own deployment only:
+    """The five methods, on one deployment's activity (the waker serves its own deployment only:
     the ScaledObjectRef is not used to choose)."""
 
     def __init__(self, activity: Activity) -> None:
