@@ -145,7 +145,7 @@ tool cosign "$COSIGN_VERSION" "-s -w -X sigs.k8s.io/release-utils/version.gitVer
 # with only the scalers of the triggers the operator renders (tools/keda/trim_scalers.py): KEDA
 # links every scaler it has (one package, each with its service's SDK), which made the cold build
 # the longest of the test world. The trimmed source is part of the cache key.
-KEDA_SCALERS="prometheus cpu memory"
+KEDA_SCALERS="prometheus external-push cpu memory"
 keda_ldflags="-s -w -X github.com/kedacore/keda/v2/version.Version=${KEDA_VERSION#v} \
  -X github.com/kedacore/keda/v2/version.GitCommit=$KEDA_COMMIT"
 keda_version="$KEDA_VERSION-$(echo "$KEDA_SCALERS" | cat - "$here/tools/keda/trim_scalers.py" | sha256sum | cut -c1-8)"

@@ -140,6 +140,7 @@ def render(args: argparse.Namespace) -> int:
                     leader_worker_set=args.leader_worker_set,
                     prometheus_url=config.prometheus_url,
                     metrics_peers=config.metrics_peers,
+                    keda_namespace=config.keda_namespace,
                     models=lambda *_, seen=seen: seen,
                     fetch_max_bytes_per_second=config.fetch_max_bytes_per_second,
                 )

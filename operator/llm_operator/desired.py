@@ -45,7 +45,7 @@ from llm_operator.render.children import (
     slot_children,
 )
 from llm_operator.render.model_fetch import fetch_job, model_request
-from llm_operator.render.network import DEFAULT_METRICS_PEERS
+from llm_operator.render.network import DEFAULT_KEDA_NAMESPACE, DEFAULT_METRICS_PEERS
 from llm_operator.rollout.revision import Slot, revision_of
 from llm_operator.storage import ModelLocation, cached_model, checkpoint_location, engine_location
 
@@ -224,6 +224,7 @@ def desired(  # raises PlanningError for a spec the images cannot serve
     leader_worker_set: bool = False,
     prometheus_url: str = DEFAULT_PROMETHEUS_URL,
     metrics_peers: Sequence[str] = DEFAULT_METRICS_PEERS,
+    keda_namespace: str = DEFAULT_KEDA_NAMESPACE,
     models: ModelLookup | None = None,
     fetch_max_bytes_per_second: int | None = None,
     keep_any_source: bool = False,
@@ -278,7 +279,8 @@ def desired(  # raises PlanningError for a spec the images cannot serve
         model=location,
     )  # fmt: skip
     shared = shared_children(deployment or ld, images, prometheus_url=prometheus_url, canary=canary,
-                             metrics_peers=metrics_peers, keep_any_source=keep_any_source)  # fmt: skip
+                             metrics_peers=metrics_peers, keep_any_source=keep_any_source,
+                             keda_namespace=keda_namespace)  # fmt: skip
     return Desired(
         plan, jobs, children, shared, statuses, tuple(dict.fromkeys(record)), slot, revision, tuple(needs),
         model, model_record,

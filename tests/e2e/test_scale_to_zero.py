@@ -4,13 +4,14 @@ picker's real flow control and a cpu-reference deployment on the real node
 
 One deployment, in order: it scales to zero after its idle window (no pod left, the status says
 so); a burst of requests sent at zero through the router (status.endpoints.openai) is held by the
-picker, wakes the deployment through KEDA, and is answered with the model's reference text once the
-first replica is Ready (the test prints request -> answer against the pod's own creation -> Ready),
-one of them a streamed request that gets the router waker's `: waking` comments before its first
-token; back at zero only after the idle window; with an image the node cannot pull, held requests end
-well before the hold with a 503 (or an SSE error event) naming the status's PodsFailing, and once
-restored the next request is served; with a hold shorter than a cold start, the client gets OpenAI's
-error object with Retry-After.
+picker, wakes the deployment through KEDA (on the waker's push: KEDA's event names the external-push
+trigger), and is answered with the model's reference text once the first replica is Ready (the test
+prints request -> answer against the pod's own creation -> Ready), one of them a streamed request
+that gets the router waker's `: waking` comments before its first token; back at zero only after
+the idle window; with an image the node cannot pull, held requests end well before the hold with
+a 503 (or an SSE error event) naming the status's PodsFailing, and once restored the next request
+is served; with a hold shorter than a cold start, the client gets OpenAI's error object with
+Retry-After.
 
 Needs the embedded cluster (the real node, its monitoring stack scraping the router's picker).
 """
@@ -37,6 +38,7 @@ from llm_operator.render.router.objects import router_pod_labels
 from llm_operator.render.scale_to_zero import RETRY_AFTER_SECONDS
 from llm_operator.runtime.cpu_reference import TINY_MODELS
 from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM
+from llm_operator.waker.push import METRIC as PUSH_METRIC
 from llm_operator.waker.stall import PERIOD_S as WATCH_PERIOD_S
 from llm_operator.waker.stall import refusal
 
@@ -156,6 +158,12 @@ def test_requests_at_zero_are_held_wake_it_and_are_answered(zero: Zero, kubectl:
         f"the picker held up to {phases.held:g} at a scrape"
     )
     assert phases.held >= 1, "Prometheus never saw a request held by the picker: what woke it?"
+    # The direct wake-up: KEDA scaled from zero on the waker's push (the external-push trigger, index
+    # 2, whose metric KEDA names s2-held), not on the prometheus wake trigger's poll (s1-...).
+    activated = [e["message"] for e in kubectl.events(zero.namespace, names.autoscaler(NAME))
+                 if e.get("reason") == "KEDAScaleTargetActivated"]  # fmt: skip
+    print(f"zero: KEDA asked for the replica {asked:.2f} s after the first request: {activated}")
+    assert activated and all(m.endswith(f"triggered by s2-{PUSH_METRIC}") for m in activated), activated
     # Held longer than the waker's first wait (5 s): comments, then the model's tokens.
     lines = [(at, text) for at, text in streamed.lines if text]
     first_data = next(i for i, (_, text) in enumerate(lines) if text.startswith("data: "))

@@ -198,6 +198,23 @@ def test_the_pickers_port_only_from_the_gateways_namespaces() -> None:
     )
 
 
+def test_the_wakers_push_port_only_from_kedas_operator() -> None:
+    keda = Source("keda", {"app": "keda-operator"})
+    adapter = Source("keda", {"app": "keda-metrics-apiserver"})
+    (_, router), _ = render(deployment("cpu-reference-scale-to-zero"))
+    kubernetes_validate.validate(router, "1.34.0", strict=True)
+    router_pod = router["spec"]["podSelector"]["matchLabels"]
+    assert admitted([router], router_pod, keda, 9091)
+    for other in (adapter, NEIGHBOUR, CLIENT, MONITORING, Source("other", {"app": "keda-operator"})):
+        assert not admitted([router], router_pod, other, 9091), other
+    assert not admitted([router], router_pod, keda, 8080)
+    (_, router), _ = render(deployment("cpu-reference-scale-to-zero"), keda_namespace="autoscalers")
+    assert admitted([router], router_pod, Source("autoscalers", {"app": "keda-operator"}), 9091)
+    assert not admitted([router], router_pod, keda, 9091)
+    (_, router), _ = render(deployment("cpu-reference-inference-pool"))  # no waker: no such port
+    assert not admitted([router], router["spec"]["podSelector"]["matchLabels"], keda, 9091)
+
+
 @pytest.mark.parametrize("lws", [False, True], ids=["statefulsets", "leaderworkerset"])
 def test_sshd_and_mpi_ports_only_between_the_deployments_multi_node_pods(lws: bool) -> None:
     ld = deployment("llama31-405b-multinode")
@@ -254,6 +271,16 @@ def test_bad_peers_stop_the_operator_at_start_naming_the_entry(
 ) -> None:
     monkeypatch.setenv("LLMOP_METRICS_PEERS", text)
     with pytest.raises(ValueError, match=words):
+        OperatorConfig.from_env()
+
+
+def test_the_keda_namespace_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LLMOP_KEDA_NAMESPACE", raising=False)
+    assert OperatorConfig.from_env().keda_namespace == "keda"
+    monkeypatch.setenv("LLMOP_KEDA_NAMESPACE", "autoscalers")
+    assert OperatorConfig.from_env().keda_namespace == "autoscalers"
+    monkeypatch.setenv("LLMOP_KEDA_NAMESPACE", "Keda")
+    with pytest.raises(ValueError, match="LLMOP_KEDA_NAMESPACE: 'Keda' is not a namespace name"):
         OperatorConfig.from_env()
 
 

@@ -20,8 +20,11 @@ from llm_operator.api.v1alpha1 import (
     LLMDeploymentSpec,
 )
 from llm_operator.controller.status import autoscaling as status
+from llm_operator.images import Images
 from llm_operator.render import autoscaling, scale_to_zero
 from llm_operator.render.router.limits import replica_capacity, router_limits
+from llm_operator.render.router.objects import router_config, router_deployment, router_service
+from llm_operator.waker.activity import CAPACITY_KEY
 from pydantic import ValidationError
 
 from tests.unit.test_monitoring_rules import needs_promtool, promtool
@@ -29,6 +32,7 @@ from tests.unit.test_monitoring_rules import needs_promtool, promtool
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cpu-reference-scale-to-zero.yaml"
 DOC: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
 NAME, NS = "tiny-llama-zero", "team"
+IMAGES = Images("runtime", "cpu-runtime", "", "1.1.0")
 
 
 def spec(**autoscaling: Any) -> LLMDeploymentSpec:
@@ -50,7 +54,7 @@ def test_the_scaled_object_at_zero_wakes_on_held_requests_and_idles_after_the_wi
     assert (obj["pollingInterval"], obj["cooldownPeriod"], obj["initialCooldownPeriod"]) == (
         scale_to_zero.POLLING_SECONDS, 60, 60,
     )  # fmt: skip
-    serving, wake = obj["triggers"]
+    serving, wake, push = obj["triggers"]
     # The serving trigger is the user's metric, reading 0 when no serving pod is scraped.
     assert serving["metadata"]["query"].startswith(autoscaling.keda_query(NAME, NS, s.autoscaling.metric))  # type: ignore[union-attr]
     assert serving["metadata"]["threshold"] == "4" and serving["metadata"]["ignoreNullValues"] == "false"
@@ -58,6 +62,11 @@ def test_the_scaled_object_at_zero_wakes_on_held_requests_and_idles_after_the_wi
     # A replica per batch and its queue's worth of requests (8 + 8): what the router sizes by too.
     assert wake["metadata"]["threshold"] == "16" and wake["metadata"]["activationThreshold"] == "0"
     assert wake["metadata"]["query"] == scale_to_zero.wake_query(NAME, NS)
+    # The direct wake-up: KEDA's external-push scaler on the router's waker, the same capacity.
+    assert push == {
+        "type": "external-push", "name": "push", "metricType": "AverageValue",
+        "metadata": {"scalerAddress": f"{NAME}-router.{NS}.svc:9091", CAPACITY_KEY: "16"},
+    }  # fmt: skip
     # A canary and its stable need a replica each: never zero while one runs.
     assert scaled(s, canary=True)["minReplicaCount"] == 1
 
@@ -69,6 +78,22 @@ def test_above_zero_nothing_changes() -> None:
     assert not {"pollingInterval", "cooldownPeriod", "initialCooldownPeriod"} & set(obj)
     assert obj["triggers"][0]["metadata"]["query"] == autoscaling.keda_query(NAME, NS, s.autoscaling.metric)  # type: ignore[union-attr]
     assert router_limits(s).hold_s == 0
+
+
+def test_the_waker_serves_keda_on_the_router_services_push_port() -> None:
+    def ports(s: LLMDeploymentSpec) -> tuple[list[Any], list[Any]]:
+        ld = LLMDeployment.model_validate({"metadata": {"name": NAME, "namespace": NS}, "spec": s})
+        pod = router_deployment(ld, IMAGES, router_config(ld))["spec"]["template"]["spec"]
+        waker = [c for c in pod["containers"] if c["name"] == "waker"]
+        return router_service(ld)["spec"]["ports"], waker
+
+    service, (waker,) = ports(spec())
+    assert {"name": "keda-push", "port": 9091, "targetPort": "keda-push", "protocol": "TCP",
+            "appProtocol": "kubernetes.io/h2c"} in service  # fmt: skip
+    assert {"name": "keda-push", "containerPort": 9091, "protocol": "TCP"} in waker["ports"]
+    assert waker["args"][waker["args"].index("--push-port") + 1] == "9091"
+    service, no_waker = ports(spec(minReplicas=1, scaleToZero=None))
+    assert [p["name"] for p in service] == ["openai", "grpc-picker"] and not no_waker
 
 
 def test_the_router_makes_room_for_the_held_requests() -> None:

@@ -264,14 +264,16 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_the_waker_needs_only_the_standard_library_and_h11() -> None:
-    """It runs from the operator's image, which has h11 but not the front door's tokenizers or
+def test_the_waker_needs_only_the_standard_library_h11_and_grpc() -> None:
+    """It runs from the operator's image, which has h11, grpcio (and its typing_extensions) and
+    protobuf (KEDA's external-push scaler, waker/push.py) but not the front door's tokenizers or
     jinja2: importing it loads nothing else (the front door's HTTP layer imports its tokenizer
     module, which loads the tokenizers library only where a tokenizer is loaded). Reading the
     deployment's status (--deployment, waker/stall.py) loads lightkube, which the image has, then."""
     check = (
         "import sys\n"
-        "allowed = set(sys.stdlib_module_names) | {'h11', 'llm_operator'}\n"
+        "allowed = set(sys.stdlib_module_names) | {'h11', 'llm_operator', 'grpc', 'google',"
+        " 'typing_extensions'}\n"
         "class Block:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
         "        if name.split('.')[0] not in allowed:\n"

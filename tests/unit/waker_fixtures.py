@@ -14,8 +14,10 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from llm_operator.frontdoor.http1 import HttpLimits
+from llm_operator.waker import push as push_mod
 from llm_operator.waker.exchange import Settings
 from llm_operator.waker.server import Waker, serve
 from llm_operator.waker.stall import Watch
@@ -126,21 +128,23 @@ class Running:
     envoy_port: int
     seen: Seen
     waker: Waker
+    push_port: int = 0  # KEDA's external-push scaler (waker/push.py), when asked for
 
 
 @contextlib.contextmanager
 def running(first_wait_s: float = 0.5, interval_s: float = 0.3, watch: Watch | None = None,
-            **limits: float) -> Iterator[Running]:  # fmt: skip
+            push: bool = False, **limits: float) -> Iterator[Running]:  # fmt: skip
     """A stand-in Envoy and a waker in front of it, both on 127.0.0.1; `watch`: the deployment's
-    status as the waker reads it."""
+    status as the waker reads it; `push`: the waker serves KEDA's external-push scaler too."""
     seen = Seen()
     handler = type("Handler", (_FakeEnvoy,), {"seen": seen})
     envoy = _Quiet(("127.0.0.1", 0), handler)
     threading.Thread(target=envoy.serve_forever, daemon=True).start()
     envoy_port = int(envoy.server_address[1])
     try:
-        with waker_on(envoy_port, first_wait_s, interval_s, watch, **limits) as (port, waker):
-            yield Running(port, envoy_port, seen, waker)
+        push_ports: list[int] | None = [] if push else None
+        with waker_on(envoy_port, first_wait_s, interval_s, watch, push_ports, **limits) as (port, waker):
+            yield Running(port, envoy_port, seen, waker, push_ports[0] if push_ports else 0)
     finally:
         envoy.shutdown()
         envoy.server_close()
@@ -148,10 +152,12 @@ def running(first_wait_s: float = 0.5, interval_s: float = 0.3, watch: Watch | N
 
 @contextlib.contextmanager
 def waker_on(
-    envoy_port: int, first_wait_s: float, interval_s: float, watch: Watch | None = None, **limits: float
-) -> Iterator[tuple[int, Waker]]:
+    envoy_port: int, first_wait_s: float, interval_s: float, watch: Watch | None = None,
+    push: list[int] | None = None, **limits: float,
+) -> Iterator[tuple[int, Waker]]:  # fmt: skip
     """The waker on a free port of 127.0.0.1, in front of Envoy (or a stand-in) at `envoy_port`, on
-    an event loop of its own thread."""
+    an event loop of its own thread; with `push`, its external-push scaler too, whose port is
+    appended to it."""
     http_limits = HttpLimits(**limits)  # type: ignore[arg-type]
     settings = Settings(envoy_port=envoy_port, http=http_limits, first_wait_s=first_wait_s,
                         interval_s=interval_s)  # fmt: skip
@@ -159,13 +165,21 @@ def waker_on(
     loop = asyncio.new_event_loop()
     started = threading.Event()
     server: list[asyncio.Server] = []
+    scalers: list[Any] = []
 
     async def start() -> None:
         server.append(await serve(waker, "127.0.0.1", 0))
+        if push is not None:
+            scaler, port = await push_mod.serve(waker.activity, "127.0.0.1:0")
+            scalers.append(scaler)
+            push.append(port)
         started.set()
 
     async def stop() -> None:
         server[0].close()
+        for scaler in scalers:
+            waker.activity.close()
+            await scaler.stop(grace=1.0)
         tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         for task in tasks:
             task.cancel()

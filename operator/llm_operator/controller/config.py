@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 
 from llm_operator import releases
+from llm_operator.api.v1alpha1 import DNS_LABEL
 from llm_operator.controller.cluster.lease import ElectionConfig
 from llm_operator.controller.rollout.prometheus_urls import Endpoint, parse_list
 from llm_operator.images import (
@@ -23,7 +25,7 @@ from llm_operator.images import (
     launcher_image,
 )
 from llm_operator.render.autoscaling import DEFAULT_PROMETHEUS_URL
-from llm_operator.render.network import DEFAULT_METRICS_PEERS, parse_peers
+from llm_operator.render.network import DEFAULT_KEDA_NAMESPACE, DEFAULT_METRICS_PEERS, parse_peers
 
 # The version table's default release (releases.py): NVIDIA's image and its TensorRT-LLM.
 DEFAULT_RUNTIME_IMAGE = releases.DEFAULT.image
@@ -43,6 +45,8 @@ class OperatorConfig:
     prometheus_url: str = DEFAULT_PROMETHEUS_URL  # what KEDA ScaledObjects' triggers query
     # Who may scrape serving pods' metrics port: namespace names and CIDRs (render/network.py).
     metrics_peers: tuple[str, ...] = DEFAULT_METRICS_PEERS
+    # Where KEDA's operator runs: the one client of the router's waker at minReplicas 0.
+    keda_namespace: str = DEFAULT_KEDA_NAMESPACE
     # What canary analysis may query (controller/rollout/prometheus_urls.py); empty: no analysis runs.
     analysis_prometheus_urls: tuple[Endpoint, ...] = parse_list(DEFAULT_PROMETHEUS_URL, "default")
     # The model fetch Jobs' bandwidth cap (chart value fetch.maxBytesPerSecond); None: no cap.
@@ -81,11 +85,19 @@ class OperatorConfig:
             leader_election=election_from_env(),
             prometheus_url=prometheus_url,
             metrics_peers=parse_peers(env("LLMOP_METRICS_PEERS", ",".join(DEFAULT_METRICS_PEERS))),
+            keda_namespace=keda_namespace(env("LLMOP_KEDA_NAMESPACE", DEFAULT_KEDA_NAMESPACE)),
             analysis_prometheus_urls=parse_list(
                 env("LLMOP_ANALYSIS_PROMETHEUS_URLS", prometheus_url), "LLMOP_ANALYSIS_PROMETHEUS_URLS"
             ),
             fetch_max_bytes_per_second=positive_int(env("LLMOP_FETCH_MAX_BYTES_PER_SECOND", "")),
         )
+
+
+def keda_namespace(text: str) -> str:
+    """LLMOP_KEDA_NAMESPACE: one namespace name."""
+    if len(text) > 63 or not re.fullmatch(DNS_LABEL, text):
+        raise ValueError(f"LLMOP_KEDA_NAMESPACE: {text!r} is not a namespace name")
+    return text
 
 
 def positive_int(text: str) -> int | None:

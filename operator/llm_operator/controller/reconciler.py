@@ -239,7 +239,8 @@ class Reconciler:
                     s.ld, plan_for(s.ld, self.inventory, s.images), s.images, builds, slot=s.slot,
                     revision=s.revision, leader_worker_set=self.leader_worker_set,
                     prometheus_url=self.config.prometheus_url, metrics_peers=self.config.metrics_peers,
-                    models=models, fetch_max_bytes_per_second=self.config.fetch_max_bytes_per_second,
+                    keda_namespace=self.config.keda_namespace, models=models,
+                    fetch_max_bytes_per_second=self.config.fetch_max_bytes_per_second,
                     keep_any_source=opened_to_any_source(applied), deployment=ld,
                     canary=rollout.decision.revisions.canary is not None,
                 )

@@ -144,7 +144,8 @@ def scaled_object(
         ],
     }
     if zero is not None:
-        spec["triggers"].append(scale_to_zero.wake_trigger(deployment, namespace, prometheus_url, capacity))
+        spec["triggers"] += [scale_to_zero.wake_trigger(deployment, namespace, prometheus_url, capacity),
+                             scale_to_zero.push_trigger(deployment, namespace, capacity)]  # fmt: skip
     if autoscaling.behavior:
         spec["advanced"] = {"horizontalPodAutoscalerConfig": {"behavior": autoscaling.behavior}}
     return {

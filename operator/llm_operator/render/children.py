@@ -23,6 +23,7 @@ from llm_operator.render import autoscaling, names, network, policy, services
 from llm_operator.render.pod import template_hash
 from llm_operator.render.router import objects as routing
 from llm_operator.render.router.limits import replica_capacity
+from llm_operator.render.router.waker import waking
 from llm_operator.render.serving import workloads
 from llm_operator.rollout.revision import Slot
 from llm_operator.storage import EngineLocation, ModelLocation, tokenizer_dir, tokenizer_location
@@ -120,13 +121,15 @@ def shared_children(
     metrics_peers: Sequence[str] = network.DEFAULT_METRICS_PEERS,
     keep_any_source: bool = False,
     canary: bool = False,
+    keda_namespace: str = network.DEFAULT_KEDA_NAMESPACE,
 ) -> list[dict[str, Any]]:
     """Once per deployment, whatever its slots: the client Service (leaders of both slots, so the
     replica ratio is the traffic split), the headless Service, the autoscaler (of the total), the
     NetworkPolicy (of every serving pod), and in routing.mode inference-pool the InferencePool
     (leaders of both slots) and its router. `keep_any_source`: the applied policy admits clients
     from any source (render/network.py, upgrades). `canary`: a canary rollout is under way (an
-    autoscaler at minReplicas 0 then keeps a replica)."""
+    autoscaler at minReplicas 0 then keeps a replica). `keda_namespace`: where KEDA's operator runs,
+    the one client of the router's waker at minReplicas 0."""
     objs: list[dict[str, Any]] = [
         services.client_service(ld.name, ld.namespace),
         services.headless_service(ld.name, ld.namespace),
@@ -143,7 +146,8 @@ def shared_children(
         if pool:
             gateways = ld.spec.routing.picker.gateway_namespace_selector if ld.spec.routing.picker else None
             objs.append(network.router_network_policy(
-                ld.name, ld.namespace, policy_spec, metrics_peers, gateways, keep_any_source=keep_any_source
+                ld.name, ld.namespace, policy_spec, metrics_peers, gateways, keep_any_source=keep_any_source,
+                keda_namespace=keda_namespace if waking(ld) else None,
             ))  # fmt: skip
     objs += routing.routing_children(ld, images)
     return owned(ld, objs)

@@ -35,11 +35,17 @@ from llm_operator.contract import GRPC_PORT, HTTP_PORT, METRICS_PORT, OPENAI_POR
 from llm_operator.render import names
 from llm_operator.render.router.envoy import PICKER_GRPC_PORT, PICKER_METRICS_PORT
 from llm_operator.render.router.objects import router_pod_labels
+from llm_operator.render.scale_to_zero import PUSH_PORT
 
 NAMESPACE_NAME = "kubernetes.io/metadata.name"  # set by the API server on every namespace
 KEPT_ANY_SOURCE = "llmoperator.io/clients-from-any-source"
 # Where Prometheus runs unless the operator is told otherwise (LLMOP_METRICS_PEERS).
 DEFAULT_METRICS_PEERS = ("monitoring",)
+# Where KEDA runs unless the operator is told otherwise (LLMOP_KEDA_NAMESPACE), and the label of its
+# operator's pods (upstream's manifests, config/manager/manager.yaml, and its Helm chart both set it):
+# the one client of the waker's external-push scaler.
+DEFAULT_KEDA_NAMESPACE = "keda"
+KEDA_OPERATOR_LABELS = {"app": "keda-operator"}
 
 
 def parse_peers(text: str, what: str = "LLMOP_METRICS_PEERS") -> tuple[str, ...]:
@@ -159,10 +165,13 @@ def router_network_policy(
     gateways: LabelSelector | None = None,
     *,
     keep_any_source: bool = False,
+    keda_namespace: str | None = None,
 ) -> dict[str, Any]:
     """The router pods (routing.mode inference-pool): clients on the OpenAI port, the gateways'
-    namespaces on the picker's ext_proc port, the monitoring peers on the picker's metrics port;
-    nothing else. A policy kept from before clients were limited admitted clients to both ports."""
+    namespaces on the picker's ext_proc port, the monitoring peers on the picker's metrics port,
+    and with a waker (`keda_namespace` given, minReplicas 0) KEDA's operator pods in that namespace
+    on the waker's external-push port; nothing else. A policy kept from before clients were limited
+    admitted clients to the first two ports."""
     any_source = keep_any_source and not spec.limits_clients and gateways is None
     if any_source:
         ingress = [_clients(spec, True, OPENAI_PORT, PICKER_GRPC_PORT)]
@@ -172,6 +181,10 @@ def router_network_policy(
             ingress.append({"from": [_selected(gateways)], "ports": _tcp(PICKER_GRPC_PORT)})
     if metrics_peers:
         ingress.append({"from": [peer(p) for p in metrics_peers], "ports": _tcp(PICKER_METRICS_PORT)})
+    if keda_namespace is not None:
+        keda = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME: keda_namespace}},
+                "podSelector": {"matchLabels": dict(KEDA_OPERATOR_LABELS)}}  # fmt: skip
+        ingress.append({"from": [keda], "ports": _tcp(PUSH_PORT)})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

@@ -14,6 +14,10 @@ is Ready the picker dispatches the held requests in arrival order (one priority 
 global-strict fairness: GIE's defaults). With no trigger active and none failing for cooldownPeriod,
 KEDA sets spec.replicas to 0 (scaleToZeroOrIdle).
 
+That chain waits for a scrape and a poll. The router's waker sees each request before the picker
+holds it and pushes the activity to KEDA at once over KEDA's external-push protocol
+(llm_operator/waker/push.py): the `push` trigger, the direct wake-up; `wake` stays as its fallback.
+
 Pure: the same spec renders the same objects.
 """
 
@@ -22,6 +26,8 @@ from __future__ import annotations
 from typing import Any
 
 from llm_operator.api.v1alpha1 import ScaleToZeroSpec
+from llm_operator.render import names
+from llm_operator.waker.activity import CAPACITY_KEY
 
 # The picker's gauges (GIE v1.5.0 pkg/epp/metrics/metrics.go): the requests its flow control holds,
 # per flow and priority, which exists from the first held request on; and the pool's ready pods
@@ -39,6 +45,11 @@ POLLING_SECONDS = 2
 # retries out (render/router/hold.py).
 RETRY_AFTER_SECONDS = 5
 WAKE_TRIGGER = "wake"
+PUSH_TRIGGER = "push"
+# KEDA's external-push scaler on the router's waker (llm_operator/waker/push.py): gRPC, on the router
+# Service, which the router's NetworkPolicy opens to KEDA's operator only (render/network.py).
+PUSH_PORT = 9091
+PUSH_PORT_NAME = "keda-push"
 
 
 def _serving(deployment: str, namespace: str) -> str:
@@ -101,6 +112,23 @@ def wake_trigger(deployment: str, namespace: str, prometheus_url: str, capacity:
             # No picker series (the router not scraped) or no serving data while pods are scraped
             # is an error, never 0: KEDA then neither wakes nor idles on a guess.
             "ignoreNullValues": "false",
+        },
+    }
+
+
+def push_trigger(deployment: str, namespace: str, capacity: int) -> dict[str, Any]:
+    """KEDA's external-push scaler on the router's waker: active the moment a generation request is
+    held there, which KEDA acts on at once (scale from zero), no scrape or poll between. Its HPA
+    metric is the held requests, a replica per `capacity` as `wake`'s. A waker KEDA cannot reach
+    makes this trigger fail, and `wake` still wakes the deployment (KEDA activates on any active
+    trigger while another fails)."""
+    return {
+        "type": "external-push",
+        "name": PUSH_TRIGGER,
+        "metricType": "AverageValue",
+        "metadata": {
+            "scalerAddress": f"{names.router(deployment)}.{namespace}.svc:{PUSH_PORT}",
+            CAPACITY_KEY: str(capacity),
         },
     }
 

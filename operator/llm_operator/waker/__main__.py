@@ -14,6 +14,8 @@ import signal
 import sys
 
 from llm_operator.frontdoor import http1 as H
+from llm_operator.waker import push
+from llm_operator.waker.activity import QUIET_S
 from llm_operator.waker.exchange import FIRST_WAIT_S, INTERVAL_S, Settings, log
 from llm_operator.waker.server import Waker, serve
 from llm_operator.waker.stall import Watch, kube_reader
@@ -24,7 +26,7 @@ DRAIN_S = 50.0
 SPARE_FDS = 64  # descriptors kept for what is not a client's: the listening socket, the log
 
 
-def parse(argv: list[str]) -> tuple[Settings, int]:
+def parse(argv: list[str]) -> tuple[Settings, int, int]:
     parser = argparse.ArgumentParser(prog=NAME, description="SSE comments for streamed requests held at zero")
     parser.add_argument("--port", type=int, required=True, help="the OpenAI port clients reach")
     parser.add_argument("--envoy-port", type=int, required=True, help="Envoy's OpenAI listener on 127.0.0.1")
@@ -43,8 +45,10 @@ def parse(argv: list[str]) -> tuple[Settings, int]:
     parser.add_argument("--retry-after-seconds", type=int, default=Settings.retry_after_s)
     parser.add_argument("--deployment", default="",
                         help="the LLMDeployment whose status can end held requests")  # fmt: skip
+    parser.add_argument("--push-port", type=int, default=0,
+                        help="KEDA's external-push scaler (gRPC) on this port; 0: none")  # fmt: skip
     args = parser.parse_args(argv)
-    values = [v for k, v in vars(args).items() if k not in ("port", "deployment")]
+    values = [v for k, v in vars(args).items() if k not in ("port", "deployment", "push_port")]
     if any(v <= 0 for v in values):
         parser.error("every value must be above 0")
     http = H.HttpLimits(
@@ -66,7 +70,7 @@ def parse(argv: list[str]) -> tuple[Settings, int]:
         retry_after_s=args.retry_after_seconds,
         deployment=args.deployment,
     )
-    return settings, args.port
+    return settings, args.port, args.push_port
 
 
 def watch(settings: Settings) -> Watch | None:
@@ -78,9 +82,14 @@ def watch(settings: Settings) -> Watch | None:
     return Watch(read, log=log)
 
 
-async def run(settings: Settings, port: int) -> None:
+async def run(settings: Settings, port: int, push_port: int = 0) -> None:
     waker = Waker(settings, watch(settings))
     server = await serve(waker, None, port)
+    scaler = None
+    if push_port:
+        scaler, _ = await push.serve(waker.activity, f"[::]:{push_port}")
+        print(f"{NAME}: KEDA's external-push scaler on port {push_port}: active from the first held "
+              f"request, inactive {QUIET_S:g} s after the last", file=sys.stderr, flush=True)  # fmt: skip
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -92,6 +101,9 @@ async def run(settings: Settings, port: int) -> None:
     await stop.wait()
     server.close()  # no new connection; the open ones end as their requests do
     waker.stop()
+    if scaler is not None:  # KEDA's streams end cleanly: it reconnects (to the next router) in 2 s
+        waker.activity.close()
+        await scaler.stop(grace=1.0)
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(DRAIN_S):
             await waker.idle.wait()
@@ -112,8 +124,8 @@ def fd_cap(http: H.HttpLimits) -> H.HttpLimits:
 
 
 def main(argv: list[str] | None = None) -> int:
-    settings, port = parse(sys.argv[1:] if argv is None else argv)
-    asyncio.run(run(dataclasses.replace(settings, http=fd_cap(settings.http)), port))
+    settings, port, push_port = parse(sys.argv[1:] if argv is None else argv)
+    asyncio.run(run(dataclasses.replace(settings, http=fd_cap(settings.http)), port, push_port))
     return 0
 
 

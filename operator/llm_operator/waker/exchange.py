@@ -19,6 +19,7 @@ import h11
 
 from llm_operator.frontdoor import http1 as H
 from llm_operator.frontdoor import protocol as P
+from llm_operator.waker.activity import Activity
 from llm_operator.waker.envoy import Connection, UpstreamError, end_to_end
 from llm_operator.waker.stall import Watch
 
@@ -118,10 +119,11 @@ class Exchange:
     """One request and its answer; run() says whether the client's connection may carry another."""
 
     def __init__(self, settings: Settings, peer: Client, request: H.Request, up: Connection,
-                 watch: Watch | None = None) -> None:  # fmt: skip
+                 watch: Watch | None = None, activity: Activity | None = None) -> None:  # fmt: skip
         assert peer.head is not None
         self.settings, self.peer, self.request, self.up = settings, peer, request, up
         self.watch = watch  # the deployment's status, read while a generation request is held
+        self.activity = activity  # what KEDA is pushed (push.py): held generation requests
         self.head = peer.head
         loop = asyncio.get_running_loop()
         self.generation = request.path in GENERATION_ROUTES
@@ -179,15 +181,23 @@ class Exchange:
         return f"{self.request.method} {self.request.path[:100]} from {H.client(self.peer.writer)}"
 
     async def _head(self) -> h11.Response:
-        """Envoy's response head; for a generation request, Refused first if the deployment's status
-        says no replica can start (its Envoy connection is then closed: the picker drops the request)."""
+        """Envoy's response head. A generation request waiting for it is held: counted in what KEDA is
+        pushed (push.py), and Refused first if the deployment's status says no replica can start (its
+        Envoy connection is then closed: the picker drops the request)."""
         response = asyncio.ensure_future(self.up.response(self._loop().time() + self.settings.silence_s))
-        if self.watch is None or not self.generation:
+        if not self.generation:
             return await response
-        with self.watch.holding():
-            refused = asyncio.ensure_future(self.watch.refused())
+        with self.activity.holding() if self.activity is not None else contextlib.nullcontext():
+            if self.watch is None:
+                return await response
+            return await self._unless_refused(response, self.watch)
+
+    async def _unless_refused(self, response: asyncio.Future[h11.Response], watch: Watch) -> h11.Response:
+        with watch.holding():
+            refused = asyncio.ensure_future(watch.refused())
+            either: set[asyncio.Future[Any]] = {response, refused}
             try:
-                await asyncio.wait({response, refused}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 await _cancel(refused)
                 if not response.done():

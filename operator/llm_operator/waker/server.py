@@ -13,6 +13,7 @@ import contextlib
 
 from llm_operator.frontdoor import http1 as H
 from llm_operator.frontdoor import protocol as P
+from llm_operator.waker.activity import Activity
 from llm_operator.waker.envoy import CHUNK, Pool, UpstreamError
 from llm_operator.waker.exchange import Client, Exchange, Settings, log
 from llm_operator.waker.stall import Watch
@@ -24,6 +25,7 @@ class Waker:
     def __init__(self, settings: Settings, watch: Watch | None = None) -> None:
         self.settings = settings
         self.watch = watch  # None: no deployment to read (held requests wait out the hold)
+        self.activity = Activity()  # the held requests, as KEDA's external-push scaler sees them
         self.pool = Pool(settings.envoy_host, settings.envoy_port)
         # The client connections' handlers, held: asyncio keeps tasks only weakly (a handler
         # whose sockets are all paused is otherwise garbage; frontdoor/server.py says more).
@@ -109,7 +111,7 @@ class Waker:
             await peer.json(503, error.body(), close=True)
             await peer.linger()
             return False
-        exchange = Exchange(self.settings, peer, request, up, self.watch)
+        exchange = Exchange(self.settings, peer, request, up, self.watch, self.activity)
         try:
             again = await exchange.run()
         except BaseException:

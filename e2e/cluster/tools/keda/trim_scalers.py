@@ -2,12 +2,13 @@
 
 KEDA compiles all of its ~80 scalers into one package (pkg/scalers), each with its service's SDK
 (Kafka, Azure, AWS, GCP, databases, ...), so a build of its operator or metrics server compiles
-about 176 MB of Go source. The operator renders only `prometheus` triggers (render/autoscaling.py,
-render/scale_to_zero.py); the copy drops every other case of KEDA's trigger switch
-(pkg/scaling/scalers_builder.go, between its TRIGGERS-START and TRIGGERS-END markers) and the files
-that define their constructors, so the rest of KEDA (controllers, scale handler, metrics server,
-TriggerAuthentication, certificates) is built unchanged from the module. A trigger of another type
-gets KEDA's own "no scaler found for type" error.
+about 176 MB of Go source. The operator renders only `prometheus` triggers and, at minReplicas 0,
+the waker's `external-push` one (render/autoscaling.py, render/scale_to_zero.py); the copy drops
+every other case of KEDA's trigger switch (pkg/scaling/scalers_builder.go, between its
+TRIGGERS-START and TRIGGERS-END markers) and the files that define their constructors, so the rest
+of KEDA (controllers, scale handler, metrics server, TriggerAuthentication, certificates) is built
+unchanged from the module. A trigger of another type gets KEDA's own "no scaler found for type"
+error.
 
     trim_scalers.py WRAPPER_DIR MODULE_DIR OUT_DIR TYPE...
 

@@ -33,7 +33,7 @@ from llm_operator.render.router.envoy import (
 )
 from llm_operator.render.router.limits import router_limits
 from llm_operator.render.router.waker import ENVOY_BEHIND_WAKER_PORT, waker_container, waker_rule, waking
-from llm_operator.render.scale_to_zero import flow_control
+from llm_operator.render.scale_to_zero import PUSH_PORT, PUSH_PORT_NAME, flow_control
 
 POOL_GROUP = "inference.networking.k8s.io"
 POOL_API_VERSION = f"{POOL_GROUP}/v1"
@@ -309,7 +309,8 @@ def router_service(ld: LLMDeployment) -> dict[str, Any]:
     stays behind its Service while the picker is not ready (its readiness makes the pod unready and
     status says PickerUnavailable), so Envoy answers as the failure mode says: the client Service
     (FailOpen) or a 503 (FailClose); left to kube-proxy, a Service with no ready endpoint refuses
-    the connection, and the client gets no answer at all."""
+    the connection, and the client gets no answer at all. At minReplicas 0, the waker's port for
+    KEDA's external-push scaler too."""
     spec: dict[str, Any] = {
         "publishNotReadyAddresses": True,
         "type": "ClusterIP",
@@ -322,6 +323,9 @@ def router_service(ld: LLMDeployment) -> dict[str, Any]:
             {"name": "grpc-picker", "port": PICKER_GRPC_PORT, "targetPort": "grpc", "protocol": "TCP"},
         ],
     }  # fmt: skip
+    if waking(ld):  # KEDA's external-push scaler: gRPC in cleartext (docs/autoscaling.md says why)
+        spec["ports"].append({"name": PUSH_PORT_NAME, "port": PUSH_PORT, "targetPort": PUSH_PORT_NAME,
+                              "protocol": "TCP", "appProtocol": "kubernetes.io/h2c"})  # fmt: skip
     return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(ld), "spec": spec}
 
 

@@ -1,7 +1,9 @@
 """The router's waker container at autoscaling.minReplicas 0 (llm_operator/waker/): clients reach it on
 the router Service's OpenAI port, and it passes each request to Envoy, which then listens on
 127.0.0.1 only, so that no request bypasses it. A streamed request held while the first replica
-starts gets `: waking` SSE comments from it (docs/autoscaling.md, "Progress while held").
+starts gets `: waking` SSE comments from it (docs/autoscaling.md, "Progress while held"). It also
+serves KEDA's external-push scaler, which wakes the deployment the moment a request is held
+(docs/autoscaling.md, "The direct wake-up").
 
 It runs `python3 -m llm_operator.waker` from the operator's own image (LLMOP_WAKER_IMAGE, which the
 chart sets to the operator's), with h11 as the front door has it; its bounds are the router's
@@ -20,7 +22,7 @@ from llm_operator.contract import OPENAI_PORT
 from llm_operator.frontdoor.http1 import body_limit
 from llm_operator.modelrepo import sequence_limits
 from llm_operator.render.router.limits import RouterLimits
-from llm_operator.render.scale_to_zero import RETRY_AFTER_SECONDS
+from llm_operator.render.scale_to_zero import PUSH_PORT, PUSH_PORT_NAME, RETRY_AFTER_SECONDS
 from llm_operator.waker.exchange import FIRST_WAIT_S, INTERVAL_S
 
 # Envoy's OpenAI listener behind the waker: on 127.0.0.1, beside the picking listener (18080).
@@ -45,7 +47,7 @@ def waker_args(ld: LLMDeployment, limits: RouterLimits) -> list[str]:
     """When to send comments and how often (llm_operator/waker/exchange.py); the waker's bounds, as
     Envoy's: its connection cap and header count, its header, request and
     idle timeouts, its silence; the body kept to read `stream` from is the front door's cap for the
-    model (a larger body is refused there, streamed or not)."""
+    model (a larger body is refused there, streamed or not); the port KEDA's stream is served on."""
     max_input_len, _ = sequence_limits(ld.spec)
     flags = {
         "port": OPENAI_PORT,
@@ -63,6 +65,7 @@ def waker_args(ld: LLMDeployment, limits: RouterLimits) -> list[str]:
         "retry-after-seconds": RETRY_AFTER_SECONDS,
         # Its status, read while requests are held, ends them when no replica can start.
         "deployment": ld.name,
+        "push-port": PUSH_PORT,
     }
     return [part for name, value in flags.items() for part in (f"--{name}", str(value))]
 
@@ -87,7 +90,10 @@ def waker_container(ld: LLMDeployment, image: str, limits: RouterLimits,
         "command": ["python3", "-m", "llm_operator.waker"],
         "args": waker_args(ld, limits),
         "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
-        "ports": [{"name": "openai", "containerPort": OPENAI_PORT, "protocol": "TCP"}],
+        "ports": [
+            {"name": "openai", "containerPort": OPENAI_PORT, "protocol": "TCP"},
+            {"name": PUSH_PORT_NAME, "containerPort": PUSH_PORT, "protocol": "TCP"},
+        ],
         "readinessProbe": probe,
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
         "securityContext": copy.deepcopy(RESTRICTED),
