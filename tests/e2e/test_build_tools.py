@@ -95,6 +95,8 @@ func buildScaler(triggerType string) (scalers.Scaler, error) {
 		return scalers.NewCPUMemoryScaler(corev1.ResourceCPU, config)
 	case "kafka":
 		return scalers.NewKafkaScaler(ctx, config)
+	case "external-push":
+		return scalers.NewExternalPushScaler(config)
 	case "memory":
 		return scalers.NewCPUMemoryScaler(corev1.ResourceMemory, config)
 	case "prometheus":
@@ -118,7 +120,8 @@ def test_keda_builds_two_binaries_from_one_wrapper_module_at_low_priority(tmp_pa
     (module / "pkg/scaling/scalers_builder.go").write_text(KEDA_BUILDER)
     (module / "pkg/scalers").mkdir(parents=True)
     for name, constructor in [("prometheus", "NewPrometheusScaler"), ("cpu_memory", "NewCPUMemoryScaler"),
-                              ("kafka", "NewKafkaScaler")]:  # fmt: skip
+                              ("kafka", "NewKafkaScaler"),
+                              ("external", "NewExternalPushScaler")]:  # fmt: skip
         go = f"package scalers\n\nfunc {constructor}() {{}}\n"
         (module / f"pkg/scalers/{name}_scaler.go").write_text(go)
     proc, calls = _run(tmp_path, "keda")
@@ -135,7 +138,7 @@ def test_keda_builds_two_binaries_from_one_wrapper_module_at_low_priority(tmp_pa
         assert f"-modfile {modfile} " in built
         assert f"replace github.com/kedacore/keda/v2 => {binary / 'src/keda'}" in modfile.read_text()
         scalers = sorted(p.name for p in (binary / "src/keda/pkg/scalers").iterdir())
-        assert scalers == ["cpu_memory_scaler.go", "prometheus_scaler.go"]
+        assert scalers == ["cpu_memory_scaler.go", "external_scaler.go", "prometheus_scaler.go"]
         assert f"keda build -trimpath -modfile {modfile} " in "\n".join(calls)
     assert (operator / "keda-operator").is_file() and (adapter / "keda-adapter").is_file()
     assert (operator / "config/minimal/kustomization.yaml").is_file()
