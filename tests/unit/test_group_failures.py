@@ -9,7 +9,6 @@ from typing import Any
 
 from llm_operator import labels as L
 from llm_operator.controller.observe.groups import LWS_NAME, GroupFailures, wanted
-from llm_operator.render import names
 from llm_operator.render.serving import LWS_GROUP_INDEX
 from llm_operator.rollout.revision import Slot
 
@@ -75,19 +74,11 @@ def test_a_pod_deleted_before_it_ran_is_no_members_failure() -> None:
 
 
 def test_a_group_is_wanted_while_its_leader_set_runs_its_index_and_slot() -> None:
-    """An aborted canary's slot (its leader StatefulSet pruned), a group past the replicas and one
-    whose worker StatefulSet is pruned are being removed; a LeaderWorkerSet's groups are counted on
-    the LWS."""
-    workers: dict[tuple[str, str, str], dict[str, Any]] = {
-        ("StatefulSet", NS, names.group(NAME, "main", i, Slot.A)): {"metadata": {}, "spec": {}}
-        for i in (0, 1)
-    }
+    """An aborted canary's slot (its leader StatefulSet pruned) and a group past the replicas are
+    being removed; a LeaderWorkerSet's groups are counted on the LWS."""
     sts = {("StatefulSet", NS, NAME): {"metadata": {}, "spec": {"replicas": 2}},
-           ("LeaderWorkerSet", NS, "x-lws"): {"metadata": {}, "spec": {"replicas": 1}},
-           **workers}  # fmt: skip
+           ("LeaderWorkerSet", NS, "x-lws"): {"metadata": {}, "spec": {"replicas": 1}}}  # fmt: skip
     assert wanted(sts, NS, NAME, ("main", 1, Slot.A), None)
-    del sts[("StatefulSet", NS, names.group(NAME, "main", 1, Slot.A))]  # scaled away: workers first
-    assert not wanted(sts, NS, NAME, ("main", 1, Slot.A), None)
     assert not wanted(sts, NS, NAME, ("main", 2, Slot.A), None)
     assert not wanted(sts, NS, NAME, ("main", 0, Slot.B), None)  # tiny-pp-b: gone
     assert wanted(sts, NS, NAME, ("main", 0, Slot.B), "x-lws")

@@ -162,11 +162,6 @@ def wanted(children: Children, namespace: str, deployment: str, group: Group, lw
     obj = children.get(("LeaderWorkerSet", namespace, lws) if lws else leader)
     if obj is None or obj["metadata"].get("deletionTimestamp"):
         return False
-    # A group whose worker StatefulSet is pruned (scaled away, its slot removed) is ending too: its
-    # leader, whose world lost the workers first, may restart before its own pod is deleted.
-    workers = children.get(("StatefulSet", namespace, names.group(deployment, pool, index, slot)))
-    if lws is None and (workers is None or workers["metadata"].get("deletionTimestamp")):
-        return False
     return index < int(obj["spec"].get("replicas", 0))
 
 
