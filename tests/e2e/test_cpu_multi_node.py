@@ -266,8 +266,9 @@ def test_the_hpa_scales_the_split_deployment_by_whole_groups(world: World, kubec
     first, seen = uids(world, kubectl), group_events(kubectl, world.namespace, SPLIT)
 
     def sample() -> dict[str, dict[str, Any]]:
-        pods = world.members(kubectl, SPLIT)
+        # The status before the pods: going up, pods read after it are at least as Ready as it counted.
         ld = kubectl.get("llmdeployment", SPLIT, ns) or {}
+        pods = world.members(kubectl, SPLIT)
         half.sample((ld.get("status") or {}).get("readyReplicas", 0), pods, SPLIT, 2)
         return pods
 

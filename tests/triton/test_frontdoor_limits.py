@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llm_operator.runtime.supervisor import descendants, process_table
+from llm_operator.runtime.processes import descendants, process_table
 
 from tests.openai_errors import openai_error
 from tests.triton.leader import LeaderPod, leader_pod

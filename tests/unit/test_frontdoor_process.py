@@ -18,7 +18,7 @@ import pytest
 from llm_operator.runtime.config import PodConfig
 from llm_operator.runtime.cpu_reference import tokenizer_files
 from llm_operator.runtime.launcher import frontdoor_command
-from llm_operator.runtime.supervisor import descendants, process_table
+from llm_operator.runtime.processes import descendants, process_table
 
 from e2e.cluster.processes import free_ports
 from tests.unit.test_dependencies import PACKAGE

@@ -20,7 +20,7 @@ import pytest
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
 from llm_operator.contract import ADMIN_KEY_ENV, ADMIN_KEY_HEADER, KILL_GRACE_SECONDS
 from llm_operator.controller.secrets.ssh import key_pair
-from llm_operator.runtime import launcher, supervisor
+from llm_operator.runtime import launcher, processes
 from llm_operator.runtime.commands import (
     engine_problems,
     redacted,
@@ -256,10 +256,39 @@ def test_ranks_are_found_by_their_own_id_not_by_mpiruns_command_line() -> None:
         12: (10, []),  # a zombie
         13: (99, ["ts", "--id=rank0"]),  # not ours
     }
-    assert sorted(supervisor.descendants(table, 1)) == [10, 11, 12]
-    assert supervisor.rank_pids(table, 1, ["rank0"]) == {"rank0": 11}
+    assert sorted(processes.descendants(table, 1)) == [10, 11, 12]
+    assert processes.rank_pids(table, 1, ["rank0"]) == {"rank0": 11}
     del table[11]
-    assert supervisor.rank_pids(table, 1, ["rank0"]) == {}, "mpirun alone is not rank 0"
+    assert processes.rank_pids(table, 1, ["rank0"]) == {}, "mpirun alone is not rank 0"
+
+
+def test_a_rank_is_its_process_through_an_exec_until_that_process_is_gone() -> None:
+    """The launch wrapper becomes the server by exec: for an instant its command line reads empty,
+    and a rank taken for lost stops the whole world (a starting group recreated for nothing)."""
+    mpirun = (1, ["mpirun", "-n", "1", "wrap", "ts", "--id=rank0"])
+    watch = processes.RankWatch(("rank0",), ("wrap",))
+    table = {10: mpirun, 11: (10, ["python3", "-m", "launch", "ts", "--id=rank0"])}
+    assert watch.update(table, 1) == ({"rank0": 11}, [])
+    assert watch.update({10: mpirun, 11: (10, [])}, 1) == ({"rank0": 11}, []), "mid-exec: still rank 0"
+    running = {10: mpirun, 11: (10, ["ts", "--id=rank0"]), 12: (11, ["ts", "--id=rank0"])}
+    assert watch.update(running, 1) == ({"rank0": 11}, []), "its fork is not the rank"
+    assert watch.update({10: mpirun, 12: (1, ["ts", "--id=rank0"])}, 1) == ({}, ["rank0"])
+
+
+def test_rank_pids_takes_the_rank_not_its_fork_in_any_order() -> None:
+    for order in ([11, 12], [12, 11]):
+        argv = ["ts", "--id=rank0"]
+        table = {10: (1, ["mpirun"]), **{pid: (10 if pid == 11 else 11, argv) for pid in order}}
+        assert processes.rank_pids(table, 1, ["rank0"]) == {"rank0": 11}
+
+
+def test_process_table_keeps_a_process_without_argv_and_leaves_zombies_out(tmp_path: Path) -> None:
+    for pid, state, argv in ((20, "R", b""), (21, "Z", b""), (22, "S", b"ts\0--id=rank0\0")):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} (t s) {state} 1 {pid} {pid} 0 -1\n")
+        (tmp_path / str(pid) / "cmdline").write_bytes(argv)
+    (tmp_path / "self").mkdir()
+    assert processes.process_table(tmp_path) == {20: (1, []), 22: (1, ["ts", "--id=rank0"])}
 
 
 class Metrics:
@@ -609,10 +638,10 @@ def test_launcher_serves_the_cpu_repository_drains_and_stops_cleanly(tmp_path: P
             [PYTHON, "-m", "llm_operator.runtime.launcher", "drain"], env=env, timeout=30
         )
         assert drained.returncode == 0 and time.monotonic() - start < 10, "idle server: nothing to drain"
-        table = supervisor.process_table()  # other tests' servers may be running: ours descend from proc
+        table = processes.process_table()  # other tests' servers may be running: ours descend from proc
         server = [
             pid
-            for pid in supervisor.descendants(table, proc.pid)
+            for pid in processes.descendants(table, proc.pid)
             if table[pid][1][:1] == [env["LLMOP_TRITONSERVER"]]
         ]
         proc.send_signal(signal.SIGTERM)

@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 from llm_operator.runtime.drain import close_to_launches
-from llm_operator.runtime.supervisor import LAUNCHER_PID_FILE, stale_launches
+from llm_operator.runtime.processes import stale_launches
+from llm_operator.runtime.supervisor import LAUNCHER_PID_FILE
 
 from tests.unit.test_launcher import MULTI, alive, config
 

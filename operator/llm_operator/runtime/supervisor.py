@@ -22,14 +22,14 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
 from types import FrameType
 
 from llm_operator.contract import KILL_GRACE_SECONDS, LAUNCHER, STALLED_PREFIX
 from llm_operator.runtime.mpi_report import MpiReport
+from llm_operator.runtime.processes import RankWatch, descendants, process_table, stale_launches
 
 # Exit statuses of a server that stopped without being asked (besides its own, passed through, and
 # 128+N for one killed by signal N).
@@ -39,89 +39,6 @@ EXIT_NOT_FOUND = 127
 # before it is stopped like the rest (the pod's restart, which recreates the group, waits for it):
 # on the real node's 2 shared cores 1 s was too short for Open MPI to print its report.
 MPI_REPORT_SECONDS = 4.0
-
-
-def process_table(proc: Path = Path("/proc")) -> dict[int, tuple[int, list[str]]]:
-    """pid -> (parent pid, argv) of every live process (zombies have no argv)."""
-    table: dict[int, tuple[int, list[str]]] = {}
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
-        except (OSError, IndexError, ValueError):
-            continue  # exited while we looked
-        table[int(entry.name)] = (ppid, argv)
-    return table
-
-
-def descendants(table: Mapping[int, tuple[int, list[str]]], root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found, todo = [], list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo += children.get(pid, [])
-    return found
-
-
-def rank_pids(
-    table: Mapping[int, tuple[int, list[str]]], root: int, ranks: Iterable[str], wrappers: Iterable[str] = ()
-) -> dict[str, int]:
-    """Live rank processes under root, by --id. mpirun puts each rank in its own process group,
-    so ranks are found in the process tree, not by signalling a group. A process whose command
-    line names one of `wrappers` (and mpirun's, which names it too) only starts a rank."""
-    wanted = {f"--id={r}": r for r in ranks}
-    skip = set(wrappers)
-    found: dict[str, int] = {}
-    for pid in descendants(table, root):
-        argv = table[pid][1]
-        ids = [arg for arg in argv if arg.startswith("--id=")]
-        if skip.intersection(argv):
-            continue
-        if len(ids) == 1 and ids[0] in wanted:  # mpirun's own command line names every rank
-            found[wanted[ids[0]]] = pid
-    return found
-
-
-def start_time(pid: int, proc: Path = Path("/proc")) -> int:
-    """When the process started, in clock ticks since boot (/proc/PID/stat field 22); 0 if gone."""
-    try:
-        return int((proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def _sshd(argv: list[str]) -> bool:
-    """/usr/sbin/sshd, or a title sshd gave itself ("sshd: user@notty", "sshd: /usr/sbin/sshd -D
-    ... [listener] ...", one string)."""
-    first = argv[0].split(" ", 1)[0] if argv else ""
-    return os.path.basename(first).startswith("sshd")
-
-
-def stale_launches(
-    table: Mapping[int, tuple[int, list[str]]],
-    root: int,
-    server: int,
-    started: Callable[[int], int] = start_time,
-) -> list[int]:
-    """A worker's processes of an earlier launch, to end when a newer one runs: Open MPI's orted
-    leaves the ssh session that started it (the session ends at once: sshd logs the leader's login
-    and its disconnect) and lives on under the worker's launcher, the child subreaper `root`, one
-    orted per launch; every one but the newest, with everything under it, is stale. A leader
-    launches once per world, so an older one still running means its leader is gone without ending
-    it (a lost node, a partition: orted may wait on a dead TCP peer for hours, its ranks holding the
-    GPUs the new world's ranks need). Processes still inside an ssh session are left alone: killing
-    a session's command would fail the launch it belongs to."""
-    launches = [pid for pid, (ppid, argv) in table.items()
-                if ppid == root and pid != server and argv and not _sshd(argv)]  # fmt: skip
-    if len(launches) < 2:
-        return []
-    newest = max(launches, key=lambda pid: (started(pid), pid))
-    return [p for pid in launches if pid != newest for p in (pid, *descendants(table, pid))]
 
 
 # A worker pod's preStop began (drain.py sends it to the launcher named in LAUNCHER_PID_FILE).
@@ -251,7 +168,7 @@ class Supervisor:
         relaying.start()
         status: int | None = None
         companion_status: int | None = None
-        seen: dict[str, int] = {}
+        ranks = RankWatch(self.ranks, self.wrappers)
         cause, phase, deadline, killed, spared = "", "", 0.0, False, 0.0
         closed = False  # a worker's sshd was stopped at its preStop: no new launch, the world stays
 
@@ -281,9 +198,8 @@ class Supervisor:
                 for pid in stale:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
-            live = rank_pids(table, me, self.ranks, self.wrappers) if self.ranks else {}
-            seen.update({r: p for r, p in live.items() if r not in seen})
-            gone = [r for r in seen if r not in live] if self.policy == Policy.RANK0_FIRST else []
+            live, vanished = ranks.update(table, me)
+            gone = vanished if self.policy == Policy.RANK0_FIRST else []
             now = time.monotonic()
             if not phase and ((status is not None and not closed) or gone or companion_status is not None):
                 # Nobody asked: the server, a rank or a companion went away. Stop whatever is left.
