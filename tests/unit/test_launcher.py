@@ -7,8 +7,10 @@ from __future__ import annotations
 import dataclasses
 import http.client as http_client
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -20,7 +22,7 @@ import pytest
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
 from llm_operator.contract import ADMIN_KEY_ENV, ADMIN_KEY_HEADER, KILL_GRACE_SECONDS
 from llm_operator.controller.secrets.ssh import key_pair
-from llm_operator.runtime import launcher, processes
+from llm_operator.runtime import launcher, processes, supervisor
 from llm_operator.runtime.commands import (
     engine_problems,
     redacted,
@@ -368,6 +370,43 @@ def test_launcher_refuses_to_start_with_a_meaningful_status(
     result = subprocess.run([PYTHON, "-m", "llm_operator.runtime.launcher", *argv], env=full, timeout=30,
                             capture_output=True, text=True)  # fmt: skip
     assert result.returncode == code, result.stderr
+    if code == launcher.EXIT_WORKERS_UNREACHABLE:  # each worker named, with why
+        assert "127.0.0.1: Connection refused" in result.stderr, result.stderr
+
+
+def test_a_worker_that_drops_every_connection_is_reported_before_the_wait_ends() -> None:
+    """A full accept queue drops SYNs as a NetworkPolicy does: connections time out, where a pod
+    still starting refuses at once. The leader says so after `dropped` seconds, not the whole wait;
+    refused and unresolvable workers are waited for, each with its reason."""
+    with socket.socket() as dropping:
+        dropping.bind(("127.0.0.1", 0))
+        dropping.listen(0)
+        port = dropping.getsockname()[1]
+        queued = []
+        while True:  # fill the queue: the next connection times out
+            client = socket.socket()
+            client.settimeout(0.5)
+            try:
+                client.connect(("127.0.0.1", port))
+            except TimeoutError:
+                client.close()
+                break
+            queued.append(client)
+        start = time.monotonic()
+        found = launcher.wait_for_workers(["127.0.0.1"], port, 60, supervisor.Stop(), dropped=3)
+        assert 3 <= time.monotonic() - start < 15, found
+        assert re.fullmatch(r"every connection timed out for \d+ s .*NetworkPolicy.*", found["127.0.0.1"]), (
+            found
+        )
+        for client in queued:
+            client.close()
+    start = time.monotonic()
+    found = launcher.wait_for_workers(
+        ["127.0.0.1", "worker.invalid"], free_port(), 2, supervisor.Stop(), dropped=1
+    )
+    assert time.monotonic() - start >= 2, "refusals and unresolved names are waited for: pods still starting"
+    assert found == {"127.0.0.1": "Connection refused", "worker.invalid": found["worker.invalid"]}, found
+    assert found["worker.invalid"].startswith("does not resolve ("), found
 
 
 # --- supervision of real processes ----------------------------------------------------------

@@ -178,7 +178,7 @@ def test_real_sshd_lets_only_the_pinned_leader_in_forwards_nothing_and_keeps_the
     sshd = subprocess.Popen(worker_command(worker, config_file), stderr=subprocess.PIPE, **group.as_user())  # type: ignore[call-overload]
     try:
         pending = launcher.wait_for_workers(["127.0.0.1"], worker.ssh_port, 10, supervisor.Stop())
-        assert pending == [], sshd.stderr.read().decode() if sshd.poll() is not None and sshd.stderr else ""
+        assert pending == {}, sshd.stderr.read().decode() if sshd.poll() is not None and sshd.stderr else ""
         assert SECRET_VALUE not in Path(f"/proc/{sshd.pid}/cmdline").read_text()
 
         # The leader logs in, and the session runs with the worker container's environment.

@@ -58,18 +58,42 @@ EXIT_WORKERS_UNREACHABLE = 69  # multi-node leader: workers' sshd never answered
 EXIT_CONFIG = 78
 
 
-def wait_for_workers(hosts: list[str], port: int, timeout: float, stop: Stop) -> list[str]:
+# A worker whose address lets every connection time out for this long is cut off from its leader
+# (a NetworkPolicy between the group's pods, a node gone): a pod that is still starting (pulling its
+# image, sshd not yet listening) refuses at once instead, and waiting out LLMOP_WORKER_WAIT_SECONDS
+# would only hide the cause for ten minutes.
+DROPPED_SECONDS = 60.0
+CONNECT_TIMEOUT_SECONDS = 2.0
+
+
+def wait_for_workers(
+    hosts: list[str], port: int, timeout: float, stop: Stop, dropped: float = DROPPED_SECONDS
+) -> dict[str, str]:
     """Block until every worker's sshd accepts connections (their DNS names appear once the pods
-    run); returns the hosts still unreachable at the deadline or on SIGTERM."""
+    run). Returns each host still unreachable, with why, at the deadline, on SIGTERM, or as soon as
+    one has dropped every connection for `dropped` seconds."""
     deadline = time.monotonic() + timeout
-    pending = list(hosts)
+    pending: dict[str, str] = dict.fromkeys(hosts, "not tried")
+    dropping: dict[str, float] = {}  # host -> since when every connection to it timed out
     while pending and time.monotonic() < deadline and stop.signum is None:
         for host in list(pending):
             try:
-                socket.create_connection((host, port), timeout=2).close()
-                pending.remove(host)
-            except OSError:
-                pass
+                socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_SECONDS).close()
+                del pending[host]
+                continue
+            except socket.gaierror as e:
+                pending[host] = f"does not resolve ({e.strerror})"
+            except TimeoutError:
+                since = dropping.setdefault(host, time.monotonic())
+                pending[host] = (f"every connection timed out for {time.monotonic() - since:.0f} s (a pod "
+                                 "still starting refuses at once): a NetworkPolicy between the group's pods, "
+                                 "or its node unreachable")  # fmt: skip
+                if time.monotonic() - since >= dropped:
+                    return pending
+                continue
+            except OSError as e:
+                pending[host] = e.strerror or type(e).__name__
+            dropping.pop(host, None)
         if pending:
             time.sleep(1)
     return pending
@@ -114,7 +138,8 @@ def launch(c: PodConfig, stop: Stop, environ: Mapping[str, str]) -> int:
         if stop.signum is not None:
             return 0
         if missing:
-            log(f"workers unreachable after {c.worker_wait:g}s on port {c.ssh_port}: {', '.join(missing)}")
+            why = "; ".join(f"{host}: {reason}" for host, reason in missing.items())
+            log(f"workers unreachable on port {c.ssh_port} (waiting up to {c.worker_wait:g}s): {why}")
             return EXIT_WORKERS_UNREACHABLE
     if not c.admin_key:
         # No Secret's key (a pod not rendered by the operator): the admin APIs stay restricted,
