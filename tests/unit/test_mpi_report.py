@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 from llm_operator.runtime.commands import rank_places
@@ -88,3 +89,35 @@ def test_real_mpiruns_words(ending: str, said: str) -> None:
     node = next((line.split(" on node ")[1].split()[0] for line in (run.stdout + run.stderr).splitlines()
                  if " on node " in line), "")  # fmt: skip
     assert found == [said.format(node=node)], run.stdout + run.stderr
+
+
+def test_a_daemon_that_never_started_is_reported_with_what_ssh_or_the_shell_said() -> None:
+    block = "\n--------\nORTE was unable to reliably start one or more daemons.\nThis usually is caused by:\n"
+    noise = "llm-operator-frontdoor: serving m on port 8080\n"  # the front door shares the pipe
+    reasons = [
+        "Host key verification failed.",
+        "nonroot@w: Permission denied (publickey).",
+        "ssh: connect to host w port 2222: Connection refused",
+        "bash: orted: command not found",
+    ]
+    for said in reasons:
+        found = read(noise + said + "\n" + noise + block)
+        assert found == [f"mpirun: could not start its daemon on a worker: {said}"], found
+    assert read(block) == ["mpirun: could not start its daemon on a worker"]
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="Open MPI is not installed")
+def test_real_mpirun_forwards_what_ssh_said_when_a_worker_refuses_the_login(tmp_path: Path) -> None:
+    """The leader's ssh to a worker fails (here a stand-in for OpenSSH's client saying what it says
+    for a worker whose host key is not the pinned one): the report names ssh's reason."""
+    assert MPIRUN is not None
+    ssh = tmp_path / "ssh"
+    ssh.write_text('#!/bin/sh\necho "Host key verification failed." >&2\nexit 255\n')
+    ssh.chmod(0o755)
+    run = subprocess.run([MPIRUN, "--allow-run-as-root", "--mca", "plm_rsh_agent", str(ssh), "--mca",
+                          "plm_rsh_no_tree_spawn", "1", "--host", "localhost:1,worker.invalid:1", "-n", "2",
+                          "sleep", "5"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert run.returncode != 0
+    assert read(run.stdout + run.stderr) == [
+        "mpirun: could not start its daemon on a worker: Host key verification failed."
+    ], run.stdout + run.stderr

@@ -13,6 +13,12 @@ help-orterun.txt [orterun:proc-aborted-strsignal], [orterun:proc-aborted], [orte
     mpirun has exited due to process rank 1 with PID 7 on  /  node w-1 exiting improperly. ...
     ORTE has lost communication with a remote daemon.  /  ...  /  Remote daemon: [[9,0],1] on node w-1
 
+and, when a worker's daemon never started (help-errmgr-base.txt [failed-daemon-launch]), after the
+line ssh or the remote shell printed, which mpirun forwards ("Host key verification failed.",
+"bash: orted: command not found"):
+
+    ORTE was unable to reliably start one or more daemons.
+
 The non-zero exit names no node: the rank's pod comes from the launch's layout (`places`, one entry
 per rank). Standard library only (the serving images).
 """
@@ -30,6 +36,14 @@ _EXIT_CODE = re.compile(r"^\s*Exit code:\s*(-?\d+)")
 _NO_SYNC = re.compile(r"has exited due to process rank (\d+) with PID \d+ on\s*$")
 _NO_SYNC_NODE = re.compile(r"^node (\S+) exiting improperly")
 _DAEMON = re.compile(r"^\s*Remote daemon:\s*\S+ on node (\S+)")
+_NOT_STARTED = re.compile(r"^ORTE was unable to reliably start one or more daemons")
+# Why a worker's daemon never started, as OpenSSH's client or the worker's shell says it: a host
+# key mismatch, a refused key, a worker not listening, a name that does not resolve, orted missing.
+_NOT_LAUNCHED = re.compile(
+    r"^(Host key verification failed\.|.*Permission denied \(.*|ssh: .*|Connection (closed|reset) by .*"
+    r"|kex_exchange_identification: .*|.*orted.*(command not found|No such file or directory"
+    r"|error while loading shared libraries).*)$"
+)
 
 
 class MpiReport:
@@ -39,6 +53,7 @@ class MpiReport:
     def __init__(self, places: Sequence[str] = ()) -> None:
         self.places = places  # rank -> the host mpirun placed it on
         self._rank: int | None = None
+        self._not_launched = ""  # the last line saying why a daemon did not start
 
     def _place(self, rank: int) -> str:
         return f" on {self.places[rank]}" if rank < len(self.places) else ""
@@ -61,4 +76,10 @@ class MpiReport:
             return f"mpirun: rank {rank} on {found.group(1)} exited before the others (improperly)"
         if found := _DAEMON.match(line):
             return f"mpirun: lost the connection to the MPI daemon on {found.group(1)}"
+        if _NOT_LAUNCHED.match(line.strip()):
+            self._not_launched = line.strip()
+            return None
+        if _NOT_STARTED.match(line):
+            why = f": {self._not_launched}" if self._not_launched else ""
+            return f"mpirun: could not start its daemon on a worker{why}"
         return None
