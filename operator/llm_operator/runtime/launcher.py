@@ -84,11 +84,11 @@ def wait_for_workers(
             except socket.gaierror as e:
                 pending[host] = f"does not resolve ({e.strerror})"
             except TimeoutError:
-                since = dropping.setdefault(host, time.monotonic())
-                pending[host] = (f"every connection timed out for {time.monotonic() - since:.0f} s (a pod "
-                                 "still starting refuses at once): a NetworkPolicy between the group's pods, "
-                                 "or its node unreachable")  # fmt: skip
-                if time.monotonic() - since >= dropped:
+                waited = time.monotonic() - dropping.setdefault(host, time.monotonic())
+                pending[host] = (f"every connection timed out for {waited:.0f} s (a pod still starting "
+                                 "refuses at once): a NetworkPolicy between the group's pods, or its node "
+                                 "unreachable")  # fmt: skip
+                if waited >= dropped:
                     return pending
                 continue
             except OSError as e:

@@ -79,6 +79,8 @@ class RankWatch:
 
     def update(self, table: Table, root: int) -> tuple[dict[str, int], list[str]]:
         """The ranks running (rank -> pid), and those seen before that are gone."""
+        if not self.ranks:  # a worker of the PyTorch shape hosts none: no walk of its tree each poll
+            return {}, []
         for rank, pid in rank_pids(table, root, self.ranks, self.wrappers).items():
             self.seen.setdefault(rank, pid)
         live = {rank: pid for rank, pid in self.seen.items() if pid in table}

@@ -22,14 +22,13 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import FrameType
 
 from llm_operator.contract import KILL_GRACE_SECONDS, LAUNCHER, STALLED_PREFIX
 from llm_operator.runtime.mpi_report import MpiReport
-from llm_operator.runtime.processes import RankWatch, descendants, process_table, stale_launches
+from llm_operator.runtime.processes import RankWatch, Table, descendants, process_table, stale_launches
 
 # Exit statuses of a server that stopped without being asked (besides its own, passed through, and
 # 128+N for one killed by signal N).
@@ -172,7 +171,7 @@ class Supervisor:
         cause, phase, deadline, killed, spared = "", "", 0.0, False, 0.0
         closed = False  # a worker's sshd was stopped at its preStop: no new launch, the world stays
 
-        def signal_all(table: Mapping[int, tuple[int, list[str]]], sig: int, spare: int = 0) -> None:
+        def signal_all(table: Table, sig: int, spare: int = 0) -> None:
             for pid in descendants(table, me):
                 with contextlib.suppress(ProcessLookupError):
                     if pid != spare:
