@@ -409,6 +409,32 @@ def test_a_worker_that_drops_every_connection_is_reported_before_the_wait_ends()
     assert found["worker.invalid"].startswith("does not resolve ("), found
 
 
+def test_a_worker_name_under_a_subdomain_not_listing_this_pod_is_reported_before_the_wait_ends() -> None:
+    """A worker's name that does not resolve is a pod not created yet only while the group's
+    headless Service lists the leader itself; otherwise (no such Service, DNS not answering, a
+    ClusterIP Service of that name) no worker name ever resolves, and the leader says so after
+    `unlisted` seconds, not the whole wait."""
+    start = time.monotonic()
+    found = launcher.wait_for_workers(["w1.pods.invalid"], free_port(), 60, supervisor.Stop(), unlisted=1)
+    assert 1 <= time.monotonic() - start < 15, found
+    why = found["w1.pods.invalid"]
+    words = r"does not resolve \(.+\); neither does pods\.invalid, the group's headless Service \(.+\): "
+    assert re.fullmatch(words + "the Service is missing or cluster DNS does not answer", why), why
+    # "localhost" stands for a subdomain that resolves: to another address than this pod's (a
+    # ClusterIP Service of that name), or to this pod's (the worker is still to come: wait).
+    elsewhere = launcher.subdomain_problem("w1.localhost", frozenset({"192.0.2.7"}))
+    assert elsewhere is not None and re.fullmatch(
+        r"localhost answers [0-9a-f.:, ]*127\.0\.0\.1[0-9a-f.:, ]*, not this pod's 192\.0\.2\.7: "
+        r"a Service of that name that is not the group's headless one", elsewhere), elsewhere  # fmt: skip
+    assert launcher.subdomain_problem("w1.localhost", frozenset({"127.0.0.1"})) is None
+    assert launcher.subdomain_problem("w1.localhost", frozenset()) is None, "no address: resolving will do"
+    start = time.monotonic()
+    found = launcher.wait_for_workers(
+        ["w1.localhost"], free_port(), 2, supervisor.Stop(), own=frozenset({"127.0.0.1"}), unlisted=0.5
+    )
+    assert time.monotonic() - start >= 2, f"a subdomain that lists this pod is waited on: {found}"
+
+
 # --- supervision of real processes ----------------------------------------------------------
 
 FAKE_TRITON = f"""#!{PYTHON}

@@ -64,17 +64,57 @@ EXIT_CONFIG = 78
 # would only hide the cause for ten minutes.
 DROPPED_SECONDS = 60.0
 CONNECT_TIMEOUT_SECONDS = 2.0
+# A worker's name that does not resolve while the group's headless Service lists this pod is a worker
+# not created or scheduled yet: wait for it. When the Service does not list this pod either (no such
+# Service, a ClusterIP Service of that name, cluster DNS not answering), no worker's name ever will:
+# say so after this long instead of waiting out LLMOP_WORKER_WAIT_SECONDS. This pod's own record
+# appears seconds after it gets its address (publishNotReadyAddresses).
+UNLISTED_SECONDS = 60.0
+
+
+def own_addresses() -> frozenset[str]:
+    """This pod's addresses, from the /etc/hosts the kubelet writes (the pod's name -> its IP)."""
+    try:
+        return frozenset(socket.gethostbyname_ex(socket.gethostname())[2])
+    except OSError:
+        return frozenset()
+
+
+def subdomain_problem(host: str, own: frozenset[str]) -> str | None:
+    """Why no worker of `host`'s group can resolve, if the group's subdomain (the headless Service
+    the pods' names live under: `host` less its first label) shows it; None when it lists this pod,
+    or when this pod's address is unknown and the name resolves at all."""
+    domain = host.partition(".")[2]
+    if not domain:
+        return None
+    try:
+        listed = {str(info[4][0]) for info in socket.getaddrinfo(domain, None, proto=socket.IPPROTO_TCP)}
+    except socket.gaierror as e:
+        return (f"neither does {domain}, the group's headless Service ({e.strerror}): the Service is "
+                "missing or cluster DNS does not answer")  # fmt: skip
+    if own and not listed & own:
+        return (f"{domain} answers {', '.join(sorted(listed))}, not this pod's {', '.join(sorted(own))}: "
+                "a Service of that name that is not the group's headless one")  # fmt: skip
+    return None
 
 
 def wait_for_workers(
-    hosts: list[str], port: int, timeout: float, stop: Stop, dropped: float = DROPPED_SECONDS
+    hosts: list[str],
+    port: int,
+    timeout: float,
+    stop: Stop,
+    dropped: float = DROPPED_SECONDS,
+    own: frozenset[str] = frozenset(),
+    unlisted: float = UNLISTED_SECONDS,
 ) -> dict[str, str]:
     """Block until every worker's sshd accepts connections (their DNS names appear once the pods
     run). Returns each host still unreachable, with why, at the deadline, on SIGTERM, or as soon as
-    one has dropped every connection for `dropped` seconds."""
+    one has dropped every connection for `dropped` seconds or its name has not resolved for
+    `unlisted` seconds while the group's subdomain does not list this pod (`own`) either."""
     deadline = time.monotonic() + timeout
     pending: dict[str, str] = dict.fromkeys(hosts, "not tried")
     dropping: dict[str, float] = {}  # host -> since when every connection to it timed out
+    unresolved: dict[str, float] = {}  # host -> since when its name and its subdomain fail to resolve
     while pending and time.monotonic() < deadline and stop.signum is None:
         for host in list(pending):
             try:
@@ -83,6 +123,12 @@ def wait_for_workers(
                 continue
             except socket.gaierror as e:
                 pending[host] = f"does not resolve ({e.strerror})"
+                problem = subdomain_problem(host, own)
+                if problem is not None:
+                    pending[host] += f"; {problem}"
+                    if time.monotonic() - unresolved.setdefault(host, time.monotonic()) >= unlisted:
+                        return pending
+                    continue
             except TimeoutError:
                 waited = time.monotonic() - dropping.setdefault(host, time.monotonic())
                 pending[host] = (f"every connection timed out for {waited:.0f} s (a pod still starting "
@@ -94,6 +140,7 @@ def wait_for_workers(
             except OSError as e:
                 pending[host] = e.strerror or type(e).__name__
             dropping.pop(host, None)
+            unresolved.pop(host, None)
         if pending:
             time.sleep(1)
     return pending
@@ -134,7 +181,7 @@ def launch(c: PodConfig, stop: Stop, environ: Mapping[str, str]) -> int:
         return Supervisor(argv, Policy.FOLLOW_LEADER, c.exit_timeout, stop, ids, name="sshd").run()
     if c.multi_node:
         prepare_client(c)
-        missing = wait_for_workers(worker_hosts(c), c.ssh_port, c.worker_wait, stop)
+        missing = wait_for_workers(worker_hosts(c), c.ssh_port, c.worker_wait, stop, own=own_addresses())
         if stop.signum is not None:
             return 0
         if missing:
