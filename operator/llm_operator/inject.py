@@ -16,8 +16,8 @@ image test, use it as the init container's stand-in).
 Standard library only, like everything it copies (tests/unit/test_inject.py imports the copy with
 nothing else on sys.path), except the front door, which also uses jinja2 and tokenizers (the
 serving images have both: NVIDIA's through transformers, the CPU runtime image pins them) and the
-LIBRARIES no image promises, copied beside llm_operator/ with their licenses: h11, its HTTP/1.1
-parser. They come from the operator's own environment, where pyproject.toml pins each to one
+LIBRARIES no image promises, copied beside llm_operator/ with their licenses and metadata: h11,
+its HTTP/1.1 parser. They come from the operator's own environment, where pyproject.toml pins each to one
 version and requirements/*.lock to its files' hashes, so the builder's checkout and the operator's
 install hash the same bytes; their source is never in this repository.
 """
@@ -78,13 +78,16 @@ def files(package: Path = PACKAGE) -> list[Path]:
 
 
 def library_files(name: str, package: Path = PACKAGE) -> list[tuple[str, Path]]:
-    """A library's modules and license: (path under DEST, source). Read from beside `package` where
-    a shipped copy lies there (the launcher image's, a test's: with its license at its root), else
-    from the installed distribution (in site-packages the library lies beside the package too, its
-    license in its dist-info)."""
+    """A library's modules, license and metadata: (path under DEST, source). Read from beside
+    `package` where a shipped copy lies there (the launcher image's, a test's: with its license at
+    its root), else from the installed distribution (in site-packages the library lies beside the
+    package too, its license in its dist-info). The metadata (its dist-info's METADATA, beside the
+    library as in site-packages) names it and its version to the launcher image's SBOM and to
+    importlib.metadata in a pod."""
     beside = package.parent / name
-    if (beside / "__init__.py").is_file() and (beside / LICENSE).is_file():
-        root, license_file = beside, beside / LICENSE
+    shipped_metadata = sorted(package.parent.glob(f"{name}-*.dist-info/METADATA"))
+    if (beside / "__init__.py").is_file() and (beside / LICENSE).is_file() and len(shipped_metadata) == 1:
+        root, license_file, metadata = beside, beside / LICENSE, shipped_metadata[0]
     else:
         dist = importlib.metadata.distribution(name)
         root = Path(str(dist.locate_file(name)))
@@ -92,9 +95,11 @@ def library_files(name: str, package: Path = PACKAGE) -> list[tuple[str, Path]]:
         if not found:
             raise FileNotFoundError(f"the installed {name} has no license file to ship with it")
         license_file = Path(str(dist.locate_file(found[0])))
+        (record,) = [f for f in dist.files or () if f.name == "METADATA" and f.parent.suffix == ".dist-info"]
+        metadata = Path(str(dist.locate_file(record)))
     modules = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
     shipped = [(f"{name}/{p.relative_to(root).as_posix()}", p) for p in modules]
-    return [*shipped, (f"{name}/{LICENSE}", license_file)]
+    return [*shipped, (f"{name}/{LICENSE}", license_file), (f"{metadata.parent.name}/METADATA", metadata)]
 
 
 def sources(package: Path = PACKAGE) -> list[tuple[str, Path]]:
@@ -105,7 +110,8 @@ def sources(package: Path = PACKAGE) -> list[tuple[str, Path]]:
 
 
 def copy(dest: Path, package: Path = PACKAGE) -> list[Path]:
-    """Copy sources() of `package` to DEST (DEST/llm_operator/, DEST/h11/); returns what it wrote."""
+    """Copy sources() of `package` to DEST (DEST/llm_operator/, DEST/h11/, DEST/h11-*.dist-info/);
+    returns what it wrote."""
     written = []
     for rel, source in sources(package):
         target = dest / rel

@@ -122,6 +122,10 @@ def test_release_script_publishes_what_the_default_chart_installs(
     purls = {c.get("purl", "") for c in sboms["operator"]["predicate"]["components"]}
     assert any(p.startswith("pkg:deb/debian/python3@") for p in purls), sorted(purls)[:20]
     assert any(p.startswith(f"pkg:pypi/llm-operator@{version}") for p in purls), sorted(purls)[:20]
+    # The launcher, without a package manager, names busybox and the libraries it ships.
+    purls = {c.get("purl", "") for c in sboms["launcher"]["predicate"]["components"]}
+    assert any(p.startswith("pkg:deb/debian/busybox-static@") for p in purls), sorted(purls)
+    assert any(p.startswith("pkg:pypi/h11@") for p in purls), sorted(purls)
     # The version tag moves with every rebuild in the test world (never in a real release): what
     # `make images` does here drops the node's copies of an older build.
     pushed = launcher.push_images(archives)

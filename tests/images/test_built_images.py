@@ -91,10 +91,11 @@ def test_launcher_holds_the_injected_files_and_its_entrypoint_copies_them(
     files = sorted(str(p.relative_to(launcher.path)) for p in launcher.path.rglob("*") if not p.is_dir())
     injected = {rel: source.read_bytes() for rel, source in inject.sources(package)}
     assert "h11/__init__.py" in injected, "the front door's HTTP/1.1 parser, from this environment"
+    assert any(re.fullmatch(r"h11-[^/]+\.dist-info/METADATA", f) for f in injected), "h11's metadata too"
     source = launcher.path / inject.LAUNCHER_SOURCE.lstrip("/")
-    assert files == sorted(
-        [inject.COPIER.lstrip("/"), *(str(source.relative_to(launcher.path) / f) for f in injected)]
-    )
+    sbom_inputs = ["var/lib/dpkg/status", "etc/os-release"]  # busybox named as the Debian package it is
+    shipped = [str(source.relative_to(launcher.path) / f) for f in injected]
+    assert files == sorted([inject.COPIER.lstrip("/"), *sbom_inputs, *shipped])
     assert {f: (source / f).read_bytes() for f in injected} == injected
     # Named by the operator's content hash of these files, as the operator names the image it runs.
     tag = inject.content_tag(package)
@@ -114,6 +115,27 @@ def test_launcher_holds_the_injected_files_and_its_entrypoint_copies_them(
         copied = {str(p.relative_to(empty_dir)): p.read_bytes() for p in empty_dir.rglob("*") if p.is_file()}
         assert copied == injected
     assert all(p.stat().st_uid == 65532 for p in empty_dir.rglob("*")), "written as the container's user"
+
+
+def test_the_launcher_sbom_lists_busybox_and_the_shipped_libraries() -> None:
+    """The launcher image has no package manager: its SBOM still names what it ships, busybox as
+    Debian's package at this machine's version and each shipped library at its pinned version,
+    as the release attests it (images/sbom.py reads the archive's layers)."""
+    import importlib.metadata
+
+    from images import sbom
+
+    version = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "busybox-static"], capture_output=True,
+                             text=True, check=True).stdout  # fmt: skip
+    document = json.loads(sbom.sbom("launcher", "0.0.0-test", sbom.read_files(build("launcher"))))
+    purls = sorted(c["purl"] for c in document["components"])
+    arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=True).stdout
+    assert f"pkg:deb/debian/busybox-static@{version}?arch={arch.strip()}&distro=debian-12" in [
+        p.replace("%3A", ":").replace("%2B", "+") for p in purls
+    ], purls
+    assert [p for p in purls if p.startswith("pkg:pypi/")] == [
+        f"pkg:pypi/{name}@{importlib.metadata.version(name)}" for name in sorted(inject.LIBRARIES)
+    ], purls
 
 
 def tree(root: Path) -> dict[str, str]:

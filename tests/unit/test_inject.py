@@ -131,8 +131,11 @@ def test_each_shipped_library_is_pinned_to_the_version_installed() -> None:
     for name in inject.LIBRARIES:
         (pin,) = [p for p in pins if p.split("==")[0].strip() == name]
         assert pin == f"{name}=={importlib.metadata.version(name)}", pin
-        shipped = [rel for rel, _ in inject.library_files(name)]
+        shipped = dict(inject.library_files(name))
         assert f"{name}/__init__.py" in shipped and f"{name}/{inject.LICENSE}" in shipped
+        # Its metadata, for the launcher image's SBOM: the pinned version, beside the library.
+        metadata = shipped[f"{name}-{importlib.metadata.version(name)}.dist-info/METADATA"].read_text()
+        assert f"\nVersion: {importlib.metadata.version(name)}\n" in metadata
 
 
 def test_an_installed_operator_tags_what_its_checkout_tags(tmp_path: Path) -> None:
