@@ -230,6 +230,7 @@ def desired(  # raises PlanningError for a spec the images cannot serve
     keep_any_source: bool = False,
     deployment: LLMDeployment | None = None,
     canary: bool = False,
+    running_hold: int | None = None,
 ) -> Desired:
     """`ld` rendered into `slot` at the plan's replica counts. `revision` labels its pods; None:
     `revision_of(ld.spec, images)`. A stable slot rendered from its snapshot passes the revision
@@ -238,7 +239,9 @@ def desired(  # raises PlanningError for a spec the images cannot serve
     source (render/network.py, upgrades). `deployment`: the whole deployment when `ld` is a slot's
     share of it (render/rollout.py for_slot), which the shared children are rendered from: the
     router's limits follow spec.replicas, and a canary step's split of them must not restart it.
-    `canary`: a canary rollout is under way (an autoscaler at minReplicas 0 keeps a replica)."""
+    `canary`: a canary rollout is under way (an autoscaler at minReplicas 0 keeps a replica).
+    `running_hold`: the hold derived from the cold start that the applied router ConfigMap records,
+    kept until the deployment is at zero replicas (render/scale_to_zero.py hold_seconds)."""
     check_release(ld, images)
     check_multi_node_image(ld, plan, images)
     revision = revision or revision_of(ld.spec, images)
@@ -280,7 +283,7 @@ def desired(  # raises PlanningError for a spec the images cannot serve
     )  # fmt: skip
     shared = shared_children(deployment or ld, images, prometheus_url=prometheus_url, canary=canary,
                              metrics_peers=metrics_peers, keep_any_source=keep_any_source,
-                             keda_namespace=keda_namespace)  # fmt: skip
+                             keda_namespace=keda_namespace, running_hold=running_hold)  # fmt: skip
     return Desired(
         plan, jobs, children, shared, statuses, tuple(dict.fromkeys(record)), slot, revision, tuple(needs),
         model, model_record,

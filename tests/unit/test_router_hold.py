@@ -26,9 +26,9 @@ import pytest
 import yaml
 from llm_operator.api.v1alpha1 import FailureMode, LLMDeployment
 from llm_operator.images import Images
-from llm_operator.render.router.limits import router_limits
+from llm_operator.render.router.limits import RouterLimits, router_limits
 from llm_operator.render.router.objects import router_config, router_deployment, router_service
-from llm_operator.render.scale_to_zero import RETRY_AFTER_SECONDS
+from llm_operator.render.scale_to_zero import RETRY_AFTER_SECONDS, router_hold
 
 from tests.unit.test_router_envoy import (
     _health_server,
@@ -62,6 +62,12 @@ def zero_deployment(min_replicas: int = 0) -> LLMDeployment:
             },
         }
     )
+
+
+def limits_at_zero() -> RouterLimits:
+    """The limits zero_deployment()'s router is rendered with: its hold is the spec's."""
+    ld = zero_deployment()
+    return router_limits(ld.spec, router_hold(ld) or 0)
 
 
 def _varint(n: int) -> bytes:
@@ -133,7 +139,7 @@ def _lower(headers: Any) -> dict[str, str]:
 def test_the_picker_refusals_reach_the_client_as_openai_errors_after_the_hold(
     mode: FailureMode, tmp_path: Path
 ) -> None:
-    limits = router_limits(zero_deployment().spec)
+    limits = limits_at_zero()
     assert limits.hold_s == HOLD_S
     config, ports = _local_config(mode, 1, limits=limits)  # no request may reach the Service
     url = f"http://127.0.0.1:{ports['listen']}/v1/completions"
@@ -172,7 +178,7 @@ def test_behind_the_waker_a_held_stream_gets_comments_then_the_refusal_as_an_sse
     """Envoy's OpenAI listener on 127.0.0.1 (client_bind, as rendered at zero) behind the waker: a
     streamed completion held 4 s gets comments from 1 s on, every second, then the hold's 503, made
     OpenAI's error object by Envoy, as one data event and [DONE]."""
-    limits = router_limits(zero_deployment().spec)
+    limits = limits_at_zero()
     config, ports = _local_config(FailureMode.FAIL_CLOSE, 1, limits=limits)
     url = f"http://127.0.0.1:{ports['listen']}/v1/completions"
     health = _health_server(ports["health"])

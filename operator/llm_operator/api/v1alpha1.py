@@ -1348,10 +1348,17 @@ MIN_IDLE_SECONDS = 2 * SCRAPE_INTERVAL_SECONDS
 # ext_proc's message_timeout in the router's Envoy (render/router/envoy.py): the picker answers a
 # held request's body only when it lets the request go, so a hold may not outlast it.
 MAX_HOLD_SECONDS = 900
+# An unset hold is derived from the measured cold start (render/scale_to_zero.py derived_hold): this
+# factor of it, rounded up to the step, at least the default (the fixed default of earlier versions,
+# and the hold before a cold start is measured) and at most the ceiling.
+DEFAULT_HOLD_SECONDS = 300
+HOLD_COLD_START_FACTOR = 1.5
+HOLD_STEP_SECONDS = 60
 HOLD_MESSAGE = (
     "autoscaling.scaleToZero.holdSeconds must be at least 1: it is how long the router holds a request "
     "while no replica is ready, and 0 would refuse every request that arrives at zero replicas; set it "
-    "to the time a replica takes to start (default 300)"
+    "above the time a replica takes to start, or leave it out to have it derived from the measured "
+    "cold start"
 )
 IDLE_MESSAGE = (
     f"autoscaling.scaleToZero.idleSeconds must be at least {MIN_IDLE_SECONDS}: two scrape intervals of "
@@ -1378,7 +1385,7 @@ class ScaleToZeroSpec(Spec):
 
     model_config = ConfigDict(
         json_schema_extra=rules(
-            cel("self.holdSeconds >= 1", HOLD_MESSAGE),
+            cel("!has(self.holdSeconds) || self.holdSeconds >= 1", HOLD_MESSAGE),
             cel(f"self.idleSeconds >= {MIN_IDLE_SECONDS}", IDLE_MESSAGE),
         )
     )
@@ -1390,12 +1397,16 @@ class ScaleToZeroSpec(Spec):
         f"to zero, {MIN_IDLE_SECONDS}-86400; default 300 (KEDA's cooldownPeriod, and its "
         "initialCooldownPeriod for a new deployment).",
     )
-    hold_seconds: int = Field(
-        default=300,
+    hold_seconds: int | None = Field(
+        default=None,
         le=MAX_HOLD_SECONDS,
         description=f"Seconds the router holds a request while no replica can take it (at zero: until "
-        f"the first replica is Ready), 1-{MAX_HOLD_SECONDS}; default 300. Past it the client gets a 503 "
-        "in OpenAI's error format with Retry-After. Set it above the deployment's cold start.",
+        f"the first replica is Ready), 1-{MAX_HOLD_SECONDS}. Past it the client gets a 503 in OpenAI's "
+        "error format with Retry-After. Unset: derived from the measured cold start "
+        f"(status.lastColdStart): {HOLD_COLD_START_FACTOR:g} times it rounded up to a multiple of "
+        f"{HOLD_STEP_SECONDS} s, at least {DEFAULT_HOLD_SECONDS} "
+        f"(also before one is measured) and at most {MAX_HOLD_SECONDS}; a new value is applied when the "
+        'deployment is at zero replicas (docs/autoscaling.md, "The hold").',
     )
     max_held_requests: int = Field(
         default=1000,
@@ -1407,7 +1418,7 @@ class ScaleToZeroSpec(Spec):
 
     @model_validator(mode="after")
     def _bounds(self) -> ScaleToZeroSpec:  # the CEL rules' twins, for `llm-operator render`
-        if self.hold_seconds < 1:
+        if self.hold_seconds is not None and self.hold_seconds < 1:
             raise ValueError(HOLD_MESSAGE)
         if self.idle_seconds < MIN_IDLE_SECONDS:
             raise ValueError(IDLE_MESSAGE)
@@ -2348,8 +2359,8 @@ class LLMDeploymentStatus(Spec):
     conditions: list[Condition] = Field(
         default_factory=list,
         description="One per type: Ready, Reconciling and Stalled (kstatus), Progressing, Degraded, "
-        "Available, EngineReady and, where they apply, ModelCached, PickerReady and "
-        "AutoscalingActive (docs/api.md says what each means).",
+        "Available, EngineReady and, where they apply, ModelCached, PickerReady, AutoscalingActive "
+        "and HoldCoversColdStart (docs/api.md says what each means).",
     )
     replicas: int = Field(default=0, description="Replicas planned, over all pools.")
     ready_replicas: int = Field(default=0, description="Ready replicas, over all pools.")

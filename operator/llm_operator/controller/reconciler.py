@@ -56,7 +56,7 @@ from llm_operator.controller.retries import Retries
 from llm_operator.controller.rollout import analysis
 from llm_operator.controller.rollout.rollout import Rollout, Rollouts
 from llm_operator.controller.secrets.deployment import DeploymentSecrets
-from llm_operator.controller.status import autoscaling, router_status
+from llm_operator.controller.status import autoscaling, hold_status, router_status
 from llm_operator.controller.status.status import Event, Observation, reduce, unplaced_recheck_seconds
 from llm_operator.desired import Desired, desired, plan_for
 from llm_operator.engine.state import ModelFact, ModelObserved
@@ -67,6 +67,7 @@ from llm_operator.render import names
 from llm_operator.render.children import serving_selector
 from llm_operator.render.network import opened_to_any_source
 from llm_operator.render.router.objects import openai_endpoint
+from llm_operator.render.scale_to_zero import running_hold
 from llm_operator.render.services import endpoints
 
 log = logging.getLogger(__name__)
@@ -234,6 +235,7 @@ class Reconciler:
             seen = await self.models.observe(self.applier.children, [s.ld for s in rollout.slots])
             models = lambda *key: seen.get(key, ModelObserved(ModelFact.ABSENT))  # noqa: E731
             applied = self.applier.children.get(("NetworkPolicy", namespace, names.network_policy(name)))
+            router = self.applier.children.get(("ConfigMap", namespace, names.router(name)))
             wants = [
                 desired(
                     s.ld, plan_for(s.ld, self.inventory, s.images), s.images, builds, slot=s.slot,
@@ -242,7 +244,7 @@ class Reconciler:
                     keda_namespace=self.config.keda_namespace, models=models,
                     fetch_max_bytes_per_second=self.config.fetch_max_bytes_per_second,
                     keep_any_source=opened_to_any_source(applied), deployment=ld,
-                    canary=rollout.decision.revisions.canary is not None,
+                    canary=rollout.decision.revisions.canary is not None, running_hold=running_hold(router),
                 )
                 for s in rollout.slots
             ]  # fmt: skip
@@ -337,6 +339,7 @@ class Reconciler:
             ),
             release=release.status(spec.ld, current.plan, spec.images),
             cold_starts=self.cold_starts.pending((ld.namespace, ld.name)),
+            hold=hold_status.observe(ld, children.get(("ConfigMap", ld.namespace, names.router(ld.name)))),
         )
 
     async def _report(self, body: dict[str, Any], failure: PlanningError) -> None:

@@ -122,6 +122,7 @@ def shared_children(
     keep_any_source: bool = False,
     canary: bool = False,
     keda_namespace: str = network.DEFAULT_KEDA_NAMESPACE,
+    running_hold: int | None = None,
 ) -> list[dict[str, Any]]:
     """Once per deployment, whatever its slots: the client Service (leaders of both slots, so the
     replica ratio is the traffic split), the headless Service, the autoscaler (of the total), the
@@ -129,7 +130,8 @@ def shared_children(
     (leaders of both slots) and its router. `keep_any_source`: the applied policy admits clients
     from any source (render/network.py, upgrades). `canary`: a canary rollout is under way (an
     autoscaler at minReplicas 0 then keeps a replica). `keda_namespace`: where KEDA's operator runs,
-    the one client of the router's waker at minReplicas 0."""
+    the one client of the router's waker at minReplicas 0. `running_hold`: the derived hold the
+    applied router ConfigMap records (render/scale_to_zero.py running_hold)."""
     objs: list[dict[str, Any]] = [
         services.client_service(ld.name, ld.namespace),
         services.headless_service(ld.name, ld.namespace),
@@ -149,7 +151,7 @@ def shared_children(
                 ld.name, ld.namespace, policy_spec, metrics_peers, gateways, keep_any_source=keep_any_source,
                 keda_namespace=keda_namespace if waking(ld) else None,
             ))  # fmt: skip
-    objs += routing.routing_children(ld, images)
+    objs += routing.routing_children(ld, images, running_hold)
     return owned(ld, objs)
 
 

@@ -18,14 +18,27 @@ That chain waits for a scrape and a poll. The router's waker sees each request b
 holds it and pushes the activity to KEDA at once over KEDA's external-push protocol
 (llm_operator/waker/push.py): the `push` trigger, the direct wake-up; `wake` stays as its fallback.
 
-Pure: the same spec renders the same objects.
+The hold of a deployment that sets none follows its measured cold start (derived_hold); as a
+change of it restarts the router, a derived hold the router runs changes only at zero replicas
+(hold_seconds).
+
+Pure: the same spec, last cold start and running hold render the same objects.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from llm_operator.api.v1alpha1 import ScaleToZeroSpec
+from llm_operator import labels as L
+from llm_operator.api.v1alpha1 import (
+    DEFAULT_HOLD_SECONDS,
+    HOLD_COLD_START_FACTOR,
+    HOLD_STEP_SECONDS,
+    MAX_HOLD_SECONDS,
+    LLMDeployment,
+    ScaleToZeroSpec,
+)
 from llm_operator.render import names
 from llm_operator.waker.activity import CAPACITY_KEY
 
@@ -144,10 +157,66 @@ def keda_timing(zero: ScaleToZeroSpec) -> dict[str, int]:
     }
 
 
-def flow_control(zero: ScaleToZeroSpec) -> dict[str, Any]:
+def derived_hold(cold_start_s: int | None) -> int:
+    """The hold of a deployment without holdSeconds: its last cold start times the factor, rounded
+    up to the step, within the default and the ceiling; the default before a start is measured.
+    The factor leaves room for the wake-up before the pod exists (the direct wake-up's fraction of
+    a second, a scrape and a poll without it) and for a start slower than the one measured (another
+    node, a busier one); the step keeps a start a few seconds off from changing it."""
+    if cold_start_s is None:
+        return DEFAULT_HOLD_SECONDS
+    steps = math.ceil(cold_start_s * HOLD_COLD_START_FACTOR / HOLD_STEP_SECONDS)
+    return min(MAX_HOLD_SECONDS, max(DEFAULT_HOLD_SECONDS, steps * HOLD_STEP_SECONDS))
+
+
+def hold_seconds(zero: ScaleToZeroSpec, cold_start_s: int | None, running: int | None, at_zero: bool) -> int:
+    """The hold the router gets: holdSeconds when set (an edit restarts the router, as any edit
+    of its configuration), else the derived hold. A change of that one restarts the router too,
+    which ends the requests it holds and the streams it carries, and nothing in the spec asked for
+    it: so a derived hold the router runs (`running`) is kept until the deployment is at zero
+    replicas (KEDA idled it: nothing held or in flight), and at zero too unless it is below the
+    derived one or more than a step above it (a cold start wavering about a step restarts nothing)."""
+    if zero.hold_seconds is not None:
+        return zero.hold_seconds
+    derived = derived_hold(cold_start_s)
+    if running is None:
+        return derived
+    if not at_zero or derived <= running <= derived + HOLD_STEP_SECONDS:
+        return running
+    return derived
+
+
+def router_hold(ld: LLMDeployment, running: int | None = None) -> int | None:
+    """The deployment's hold from its spec and status.lastColdStart; None without scale to zero.
+    `running`: the derived hold of the router's applied ConfigMap (running_hold)."""
+    zero = ld.spec.autoscaling.zero if ld.spec.autoscaling is not None else None
+    if zero is None:
+        return None
+    last = ld.status.last_cold_start if ld.status is not None else None
+    cold = last.total_seconds if last is not None else None
+    return hold_seconds(zero, cold, running, at_zero=ld.spec.replicas == 0)
+
+
+def hold_annotations(zero: ScaleToZeroSpec, hold: int) -> dict[str, str]:
+    """The router ConfigMap's record of a derived hold, which the next reconcile keeps (its data
+    is not kept in the operator's cache, only digests of it)."""
+    return {L.DERIVED_HOLD: str(hold)} if zero.hold_seconds is None else {}
+
+
+def running_hold(config_map: dict[str, Any] | None) -> int | None:
+    """The derived hold an applied router ConfigMap records; None for none (the router not made yet,
+    a hold set in the spec, an operator before this record) or a value the operator cannot have
+    written."""
+    value = ((config_map or {}).get("metadata", {}).get("annotations") or {}).get(L.DERIVED_HOLD, "")
+    if not value.isdigit() or not DEFAULT_HOLD_SECONDS <= int(value) <= MAX_HOLD_SECONDS:
+        return None
+    return int(value)
+
+
+def flow_control(zero: ScaleToZeroSpec, hold: int) -> dict[str, Any]:
     """The EndpointPickerConfig fields that hold requests (GIE v1.5.0
     apix/config/v1alpha1/endpointpickerconfig_types.go FlowControlConfig): the gate, the hold as the
-    default request TTL (a held request is answered 503 past it), and the bound on held requests,
+    default request TTL (`hold`: a held request is answered 503 past it), and the bound on held requests,
     globally and per priority band (the band's own default is 5,000: pkg/epp/flowcontrol/registry/
     config.go); one more is answered 429. Everything else is upstream's default: fcfs ordering and
     global-strict fairness, so requests leave in arrival order."""
@@ -156,7 +225,7 @@ def flow_control(zero: ScaleToZeroSpec) -> dict[str, Any]:
         "featureGates": [FLOW_CONTROL_GATE],
         "flowControl": {
             "maxRequests": bound,
-            "defaultRequestTTL": f"{zero.hold_seconds}s",
+            "defaultRequestTTL": f"{hold}s",
             "defaultPriorityBand": {"priority": 0, "maxRequests": bound},
         },
     }

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from llm_operator.api.v1alpha1 import Phase, RevisionsStatus, RolloutPhase
-from llm_operator.controller.status import autoscaling, cold_start, model_status, router_status
+from llm_operator.controller.status import autoscaling, cold_start, hold_status, model_status, router_status
 from llm_operator.controller.status.conditions import FAILED_POD as FAILED_POD
 from llm_operator.controller.status.conditions import LAUNCHER_REFUSED as LAUNCHER_REFUSED
 from llm_operator.controller.status.conditions import available as _available
@@ -61,6 +61,7 @@ class Observation:
     model: ModelStatus | None = None  # the model cache (s3:// and hf:// sources)
     release: dict[str, str] | None = None  # status.release (release_pin.release_status)
     cold_starts: tuple[cold_start.ColdStart, ...] = ()  # measured, not yet reported (observe/cold_start.py)
+    hold: hold_status.HoldObserved | None = None  # autoscaling.minReplicas 0 only
 
 
 @dataclass(frozen=True)
@@ -298,8 +299,9 @@ _WARNING_WHEN = {
     "EngineReady": "False",
     autoscaling.CONDITION: "False",
     router_status.CONDITION: "False",
+    hold_status.CONDITION: "False",
 }
-_EVENT_TYPES = ("Ready", "Stalled", "Degraded", "EngineReady", autoscaling.CONDITION, router_status.CONDITION)
+_EVENT_TYPES = ("Ready", *_WARNING_WHEN)  # each transition of these is an Event
 
 
 def _finish(
@@ -314,12 +316,12 @@ def _finish(
 ) -> tuple[dict[str, Any], list[Event]]:
     conds, phase, reason, message = _rollout(obs, status, conds, phase, reason, message, old_status)
     serving = status.get("readyReplicas", 0) > 0
-    conds, phase, reason, message = router_status.adjust(
-        obs.router, conds, phase, reason, message, serving, obs.generation
-    )
+    adjusted = router_status.adjust(obs.router, conds, phase, reason, message, serving, obs.generation)
+    conds, phase, reason, message = adjusted
     old = {c["type"]: c for c in (old_status or {}).get("conditions", [])}
     last, news = cold_start.report(obs.cold_starts, old_status)
     status |= {"lastColdStart": last} if last else {}
+    conds = [*conds, hold_status.condition(obs.hold, last, obs.generation)] if obs.hold is not None else conds
     events = [Event("Normal", cold_start.EVENT_REASON, s.message()) for s in news]
     for c in conds:
         prev = old.get(c["type"])

@@ -7,7 +7,7 @@ silent for 5 minutes is ended (HttpConnectionManager.stream_idle_timeout, http_c
 which cuts an unstreamed answer still generating; downstream connections and the time to send
 headers are unbounded. docs/routing.md ("The router's limits") says what a client sees at each.
 
-Pure: the same spec gives the same limits (the router's ConfigMap, whose change restarts it).
+Pure: the same spec and hold give the same limits (the router's ConfigMap, whose change restarts it).
 """
 
 from __future__ import annotations
@@ -91,13 +91,13 @@ def replica_capacity(spec: LLMDeploymentSpec) -> int:
     return batch + (engine_queue_bound(spec) or batch)
 
 
-def router_limits(spec: LLMDeploymentSpec) -> RouterLimits:
+def router_limits(spec: LLMDeploymentSpec, hold_s: int = 0) -> RouterLimits:
     """Requests the pool can hold: each replica's capacity, for the replica ceiling and both
     revisions of a rollout; at minReplicas 0 also the requests the picker may hold
-    (autoscaling.scaleToZero.maxHeldRequests), each on its own client connection."""
+    (autoscaling.scaleToZero.maxHeldRequests), each on its own client connection. `hold_s`: the
+    picker's hold at minReplicas 0 (render/scale_to_zero.py router_hold), 0 for none."""
     requests = replica_capacity(spec) * replica_ceiling(spec) * LIVE_REVISIONS
     zero = spec.autoscaling.zero if spec.autoscaling is not None else None
     if zero is not None:
         requests += zero.max_held_requests
-    hold = zero.hold_seconds if zero is not None else 0
-    return RouterLimits(requests=requests, connections=requests * CONNECTIONS_PER_REQUEST, hold_s=hold)
+    return RouterLimits(requests=requests, connections=requests * CONNECTIONS_PER_REQUEST, hold_s=hold_s)

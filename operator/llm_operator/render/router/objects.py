@@ -33,7 +33,13 @@ from llm_operator.render.router.envoy import (
 )
 from llm_operator.render.router.limits import router_limits
 from llm_operator.render.router.waker import ENVOY_BEHIND_WAKER_PORT, waker_container, waker_rule, waking
-from llm_operator.render.scale_to_zero import PUSH_PORT, PUSH_PORT_NAME, flow_control
+from llm_operator.render.scale_to_zero import (
+    PUSH_PORT,
+    PUSH_PORT_NAME,
+    flow_control,
+    hold_annotations,
+    router_hold,
+)
 
 POOL_GROUP = "inference.networking.k8s.io"
 POOL_API_VERSION = f"{POOL_GROUP}/v1"
@@ -100,25 +106,28 @@ def inference_pool(ld: LLMDeployment) -> dict[str, Any]:
     }
 
 
-def router_config(ld: LLMDeployment) -> dict[str, Any]:
+def router_config(ld: LLMDeployment, running_hold: int | None = None) -> dict[str, Any]:
+    """At minReplicas 0 the picker holds requests while no replica is ready, for the hold of
+    router_hold (`running_hold`: the derived hold the applied ConfigMap records)."""
     service = f"{names.client_service(ld.name)}.{ld.namespace}.svc"
+    zero = ld.spec.autoscaling.zero if ld.spec.autoscaling is not None else None
+    hold = router_hold(ld, running_hold)
     # With a waker, clients reach it and it Envoy, on 127.0.0.1 only (render/router/waker.py).
     behind = waking(ld)
-    config = envoy_config(ld.spec.routing.failure_mode, service, limits=router_limits(ld.spec),
+    config = envoy_config(ld.spec.routing.failure_mode, service, limits=router_limits(ld.spec, hold or 0),
                           client_bind="127.0.0.1" if behind else None,
                           listen_port=ENVOY_BEHIND_WAKER_PORT if behind else OPENAI_PORT)  # fmt: skip
+    meta, picker = _meta(ld), None
+    if zero is not None and hold is not None:
+        picker = flow_control(zero, hold)
+        if annotations := hold_annotations(zero, hold):
+            meta["annotations"] = annotations
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _meta(ld),
-        "data": {"epp.yaml": epp_config(_flow_control(ld)), "envoy.yaml": envoy_yaml(config)},
+        "metadata": meta,
+        "data": {"epp.yaml": epp_config(picker), "envoy.yaml": envoy_yaml(config)},
     }
-
-
-def _flow_control(ld: LLMDeployment) -> dict[str, Any] | None:
-    """At minReplicas 0 the picker holds requests while no replica is ready."""
-    zero = ld.spec.autoscaling.zero if ld.spec.autoscaling is not None else None
-    return flow_control(zero) if zero is not None else None
 
 
 def _meta(ld: LLMDeployment) -> dict[str, Any]:
@@ -353,11 +362,13 @@ def router_rbac(ld: LLMDeployment) -> list[dict[str, Any]]:
     ]
 
 
-def routing_children(ld: LLMDeployment, images: Images) -> list[dict[str, Any]]:
-    """Nothing in routing.mode service: switching back prunes all of it."""
+def routing_children(
+    ld: LLMDeployment, images: Images, running_hold: int | None = None
+) -> list[dict[str, Any]]:
+    """Nothing in routing.mode service: switching back prunes all of it. `running_hold`: router_config's."""
     if ld.spec.routing.mode != RoutingMode.INFERENCE_POOL:
         return []
-    config = router_config(ld)
+    config = router_config(ld, running_hold)
     return [
         *router_rbac(ld),
         config,
