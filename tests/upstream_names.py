@@ -225,8 +225,32 @@ TENSORRT_LLM_PARAMETERS = frozenset(
      "speculative_decoding_fast_logits", "tokenizer_dir", "guided_decoding_backend",
      "xgrammar_tokenizer_info_path"}
 )  # fmt: skip
-# What the C++ backend cannot start without (its model_instance_state reads them unconditionally).
-TENSORRT_LLM_REQUIRED_PARAMETERS = frozenset({"gpt_model_type", "gpt_model_path"})
+# What the C++ backend cannot start without (its model_instance_state reads them unconditionally:
+# ModelState::GetParameter throws "Cannot find parameter with name" for one that is missing).
+# getGuidedDecodingConfigFromParams reads the last three outside any try (triton_backend/
+# inflight_batcher_llm/src/model_instance_state.cc, in each of three stored copies, 0c8de69a among
+# them; tensorrtllm_backend's own copy at its tag v0.19.0 the same).
+TENSORRT_LLM_REQUIRED_PARAMETERS = frozenset(
+    {"gpt_model_type", "gpt_model_path", "tokenizer_dir", "guided_decoding_backend",
+     "xgrammar_tokenizer_info_path"}
+)  # fmt: skip
+
+# Guided decoding on the C++ backend. model_instance_state.cc getGuidedDecodingConfigFromParams:
+# `guided_decoding_backend` "xgrammar" (anything else throws) with `xgrammar_tokenizer_info_path`, a
+# JSON file it must find (TLLM_CHECK "Xgrammar's tokenizer info path at %s does not exist") holding
+# these keys; either parameter empty: no guided decoder. tokenizer_dir is read and not used there.
+GUIDED_DECODING_BACKENDS = frozenset({"xgrammar"})
+XGRAMMAR_TOKENIZER_INFO_KEYS = frozenset({"encoded_vocab", "tokenizer_str", "stop_token_ids"})
+# The file, as examples/generate_xgrammar_tokenizer_info.py (stored copy 7ed07f06; options in
+# tests/unit/upstream/trtllm-v1.1.0-converters.yaml) names it in its --output_dir; the script under
+# examples/ is what triton-inference-server/tensorrtllm_backend docs/guided_decoding.md runs on its
+# release branches r25.07 to r26.07 (read at 5419275f r25.12 and 3bc11537 r26.07), whose
+# dockerfile/Dockerfile.triton.trt_llm_backend copies TensorRT-LLM's examples/ to /app/examples.
+XGRAMMAR_TOKENIZER_INFO_SCRIPT = "generate_xgrammar_tokenizer_info.py"
+XGRAMMAR_TOKENIZER_INFO_FILE = "xgrammar_tokenizer_info.json"
+# The guide types the backend maps (triton_backend/inflight_batcher_llm/src/utils.cc
+# getGuidedDecodingParamsFromTensors, stored copy); any other string is dropped, unguided.
+GUIDE_TYPES = frozenset({"json", "json_schema", "regex", "ebnf_grammar"})
 
 POSTPROCESSING_INPUTS: Inputs = {
     "TOKENS_BATCH": ("TYPE_INT32", False),

@@ -40,6 +40,13 @@ CPU_REFERENCE_TOKENIZER_DIR = "/opt/llm-operator/cpu-reference-tokenizer"
 # spec.routing.apiKeys: the Secret's keys, one file each, read by the front door (leaders only).
 API_KEYS_DIR = "/etc/llm-operator/api-keys"
 API_KEYS_VOLUME = "api-keys"
+# xgrammar's view of the engine's tokenizer, which the C++ backend's guided decoder loads
+# (`xgrammar_tokenizer_info_path`): the engine build writes it beside the engine (engine/build.py)
+# under the name upstream's examples/generate_xgrammar_tokenizer_info.py gives it. An engine
+# without it (built by an operator before this file, or prebuilt without it) serves unguided: the
+# launcher empties the two parameters (the backend fails to load on a path that does not exist)
+# and the front door refuses guides.
+XGRAMMAR_TOKENIZER_INFO = "xgrammar_tokenizer_info.json"
 SSH_DIR = "/etc/llm-operator/ssh"  # multi-node pods: their role's keys from the SSH Secret, read-only
 RUNTIME_DIR = "/tmp/llm-operator"  # 0700: private copies of keys, sshd config, the workers' environment
 TMP_DIR = "/tmp"  # an emptyDir (the root filesystem is read-only): RUNTIME_DIR lives in it

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec, ModelFamily
+from llm_operator.contract import XGRAMMAR_TOKENIZER_INFO
 from llm_operator.engine import build as b
 from llm_operator.engine import build_job, cache_key
 from llm_operator.images import Images
@@ -233,19 +236,16 @@ def test_the_calibration_data_is_part_of_the_engine_key() -> None:
     )
 
 
-def test_quantize_runs_offline_on_the_mounted_dataset(tmp_path: Path) -> None:
-    """The real build.py with stand-in tools: quantize.py sees the dataset and no way to the Hub."""
-    bin_dir, model, examples = tmp_path / "bin", tmp_path / "model", tmp_path / "examples" / "quantization"
-    for d in (bin_dir, model, examples):
+def stand_in_build(tmp_path: Path, scripts: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The real build.py of an fp8 Llama with stand-in tools: `scripts` (examples/ path -> source),
+    and a trtllm-build that makes its output directory."""
+    bin_dir, model = tmp_path / "bin", tmp_path / "model"
+    for d in (bin_dir, model):
         d.mkdir(parents=True)
     (model / "config.json").write_text("{}")
-    record = tmp_path / "quantize.txt"
-    (examples / "quantize.py").write_text(
-        "import os, sys, pathlib\n"
-        f"pathlib.Path({str(record)!r}).write_text(' '.join(sys.argv[1:]) + ' HF_HUB_OFFLINE=' "
-        "+ os.environ.get('HF_HUB_OFFLINE', '') + ' HF_DATASETS_OFFLINE=' "
-        "+ os.environ.get('HF_DATASETS_OFFLINE', ''))\n"
-    )
+    for path, source in scripts.items():
+        (tmp_path / "examples" / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "examples" / path).write_text(source)
     trtllm_build = bin_dir / "trtllm-build"
     trtllm_build.write_text(f"#!{sys.executable}\nimport sys, pathlib\n"
                             "out = sys.argv[sys.argv.index('--output_dir') + 1]\n"
@@ -260,16 +260,88 @@ def test_quantize_runs_offline_on_the_mounted_dataset(tmp_path: Path) -> None:
         args[args.index(old)] = new
     env = {
         **os.environ,
-        "PATH": str(bin_dir),  # no `python` on it: the build runs quantize.py on its own interpreter
+        "PATH": str(bin_dir),  # no `python` on it: the build runs its scripts on its own interpreter
         "LLMOP_TRTLLM_EXAMPLES": str(tmp_path / "examples"),
     }
     env.pop("HF_HUB_OFFLINE", None)
-    run = subprocess.run([sys.executable, "-m", "llm_operator.engine.build", *args], env=env,
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    return subprocess.run([sys.executable, "-m", "llm_operator.engine.build", *args], env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
+def recorder(record: Path, then: str = "") -> str:
+    """A stand-in script: writes its arguments and the offline variables to `record`, then runs `then`."""
+    return (
+        "import os, sys, pathlib\n"
+        f"pathlib.Path({str(record)!r}).write_text(' '.join(sys.argv[1:]) + ' HF_HUB_OFFLINE=' "
+        "+ os.environ.get('HF_HUB_OFFLINE', '') + ' HF_DATASETS_OFFLINE=' "
+        "+ os.environ.get('HF_DATASETS_OFFLINE', ''))\n" + then
+    )
+
+
+def test_quantize_runs_offline_on_the_mounted_dataset(tmp_path: Path) -> None:
+    """The real build.py with stand-in tools: quantize.py sees the dataset and no way to the Hub."""
+    record = tmp_path / "quantize.txt"
+    run = stand_in_build(tmp_path, {"quantization/quantize.py": recorder(record)})
     assert run.returncode == 0, run.stdout + run.stderr
     seen = record.read_text()
     assert "--calib_dataset /calibration/text" in seen and "--kv_cache_dtype fp8" in seen
     assert seen.endswith("HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1")
+
+
+# --- xgrammar's tokenizer info beside the engine ---------------------------------------------
+
+# What upstream's script does with its arguments (examples/generate_xgrammar_tokenizer_info.py):
+# <--output_dir>/xgrammar_tokenizer_info.json.
+WRITES_INFO = (
+    "out = pathlib.Path(sys.argv[sys.argv.index('--output_dir') + 1])\n"
+    "(out / 'xgrammar_tokenizer_info.json').write_text('{\"encoded_vocab\": []}')\n"
+)
+
+
+def test_the_build_writes_the_guided_decoders_tokenizer_info_beside_the_engine(tmp_path: Path) -> None:
+    """Upstream's script, from the examples of the key's version, on the checkpoint's tokenizer,
+    offline, into the engine before its marker: the published engine has it."""
+    record = tmp_path / "info.txt"
+    run = stand_in_build(
+        tmp_path, {"quantization/quantize.py": "", b.TOKENIZER_INFO: recorder(record, WRITES_INFO)}
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    engine = tmp_path / "cache" / "k"
+    assert (engine / XGRAMMAR_TOKENIZER_INFO).read_text() == '{"encoded_vocab": []}'
+    assert (engine / b.MARKER).read_text() == "k\n"
+    said = re.fullmatch(r"--model_dir (\S+) --output_dir (\S+) (.*)", record.read_text())
+    assert said is not None, record.read_text()
+    model_dir, output_dir, offline = said.groups()
+    assert model_dir == str(tmp_path / "model") and output_dir.startswith(f"{engine}.partial-")
+    assert offline == "HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1"
+    scripts = b.Examples([EXAMPLES], required=False)
+    assert upstream_violations(b.tokenizer_info_command("/m", "/e", scripts)) == []
+
+
+@pytest.mark.parametrize("script", ["import sys\nsys.exit('no tokenizer_str')\n", None])
+def test_an_engine_whose_tokenizer_info_fails_is_kept_and_serves_unguided(
+    tmp_path: Path, script: str | None
+) -> None:
+    """The script failing (or missing from the examples) costs guided decoding, not the engine."""
+    run = stand_in_build(
+        tmp_path, {"quantization/quantize.py": "", **({b.TOKENIZER_INFO: script} if script else {})}
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    engine = tmp_path / "cache" / "k"
+    assert (engine / b.MARKER).is_file() and not (engine / XGRAMMAR_TOKENIZER_INFO).exists()
+    assert "engine build: no xgrammar tokenizer info (" in run.stderr
+    assert "serves without guided decoding" in run.stderr
+
+
+def test_a_dry_run_names_the_tokenizer_info_step() -> None:
+    printed = subprocess.run([sys.executable, "-m", "llm_operator.engine.build", *argv("llama", "fp8", "fp8"),
+                              "--dry-run"], capture_output=True, text=True, timeout=60, env={**os.environ,
+                              "LLMOP_TRTLLM_EXAMPLES": ""})  # fmt: skip
+    assert printed.returncode == 0, printed.stderr
+    last = printed.stdout.splitlines()[-1]
+    assert last.startswith("+ HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 ")
+    staged = f"/out/k.partial-{socket.gethostname()}"
+    assert last.endswith(f"{EXAMPLES}/{b.TOKENIZER_INFO} --model_dir /m --output_dir {staged}")
 
 
 # --- the large-model fp8 route ----------------------------------------------------------------

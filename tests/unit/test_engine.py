@@ -269,10 +269,13 @@ def test_dry_run_prints_every_command(capsys: pytest.CaptureFixture[str]) -> Non
     assert said == "activation dtype float16: /m/config.json does not exist: the default float16"
     lines = [line.split() for line in printed]
     # The download and the upload are the fetch image's (engine/fetch.py), not NVIDIA's image's.
-    assert [line[1] for line in lines] == ["HF_HUB_OFFLINE=1", "trtllm-build"]
+    assert [line[1] for line in lines] == ["HF_HUB_OFFLINE=1", "trtllm-build", "HF_HUB_OFFLINE=1"]
     assert lines[0][1:4] == ["HF_HUB_OFFLINE=1", "HF_DATASETS_OFFLINE=1", sys.executable], "a local dataset"
     assert lines[0][4] == "/app/examples/quantization/quantize.py", "where NVIDIA's image has it"
     assert "--qformat int4_awq" in " ".join(lines[0])
+    # The guided decoder's tokenizer info, into the directory the publish step uploads.
+    assert lines[2][3:] == [sys.executable, "/app/examples/generate_xgrammar_tokenizer_info.py",
+                            "--model_dir", "/m", "--output_dir", "/out/k"]  # fmt: skip
 
 
 def test_a_cached_engine_is_not_rebuilt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -107,6 +107,7 @@ async def front_door(
     http: HttpLimits | None = None,
     tool_parser: str = "",
     template_prefix: str = "",
+    unguided: str = "",
 ) -> AsyncIterator[int]:
     """A front door for the cpu-reference tokenizer (its chat template between template_prefix and
     template_suffix) before a Triton stand-in; yields its port."""
@@ -119,7 +120,7 @@ async def front_door(
     triton = await fake_triton(behaviour, [] if seen is None else seen)
     upstream = Upstream("127.0.0.1", triton.sockets[0].getsockname()[1])
     settings = Settings(["m"], "tensorrt_llm", backend, limits or Limits(), http=http or HttpLimits(),
-                        tool_parser=tool_parser)  # fmt: skip
+                        tool_parser=tool_parser, unguided=unguided)  # fmt: skip
     door = FrontDoor(settings, Tokenizer.load(tmp_path), upstream)
     server = await serve(door, "127.0.0.1", 0)
     try:

@@ -8,9 +8,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncGenerator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from llm_operator.contract import XGRAMMAR_TOKENIZER_INFO
+from llm_operator.frontdoor import __main__ as frontdoor_main
 from llm_operator.frontdoor import choices as C
 from llm_operator.frontdoor import protocol as P
 from llm_operator.frontdoor import structured as S
@@ -20,13 +23,15 @@ from llm_operator.frontdoor.upstream import Answer, UpstreamError, _answer
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 
 
-def extras(kind: str = "chat", backend: str = "cpu-reference", **body: Any) -> P.Extras:
-    return S.extras(body, kind, backend)
+def extras(kind: str = "chat", backend: str = "cpu-reference", unguided: str = "", **body: Any) -> P.Extras:
+    return S.extras(body, kind, backend, unguided=unguided)
 
 
-def refused(kind: str = "chat", backend: str = "cpu-reference", **body: Any) -> P.ApiError:
+def refused(
+    kind: str = "chat", backend: str = "cpu-reference", unguided: str = "", **body: Any
+) -> P.ApiError:
     with pytest.raises(P.ApiError) as e:
-        extras(kind, backend, **body)
+        extras(kind, backend, unguided, **body)
     assert e.value.status == 400
     return e.value
 
@@ -55,12 +60,43 @@ def test_response_format_refusals() -> None:
                         ({"type": "structural_tag"}, "unsupported_parameter")):  # fmt: skip
         e = refused(response_format=value)
         assert (e.param, e.code) == ("response_format", code), value
-    # No guided decoder configured yet (the engine's tokenizer info file).
-    e = refused(backend="tensorrt-engine", response_format={"type": "json_object"})
-    assert (e.param, e.code) == (
-        "response_format",
-        "unsupported_parameter",
-    ) and "tensorrt-engine" in e.message
+    # An engine without its tokenizer info file serves without a guided decoder (runtime/launcher.py).
+    e = refused(
+        backend="tensorrt-engine", unguided=S.NO_TOKENIZER_INFO, response_format={"type": "json_object"}
+    )
+    assert (e.param, e.code) == ("response_format", "unsupported_parameter")
+    assert "(tensorrt-engine): its engine has no xgrammar tokenizer info" in e.message
+
+
+def test_the_pod_says_whether_its_engine_has_a_guided_decoder(tmp_path: Path) -> None:
+    """The front door looks where the launcher looks (runtime/launcher.py): a tensorrt-engine pod's
+    engine directory without the tokenizer info file serves unguided; the other backends always
+    have a guided decoder."""
+    env = {"LLMOP_SERVED_MODEL_NAMES": "m", "LLMOP_ENGINE_DIR": str(tmp_path)}
+    assert frontdoor_main.settings(env).unguided == S.NO_TOKENIZER_INFO  # built before the file
+    assert frontdoor_main.settings({"LLMOP_SERVED_MODEL_NAMES": "m"}).unguided == S.NO_TOKENIZER_INFO
+    for backend in ("pytorch", "cpu-reference"):
+        assert frontdoor_main.settings({**env, "LLMOP_BACKEND": backend}).unguided == ""
+    (tmp_path / XGRAMMAR_TOKENIZER_INFO).write_text("{}")
+    assert frontdoor_main.settings(env).unguided == ""
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_response_format_on_the_gpu_engine_is_the_cpu_runtimes_guide(stream: bool) -> None:
+    """tensorrt-engine sends the engine contract's two guide inputs to `tensorrt_llm`, as the CPU
+    runtime's engine contract takes them (runtime/cpu_reference/structured/guided.py)."""
+    schema_format = {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA, "strict": True}}
+    for response_format, guide_type in (({"type": "json_object"}, "json"), (schema_format, "json_schema")):
+        got = extras(backend="tensorrt-engine", response_format=response_format)
+        assert got == extras(backend="cpu-reference", response_format=response_format)
+        inputs = T.triton_inputs(gen(got, prompt_ids=[1, 2]), "tensorrt-engine", stream, end_id=2)
+        assert inputs["guided_decoding_guide_type"] == guide_type
+        assert inputs.get("guided_decoding_guide") == (got.guide or None)
+        assert (inputs["input_ids"], inputs["end_id"]) == ([1, 2], 2)
+    assert json.loads(got.guide) == SCHEMA
+    # Still refused there: alternatives (the engine returns the sampled token's log-probability only).
+    e = refused(backend="tensorrt-engine", logprobs=True, top_logprobs=1, response_format=schema_format)
+    assert (e.param, e.code) == ("top_logprobs", "unsupported_parameter")
 
 
 def test_n_and_logprobs_by_backend() -> None:

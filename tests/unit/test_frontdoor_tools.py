@@ -92,13 +92,50 @@ def test_auto_needs_the_deployments_parser_and_none_only_shows_the_template() ->
 
 def test_guided_choices_need_a_guided_decoder_auto_does_not() -> None:
     for choice in ("required", NAMED):
-        e = refused("tensorrt-engine", tools=TOOLS, tool_choice=choice)
-        assert (e.param, e.code) == (
-            "tool_choice",
-            "unsupported_parameter",
-        ) and "tensorrt-engine" in e.message
-        assert extras("pytorch", tools=TOOLS, tool_choice=choice).guide
+        for backend in ("tensorrt-engine", "pytorch"):
+            assert extras(backend, tools=TOOLS, tool_choice=choice) == extras(tools=TOOLS, tool_choice=choice)
+        # An engine without its tokenizer info serves without a guided decoder (runtime/launcher.py).
+        with pytest.raises(P.ApiError) as e:
+            S.extras({"tools": TOOLS, "tool_choice": choice}, "chat", "tensorrt-engine", "",
+                     S.NO_TOKENIZER_INFO)  # fmt: skip
+        assert (e.value.status, e.value.param, e.value.code) == (400, "tool_choice", "unsupported_parameter")
+        assert "(tensorrt-engine): its engine has no xgrammar tokenizer info" in e.value.message
     assert extras("tensorrt-engine", "llama3-json", tools=TOOLS).parser == "llama3-json"
+
+
+@pytest.mark.parametrize("unguided", ["", S.NO_TOKENIZER_INFO])
+def test_the_gpu_engine_gets_a_named_choices_guide_unless_it_has_no_guided_decoder(
+    tmp_path: Path, unguided: str
+) -> None:
+    """tensorrt-engine through the front door: the guide reaches `tensorrt_llm` beside the prompt's
+    ids and the constrained text comes back as the call; without a guided decoder, a 400 and
+    nothing sent to Triton."""
+    seen: list[dict[str, Any]] = []
+
+    async def engine(w: asyncio.StreamWriter) -> None:
+        w.write(STREAM_HEAD + sse(ids('{"city": "Paris"}')) + b"0\r\n\r\n")
+        await w.drain()
+
+    async def ask() -> tuple[int, bytes]:
+        async with front_door(
+            engine, tmp_path, seen=seen, backend="tensorrt-engine", unguided=unguided
+        ) as port:
+            request = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 20,
+                       "tools": TOOLS, "tool_choice": NAMED}  # fmt: skip
+            return await exchange(port, request, "/v1/chat/completions")
+
+    status, raw = asyncio.run(ask())
+    if unguided:
+        assert status == 400 and b"no xgrammar tokenizer info" in raw and b'"tool_choice"' in raw
+        assert seen == []
+        return
+    assert status == 200, raw
+    (body,) = seen
+    assert body["guided_decoding_guide_type"] == "json_schema"
+    assert json.loads(body["guided_decoding_guide"]) == WEATHER
+    assert body["input_ids"] and "text_input" not in body
+    (call,) = answer(raw).choices[0].message.tool_calls or []
+    assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Paris"})  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
-from llm_operator.contract import ADMIN_KEY_ENV, ADMIN_KEY_HEADER, KILL_GRACE_SECONDS
+from llm_operator.contract import ADMIN_KEY_ENV, ADMIN_KEY_HEADER, KILL_GRACE_SECONDS, XGRAMMAR_TOKENIZER_INFO
 from llm_operator.controller.secrets.ssh import key_pair
 from llm_operator.runtime import launcher, processes, supervisor
 from llm_operator.runtime.commands import (
@@ -547,6 +547,51 @@ def test_cpu_server_gets_sigterm_and_a_clean_stop_exits_0(pod: Callable[..., Pod
     p.proc.send_signal(signal.SIGTERM)
     assert p.proc.wait(timeout=20) == 0
     assert (p.dir / "rank0.term").exists()
+
+
+@pytest.mark.parametrize("has_info", [True, False])
+def test_an_engine_without_its_tokenizer_info_loads_without_a_guided_decoder(
+    pod: Callable[..., Pod], tmp_path: Path, has_info: bool
+) -> None:
+    """The operator's GPU repository turns xgrammar on over the file beside the engine; an engine
+    built before the operator wrote it (or prebuilt without it) would fail to load with it named
+    and missing, so the launcher empties both parameters before Triton starts."""
+    from google.protobuf import text_format
+    from llm_operator.modelrepo import render_repository, to_configmap_data
+    from llm_operator.plan.types import PoolPlan
+    from tritonclient.grpc import model_config_pb2
+
+    engine, models, cm = tmp_path / "engine", tmp_path / "models", tmp_path / "cm"
+    for d in (engine, cm, *(models / m / "1" for m in ("preprocessing", "postprocessing"))):
+        d.mkdir(parents=True)
+    (engine / "config.json").write_text('{"pretrained_config": {"mapping": {"tp_size": 1, "pp_size": 1}}}')
+    (engine / "rank0.engine").write_text("")
+    if has_info:
+        (engine / XGRAMMAR_TOKENIZER_INFO).write_text("{}")
+    for m in ("preprocessing", "postprocessing"):
+        (models / m / "1" / "model.py").write_text("")
+    spec = LLMDeploymentSpec.model_validate({"model": {"name": "m", "source": {"uri": "pvc://models/m"}},
+                                             "engine": {"backend": "tensorrt-engine"}})  # fmt: skip
+    pool = PoolPlan("main", "NVIDIA-H100-80GB-HBM3", ("NVIDIA-H100-80GB-HBM3",), (9, 0), 81559, 1, 1, 1, 1, 1)
+    files = render_repository(spec, pool, engine_dir=str(engine), tokenizer_dir="")
+    for key, text in to_configmap_data(files).items():
+        (cm / key).write_text(text)
+    p = pod(
+        LLMOP_BACKEND="tensorrt-engine", LLMOP_ENGINE_DIR=str(engine), LLMOP_TRTLLM_MODELS_DIR=str(models)
+    )
+    p.wait_started("rank0")
+    loaded = text_format.Parse((tmp_path / "repo" / "tensorrt_llm" / "config.pbtxt").read_text(),
+                               model_config_pb2.ModelConfig())  # fmt: skip
+    rendered = text_format.Parse(files["tensorrt_llm/config.pbtxt"], model_config_pb2.ModelConfig())
+    guided = ("guided_decoding_backend", "xgrammar_tokenizer_info_path")
+    assert tuple(rendered.parameters[k].string_value for k in guided) == (
+        "xgrammar", str(engine / XGRAMMAR_TOKENIZER_INFO))  # fmt: skip
+    if not has_info:
+        for k in guided:
+            rendered.parameters[k].string_value = ""
+    assert loaded == rendered  # nothing else of the model changed
+    p.proc.send_signal(signal.SIGTERM)
+    assert p.proc.wait(timeout=20) == 0
 
 
 @pytest.mark.parametrize(("code", "expected"), [(3, 3), (0, EXIT_SERVER_GONE)])

@@ -13,6 +13,9 @@ import pytest
 import yaml
 from google.protobuf import text_format
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
+from llm_operator.contract import XGRAMMAR_TOKENIZER_INFO
+from llm_operator.engine import build
+from llm_operator.frontdoor import structured as S
 from llm_operator.modelrepo import render_repository
 from llm_operator.plan.types import PoolPlan
 from llm_operator.runtime.trtllm_metrics import KV_CACHE_BLOCK_METRICS, REQUEST_METRICS, from_iteration_stats
@@ -111,6 +114,33 @@ def test_the_ensemble_accepts_the_spellings_upstream_accepts_at_the_tag() -> Non
     assert not {"random_seed", "min_length"} & (names | set(up.ENSEMBLE_INPUTS))
 
 
+def test_the_engine_contract_configures_upstreams_guided_decoder() -> None:
+    """tensorrt_llm takes the two guide inputs (and the ensemble hands them on) and turns xgrammar on
+    over the file the build writes beside the engine, by the names and the script read upstream;
+    the front door sends only guide types the backend maps (another runs unguided there)."""
+    files = render_repository(
+        spec("tensorrt-engine", "pvc://models/m"), POOL, engine_dir="/e", tokenizer_dir="/e/t"
+    )
+    rendered = configs(files)
+    guides = {"guided_decoding_guide_type", "guided_decoding_guide"}
+    for model in ("tensorrt_llm", "ensemble"):
+        assert guides <= {t.name for t in rendered[model].input}, model
+    (step,) = [s for s in rendered["ensemble"].ensemble_scheduling.step if s.model_name == "tensorrt_llm"]
+    assert {k: step.input_map[k] for k in guides} == {k: k for k in guides}
+    parameters = {k: v.string_value for k, v in rendered["tensorrt_llm"].parameters.items()}
+    assert parameters["guided_decoding_backend"] in up.GUIDED_DECODING_BACKENDS
+    assert parameters["xgrammar_tokenizer_info_path"] == f"/e/{up.XGRAMMAR_TOKENIZER_INFO_FILE}"
+    assert XGRAMMAR_TOKENIZER_INFO == up.XGRAMMAR_TOKENIZER_INFO_FILE
+    # What the build runs: upstream's script, where the images keep it, with its own options.
+    command = build.tokenizer_info_command("/m", "/e", build.Examples([build.IMAGE_EXAMPLES], required=False))
+    assert command[1] == f"/app/examples/{up.XGRAMMAR_TOKENIZER_INFO_SCRIPT}"
+    assert command[2:] == ["--model_dir", "/m", "--output_dir", "/e"]
+    # The front door's guides (structured.py, tools/request.py): json and json_schema.
+    formats = ({"type": "json_object"}, {"type": "json_schema", "json_schema": {"schema": {}}})
+    kinds = {S.extras({"response_format": f}, "chat", "tensorrt-engine").guide_type for f in formats}
+    assert kinds <= up.GUIDE_TYPES
+
+
 @pytest.mark.parametrize("uri", ["pvc://models/llama", "hf://meta-llama/Llama-3.1-8B-Instruct"])
 def test_llmapi_uses_only_upstream_names_and_all_it_requires(uri: str) -> None:
     files = render_repository(spec("pytorch", uri), POOL, engine_dir="", tokenizer_dir="", model_dir="/m")
@@ -202,9 +232,6 @@ def test_the_cpu_reference_models_are_subsets_of_upstreams() -> None:
         )
     )["tensorrt_llm"]
     shapes = {t.name: (list(t.dims), list(t.reshape.shape)) for t in (*gpu.input, *gpu.output)}
-    # The GPU repository declares no guide until it configures a guided decoder (docs/architecture.md,
-    # structured outputs): upstream's config.pbtxt shape (stored copy, unverified at the v1.1.0 tag).
-    shapes |= {"guided_decoding_guide_type": ([1], []), "guided_decoding_guide": ([1], [])}
     cpu_llm = rendered["tensorrt_llm"]
     assert {t.name: (list(t.dims), list(t.reshape.shape)) for t in (*cpu_llm.input, *cpu_llm.output)} == {
         t.name: shapes[t.name] for t in (*cpu_llm.input, *cpu_llm.output)

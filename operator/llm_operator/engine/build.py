@@ -8,12 +8,12 @@ cache (CACHED in the work directory: this ends at once) or put TensorRT-LLM's ex
 key's version in `<work>/trtllm-examples` when it has them; the build takes its scripts from
 there, else from the image's own `/app/examples`. The checkpoint (`--model`) is a mounted
 directory: the model cache's claim or a pvc:// source, read-only; quantized builds take their
-activation dtype from its config.json. This
-checks that the image's TensorRT-LLM version and the GPUs' architecture are the ones in the key
-(exit 78 otherwise: the Job fails without retrying), converts the checkpoint with its family's
-converter or quantizes it with ModelOpt (calibrating on the dataset the spec names, offline unless
-that is a Hub dataset) and runs trtllm-build with flags chosen per precision as TensorRT-LLM
-documents them, copies the tokenizer next to the engine and writes the marker last. On pvc://
+activation dtype from its config.json. This checks that the image's TensorRT-LLM version and the
+GPUs' architecture are the ones in the key (exit 78 otherwise: the Job fails without retrying),
+converts the checkpoint with its family's converter or quantizes it with ModelOpt (calibrating on
+the dataset the spec names, offline unless that is a Hub dataset) and runs trtllm-build with flags
+chosen per precision as TensorRT-LLM documents them, copies the tokenizer next to the engine with
+xgrammar's view of it (the guided decoder's, tokenizer_info) and writes the marker last. On pvc://
 caches engines are built beside their final directory and renamed into place, so readers (and a
 second Job building the same key) never see a half-written one; for object-store caches the
 publish container uploads the staged engine.
@@ -46,6 +46,11 @@ CACHED = ".llm-operator-cached"  # written by engine/fetch.py: the key is in the
 # 49aba4a, the TensorRT-LLM 1.1 image, lines 184 and 189).
 IMAGE_EXAMPLES = "/app/examples"
 QUANTIZE = "quantization/quantize.py"
+# Writes <--output_dir>/xgrammar_tokenizer_info.json (contract.XGRAMMAR_TOKENIZER_INFO) from
+# AutoTokenizer.from_pretrained(--model_dir): triton-inference-server/tensorrtllm_backend
+# docs/guided_decoding.md runs it from examples/ on every release branch r25.07 to r26.07 (5419275
+# r25.12, 3bc1153 r26.07), whose images copy examples/ to /app/examples.
+TOKENIZER_INFO = "generate_xgrammar_tokenizer_info.py"
 # The converters run on this interpreter, the one with tensorrt_llm (no NVIDIA Dockerfile
 # installs a `python`).
 PYTHON = sys.executable or "python3"
@@ -233,6 +238,21 @@ def build_command(a: argparse.Namespace, checkpoint: str, engine: str) -> list[s
     return cmd
 
 
+def tokenizer_info_command(model_dir: str, engine: str, scripts: Examples) -> list[str]:
+    """Upstream's script, on the checkpoint's tokenizer (the engine's vocabulary)."""
+    return [PYTHON, str(scripts.script([TOKENIZER_INFO])), "--model_dir", model_dir, "--output_dir", engine]
+
+
+def tokenizer_info(model_dir: str, engine: Path) -> None:
+    """The guided decoder's file beside the engine. An engine without it serves unguided (the
+    launcher and the front door look for it), so a failure here does not fail a finished build."""
+    try:
+        run(tokenizer_info_command(model_dir, str(engine), examples()), dry_run=False, env=dict(OFFLINE))
+    except (BuildError, subprocess.CalledProcessError) as e:
+        why = f"engine build: no xgrammar tokenizer info ({e}): this engine serves without guided decoding"
+        print(f"{why} (response_format, tool_choice required or named)", file=sys.stderr, flush=True)
+
+
 def staging(a: argparse.Namespace) -> str:
     """Where trtllm-build writes: beside the final directory (renamed into place when complete),
     or the local directory an object-store upload reads."""
@@ -309,17 +329,14 @@ def run(cmd: list[str], dry_run: bool, env: dict[str, str] | None = None) -> Non
         subprocess.run(cmd, check=True, env={**os.environ, **env} if env else None)
 
 
-def model_dir(a: argparse.Namespace) -> Path:
-    """Where the checkpoint is: a mounted directory (the model cache or a pvc:// source)."""
-    return Path(a.model)
-
-
 def build(a: argparse.Namespace) -> None:
-    work, source = Path(a.work_dir), model_dir(a)
+    work, source = Path(a.work_dir), Path(a.model)  # a mounted directory: the model cache, a pvc:// source
     convert, trtllm_build = conversion(a, str(source), str(work))
     if a.dry_run:
         run(convert, dry_run=True, env=conversion_env(a))
         run(trtllm_build, dry_run=True)
+        info = tokenizer_info_command(str(source), staging(a), examples(required=False))
+        run(info, dry_run=True, env=dict(OFFLINE))
         return
     check_environment(a)
     staged = Path(staging(a))
@@ -329,6 +346,7 @@ def build(a: argparse.Namespace) -> None:
         run(convert, dry_run=False, env=conversion_env(a))
         run(trtllm_build, dry_run=False)
         copy_tokenizer(source, staged)
+        tokenizer_info(str(source), staged)
         (staged / MARKER).write_text(a.key + "\n")
         if not a.upload:
             publish(staged, Path(a.output))

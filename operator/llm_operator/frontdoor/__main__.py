@@ -15,8 +15,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from llm_operator.contract import CPU_REFERENCE_TOKENIZER_DIR, ENV
-from llm_operator.frontdoor import sampling
+from llm_operator.contract import CPU_REFERENCE_TOKENIZER_DIR, ENV, XGRAMMAR_TOKENIZER_INFO
+from llm_operator.frontdoor import sampling, structured
 from llm_operator.frontdoor.api_keys import ApiKeys
 from llm_operator.frontdoor.http1 import HttpLimits, body_limit
 from llm_operator.frontdoor.protocol import Limits
@@ -71,7 +71,17 @@ def settings(environ: Mapping[str, str]) -> Settings:
         api_keys=api_keys(environ),
         http=HttpLimits(max_body_bytes=body_limit(limits.max_input_len)),
         tool_parser=tool_parser,
+        unguided=unguided(environ, backend),
     )
+
+
+def unguided(environ: Mapping[str, str], backend: str) -> str:
+    """Why the engine has no guided decoder, "" when it has one: a tensorrt-engine pod's engine
+    without its tokenizer info file, for which the launcher turned it off (runtime/launcher.py)."""
+    engine_dir = _get(environ, "LLMOP_ENGINE_DIR")
+    if backend != "tensorrt-engine" or (engine_dir and Path(engine_dir, XGRAMMAR_TOKENIZER_INFO).is_file()):
+        return ""
+    return structured.NO_TOKENIZER_INFO
 
 
 # File descriptors kept for what is not a client: Triton's connections beside each client's

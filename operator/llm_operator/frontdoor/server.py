@@ -49,6 +49,7 @@ class Settings:
     api_keys: ApiKeys | None = None  # spec.routing.apiKeys: every request but /health needs one
     defaults: Defaults = OPENAI  # what a request leaves out of its sampling (sampling.py)
     tool_parser: str = ""  # spec.model.toolCallParser (tools/parsers.py; "": tool_choice auto refused)
+    unguided: str = ""  # why the engine has no guided decoder ("": it has one; structured.py)
     http: H.HttpLimits = field(default_factory=H.HttpLimits)  # body cap: H.body_limit(maxInputLen)
 
 
@@ -223,7 +224,7 @@ class FrontDoor:
         s = self.settings
         body = P.parse_json(raw)
         gen = P.check(body, kind, s.limits, backend=s.backend, defaults=s.defaults)
-        gen.extras = structured.extras(body, kind, s.backend, s.tool_parser)
+        gen.extras = structured.extras(body, kind, s.backend, s.tool_parser, s.unguided)
         gen.id = request_id  # the response's id carries it: chatcmpl-<X-Request-Id>
         self._model(gen.model)
         gen.prompt = self._prompt(gen, body)

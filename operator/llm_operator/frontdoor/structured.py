@@ -11,8 +11,10 @@ What a backend cannot do yet is a 400 `unsupported_parameter` naming the paramet
   as `pytorch`) refuses top_logprobs > 0 until a GPU shows the PyTorch backend fills them;
 - the engine contract returns each sampled token's log-probability only (`output_log_probs`), so
   top_logprobs > 0 and completions' logprobs > 0 are refused there for good;
-- a guide needs the engine's guided decoder, configured with the tokenizer's xgrammar info: the CPU
-  runtime has it, the GPU engine's repository does not configure one yet (`tensorrt-engine`).
+- a guide needs the engine's guided decoder: every backend configures one (xgrammar; on
+  `tensorrt-engine` over the tokenizer info the engine build writes beside the engine), but an
+  engine without that file serves without one (runtime/launcher.py), and then guides are refused
+  (`unguided`, from the pod's environment: __main__.py).
 """
 
 from __future__ import annotations
@@ -27,7 +29,11 @@ from llm_operator.frontdoor.tools import request as tools_request
 MAX_CHOICES = 8  # each sequence takes a batch slot of the engine
 MAX_SCHEMA_BYTES = 64 * 1024
 MAX_TOP_LOGPROBS = {"chat": 20, "completion": 5}  # OpenAI's bounds
-GUIDED = frozenset({"cpu-reference", "pytorch"})
+# Why a tensorrt-engine pod has no guided decoder (contract.XGRAMMAR_TOKENIZER_INFO).
+NO_TOKENIZER_INFO = (
+    "its engine has no xgrammar tokenizer info beside it (an engine built before the operator wrote "
+    "it, or a prebuilt one without it), so it runs without a guided decoder"
+)
 
 
 def _unsupported(name: str, backend: str, why: str) -> ApiError:
@@ -72,7 +78,7 @@ def _logprobs(body: Mapping[str, Any], kind: str, backend: str) -> bool:
     return True
 
 
-def _guide(body: Mapping[str, Any], backend: str) -> tuple[str, str]:
+def _guide(body: Mapping[str, Any], backend: str, unguided: str) -> tuple[str, str]:
     """response_format as a guide: json_object -> `json`, json_schema -> `json_schema` with the
     schema under json_schema.schema (OpenAI's wrapper is not part of it); strict is accepted, the
     output always matches."""
@@ -85,8 +91,8 @@ def _guide(body: Mapping[str, Any], backend: str) -> tuple[str, str]:
     if kind not in ("json_object", "json_schema"):
         raise bad("response_format.type must be text, json_object or json_schema", "response_format",
                   "unsupported_parameter" if isinstance(kind, str) else None)  # fmt: skip
-    if backend not in GUIDED:
-        raise _unsupported("response_format", backend, "its engine has no guided decoder configured yet")
+    if unguided:
+        raise _unsupported("response_format", backend, unguided)
     if kind == "json_object":
         return "json", ""
     spec = value.get("json_schema")
@@ -104,16 +110,19 @@ def _guide(body: Mapping[str, Any], backend: str) -> tuple[str, str]:
     return "json_schema", text
 
 
-def extras(body: Mapping[str, Any], kind: str, backend: str, tool_parser: str = "") -> Extras:
-    """The request's Extras, or ApiError. tool_parser: the deployment's (spec.model.toolCallParser)."""
+def extras(
+    body: Mapping[str, Any], kind: str, backend: str, tool_parser: str = "", unguided: str = ""
+) -> Extras:
+    """The request's Extras, or ApiError. tool_parser: the deployment's (spec.model.toolCallParser);
+    unguided: why its engine has no guided decoder, "" when it has one."""
     if kind != "chat":
         for name in TOOLS:
             if body.get(name) not in (None, [], "none"):
                 raise bad(f"{name} is for /v1/chat/completions (a completion's prompt has no tools); "
                           "remove it", name, "unsupported_parameter")  # fmt: skip
         return Extras(_n(body), _logprobs(body, kind, backend))
-    guide_type, guide = _guide(body, backend)
-    tools = tools_request.check(body, parser=tool_parser, guided=backend in GUIDED, backend=backend)
+    guide_type, guide = _guide(body, backend, unguided)
+    tools = tools_request.check(body, parser=tool_parser, unguided=unguided, backend=backend)
     if tools.guide:
         guide_type, guide = "json_schema", tools.guide
     return Extras(_n(body), _logprobs(body, kind, backend), guide_type, guide, tools.tools, tools.parser,

@@ -16,6 +16,7 @@ from typing import TypeVar
 import jinja2
 
 from llm_operator.api.v1alpha1 import Backend, CpuContract, CpuReferenceSpec, LLMDeploymentSpec, Precision
+from llm_operator.contract import XGRAMMAR_TOKENIZER_INFO
 from llm_operator.plan.types import PoolPlan
 from llm_operator.profiles import GPT_MODEL_TYPE, PROFILES, SCHEDULER_POLICY, ProfileDefaults
 from llm_operator.runtime.cpu_reference import BUILTIN_MODELS
@@ -134,6 +135,7 @@ def trtllm_values(
         "gpt_model_type": GPT_MODEL_TYPE[_pick(runtime.batching.strategy, profile.batching_strategy)],
         "engine_dir": engine_dir,
         "tokenizer_dir": tokenizer_dir,
+        "xgrammar_tokenizer_info_path": f"{engine_dir}/{XGRAMMAR_TOKENIZER_INFO}",  # engine/build.py's
         "max_beam_width": engine.max_beam_width,
         "decoding_mode": "beam_search" if engine.max_beam_width > 1 else "top_k_top_p",
         "batch_scheduler_policy": SCHEDULER_POLICY[

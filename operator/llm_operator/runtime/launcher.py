@@ -1,10 +1,11 @@
 """`llm-operator-launch`: the process Kubernetes watches in every serving pod.
 
 It checks that every file the repository loads is there (preflight.py), materializes the model
-repository from the ConfigMap, checks the engine's tp/pp, starts this pod's
-Triton ranks (a worker: sshd for its leader's mpirun) and supervises them (supervisor.py);
-`llm-operator-launch drain` is the preStop hook (drain.py). The environment it reads is
-contract.ENV, parsed by config.py. docs/launcher-and-engines.md documents all of it.
+repository from the ConfigMap, checks the engine's tp/pp (and turns the guided decoder off for an
+engine without its tokenizer info), starts this pod's Triton ranks (a worker: sshd for its
+leader's mpirun) and supervises them (supervisor.py); `llm-operator-launch drain` is the preStop
+hook (drain.py). The environment it reads is contract.ENV, parsed by config.py.
+docs/launcher-and-engines.md documents all of it.
 
 Serving images install this package without its dependencies: the runtime imports only the
 standard library, llm_operator.contract and prometheus_client (tests/unit/test_dependencies.py).
@@ -24,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from llm_operator.contract import ADMIN_KEY_ENV, ADMIN_KEY_FD_ENV, ENV, LAUNCHER
+from llm_operator.contract import ADMIN_KEY_ENV, ADMIN_KEY_FD_ENV, ENV, LAUNCHER, XGRAMMAR_TOKENIZER_INFO
 from llm_operator.runtime.commands import (
     engine_problems,
     rank_id,
@@ -37,7 +38,7 @@ from llm_operator.runtime.commands import (
 from llm_operator.runtime.config import ConfigError, PodConfig
 from llm_operator.runtime.drain import drain
 from llm_operator.runtime.preflight import first_missing, image_files
-from llm_operator.runtime.repository import materialize
+from llm_operator.runtime.repository import materialize, without_guided_decoding
 from llm_operator.runtime.ssh import prepare_client, prepare_sshd
 from llm_operator.runtime.startup_cache import drop_unreadable
 from llm_operator.runtime.supervisor import (
@@ -172,6 +173,14 @@ def launch(c: PodConfig, stop: Stop, environ: Mapping[str, str]) -> int:
             log(problem)
         if problems:
             return EXIT_CONFIG
+        info = Path(c.engine_dir, XGRAMMAR_TOKENIZER_INFO)
+        if not info.is_file():
+            log(
+                f"{info} not found (an engine built before the operator wrote it, or a prebuilt one "
+                "without it): serving without a guided decoder; the front door refuses response_format "
+                "and tool_choice required or named until the file is there (docs/serving-api.md)"
+            )
+            without_guided_decoding(c.model_repo)
     c = _resolve(c)
     ids = tuple(rank_id(r) for r in c.local_ranks)
     if c.role == "worker":

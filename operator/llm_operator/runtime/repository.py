@@ -14,6 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 SEPARATOR = "__"
+# What turns the C++ backend's guided decoder on (model_repo_templates/inflight_batcher_llm/
+# tensorrt_llm.pbtxt.j2): emptied, the model loads without one.
+GUIDED_DECODING = re.compile(
+    r'(key: "(?:guided_decoding_backend|xgrammar_tokenizer_info_path)" value: \{ string_value: )"[^"]*"'
+)
 _COMPONENT = re.compile(r"[-.a-zA-Z0-9]+(_[-.a-zA-Z0-9]+)*")
 
 
@@ -71,3 +76,12 @@ def materialize(
     for path, source in (image_files or {}).items():
         (dest / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, dest / path)
+
+
+def without_guided_decoding(repository: str | Path) -> None:
+    """The engine contract's `tensorrt_llm` without its guided decoder: the backend refuses to load
+    one whose tokenizer info file is missing (NVIDIA/TensorRT-LLM triton_backend/inflight_batcher_llm/
+    src/model_instance_state.cc, getGuidedDecodingConfigFromParams: "Xgrammar's tokenizer info path
+    at %s does not exist"), and loads without one when either parameter is empty."""
+    config = Path(repository) / "tensorrt_llm" / "config.pbtxt"
+    config.write_text(GUIDED_DECODING.sub(r'\1""', config.read_text()))

@@ -108,9 +108,9 @@ def required_schema(tools: list[dict[str, Any]], most: int | None) -> dict[str, 
     return schema
 
 
-def check(body: Mapping[str, Any], *, parser: str, guided: bool, backend: str) -> Tools:
+def check(body: Mapping[str, Any], *, parser: str, unguided: str, backend: str) -> Tools:
     """The request's Tools, or ApiError. parser: the deployment's (spec.model.toolCallParser, "" if
-    unset); guided: whether the backend's engine has a guided decoder."""
+    unset); unguided: why the backend's engine has no guided decoder ("" when it has one)."""
     tools = _tools(body)
     names = [t["function"]["name"] for t in tools]
     mode, name = _choice(body, names)
@@ -132,10 +132,10 @@ def check(body: Mapping[str, Any], *, parser: str, guided: bool, backend: str) -
                       "tool_choice" if "tool_choice" in body else "tools",
                       "unsupported_parameter")  # fmt: skip
         return Tools(template, parser)
-    if not guided:
+    if unguided:
         raise ApiError(400, f"tool_choice {mode} is not supported by this model's backend ({backend}): "
-                       "its engine has no guided decoder configured yet; send tool_choice auto or none",
-                       param="tool_choice", code="unsupported_parameter")  # fmt: skip
+                       f"{unguided}; send tool_choice auto or none", param="tool_choice",
+                       code="unsupported_parameter")  # fmt: skip
     if body.get("response_format") not in (None, {"type": "text"}):
         raise bad(f"tool_choice {mode} and response_format each constrain the output; send one of them",
                   "tool_choice")  # fmt: skip
