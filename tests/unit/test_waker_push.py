@@ -177,12 +177,14 @@ def test_kedas_own_client_reads_the_push(tmp_path: Path) -> None:
     with running(push=True) as r:
         argv = [str(tmp_path / "keda_client"), f"127.0.0.1:{r.push_port}", f"127.0.0.1:{r.port}"]
         out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
-    lines = [line.split(" ") for line in out.splitlines()]
+    # Go's protobuf text format puts one or two spaces between fields, chosen per binary on purpose
+    # (google.golang.org/protobuf internal/detrand): compare with single spaces.
+    lines = [line.split() for line in out.splitlines()]
     said = {words[0]: " ".join(words[1:]) for words in lines}
-    spec = 'metricSpecs:{metricName:"held"  targetSize:16  targetSizeFloat:16} <nil>'
+    spec = 'metricSpecs:{metricName:"held" targetSize:16 targetSizeFloat:16} <nil>'
     assert said["GetMetricSpec"] == spec and said["StreamMetricSpec"] == spec, out
     assert said["IsActive"] == "false <nil>", out
-    held = 'metricValues:{metricName:"held"  metricValue:1  metricValueFloat:1} <nil>'
+    held = 'metricValues:{metricName:"held" metricValue:1 metricValueFloat:1} <nil>'
     assert said["GetMetrics"] == held, out
     pushed = [(w[1], float(w[3]) if len(w) > 3 else 0.0) for w in lines if w[0] == "StreamIsActive"]
     assert [active for active, _ in pushed] == ["false", "true", "false"], out
