@@ -13,7 +13,9 @@ reaches rank 1 through the worker's sshd under the host name LWS's headless Serv
 
 Day one on a cluster with LWS (../shared/reference/review-gpu-path.md §4): an LWS named like the
 client Service left the workers without DNS records. Rendered so again, this module fails: LWS keeps
-the operator's ClusterIP Service as its pods' subdomain and the group is never Ready.
+the operator's ClusterIP Service as its pods' subdomain and the group is never Ready. A Service of
+the LWS's name that is there before it (a user's) does the same; the leader says so within about a
+minute, not after its 600 s wait for the workers (the last test).
 """
 
 from __future__ import annotations
@@ -140,3 +142,38 @@ def test_a_killed_worker_is_one_group_event_under_lws(world: World, kubectl: Kub
         f"LeaderWorkerSet {LWS} recreates group 0 of pool main as a whole ({LEADER}, {WORKER})"
     )
     print(f"lws: recovery from a killed worker {group.seconds:.1f} s; Ready meanwhile: {group.not_ready}")
+
+
+def test_a_service_in_the_groups_subdomain_is_named_in_a_minute(lws_operator: None, kubectl: Kubectl) -> None:
+    """A ClusterIP Service of the LeaderWorkerSet's name, made before it: LWS keeps it as its pods'
+    subdomain and makes no headless Service, so no worker name resolves, ever. The leader sees that
+    the subdomain does not list its own address and exits about a minute after it starts (not after
+    LLMOP_WORKER_WAIT_SECONDS, 600 s), and the deployment's GroupRecreated Warning says why."""
+    ns = kubectl.create_namespace("lws-subdomain")
+    taken = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": LWS},
+             "spec": {"selector": {"app": "none"}, "ports": [{"name": "http", "port": 80}]}}  # fmt: skip
+    try:
+        kubectl.apply(taken, namespace=ns)
+        kubectl.apply(deployment(SPLIT, parallelism={"tensor": 1, "pipeline": 2}), namespace=ns)
+        start = time.monotonic()
+        recreated = wait_for(
+            "the leader's word on its subdomain",
+            lambda: [e for e in kubectl.events(ns, SPLIT) if e.get("reason") == "GroupRecreated"],
+            timeout=240,
+        )
+        words = recreated[0]["message"]
+        assert recreated[0]["type"] == "Warning", recreated[0]
+        subdomain = rf"{LWS}\.{ns}\.svc"
+        said = (
+            rf"{LWS}-0-1\.{subdomain}: does not resolve \(.+\); {subdomain} answers [0-9a-f.:, ]+, "
+            r"not this pod's [0-9a-f.:, ]+: a Service of that name that is not the group's headless"
+        )
+        assert re.search(said, words), words
+        print(f"lws: a taken subdomain named {time.monotonic() - start:.1f} s after the group was applied")
+    except BaseException:
+        print(what_the_pods_said(kubectl, ns))
+        raise
+    finally:
+        for kind in ("llmdeployments", "leaderworkersets"):
+            kubectl("delete", kind, "--all", "--cascade=orphan", "--wait=true", "--timeout=60s", namespace=ns)
+        kubectl.delete_namespace(ns)
