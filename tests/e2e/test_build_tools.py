@@ -64,6 +64,7 @@ def test_a_group_builds_its_tools_only_and_fetches_the_next_ones_modules_meanwhi
     assert prefetch == ["prometheus-adapter list -deps sigs.k8s.io/prometheus-adapter/cmd/adapter"]
     build = next(c for c in calls if c.startswith("prometheus build"))
     assert "-tags remove_all_sd,enable_kubernetes_sd" in build
+    assert " -gcflags=all=-dwarf=false " in build, "no DWARF from the compiler: the linker drops it"
     dirs = [Path(d) for d in proc.stdout.split()]
     assert sorted(p.name for d in dirs for p in d.iterdir() if p.name != ".complete") == [
         "prometheus",

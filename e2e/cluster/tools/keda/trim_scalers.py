@@ -72,8 +72,9 @@ def restore_helpers(wrapper: Path, modfile: Path, scalers: Path, dropped: dict[s
     package = "github.com/kedacore/keda/v2/pkg/scalers"
     while True:
         # -e: every undefined name at once, not the first ten.
-        # -trimpath as the build that follows: it reuses what this compiled.
-        command = ["go", "build", "-trimpath", "-modfile", str(modfile), f"-gcflags={package}=-e", package]
+        # -trimpath and -dwarf=false as the build that follows: it reuses what this compiled.
+        command = ["go", "build", "-trimpath", "-modfile", str(modfile), "-gcflags=all=-dwarf=false",
+                   f"-gcflags={package}=-e -dwarf=false", package]  # fmt: skip
         build = subprocess.run(command, cwd=wrapper, capture_output=True, text=True)
         if build.returncode == 0:
             return
