@@ -73,28 +73,39 @@ CONNECT_TIMEOUT_SECONDS = 2.0
 UNLISTED_SECONDS = 60.0
 
 
+def _addresses(name: str) -> set[str]:
+    return {str(info[4][0]) for info in socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)}
+
+
 def own_addresses() -> frozenset[str]:
-    """This pod's addresses, from the /etc/hosts the kubelet writes (the pod's name -> its IP)."""
+    """This pod's addresses, both families, from the /etc/hosts the kubelet writes (the pod's name
+    -> its IPs)."""
     try:
-        return frozenset(socket.gethostbyname_ex(socket.gethostname())[2])
+        return frozenset(_addresses(socket.gethostname()))
     except OSError:
         return frozenset()
+
+
+def _family(address: str) -> int:
+    return socket.AF_INET6 if ":" in address else socket.AF_INET
 
 
 def subdomain_problem(host: str, own: frozenset[str]) -> str | None:
     """Why no worker of `host`'s group can resolve, if the group's subdomain (the headless Service
     the pods' names live under: `host` less its first label) shows it; None when it lists this pod,
-    or when this pod's address is unknown and the name resolves at all."""
+    or when it resolves and cannot tell (this pod's address unknown, or none of its family: a
+    single-stack IPv6 Service of a dual-stack pod answers AAAA records only)."""
     domain = host.partition(".")[2]
     if not domain:
         return None
     try:
-        listed = {str(info[4][0]) for info in socket.getaddrinfo(domain, None, proto=socket.IPPROTO_TCP)}
+        listed = _addresses(domain)
     except socket.gaierror as e:
         return (f"neither does {domain}, the group's headless Service ({e.strerror}): the Service is "
                 "missing or cluster DNS does not answer")  # fmt: skip
-    if own and not listed & own:
-        return (f"{domain} answers {', '.join(sorted(listed))}, not this pod's {', '.join(sorted(own))}: "
+    mine = {a for a in own if _family(a) in {_family(b) for b in listed}}
+    if mine and not listed & mine:
+        return (f"{domain} answers {', '.join(sorted(listed))}, not this pod's {', '.join(sorted(mine))}: "
                 "a Service of that name that is not the group's headless one")  # fmt: skip
     return None
 
@@ -117,6 +128,7 @@ def wait_for_workers(
     dropping: dict[str, float] = {}  # host -> since when every connection to it timed out
     unresolved: dict[str, float] = {}  # host -> since when its name and its subdomain fail to resolve
     while pending and time.monotonic() < deadline and stop.signum is None:
+        problems: dict[str, str | None] = {}  # subdomain -> its problem, looked up once a pass
         for host in list(pending):
             try:
                 socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_SECONDS).close()
@@ -124,7 +136,10 @@ def wait_for_workers(
                 continue
             except socket.gaierror as e:
                 pending[host] = f"does not resolve ({e.strerror})"
-                problem = subdomain_problem(host, own)
+                domain = host.partition(".")[2]
+                if domain not in problems:
+                    problems[domain] = subdomain_problem(host, own)
+                problem = problems[domain]
                 if problem is not None:
                     pending[host] += f"; {problem}"
                     if time.monotonic() - unresolved.setdefault(host, time.monotonic()) >= unlisted:
