@@ -85,7 +85,9 @@ def library_files(name: str, package: Path = PACKAGE) -> list[tuple[str, Path]]:
     library as in site-packages) names it and its version to the launcher image's SBOM and to
     importlib.metadata in a pod."""
     beside = package.parent / name
-    shipped_metadata = sorted(package.parent.glob(f"{name}-*.dist-info/METADATA"))
+    # Its own dist-info, not that of a distribution named `{name}-x`.
+    shipped_metadata = [m for m in sorted(package.parent.glob(f"{name}-*.dist-info/METADATA"))
+                        if f"\nName: {name}\n" in f"\n{m.read_text(errors='replace')}"]  # fmt: skip
     if (beside / "__init__.py").is_file() and (beside / LICENSE).is_file() and len(shipped_metadata) == 1:
         root, license_file, metadata = beside, beside / LICENSE, shipped_metadata[0]
     else:
