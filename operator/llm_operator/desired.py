@@ -241,7 +241,7 @@ def desired(  # raises PlanningError for a spec the images cannot serve
     router's limits follow spec.replicas, and a canary step's split of them must not restart it.
     `canary`: a canary rollout is under way (an autoscaler at minReplicas 0 keeps a replica).
     `running_hold`: the hold derived from the cold start that the applied router ConfigMap records,
-    kept until the deployment is at zero replicas (render/scale_to_zero.py hold_seconds)."""
+    kept while the deployment has replicas and only raised at zero (render/scale_to_zero.py hold_seconds)."""
     check_release(ld, images)
     check_multi_node_image(ld, plan, images)
     revision = revision or revision_of(ld.spec, images)

@@ -26,8 +26,8 @@ APPLIED = f"{GROUP}/applied"
 # Annotation of an LLMDeployment: the TensorRT-LLM release it runs, recorded at its first
 # reconcile, so a later operator default moves no existing deployment (release_pin.py).
 TRTLLM_VERSION = f"{GROUP}/tensorrt-llm-version"
-# Annotation of a router ConfigMap: the hold derived from the cold start that it carries, kept until
-# the deployment is at zero replicas (render/scale_to_zero.py hold_seconds).
+# Annotation of a router ConfigMap: the hold derived from the cold start that it carries, kept while
+# the deployment has replicas and only raised at zero (render/scale_to_zero.py hold_seconds).
 DERIVED_HOLD = f"{GROUP}/derived-hold-seconds"
 
 GPU_RESOURCE = "nvidia.com/gpu"

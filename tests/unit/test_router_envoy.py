@@ -37,7 +37,7 @@ from llm_operator.api.v1alpha1 import FailureMode, LLMDeployment
 from llm_operator.controller.secrets.picker_tls import picker_certificates
 from llm_operator.render.router.envoy import DESTINATION_HEADER, PICKER_CA_MOUNT, envoy_config, envoy_yaml
 from llm_operator.render.router.limits import RouterLimits, router_limits
-from llm_operator.render.router.objects import router_config
+from llm_operator.render.router.objects import limits_for, router_config
 
 
 def _envoy() -> Path | None:
@@ -67,10 +67,14 @@ def _deployment(mode: FailureMode) -> LLMDeployment:
     )
 
 
+def rendered_config(ld: LLMDeployment) -> dict[str, Any]:
+    return router_config(ld, limits_for(ld))
+
+
 @needs_envoy
 @pytest.mark.parametrize("mode", list(FailureMode))
 def test_rendered_config_validates(mode: FailureMode, tmp_path: Path) -> None:
-    run = validate(router_config(_deployment(mode))["data"]["envoy.yaml"], tmp_path)
+    run = validate(rendered_config(_deployment(mode))["data"]["envoy.yaml"], tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "OK" in run.stdout
 
@@ -406,7 +410,7 @@ def test_only_fail_open_has_a_way_around_the_picker() -> None:
     that is the only way, no route to the Service. FailOpen: the Service is the aggregate's second
     choice, after the health-checked picker."""
     for mode in FailureMode:
-        config = yaml.safe_load(router_config(_deployment(mode))["data"]["envoy.yaml"])
+        config = yaml.safe_load(rendered_config(_deployment(mode))["data"]["envoy.yaml"])
         clusters = {c["name"]: c for c in config["static_resources"]["clusters"]}
         listeners = {listener["name"]: listener for listener in config["static_resources"]["listeners"]}
         assert set(listeners) == {"ready", "openai", "picking"}

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from llm_operator.api.v1alpha1 import FailureMode, LLMDeployment
 from llm_operator.render.router.limits import RouterLimits, router_limits
-from llm_operator.render.router.objects import router_config
+from llm_operator.render.router.objects import limits_for, router_config
 
 from tests.unit.test_router_envoy import (
     LIMITS,
@@ -76,7 +76,8 @@ def test_the_breakers_hold_what_the_pool_can(fields: dict[str, Any], requests: i
 def test_scaling_within_a_power_of_two_leaves_the_router_as_it_is() -> None:
     """The configuration is the router's ConfigMap: a change restarts the router and ends its
     streams, so kubectl scale 5 -> 8 must not change it, and 8 -> 9 does (the cap grows)."""
-    config = {n: router_config(_spec(replicas=n))["data"]["envoy.yaml"] for n in (5, 8, 9)}
+    lds = {n: _spec(replicas=n) for n in (5, 8, 9)}
+    config = {n: router_config(ld, limits_for(ld))["data"]["envoy.yaml"] for n, ld in lds.items()}
     assert config[5] == config[8] != config[9]
 
 
@@ -84,7 +85,7 @@ def test_scaling_within_a_power_of_two_leaves_the_router_as_it_is() -> None:
 def test_the_largest_deployment_s_limits_validate(tmp_path: Path) -> None:
     """Every limit at the API's maximum still fits Envoy's fields (uint32 circuit breakers)."""
     ld = _spec(replicas=1000, engine__maxBatchSize=4096, runtime__batching__maxQueueSize=1_000_000)
-    rendered = router_config(ld)["data"]["envoy.yaml"]
+    rendered = router_config(ld, limits_for(ld))["data"]["envoy.yaml"]
     breakers = yaml.safe_load(rendered)["static_resources"]["clusters"][0]["circuit_breakers"]
     assert breakers["thresholds"][0]["max_requests"] == (4096 + 1_000_000) * 1024 * 2
     run = validate(rendered, tmp_path)

@@ -11,6 +11,7 @@ with Retry-After, after the whole hold. The first hold is longer than ext_proc's
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -26,9 +27,9 @@ import pytest
 import yaml
 from llm_operator.api.v1alpha1 import FailureMode, LLMDeployment
 from llm_operator.images import Images
-from llm_operator.render.router.limits import RouterLimits, router_limits
-from llm_operator.render.router.objects import router_config, router_deployment, router_service
-from llm_operator.render.scale_to_zero import RETRY_AFTER_SECONDS, router_hold
+from llm_operator.render.router.limits import RouterLimits
+from llm_operator.render.router.objects import limits_for, router_config, router_deployment, router_service
+from llm_operator.render.scale_to_zero import RETRY_AFTER_SECONDS
 
 from tests.unit.test_router_envoy import (
     _health_server,
@@ -66,8 +67,7 @@ def zero_deployment(min_replicas: int = 0) -> LLMDeployment:
 
 def limits_at_zero() -> RouterLimits:
     """The limits zero_deployment()'s router is rendered with: its hold is the spec's."""
-    ld = zero_deployment()
-    return router_limits(ld.spec, router_hold(ld) or 0)
+    return limits_for(zero_deployment())
 
 
 def _varint(n: int) -> bytes:
@@ -213,7 +213,7 @@ def test_behind_the_waker_a_held_stream_gets_comments_then_the_refusal_as_an_sse
 
 @needs_envoy
 def test_the_rendered_config_at_zero_validates(tmp_path: Path) -> None:
-    run = validate(router_config(zero_deployment())["data"]["envoy.yaml"], tmp_path)
+    run = validate(router_config(zero_deployment(), limits_at_zero())["data"]["envoy.yaml"], tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
 
 
@@ -221,7 +221,8 @@ def test_only_a_deployment_at_zero_holds() -> None:
     """The picking listener waits out the hold and rewrites refusals only at minReplicas 0; the
     picker's flow control and the waker in front of Envoy are there only."""
     for min_replicas, holds in ((0, True), (1, False)):
-        config = router_config(zero_deployment(min_replicas))["data"]
+        ld = zero_deployment(min_replicas)
+        config = router_config(ld, limits_for(ld))["data"]
         envoy = yaml.safe_load(config["envoy.yaml"])
         listeners = {x["name"]: x for x in envoy["static_resources"]["listeners"]}
         picking = listeners["picking"]["filter_chains"][0]["filters"][0]["typed_config"]
@@ -249,7 +250,8 @@ def test_the_router_pod_at_zero_runs_the_waker_on_the_clients_port() -> None:
     assert router_service(zero_deployment())["spec"]["ports"][0]["targetPort"] == "openai"
     for min_replicas, holds in ((0, True), (1, False)):
         ld = zero_deployment(min_replicas)
-        pod = router_deployment(ld, images, router_config(ld))["spec"]["template"]["spec"]
+        limits = limits_for(ld)
+        pod = router_deployment(ld, images, router_config(ld, limits), limits)["spec"]["template"]["spec"]
         containers = {c["name"]: c for c in pod["containers"]}
         serving = [name for name, c in containers.items() if any(p["name"] == "openai" for p in c["ports"])]
         assert serving == (["waker"] if holds else ["envoy"]), serving
@@ -263,8 +265,21 @@ def test_the_router_pod_at_zero_runs_the_waker_on_the_clients_port() -> None:
         assert waker["securityContext"] == restricted
         assert "tcpSocket" in waker["readinessProbe"]  # an HTTP probe would be held by the picker
         args = dict(zip(waker["args"][::2], waker["args"][1::2], strict=True))
-        limits = router_limits(ld.spec)
         assert args["--envoy-port"] == "18081" and args["--port"] == "8080", args
         assert args["--max-connections"] == str(limits.connections), args
         assert args["--first-wait-seconds"] == "5" and args["--interval-seconds"] == "10", args
         assert int(args["--silence-seconds"]) > limits.silent_timeout_s, args
+
+
+def test_the_waker_and_envoy_are_bounded_by_the_same_limits() -> None:
+    """The waker refuses nothing Envoy would let through: both are rendered from the one limits
+    object (render/router/objects.py limits_for), not each from the spec."""
+    images = Images(runtime="r", cpu_runtime="c", engine_builder="", trtllm_version="1.1.0", waker="op:1")
+    ld = zero_deployment()
+    limits = dataclasses.replace(limits_for(ld), connections=7)
+    envoy = yaml.safe_load(router_config(ld, limits)["data"]["envoy.yaml"])
+    (monitor,) = envoy["overload_manager"]["resource_monitors"]
+    assert monitor["typed_config"]["max_active_downstream_connections"] == 7
+    pod = router_deployment(ld, images, router_config(ld, limits), limits)["spec"]["template"]["spec"]
+    (waker,) = [c for c in pod["containers"] if c["name"] == "waker"]
+    assert waker["args"][waker["args"].index("--max-connections") + 1] == "7"

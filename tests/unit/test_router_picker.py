@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from llm_operator.api.v1alpha1 import FailureMode
 from llm_operator.controller.config import OperatorConfig
-from llm_operator.render.router.objects import router_config, router_deployment
+from llm_operator.render.router.objects import limits_for, router_config, router_deployment
 
 from tests.unit.test_router_envoy import _deployment
 from tests.unit.test_router_hold import zero_deployment
@@ -47,10 +47,11 @@ current-context: none
 )
 def test_the_picker_loads_the_rendered_config_with_the_rendered_flags(tmp_path: Path) -> None:
     ld = _deployment(FailureMode.FAIL_CLOSE)
-    config = router_config(ld)
+    limits = limits_for(ld)
+    config = router_config(ld, limits)
     (tmp_path / "epp.yaml").write_text(config["data"]["epp.yaml"])
     (tmp_path / "kubeconfig").write_text(KUBECONFIG)
-    deployment = router_deployment(ld, OperatorConfig.from_env().images, config)
+    deployment = router_deployment(ld, OperatorConfig.from_env().images, config, limits)
     (epp,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "epp"]
     args = [str(tmp_path / "epp.yaml") if a == "/config/epp.yaml" else a for a in epp["args"]]
     env = {"KUBECONFIG": str(tmp_path / "kubeconfig"), "NAMESPACE": "team", "POD_NAME": "router-0"}
@@ -69,7 +70,8 @@ def test_the_picker_loads_the_rendered_config_with_the_rendered_flags(tmp_path: 
 def test_the_picker_loads_the_flow_control_of_a_deployment_at_zero(tmp_path: Path) -> None:
     """At autoscaling.minReplicas 0 the configuration turns on the flowControl feature gate with the
     hold and the bound (render/scale_to_zero.py): the picker accepts them as it reads its file."""
-    config = router_config(zero_deployment())
+    ld = zero_deployment()
+    config = router_config(ld, limits_for(ld))
     (tmp_path / "epp.yaml").write_text(config["data"]["epp.yaml"])
     (tmp_path / "kubeconfig").write_text(KUBECONFIG)
     env = {"KUBECONFIG": str(tmp_path / "kubeconfig"), "NAMESPACE": "team", "POD_NAME": "router-0"}

@@ -23,7 +23,7 @@ from llm_operator.controller.status import autoscaling as status
 from llm_operator.images import Images
 from llm_operator.render import autoscaling, scale_to_zero
 from llm_operator.render.router.limits import replica_capacity, router_limits
-from llm_operator.render.router.objects import router_config, router_deployment, router_service
+from llm_operator.render.router.objects import limits_for, router_config, router_deployment, router_service
 from llm_operator.waker.activity import CAPACITY_KEY
 from pydantic import ValidationError
 
@@ -83,7 +83,8 @@ def test_above_zero_nothing_changes() -> None:
 def test_the_waker_serves_keda_on_the_router_services_push_port() -> None:
     def ports(s: LLMDeploymentSpec) -> tuple[list[Any], list[Any]]:
         ld = LLMDeployment.model_validate({"metadata": {"name": NAME, "namespace": NS}, "spec": s})
-        pod = router_deployment(ld, IMAGES, router_config(ld))["spec"]["template"]["spec"]
+        limits = limits_for(ld)
+        pod = router_deployment(ld, IMAGES, router_config(ld, limits), limits)["spec"]["template"]["spec"]
         waker = [c for c in pod["containers"] if c["name"] == "waker"]
         return router_service(ld)["spec"]["ports"], waker
 

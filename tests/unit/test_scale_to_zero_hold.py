@@ -1,6 +1,7 @@
 """The scale-to-zero hold without holdSeconds follows the measured cold start (render/scale_to_zero.py):
-the derivation, when a derived hold changes (only at zero replicas: a change restarts the router),
-what the router's picker and Envoy are rendered with, HoldCoversColdStart (controller/status/hold_status.py),
+the derivation, when a derived hold changes (only at zero replicas, a change restarts the router, and
+only upwards: a fast start on one node must not cut the hold below a slow one on another), what the
+router's picker and Envoy are rendered with, HoldCoversColdStart (controller/status/hold_status.py),
 and the whole path through the reconciler."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from llm_operator.controller.status.cold_start import ColdStart
 from llm_operator.controller.status.status import Observation, reduce
 from llm_operator.images import Images
 from llm_operator.plan.cpu import cpu_plan
-from llm_operator.render.router.objects import router_config, router_deployment
+from llm_operator.render.router.objects import limits_for, router_config, router_deployment
 from llm_operator.render.scale_to_zero import derived_hold, hold_seconds, running_hold
 
 from tests.unit.test_cold_start import pod
@@ -61,14 +62,15 @@ DERIVED, SET = ScaleToZeroSpec(), ScaleToZeroSpec(hold_seconds=120)
         (DERIVED, 400, None, False, 600),  # no router yet (or a hold set before): derived at once
         (DERIVED, 400, 300, False, 300),  # serving: the router keeps what it runs
         (DERIVED, 400, 300, True, 600),  # at zero: raised to what the cold start needs
-        (DERIVED, 400, 660, True, 660),  # within a step above: kept (a wavering start restarts nothing)
-        (DERIVED, 400, 720, True, 600),  # two steps above: lowered
+        (DERIVED, 400, 660, True, 660),  # a faster start than the one the router's hold came from:
+        (DERIVED, 400, 720, True, 720),  # kept, at zero too (the next start may be on a slower node)
         (DERIVED, 30, 900, False, 900),
-        (DERIVED, 30, 900, True, 300),
+        (DERIVED, 30, 900, True, 900),
+        (DERIVED, None, 600, True, 600),
     ],
 )
-def test_a_set_hold_is_used_as_is_and_a_derived_one_the_router_runs_changes_only_at_zero(
-    zero: ScaleToZeroSpec, cold_start_s: int, running: int | None, at_zero: bool, hold_s: int
+def test_a_set_hold_is_used_as_is_and_a_derived_one_the_router_runs_is_only_raised_at_zero(
+    zero: ScaleToZeroSpec, cold_start_s: int | None, running: int | None, at_zero: bool, hold_s: int
 ) -> None:
     assert hold_seconds(zero, cold_start_s, running, at_zero) == hold_s
 
@@ -95,6 +97,10 @@ def cold(total_s: int) -> ColdStart:
                                                     ("ready", total_s)))  # fmt: skip
 
 
+def config_of(ld: LLMDeployment, running: int | None = None) -> dict[str, Any]:
+    return router_config(ld, limits_for(ld, running))
+
+
 def rendered(config: dict[str, Any]) -> tuple[str, str, str, str | None]:
     """(the picker's TTL, the picking listener's request timeout, its 503's words, the record)."""
     epp, envoy = yaml.safe_load(config["data"]["epp.yaml"]), yaml.safe_load(config["data"]["envoy.yaml"])
@@ -111,15 +117,18 @@ def rendered(config: dict[str, Any]) -> tuple[str, str, str, str | None]:
 
 def test_the_router_holds_for_the_set_hold_or_the_one_derived_from_status_last_cold_start() -> None:
     # Envoy's picking listener allows its 300 s for the request plus the hold; its 503 names the hold.
-    assert rendered(router_config(deployment())) == ("300s", "600s", rendered_words(300), "300")
-    measured = router_config(deployment(cold_start_s=400))
+    assert rendered(config_of(deployment())) == ("300s", "600s", rendered_words(300), "300")
+    measured = config_of(deployment(cold_start_s=400))
     assert rendered(measured) == ("600s", "900s", rendered_words(600), "600")
-    assert rendered(router_config(deployment(hold_s=120, cold_start_s=400))) == (
+    assert rendered(config_of(deployment(hold_s=120, cold_start_s=400))) == (
         "120s", "420s", rendered_words(120), None,
     )  # fmt: skip
-    # A derived hold the router runs stays while it serves, and changes at zero replicas.
-    assert rendered(router_config(deployment(cold_start_s=400), 300))[0] == "300s"
-    assert rendered(router_config(deployment(cold_start_s=400, replicas=0), 300))[0] == "600s"
+    # A derived hold the router runs stays while it serves, and is raised at zero replicas, never lowered.
+    assert rendered(config_of(deployment(cold_start_s=400), 300))[0] == "300s"
+    assert rendered(config_of(deployment(cold_start_s=400, replicas=0), 300))[0] == "600s"
+    assert rendered(config_of(deployment(cold_start_s=30, replicas=0), 600)) == (
+        "600s", "900s", rendered_words(600), "600",
+    )  # fmt: skip
 
 
 def rendered_words(hold_s: int) -> str:
@@ -135,17 +144,17 @@ def test_only_a_changed_hold_restarts_the_router() -> None:
     leaves it running until the hold it gets changes."""
 
     def template_hash(ld: LLMDeployment, running: int | None) -> str:
-        config = router_config(ld, running)
-        return str(
-            router_deployment(ld, IMAGES, config)["spec"]["template"]["metadata"]["annotations"][
-                L.TEMPLATE_HASH
-            ]
-        )
+        limits = limits_for(ld, running)
+        deployment = router_deployment(ld, IMAGES, router_config(ld, limits), limits)
+        return str(deployment["spec"]["template"]["metadata"]["annotations"][L.TEMPLATE_HASH])
 
     before = template_hash(deployment(), None)
     assert template_hash(deployment(cold_start_s=400), 300) == before, "serving: no restart"
     assert template_hash(deployment(cold_start_s=400, replicas=0), 300) != before, "at zero: the new hold"
     assert template_hash(deployment(cold_start_s=30, replicas=0), 300) == before
+    assert template_hash(deployment(cold_start_s=30, replicas=0), 600) == template_hash(
+        deployment(cold_start_s=400, replicas=0), 300
+    ), "a faster start at zero: the router keeps its hold, and runs on"
 
 
 def test_the_running_hold_is_read_from_the_applied_configmaps_record_and_nothing_else() -> None:
@@ -156,8 +165,8 @@ def test_the_running_hold_is_read_from_the_applied_configmaps_record_and_nothing
         }
 
     assert running_hold(applied({L.DERIVED_HOLD: "600"})) == 600
-    assert running_hold(router_config(deployment(cold_start_s=400))) == 600
-    assert running_hold(router_config(deployment(hold_s=120))) is None, "a hold set in the spec is no record"
+    assert running_hold(config_of(deployment(cold_start_s=400))) == 600
+    assert running_hold(config_of(deployment(hold_s=120))) is None, "a hold set in the spec is no record"
     for value in ("", "abc", "-300", "120", "901"):  # not a hold the operator derives
         assert running_hold(applied({L.DERIVED_HOLD: value})) is None, value
     assert running_hold(applied(None)) is None and running_hold(None) is None
@@ -185,6 +194,14 @@ def test_the_condition_says_whether_the_hold_covers_the_last_cold_start_and_warn
     assert c["message"] == (
         f"the last cold start (pod {NAME}-0) took 400 s: the router holds a request at zero replicas up "
         "to 600 s, derived from it (it holds 300 s until the deployment is next at zero replicas)"
+    )
+
+    c, events = condition_of(deployment(), cold(30), running=900)
+    assert (c["status"], c["reason"]) == ("True", "HoldDerived") and not events
+    assert c["message"] == (
+        f"the last cold start (pod {NAME}-0) took 30 s: the router holds a request at zero replicas up "
+        "to 900 s, derived from a slower cold start before it (set autoscaling.scaleToZero.holdSeconds "
+        "for a shorter hold than that)"
     )
 
     c, events = condition_of(deployment(hold_s=120), cold(400))
@@ -217,7 +234,7 @@ def test_without_scale_to_zero_there_is_no_hold_condition() -> None:
     assert hold_status.observe(ld, None) is None
 
 
-async def test_a_measured_cold_start_moves_the_routers_hold_at_zero_and_a_short_set_hold_warns() -> None:
+async def test_a_measured_cold_start_raises_the_routers_hold_at_zero_a_faster_one_keeps_it() -> None:
     kube, reconciler = await operator_with_nodes()
     body = example("cpu-reference-scale-to-zero")
     del body["spec"]["autoscaling"]["scaleToZero"]["holdSeconds"]
@@ -259,12 +276,34 @@ async def test_a_measured_cold_start_moves_the_routers_hold_at_zero_and_a_short_
     assert (ttl, record) == ("600s", "600") and restarted != first
     assert "until" not in condition(kube, NAME, hold_status.CONDITION)["message"]
 
+    # Woken again, a replica on a node with the image cached starts in 30 s: back at zero, the
+    # router keeps its 600 s (the next start may be on a node without it), and is not restarted.
+    spec = copy.deepcopy(kube.objects[("LLMDeployment", *key)]["spec"])
+    kube.edit("LLMDeployment", *key, spec={**spec, "replicas": 1})
+    fast = pod(f"{NAME}-0", uid="z1", created=1000, scheduled=1001, init_end=1002, started=1010, ready=1030,
+               labels={L.DEPLOYMENT: NAME})  # fmt: skip
+    await reconciler.pod_event("ADDED", {**fast, "status": {"phase": "Pending"}})
+    await reconciler.pod_event("MODIFIED", fast)
+    await reconcile(kube, reconciler, key)
+    assert kube.objects[("LLMDeployment", *key)]["status"]["lastColdStart"]["totalSeconds"] == 30
+    kube.edit("LLMDeployment", *key, spec={**spec, "replicas": 0})
+    await reconcile(kube, reconciler, key)
+    await reconcile(kube, reconciler, key)
+    assert router() == ("600s", "600", restarted), "at zero, a faster start lowers nothing"
+    assert "a slower cold start before it" in condition(kube, NAME, hold_status.CONDITION)["message"]
+
     # A hold set below the cold start: used as is, and the status and a Warning say what to change.
     spec = copy.deepcopy(kube.objects[("LLMDeployment", *key)]["spec"])
-    spec["autoscaling"]["scaleToZero"]["holdSeconds"] = 120
+    spec["autoscaling"]["scaleToZero"]["holdSeconds"] = 20
     kube.edit("LLMDeployment", *key, spec=spec)
     await reconcile(kube, reconciler, key)
-    assert router()[:2] == ("120s", None)
+    assert router()[:2] == ("20s", None), "the applied ConfigMap no longer carries the record"
     cond = condition(kube, NAME, hold_status.CONDITION)
     assert (cond["status"], cond["reason"]) == ("False", "HoldBelowColdStart")
     assert ("Warning", "HoldBelowColdStart", cond["message"]) in kube.events
+
+    # Removed again: with no record to keep, the hold is derived from the last start alone.
+    del spec["autoscaling"]["scaleToZero"]["holdSeconds"]
+    kube.edit("LLMDeployment", *key, spec=spec)
+    await reconcile(kube, reconciler, key)
+    assert router()[:2] == ("300s", "300")

@@ -1405,8 +1405,8 @@ class ScaleToZeroSpec(Spec):
         "error format with Retry-After. Unset: derived from the measured cold start "
         f"(status.lastColdStart): {HOLD_COLD_START_FACTOR:g} times it rounded up to a multiple of "
         f"{HOLD_STEP_SECONDS} s, at least {DEFAULT_HOLD_SECONDS} "
-        f"(also before one is measured) and at most {MAX_HOLD_SECONDS}; a new value is applied when the "
-        'deployment is at zero replicas (docs/autoscaling.md, "The hold").',
+        f"(also before one is measured) and at most {MAX_HOLD_SECONDS}; it changes only at zero replicas, "
+        'and only upwards: set this field for a shorter hold (docs/autoscaling.md, "The hold\'s default").',
     )
     max_held_requests: int = Field(
         default=1000,

@@ -19,8 +19,8 @@ holds it and pushes the activity to KEDA at once over KEDA's external-push proto
 (llm_operator/waker/push.py): the `push` trigger, the direct wake-up; `wake` stays as its fallback.
 
 The hold of a deployment that sets none follows its measured cold start (derived_hold); as a
-change of it restarts the router, a derived hold the router runs changes only at zero replicas
-(hold_seconds).
+change of it restarts the router, a derived hold the router runs changes only at zero replicas, and
+only upwards (hold_seconds).
 
 Pure: the same spec, last cold start and running hold render the same objects.
 """
@@ -174,16 +174,16 @@ def hold_seconds(zero: ScaleToZeroSpec, cold_start_s: int | None, running: int |
     of its configuration), else the derived hold. A change of that one restarts the router too,
     which ends the requests it holds and the streams it carries, and nothing in the spec asked for
     it: so a derived hold the router runs (`running`) is kept until the deployment is at zero
-    replicas (KEDA idled it: nothing held or in flight), and at zero too unless it is below the
-    derived one or more than a step above it (a cold start wavering about a step restarts nothing)."""
+    replicas (KEDA idled it: nothing held or in flight), and there it is only raised. The last cold
+    start is one node's: a fast one (the image cached there) would lower the hold below the next
+    start on another node, and every request held then would get a 503; a hold too long costs
+    little, as the waker ends held requests at once when no replica can start (waker/stall.py)."""
     if zero.hold_seconds is not None:
         return zero.hold_seconds
     derived = derived_hold(cold_start_s)
     if running is None:
         return derived
-    if not at_zero or derived <= running <= derived + HOLD_STEP_SECONDS:
-        return running
-    return derived
+    return max(running, derived) if at_zero else running
 
 
 def router_hold(ld: LLMDeployment, running: int | None = None) -> int | None:

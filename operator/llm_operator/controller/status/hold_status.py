@@ -41,7 +41,8 @@ def observe(ld: LLMDeployment, router_config: dict[str, Any] | None) -> HoldObse
 def condition(h: HoldObserved, last_cold_start: dict[str, Any] | None, g: int) -> dict[str, Any]:
     """`last_cold_start`: status.lastColdStart as this status writes it. The hold judged is the one a
     request held at zero gets: a derived one as the operator applies it once the deployment is at
-    zero (hold_seconds), which the router may not run yet."""
+    zero (hold_seconds: the router's, raised to the last start's if that needs more), which the
+    router may not run yet."""
     set_s = h.zero.hold_seconds
     if last_cold_start is None:
         held = f"{set_s} s ({FIELD})" if set_s is not None else f"{derived_hold(None)} s (no cold start yet)"
@@ -49,12 +50,16 @@ def condition(h: HoldObserved, last_cold_start: dict[str, Any] | None, g: int) -
         return {**cond(CONDITION, False, NOT_MEASURED, said, g), "status": "Unknown"}
     cold, pod = int(last_cold_start["totalSeconds"]), last_cold_start.get("podName", "")
     started = f"the last cold start (pod {pod}) took {cold} s"
-    hold = hold_seconds(h.zero, cold, h.running, at_zero=True)
+    hold, derived = hold_seconds(h.zero, cold, h.running, at_zero=True), derived_hold(cold)
     if hold > cold and set_s is not None:
         return cond(CONDITION, True, SET, f"{FIELD} is {set_s} s, and {started}", g)
     if hold > cold:
-        said = f"{started}: the router holds a request at zero replicas up to {hold} s, derived from it"
-        if h.running is not None and h.running != hold:
+        said = f"{started}: the router holds a request at zero replicas up to {hold} s, derived from "
+        if hold > derived:  # the router's, from a slower start: never lowered on its own
+            said += f"a slower cold start before it (set {FIELD} for a shorter hold than that)"
+        else:
+            said += "it"
+        if h.running is not None and h.running < hold:
             said += f" (it holds {h.running} s until the deployment is next at zero replicas)"
         return cond(CONDITION, True, DERIVED, said, g)
     refused = "a request that arrives at zero replicas gets a 503 before a replica is Ready"
@@ -65,6 +70,6 @@ def condition(h: HoldObserved, last_cold_start: dict[str, Any] | None, g: int) -
         )
         ceiling = f"the router holds a request at most {MAX_HOLD_SECONDS} s (the ceiling of {FIELD})"
         return cond(CONDITION, False, ABOVE_MAX, f"{started}, and {ceiling}: {refused}; {fix}", g)
-    derived = derived_hold(cold)  # only a hold set in the spec falls short of a start under the ceiling
+    # Only a hold set in the spec falls short of a start under the ceiling.
     fix = f"remove {FIELD} to have it derived from the cold start ({derived} s), or set it to that or more"
     return cond(CONDITION, False, BELOW, f"{FIELD} is {set_s} s, and {started}: {refused}; {fix}", g)

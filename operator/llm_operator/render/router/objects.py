@@ -31,7 +31,7 @@ from llm_operator.render.router.envoy import (
     envoy_yaml,
     epp_config,
 )
-from llm_operator.render.router.limits import router_limits
+from llm_operator.render.router.limits import RouterLimits, router_limits
 from llm_operator.render.router.waker import ENVOY_BEHIND_WAKER_PORT, waker_container, waker_rule, waking
 from llm_operator.render.scale_to_zero import (
     PUSH_PORT,
@@ -106,21 +106,26 @@ def inference_pool(ld: LLMDeployment) -> dict[str, Any]:
     }
 
 
-def router_config(ld: LLMDeployment, running_hold: int | None = None) -> dict[str, Any]:
-    """At minReplicas 0 the picker holds requests while no replica is ready, for the hold of
+def limits_for(ld: LLMDeployment, running_hold: int | None = None) -> RouterLimits:
+    """What the router's Envoy and waker are both rendered with: the limits at the hold of
     router_hold (`running_hold`: the derived hold the applied ConfigMap records)."""
+    return router_limits(ld.spec, router_hold(ld, running_hold) or 0)
+
+
+def router_config(ld: LLMDeployment, limits: RouterLimits) -> dict[str, Any]:
+    """At minReplicas 0 the picker holds requests while no replica is ready, for the hold of
+    `limits` (limits_for)."""
     service = f"{names.client_service(ld.name)}.{ld.namespace}.svc"
     zero = ld.spec.autoscaling.zero if ld.spec.autoscaling is not None else None
-    hold = router_hold(ld, running_hold)
     # With a waker, clients reach it and it Envoy, on 127.0.0.1 only (render/router/waker.py).
     behind = waking(ld)
-    config = envoy_config(ld.spec.routing.failure_mode, service, limits=router_limits(ld.spec, hold or 0),
+    config = envoy_config(ld.spec.routing.failure_mode, service, limits=limits,
                           client_bind="127.0.0.1" if behind else None,
                           listen_port=ENVOY_BEHIND_WAKER_PORT if behind else OPENAI_PORT)  # fmt: skip
     meta, picker = _meta(ld), None
-    if zero is not None and hold is not None:
-        picker = flow_control(zero, hold)
-        if annotations := hold_annotations(zero, hold):
+    if zero is not None:
+        picker = flow_control(zero, limits.hold_s)
+        if annotations := hold_annotations(zero, limits.hold_s):
             meta["annotations"] = annotations
     return {
         "apiVersion": "v1",
@@ -262,7 +267,10 @@ def _envoy(image: str, behind_waker: bool) -> dict[str, Any]:
     }
 
 
-def router_deployment(ld: LLMDeployment, images: Images, config: dict[str, Any]) -> dict[str, Any]:
+def router_deployment(
+    ld: LLMDeployment, images: Images, config: dict[str, Any], limits: RouterLimits
+) -> dict[str, Any]:
+    """`config`: router_config's ConfigMap, rendered with the same `limits` as the waker here."""
     labels = router_pod_labels(ld.name)
     return {
         "apiVersion": "apps/v1",
@@ -295,7 +303,7 @@ def router_deployment(ld: LLMDeployment, images: Images, config: dict[str, Any])
                     "containers": [
                         _epp(ld, images.picker),
                         _envoy(images.envoy, waking(ld)),
-                        *_waker(ld, images),
+                        *_waker(ld, images, limits),
                     ],
                     "volumes": [
                         {"name": "config", "configMap": {"name": names.router(ld.name)}},
@@ -308,8 +316,8 @@ def router_deployment(ld: LLMDeployment, images: Images, config: dict[str, Any])
     }
 
 
-def _waker(ld: LLMDeployment, images: Images) -> list[dict[str, Any]]:
-    return [waker_container(ld, images.waker, router_limits(ld.spec), TOKEN)] if waking(ld) else []
+def _waker(ld: LLMDeployment, images: Images, limits: RouterLimits) -> list[dict[str, Any]]:
+    return [waker_container(ld, images.waker, limits, TOKEN)] if waking(ld) else []
 
 
 def router_service(ld: LLMDeployment) -> dict[str, Any]:
@@ -365,14 +373,15 @@ def router_rbac(ld: LLMDeployment) -> list[dict[str, Any]]:
 def routing_children(
     ld: LLMDeployment, images: Images, running_hold: int | None = None
 ) -> list[dict[str, Any]]:
-    """Nothing in routing.mode service: switching back prunes all of it. `running_hold`: router_config's."""
+    """Nothing in routing.mode service: switching back prunes all of it. `running_hold`: limits_for's."""
     if ld.spec.routing.mode != RoutingMode.INFERENCE_POOL:
         return []
-    config = router_config(ld, running_hold)
+    limits = limits_for(ld, running_hold)
+    config = router_config(ld, limits)
     return [
         *router_rbac(ld),
         config,
-        router_deployment(ld, images, config),
+        router_deployment(ld, images, config, limits),
         router_service(ld),
         inference_pool(ld),
     ]
