@@ -248,6 +248,15 @@ XGRAMMAR_TOKENIZER_INFO_KEYS = frozenset({"encoded_vocab", "tokenizer_str", "sto
 # dockerfile/Dockerfile.triton.trt_llm_backend copies TensorRT-LLM's examples/ to /app/examples.
 XGRAMMAR_TOKENIZER_INFO_SCRIPT = "generate_xgrammar_tokenizer_info.py"
 XGRAMMAR_TOKENIZER_INFO_FILE = "xgrammar_tokenizer_info.json"
+# What it writes for a fast tokenizer, in small (NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/tokenizer.py
+# _xgrammar_tokenizer_info, stored copy 89fd9b74): the vocabulary in id order, the backend
+# tokenizer's JSON, [eos_token_id]. A tiktoken tokenizer gets no tokenizer_str, and a tokenizer
+# without an eos token a null stop id: the backend's get<> throws on either.
+XGRAMMAR_TOKENIZER_INFO_EXAMPLE = {
+    "encoded_vocab": ["<s>", "</s>", "\u0120a"],
+    "tokenizer_str": '{"version": "1.0", "model": {"type": "BPE"}}',
+    "stop_token_ids": [1],
+}
 # The guide types the backend maps (triton_backend/inflight_batcher_llm/src/utils.cc
 # getGuidedDecodingParamsFromTensors, stored copy); any other string is dropped, unguided.
 GUIDE_TYPES = frozenset({"json", "json_schema", "regex", "ebnf_grammar"})

@@ -7,6 +7,9 @@ Stdlib only, and nothing from this package: it is copied into NVIDIA's images be
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 LAUNCHER = "llm-operator-launch"  # its name in logs (and the console script of a dev install)
 # Run with the serving image's own python3 from the injected copy (render/inject.py), so NVIDIA's
 # image runs unchanged.
@@ -41,12 +44,17 @@ CPU_REFERENCE_TOKENIZER_DIR = "/opt/llm-operator/cpu-reference-tokenizer"
 API_KEYS_DIR = "/etc/llm-operator/api-keys"
 API_KEYS_VOLUME = "api-keys"
 # xgrammar's view of the engine's tokenizer, which the C++ backend's guided decoder loads
-# (`xgrammar_tokenizer_info_path`): the engine build writes it beside the engine (engine/build.py)
-# under the name upstream's examples/generate_xgrammar_tokenizer_info.py gives it. An engine
-# without it (built by an operator before this file, or prebuilt without it) serves unguided: the
-# launcher empties the two parameters (the backend fails to load on a path that does not exist)
-# and the front door refuses guides.
+# (`xgrammar_tokenizer_info_path`): the engine build writes it beside the engine
+# (engine/tokenizer_info.py) under the name upstream's examples/generate_xgrammar_tokenizer_info.py
+# gives it. An engine without a file tokenizer_info_problem() passes (built by an operator before
+# this file, prebuilt without it, or a torn copy) serves unguided: the launcher empties the two
+# parameters (the backend fails the model's load on a missing or unreadable file) and the front
+# door refuses guides.
 XGRAMMAR_TOKENIZER_INFO = "xgrammar_tokenizer_info.json"
+# What the backend reads from it, each with nlohmann::json get<> of this type, outside any try:
+# getGuidedDecodingConfigFromParams in triton_backend/inflight_batcher_llm/src/model_instance_state.cc
+# (NVIDIA/TensorRT-LLM, stored copy 0c8de69a; tests/upstream_names.py pins the keys).
+XGRAMMAR_TOKENIZER_INFO_KEYS = ("encoded_vocab", "tokenizer_str", "stop_token_ids")
 SSH_DIR = "/etc/llm-operator/ssh"  # multi-node pods: their role's keys from the SSH Secret, read-only
 RUNTIME_DIR = "/tmp/llm-operator"  # 0700: private copies of keys, sshd config, the workers' environment
 TMP_DIR = "/tmp"  # an emptyDir (the root filesystem is read-only): RUNTIME_DIR lives in it
@@ -88,6 +96,30 @@ def termination_grace_seconds(exit_timeout_seconds: int) -> int:
     """Kubernetes' budget for a serving pod: preStop drain, Triton's exit timeout, the launcher's
     SIGKILL grace, plus slack for the kubelet."""
     return DRAIN_TIMEOUT_SECONDS + exit_timeout_seconds + KILL_GRACE_SECONDS + 5
+
+
+def tokenizer_info_problem(path: str | Path) -> str:
+    """Why the guided decoder could not load the tokenizer info file at `path`, "" when it can: the
+    file parses and holds encoded_vocab (strings), tokenizer_str (a string) and stop_token_ids
+    (int32s). One check for the build (which publishes no other file), the launcher and the front
+    door (which serve unguided otherwise), so that they agree."""
+    try:
+        info = json.loads(Path(path).read_bytes())
+    except FileNotFoundError:
+        return f"{path} not found"
+    except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return f"{path} cannot be read as JSON ({type(e).__name__}: {e})"
+    if not isinstance(info, dict):
+        return f"{path} holds no JSON object"
+    vocab, text, stops = (info.get(k) for k in XGRAMMAR_TOKENIZER_INFO_KEYS)
+    if not isinstance(vocab, list) or not vocab or not all(isinstance(t, str) for t in vocab):
+        return f"{path}: encoded_vocab is not a non-empty list of strings"
+    if not isinstance(text, str):
+        return f"{path}: tokenizer_str is not a string"
+    ids = stops if isinstance(stops, list) else [None]
+    if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 2**31 for i in ids):  # int32
+        return f"{path}: stop_token_ids is not a list of token ids"
+    return ""
 
 
 # Every variable the launcher reads, with its default ("" = unset).

@@ -66,12 +66,12 @@ def content_tag(package: Path = PACKAGE) -> str:
 def files(package: Path = PACKAGE) -> list[Path]:
     """Paths relative to the package: its root `__init__.py`, the serving contract, the launcher
     (runtime/ without cpu_reference/, which needs torch and stays in the cpu-runtime image) and the
-    build Job's entry points (engine/build.py in NVIDIA's image, engine/fetch.py in the fetch
-    image), and the front door with its subpackages. engine/__init__.py is left out: it renders the
-    build Job (pydantic), and without it engine/ is a namespace package, which is all `-m
-    llm_operator.engine.build` needs."""
+    build Job's entry points (engine/build.py in NVIDIA's image, with the tokenizer_info.py it
+    imports; engine/fetch.py in the fetch image), and the front door with its subpackages.
+    engine/__init__.py is left out: it renders the build Job (pydantic), and without it engine/ is
+    a namespace package, which is all `-m llm_operator.engine.build` needs."""
     runtime = sorted(p.relative_to(package) for p in (package / "runtime").glob("*.py"))
-    engine = [Path("engine/build.py"), Path("engine/fetch.py")]
+    engine = [Path("engine/build.py"), Path("engine/fetch.py"), Path("engine/tokenizer_info.py")]
     frontdoor = sorted(p.relative_to(package) for p in (package / "frontdoor").rglob("*.py")
                        if "__pycache__" not in p.parts)  # fmt: skip
     return [Path("__init__.py"), Path("contract.py"), *runtime, *engine, *frontdoor]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from llm_operator import releases
+from llm_operator import inject, releases
 from llm_operator.api.v1alpha1 import LLMDeployment, LLMDeploymentSpec, Precision
 from llm_operator.desired import builder_image
 from llm_operator.engine import build as b
@@ -28,7 +28,6 @@ from llm_operator.storage import cached_model
 from tests.unit.model_cache_fixtures import CACHED
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGE = REPO / "operator" / "llm_operator"
 IMAGES = Images("runtime", "cpu-runtime", "", releases.DEFAULT.trtllm, launcher="launcher:1", fetch="fetch:1")
 OWNER = {"apiVersion": "llmoperator.io/v1alpha1", "kind": "LLMDeployment", "name": "x", "uid": "u"}
 H100x8 = PoolPlan("main", "NVIDIA-H100-80GB-HBM3", ("NVIDIA-H100-80GB-HBM3",), (9, 0), 81559, 8, 2, 8, 2, 1)
@@ -187,9 +186,7 @@ def stand_in(bin_dir: Path, name: str, body: str) -> None:
 def injected(tmp_path: Path) -> Path:
     """What the inject init container puts on PYTHONPATH for the fetch and build steps."""
     lib = tmp_path / "lib"
-    for rel in ("__init__.py", "engine/build.py", "engine/fetch.py"):
-        (lib / "llm_operator" / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(PACKAGE / rel, lib / "llm_operator" / rel)
+    inject.copy(lib)
     return lib
 
 

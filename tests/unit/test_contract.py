@@ -4,6 +4,7 @@ not know, or a port, path or address it would get wrong, fails here rather than 
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from llm_operator.render.serving import LWS_GROUP_INDEX, POD_INDEX, workloads
 from llm_operator.rollout.revision import Slot
 from llm_operator.runtime.config import PodConfig
 from llm_operator.storage import engine_location
+
+from tests import upstream_names as up
 
 REPO = Path(__file__).resolve().parents[2]
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -290,3 +293,48 @@ def test_serving_reads_the_tokenizer_where_the_build_copies_it() -> None:
     )
     c, _, loaded = tokenizer_dirs(ld, PoolEngine(engine_location(SPEC.engine.cache.uri, key), key, True))
     assert loaded == {c.tokenizer_dir} == {f"{built.output}/tokenizer"}
+
+
+def _info(**changes: Any) -> str:
+    """Upstream's file (tests/upstream_names.py) with `changes`; a value None drops the key."""
+    info = {**up.XGRAMMAR_TOKENIZER_INFO_EXAMPLE, **changes}
+    return json.dumps({k: v for k, v in info.items() if v is not None})
+
+
+VALID_INFO = _info()
+# Each is a file the C++ backend's read throws on (nlohmann::json::parse, get<> of each key's type),
+# failing the model's load: the check names it.
+UNLOADABLE_INFO = {
+    "truncated": VALID_INFO[: len(VALID_INFO) // 2],
+    "empty": "",
+    "not an object": "[]",
+    "not UTF-8": '{"encoded_vocab": ["\xff"]}',
+    "no encoded_vocab": _info(encoded_vocab=None),
+    "empty encoded_vocab": _info(encoded_vocab=[]),
+    "a token not a string": _info(encoded_vocab=["a", 1]),
+    "tiktoken: no tokenizer_str": _info(tokenizer_str=None),
+    "no eos token": _info(stop_token_ids=[None]),
+    "stop ids not a list": _info(stop_token_ids=1),
+    "a stop id past int32": _info(stop_token_ids=[2**31]),
+    "a negative stop id": _info(stop_token_ids=[-1]),
+    "a bool stop id": _info(stop_token_ids=[True]),
+}
+
+
+def test_the_tokenizer_info_upstream_writes_passes_the_check_a_missing_one_does_not(tmp_path: Path) -> None:
+    path = tmp_path / contract.XGRAMMAR_TOKENIZER_INFO
+    assert contract.tokenizer_info_problem(path) == f"{path} not found"
+    path.mkdir()
+    assert "IsADirectoryError" in contract.tokenizer_info_problem(path)
+    path.rmdir()
+    path.write_text(VALID_INFO)
+    assert contract.tokenizer_info_problem(path) == ""
+
+
+@pytest.mark.parametrize("text", UNLOADABLE_INFO.values(), ids=UNLOADABLE_INFO.keys())
+def test_a_tokenizer_info_file_the_guided_decoder_cannot_load_is_named(tmp_path: Path, text: str) -> None:
+    """One check for the build, the launcher and the front door (contract.tokenizer_info_problem):
+    a file torn or shaped otherwise than upstream's fails it, with its path."""
+    path = tmp_path / contract.XGRAMMAR_TOKENIZER_INFO
+    path.write_bytes(text.encode("latin-1"))
+    assert contract.tokenizer_info_problem(path).startswith(str(path))

@@ -4,6 +4,7 @@ claim without the Hub, and upstream's fp8 rowwise route for models too large to 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import socket
@@ -17,11 +18,13 @@ import yaml
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec, ModelFamily
 from llm_operator.contract import XGRAMMAR_TOKENIZER_INFO
 from llm_operator.engine import build as b
-from llm_operator.engine import build_job, cache_key
+from llm_operator.engine import build_job, cache_key, tokenizer_info
 from llm_operator.images import Images
 from llm_operator.plan import conversion
 from llm_operator.plan.planner import plan_deployment
 from llm_operator.plan.types import PlanningError, PoolPlan
+
+from tests import upstream_names as up
 
 UPSTREAM = yaml.safe_load((Path(__file__).parent / "upstream" / "trtllm-v1.1.0-converters.yaml").read_text())
 IMAGES = Images("runtime", "cpu-runtime", "", "1.1.0", launcher="launcher:1", fetch="fetch:1")
@@ -236,7 +239,9 @@ def test_the_calibration_data_is_part_of_the_engine_key() -> None:
     )
 
 
-def stand_in_build(tmp_path: Path, scripts: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def stand_in_build(
+    tmp_path: Path, scripts: dict[str, str], info_timeout_s: int | None = None
+) -> subprocess.CompletedProcess[str]:
     """The real build.py of an fp8 Llama with stand-in tools: `scripts` (examples/ path -> source),
     and a trtllm-build that makes its output directory."""
     bin_dir, model = tmp_path / "bin", tmp_path / "model"
@@ -264,8 +269,11 @@ def stand_in_build(tmp_path: Path, scripts: dict[str, str]) -> subprocess.Comple
         "LLMOP_TRTLLM_EXAMPLES": str(tmp_path / "examples"),
     }
     env.pop("HF_HUB_OFFLINE", None)
-    return subprocess.run([sys.executable, "-m", "llm_operator.engine.build", *args], env=env,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    # As `python3 -m llm_operator.engine.build`, with the tokenizer info step's timeout set first.
+    code = (f"import runpy, sys; from llm_operator.engine import tokenizer_info as t; t.TIMEOUT_SECONDS = "
+            f"{info_timeout_s or tokenizer_info.TIMEOUT_SECONDS}; sys.argv[1:] = {args!r}; "
+            "runpy.run_module('llm_operator.engine.build', run_name='__main__', alter_sys=True)")  # fmt: skip
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
 
 
 def recorder(record: Path, then: str = "") -> str:
@@ -291,24 +299,27 @@ def test_quantize_runs_offline_on_the_mounted_dataset(tmp_path: Path) -> None:
 # --- xgrammar's tokenizer info beside the engine ---------------------------------------------
 
 # What upstream's script does with its arguments (examples/generate_xgrammar_tokenizer_info.py):
-# <--output_dir>/xgrammar_tokenizer_info.json.
-WRITES_INFO = (
-    "out = pathlib.Path(sys.argv[sys.argv.index('--output_dir') + 1])\n"
-    "(out / 'xgrammar_tokenizer_info.json').write_text('{\"encoded_vocab\": []}')\n"
-)
+# <--output_dir>/xgrammar_tokenizer_info.json, here upstream's file in small (tests/upstream_names.py).
+INFO = json.dumps(up.XGRAMMAR_TOKENIZER_INFO_EXAMPLE)
+OUTPUT = "out = pathlib.Path(sys.argv[sys.argv.index('--output_dir') + 1]) / 'xgrammar_tokenizer_info.json'\n"
+WRITES_INFO = f"{OUTPUT}out.parent.mkdir(parents=True, exist_ok=True)\nout.write_text({INFO!r})\n"
 
 
 def test_the_build_writes_the_guided_decoders_tokenizer_info_beside_the_engine(tmp_path: Path) -> None:
     """Upstream's script, from the examples of the key's version, on the checkpoint's tokenizer,
-    offline, into the engine before its marker: the published engine has it."""
+    offline, into the engine before its marker: the published engine has it, and nothing else of
+    the step."""
     record = tmp_path / "info.txt"
     run = stand_in_build(
-        tmp_path, {"quantization/quantize.py": "", b.TOKENIZER_INFO: recorder(record, WRITES_INFO)}
+        tmp_path, {"quantization/quantize.py": "", tokenizer_info.SCRIPT: recorder(record, WRITES_INFO)}
     )
     assert run.returncode == 0, run.stdout + run.stderr
     engine = tmp_path / "cache" / "k"
-    assert (engine / XGRAMMAR_TOKENIZER_INFO).read_text() == '{"encoded_vocab": []}'
+    assert (engine / XGRAMMAR_TOKENIZER_INFO).read_text() == INFO
     assert (engine / b.MARKER).read_text() == "k\n"
+    assert sorted(p.name for p in engine.iterdir()) == sorted(
+        [XGRAMMAR_TOKENIZER_INFO, b.MARKER, "tokenizer"]
+    )
     said = re.fullmatch(r"--model_dir (\S+) --output_dir (\S+) (.*)", record.read_text())
     assert said is not None, record.read_text()
     model_dir, output_dir, offline = said.groups()
@@ -318,19 +329,45 @@ def test_the_build_writes_the_guided_decoders_tokenizer_info_beside_the_engine(t
     assert upstream_violations(b.tokenizer_info_command("/m", "/e", scripts)) == []
 
 
-@pytest.mark.parametrize("script", ["import sys\nsys.exit('no tokenizer_str')\n", None])
-def test_an_engine_whose_tokenizer_info_fails_is_kept_and_serves_unguided(
-    tmp_path: Path, script: str | None
+# Scripts that die or hang partway, as an OOM kill, a full disk or a stuck filesystem leave them.
+TORN_INFO = {
+    "exits 1": (None, "import sys\nsys.exit('no tokenizer_str')\n", "exited 1"),
+    "missing": (None, None, f"examples/{tokenizer_info.SCRIPT} is in none of"),
+    "a truncated file, exit 0": (None, f"{OUTPUT}out.parent.mkdir()\nout.write_text({INFO[:40]!r})\n",
+                                 "nothing the guided decoder can load"),
+    "a whole file, then exit 1": (None, f"{WRITES_INFO}sys.exit(1)\n", "exited 1"),
+    "a part, then hangs": (1, f"{OUTPUT}out.parent.mkdir()\nout.write_text({INFO[:40]!r})\n"
+                              "import time\ntime.sleep(50)\n", "did not finish in 1s"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("timeout_s", "script", "why"), TORN_INFO.values(), ids=TORN_INFO.keys())
+def test_an_engine_whose_tokenizer_info_fails_is_kept_without_it(
+    tmp_path: Path, timeout_s: int | None, script: str | None, why: str
 ) -> None:
-    """The script failing (or missing from the examples) costs guided decoding, not the engine."""
-    run = stand_in_build(
-        tmp_path, {"quantization/quantize.py": "", **({b.TOKENIZER_INFO: script} if script else {})}
-    )
+    """A failure costs guided decoding, not the engine, and leaves no file: the engine is cached
+    under a key that does not change, so a torn file would fail the model's load in every pod that
+    served it, for good."""
+    script = f"import pathlib, sys\n{script}" if script else None
+    scripts = {"quantization/quantize.py": "", **({tokenizer_info.SCRIPT: script} if script else {})}
+    run = stand_in_build(tmp_path, scripts, info_timeout_s=timeout_s)
     assert run.returncode == 0, run.stdout + run.stderr
     engine = tmp_path / "cache" / "k"
-    assert (engine / b.MARKER).is_file() and not (engine / XGRAMMAR_TOKENIZER_INFO).exists()
-    assert "engine build: no xgrammar tokenizer info (" in run.stderr
+    assert sorted(p.name for p in engine.iterdir()) == sorted([b.MARKER, "tokenizer"])
+    assert "engine build: no xgrammar tokenizer info (" in run.stderr and why in run.stderr, run.stderr
     assert "serves without guided decoding" in run.stderr
+
+
+def test_a_tokenizer_info_step_that_cannot_start_leaves_no_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An OSError (here no interpreter; a full disk alike) is a failed step, not a failed build."""
+    (tmp_path / XGRAMMAR_TOKENIZER_INFO).write_text(INFO)  # an older attempt's: not kept either
+    tokenizer_info.write(
+        tokenizer_info.command(str(tmp_path / "none"), "s.py", "/m", str(tmp_path)), tmp_path, {}
+    )
+    assert list(tmp_path.iterdir()) == []
+    assert "(FileNotFoundError: " in capsys.readouterr().err
 
 
 def test_a_dry_run_names_the_tokenizer_info_step() -> None:
@@ -341,7 +378,9 @@ def test_a_dry_run_names_the_tokenizer_info_step() -> None:
     last = printed.stdout.splitlines()[-1]
     assert last.startswith("+ HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 ")
     staged = f"/out/k.partial-{socket.gethostname()}"
-    assert last.endswith(f"{EXAMPLES}/{b.TOKENIZER_INFO} --model_dir /m --output_dir {staged}")
+    assert last.endswith(
+        f"{EXAMPLES}/{tokenizer_info.SCRIPT} --model_dir /m --output_dir {staged}/{tokenizer_info.SCRATCH}"
+    )
 
 
 # --- the large-model fp8 route ----------------------------------------------------------------

@@ -273,9 +273,11 @@ def test_dry_run_prints_every_command(capsys: pytest.CaptureFixture[str]) -> Non
     assert lines[0][1:4] == ["HF_HUB_OFFLINE=1", "HF_DATASETS_OFFLINE=1", sys.executable], "a local dataset"
     assert lines[0][4] == "/app/examples/quantization/quantize.py", "where NVIDIA's image has it"
     assert "--qformat int4_awq" in " ".join(lines[0])
-    # The guided decoder's tokenizer info, into the directory the publish step uploads.
-    assert lines[2][3:] == [sys.executable, "/app/examples/generate_xgrammar_tokenizer_info.py",
-                            "--model_dir", "/m", "--output_dir", "/out/k"]  # fmt: skip
+    # The guided decoder's tokenizer info, into a scratch directory of the one the publish step
+    # uploads (engine/tokenizer_info.py moves the file out of it once checked).
+    script = "/app/examples/generate_xgrammar_tokenizer_info.py"
+    scratch = "/out/k/.xgrammar-tokenizer-info"
+    assert lines[2][3:] == [sys.executable, script, "--model_dir", "/m", "--output_dir", scratch]
 
 
 def test_a_cached_engine_is_not_rebuilt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

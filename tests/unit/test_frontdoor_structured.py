@@ -20,6 +20,8 @@ from llm_operator.frontdoor import structured as S
 from llm_operator.frontdoor import triton_inputs as T
 from llm_operator.frontdoor.upstream import Answer, UpstreamError, _answer
 
+from tests import upstream_names as up
+
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 
 
@@ -69,15 +71,19 @@ def test_response_format_refusals() -> None:
 
 
 def test_the_pod_says_whether_its_engine_has_a_guided_decoder(tmp_path: Path) -> None:
-    """The front door looks where the launcher looks (runtime/launcher.py): a tensorrt-engine pod's
-    engine directory without the tokenizer info file serves unguided; the other backends always
-    have a guided decoder."""
+    """The front door checks what the launcher checks (runtime/launcher.py): a tensorrt-engine pod's
+    engine directory without a tokenizer info file the guided decoder can load serves unguided, a
+    torn file as a missing one; the other backends always have a guided decoder."""
     env = {"LLMOP_SERVED_MODEL_NAMES": "m", "LLMOP_ENGINE_DIR": str(tmp_path)}
     assert frontdoor_main.settings(env).unguided == S.NO_TOKENIZER_INFO  # built before the file
     assert frontdoor_main.settings({"LLMOP_SERVED_MODEL_NAMES": "m"}).unguided == S.NO_TOKENIZER_INFO
     for backend in ("pytorch", "cpu-reference"):
         assert frontdoor_main.settings({**env, "LLMOP_BACKEND": backend}).unguided == ""
-    (tmp_path / XGRAMMAR_TOKENIZER_INFO).write_text("{}")
+    info = json.dumps(up.XGRAMMAR_TOKENIZER_INFO_EXAMPLE)
+    for torn in (info[: len(info) // 2], "{}"):
+        (tmp_path / XGRAMMAR_TOKENIZER_INFO).write_text(torn)
+        assert frontdoor_main.settings(env).unguided == S.NO_TOKENIZER_INFO, torn
+    (tmp_path / XGRAMMAR_TOKENIZER_INFO).write_text(info)
     assert frontdoor_main.settings(env).unguided == ""
 
 

@@ -43,6 +43,7 @@ def test_the_python_copy_copies_the_package(tmp_path: Path) -> None:
     assert "h11/__init__.py" in copied and "h11/LICENSE.txt" in copied, "the front door's HTTP parser"
     assert "llm_operator/runtime/launcher.py" in copied and "llm_operator/engine/build.py" in copied
     assert "llm_operator/engine/fetch.py" in copied, "the build Job's fetch and publish steps"
+    assert "llm_operator/engine/tokenizer_info.py" in copied, "build.py's tokenizer info step"
     assert "llm_operator/frontdoor/__main__.py" in copied, "the launcher starts the front door"
     assert not [p for p in copied if "cpu_reference" in p], "the model needs torch: it stays in its image"
     assert "llm_operator/engine/__init__.py" not in copied, "it renders build Jobs with pydantic"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import http.client as http_client
+import json
 import os
 import re
 import shutil
@@ -35,6 +36,7 @@ from llm_operator.runtime.ssh import ENVIRONMENT_FILE
 from llm_operator.runtime.supervisor import EXIT_SERVER_GONE
 
 from e2e.cluster.processes import free_port
+from tests import upstream_names as up
 
 PYTHON = sys.executable
 
@@ -580,13 +582,18 @@ def test_cpu_server_gets_sigterm_and_a_clean_stop_exits_0(pod: Callable[..., Pod
     assert (p.dir / "rank0.term").exists()
 
 
-@pytest.mark.parametrize("has_info", [True, False])
-def test_an_engine_without_its_tokenizer_info_loads_without_a_guided_decoder(
-    pod: Callable[..., Pod], tmp_path: Path, has_info: bool
+INFO = json.dumps(up.XGRAMMAR_TOKENIZER_INFO_EXAMPLE)
+
+
+@pytest.mark.parametrize(
+    "info", [INFO, None, INFO[: len(INFO) // 2], "{}"], ids=["whole", "none", "torn", "{}"]
+)
+def test_an_engine_without_a_tokenizer_info_it_can_load_loads_without_a_guided_decoder(
+    pod: Callable[..., Pod], tmp_path: Path, info: str | None
 ) -> None:
     """The operator's GPU repository turns xgrammar on over the file beside the engine; an engine
-    built before the operator wrote it (or prebuilt without it) would fail to load with it named
-    and missing, so the launcher empties both parameters before Triton starts."""
+    built before the operator wrote it (or prebuilt without it, or with a torn one) would fail to
+    load with it named, so the launcher empties both parameters before Triton starts."""
     from google.protobuf import text_format
     from llm_operator.modelrepo import render_repository, to_configmap_data
     from llm_operator.plan.types import PoolPlan
@@ -597,8 +604,8 @@ def test_an_engine_without_its_tokenizer_info_loads_without_a_guided_decoder(
         d.mkdir(parents=True)
     (engine / "config.json").write_text('{"pretrained_config": {"mapping": {"tp_size": 1, "pp_size": 1}}}')
     (engine / "rank0.engine").write_text("")
-    if has_info:
-        (engine / XGRAMMAR_TOKENIZER_INFO).write_text("{}")
+    if info is not None:
+        (engine / XGRAMMAR_TOKENIZER_INFO).write_text(info)
     for m in ("preprocessing", "postprocessing"):
         (models / m / "1" / "model.py").write_text("")
     spec = LLMDeploymentSpec.model_validate({"model": {"name": "m", "source": {"uri": "pvc://models/m"}},
@@ -617,7 +624,7 @@ def test_an_engine_without_its_tokenizer_info_loads_without_a_guided_decoder(
     guided = ("guided_decoding_backend", "xgrammar_tokenizer_info_path")
     assert tuple(rendered.parameters[k].string_value for k in guided) == (
         "xgrammar", str(engine / XGRAMMAR_TOKENIZER_INFO))  # fmt: skip
-    if not has_info:
+    if info != INFO:
         for k in guided:
             rendered.parameters[k].string_value = ""
     assert loaded == rendered  # nothing else of the model changed

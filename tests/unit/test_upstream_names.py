@@ -13,8 +13,8 @@ import pytest
 import yaml
 from google.protobuf import text_format
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
-from llm_operator.contract import XGRAMMAR_TOKENIZER_INFO
-from llm_operator.engine import build
+from llm_operator.contract import XGRAMMAR_TOKENIZER_INFO, XGRAMMAR_TOKENIZER_INFO_KEYS
+from llm_operator.engine import build, tokenizer_info
 from llm_operator.frontdoor import structured as S
 from llm_operator.modelrepo import render_repository
 from llm_operator.plan.types import PoolPlan
@@ -131,10 +131,12 @@ def test_the_engine_contract_configures_upstreams_guided_decoder() -> None:
     assert parameters["guided_decoding_backend"] in up.GUIDED_DECODING_BACKENDS
     assert parameters["xgrammar_tokenizer_info_path"] == f"/e/{up.XGRAMMAR_TOKENIZER_INFO_FILE}"
     assert XGRAMMAR_TOKENIZER_INFO == up.XGRAMMAR_TOKENIZER_INFO_FILE
+    # The file's check (build, launcher, front door) asks for what the backend reads.
+    assert set(XGRAMMAR_TOKENIZER_INFO_KEYS) == up.XGRAMMAR_TOKENIZER_INFO_KEYS
     # What the build runs: upstream's script, where the images keep it, with its own options.
     command = build.tokenizer_info_command("/m", "/e", build.Examples([build.IMAGE_EXAMPLES], required=False))
     assert command[1] == f"/app/examples/{up.XGRAMMAR_TOKENIZER_INFO_SCRIPT}"
-    assert command[2:] == ["--model_dir", "/m", "--output_dir", "/e"]
+    assert command[2:] == ["--model_dir", "/m", "--output_dir", f"/e/{tokenizer_info.SCRATCH}"]
     # The front door's guides (structured.py, tools/request.py): json and json_schema.
     formats = ({"type": "json_object"}, {"type": "json_schema", "json_schema": {"schema": {}}})
     kinds = {S.extras({"response_format": f}, "chat", "tensorrt-engine").guide_type for f in formats}

@@ -13,10 +13,10 @@ GPUs' architecture are the ones in the key (exit 78 otherwise: the Job fails wit
 converts the checkpoint with its family's converter or quantizes it with ModelOpt (calibrating on
 the dataset the spec names, offline unless that is a Hub dataset) and runs trtllm-build with flags
 chosen per precision as TensorRT-LLM documents them, copies the tokenizer next to the engine with
-xgrammar's view of it (the guided decoder's, tokenizer_info) and writes the marker last. On pvc://
-caches engines are built beside their final directory and renamed into place, so readers (and a
-second Job building the same key) never see a half-written one; for object-store caches the
-publish container uploads the staged engine.
+xgrammar's view of it (the guided decoder's, when it can load it: tokenizer_info.py) and writes
+the marker last. On pvc:// caches engines are built beside their final directory and renamed into
+place, so readers (and a second Job building the same key) never see a half-written one; for
+object-store caches the publish container uploads the staged engine.
 `--dry-run` prints the commands instead of running them.
 """
 
@@ -34,6 +34,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from llm_operator.engine import tokenizer_info
+
 MARKER = "llm-operator-engine.complete"
 EXIT_CONFIG = 78
 CACHED = ".llm-operator-cached"  # written by engine/fetch.py: the key is in the cache already
@@ -46,11 +48,6 @@ CACHED = ".llm-operator-cached"  # written by engine/fetch.py: the key is in the
 # 49aba4a, the TensorRT-LLM 1.1 image, lines 184 and 189).
 IMAGE_EXAMPLES = "/app/examples"
 QUANTIZE = "quantization/quantize.py"
-# Writes <--output_dir>/xgrammar_tokenizer_info.json (contract.XGRAMMAR_TOKENIZER_INFO) from
-# AutoTokenizer.from_pretrained(--model_dir): triton-inference-server/tensorrtllm_backend
-# docs/guided_decoding.md runs it from examples/ on every release branch r25.07 to r26.07 (5419275
-# r25.12, 3bc1153 r26.07), whose images copy examples/ to /app/examples.
-TOKENIZER_INFO = "generate_xgrammar_tokenizer_info.py"
 # The converters run on this interpreter, the one with tensorrt_llm (no NVIDIA Dockerfile
 # installs a `python`).
 PYTHON = sys.executable or "python3"
@@ -239,18 +236,17 @@ def build_command(a: argparse.Namespace, checkpoint: str, engine: str) -> list[s
 
 
 def tokenizer_info_command(model_dir: str, engine: str, scripts: Examples) -> list[str]:
-    """Upstream's script, on the checkpoint's tokenizer (the engine's vocabulary)."""
-    return [PYTHON, str(scripts.script([TOKENIZER_INFO])), "--model_dir", model_dir, "--output_dir", engine]
+    return tokenizer_info.command(PYTHON, scripts.script([tokenizer_info.SCRIPT]), model_dir, engine)
 
 
-def tokenizer_info(model_dir: str, engine: Path) -> None:
-    """The guided decoder's file beside the engine. An engine without it serves unguided (the
-    launcher and the front door look for it), so a failure here does not fail a finished build."""
+def add_tokenizer_info(model_dir: str, engine: Path) -> None:
+    """The guided decoder's file beside the engine (engine/tokenizer_info.py), offline: without
+    it the engine serves unguided, so no failure here fails a finished build."""
     try:
-        run(tokenizer_info_command(model_dir, str(engine), examples()), dry_run=False, env=dict(OFFLINE))
-    except (BuildError, subprocess.CalledProcessError) as e:
-        why = f"engine build: no xgrammar tokenizer info ({e}): this engine serves without guided decoding"
-        print(f"{why} (response_format, tool_choice required or named)", file=sys.stderr, flush=True)
+        cmd = tokenizer_info_command(model_dir, str(engine), examples())
+    except BuildError as e:
+        return tokenizer_info.skipped(str(e))
+    tokenizer_info.write(cmd, engine, OFFLINE)
 
 
 def staging(a: argparse.Namespace) -> str:
@@ -346,7 +342,7 @@ def build(a: argparse.Namespace) -> None:
         run(convert, dry_run=False, env=conversion_env(a))
         run(trtllm_build, dry_run=False)
         copy_tokenizer(source, staged)
-        tokenizer_info(str(source), staged)
+        add_tokenizer_info(str(source), staged)
         (staged / MARKER).write_text(a.key + "\n")
         if not a.upload:
             publish(staged, Path(a.output))

@@ -15,7 +15,12 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from llm_operator.contract import CPU_REFERENCE_TOKENIZER_DIR, ENV, XGRAMMAR_TOKENIZER_INFO
+from llm_operator.contract import (
+    CPU_REFERENCE_TOKENIZER_DIR,
+    ENV,
+    XGRAMMAR_TOKENIZER_INFO,
+    tokenizer_info_problem,
+)
 from llm_operator.frontdoor import sampling, structured
 from llm_operator.frontdoor.api_keys import ApiKeys
 from llm_operator.frontdoor.http1 import HttpLimits, body_limit
@@ -77,9 +82,12 @@ def settings(environ: Mapping[str, str]) -> Settings:
 
 def unguided(environ: Mapping[str, str], backend: str) -> str:
     """Why the engine has no guided decoder, "" when it has one: a tensorrt-engine pod's engine
-    without its tokenizer info file, for which the launcher turned it off (runtime/launcher.py)."""
+    without a tokenizer info file the decoder can load, for which the launcher turned it off by
+    the same check (runtime/launcher.py)."""
+    if backend != "tensorrt-engine":
+        return ""
     engine_dir = _get(environ, "LLMOP_ENGINE_DIR")
-    if backend != "tensorrt-engine" or (engine_dir and Path(engine_dir, XGRAMMAR_TOKENIZER_INFO).is_file()):
+    if engine_dir and not tokenizer_info_problem(Path(engine_dir, XGRAMMAR_TOKENIZER_INFO)):
         return ""
     return structured.NO_TOKENIZER_INFO
 

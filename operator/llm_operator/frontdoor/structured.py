@@ -31,8 +31,8 @@ MAX_SCHEMA_BYTES = 64 * 1024
 MAX_TOP_LOGPROBS = {"chat": 20, "completion": 5}  # OpenAI's bounds
 # Why a tensorrt-engine pod has no guided decoder (contract.XGRAMMAR_TOKENIZER_INFO).
 NO_TOKENIZER_INFO = (
-    "its engine has no xgrammar tokenizer info beside it (an engine built before the operator wrote "
-    "it, or a prebuilt one without it), so it runs without a guided decoder"
+    "its engine has no xgrammar tokenizer info beside it that the guided decoder can load (an engine "
+    "built before the operator wrote it, or a prebuilt one without it), so it runs without one"
 )
 
 

@@ -2,9 +2,9 @@
 
 It checks that every file the repository loads is there (preflight.py), materializes the model
 repository from the ConfigMap, checks the engine's tp/pp (and turns the guided decoder off for an
-engine without its tokenizer info), starts this pod's Triton ranks (a worker: sshd for its
-leader's mpirun) and supervises them (supervisor.py); `llm-operator-launch drain` is the preStop
-hook (drain.py). The environment it reads is contract.ENV, parsed by config.py.
+engine without a tokenizer info file it can load), starts this pod's Triton ranks (a worker: sshd
+for its leader's mpirun) and supervises them (supervisor.py); `llm-operator-launch drain` is the
+preStop hook (drain.py). The environment it reads is contract.ENV, parsed by config.py.
 docs/launcher-and-engines.md documents all of it.
 
 Serving images install this package without its dependencies: the runtime imports only the
@@ -25,7 +25,14 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from llm_operator.contract import ADMIN_KEY_ENV, ADMIN_KEY_FD_ENV, ENV, LAUNCHER, XGRAMMAR_TOKENIZER_INFO
+from llm_operator.contract import (
+    ADMIN_KEY_ENV,
+    ADMIN_KEY_FD_ENV,
+    ENV,
+    LAUNCHER,
+    XGRAMMAR_TOKENIZER_INFO,
+    tokenizer_info_problem,
+)
 from llm_operator.runtime.commands import (
     engine_problems,
     rank_id,
@@ -188,12 +195,12 @@ def launch(c: PodConfig, stop: Stop, environ: Mapping[str, str]) -> int:
             log(problem)
         if problems:
             return EXIT_CONFIG
-        info = Path(c.engine_dir, XGRAMMAR_TOKENIZER_INFO)
-        if not info.is_file():
+        unusable = tokenizer_info_problem(Path(c.engine_dir, XGRAMMAR_TOKENIZER_INFO))
+        if unusable:  # the backend would fail the model's load on it
             log(
-                f"{info} not found (an engine built before the operator wrote it, or a prebuilt one "
-                "without it): serving without a guided decoder; the front door refuses response_format "
-                "and tool_choice required or named until the file is there (docs/serving-api.md)"
+                f"{unusable}: serving without a guided decoder (an engine built before the operator "
+                "wrote the file, or a prebuilt one without a usable one); the front door refuses "
+                "response_format and tool_choice required or named until it is there (docs/serving-api.md)"
             )
             without_guided_decoding(c.model_repo)
     c = _resolve(c)
