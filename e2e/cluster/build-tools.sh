@@ -296,13 +296,14 @@ core() {
   build kubernetes; build coredns; build registry; build crane
 }
 
-# copy_once DEST FILE...: a tool's extra files (CRDs, stage files) copied once, whole or not at
-# all, though several callers may run at once (the demo's background add-on build beside a test's):
+# copy_once DEST CP-ARGS...: a tool's extra files (CRDs, manifests) copied once, whole or not at
+# all, though several callers may run at once (the demo's background add-on build beside a test's,
+# `make test`'s background KEDA and LWS builds beside their tests' fixtures):
 # each copies into its own temporary directory and renames it into place; a loser drops its copy.
 copy_once() {
   local dest=$1; shift
   local tmp; tmp=$(mktemp -d "$(dirname "$dest")/.$(basename "$dest").XXXXXX.tmp")
-  cp "$@" "$tmp/" && touch "$tmp/.complete" || die "copying into $dest failed"
+  cp "$@" "$tmp/" && chmod -R u+w "$tmp" && touch "$tmp/.complete" || die "copying into $dest failed"
   mv -T "$tmp" "$dest" 2>/dev/null && return 0
   # Taken: by another caller's complete copy (kept), or by an earlier layout's partial one (replaced).
   if [ -f "$dest/.complete" ]; then rm -rf "$tmp"; return 0; fi
@@ -363,7 +364,7 @@ keda() {
   local dir; dir=$(build keda-operator); echo "$dir"; build keda-adapter
   if [ ! -f "$dir/config/.complete" ]; then
     local src; src=$(module_dir keda github.com/kedacore/keda/v2) || die "locating the keda module for its manifests failed"
-    rm -rf "$dir/config"; cp -r "$src/config" "$dir/config"; chmod -R u+w "$dir/config"; touch "$dir/config/.complete"
+    copy_once "$dir/config" -r "$src/config/."
   fi
 }
 # LWS's install manifests (its kustomize tree: CRDs, RBAC, the manager's Deployment and config, the
@@ -373,7 +374,7 @@ lws() {
   local dir; dir=$(build lws-manager); echo "$dir"
   if [ ! -f "$dir/config/.complete" ]; then
     local src; src=$(module_dir lws sigs.k8s.io/lws) || die "locating the lws module for its manifests failed"
-    rm -rf "$dir/config"; cp -r "$src/config" "$dir/config"; chmod -R u+w "$dir/config"; touch "$dir/config/.complete"
+    copy_once "$dir/config" -r "$src/config/."
   fi
 }
 crane() { build crane; }

@@ -168,6 +168,29 @@ def test_lws_builds_its_manager_alone_at_low_priority_with_its_manifests_and_ver
     assert (tmp_path / "calls.nice").read_text().split() == ["lws", str(min(ours + 10, 19))]
 
 
+def test_two_callers_at_once_both_get_the_whole_manifests(tmp_path: Path) -> None:
+    """`make test`'s background LWS build and the LWS fixture's own call run at once on a cold
+    machine: the second waits for the first's build, then both find the manifests not yet copied.
+    Each copies into its own directory and one wins, instead of one deleting the tree the other
+    is copying into (a cold `make test` failed so: rm: cannot remove ...: Directory not empty)."""
+    for i in range(300):  # enough files that the two copies overlap
+        (tmp_path / f"module/config/part{i % 10}").mkdir(parents=True, exist_ok=True)
+        (tmp_path / f"module/config/part{i % 10}/file{i}.yaml").write_text("kind: Thing\n" * 50)
+    _run(tmp_path, "core")  # the fake module and cache in place; LWS not built yet
+    env = {**os.environ, "PATH": f"{tmp_path / 'fakebin'}:{os.environ['PATH']}",
+           "LLMOP_CACHE": str(tmp_path / "cache"), "GO_CALLS": str(tmp_path / "calls"),
+           "FAKE_MODULE": str(tmp_path / "module")}  # fmt: skip
+    callers = [subprocess.Popen(["bash", str(BUILD_TOOLS), "lws"], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip
+    done = [c.communicate(timeout=120) for c in callers]
+    assert [c.returncode for c in callers] == [0, 0], [err for _, err in done]
+    (manager,) = {out.strip() for out, _ in done}
+    want = sorted(p.relative_to(tmp_path / "module") for p in (tmp_path / "module/config").rglob("*.yaml"))
+    copied = sorted(p.relative_to(Path(manager)) for p in (Path(manager) / "config").rglob("*.yaml"))
+    assert copied == want and (Path(manager) / "config/.complete").is_file(), len(copied)
+    assert not list(Path(manager).glob(".config.*.tmp")), "the loser's copy is gone"
+
+
 def test_an_unknown_group_is_refused_with_the_groups_there_are(tmp_path: Path) -> None:
     proc, calls = _run(tmp_path, "monitoring", "grafana")
     assert proc.returncode == 1
