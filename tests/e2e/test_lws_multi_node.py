@@ -20,6 +20,7 @@ minute, not after its 600 s wait for the workers (the last test).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Iterator
@@ -56,20 +57,12 @@ LABELS = "leaderworkerset.sigs.k8s.io"  # what LWS's pod webhook labels its pods
 GROUP_INDEX, WORKER_INDEX = f"{LABELS}/group-index", f"{LABELS}/worker-index"
 
 
-@pytest.fixture(scope="module")
-def world(lws_operator: None, cluster: E2ECluster, kubectl: Kubectl) -> Iterator[World]:
-    doc = deployment(SPLIT, parallelism={"tensor": 1, "pipeline": 2})
-    spec = LLMDeploymentSpec.model_validate(doc["spec"])
-    lm = TinyLM(TINY_MODELS[MODEL], weights_seed(spec.model.revision or "main"))
-    ns = kubectl.create_namespace("lws-multi-node")
-    start = time.monotonic()
+@contextlib.contextmanager
+def lws_namespace(kubectl: Kubectl, hint: str) -> Iterator[str]:
+    """A namespace for a test's LeaderWorkerSets; what its pods said is printed on a failure."""
+    ns = kubectl.create_namespace(hint)
     try:
-        kubectl.apply(doc, namespace=ns)
-        ld = wait_for(f"{SPLIT} Ready", lambda: kubectl.get("llmdeployment", SPLIT, ns),
-                      lambda d: is_true(d, "Ready"), timeout=READY_TIMEOUT)  # fmt: skip
-        assert ((ld or {}).get("status") or {}).get("endpoints", {}).get("openai"), condition(ld, "Ready")
-        print(f"lws: {SPLIT} Ready {time.monotonic() - start:.1f} s after it was applied")
-        yield World(ns, cluster, "".join(lm.generate(PROMPT, MAX_TOKENS)))
+        yield ns
     except BaseException:
         print(what_the_pods_said(kubectl, ns))
         raise
@@ -80,6 +73,21 @@ def world(lws_operator: None, cluster: E2ECluster, kubectl: Kubectl) -> Iterator
         for kind in ("llmdeployments", "leaderworkersets"):
             kubectl("delete", kind, "--all", "--cascade=orphan", "--wait=true", "--timeout=60s", namespace=ns)
         kubectl.delete_namespace(ns)
+
+
+@pytest.fixture(scope="module")
+def world(lws_operator: None, cluster: E2ECluster, kubectl: Kubectl) -> Iterator[World]:
+    doc = deployment(SPLIT, parallelism={"tensor": 1, "pipeline": 2})
+    spec = LLMDeploymentSpec.model_validate(doc["spec"])
+    lm = TinyLM(TINY_MODELS[MODEL], weights_seed(spec.model.revision or "main"))
+    with lws_namespace(kubectl, "lws-multi-node") as ns:
+        start = time.monotonic()
+        kubectl.apply(doc, namespace=ns)
+        ld = wait_for(f"{SPLIT} Ready", lambda: kubectl.get("llmdeployment", SPLIT, ns),
+                      lambda d: is_true(d, "Ready"), timeout=READY_TIMEOUT)  # fmt: skip
+        assert ((ld or {}).get("status") or {}).get("endpoints", {}).get("openai"), condition(ld, "Ready")
+        print(f"lws: {SPLIT} Ready {time.monotonic() - start:.1f} s after it was applied")
+        yield World(ns, cluster, "".join(lm.generate(PROMPT, MAX_TOKENS)))
 
 
 def env(pod: dict[str, object], name: str) -> str | None:
@@ -149,10 +157,9 @@ def test_a_service_in_the_groups_subdomain_is_named_in_a_minute(lws_operator: No
     subdomain and makes no headless Service, so no worker name resolves, ever. The leader sees that
     the subdomain does not list its own address and exits about a minute after it starts (not after
     LLMOP_WORKER_WAIT_SECONDS, 600 s), and the deployment's GroupRecreated Warning says why."""
-    ns = kubectl.create_namespace("lws-subdomain")
     taken = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": LWS},
              "spec": {"selector": {"app": "none"}, "ports": [{"name": "http", "port": 80}]}}  # fmt: skip
-    try:
+    with lws_namespace(kubectl, "lws-subdomain") as ns:
         kubectl.apply(taken, namespace=ns)
         kubectl.apply(deployment(SPLIT, parallelism={"tensor": 1, "pipeline": 2}), namespace=ns)
         start = time.monotonic()
@@ -170,10 +177,3 @@ def test_a_service_in_the_groups_subdomain_is_named_in_a_minute(lws_operator: No
         )
         assert re.search(said, words), words
         print(f"lws: a taken subdomain named {time.monotonic() - start:.1f} s after the group was applied")
-    except BaseException:
-        print(what_the_pods_said(kubectl, ns))
-        raise
-    finally:
-        for kind in ("llmdeployments", "leaderworkersets"):
-            kubectl("delete", kind, "--all", "--cascade=orphan", "--wait=true", "--timeout=60s", namespace=ns)
-        kubectl.delete_namespace(ns)

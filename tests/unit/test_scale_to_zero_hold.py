@@ -257,11 +257,14 @@ async def test_a_measured_cold_start_raises_the_routers_hold_at_zero_a_faster_on
 
     # A replica that took 400 s (a GPU image pulled, weights loaded): the hold it needs is 600 s,
     # but the router carries the replica's traffic, so it is not restarted for it.
-    started = pod(f"{NAME}-0", uid="z0", created=0, scheduled=1, init_end=4, started=300, ready=400,
-                  labels={L.DEPLOYMENT: NAME})  # fmt: skip
-    await reconciler.pod_event("ADDED", {**started, "status": {"phase": "Pending"}})
-    await reconciler.pod_event("MODIFIED", started)
-    await reconcile(kube, reconciler, key)
+    async def cold_start(uid: str, created: int, started: int, ready: int) -> None:
+        new = pod(f"{NAME}-0", uid=uid, created=created, scheduled=created + 1, init_end=created + 2,
+                  started=started, ready=ready, labels={L.DEPLOYMENT: NAME})  # fmt: skip
+        await reconciler.pod_event("ADDED", {**new, "status": {"phase": "Pending"}})
+        await reconciler.pod_event("MODIFIED", new)
+        await reconcile(kube, reconciler, key)
+
+    await cold_start("z0", created=0, started=300, ready=400)
     assert kube.objects[("LLMDeployment", *key)]["status"]["lastColdStart"]["totalSeconds"] == 400
     await reconcile(kube, reconciler, key)  # a later pass renders from the status written
     assert router() == ("300s", "300", first), "the router runs on"
@@ -280,11 +283,7 @@ async def test_a_measured_cold_start_raises_the_routers_hold_at_zero_a_faster_on
     # router keeps its 600 s (the next start may be on a node without it), and is not restarted.
     spec = copy.deepcopy(kube.objects[("LLMDeployment", *key)]["spec"])
     kube.edit("LLMDeployment", *key, spec={**spec, "replicas": 1})
-    fast = pod(f"{NAME}-0", uid="z1", created=1000, scheduled=1001, init_end=1002, started=1010, ready=1030,
-               labels={L.DEPLOYMENT: NAME})  # fmt: skip
-    await reconciler.pod_event("ADDED", {**fast, "status": {"phase": "Pending"}})
-    await reconciler.pod_event("MODIFIED", fast)
-    await reconcile(kube, reconciler, key)
+    await cold_start("z1", created=1000, started=1010, ready=1030)
     assert kube.objects[("LLMDeployment", *key)]["status"]["lastColdStart"]["totalSeconds"] == 30
     kube.edit("LLMDeployment", *key, spec={**spec, "replicas": 0})
     await reconcile(kube, reconciler, key)
