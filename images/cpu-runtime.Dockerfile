@@ -9,13 +9,12 @@ FROM python:3.11.11-slim-bookworm
 # finds torch in this site-packages and its own package under /opt/llm-operator/cpu-reference
 # (modelrepo.CPU_RUNTIME_PYTHON_PATH).
 ENV LLMOP_BACKEND=cpu-reference PYTHONDONTWRITEBYTECODE=1
-# OpenSSH and Open MPI: a model split over the pods of a group (runtime/cpu_reference/pipeline.py)
-# starts its ranks as GPU pods do, the leader's mpirun through each worker's unprivileged sshd
-# (images/triton-trtllm-sshd.Dockerfile); sshd runs the sessions of uid 65532 through its shell.
+# Open MPI: a model split over the pods of a group (runtime/cpu_reference/pipeline.py) starts its
+# ranks as GPU pods do, the leader's mpirun through each worker's launch agent
+# (runtime/launch_agent.py); mpirun writes the remote command in its user's shell's syntax.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends "openssh-server=1:9.2p1-2+deb12u*" \
-    "openssh-client=1:9.2p1-2+deb12u*" "openmpi-bin=4.1.4-3*" \
-    && rm -rf /var/lib/apt/lists/* /etc/ssh/ssh_host_* \
+    && apt-get install -y --no-install-recommends "openmpi-bin=4.1.4-3*" \
+    && rm -rf /var/lib/apt/lists/* \
     && echo "nonroot:x:65532:65532:nonroot:/home/nonroot:/bin/sh" >> /etc/passwd \
     && echo "nonroot:x:65532:" >> /etc/group && mkdir -p /home/nonroot && chown 65532:65532 /home/nonroot
 # torch from PyTorch's CPU index (the PyPI wheel bundles CUDA), same version as the tests use, pinned

@@ -120,8 +120,8 @@ def compile_bytecode(rootfs: Path, *directories: str) -> None:
 
 
 def add_nonroot_user(rootfs: Path, shell: str = "/usr/sbin/nologin") -> None:
-    """passwd/group entries for uid 65532 (ssh, getpass and `id` want one) and its home. `shell`:
-    a real one where sshd runs sessions as this user (it runs their command through it)."""
+    """passwd/group entries for uid 65532 (getpass and `id` want one) and its home. `shell`: a real
+    one where mpirun runs as this user (it writes remote commands in that shell's syntax)."""
     with (rootfs / "etc/passwd").open("a") as passwd:
         passwd.write(f"nonroot:x:{NONROOT}:{NONROOT}:nonroot:/home/nonroot:{shell}\n")
     with (rootfs / "etc/group").open("a") as group:

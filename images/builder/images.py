@@ -67,13 +67,12 @@ CPU_REFERENCE_ROOT = "opt/llm-operator/cpu-reference"
 # libopenblas0-serial: Debian's torch multiplies through libblas.so.3, which is otherwise the
 # reference BLAS (1.3 GFLOP/s on one core here, against 9 with OpenBLAS); serial, because each
 # Triton model instance is one thread (model.py).
-# openssh-server, openssh-client and openmpi-bin: the ranks of a group spanning pods (the
-# cpu-reference model split into pipeline stages, runtime/cpu_reference/pipeline.py) start as on
-# GPU pods: the leader's mpirun reaches each worker's unprivileged sshd (the GPU path's
-# images/triton-trtllm-sshd.Dockerfile adds OpenSSH to NVIDIA's image, which has Open MPI).
+# openmpi-bin: the ranks of a group spanning pods (the cpu-reference model split into pipeline
+# stages, runtime/cpu_reference/pipeline.py) start as on GPU pods: the leader's mpirun reaches each
+# worker's launch agent (runtime/launch_agent.py; NVIDIA's image has Open MPI and no sshd either).
 CPU_RUNTIME_BASE = debian.Base(
     ("python3", "libpython3.11", "python3-torch", "python3-numpy", "libopenblas0-serial",
-     "openssh-server", "openssh-client", "openmpi-bin")
+     "openmpi-bin")
 )  # fmt: skip
 OPERATOR_BASE = debian.Base(("python3",))
 OPERATOR_LOCK = "requirements/image-operator.lock"
@@ -186,10 +185,9 @@ def _cpu_runtime_base(rootfs: Path) -> None:
         target = rootfs / packaged_dir(name).lstrip("/") / gguf_files.WEIGHTS_FILE
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(weights, target)
-    # The package's own host keys: sshd serves the group's (runtime/ssh.py), no image's.
-    for key in (rootfs / "etc/ssh").glob("ssh_host_*"):
-        key.unlink()
-    debian.add_nonroot_user(rootfs, shell="/bin/sh")  # sshd runs the leader's orted through it
+    # mpirun writes its workers' orted command in the syntax of its own user's shell (Open MPI's
+    # plm_rsh_module.c find_shell): a Bourne shell, as NVIDIA's image gives uid 1000.
+    debian.add_nonroot_user(rootfs, shell="/bin/sh")
     debian.trim(rootfs)
     debian.compile_bytecode(rootfs, *debian.PYTHON_PATHS)
 

@@ -55,26 +55,25 @@ XGRAMMAR_TOKENIZER_INFO = "xgrammar_tokenizer_info.json"
 # getGuidedDecodingConfigFromParams in triton_backend/inflight_batcher_llm/src/model_instance_state.cc
 # (NVIDIA/TensorRT-LLM, stored copy 0c8de69a; tests/upstream_names.py pins the keys).
 XGRAMMAR_TOKENIZER_INFO_KEYS = ("encoded_vocab", "tokenizer_str", "stop_token_ids")
-SSH_DIR = "/etc/llm-operator/ssh"  # multi-node pods: their role's keys from the SSH Secret, read-only
-RUNTIME_DIR = "/tmp/llm-operator"  # 0700: private copies of keys, sshd config, the workers' environment
+# Multi-node pods: their role's half of the launch Secret, read-only (runtime/launch_agent.py).
+LAUNCH_IDENTITY_DIR = "/etc/llm-operator/launch"
+RUNTIME_DIR = "/tmp/llm-operator"  # 0700: the launcher's own files (its PID for the preStop)
 TMP_DIR = "/tmp"  # an emptyDir (the root filesystem is read-only): RUNTIME_DIR lives in it
-HOME_DIR = "/var/run/llm-operator/home"  # an emptyDir: HOME of mpirun, ssh and Triton's backends
+HOME_DIR = "/var/run/llm-operator/home"  # an emptyDir: HOME of mpirun and Triton's backends
 # Kubernetes' default terminationMessagePath: why the launcher failed, read into the container's
 # lastState.terminated.message (the operator reports it on a crash loop).
 TERMINATION_LOG = "/dev/termination-log"
 
-# Keys of the SSH Secret. A leader mounts only the client key and the workers' host key as known
-# hosts; a worker only its host key and the client's public key as authorized_keys.
-SSH_PRIVATE_KEY = "id_ed25519"
-SSH_KNOWN_HOSTS = "known_hosts"
-SSH_HOST_KEY = "ssh_host_ed25519_key"
-SSH_AUTHORIZED_KEYS = "authorized_keys"
-LEADER_SSH_KEYS = (SSH_PRIVATE_KEY, SSH_KNOWN_HOSTS)
-WORKER_SSH_KEYS = (SSH_HOST_KEY, SSH_AUTHORIZED_KEYS)
-# The name under which known_hosts pins the workers' host key (ssh -o HostKeyAlias): one key for
-# every worker of the deployment, whatever DNS name the leader reaches it by.
-SSH_HOST_ALIAS = "llm-operator-worker"
-SSH_VOLUME = "ssh"
+# Files of the launch Secret: two self-signed certificates (PEM) and their keys. A leader mounts its
+# own pair and the workers' certificate, a worker its own pair and the leader's certificate: each
+# side of the launch agent's mutual TLS trusts exactly the other's certificate.
+LEADER_CERT = "leader.crt"
+LEADER_KEY = "leader.key"
+WORKER_CERT = "worker.crt"
+WORKER_KEY = "worker.key"
+LEADER_LAUNCH_FILES = (LEADER_CERT, LEADER_KEY, WORKER_CERT)
+WORKER_LAUNCH_FILES = (WORKER_CERT, WORKER_KEY, LEADER_CERT)
+LAUNCH_VOLUME = "launch-identity"
 
 # Triton's admin APIs (runtime/commands.py restricted_api_args) answer only requests that carry
 # this header (gRPC: `triton-grpc-protocol-<header>` metadata) with the key from the deployment's
@@ -169,12 +168,11 @@ ENV: dict[str, str] = {
     # 0: not watched (single pods: the kubelet's liveness probe on Triton finds a frozen server).
     "LLMOP_STALL_TIMEOUT_SECONDS": "0",
     "LLMOP_LEADER_HOST": "",
-    "LLMOP_SSH_DIR": SSH_DIR,
-    "LLMOP_SSH_PORT": "2222",
+    "LLMOP_LAUNCH_IDENTITY_DIR": LAUNCH_IDENTITY_DIR,
+    "LLMOP_LAUNCH_PORT": "2222",
     "LLMOP_RUNTIME_DIR": RUNTIME_DIR,
     "LLMOP_TRITONSERVER": "tritonserver",
     "LLMOP_MPIRUN": "mpirun",
-    "LLMOP_SSHD": "/usr/sbin/sshd",
     # Installed on PATH by the tensorrt_llm wheel (setup.py `scripts`); the pytorch backend's
     # multi-node ranks run under it (runtime/commands.py). The cpu-runtime image sets its own
     # (runtime/cpu_reference/launch.py).

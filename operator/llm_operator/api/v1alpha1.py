@@ -1810,7 +1810,7 @@ class NetworkPolicySpec(Spec):
         description="A NetworkPolicy admits to the serving pods only the client ports (Triton's "
         "HTTP 8000 and gRPC 8001, the OpenAI API 8080) from the clients below, Triton's metrics "
         "port (8002) from the monitoring peers the operator is configured with, and any port "
-        "between the deployment's multi-node pods (sshd on 2222, MPI, NCCL). false: no "
+        "between the deployment's multi-node pods (the launch agent on 2222, MPI, NCCL). false: no "
         "NetworkPolicy, every port is open to whatever can reach the pods. Enforced only where the "
         "cluster's network plugin implements NetworkPolicy.",
     )
@@ -2375,10 +2375,11 @@ class LLMDeploymentStatus(Spec):
     endpoints: EndpointsStatus | None = None
     release: ReleaseStatus | None = None
     last_cold_start: ColdStartStatus | None = None
-    ssh_secret: str | None = Field(
+    launch_secret: str | None = Field(
         default=None,
-        description="The SSH Secret the operator created for this deployment's multi-node groups: "
-        "a Secret under that name that it did not create is never mounted.",
+        description="The Secret the operator created with the launch identity of this deployment's "
+        "multi-node groups (the leader's and the workers' certificates): a Secret under that name "
+        "that it did not create is never mounted.",
     )
     admin_key_secret: str | None = Field(
         default=None,

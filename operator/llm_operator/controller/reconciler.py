@@ -215,7 +215,7 @@ class Reconciler:
             self.forget((namespace, name))
             return
         if await recreate_broken(self.kube, self.applier.children, self.group_failures, body, now()):
-            self.secrets.ssh.forget((namespace, name))  # a missing key is a reason groups fail: check again
+            self.secrets.launch.forget((namespace, name))  # a missing Secret fails groups: check again
         try:
             ld = LLMDeployment.model_validate(body)
         except ValidationError as e:

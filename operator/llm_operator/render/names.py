@@ -93,23 +93,23 @@ def autoscaler(deployment: str) -> str:
     return _fit(deployment)
 
 
-def ssh_secret(deployment: str, uid: str) -> str:
-    """The key pairs of a deployment's multi-node groups (leaders log in to their workers); one
+def launch_secret(deployment: str, uid: str) -> str:
+    """The launch identity of a deployment's multi-node groups (controller/secrets/launch.py); one
     per incarnation of the deployment (its UID), as the operator can create Secrets but not read
-    one to check whose it is. `sshkeys`, not the `ssh` of earlier operators: their Secrets
-    hold no host key, and a Secret is never updated, so this layout needs new ones."""
-    return _fit(f"{deployment}-sshkeys-{uid[:8]}" if uid else f"{deployment}-sshkeys")
+    one to check whose it is. `launch`, not the `sshkeys` of earlier operators: a Secret is never
+    updated, and their key pairs are not what the launch agent uses."""
+    return _fit(f"{deployment}-launch-{uid[:8]}" if uid else f"{deployment}-launch")
 
 
 def admin_key_secret(deployment: str, uid: str) -> str:
     """The key of Triton's admin APIs in a deployment's pods (controller/secrets/admin_key.py); one per
-    incarnation, like ssh_secret."""
+    incarnation, like launch_secret."""
     return _fit(f"{deployment}-adminkey-{uid[:8]}" if uid else f"{deployment}-adminkey")
 
 
 def picker_tls_secret(deployment: str, uid: str) -> str:
     """The endpoint picker's certificate (controller/secrets/picker_tls.py); one per incarnation, like
-    ssh_secret."""
+    launch_secret."""
     return _fit(f"{deployment}-pickertls-{uid[:8]}" if uid else f"{deployment}-pickertls")
 
 

@@ -5,10 +5,10 @@ so a canary's pods are covered from their first start. It admits the client port
 and gRPC, the OpenAI API; only the OpenAI API when spec.routing.apiKeys closes Triton's, which check
 no key) from the deployment's own namespace, the namespaces and CIDRs the spec names, its metrics
 port from the monitoring peers the operator is configured with, and every port between the pods of
-the deployment's multi-node groups: sshd (2222) for the leader's mpirun, and the ports MPI and NCCL
-pick at run time. Nothing else. Those pods share one SSH key per deployment, so narrowing the last
-rule to one group would guard nothing the key does not. Traffic from the pod's own node (kubelet
-probes) is always allowed by NetworkPolicy's definition.
+the deployment's multi-node groups: the launch agent (2222) for the leader's mpirun, and the ports
+MPI and NCCL pick at run time. Nothing else. Those pods share one launch identity per deployment,
+so narrowing the last rule to one group would guard nothing the identity does not. Traffic from
+the pod's own node (kubelet probes) is always allowed by NetworkPolicy's definition.
 
 routing.mode inference-pool adds the router: its pods may reach the leaders' OpenAI API (8080)
 and metrics (8002, which the picker scrapes), and a second policy admits the clients to the

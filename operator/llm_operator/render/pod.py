@@ -34,7 +34,7 @@ def template_hash(obj: Any) -> str:
 # Kubernetes quantity suffixes of memory sizes.
 _SUFFIX = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}  # fmt: skip
-# Mode of the files of the Secret volumes (SSH keys, API keys): owner and the pod's fsGroup (the
+# Mode of the files of the Secret volumes (launch identities, API keys): owner and the pod's fsGroup (the
 # kubelet adds group read anyway when it applies an fsGroup to a Secret volume), nobody else.
 SECRET_FILE_MODE = 0o440
 # The group that may read them: Secret volume files belong to root, so a non-root container user
@@ -42,8 +42,7 @@ SECRET_FILE_MODE = 0o440
 SECRET_FS_GROUP = 1000
 # NVIDIA's images run as root unless told otherwise: their pods run as uid 1000, Triton's own
 # non-root user `triton-server` (triton-inference-server/server build.py creates it with uid and gid
-# 1000, removing Ubuntu's `ubuntu`); ssh and sshd need that passwd entry (multi-node workers). The
-# cpu-runtime image names its own non-root USER.
+# 1000, removing Ubuntu's `ubuntu`). The cpu-runtime image names its own non-root USER.
 NVIDIA_UID = 1000
 STARTUP_PROBE_PERIOD_SECONDS = 2
 
@@ -100,7 +99,7 @@ def _env(
         {"name": "LLMOP_METRICS_PORT", "value": str(contract.METRICS_PORT)},
         {"name": "LLMOP_OPENAI_PORT", "value": str(contract.OPENAI_PORT)},
         {"name": "LLMOP_EXIT_TIMEOUT_SECONDS", "value": str(spec.runtime.exit_timeout_seconds)},
-        # The root filesystem is read-only: mpirun, ssh and Python's caches write under HOME.
+        # The root filesystem is read-only: mpirun and Python's caches write under HOME.
         {"name": "HOME", "value": contract.HOME_DIR},
         python_path_env(),  # the launcher, copied in by the init container
     ]
@@ -189,7 +188,9 @@ def _container(
     if model is not None:  # the whole claim: a missing directory reaches the launcher's check
         mounts.append({"name": model.volume, "mountPath": model.mount, "readOnly": True})
     if pool.pods_per_replica > 1:
-        mounts.append({"name": contract.SSH_VOLUME, "mountPath": contract.SSH_DIR, "readOnly": True})
+        mounts.append(
+            {"name": contract.LAUNCH_VOLUME, "mountPath": contract.LAUNCH_IDENTITY_DIR, "readOnly": True}
+        )
     if leader and api_keys_secret(spec):
         mounts.append(
             {"name": contract.API_KEYS_VOLUME, "mountPath": contract.API_KEYS_DIR, "readOnly": True}
@@ -261,7 +262,7 @@ def _volumes(
     deployment: str,
     engine: EngineLocation | None,
     repo_hash: str,
-    ssh_secret: str,
+    launch_secret: str,
     slot: Slot,
     *,
     leader: bool,
@@ -293,15 +294,16 @@ def _volumes(
             {"name": model.volume, "persistentVolumeClaim": {"claimName": model.claim, "readOnly": True}}
         )
     if pool.pods_per_replica > 1:
-        # The deployment's SSH identity (the controller creates the Secret), each role only its
-        # half: the leader's mpirun logs in to its workers' sshd with the client key and checks
-        # their host key; a worker never holds the client key, a leader never the host key.
-        keys = contract.LEADER_SSH_KEYS if leader else contract.WORKER_SSH_KEYS
+        # The deployment's launch identity (the controller creates the Secret), each role only its
+        # half: the leader's mpirun proves itself to its workers' launch agents with the leader's
+        # key and checks their certificate; a worker never holds the leader's key, nor a leader
+        # the workers'.
+        keys = contract.LEADER_LAUNCH_FILES if leader else contract.WORKER_LAUNCH_FILES
         volumes.append(
             {
-                "name": contract.SSH_VOLUME,
+                "name": contract.LAUNCH_VOLUME,
                 "secret": {
-                    "secretName": ssh_secret,
+                    "secretName": launch_secret,
                     "defaultMode": SECRET_FILE_MODE,
                     "items": [{"key": k, "path": k} for k in keys],
                 },
@@ -330,7 +332,7 @@ def pod_template(
     leader: bool,
     extra_env: list[dict[str, Any]],
     repo_hash: str,
-    ssh_secret: str,
+    launch_secret: str,
     slot: Slot,
     revision: str,
     group_label_keys: tuple[str, ...] = (),
@@ -345,22 +347,21 @@ def pod_template(
             spec.runtime.exit_timeout_seconds
         ),
         # Restricted Pod Security: the kubelet checks runAsNonRoot against the numeric user (the
-        # cpu-runtime and launcher images name one, NVIDIA's are given NVIDIA_UID); workers' sshd
-        # runs unprivileged (runtime/ssh.py).
+        # cpu-runtime and launcher images name one, NVIDIA's are given NVIDIA_UID).
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "initContainers": [inject_init_container(images.launcher)],
         "containers": [
             _container(spec, pool, images, engine, leader=leader, extra_env=extra_env, model=model)
         ],
         "volumes": _volumes(
-            spec, pool, deployment, engine, repo_hash, ssh_secret, slot, leader=leader, model=model
+            spec, pool, deployment, engine, repo_hash, launch_secret, slot, leader=leader, model=model
         ),
         **spec.runtime.pod_identity(),
     }
     if spec.engine.backend != Backend.CPU_REFERENCE:
         pod_spec["securityContext"].update(runAsUser=NVIDIA_UID, runAsGroup=NVIDIA_UID)
     if pool.pods_per_replica > 1 or (leader and api_keys_secret(spec)):
-        # The Secret volumes' group (SSH keys, API keys). OnRootMismatch: a volume whose root
+        # The Secret volumes' group (launch identities, API keys). OnRootMismatch: a volume whose root
         # already has the group is not walked again (the engine cache is large, and read-only).
         pod_spec["securityContext"].update(fsGroup=SECRET_FS_GROUP, fsGroupChangePolicy="OnRootMismatch")
     if cache := startup_cache(spec, pool, serving_image(spec, pool, images), images.trtllm_version, model):

@@ -59,17 +59,17 @@ def workloads(
     leader StatefulSet whose pod i is rank 0 of group i (probes, Services, metrics) and one worker
     StatefulSet per group, its ordinals starting at 1 like LWS worker indexes, kept next to the
     leader by pod affinity. The launcher reads the same environment in both shapes. `uid`, the
-    LLMDeployment's, names the SSH Secret multi-node pods mount (controller/secrets/ssh.py creates it) and
-    the admin-key Secret of every leader (controller/secrets/admin_key.py).
+    LLMDeployment's, names the launch Secret multi-node pods mount (controller/secrets/launch.py
+    creates it) and the admin-key Secret of every leader (controller/secrets/admin_key.py).
     Every object and selector carries the slot, so the two slots of a canary never share pods;
     `revision` (the deployment's) is a label of the objects and their pods, in no selector.
     """
-    ssh_secret = names.ssh_secret(deployment, uid)
+    launch_secret = names.launch_secret(deployment, uid)
     admin_key = _admin_key_env(deployment, uid)
     if pool.pods_per_replica > 1 and leader_worker_set:
         return [
             _leader_worker_set(
-                deployment, namespace, spec, pool, images, engine, repo_hash, ssh_secret, admin_key, slot,
+                deployment, namespace, spec, pool, images, engine, repo_hash, launch_secret, admin_key, slot,
                 revision, model,
             )
         ]  # fmt: skip
@@ -91,7 +91,7 @@ def workloads(
     template = pod_template(
         spec, pool, deployment, images, engine,
         pod_labels=_group_labels(leader_labels, pool), group_selector=None, leader=True,
-        extra_env=leader_env, repo_hash=repo_hash, ssh_secret=ssh_secret, slot=slot, revision=revision,
+        extra_env=leader_env, repo_hash=repo_hash, launch_secret=launch_secret, slot=slot, revision=revision,
         model=model,
     )  # fmt: skip
     result = [
@@ -111,8 +111,8 @@ def workloads(
         template = pod_template(
             spec, pool, deployment, images, engine,
             pod_labels=_group_labels(worker_labels, pool), group_selector=leader_selector, leader=False,
-            extra_env=extra_env, repo_hash=repo_hash, ssh_secret=ssh_secret, slot=slot, revision=revision,
-            model=model,
+            extra_env=extra_env, repo_hash=repo_hash, launch_secret=launch_secret, slot=slot,
+            revision=revision, model=model,
         )  # fmt: skip
         sts = _statefulset(
             names.group(deployment, pool, index, slot), namespace, worker_labels,
@@ -142,7 +142,7 @@ def _leader_worker_set(
     images: Images,
     engine: EngineLocation | None,
     repo_hash: str,
-    ssh_secret: str,
+    launch_secret: str,
     admin_key: dict[str, Any],
     slot: Slot,
     revision: str,
@@ -167,7 +167,7 @@ def _leader_worker_set(
             {"name": "LLMOP_WORKER_HOST_PATTERN", "value": pattern},
             stall_env(spec),
         ],
-        repo_hash=repo_hash, ssh_secret=ssh_secret, slot=slot, revision=revision, model=model,
+        repo_hash=repo_hash, launch_secret=launch_secret, slot=slot, revision=revision, model=model,
     )  # fmt: skip
     worker = pod_template(
         spec, pool, deployment, images, engine,
@@ -177,7 +177,7 @@ def _leader_worker_set(
             {"name": "LLMOP_ROLE", "value": "worker"},
             _label_env("LLMOP_GROUP_INDEX", LWS_GROUP_INDEX),
         ],
-        repo_hash=repo_hash, ssh_secret=ssh_secret, slot=slot, revision=revision, model=model,
+        repo_hash=repo_hash, launch_secret=launch_secret, slot=slot, revision=revision, model=model,
     )  # fmt: skip
     return {
         "apiVersion": LWS_API_VERSION,

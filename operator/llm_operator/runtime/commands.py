@@ -1,7 +1,7 @@
 """What the launcher runs, built from its PodConfig (pure): one tritonserver per rank in
 TensorRT-LLM leader mode, one MPMD mpirun for a world of several ranks (the pytorch backend, and the
 cpu-reference one split over pods: one tritonserver, under the LLM API's multi-node launcher when
-the world spans pods), sshd on workers.
+the world spans pods), the launch agent on workers.
 
 The rank layout is documented in docs/launcher-and-engines.md.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from llm_operator.contract import ADMIN_KEY_HEADER, SSH_HOST_ALIAS, SSH_KNOWN_HOSTS, SSH_PRIVATE_KEY
+from llm_operator.contract import ADMIN_KEY_HEADER
 from llm_operator.runtime.config import PodConfig
 
 # Latency quantiles (nv_inference_*_summary_us) and, from Triton 24.11, the time-to-first-response
@@ -93,15 +93,10 @@ def rank_places(c: PodConfig, leader: str) -> tuple[str, ...]:
     return tuple(host for host in hosts for _ in range(per_pod))
 
 
-def rsh_args(c: PodConfig) -> str:
-    """How the leader's mpirun reaches the workers' sshd (keys copied by runtime/ssh.py): with the
-    Secret's client key, and only to a host that proves it holds the workers' host key from the
-    same Secret, pinned under one alias whatever name the worker is reached by."""
-    run = Path(c.runtime_dir)
-    return (f"-p {c.ssh_port} -i {run / SSH_PRIVATE_KEY} -o IdentitiesOnly=yes -o BatchMode=yes "
-            f"-o StrictHostKeyChecking=yes -o HostKeyAlias={SSH_HOST_ALIAS} "
-            f"-o UserKnownHostsFile={run / SSH_KNOWN_HOSTS} -o GlobalKnownHostsFile=/dev/null "
-            "-o LogLevel=ERROR")  # fmt: skip
+def launch_agent(c: PodConfig) -> list[str]:
+    """The launch agent (runtime/launch_agent.py), run by this pod's Python: a worker serves it,
+    a leader's mpirun calls it in ssh's place."""
+    return [c.python, "-m", "llm_operator.runtime.launch_agent"]
 
 
 def serve_command(c: PodConfig) -> list[str]:
@@ -137,10 +132,12 @@ def serve_command(c: PodConfig) -> list[str]:
 def across_pods(c: PodConfig) -> list[str]:
     """mpirun's settings for a world spanning the pods of a group, whatever runs in it."""
     return [
-        # orted is not on sshd's default PATH; Open MPI prepends PREFIX/bin and PREFIX/lib.
+        # The worker's shell may not have orted on its PATH; Open MPI prepends PREFIX/bin and PREFIX/lib.
         "--prefix", str(Path(c.mpirun).parent.parent),
-        "--mca", "plm_rsh_args", rsh_args(c),
-        # Only the leader holds the client key: no orted-to-orted tree spawn.
+        # Workers' daemons start through their launch agent (NVIDIA's image has no sshd). Open MPI
+        # splits the value at spaces into the agent's argv and looks its first word up on PATH.
+        "--mca", "plm_rsh_agent", " ".join(launch_agent(c)),
+        # Only the leader holds the leader's identity: no orted-to-orted tree spawn.
         "--mca", "plm_rsh_no_tree_spawn", "1",
         # Pod names resolve only as FQDNs through the headless Service.
         "--mca", "orte_keep_fqdn_hostnames", "1",
@@ -152,9 +149,10 @@ def across_pods(c: PodConfig) -> list[str]:
     ]  # fmt: skip
 
 
-def worker_command(c: PodConfig, config_file: str) -> list[str]:
-    """A worker pod hosts sshd: its ranks are started by the leader's mpirun (through orted)."""
-    return [c.sshd, "-D", "-e", "-f", config_file]
+def worker_command(c: PodConfig) -> list[str]:
+    """A worker pod serves the launch agent: its ranks are started by the leader's mpirun (through
+    orted)."""
+    return [*launch_agent(c), "--serve"]
 
 
 def engine_problems(c: PodConfig) -> list[str]:

@@ -43,12 +43,11 @@ class PodConfig:
     worker_host_pattern: str  # leader of a multi-node group; {group} and {worker} placeholders
     worker_wait: float
     leader_host: str  # workers: where the leader's metrics are, for drain
-    ssh_dir: str
-    ssh_port: int
+    launch_identity_dir: str
+    launch_port: int
     runtime_dir: str
     tritonserver: str
     mpirun: str
-    sshd: str
     llmapi_launch: str  # the multi-node launcher of the LLM API (pytorch; cpu-reference's own)
     backend_dir: str
     trtllm_models_dir: str
@@ -56,6 +55,7 @@ class PodConfig:
     termination_log: str
     # Leaders with served model names run the OpenAI front door beside Triton (frontdoor/).
     served_model_names: str = ""
+    python: str = "python3"  # the interpreter the launcher runs under (launcher.py _resolve)
     contract: str = ""  # cpu-reference: "pytorch" when its runtime speaks the LLM API contract
     # The key of Triton's restricted admin APIs; never printed (repr) nor logged.
     admin_key: str = field(default="", repr=False)
@@ -94,12 +94,11 @@ class PodConfig:
             worker_wait=num("LLMOP_WORKER_WAIT_SECONDS"),
             # LeaderWorkerSet injects LWS_LEADER_ADDRESS into every pod of a group.
             leader_host=get("LLMOP_LEADER_HOST") or environ.get("LWS_LEADER_ADDRESS", ""),
-            ssh_dir=get("LLMOP_SSH_DIR"),
-            ssh_port=num("LLMOP_SSH_PORT"),
+            launch_identity_dir=get("LLMOP_LAUNCH_IDENTITY_DIR"),
+            launch_port=num("LLMOP_LAUNCH_PORT"),
             runtime_dir=get("LLMOP_RUNTIME_DIR"),
             tritonserver=get("LLMOP_TRITONSERVER"),
             mpirun=get("LLMOP_MPIRUN"),
-            sshd=get("LLMOP_SSHD"),
             llmapi_launch=get("LLMOP_LLMAPI_LAUNCH"),
             backend_dir=get("LLMOP_BACKEND_DIR"),
             trtllm_models_dir=get("LLMOP_TRTLLM_MODELS_DIR"),

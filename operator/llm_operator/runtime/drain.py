@@ -68,8 +68,8 @@ def inflight(metrics: str) -> float:
 
 
 def close_to_launches(c: PodConfig) -> None:
-    """Tell the worker's launcher that its pod is stopping: it stops sshd at once (the running
-    world stays), so no new leader starts ranks here while this hook waits on the old one."""
+    """Tell the worker's launcher that its pod is stopping: it stops its launch agent at once (the
+    running world stays), so no new leader starts ranks here while this hook waits on the old one."""
     with contextlib.suppress(OSError, ValueError):  # no launcher (any more): nothing to close
         os.kill(int((Path(c.runtime_dir) / LAUNCHER_PID_FILE).read_text()), CLOSING_SIGNAL)
 

@@ -2,8 +2,8 @@
 
 It checks that every file the repository loads is there (preflight.py), materializes the model
 repository from the ConfigMap, checks the engine's tp/pp (and turns the guided decoder off for an
-engine without a tokenizer info file it can load), starts this pod's Triton ranks (a worker: sshd
-for its leader's mpirun) and supervises them (supervisor.py); `llm-operator-launch drain` is the
+engine without a tokenizer info file it can load), starts this pod's Triton ranks (a worker: the
+launch agent for its leader's mpirun) and supervises them (supervisor.py); `llm-operator-launch drain` is the
 preStop hook (drain.py). The environment it reads is contract.ENV, parsed by config.py.
 docs/launcher-and-engines.md documents all of it.
 
@@ -46,7 +46,6 @@ from llm_operator.runtime.config import ConfigError, PodConfig
 from llm_operator.runtime.drain import drain
 from llm_operator.runtime.preflight import first_missing, image_files
 from llm_operator.runtime.repository import materialize, without_guided_decoding
-from llm_operator.runtime.ssh import prepare_client, prepare_sshd
 from llm_operator.runtime.startup_cache import drop_unreadable
 from llm_operator.runtime.supervisor import (
     LAUNCHER_PID_FILE,
@@ -60,7 +59,7 @@ from llm_operator.runtime.supervisor import (
 
 # Exit statuses of a launcher that could not start its servers (supervisor.py has the others).
 EXIT_USAGE = 64
-EXIT_WORKERS_UNREACHABLE = 69  # multi-node leader: workers' sshd never answered
+EXIT_WORKERS_UNREACHABLE = 69  # multi-node leader: workers' launch agents never answered
 # The environment is inconsistent or a file the repository loads is missing (preflight.py):
 # restarting will not help. The operator reports it as Stalled (LauncherRefused).
 EXIT_CONFIG = 78
@@ -68,8 +67,8 @@ EXIT_CONFIG = 78
 
 # A worker whose address lets every connection time out for this long is cut off from its leader
 # (a NetworkPolicy between the group's pods, a node gone): a pod that is still starting (pulling its
-# image, sshd not yet listening) refuses at once instead, and waiting out LLMOP_WORKER_WAIT_SECONDS
-# would only hide the cause for ten minutes.
+# image, its launch agent not yet listening) refuses at once instead, and waiting out
+# LLMOP_WORKER_WAIT_SECONDS would only hide the cause for ten minutes.
 DROPPED_SECONDS = 60.0
 CONNECT_TIMEOUT_SECONDS = 2.0
 # A worker's name that does not resolve while the group's headless Service lists this pod is a worker
@@ -126,7 +125,7 @@ def wait_for_workers(
     own: frozenset[str] = frozenset(),
     unlisted: float = UNLISTED_SECONDS,
 ) -> dict[str, str]:
-    """Block until every worker's sshd accepts connections (their DNS names appear once the pods
+    """Block until every worker's launch agent accepts connections (their DNS names appear once the pods
     run). Returns each host still unreachable, with why, at the deadline, on SIGTERM, or as soon as
     one has dropped every connection for `dropped` seconds or its name has not resolved for
     `unlisted` seconds while the group's subdomain does not list this pod (`own`) either."""
@@ -170,7 +169,8 @@ def wait_for_workers(
 
 
 def _resolve(c: PodConfig) -> PodConfig:
-    """Absolute binaries: remote ranks run the same path, and --prefix is derived from mpirun's."""
+    """Absolute binaries: remote ranks run the same path, --prefix is derived from mpirun's, and the
+    leader's mpirun runs its launch agent with this interpreter."""
     tritonserver, mpirun = shutil.which(c.tritonserver), shutil.which(c.mpirun)
     llmapi_launch = shutil.which(c.llmapi_launch)
     return replace(
@@ -178,6 +178,7 @@ def _resolve(c: PodConfig) -> PodConfig:
         tritonserver=tritonserver or c.tritonserver,
         mpirun=os.path.realpath(mpirun) if mpirun else c.mpirun,
         llmapi_launch=llmapi_launch or c.llmapi_launch,
+        python=sys.executable,
     )
 
 
@@ -206,18 +207,19 @@ def launch(c: PodConfig, stop: Stop, environ: Mapping[str, str]) -> int:
     c = _resolve(c)
     ids = tuple(rank_id(r) for r in c.local_ranks)
     if c.role == "worker":
-        argv = worker_command(c, prepare_sshd(c, environ))
-        log(f"worker of group {c.group}: sshd on port {c.ssh_port} for the leader's mpirun")
-        Path(c.runtime_dir, LAUNCHER_PID_FILE).write_text(str(os.getpid()))  # for the preStop (drain.py)
-        return Supervisor(argv, Policy.FOLLOW_LEADER, c.exit_timeout, stop, ids, name="sshd").run()
+        log(f"worker of group {c.group}: the launch agent on port {c.launch_port} for the leader's mpirun")
+        run = Path(c.runtime_dir)
+        run.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (run / LAUNCHER_PID_FILE).write_text(str(os.getpid()))  # for the preStop (drain.py)
+        return Supervisor(worker_command(c), Policy.FOLLOW_LEADER, c.exit_timeout, stop, ids,
+                          name="the launch agent").run()  # fmt: skip
     if c.multi_node:
-        prepare_client(c)
-        missing = wait_for_workers(worker_hosts(c), c.ssh_port, c.worker_wait, stop, own=own_addresses())
+        missing = wait_for_workers(worker_hosts(c), c.launch_port, c.worker_wait, stop, own=own_addresses())
         if stop.signum is not None:
             return 0
         if missing:
             why = "; ".join(f"{host}: {reason}" for host, reason in missing.items())
-            log(f"workers unreachable on port {c.ssh_port} (waiting up to {c.worker_wait:g}s): {why}")
+            log(f"workers unreachable on port {c.launch_port} (waiting up to {c.worker_wait:g}s): {why}")
             return EXIT_WORKERS_UNREACHABLE
     if not c.admin_key:
         # No Secret's key (a pod not rendered by the operator): the admin APIs stay restricted,
@@ -273,8 +275,8 @@ def _again_without_the_key(key: str) -> None:
     """Run this launcher again (same PID) from an environment without the admin key, handing the
     key over a pipe: the environment a process started with stays readable for as long as it runs
     (/proc/PID/environ; os.environ.pop changes only the interpreter's copy), and any process of
-    the container's user, the front door among them, can read it. Triton, its backends and the
-    workers' environment file (runtime/ssh.py) inherit the cleaned environment too."""
+    the container's user, the front door among them, can read it. Triton, its backends and a
+    worker's launch agent (and so the leader's ranks there) inherit the cleaned environment too."""
     read, write = os.pipe()
     os.write(write, key.encode())
     os.close(write)

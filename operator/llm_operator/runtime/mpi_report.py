@@ -14,8 +14,9 @@ help-orterun.txt [orterun:proc-aborted-strsignal], [orterun:proc-aborted], [orte
     ORTE has lost communication with a remote daemon.  /  ...  /  Remote daemon: [[9,0],1] on node w-1
 
 and, when a worker's daemon never started (help-errmgr-base.txt [failed-daemon-launch]), after the
-line ssh or the remote shell printed, which mpirun forwards ("Host key verification failed.",
-"bash: orted: command not found"):
+line the launch agent (runtime/launch_agent.py) or the worker's shell printed, which mpirun
+forwards ("llm-operator-launch-agent: w-1...:2222: connection refused (...)", "sh: 1: orted: not
+found"):
 
     ORTE was unable to reliably start one or more daemons.
 
@@ -28,6 +29,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from llm_operator.runtime.launch_agent import PROGRAM
+
 _SIGNALED = re.compile(
     r"noticed that process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)(?: \(([^)]*)\))?"
 )
@@ -37,11 +40,10 @@ _NO_SYNC = re.compile(r"has exited due to process rank (\d+) with PID \d+ on\s*$
 _NO_SYNC_NODE = re.compile(r"^node (\S+) exiting improperly")
 _DAEMON = re.compile(r"^\s*Remote daemon:\s*\S+ on node (\S+)")
 _NOT_STARTED = re.compile(r"^ORTE was unable to reliably start one or more daemons")
-# Why a worker's daemon never started, as OpenSSH's client or the worker's shell says it: a host
-# key mismatch, a refused key, a worker not listening, a name that does not resolve, orted missing.
+# Why a worker's daemon never started, as the launch agent or the worker's shell says it: a worker
+# not listening or not this deployment's, a name that does not resolve, orted missing.
 _NOT_LAUNCHED = re.compile(
-    r"^(Host key verification failed\.|.*Permission denied \(.*|ssh: .*|Connection (closed|reset) by .*"
-    r"|kex_exchange_identification: .*|.*orted.*(command not found|No such file or directory"
+    rf"^({PROGRAM}: .*|.*orted.*(command not found|not found|No such file or directory"
     r"|error while loading shared libraries).*)$"
 )
 

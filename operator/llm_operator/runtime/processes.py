@@ -4,10 +4,11 @@ images)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from llm_operator.runtime.launch_agent import SESSION_TITLE
 
 Table = Mapping[int, tuple[int, list[str]]]  # pid -> (parent pid, argv)
 
@@ -95,26 +96,24 @@ def start_time(pid: int, proc: Path = Path("/proc")) -> int:
         return 0
 
 
-def _sshd(argv: list[str]) -> bool:
-    """/usr/sbin/sshd, or a title sshd gave itself ("sshd: user@notty", "sshd: /usr/sbin/sshd -D
-    ... [listener] ...", one string)."""
-    first = argv[0].split(" ", 1)[0] if argv else ""
-    return os.path.basename(first).startswith("sshd")
+def _in_session(argv: list[str]) -> bool:
+    """The shell of a launch agent's session (launch_agent.SESSION_TITLE)."""
+    return bool(argv) and argv[0] == SESSION_TITLE
 
 
 def stale_launches(
     table: Table, root: int, server: int, started: Callable[[int], int] = start_time
 ) -> list[int]:
     """A worker's processes of an earlier launch, to end when a newer one runs: Open MPI's orted
-    leaves the ssh session that started it (the session ends at once: sshd logs the leader's login
-    and its disconnect) and lives on under the worker's launcher, the child subreaper `root`, one
+    leaves the launch agent's session that started it (it daemonizes, and the session ends at once)
+    and lives on under the worker's launcher, the child subreaper `root`, one
     orted per launch; every one but the newest, with everything under it, is stale. A leader
     launches once per world, so an older one still running means its leader is gone without ending
     it (a lost node, a partition: orted may wait on a dead TCP peer for hours, its ranks holding the
-    GPUs the new world's ranks need). Processes still inside an ssh session are left alone: killing
-    a session's command would fail the launch it belongs to."""
+    GPUs the new world's ranks need). Processes still inside a session are left alone: killing a
+    session's command would fail the launch it belongs to."""
     launches = [pid for pid, (ppid, argv) in table.items()
-                if ppid == root and pid != server and argv and not _sshd(argv)]  # fmt: skip
+                if ppid == root and pid != server and argv and not _in_session(argv)]  # fmt: skip
     if len(launches) < 2:
         return []
     newest = max(launches, key=lambda pid: (started(pid), pid))

@@ -140,7 +140,7 @@ class Supervisor:
     ranks: tuple[str, ...] = ()  # --id of the ranks this pod hosts (rank0 first)
     companions: tuple[tuple[str, ...], ...] = ()  # argv of processes served beside the server
     wrappers: tuple[str, ...] = ()  # programs that start a rank without being it (rank_pids)
-    name: str = "the server"  # what argv is, in the log: a worker's is sshd
+    name: str = "the server"  # what argv is, in the log: a worker's is the launch agent
     places: tuple[str, ...] = ()  # the host of each rank of the world, for mpirun's reports
     poll: float = 0.2
 
@@ -169,7 +169,7 @@ class Supervisor:
         companion_status: int | None = None
         ranks = RankWatch(self.ranks, self.wrappers)
         cause, phase, deadline, killed, spared = "", "", 0.0, False, 0.0
-        closed = False  # a worker's sshd was stopped at its preStop: no new launch, the world stays
+        closed = False  # a worker's launch agent was stopped at its preStop: no new launch, the world stays
 
         def signal_all(table: Table, sig: int, spare: int = 0) -> None:
             for pid in descendants(table, me):
@@ -229,9 +229,9 @@ class Supervisor:
                 spared = 0.0
             elif self.policy == Policy.FOLLOW_LEADER and not phase and not closed and self.stop.closing:
                 # The pod is being deleted, and its preStop waits on the leader: a new leader (its
-                # group recreated) could meanwhile reach this pod's sshd by its DNS name and start
+                # group recreated) could meanwhile reach this pod's launch agent by its DNS name and start
                 # ranks on a pod about to go. A refused connection makes it wait for the new pod.
-                log("the pod is stopping: sshd takes no new launch (the running world stays)")
+                log(f"the pod is stopping: {self.name} takes no new launch (the running world stays)")
                 os.kill(child, signal.SIGTERM)
                 closed = True
             elif not phase and self.stop.signum is not None:

@@ -75,7 +75,7 @@ CHILD_KINDS: dict[str, Any] = {
 }
 # Kinds whose existing objects the operator relabels (adoption by a replaced StatefulSet).
 RELABELED_KINDS: dict[str, Any] = {"Pod": Pod, "ControllerRevision": ControllerRevision}
-# Kinds created once and never overwritten: a multi-node group's SSH key pair, an engine-build Job
+# Kinds created once and never overwritten: a multi-node group's launch identity, an engine-build Job
 # (named by its engine's cache key; a Job's pod template is immutable).
 CREATED_KINDS: dict[str, Any] = {"Secret": Secret, "Job": Job}
 # The chart's RBAC grants exactly what these tables and the methods below call (and kopf's needs,

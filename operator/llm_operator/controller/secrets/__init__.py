@@ -1,1 +1,1 @@
-"""Secrets the operator makes once and never reads: SSH identity, admin key, picker certificate."""
+"""Secrets the operator makes once and never reads: launch identity, admin key, picker certificate."""

@@ -1,7 +1,7 @@
 """The key of Triton's admin APIs: one Secret per LLMDeployment (runtime/commands.py says which
 APIs and why).
 
-Made once like the SSH identity (controller/secrets/owned_secret.py), owned by the LLMDeployment, its name
+Made once like the launch identity (controller/secrets/owned_secret.py), owned by the LLMDeployment, its name
 carrying the UID, never read back, logged or rendered: the leader's container gets it through
 `env[].valueFrom.secretKeyRef` (render/serving.py), and `llm-operator render` shows only that
 reference. An admin reads it with kubectl (docs/runtime.md "Triton's admin APIs").

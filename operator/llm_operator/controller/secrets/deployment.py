@@ -1,5 +1,5 @@
 """Every Secret one LLMDeployment needs, each made once and never read (owned_secret.py): the admin
-key always, the SSH identity for multi-node groups, the picker's certificate for inference-pool
+key always, the launch identity of multi-node groups, the picker's certificate for inference-pool
 routing."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ from collections.abc import Sequence
 from llm_operator.api.v1alpha1 import LLMDeployment, RoutingMode
 from llm_operator.controller.cluster.kube import KubeApi
 from llm_operator.controller.secrets.admin_key import AdminKeys
+from llm_operator.controller.secrets.launch import LaunchIdentities, needs_launch_identity
 from llm_operator.controller.secrets.owned_secret import OwnedSecret
 from llm_operator.controller.secrets.picker_tls import PickerTls
-from llm_operator.controller.secrets.ssh import SshIdentities, needs_ssh
 from llm_operator.plan.types import Plan
 
 
 class DeploymentSecrets:
     def __init__(self, kube: KubeApi) -> None:
-        self.ssh = SshIdentities(kube)
+        self.launch = LaunchIdentities(kube)
         self.admin_keys = AdminKeys(kube)
         self.picker_tls = PickerTls(kube)
 
@@ -25,7 +25,7 @@ class DeploymentSecrets:
         """The Secrets `ld` needs with these plans (both slots of a canary)."""
         return [
             self.admin_keys,
-            *([self.ssh] if any(needs_ssh(plan) for plan in plans) else []),
+            *([self.launch] if any(needs_launch_identity(plan) for plan in plans) else []),
             *([self.picker_tls] if ld.spec.routing.mode == RoutingMode.INFERENCE_POOL else []),
         ]
 
@@ -39,5 +39,5 @@ class DeploymentSecrets:
 
     def forget(self, key: tuple[str, str]) -> None:
         """Create each again on the next reconcile (the deployment is gone)."""
-        for secret in (self.ssh, self.admin_keys, self.picker_tls):
+        for secret in (self.launch, self.admin_keys, self.picker_tls):
             secret.forget(key)

@@ -1,5 +1,5 @@
-"""A Secret the operator makes once per LLMDeployment and never reads: the multi-node SSH identity
-(controller/secrets/ssh.py) and the key of Triton's admin APIs (controller/secrets/admin_key.py).
+"""A Secret the operator makes once per LLMDeployment and never reads: the multi-node launch identity
+(controller/secrets/launch.py) and the key of Triton's admin APIs (controller/secrets/admin_key.py).
 
 The operator may create Secrets but never read one (docs/helm.md), so whose a Secret is is learnt
 from the create itself: when it succeeds, the operator records the name in a status field only it

@@ -33,11 +33,11 @@ VALID_DAYS = 3650  # replaced by deleting the Secret (docs/routing.md), not by e
 SKEW = timedelta(minutes=5)  # nodes whose clocks run a little behind accept it at once
 
 
-def _name(text: str) -> x509.Name:
+def common_name(text: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])
 
 
-def _certificate(
+def certificate(
     subject: x509.Name, issuer: x509.Name, public: Any, signer: ec.EllipticCurvePrivateKey, now: datetime
 ) -> x509.CertificateBuilder:
     return (
@@ -62,9 +62,9 @@ def picker_certificates(service: str, namespace: str, now: datetime) -> dict[str
     authority_key = ec.generate_private_key(ec.SECP256R1())
     # A common name holds at most 64 characters, a namespace and a Service name 63 each: the names
     # go into the serving certificate's SANs, the subjects stay fixed.
-    authority = _name("llm-operator endpoint picker CA")
+    authority = common_name("llm-operator endpoint picker CA")
     ca = (
-        _certificate(authority, authority, authority_key.public_key(), authority_key, now)
+        certificate(authority, authority, authority_key.public_key(), authority_key, now)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
@@ -76,7 +76,9 @@ def picker_certificates(service: str, namespace: str, now: datetime) -> dict[str
            f"{service}.{namespace}.svc.cluster.local"]  # fmt: skip
     sans = [x509.DNSName(n) for n in dns] + [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
     serving = (
-        _certificate(_name("llm-operator endpoint picker"), authority, key.public_key(), authority_key, now)
+        certificate(
+            common_name("llm-operator endpoint picker"), authority, key.public_key(), authority_key, now
+        )
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(True, False, False, False, False, False, False, False, False), critical=True

@@ -78,7 +78,7 @@ def reduce(
     g = obs.generation
     conds: list[dict[str, Any]]
     status: dict[str, Any] = {"observedGeneration": g, "selector": obs.selector}
-    for owned in ("sshSecret", "adminKeySecret", "pickerTlsSecret"):
+    for owned in ("launchSecret", "adminKeySecret", "pickerTlsSecret"):
         if (old_status or {}).get(owned):
             # Written once, when the operator creates the Secret (controller/secrets/owned_secret.py): its
             # proof of whose the Secret is, as it never reads one.
