@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from llm_operator import contract
 from llm_operator.api.v1alpha1 import LLMDeployment, LLMDeploymentSpec
-from llm_operator.controller.secrets.ssh import ssh_secret
+from llm_operator.controller.secrets.launch import launch_secret
 from llm_operator.engine import build, build_job, cache_key
 from llm_operator.images import Images
 from llm_operator.plan.types import PoolPlan
@@ -133,18 +133,18 @@ def test_the_launcher_reads_what_the_builder_renders(
 
     volumes = {v["name"]: v for v in pod["volumes"]}
     if shape == "single":
-        assert contract.SSH_VOLUME not in volumes, "single pods need no SSH identity"
+        assert contract.LAUNCH_VOLUME not in volumes, "single pods need no launch identity"
         return
-    assert mounts[contract.SSH_VOLUME] == {
-        "name": contract.SSH_VOLUME,
-        "mountPath": c.ssh_dir,
+    assert mounts[contract.LAUNCH_VOLUME] == {
+        "name": contract.LAUNCH_VOLUME,
+        "mountPath": c.launch_identity_dir,
         "readOnly": True,
     }
-    secret = volumes[contract.SSH_VOLUME]["secret"]
-    assert secret["secretName"] == names.ssh_secret("llama", UID)
+    secret = volumes[contract.LAUNCH_VOLUME]["secret"]
+    assert secret["secretName"] == names.launch_secret("llama", UID)
     assert c.group == GROUP
     # Each role gets only its half of the identity, readable by owner (root) and the pod's fsGroup.
-    want = contract.LEADER_SSH_KEYS if role == "leader" else contract.WORKER_SSH_KEYS
+    want = contract.LEADER_LAUNCH_FILES if role == "leader" else contract.WORKER_LAUNCH_FILES
     assert [i["key"] for i in secret["items"]] == [i["path"] for i in secret["items"]] == list(want)
     assert secret["defaultMode"] == 0o440 and all("mode" not in i for i in secret["items"])
     assert pod["securityContext"]["fsGroup"] == SECRET_FS_GROUP
@@ -222,7 +222,7 @@ def test_multi_node_pods_mount_the_secret_the_controller_creates(lws: bool) -> N
         for spec in pod_specs(o).values()
     ]
     mounted = {v["secret"]["secretName"] for pod in pods for v in pod["volumes"] if "secret" in v}
-    assert len(pods) == (2 if lws else 1 + MULTI.replicas) and mounted == {ssh_secret(ld)["metadata"]["name"]}
+    assert len(pods) == (2 if lws else 1 + MULTI.replicas) and mounted == {launch_secret(ld)["metadata"]["name"]}
 
 
 def test_the_container_command_is_the_launchers_entry_point() -> None:

@@ -130,7 +130,7 @@ def test_a_cpu_group_launches_one_stage_per_pod_as_the_pytorch_backend_launches_
     assert hosts == "localhost:1,d-g0-1.d-pods.ns.svc:1", "one rank on the leader, one on its worker"
     launch = argv.index(c.llmapi_launch)
     assert argv[launch - 2 : launch] == ["-n", "2"] and argv[launch + 1 :] == rank_args(c, 0)
-    assert "plm_rsh_args" in argv, "ranks reach the worker through its sshd"
+    assert "plm_rsh_agent" in argv, "ranks reach the worker through its launch agent"
     assert list(c.local_ranks) == [0], "rank 0's tritonserver is the leader's only Triton rank"
     worker = PodConfig.from_env({**CPU_GROUP, "LLMOP_ROLE": "worker"})
     assert list(worker.local_ranks) == []

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,32 +24,13 @@ from llm_operator.controller.secrets.launch import identities
 from llm_operator.runtime import launch_agent
 from llm_operator.runtime.processes import stale_launches
 
-OPERATOR = Path(__file__).resolve().parents[2] / "operator"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _role_dirs(root: Path, files: dict[str, str]) -> tuple[Path, Path]:
-    """The leader's and the worker's Secret volumes: each role only its half."""
-    dirs = []
-    for role, names in (("leader", contract.LEADER_LAUNCH_FILES), ("worker", contract.WORKER_LAUNCH_FILES)):
-        d = root / role
-        d.mkdir(parents=True)
-        for name in names:
-            (d / name).write_text(files[name])
-            (d / name).chmod(0o440)
-        dirs.append(d)
-    return dirs[0], dirs[1]
+from tests.unit.launch_identities import OPERATOR, free_port, role_dirs, wait_listening
 
 
 class Group:
     def __init__(self, root: Path) -> None:
-        self.leader, self.worker = _role_dirs(root, identities(datetime.now(UTC)))
-        self.port = _free_port()
+        self.leader, self.worker = role_dirs(root)
+        self.port = free_port()
         self.server: subprocess.Popen[str] | None = None
 
     def env(self, identity: Path, **extra: str) -> dict[str, str]:
@@ -64,15 +44,12 @@ class Group:
             stderr=subprocess.PIPE,
             text=True,
         )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return self.server
-            time.sleep(0.05)
-        raise AssertionError("the agent never listened")
+        wait_listening(self.port)
+        return self.server
 
-    def launch(self, *words: str, identity: Path | None = None, host: str = "127.0.0.1") -> subprocess.CompletedProcess[str]:
+    def launch(
+        self, *words: str, identity: Path | None = None, host: str = "127.0.0.1"
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "llm_operator.runtime.launch_agent", host, *words],
             env=self.env(identity or self.leader, WORKER_ONLY="the leader's"),
@@ -99,7 +76,12 @@ def group(tmp_path: Path) -> Iterator[Group]:
 
 def test_each_side_is_a_self_signed_p256_certificate_for_its_role() -> None:
     files = identities(datetime.now(UTC))
-    assert set(files) == {contract.LEADER_CERT, contract.LEADER_KEY, contract.WORKER_CERT, contract.WORKER_KEY}
+    assert set(files) == {
+        contract.LEADER_CERT,
+        contract.LEADER_KEY,
+        contract.WORKER_CERT,
+        contract.WORKER_KEY,
+    }
     for cert_file, usage in ((contract.LEADER_CERT, ExtendedKeyUsageOID.CLIENT_AUTH),
                              (contract.WORKER_CERT, ExtendedKeyUsageOID.SERVER_AUTH)):  # fmt: skip
         cert = x509.load_pem_x509_certificate(files[cert_file].encode())
@@ -121,9 +103,11 @@ def test_a_command_runs_in_the_workers_environment_with_its_output_and_status(gr
     assert "a launch from 127.0.0.1: echo 'two  spaces'" in err
 
 
-def test_only_this_deployments_leader_launches_and_only_on_its_own_workers(group: Group, tmp_path: Path) -> None:
+def test_only_this_deployments_leader_launches_and_only_on_its_own_workers(
+    group: Group, tmp_path: Path
+) -> None:
     group.serve()
-    other_leader, other_worker = _role_dirs(tmp_path / "other", identities(datetime.now(UTC)))
+    other_leader, other_worker = role_dirs(tmp_path / "other")
     refused = group.launch("touch", str(tmp_path / "ran"), identity=other_leader)
     assert refused.returncode == launch_agent.EXIT_UNREACHED
     assert refused.stderr.startswith(f"{launch_agent.PROGRAM}: 127.0.0.1:{group.port}: ")
@@ -195,7 +179,11 @@ def test_sigterm_closes_to_new_launches_and_lets_a_running_one_finish(group: Gro
 
 def test_a_session_left_under_the_launcher_is_not_taken_for_a_launch() -> None:
     """A session's shell reparented to the launcher (its agent gone) is no launch to end."""
-    table = {10: (1, ["orted", "-mca"]), 11: (1, ["orted", "-mca"]), 12: (1, [launch_agent.SESSION_TITLE, "-c", "x"])}
+    table = {
+        10: (1, ["orted", "-mca"]),
+        11: (1, ["orted", "-mca"]),
+        12: (1, [launch_agent.SESSION_TITLE, "-c", "x"]),
+    }
     started = {10: 5, 11: 9, 12: 1}
     assert stale_launches(table, 1, 2, started.__getitem__) == [10]
 

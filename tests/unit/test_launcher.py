@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 from llm_operator.api.v1alpha1 import LLMDeploymentSpec
 from llm_operator.contract import ADMIN_KEY_ENV, ADMIN_KEY_HEADER, KILL_GRACE_SECONDS, XGRAMMAR_TOKENIZER_INFO
-from llm_operator.controller.secrets.ssh import key_pair
 from llm_operator.runtime import launcher, processes, supervisor
 from llm_operator.runtime.commands import (
     engine_problems,
@@ -32,11 +31,11 @@ from llm_operator.runtime.commands import (
 )
 from llm_operator.runtime.config import ConfigError, PodConfig
 from llm_operator.runtime.drain import drain, inflight
-from llm_operator.runtime.ssh import ENVIRONMENT_FILE
 from llm_operator.runtime.supervisor import EXIT_SERVER_GONE
 
 from e2e.cluster.processes import free_port
 from tests import upstream_names as up
+from tests.unit.launch_identities import launch, role_dirs, wait_listening
 
 PYTHON = sys.executable
 
@@ -112,18 +111,17 @@ MULTI = {"LLMOP_TP": "8", "LLMOP_PP": "2", "LLMOP_GPUS_PER_POD": "8", "LLMOP_POD
          "LLMOP_MPIRUN": "/opt/hpcx/ompi/bin/mpirun"}  # fmt: skip
 
 
-def test_multi_node_leader_runs_sixteen_ranks_eight_per_pod_over_ssh() -> None:
+def test_multi_node_leader_runs_sixteen_ranks_eight_per_pod_through_the_launch_agent() -> None:
     leader = config(LLMOP_ROLE="leader", **MULTI)
     assert worker_hosts(leader) == ["m-g3-1.m-pods.ns.svc"]
     assert list(leader.local_ranks) == list(range(8))
     cmd = serve_command(leader)
     assert option(cmd, "--host") == "localhost:8,m-g3-1.m-pods.ns.svc:8"
     assert option(cmd, "--prefix") == "/opt/hpcx/ompi"
-    rsh = cmd[cmd.index("plm_rsh_args") + 1].split()
-    assert rsh[:4] == ["-p", "2222", "-i", "/tmp/llm-operator/id_ed25519"] and "BatchMode=yes" in rsh
-    # Workers are known by the host key pinned in the Secret, never trusted on first sight.
-    assert "StrictHostKeyChecking=yes" in rsh and "UserKnownHostsFile=/tmp/llm-operator/known_hosts" in rsh
-    assert cmd[cmd.index("plm_rsh_no_tree_spawn") + 1] == "1"
+    # Workers' daemons start through their launch agent, run by this pod's Python (no ssh).
+    assert mca(cmd)["plm_rsh_agent"] == "python3 -m llm_operator.runtime.launch_agent"
+    assert "plm_rsh_args" not in mca(cmd)
+    assert mca(cmd)["plm_rsh_no_tree_spawn"] == "1"
     per_rank = ranks(cmd)
     assert len(per_rank) == 16
     assert sum("--http-port=8000" in r for r in per_rank) == 1
@@ -355,19 +353,15 @@ def test_drain_waits_for_in_flight_requests_within_its_budget() -> None:
      ({}, ["serve"], launcher.EXIT_USAGE),
      ({"LLMOP_TP": "2", "LLMOP_GPUS_PER_POD": "2", "LLMOP_ENGINE_DIR": "/none"}, [], launcher.EXIT_CONFIG),
      ({**MULTI, "LLMOP_WORKER_HOST_PATTERN": "127.0.0.{worker}", "LLMOP_WORKER_WAIT_SECONDS": "1",
-       "LLMOP_SSH_PORT": "1"}, [], launcher.EXIT_WORKERS_UNREACHABLE)],
+       "LLMOP_LAUNCH_PORT": "1"}, [], launcher.EXIT_WORKERS_UNREACHABLE)],
     ids=["bad-env", "usage", "no-engine", "workers-unreachable"],
 )  # fmt: skip
 def test_launcher_refuses_to_start_with_a_meaningful_status(
     tmp_path: Path, env: dict[str, str], argv: list[str], code: int
 ) -> None:
-    keys = tmp_path / "ssh"
-    keys.mkdir()
-    (keys / "id_ed25519").write_text("key")
-    (keys / "known_hosts").write_text("llm-operator-worker ssh-ed25519 AAAA")
     (tmp_path / "cm").mkdir()
-    paths = {"LLMOP_MODEL_REPO_SRC": str(tmp_path / "cm"), "LLMOP_SSH_DIR": str(keys),
-             "LLMOP_MODEL_REPO": str(tmp_path / "r"), "LLMOP_RUNTIME_DIR": str(tmp_path / "run")}  # fmt: skip
+    paths = {"LLMOP_MODEL_REPO_SRC": str(tmp_path / "cm"), "LLMOP_MODEL_REPO": str(tmp_path / "r"),
+             "LLMOP_RUNTIME_DIR": str(tmp_path / "run")}  # fmt: skip
     full = {**os.environ, **paths, **env}
     result = subprocess.run([PYTHON, "-m", "llm_operator.runtime.launcher", *argv], env=full, timeout=30,
                             capture_output=True, text=True)  # fmt: skip
@@ -665,8 +659,9 @@ def test_a_rank_ignoring_sigterm_is_killed_after_the_exit_timeout(pod: Callable[
     assert not alive(p.pid("rank2"))
 
 
-FAKE_SSHD = f"""#!{PYTHON}
-# A worker's sshd stand-in: the ranks the leader's mpirun would start through orted.
+# What a leader's mpirun starts on a worker through its launch agent: an orted that leaves the
+# session (daemonizes) and starts the worker's ranks.
+FAKE_ORTED = f"""#!{PYTHON}
 import subprocess, sys, os
 server = os.environ["LLMOP_TRITONSERVER"]
 ranks = [subprocess.Popen([server, f"--id=rank{{r}}"], process_group=0) for r in (2, 3)]
@@ -676,26 +671,25 @@ for r in ranks:
 
 
 def test_a_worker_leaves_its_ranks_to_the_leader_on_sigterm(pod: Callable[..., Pod], tmp_path: Path) -> None:
-    if not shutil.which("ssh-keygen"):
-        pytest.skip("ssh-keygen (openssh-client) is not installed")
-    keys = tmp_path / "ssh"
-    keys.mkdir()
-    for name, text in key_pair().items():
-        (keys / name).write_text(text)
+    leader, worker = role_dirs(tmp_path / "identity")
+    port = free_port()
     p = pod(LLMOP_ROLE="worker", LLMOP_TP="2", LLMOP_PP="2", LLMOP_GPUS_PER_POD="2",
-            LLMOP_PODS_PER_REPLICA="2", LLMOP_SSH_DIR=str(keys), LLMOP_EXIT_TIMEOUT_SECONDS="10",
-            LLMOP_SSHD=script(tmp_path / "sshd", FAKE_SSHD))  # fmt: skip
+            LLMOP_PODS_PER_REPLICA="2", LLMOP_LAUNCH_IDENTITY_DIR=str(worker), LLMOP_LAUNCH_PORT=str(port),
+            LLMOP_EXIT_TIMEOUT_SECONDS="10")  # fmt: skip
+    wait_listening(port)
+    orted = script(tmp_path / "orted", FAKE_ORTED)
+    assert launch(leader, port, f"setsid {orted} >/dev/null 2>&1 &").returncode == 0
     p.wait_started("rank2", "rank3")
-    assert (tmp_path / "run" / ENVIRONMENT_FILE).stat().st_mode & 0o777 == 0o400
     p.proc.send_signal(signal.SIGTERM)
     time.sleep(1)
     assert p.proc.poll() is None and not (p.dir / "rank2.term").exists(), "the leader stops worker ranks"
+    assert "connection refused" in launch(leader, port, "true").stderr, "no new launch on a stopping pod"
     for rank in ("rank2", "rank3"):  # as the leader's mpirun would
         os.kill(p.pid(rank), signal.SIGTERM)
     assert p.proc.wait(timeout=5) == 0
 
 
-# --- real Open MPI and OpenSSH (where installed) ----------------------------------------------
+# --- real Open MPI (where installed) ----------------------------------------------
 
 
 @pytest.mark.skipif(not shutil.which("mpirun"), reason="Open MPI is not installed")

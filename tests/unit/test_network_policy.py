@@ -135,7 +135,7 @@ def test_clients_of_its_namespace_reach_the_serving_ports_and_only_monitoring_th
             assert not admitted(policies, pod, NEIGHBOUR, 8002)
             assert admitted(policies, pod, MONITORING, 8002)
             assert not admitted(policies, pod, NODE_PROMETHEUS, 8002), "not a configured peer"
-            assert not admitted(policies, pod, NEIGHBOUR, 2222), "single-node pods run no sshd: closed"
+            assert not admitted(policies, pod, NEIGHBOUR, 2222), "single-node pods run no launch agent: closed"
             assert not admitted(policies, pod, Source("default", pod), 2222), "not even from its own kind"
 
 
@@ -216,7 +216,7 @@ def test_the_wakers_push_port_only_from_kedas_operator() -> None:
 
 
 @pytest.mark.parametrize("lws", [False, True], ids=["statefulsets", "leaderworkerset"])
-def test_sshd_and_mpi_ports_only_between_the_deployments_multi_node_pods(lws: bool) -> None:
+def test_the_launch_agent_and_mpi_ports_only_between_the_deployments_multi_node_pods(lws: bool) -> None:
     ld = deployment("llama31-405b-multinode")
     policies, pods = render(ld, leader_worker_set=lws)
     _, canary_pods = render(ld, Slot.B, leader_worker_set=lws)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -23,7 +24,6 @@ from typing import Any
 
 import pytest
 from llm_operator.contract import ENV
-from llm_operator.controller.secrets.ssh import key_pair
 from llm_operator.desired import desired, plan_for
 from llm_operator.plan.inventory import Inventory
 from llm_operator.plan.types import PlanningError
@@ -34,6 +34,7 @@ from llm_operator.runtime.supervisor import EXIT_SERVER_GONE
 from e2e.cluster.nodes import build_nodes, load_pools
 from tests import upstream_names as up
 from tests.unit import test_launcher
+from tests.unit.launch_identities import free_port, launch, role_dirs, wait_listening
 from tests.unit.model_cache_fixtures import cached
 from tests.unit.test_launcher import Pod, alive, script
 from tests.unit.test_pytorch_backend import never_built, pytorch
@@ -203,8 +204,8 @@ time.sleep(120)  # rank 0: the MPI session server, which may outlive the tritons
 
 
 @pytest.fixture
-def sshd_port() -> Iterator[int]:
-    """A listening port where the leader waits for its worker's sshd."""
+def agent_port() -> Iterator[int]:
+    """A listening port where the leader waits for its worker's launch agent."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
@@ -212,20 +213,12 @@ def sshd_port() -> Iterator[int]:
 
 
 def image(tmp_path: Path) -> dict[str, str]:
-    """The files preflight wants of the serving image (the llmapi model), and the group's keys."""
+    """The files preflight wants of the serving image (the llmapi model)."""
     llmapi = tmp_path / "llmapi"
     (llmapi / "tensorrt_llm" / "1").mkdir(parents=True)
     for name in ("model.py", "helpers.py"):
         (llmapi / "tensorrt_llm" / "1" / name).write_text("# upstream's\n")
-    return {"LLMOP_LLMAPI_MODELS_DIR": str(llmapi), "LLMOP_SSH_DIR": keys(tmp_path)}
-
-
-def keys(tmp_path: Path) -> str:
-    d = tmp_path / "ssh"
-    d.mkdir()
-    for name, text in key_pair().items():
-        (d / name).write_text(text)
-    return str(d)
+    return {"LLMOP_LLMAPI_MODELS_DIR": str(llmapi)}
 
 
 def written(path: Path, timeout: float = 20) -> str:
@@ -239,19 +232,18 @@ def written(path: Path, timeout: float = 20) -> str:
 
 def two_pods(tmp_path: Path, port: int, mpirun: str) -> dict[str, Any]:
     return {**MULTI, "LLMOP_TP": "1", "LLMOP_PP": "2", "LLMOP_GPUS_PER_POD": "1", "LLMOP_ROLE": "leader",
-            "LLMOP_WORKER_HOST_PATTERN": "127.0.0.{worker}", "LLMOP_SSH_PORT": str(port),
+            "LLMOP_WORKER_HOST_PATTERN": "127.0.0.{worker}", "LLMOP_LAUNCH_PORT": str(port),
             **image(tmp_path), "LLMOP_MPIRUN": mpirun,
             "LLMOP_LLMAPI_LAUNCH": script(tmp_path / "trtllm-llmapi-launch", FAKE_LAUNCH)}  # fmt: skip
 
 
-@pytest.mark.skipif(not shutil.which("mpirun") or not shutil.which("ssh-keygen"),
-                    reason="Open MPI or ssh-keygen is not installed")  # fmt: skip
+@pytest.mark.skipif(not shutil.which("mpirun"), reason="Open MPI is not installed")
 def test_under_real_mpirun_rank0_is_the_tritonserver_and_drains_before_the_workers_stop(
-    pod: Any, tmp_path: Path, sshd_port: int
+    pod: Any, tmp_path: Path, agent_port: int
 ) -> None:
-    # 127.0.0.1 is local to Open MPI: the "worker" rank starts without ssh, the options still parse.
+    # 127.0.0.1 is local to Open MPI: the "worker" rank starts without the agent, the options parse.
     mpirun = os.path.realpath(shutil.which("mpirun") or "")
-    p: Pod = pod(**two_pods(tmp_path, sshd_port, mpirun), FAKE_DRAIN_rank0="1.0")
+    p: Pod = pod(**two_pods(tmp_path, agent_port, mpirun), FAKE_DRAIN_rank0="1.0")
     p.wait_started("rank0")
     # Rank 1 starts beside rank 0, not before it: on a busy machine its files come later.
     assert written(tmp_path / "launch0") == written(tmp_path / "launch1") == "2"
@@ -264,28 +256,26 @@ def test_under_real_mpirun_rank0_is_the_tritonserver_and_drains_before_the_worke
     assert not alive(worker)
 
 
-@pytest.mark.skipif(not shutil.which("mpirun") or not shutil.which("ssh-keygen"),
-                    reason="Open MPI or ssh-keygen is not installed")  # fmt: skip
+@pytest.mark.skipif(not shutil.which("mpirun"), reason="Open MPI is not installed")
 def test_a_lost_tritonserver_fails_the_pod_though_its_wrapper_names_rank0(
-    pod: Any, tmp_path: Path, sshd_port: int
+    pod: Any, tmp_path: Path, agent_port: int
 ) -> None:
     mpirun = os.path.realpath(shutil.which("mpirun") or "")
-    p: Pod = pod(**two_pods(tmp_path, sshd_port, mpirun), FAKE_EXIT_AFTER_rank0="0.5")
+    p: Pod = pod(**two_pods(tmp_path, agent_port, mpirun), FAKE_EXIT_AFTER_rank0="0.5")
     assert p.proc.wait(timeout=30) == EXIT_SERVER_GONE
     assert not alive(int(written(tmp_path / "worker1")))
 
 
-@pytest.mark.skipif(not shutil.which("mpirun") or not shutil.which("ssh-keygen"),
-                    reason="Open MPI or ssh-keygen is not installed")  # fmt: skip
+@pytest.mark.skipif(not shutil.which("mpirun"), reason="Open MPI is not installed")
 def test_a_lost_rank_is_named_by_mpiruns_report_in_the_termination_message(
-    pod: Any, tmp_path: Path, sshd_port: int
+    pod: Any, tmp_path: Path, agent_port: int
 ) -> None:
     """Rank 1 killed: real mpirun aborts the world (rank 0 first), the launcher lets it finish and
     the pod's last words say which rank died where (runtime/mpi_report.py), as the deployment's
     GroupRecreated Event then does."""
     mpirun = os.path.realpath(shutil.which("mpirun") or "")
     p: Pod = pod(
-        **two_pods(tmp_path, sshd_port, mpirun), LLMOP_TERMINATION_LOG=str(tmp_path / "termination-log")
+        **two_pods(tmp_path, agent_port, mpirun), LLMOP_TERMINATION_LOG=str(tmp_path / "termination-log")
     )
     os.kill(int(written(tmp_path / "worker1")), signal.SIGKILL)
     # Whichever the launcher sees first: rank 0 gone (1), or mpirun's own exit (137) with it.
@@ -295,22 +285,18 @@ def test_a_lost_rank_is_named_by_mpiruns_report_in_the_termination_message(
     assert re.fullmatch(r"mpirun: rank 1 on \S+ exited on signal 9 \(Killed\)", said[-1]), said
 
 
-def test_worker_pods_stop_sshd_and_wait_for_the_leaders_processes(pod: Any, tmp_path: Path) -> None:
-    """A pytorch worker has no tritonserver: on SIGTERM it stops sshd at once (a worker on its way
-    out takes no new launch) and waits for the leader's ranks it hosts (here: one started through its
-    sshd stand-in) rather than cutting them off."""
-    sshd = script(
-        tmp_path / "sshd",
-        f"""#!{PYTHON}
-import pathlib, subprocess, os
-rank = subprocess.Popen(["sleep", "120"], process_group=0)
-pathlib.Path(os.environ["FAKE_DIR"], "rank.pid").write_text(str(rank.pid))
-rank.wait()
-""",
-    )
+def test_worker_pods_stop_their_agent_and_wait_for_the_leaders_processes(pod: Any, tmp_path: Path) -> None:
+    """A pytorch worker has no tritonserver: on SIGTERM it stops its launch agent at once (a worker
+    on its way out takes no new launch) and waits for the leader's ranks it hosts (here: one started
+    through its agent, leaving the session as orted does) rather than cutting them off."""
+    leader, worker = role_dirs(tmp_path / "identity")
+    port = free_port()
     p: Pod = pod(**{**MULTI, "LLMOP_TP": "1", "LLMOP_PP": "2", "LLMOP_GPUS_PER_POD": "1"},
-                 LLMOP_ROLE="worker", **image(tmp_path), LLMOP_SSHD=sshd,
-                 LLMOP_EXIT_TIMEOUT_SECONDS="10")  # fmt: skip
+                 LLMOP_ROLE="worker", **image(tmp_path), LLMOP_LAUNCH_IDENTITY_DIR=str(worker),
+                 LLMOP_LAUNCH_PORT=str(port), LLMOP_EXIT_TIMEOUT_SECONDS="10")  # fmt: skip
+    wait_listening(port)
+    rank = 'sleep 120 & echo $! > "$FAKE_DIR/rank.pid"'
+    assert launch(leader, port, f"setsid sh -c {shlex.quote(rank)} >/dev/null 2>&1 &").returncode == 0
     p.wait_started("rank")
     p.proc.send_signal(signal.SIGTERM)
     with pytest.raises(subprocess.TimeoutExpired):

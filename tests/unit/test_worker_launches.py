@@ -2,7 +2,7 @@
 launch runs while processes of an earlier one still do (their leader gone without ending them: a
 lost node), the worker's launcher ends the earlier ones. Pure on process tables, then with real
 processes under a real Supervisor: orteds stood in for by processes that leave their parent, as
-Open MPI's leave the ssh session that started them."""
+Open MPI's leave the launch agent's session that started them."""
 
 from __future__ import annotations
 
@@ -14,29 +14,30 @@ import time
 from pathlib import Path
 
 from llm_operator.runtime.drain import close_to_launches
+from llm_operator.runtime.launch_agent import SESSION_TITLE
 from llm_operator.runtime.processes import stale_launches
 from llm_operator.runtime.supervisor import LAUNCHER_PID_FILE
 
 from tests.unit.test_launcher import MULTI, alive, config
 
-SSHD, SH, ORTED, RANK = ["/usr/sbin/sshd", "-D"], ["sh", "-c", "x"], ["orted", "-mca"], ["python3", "-m", "r"]
+AGENT, ORTED, RANK = ["python3", "-m", "llm_operator.runtime.launch_agent", "--serve"], ["orted", "-mca"], ["python3", "-m", "r"]
 
 
 def test_every_launch_but_the_newest_is_stale_with_all_under_it() -> None:
     table = {
-        1: (0, ["launcher"]), 2: (1, SSHD),
+        1: (0, ["launcher"]), 2: (1, AGENT),
         10: (1, ORTED), 11: (10, RANK),  # an earlier launch's orted, re-parented to the launcher
         20: (1, ORTED), 21: (20, RANK), 22: (20, RANK),  # the newest
-        30: (2, ["sshd: u@notty"]), 31: (30, SH),  # a launch still in its ssh session: left alone
-        50: (1, ["sshd: /usr/sbin/sshd -D -e -f /run/c [listener] 0 of 10-100 startups"]),  # no launch
+        30: (2, [SESSION_TITLE, "-c", "x"]),  # a launch still in its agent's session: left alone
+        31: (1, [SESSION_TITLE, "-c", "y"]),  # a session whose agent is gone: no launch either
         40: (1, []),  # a zombie not reaped yet: no launch
     }  # fmt: skip
-    started = {10: 500, 20: 900, 40: 999, 50: 999}.__getitem__
+    started = {10: 500, 20: 900, 31: 999, 40: 999}.__getitem__
     assert sorted(stale_launches(table, 1, 2, started)) == [10, 11]
     assert stale_launches({k: v for k, v in table.items() if k < 20}, 1, 2, started) == []  # one world
 
 
-# sshd's stand-in: two launches whose orteds (sleeps) leave their sessions, as Open MPI's do, one a
+# The launch agent's stand-in: two launches whose orteds (sleeps) leave their sessions, as Open MPI's do, one a
 # second after the other; the listener stays.
 FAKE_SSHD = """
 ( sleep 60 & )
@@ -50,7 +51,7 @@ from llm_operator.runtime.supervisor import Policy, Stop, Supervisor, become_sub
 stop = Stop()
 stop.install()
 become_subreaper()
-sys.exit(Supervisor(["bash", "-c", sys.argv[1]], Policy.FOLLOW_LEADER, 1, stop, name="sshd").run())
+sys.exit(Supervisor(["bash", "-c", sys.argv[1]], Policy.FOLLOW_LEADER, 1, stop, name="the launch agent").run())
 """
 
 
@@ -94,7 +95,7 @@ def test_a_worker_ends_an_earlier_launch_when_a_new_one_logs_in() -> None:
     assert "a new launch runs while an earlier one's processes still ran (1; its leader" in err, err
 
 
-# sshd's stand-in holding one launch: its orted (a sleep) leaves the session, as Open MPI's does.
+# The launch agent's stand-in holding one launch: its orted (a sleep) leaves the session, as Open MPI's does.
 ONE_LAUNCH = """
 ( sleep 60 & )
 sleep 100
@@ -121,7 +122,7 @@ def _closed(proc: subprocess.Popen[str], tmp_path: Path) -> None:
 
 
 def _listener(root: int) -> bool:
-    """The stand-in sshd (bash, the supervisor's child) still runs."""
+    """The stand-in agent (bash, the supervisor's child) still runs."""
     return any(
         Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"bash\0-c")
         for pid in filter(str.isdigit, os.listdir("/proc"))
@@ -137,14 +138,14 @@ def _ppid(pid: int) -> int:
 
 
 def test_a_stopping_worker_takes_no_new_launch_and_keeps_its_world_until_it_ends(tmp_path: Path) -> None:
-    """A worker's preStop stops its sshd at once (a recreated group's new leader could otherwise
+    """A worker's preStop stops its launch agent at once (a recreated group's new leader could otherwise
     start ranks on a pod about to go, by its DNS name); the running launch is left to its leader,
     and when it ends the launcher exits 0 without waiting for SIGTERM."""
     proc, seen = _worker(tmp_path)
     try:
         _closed(proc, tmp_path)
         assert not _listener(proc.pid)  # no new launch
-        time.sleep(1)  # several of the supervisor's polls: the sshd's exit is no cause to stop the world
+        time.sleep(1)  # several of the supervisor's polls: the agent's exit is no cause to stop the world
         assert alive(seen["60"]) and proc.poll() is None
         os.kill(seen["60"], signal.SIGKILL)  # the leader's world ends
         assert proc.wait(timeout=10) == 0
@@ -152,7 +153,7 @@ def test_a_stopping_worker_takes_no_new_launch_and_keeps_its_world_until_it_ends
         if proc.poll() is None:
             proc.kill()
         _, err = proc.communicate(timeout=30)
-    assert "the pod is stopping: sshd takes no new launch (the running world stays)" in err, err
+    assert "the pod is stopping: the launch agent takes no new launch (the running world stays)" in err, err
     assert "stopping the rest" not in err, err
 
 
