@@ -13,9 +13,6 @@ CPU_RUNTIME_IMAGE = "localhost/llm-operator/cpu-runtime:dev"
 # the operator with the content hash of the files it copies (render/inject.py); `up` pushes it under
 # that tag (images.builder names it so), and the node pulls it through its mirror of localhost.
 LAUNCHER_REPOSITORY = "localhost/llm-operator/launcher"
-# Multi-node groups need an image with sshd (images/triton-trtllm-sshd.Dockerfile) or are refused;
-# their pods land on the simulated GPU nodes, which pull nothing, so a name is all they need here.
-MULTI_NODE_RUNTIME_IMAGE = "localhost/llm-operator/triton-trtllm-sshd:dev"
 # The test world's Prometheus is a process on the node address, not a pod in `monitoring`: the
 # serving pods' NetworkPolicies admit their metrics port from there (e2e/cluster/monitoring.py).
 METRICS_PEERS = f"{NODE_IP}/32"
@@ -23,6 +20,5 @@ METRICS_PEERS = f"{NODE_IP}/32"
 ENV = {
     "LLMOP_CPU_RUNTIME_IMAGE": CPU_RUNTIME_IMAGE,
     "LLMOP_LAUNCHER_IMAGE_REPOSITORY": LAUNCHER_REPOSITORY,
-    "LLMOP_MULTI_NODE_RUNTIME_IMAGE": MULTI_NODE_RUNTIME_IMAGE,
     "LLMOP_METRICS_PEERS": METRICS_PEERS,
 }

@@ -34,7 +34,6 @@ from llm_operator.plan.cpu import cpu_plan
 from llm_operator.plan.floor import plan_within_floor
 from llm_operator.plan.inventory import Inventory
 from llm_operator.plan.types import Plan, PlanningError, PoolPlan
-from llm_operator.release_pin import check_multi_node_image
 from llm_operator.render import names
 from llm_operator.render.autoscaling import DEFAULT_PROMETHEUS_URL
 from llm_operator.render.children import (
@@ -243,7 +242,6 @@ def desired(  # raises PlanningError for a spec the images cannot serve
     `running_hold`: the hold derived from the cold start that the applied router ConfigMap records,
     kept while the deployment has replicas and only raised at zero (render/scale_to_zero.py hold_seconds)."""
     check_release(ld, images)
-    check_multi_node_image(ld, plan, images)
     revision = revision or revision_of(ld.spec, images)
     model, location, fetch, model_record = _model(ld, images, models, fetch_max_bytes_per_second)
     jobs: list[dict[str, Any]] = [fetch] if fetch is not None else []

@@ -6,13 +6,11 @@ deployment's serving image and engine keys come from that version's row of the r
 (releases.py), so an operator whose default moved rolls no existing pod and rebuilds no engine.
 The operator's serving image (LLMOP_RUNTIME_IMAGE, possibly a mirror) is an image of its own
 version: it serves the deployments recorded with that version, and a deployment recorded with
-another runs NVIDIA's image of its row. The multi-node image follows the release where its name
-has placeholders (images.py, filled from the row); one image without them is the operator's
-release's, and a multi-node deployment of another release is refused it
-(`check_multi_node_image`). Every other image is the operator's, whatever the deployment's release:
-those the revision hash covers (rollout/revision.py) stay the same, so nothing rolls; the builder
-image, unset, follows the engine's version (desired.builder_image). spec.runtime.image and
-spec.engine.build.* override as before.
+another runs NVIDIA's image of its row, single- and multi-node pods alike. Every other image is
+the operator's, whatever the deployment's release: those the revision hash covers
+(rollout/revision.py) stay the same, so nothing rolls; the builder image, unset, follows the
+engine's version (desired.builder_image). spec.runtime.image and spec.engine.build.* override as
+before.
 """
 
 from __future__ import annotations
@@ -23,9 +21,9 @@ from typing import Any
 
 from llm_operator import labels as L
 from llm_operator import releases
-from llm_operator.api.v1alpha1 import Backend, LLMDeployment
-from llm_operator.images import NGC_TAG, Images, per_release
-from llm_operator.plan.types import Plan, PlanningError
+from llm_operator.api.v1alpha1 import LLMDeployment
+from llm_operator.images import Images
+from llm_operator.plan.types import PlanningError
 
 ANNOTATION = L.TRTLLM_VERSION
 
@@ -61,36 +59,5 @@ def deployment_images(ld: LLMDeployment, images: Images) -> Images:
 
 
 def release_status(images: Images, image: str) -> dict[str, str]:
-    """status.release: the deployment's TensorRT-LLM release and the image its (first pool's)
-    serving pods run."""
+    """status.release: the deployment's TensorRT-LLM release and the image its serving pods run."""
     return {"tensorrtLlmVersion": images.trtllm_version, "image": image}
-
-
-def check_multi_node_image(ld: LLMDeployment, plan: Plan, images: Images) -> None:
-    """A layout spanning pods starts its workers' ranks through sshd, which NVIDIA's image lacks,
-    and its ranks must run the TensorRT-LLM of the deployment's release: refuse before any pod
-    starts rather than let the workers crash-loop or serve with another TensorRT-LLM."""
-    spans_pods = any(p.pods_per_replica > 1 for p in plan.pools)
-    if not spans_pods or ld.spec.runtime.image or ld.spec.engine.backend == Backend.CPU_REFERENCE:
-        return
-    if not images.multi_node_runtime:
-        raise PlanningError(
-            "MultiNodeImageMissing",
-            "this layout spans pods, whose ranks start through sshd, which NVIDIA's image lacks: "
-            "set runtime.image to an image built from images/triton-trtllm-sshd.Dockerfile, or "
-            "the operator's multiNodeRuntimeImage (chart value operator.multiNodeRuntimeImage)",
-        )
-    of = images.multi_node_release
-    if not per_release(images.multi_node_runtime) and of and of != images.trtllm_version:
-        release = releases.for_trtllm(images.trtllm_version)
-        tag = f" of NGC tag {release.ngc_tag}" if release else ""
-        raise PlanningError(
-            "MultiNodeImageReleaseMismatch",
-            f"this layout spans pods and runs TensorRT-LLM {images.trtllm_version} (annotation "
-            f"{ANNOTATION}), but the chart value operator.multiNodeRuntimeImage, "
-            f"{images.multi_node_runtime}, is one image, taken to be of the operator's release "
-            f"(TensorRT-LLM {of}): set operator.multiNodeRuntimeImage to a name with {NGC_TAG}, such "
-            f"as <registry>/triton-trtllm-sshd:{NGC_TAG}, and build its image{tag} "
-            f"(images/README.md builds one per release), or set runtime.image to an sshd image of "
-            f"TensorRT-LLM {images.trtllm_version}",
-        )

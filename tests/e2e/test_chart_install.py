@@ -29,7 +29,7 @@ from llm_operator.inject import content_tag
 
 from e2e.cluster.processes import free_port
 from e2e.cluster.testing import E2ECluster, Kubectl, is_true, pod_ready, wait_for
-from e2e.operator_env import CPU_RUNTIME_IMAGE, MULTI_NODE_RUNTIME_IMAGE
+from e2e.operator_env import CPU_RUNTIME_IMAGE
 from tests.e2e import manifests
 from tests.unit.test_chart import CHART, HELM
 
@@ -40,8 +40,7 @@ TIMEOUT = 120
 # Built by images.builder and imported into the embedded cluster's real node at `up` (`:dev`:
 # imagePullPolicy IfNotPresent finds them there, nothing is pulled).
 LOCAL_IMAGES = ["--set", "image.repository=localhost/llm-operator/operator", "--set", "image.tag=dev",
-                "--set", f"operator.cpuRuntimeImage={CPU_RUNTIME_IMAGE}",
-                "--set", f"operator.multiNodeRuntimeImage={MULTI_NODE_RUNTIME_IMAGE}"]  # fmt: skip
+                "--set", f"operator.cpuRuntimeImage={CPU_RUNTIME_IMAGE}"]  # fmt: skip
 
 
 class Helm:

@@ -24,7 +24,6 @@ from llm_operator.cli import dump_objects
 
 from e2e.cluster import lws
 from e2e.cluster.testing import E2ECluster, Kubectl, KubectlError, is_true, wait_for
-from e2e.operator_env import MULTI_NODE_RUNTIME_IMAGE
 
 pytestmark = [
     pytest.mark.e2e,
@@ -73,7 +72,6 @@ def rendered_leader_worker_sets(
     planned against this cluster's nodes."""
     doc = yaml.safe_load((REPO / "examples" / "llama3-70b-fp8.yaml").read_text())
     doc["spec"]["parallelism"] = {"tensor": 8, "pipeline": 2}
-    doc["spec"]["runtime"]["image"] = MULTI_NODE_RUNTIME_IMAGE  # a layout spanning pods needs sshd
     (tmp_path / "app.yaml").write_text(yaml.safe_dump(doc))
     (tmp_path / "nodes.yaml").write_text(kubectl("get", "nodes", "-o", "yaml").stdout)
     out = subprocess.run(

@@ -183,11 +183,7 @@ def test_llm_operator_run_with_its_default_images_serves_on_the_real_node(
         pytest.skip("needs the embedded cluster's registry")
     op = OperatorProcess(cluster, tmp_path / "operator.log", ("--namespace", namespace))
     op.stop()
-    for var in (
-        "LLMOP_CPU_RUNTIME_IMAGE",
-        "LLMOP_LAUNCHER_IMAGE_REPOSITORY",
-        "LLMOP_MULTI_NODE_RUNTIME_IMAGE",
-    ):
+    for var in ("LLMOP_CPU_RUNTIME_IMAGE", "LLMOP_LAUNCHER_IMAGE_REPOSITORY"):
         op.env.pop(var)
     op.start()
     try:

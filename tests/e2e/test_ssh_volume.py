@@ -86,9 +86,7 @@ def test_each_role_reads_only_its_half_of_the_identity_through_the_fs_group(
     )
     secret = ssh_secret(ld)
     del secret["metadata"]["ownerReferences"]  # no such LLMDeployment: the collector would delete it
-    images = Images(
-        "runtime", "cpu-runtime", "builder", "1.1.0", launcher_image(LAUNCHER_REPOSITORY), "runtime-sshd"
-    )
+    images = Images("runtime", "cpu-runtime", "builder", "1.1.0", launcher_image(LAUNCHER_REPOSITORY))
     engine = engine_location("pvc://llm-engine-cache/engines", "llama-fp8-tp8pp2-sm90-abc")
     leader_sts, worker_sts = workloads(
         "llama", namespace, SPEC, MULTI, images, engine, "h", uid=UID, revision="r1"

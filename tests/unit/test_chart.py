@@ -65,7 +65,6 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "fetchImage": "registry.example/fetch:3",
             "pickerImage": "registry.example/epp:4",
             "envoyImage": "registry.example/envoy:5",
-            "multiNodeRuntimeImage": "registry.example/triton-trtllm-sshd:{ngcTag}",
             "trtllmVersion": "0.21.0",
             "workers": 9,
             "logLevel": "DEBUG",
@@ -381,7 +380,6 @@ def test_entry_point_args_parse_with_the_operators_cli(name: str, monkeypatch: p
 @SETS
 def test_environment_is_what_the_operator_reads(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every LLMOP_* value the chart sets changes the operator's config the way values.yaml says."""
-    from llm_operator import releases
     from llm_operator.controller.config import OperatorConfig
     from llm_operator.controller.rollout.prometheus_urls import parse_list
 
@@ -408,10 +406,6 @@ def test_environment_is_what_the_operator_reads(name: str, monkeypatch: pytest.M
     assert config.images.picker == op["pickerImage"]
     assert config.images.envoy == op["envoyImage"]
     assert config.images.trtllm_version == op["trtllmVersion"]
-    assert config.images.multi_node_runtime == op["multiNodeRuntimeImage"]  # placeholders as written
-    assert config.images.multi_node_image() == op["multiNodeRuntimeImage"].replace(
-        "{ngcTag}", releases.BY_TRTLLM[op["trtllmVersion"]].ngc_tag
-    )
     assert config.workers == op["workers"]
     assert config.prometheus_url == op["prometheusUrl"]
     assert config.metrics_peers == tuple(values["networkPolicy"]["metricsPeers"])
@@ -697,14 +691,15 @@ def test_extra_env_cannot_shadow_what_the_chart_sets() -> None:
         (["--set", "admissionPolicy.allowedImagePrefixes={nvcr.io}"], "allowedImagePrefixes/0"),
         (["--set", "admissionPolicy.allowedEndpoints={http://u:p@hub}"], "allowedEndpoints/0"),
         (["--set", "networkPolicy.metricsPeers={10.0.0.0/40}"], "/networkPolicy/metricsPeers/0"),
-        (["--set", "operator.multiNodeRuntimeImage=r/sshd:{ngc_tag}"], "/operator/multiNodeRuntimeImage"),
+        # Removed (docs/upgrading.md): multi-node pods run operator.runtimeImage.
+        (["--set", "operator.multiNodeRuntimeImage=r/sshd:25.12"], "'multiNodeRuntimeImage' not allowed"),
     ],
     ids=["unknown-top", "unknown-nested", "wrong-type-int", "wrong-type-bool", "enum", "repeated-namespace",
          "bad-namespace", "shadowed-env", "duration", "typo-resources", "no-replicas", "election-bool",
          "shadowed-election", "shadowed-launcher", "launcher-digest", "prometheus-url", "analysis-query",
          "analysis-userinfo", "analysis-repeated",
          "rate-window", "deny-and-warn", "bad-secret-name", "unknown-policy-key", "prefix-without-slash",
-         "endpoint-with-credentials", "metrics-peer", "multi-node-placeholder"],
+         "endpoint-with-credentials", "metrics-peer", "removed-multi-node-image"],
 )  # fmt: skip
 def test_values_schema_rejects_bad_values(args: list[str], message: str) -> None:
     result = helm("template", "rel", str(CHART), *args, check=False)

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from llm_operator import cli, contract, releases
 from llm_operator.api.v1alpha1 import Backend
-from llm_operator.controller.config import DEFAULT_RUNTIME_IMAGE, DEFAULT_TRTLLM_VERSION
 
 from images.builder import locks
 from images.builder.cache import keep_recent, stale_temporaries
@@ -33,7 +32,7 @@ KNOWN_ENV = {*contract.ENV, "LLMOP_TRTLLM_EXAMPLES"}
 BUILDER_PACKAGES = {"llm_operator", "pydantic", "pydantic_core", "jinja2", "markupsafe",
                     "typing_extensions", "annotated_types", "typing_inspection"}  # fmt: skip
 # They run the launcher copied in by the init container (render/inject.py).
-SERVING_IMAGES = ("cpu-runtime", "triton-trtllm-sshd")
+SERVING_IMAGES = ("cpu-runtime",)
 
 
 def instructions(dockerfile: Path) -> list[tuple[str, str]]:
@@ -91,30 +90,6 @@ def test_image_environment_is_part_of_the_contract(dockerfile: Path) -> None:
     assert {k for k in env if k.startswith("LLMOP_")} <= KNOWN_ENV
     if "LLMOP_BACKEND" in env:
         assert env["LLMOP_BACKEND"] in {b.value for b in Backend}
-
-
-def test_trtllm_images_are_the_default_release_of_the_version_table() -> None:
-    """Engine cache keys contain the TensorRT-LLM version: the multi-node image is NVIDIA's image of
-    a release, built by default for the default one, and the operator's defaults are that image and
-    its TensorRT-LLM (builds run NVIDIA's image of the engine's release, releases.py)."""
-    release = releases.DEFAULT
-    steps = instructions(REPO / "images" / "triton-trtllm-sshd.Dockerfile")
-    args = dict(rest.split("=", 1) for op, rest in steps if op == "ARG")
-    assert args == {"NGC_TAG": release.ngc_tag, "TRTLLM_VERSION": release.trtllm}
-    assert dict(steps)["FROM"] == release.image.replace(release.ngc_tag, "${NGC_TAG}")
-    assert dict(steps)["LABEL"] == 'io.llmoperator.tensorrt-llm-version="${TRTLLM_VERSION}"'
-    assert (release.image, release.trtllm) == (DEFAULT_RUNTIME_IMAGE, DEFAULT_TRTLLM_VERSION)
-
-
-def test_the_readme_builds_the_multi_node_image_of_every_release() -> None:
-    """operator.multiNodeRuntimeImage names it per NGC tag: the build loop images/README.md gives
-    must pass each row's tag and TensorRT-LLM version, and tag the image with the NGC tag."""
-    readme = (REPO / "images" / "README.md").read_text()
-    (rows,) = re.findall(r"^for row in ([^;]+); do$", readme, re.MULTILINE)
-    assert rows.split() == [f"{r.ngc_tag}:{r.trtllm}" for r in releases.RELEASES]
-    assert "--build-arg NGC_TAG=$tag --build-arg TRTLLM_VERSION=$version" in readme
-    assert "-t $REGISTRY/triton-trtllm-sshd:$tag" in readme
-    assert "operator.multiNodeRuntimeImage=$REGISTRY/triton-trtllm-sshd:{ngcTag}" in readme
 
 
 def test_fetch_image_carries_the_examples_of_every_release() -> None:

@@ -52,7 +52,6 @@ from tests.unit.test_reconciler import multi_node, operator_with_nodes, reconcil
 REPO = Path(__file__).resolve().parents[2]
 IMAGES = OperatorConfig.from_env().images
 NAMESPACE = "ns"
-SSHD_IMAGE = "registry.example/triton-trtllm-sshd:25.12"  # multi-node pods need sshd
 GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
 # Both controllers' revision hashes: k8s.io/apimachinery/pkg/util/rand SafeEncodeString's alphabet.
 HASH = "[bcdfghjklmnpqrstvwxz2456789]+"
@@ -99,7 +98,6 @@ def lws_names(lws: dict[str, Any]) -> LwsNames:
 def deployment(example: str, name: str | None = None, **spec: Any) -> LLMDeployment:
     doc = yaml.safe_load((REPO / "examples" / f"{example}.yaml").read_text())
     doc["metadata"].update(namespace=NAMESPACE, uid="uid-1", **({"name": name} if name else {}))
-    doc["spec"]["runtime"]["image"] = SSHD_IMAGE
     doc["spec"].update(spec)
     return LLMDeployment.model_validate(doc)
 

@@ -42,7 +42,7 @@ from tests.unit.test_render_rollout import IMAGES
 
 PYTHON = sys.executable
 pod = test_launcher.pod  # the launcher tests' fixture: a launcher process with fake servers
-V1 = dataclasses.replace(IMAGES, trtllm_version="1.1.0", multi_node_runtime="registry.example/sshd:25.12")
+V1 = dataclasses.replace(IMAGES, trtllm_version="1.1.0")
 MULTI = {"LLMOP_BACKEND": "pytorch", "LLMOP_TP": "8", "LLMOP_PP": "2", "LLMOP_GPUS_PER_POD": "8",
          "LLMOP_PODS_PER_REPLICA": "2", "LLMOP_GROUP_INDEX": "3",
          "LLMOP_WORKER_HOST_PATTERN": "m-g{group}-{worker}.m-pods.ns.svc",
@@ -67,7 +67,7 @@ def test_a_replica_larger_than_a_node_runs_as_pipeline_stages_across_two_pods() 
         (container,) = sts["spec"]["template"]["spec"]["containers"]
         env = {e["name"]: e.get("value") for e in container["env"]}
         roles[env["LLMOP_ROLE"]] = env
-        assert container["image"] == V1.multi_node_runtime
+        assert container["image"] == V1.runtime, "NVIDIA's image, as a single pod runs it"
         assert any(m["mountPath"] == "/checkpoint" for m in container["volumeMounts"]), "every rank reads it"
     assert set(roles) == {"leader", "worker"}
     assert {
@@ -115,13 +115,6 @@ def test_tensor_parallel_domain_node_lets_auto_plan_pipeline_stages_for_pytorch(
     (pool,) = plan_for(pytorch(**auto, placement={"tensorParallelDomain": "node"}), inventory).pools
     assert (pool.tensor, pool.pipeline, pool.gpus_per_pod, pool.pods_per_replica) == (4, 2, 4, 2)
     assert not pool.nvlink_clique
-
-
-def test_a_multi_node_layout_without_an_sshd_image_is_still_refused() -> None:
-    ld = pytorch(parallelism={"tensor": 8, "pipeline": 2})
-    with pytest.raises(PlanningError) as err:
-        desired(ld, plan_for(ld, None), dataclasses.replace(V1, multi_node_runtime=""), never_built)
-    assert err.value.reason == "MultiNodeImageMissing"
 
 
 # --- launcher: the command line ---------------------------------------------------------------

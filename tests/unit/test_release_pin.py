@@ -27,8 +27,7 @@ from tests.unit.test_reconciler import NS, condition, example, operator_with_nod
 OLD, NEW = releases.BY_TRTLLM["1.1.0"], releases.BY_TRTLLM["1.2.1"]
 OPERATOR = Images(runtime=OLD.image, cpu_runtime="cpu:1", engine_builder="", trtllm_version=OLD.trtllm)
 MIRROR = "mirror.example"
-MIRRORED = replace(OPERATOR, runtime=f"{MIRROR}/triton:25.12", engine_builder=f"{MIRROR}/build:25.12",
-                   multi_node_runtime=f"{MIRROR}/sshd:25.12")  # fmt: skip
+MIRRORED = replace(OPERATOR, runtime=f"{MIRROR}/triton:25.12", engine_builder=f"{MIRROR}/build:25.12")
 
 
 def deployment(annotations: dict[str, str] | None = None) -> LLMDeployment:
@@ -91,7 +90,7 @@ async def test_an_operator_with_a_new_default_leaves_existing_deployments_on_the
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Images that serve every release, configured all along: part of every revision, unchanged.
-    monkeypatch.setenv("LLMOP_MULTI_NODE_RUNTIME_IMAGE", "registry.example/triton-trtllm-sshd:1")
+    monkeypatch.setenv("LLMOP_FETCH_IMAGE", "registry.example/fetch:1")
     kube, old_operator = await operator_with_nodes()
     assert old_operator.config.images.trtllm_version == OLD.trtllm
     first = kube.add_deployment(example("llama31-8b-pytorch"))

@@ -95,7 +95,6 @@ def test_render_can_target_a_cluster_with_leader_worker_set(
 ) -> None:
     doc = yaml.safe_load((REPO / "examples" / "llama3-70b-fp8.yaml").read_text())
     doc["spec"]["parallelism"] = {"tensor": 8, "pipeline": 2}  # two 8-GPU nodes per replica
-    doc["spec"]["runtime"]["image"] = "registry.example/triton-trtllm-sshd:25.12"  # has sshd
     manifest = tmp_path / "multi-node.yaml"
     manifest.write_text(yaml.safe_dump(doc))
     example = str(manifest)

@@ -191,13 +191,14 @@ def test_a_snapshot_gives_back_the_spec_and_images_of_its_revision() -> None:
     assert snapshot["metadata"]["labels"][L.COMPONENT] == rollout.SNAPSHOT_COMPONENT
     assert rollout.spec_from_snapshot(snapshot) == ld.spec
     assert revision_of(rollout.spec_from_snapshot(snapshot), IMAGES) == revision
-    # All but the release a one-image multi-node name is of, which changes nothing a pod runs: a slot
-    # rendered from its snapshot keeps the image it was started with.
-    assert rollout.images_from_snapshot(snapshot) == dataclasses.replace(IMAGES, multi_node_release="")
+    # A slot rendered from its snapshot keeps the images it was started with.
+    assert rollout.images_from_snapshot(snapshot) == IMAGES
     assert rollout.images_from_snapshot(rollout.controller_revision(ld, revision, 3)) is None
-    # A snapshot of an operator without the images added since: their defaults stand in.
+    # A snapshot of an operator without the images added since: their defaults stand in. One it
+    # named that is gone since (the multi-node image, docs/upgrading.md) is left out.
     older = copy.deepcopy(snapshot)
-    del older["data"]["images"]["launcher"], older["data"]["images"]["multiNodeRuntime"]
+    del older["data"]["images"]["launcher"]
+    older["data"]["images"]["multiNodeRuntime"] = "registry.example/triton-trtllm-sshd:25.12"
     assert rollout.images_from_snapshot(older) == Images(
         IMAGES.runtime, IMAGES.cpu_runtime, IMAGES.engine_builder, IMAGES.trtllm_version
     )

@@ -1,21 +1,18 @@
 """Which image a serving pod runs and as whom: NVIDIA's image of the default release as published,
-the same plus sshd for a layout spanning pods (NVIDIA's has none), the cpu-runtime image for
-cpu-reference, `runtime.image` over all of them (render/pod.py, desired.py)."""
+for a layout spanning pods too, the cpu-runtime image for cpu-reference, `runtime.image` over all
+of them (render/pod.py, desired.py)."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from llm_operator import releases
 from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.desired import desired, plan_for
 from llm_operator.engine.state import BuildFact, BuildObserved
 from llm_operator.images import Images
-from llm_operator.plan.types import PlanningError
 from llm_operator.render.pod import NVIDIA_UID
 
 from tests.unit.model_cache_fixtures import cached
@@ -51,18 +48,17 @@ def test_a_cpu_reference_pod_runs_the_cpu_runtime_image_as_its_own_user() -> Non
     assert "runAsUser" not in pod["securityContext"], "the image's USER 65532"
 
 
-def test_a_layout_spanning_pods_runs_the_sshd_image_and_is_refused_without_one() -> None:
+def test_a_layout_spanning_pods_runs_nvidias_image_as_published() -> None:
+    """No image of its own: its ranks start through the operator's launch agent, which the launcher
+    image copies in as it does for one pod (docs/launcher-and-engines.md)."""
     ld = deployment("llama31-405b-multinode", image=None)
-    with pytest.raises(PlanningError) as refused:
-        pods(ld)
-    assert refused.value.reason == "MultiNodeImageMissing"
-    assert (
-        "runtime.image" in refused.value.message and "triton-trtllm-sshd.Dockerfile" in refused.value.message
-    )
-    with_sshd = dataclasses.replace(IMAGES, multi_node_runtime="sshd:1")
-    assert {p["containers"][0]["image"] for p in pods(ld, with_sshd)} == {"sshd:1"}, "leaders and workers"
-    single = deployment("llama3-8b-h100")
-    assert [p["containers"][0]["image"] for p in pods(single, with_sshd)] == [IMAGES.runtime]
+    assert ld.spec.runtime.image is None
+    multi = pods(ld)
+    assert len(multi) == 2, "a leader and a worker"
+    for pod in multi:
+        assert pod["containers"][0]["image"] == "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"
+        assert pod["securityContext"]["runAsUser"] == NVIDIA_UID
+        assert pod["initContainers"][0]["image"] == "launcher:1"
 
 
 def test_runtime_image_overrides_every_default() -> None:

@@ -19,9 +19,7 @@ from llm_operator.images import (
     DEFAULT_OPERATOR_IMAGE,
     DEFAULT_PICKER_IMAGE,
     LAUNCHER_REPOSITORY_VARIABLE,
-    MULTI_NODE_VARIABLE,
     Images,
-    check_multi_node_runtime,
     launcher_image,
 )
 from llm_operator.render.autoscaling import DEFAULT_PROMETHEUS_URL
@@ -57,8 +55,6 @@ class OperatorConfig:
         env = os.environ.get
         prometheus_url = env("LLMOP_PROMETHEUS_URL", DEFAULT_PROMETHEUS_URL)
         trtllm_version = env("LLMOP_TRTLLM_VERSION", DEFAULT_TRTLLM_VERSION)
-        multi_node_runtime = env(MULTI_NODE_VARIABLE, "")
-        check_multi_node_runtime(multi_node_runtime, trtllm_version)
         return cls(
             images=Images(
                 runtime=env("LLMOP_RUNTIME_IMAGE", DEFAULT_RUNTIME_IMAGE),
@@ -70,9 +66,6 @@ class OperatorConfig:
                 trtllm_version=trtllm_version,
                 # Tagged with the content hash of the files this operator's package injects.
                 launcher=launcher_image(env(LAUNCHER_REPOSITORY_VARIABLE, DEFAULT_LAUNCHER_REPOSITORY)),
-                multi_node_runtime=multi_node_runtime,
-                # One image without placeholders is taken to be of the operator's own release.
-                multi_node_release=trtllm_version,
                 fetch=env("LLMOP_FETCH_IMAGE", DEFAULT_FETCH_IMAGE),
                 picker=env("LLMOP_PICKER_IMAGE", DEFAULT_PICKER_IMAGE),
                 envoy=env("LLMOP_ENVOY_IMAGE", DEFAULT_ENVOY_IMAGE),

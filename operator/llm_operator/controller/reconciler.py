@@ -337,7 +337,7 @@ class Reconciler:
             router=router_status.observe(
                 children, ld, missing_apis, self.applier.missing_words.get("InferencePool", "")
             ),
-            release=release.status(spec.ld, current.plan, spec.images),
+            release=release.status(spec.ld, spec.images),
             cold_starts=self.cold_starts.pending((ld.namespace, ld.name)),
             hold=hold_status.observe(ld, children.get(("ConfigMap", ld.namespace, names.router(ld.name)))),
         )

@@ -9,7 +9,6 @@ from typing import Any
 from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.controller.cluster.kube import KubeApi
 from llm_operator.images import Images
-from llm_operator.plan.types import Plan
 from llm_operator.release_pin import release_status, to_record
 from llm_operator.render.pod import serving_image
 
@@ -36,6 +35,6 @@ async def record(
     return body, ld.model_copy(update={"metadata": meta})
 
 
-def status(ld: LLMDeployment, plan: Plan, images: Images) -> dict[str, str]:
+def status(ld: LLMDeployment, images: Images) -> dict[str, str]:
     """status.release of `ld` rendered with `images` (its release's, release_pin.deployment_images)."""
-    return release_status(images, serving_image(ld.spec, plan.primary, images))
+    return release_status(images, serving_image(ld.spec, images))

@@ -47,15 +47,15 @@ NVIDIA_UID = 1000
 STARTUP_PROBE_PERIOD_SECONDS = 2
 
 
-def serving_image(spec: LLMDeploymentSpec, pool: PoolPlan, images: Images) -> str:
-    """spec.runtime.image, else the operator's: NVIDIA's image of the deployment's release, the
-    same plus sshd of that release for a multi-node layout (NVIDIA's image has none), or the
-    cpu-runtime image."""
+def serving_image(spec: LLMDeploymentSpec, images: Images) -> str:
+    """spec.runtime.image, else the operator's: NVIDIA's image of the deployment's release, or the
+    cpu-runtime image; a layout spanning pods runs the same image (its ranks start through the
+    operator's launch agent, docs/launcher-and-engines.md)."""
     if spec.runtime.image:
         return spec.runtime.image
     if spec.engine.backend == Backend.CPU_REFERENCE:
         return images.cpu_runtime
-    return images.multi_node_image() if pool.pods_per_replica > 1 else images.runtime
+    return images.runtime
 
 
 def memory_bytes(quantity: str) -> int:
@@ -198,7 +198,7 @@ def _container(
     user_env, user_env_from = spec.runtime.container_env()
     container: dict[str, Any] = {
         "name": "triton",
-        "image": serving_image(spec, pool, images),
+        "image": serving_image(spec, images),
         "command": list(contract.CONTAINER_COMMAND),
         # Only rank 0 serves the OpenAI API.
         "env": _env(spec, pool, engine, model)
@@ -364,7 +364,7 @@ def pod_template(
         # The Secret volumes' group (launch identities, API keys). OnRootMismatch: a volume whose root
         # already has the group is not walked again (the engine cache is large, and read-only).
         pod_spec["securityContext"].update(fsGroup=SECRET_FS_GROUP, fsGroupChangePolicy="OnRootMismatch")
-    if cache := startup_cache(spec, pool, serving_image(spec, pool, images), images.trtllm_version, model):
+    if cache := startup_cache(spec, pool, serving_image(spec, images), images.trtllm_version, model):
         cache.add_to(pod_spec)
     if spec.engine.backend != Backend.CPU_REFERENCE:
         pod_spec.update(

@@ -20,9 +20,8 @@ from llm_operator.modelrepo import ttft_budget_ms
 # new revision.
 NOT_SERVING = frozenset({"replicas", "autoscaling", "rollout", "network_policy", "routing"})
 # Not what serving pods run: the router's images (routing.mode inference-pool; its waker at
-# minReplicas 0) run beside them, and multi_node_release only decides whether desired.py refuses a
-# one-image multi-node name.
-NOT_SERVING_IMAGES = frozenset({"picker", "envoy", "waker", "multi_node_release"})
+# minReplicas 0) run beside them.
+NOT_SERVING_IMAGES = frozenset({"picker", "envoy", "waker"})
 __all__ = ["NOT_SERVING", "Slot", "revision_of"]
 
 
@@ -42,9 +41,9 @@ def revision_of(spec: LLMDeploymentSpec, images: Images) -> str:
     if budget is not None:
         serving["ttftBudgetMilliseconds"] = budget
     pods = {k: v for k, v in dataclasses.asdict(images).items() if k not in NOT_SERVING_IMAGES}
-    # The multi-node image as its pods run it: a name filled in per release hashes as the image it
-    # names, so writing the image a deployment runs as a template rolls nothing.
-    pods["multi_node_runtime"] = images.multi_node_image()
+    # The multi-node image of operators before its removal, hashed as unset (the chart's default),
+    # so that removal makes no deployment of an operator that left it unset a new revision.
+    pods["multi_node_runtime"] = ""
     canonical = json.dumps({"spec": serving, "images": pods}, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:10]
 
