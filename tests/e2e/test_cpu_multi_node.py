@@ -1,7 +1,7 @@
 """A cpu-reference model split over the pods of a group on the real node: tiny-llama with
 `parallelism: {tensor: 1, pipeline: 2}` runs as two CPU pods (the leader StatefulSet's pod and its
 group's worker StatefulSet's), the leader's mpirun starting rank 1 on the worker through the
-worker's unprivileged sshd, as GPU groups start theirs; the stages exchange activations over gloo
+worker's launch agent, as GPU groups start theirs; the stages exchange activations over gloo
 between the pods (runtime/cpu_reference/pipeline.py).
 
 - It becomes Ready and answers the OpenAI API, streamed and not, with exactly the text a
@@ -13,11 +13,11 @@ between the pods (runtime/cpu_reference/pipeline.py).
   time from the fault to the group's first right answer is printed beside a single-pod deployment's
   recovery from the same fault.
 - So are the other faults of a member, one after another on the same world (kubectl exec signals
-  the process in its pod): a rank that exits, the worker's sshd killed, a rank frozen (SIGSTOP,
+  the process in its pod): a rank that exits, the worker's launch agent killed, a rank frozen (SIGSTOP,
   beside a single pod's frozen tritonserver). Each recreates the whole group, GroupRecreated names
   the member and its words, and tiny-single meanwhile answers every request (but while frozen
-  itself). A deleted leader recreates the leader alone, every rank of the world relaunched on the
-  worker's sshd and none of the old world's left there (docs/launcher-and-engines.md).
+  itself). A deleted leader recreates the leader alone, every rank of the world relaunched through the
+  worker's launch agent and none of the old world's left there (docs/launcher-and-engines.md).
 - Last, as they leave the world as they found it: an HPA (minReplicas 2) adds a whole second group,
   reading its metric from the leaders only, and (maxReplicas 1) takes it away whole, drained, the
   first group untouched; a bad canary (the fault knob) runs as a group of its own, is aborted on its
@@ -81,7 +81,7 @@ from tests.e2e.group_world import (
 pytestmark = pytest.mark.e2e
 
 RANK = "llm_operator.runtime.cpu_reference.launch"  # a later stage's argv (cpu_reference/launch.py)
-SSHD = "sshd,[listener]"  # the worker's sshd, as OpenSSH titles its listener (not a connection's)
+AGENT = "llm_operator.runtime.launch_agent,--serve"  # the worker's launch agent (runtime/commands.py)
 TRITON = "--id=rank0"  # a single pod's tritonserver (runtime/commands.py rank_args)
 
 
@@ -188,15 +188,16 @@ def test_a_rank_that_exits_is_one_group_event(world: World, kubectl: Kubectl) ->
                 "rank 1 exiting", rf"mpirun: rank 1 on {worker}\.\S+ exited on signal 15")  # fmt: skip
 
 
-def test_a_killed_sshd_is_one_group_event(world: World, kubectl: Kubectl) -> None:
-    """The worker's sshd (what the next launch needs) ends: the worker fails, its ranks with it."""
+def test_a_killed_launch_agent_is_one_group_event(world: World, kubectl: Kubectl) -> None:
+    """The worker's launch agent (what the next launch needs) ends: the worker fails, its ranks with
+    it."""
     worker = f"{SPLIT}-g0-1"
 
     def kill() -> None:
-        assert len(signal_in(kubectl, world.namespace, worker, SSHD, signal.SIGTERM)) == 1
+        assert len(signal_in(kubectl, world.namespace, worker, AGENT, signal.SIGTERM)) == 1
 
-    words = rf"sshd exited|mpirun: (rank 1 on|lost the connection to the MPI daemon on) {worker}"
-    group_fault(world, kubectl, kill, "the worker's sshd killed", words)
+    words = rf"the launch agent exited|mpirun: (rank 1 on|lost the connection to the MPI daemon on) {worker}"
+    group_fault(world, kubectl, kill, "the worker's launch agent killed", words)
 
 
 def test_a_frozen_rank_is_one_group_event(world: World, kubectl: Kubectl) -> None:
@@ -238,7 +239,7 @@ def test_a_deleted_leader_is_relaunched_with_the_whole_world_on_its_worker(
     world: World, kubectl: Kubectl
 ) -> None:
     """The leader alone is recreated (a deletion is no failure: no GroupRecreated) and its mpirun
-    starts every rank anew; the worker pod stays, its sshd hosting the new world, with no rank of
+    starts every rank anew; the worker pod stays, its launch agent starting the new world, with no rank of
     the old one left beside the new one's."""
     ns, leader, worker = world.namespace, f"{SPLIT}-0", f"{SPLIT}-g0-1"
     before, seen = uids(world, kubectl), group_events(kubectl, world.namespace, SPLIT)

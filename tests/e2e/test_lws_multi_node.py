@@ -3,7 +3,7 @@ LWS v0.9.0 built from its Go module and installed from its own manifests (tests/
 then an operator started, which finds the LWS CRD and renders tiny-llama's `parallelism: {tensor:
 1, pipeline: 2}` group as one LeaderWorkerSet. LWS's controllers make the leader and worker
 StatefulSets and its pod webhook labels the pods and sets LWS_LEADER_ADDRESS; the leader's mpirun
-reaches rank 1 through the worker's sshd under the host name LWS's headless Service gives it.
+reaches rank 1 through the worker's launch agent under the host name LWS's headless Service gives it.
 
 - The group becomes Ready and answers the OpenAI API with exactly the text the same weights decode
   in this process (the text test_cpu_multi_node.py shows a single pod serves).

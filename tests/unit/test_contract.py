@@ -222,7 +222,8 @@ def test_multi_node_pods_mount_the_secret_the_controller_creates(lws: bool) -> N
         for spec in pod_specs(o).values()
     ]
     mounted = {v["secret"]["secretName"] for pod in pods for v in pod["volumes"] if "secret" in v}
-    assert len(pods) == (2 if lws else 1 + MULTI.replicas) and mounted == {launch_secret(ld)["metadata"]["name"]}
+    assert len(pods) == (2 if lws else 1 + MULTI.replicas)
+    assert mounted == {launch_secret(ld)["metadata"]["name"]}
 
 
 def test_the_container_command_is_the_launchers_entry_point() -> None:

@@ -21,7 +21,7 @@ def pod(name: str, uid: str, restarts: int, group: str = "0", **labels: str) -> 
                      "labels": {L.DEPLOYMENT: NAME, L.POOL: "main", L.GROUP_INDEX: group, L.GROUP_SIZE: "2",
                                 **labels}},
         "status": {"phase": "Running", "containerStatuses": [{"restartCount": restarts, "lastState": {
-            "terminated": {"exitCode": 255, "reason": "Error", "message": "the launch agent exited (status 255)"}}}]},
+            "terminated": {"exitCode": 255, "reason": "Error", "message": "agent exited (status 255)"}}}]},
     }  # fmt: skip
 
 
@@ -33,7 +33,7 @@ def test_the_members_of_a_group_being_recreated_that_fail_after_it_are_the_same_
     assert failures.update("MODIFIED", pod(f"{NAME}-g0-1", "w1", 1)) == (NS, NAME)
     [(group, failure)] = failures.take((NS, NAME))
     assert group[:2] == ("main", 0) and failure.pod == f"{NAME}-g0-1"
-    assert failure.why == "exited 255 (Error): the launch agent exited (status 255)"
+    assert failure.why == "exited 255 (Error): agent exited (status 255)"
     assert failures.update("MODIFIED", pod(f"{NAME}-0", "l1", 1)) is None  # the leader, as the world ends
     assert failures.take((NS, NAME)) == []
     # The recreated group's own pods: a later failure is a new event.

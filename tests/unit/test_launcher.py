@@ -1,6 +1,6 @@
 """The serving-pod launcher: command construction for each parallel shape (pure), and supervision
 of real processes: fake tritonservers under a fake mpirun, real Open MPI where installed, and the
-real Triton CPU runtime (triton marker). The SSH side of multi-node pods is in test_multi_node_ssh.py."""
+real Triton CPU runtime (triton marker). The launch agent of multi-node pods is in test_launch_agent.py."""
 
 from __future__ import annotations
 
@@ -704,7 +704,7 @@ def test_real_mpirun_runs_the_mpmd_world_and_rank0_drains_first(pod: Callable[..
 
 @pytest.mark.skipif(not shutil.which("mpirun"), reason="Open MPI is not installed")
 def test_real_mpirun_accepts_the_multi_node_options(tmp_path: Path) -> None:
-    # 127.0.0.1 is a local address to Open MPI, so the "worker" needs no ssh; the options still parse.
+    # 127.0.0.1 is a local address to Open MPI, so the "worker" needs no agent; the options still parse.
     fake = script(tmp_path / "tritonserver", FAKE_TRITON)
     mpirun = os.path.realpath(shutil.which("mpirun") or "")
     two_pods = {"LLMOP_TP": "2", "LLMOP_PP": "1", "LLMOP_GPUS_PER_POD": "1",

@@ -4,15 +4,19 @@ exits non-zero (skipped where Open MPI is not installed)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from llm_operator.runtime.commands import rank_places
 from llm_operator.runtime.config import PodConfig
 from llm_operator.runtime.mpi_report import MpiReport
+
+from tests.unit.launch_identities import OPERATOR
 
 PLACES = ("lead-0", "lead-g0-1.pods.ns.svc")
 
@@ -91,14 +95,16 @@ def test_real_mpiruns_words(ending: str, said: str) -> None:
     assert found == [said.format(node=node)], run.stdout + run.stderr
 
 
-def test_a_daemon_that_never_started_is_reported_with_what_ssh_or_the_shell_said() -> None:
+def test_a_daemon_that_never_started_is_reported_with_what_the_agent_or_the_shell_said() -> None:
     block = "\n--------\nORTE was unable to reliably start one or more daemons.\nThis usually is caused by:\n"
     noise = "llm-operator-frontdoor: serving m on port 8080\n"  # the front door shares the pipe
     reasons = [
-        "Host key verification failed.",
-        "nonroot@w: Permission denied (publickey).",
-        "ssh: connect to host w port 2222: Connection refused",
+        "llm-operator-launch-agent: w:2222: connection refused (no launch agent listening: the worker is "
+        "starting or stopping)",
+        "llm-operator-launch-agent: w:2222: did not prove it is one of this deployment's workers "
+        "(certificate verify failed)",
         "bash: orted: command not found",
+        "sh: 1: /opt/hpcx/ompi/bin/orted: not found",
     ]
     for said in reasons:
         found = read(noise + said + "\n" + noise + block)
@@ -107,17 +113,18 @@ def test_a_daemon_that_never_started_is_reported_with_what_ssh_or_the_shell_said
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="Open MPI is not installed")
-def test_real_mpirun_forwards_what_ssh_said_when_a_worker_refuses_the_login(tmp_path: Path) -> None:
-    """The leader's ssh to a worker fails (here a stand-in for OpenSSH's client saying what it says
-    for a worker whose host key is not the pinned one): the report names ssh's reason."""
+def test_real_mpirun_forwards_what_the_agent_said_when_a_worker_is_not_reached(tmp_path: Path) -> None:
+    """The leader's launch agent cannot reach a worker (a name that does not resolve): the report
+    names the agent's reason."""
     assert MPIRUN is not None
-    ssh = tmp_path / "ssh"
-    ssh.write_text('#!/bin/sh\necho "Host key verification failed." >&2\nexit 255\n')
-    ssh.chmod(0o755)
-    run = subprocess.run([MPIRUN, "--allow-run-as-root", "--mca", "plm_rsh_agent", str(ssh), "--mca",
+    agent = f"{sys.executable} -m llm_operator.runtime.launch_agent"
+    run = subprocess.run([MPIRUN, "--allow-run-as-root", "--mca", "plm_rsh_agent", agent, "--mca",
                           "plm_rsh_no_tree_spawn", "1", "--host", "localhost:1,worker.invalid:1", "-n", "2",
-                          "sleep", "5"], capture_output=True, text=True, timeout=60)  # fmt: skip
+                          "sleep", "5"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(OPERATOR)})  # fmt: skip
     assert run.returncode != 0
-    assert read(run.stdout + run.stderr) == [
-        "mpirun: could not start its daemon on a worker: Host key verification failed."
-    ], run.stdout + run.stderr
+    (said,) = read(run.stdout + run.stderr)
+    assert said.startswith(
+        "mpirun: could not start its daemon on a worker: llm-operator-launch-agent: worker.invalid:2222: "
+        "does not resolve"
+    ), run.stdout + run.stderr

@@ -135,7 +135,7 @@ def test_clients_of_its_namespace_reach_the_serving_ports_and_only_monitoring_th
             assert not admitted(policies, pod, NEIGHBOUR, 8002)
             assert admitted(policies, pod, MONITORING, 8002)
             assert not admitted(policies, pod, NODE_PROMETHEUS, 8002), "not a configured peer"
-            assert not admitted(policies, pod, NEIGHBOUR, 2222), "single-node pods run no launch agent: closed"
+            assert not admitted(policies, pod, NEIGHBOUR, 2222), "single pods run no launch agent"
             assert not admitted(policies, pod, Source("default", pod), 2222), "not even from its own kind"
 
 

@@ -152,7 +152,7 @@ async def test_a_restarted_operator_writes_nothing_where_nothing_changed_and_res
     assert writes == [
         ("create", "Secret", "tiny-llama-adminkey-uid-1"),
         ("create", "Secret", "llama31-405b-adminkey-uid-2"),
-        ("create", "Secret", "llama31-405b-sshkeys-uid-2"),
+        ("create", "Secret", "llama31-405b-launch-uid-2"),
     ]
 
     # Edited while no operator ran: the edit is someone else's, so that object alone is applied.
@@ -398,21 +398,20 @@ def multi_node() -> dict[str, Any]:
     return body
 
 
-async def test_multi_node_groups_get_one_ssh_identity_made_once(caplog: pytest.LogCaptureFixture) -> None:
+async def test_multi_node_groups_get_one_launch_identity_made_once(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     kube, reconciler = await operator_with_nodes()
     key = kube.add_deployment(multi_node())
     await reconcile(kube, reconciler, key)
     await reconcile(kube, reconciler, key)
 
-    (secret,) = (s for name, s in kube.of_kind("Secret").items() if "-sshkeys-" in name)
+    (secret,) = (s for name, s in kube.of_kind("Secret").items() if "-launch-" in name)
     owner = kube.objects[("LLMDeployment", *key)]
     assert secret["metadata"]["ownerReferences"][0]["uid"] == owner["metadata"]["uid"]
-    keys = {"id_ed25519", "authorized_keys", "ssh_host_ed25519_key", "known_hosts"}
-    assert set(secret["stringData"]) == keys
-    assert secret["stringData"]["id_ed25519"].startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
-    ssh_writes = [w for w in kube.writes if w[1] == "Secret" and "-sshkeys-" in w[2]]
-    assert ssh_writes == [("create", "Secret", secret["metadata"]["name"])]
+    assert set(secret["stringData"]) == {"leader.crt", "leader.key", "worker.crt", "worker.key"}
+    assert secret["stringData"]["leader.key"].startswith("-----BEGIN PRIVATE KEY-----")
+    writes = [w for w in kube.writes if w[1] == "Secret" and "-launch-" in w[2]]
+    assert writes == [("create", "Secret", secret["metadata"]["name"])]
     assert "PRIVATE KEY" not in caplog.text
 
     restarted = Reconciler(kube, OperatorConfig.from_env())  # an operator restart: memory is gone
@@ -422,24 +421,24 @@ async def test_multi_node_groups_get_one_ssh_identity_made_once(caplog: pytest.L
     await reconcile(kube, restarted, key)
     assert ("create", "Secret", secret["metadata"]["name"]) in kube.take_writes()
     assert kube.of_kind("Secret")[secret["metadata"]["name"]] == secret, "the key is never replaced"
-    assert owner["status"]["sshSecret"] == secret["metadata"]["name"], "how a restarted operator knows it"
+    assert owner["status"]["launchSecret"] == secret["metadata"]["name"], "how a restarted operator knows it"
 
 
 async def test_a_secret_under_the_operators_name_that_it_did_not_create_is_never_mounted() -> None:
     kube, reconciler = await operator_with_nodes()
     key = kube.add_deployment(multi_node())
     uid = kube.objects[("LLMDeployment", *key)]["metadata"]["uid"]
-    name = f"llama31-405b-sshkeys-{uid}"
+    name = f"llama31-405b-launch-{uid}"
     # Created first by someone who may create Secrets here and read the deployment's UID.
     foreign = {"kind": "Secret", "metadata": {"name": name, "namespace": key[0]}}
     kube.objects[("Secret", key[0], name)] = foreign
     await reconcile(kube, reconciler, key)
 
     status = kube.objects[("LLMDeployment", *key)]["status"]
-    assert (status["phase"], status["reason"]) == ("Failed", "SshSecretNotOwned")
+    assert (status["phase"], status["reason"]) == ("Failed", "LaunchSecretNotOwned")
     assert f'Secret "{name}" exists but this LLMDeployment did not create it' in status["message"]
     assert "delete that Secret" in status["message"]
-    assert "sshSecret" not in status
+    assert "launchSecret" not in status
     assert not kube.of_kind("StatefulSet") and not kube.of_kind("LeaderWorkerSet"), "no pod mounts it"
 
     # Still refused on the next pass, and by a restarted operator.
@@ -447,14 +446,14 @@ async def test_a_secret_under_the_operators_name_that_it_did_not_create_is_never
     _, restarted = await operator_with_nodes(kube)
     await kube.list_to(restarted)  # its watches list what exists (the model cache index too)
     await reconcile(kube, restarted, key)
-    assert kube.objects[("LLMDeployment", *key)]["status"]["reason"] == "SshSecretNotOwned"
+    assert kube.objects[("LLMDeployment", *key)]["status"]["reason"] == "LaunchSecretNotOwned"
     assert not kube.of_kind("StatefulSet")
 
     # Deleted: the operator makes its own and the groups start.
     del kube.objects[("Secret", key[0], name)]
     await reconcile(kube, restarted, key)
     assert kube.objects[("Secret", key[0], name)]["metadata"]["ownerReferences"][0]["uid"] == uid
-    assert kube.objects[("LLMDeployment", *key)]["status"]["sshSecret"] == name
+    assert kube.objects[("LLMDeployment", *key)]["status"]["launchSecret"] == name
     assert kube.of_kind("StatefulSet")
 
 

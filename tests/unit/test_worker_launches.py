@@ -20,7 +20,8 @@ from llm_operator.runtime.supervisor import LAUNCHER_PID_FILE
 
 from tests.unit.test_launcher import MULTI, alive, config
 
-AGENT, ORTED, RANK = ["python3", "-m", "llm_operator.runtime.launch_agent", "--serve"], ["orted", "-mca"], ["python3", "-m", "r"]
+AGENT = ["python3", "-m", "llm_operator.runtime.launch_agent", "--serve"]
+ORTED, RANK = ["orted", "-mca"], ["python3", "-m", "r"]
 
 
 def test_every_launch_but_the_newest_is_stale_with_all_under_it() -> None:
@@ -37,9 +38,9 @@ def test_every_launch_but_the_newest_is_stale_with_all_under_it() -> None:
     assert stale_launches({k: v for k, v in table.items() if k < 20}, 1, 2, started) == []  # one world
 
 
-# The launch agent's stand-in: two launches whose orteds (sleeps) leave their sessions, as Open MPI's do, one a
-# second after the other; the listener stays.
-FAKE_SSHD = """
+# The launch agent's stand-in: two launches whose orteds (sleeps) leave their sessions, as Open
+# MPI's do, one a second after the other; the listener stays.
+FAKE_AGENT = """
 ( sleep 60 & )
 sleep 1
 ( sleep 61 & )
@@ -51,7 +52,8 @@ from llm_operator.runtime.supervisor import Policy, Stop, Supervisor, become_sub
 stop = Stop()
 stop.install()
 become_subreaper()
-sys.exit(Supervisor(["bash", "-c", sys.argv[1]], Policy.FOLLOW_LEADER, 1, stop, name="the launch agent").run())
+name = "the launch agent"
+sys.exit(Supervisor(["bash", "-c", sys.argv[1]], Policy.FOLLOW_LEADER, 1, stop, name=name).run())
 """
 
 
@@ -79,7 +81,7 @@ def _ancestors(pid: int) -> list[str]:
 
 
 def test_a_worker_ends_an_earlier_launch_when_a_new_one_logs_in() -> None:
-    proc = subprocess.Popen([sys.executable, "-c", SUPERVISE, FAKE_SSHD], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", SUPERVISE, FAKE_AGENT], stderr=subprocess.PIPE, text=True)
     try:
         deadline, seen = time.monotonic() + 20, {}
         while "61" not in seen and time.monotonic() < deadline:

@@ -121,8 +121,8 @@ def run_session(conn: ssl.SSLSocket, command: str, environ: Mapping[str, str]) -
                 exited_at = time.monotonic()
             if exited_at is not None and time.monotonic() - exited_at > DRAIN_SECONDS:
                 break
-            readable, _, _ = select.select([*channels, conn], [], [], 0.2)
-            if conn in readable and _peer_closed(conn):
+            readable, _, _ = select.select([*channels, conn.fileno()], [], [], 0.2)
+            if conn.fileno() in readable and _peer_closed(conn):
                 raise ConnectionError("the leader hung up")
             for fd in readable:
                 if fd in channels:
@@ -219,7 +219,7 @@ def launch(host: str, command: str, identity: Path, port: int) -> int:
                 channel, size = FRAME.unpack(_recv_exact(conn, FRAME.size))
                 data = _recv_exact(conn, size)
                 if channel == EXIT:
-                    (code,) = struct.unpack(">i", data)
+                    code = int(struct.unpack(">i", data)[0])
                     return code if code >= 0 else 128 - code
                 out[channel].write(data)
                 out[channel].flush()

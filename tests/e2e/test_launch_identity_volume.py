@@ -1,12 +1,13 @@
-"""The multi-node SSH identity as the real kubelet mounts it: the Secret volume of a rendered
+"""The multi-node launch identity as the real kubelet mounts it: the Secret volume of a rendered
 leader and worker pod (items, defaultMode 0440, the pod's fsGroup) in a namespace enforcing
-restricted Pod Security, read by the launcher's own preparation as the image's non-root user with
-a read-only root filesystem.
+restricted Pod Security, loaded into the launch agent's own TLS contexts as the image's non-root
+user with a read-only root filesystem.
 
 Multi-node serving needs GPUs, so the pods here are the rendered templates with their GPU parts
-taken out and the launcher's SSH preparation as their command, on the cpu-runtime image, running
-as NVIDIA's images are run (uid 1000) from the copy their init container makes; the real sshd and
-ssh with the same file layout run in tests/unit/test_multi_node_ssh.py.
+taken out and the launch agent's context set-up as their command, on the cpu-runtime image, running
+as NVIDIA's images are run (uid 1000) from the copy their init container makes; the agent itself
+runs over real TLS in tests/unit/test_launch_agent.py and between real pods in
+tests/e2e/test_cpu_multi_node.py.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 from llm_operator import contract
 from llm_operator.api.v1alpha1 import LLMDeployment, LLMDeploymentSpec
-from llm_operator.controller.secrets.ssh import ssh_secret
+from llm_operator.controller.secrets.launch import launch_secret
 from llm_operator.images import Images, launcher_image
 from llm_operator.plan.types import PoolPlan
 from llm_operator.render.inject import INJECT_VOLUME
@@ -38,27 +39,26 @@ UID = "5e1f2a3b-0c4d-4e5f-8a9b-0c1d2e3f4a5b"
 SPEC = LLMDeploymentSpec.model_validate(
     {"model": {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "source": {"uri": "pvc://models/m"}}}
 )
-# What the launcher does with the volume before sshd or ssh start, then what it left.
+# What the launch agent does with the volume (its TLS context, from the role's files), and the files.
 PROBE = """
 import json, os, pathlib
+from llm_operator.runtime import launch_agent
 from llm_operator.runtime.config import PodConfig
-from llm_operator.runtime.ssh import prepare_client, prepare_sshd
 c = PodConfig.from_env(os.environ)
-prepare_sshd(c, os.environ) if c.role == "worker" else prepare_client(c)
+identity = pathlib.Path(c.launch_identity_dir)
+(launch_agent.server_context if c.role == "worker" else launch_agent.client_context)(identity)
 def stat(d):
     return {p.name: [p.stat().st_mode & 0o777, p.stat().st_uid, p.stat().st_gid]
             for p in pathlib.Path(d).iterdir() if not p.name.startswith("..")}
-run_mode = pathlib.Path(c.runtime_dir).stat().st_mode & 0o777
-print(json.dumps({"uid": os.getuid(), "groups": os.getgroups(), "secret": stat(c.ssh_dir),
-                  "run": stat(c.runtime_dir), "run_mode": run_mode}))
+print(json.dumps({"uid": os.getuid(), "groups": os.getgroups(), "secret": stat(identity)}))
 """
 
 
 def probe_pod(name: str, template: dict[str, Any]) -> dict[str, Any]:
-    """The rendered pod, its SSH volume, emptyDirs and security settings kept, GPU parts out."""
+    """The rendered pod, its launch identity volume, emptyDirs and security settings kept, GPU parts out."""
     spec = copy.deepcopy(template["spec"])
     (container,) = spec["containers"]
-    keep = {contract.SSH_VOLUME, "tmp", "home", INJECT_VOLUME}
+    keep = {contract.LAUNCH_VOLUME, "tmp", "home", INJECT_VOLUME}
     spec["volumes"] = [v for v in spec["volumes"] if v["name"] in keep]
     container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] in keep]
     for key in ("startupProbe", "readinessProbe", "livenessProbe", "lifecycle", "resources"):
@@ -84,7 +84,7 @@ def test_each_role_reads_only_its_half_of_the_identity_through_the_fs_group(
             "spec": SPEC.model_dump(by_alias=True),
         }
     )
-    secret = ssh_secret(ld)
+    secret = launch_secret(ld)
     del secret["metadata"]["ownerReferences"]  # no such LLMDeployment: the collector would delete it
     images = Images("runtime", "cpu-runtime", "builder", "1.1.0", launcher_image(LAUNCHER_REPOSITORY))
     engine = engine_location("pvc://llm-engine-cache/engines", "llama-fp8-tp8pp2-sm90-abc")
@@ -108,18 +108,10 @@ def test_each_role_reads_only_its_half_of_the_identity_through_the_fs_group(
         assert pod is not None and pod["status"]["phase"] == "Succeeded", logs
         seen[role] = json.loads(logs.strip().splitlines()[-1])
 
-    for role, keys in (("leader", contract.LEADER_SSH_KEYS), ("worker", contract.WORKER_SSH_KEYS)):
+    for role, keys in (("leader", contract.LEADER_LAUNCH_FILES), ("worker", contract.WORKER_LAUNCH_FILES)):
         out = seen[role]
         assert out["uid"] == NVIDIA_UID and SECRET_FS_GROUP in out["groups"], (
             "the pod's user, with the fsGroup"
         )
         # The kubelet's layout: root's files, readable by the fsGroup only, this role's keys only.
         assert out["secret"] == {k: [0o440, 0, SECRET_FS_GROUP] for k in keys}
-        # The launcher's copies: 0400 files of the user's in a 0700 directory.
-        assert out["run_mode"] == 0o700
-        copies = {k: v for k, v in out["run"].items() if k in keys}
-        assert copies == {k: [0o400, NVIDIA_UID, v[2]] for k, v in copies.items()} and set(copies) == set(
-            keys
-        )
-    assert contract.SSH_PRIVATE_KEY not in seen["worker"]["run"]
-    assert contract.SSH_HOST_KEY not in seen["leader"]["run"]
