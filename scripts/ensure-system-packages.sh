@@ -6,7 +6,6 @@
 #   libopenblas0-serial  the BLAS that torch multiplies with, as in the cpu-runtime image (Debian's
 #                    default is the reference BLAS, 7x slower)
 #   openmpi-bin      mpirun, which launches TensorRT-LLM's ranks in the serving pods
-#   openssh-server   sshd, which multi-node workers run for the leader's mpirun
 #   containerd, runc, containernetworking-plugins, nftables, iptables
 #                    the embedded cluster's real node (e2e/cluster/node.py): container runtime, CNI
 #                    bridge/host-local/portmap, kube-proxy's nftables mode (portmap uses iptables)
@@ -18,7 +17,7 @@
 #   apache2-utils    htpasswd: the bcrypt password file of the test world's registry
 # Needs root or passwordless sudo once; later runs only ask dpkg (milliseconds).
 set -euo pipefail
-packages=(libpython3.11 python3-torch libopenblas0-serial openmpi-bin openssh-server openssh-client
+packages=(libpython3.11 python3-torch libopenblas0-serial openmpi-bin
   containerd runc containernetworking-plugins nftables iptables ipset busybox-static debootstrap gcc libc6-dev apache2-utils)
 missing=()
 for p in "${packages[@]}"; do
@@ -42,6 +41,3 @@ if [ ${#missing[@]} -gt 0 ]; then
     || { echo "ensure-system-packages: apt-get install ${missing[*]} failed" >&2; exit 1; }
   echo "ensure-system-packages: installed in $((SECONDS - start)) s" >&2
 fi
-# sshd refuses to start as root without its privilege-separation directory, which only the init
-# system creates; containers and CI machines have none.
-if [ "$(id -u)" = 0 ] && [ ! -d /run/sshd ]; then mkdir -p -m 0755 /run/sshd; fi

@@ -26,7 +26,7 @@ SIMULATED_GPU_POOL_MODULES = frozenset(
     f"test_{name}.py"
     for name in (
         "admission", "cluster", "cluster_knowledge", "gitops", "monitoring_stack", "operator",
-        "placement", "random_specs", "ssh_volume",
+        "placement", "random_specs", "launch_identity_volume",
     )
 )  # fmt: skip
 # The directory the xdist controller made for this run's shared operator; set only in its workers.

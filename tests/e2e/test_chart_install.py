@@ -297,7 +297,7 @@ def serve_two_namespaces(
             made = kubectl.items("secrets", second, "app.kubernetes.io/instance=group")
             assert sorted(s["metadata"]["labels"]["app.kubernetes.io/component"] for s in made) == [
                 "admin-key",
-                "ssh-identity",
+                "launch-identity",
             ]
             assert {s["metadata"]["ownerReferences"][0]["uid"] for s in made} == {ready["metadata"]["uid"]}
         text = wait_for(

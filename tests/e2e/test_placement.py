@@ -213,20 +213,23 @@ def test_a_failed_member_recreates_its_whole_group_and_no_other(
 
     before = {g: uids(g, pods) for g in ("0", "1")}
     assert all(set(b) == {"leader", "worker"} for b in before.values()), before
-    # Every member mounts the group's SSH identity: one Secret, made and owned by the operator.
+    # Every member mounts the group's launch identity: one Secret, made and owned by the operator.
     owner = kubectl.get("llmdeployment", "group", namespace)
     assert owner is not None
     (secret_name,) = {v["secret"]["secretName"] for p in pods for v in p["spec"]["volumes"] if "secret" in v}
     secret = kubectl.get("secret", secret_name, namespace)
     assert secret is not None, f"pods mount {secret_name}, which does not exist"
     assert [r["uid"] for r in secret["metadata"]["ownerReferences"]] == [owner["metadata"]["uid"]]
-    assert set(secret["data"]) == {"id_ed25519", "authorized_keys", "ssh_host_ed25519_key", "known_hosts"}
-    assert owner["status"]["sshSecret"] == secret_name, "what tells the operator the Secret is its own"
-    # Each role mounts its half only: a worker never the client key, a leader never the host key.
-    mine = {"leader": ["id_ed25519", "known_hosts"], "worker": ["ssh_host_ed25519_key", "authorized_keys"]}
+    assert set(secret["data"]) == {"leader.crt", "leader.key", "worker.crt", "worker.key"}
+    assert owner["status"]["launchSecret"] == secret_name, "what tells the operator the Secret is its own"
+    # Each role mounts its half only: a worker never the leader's key, a leader never the workers'.
+    mine = {
+        "leader": ["leader.crt", "leader.key", "worker.crt"],
+        "worker": ["worker.crt", "worker.key", "leader.crt"],
+    }
     for p in pods:
-        (ssh,) = [v["secret"] for v in p["spec"]["volumes"] if "secret" in v]
-        assert [i["key"] for i in ssh["items"]] == mine[p["metadata"]["labels"]["llmoperator.io/role"]]
+        (identity,) = [v["secret"] for v in p["spec"]["volumes"] if "secret" in v]
+        assert [i["key"] for i in identity["items"]] == mine[p["metadata"]["labels"]["llmoperator.io/role"]]
     worker = next(
         p["metadata"]["name"]
         for p in pods

@@ -16,7 +16,7 @@ from llm_operator.runtime.commands import rank_places
 from llm_operator.runtime.config import PodConfig
 from llm_operator.runtime.mpi_report import MpiReport
 
-from tests.unit.launch_identities import OPERATOR
+from tests.unit.launch_identities import OPERATOR, role_dirs
 
 PLACES = ("lead-0", "lead-g0-1.pods.ns.svc")
 
@@ -118,10 +118,13 @@ def test_real_mpirun_forwards_what_the_agent_said_when_a_worker_is_not_reached(t
     names the agent's reason."""
     assert MPIRUN is not None
     agent = f"{sys.executable} -m llm_operator.runtime.launch_agent"
-    run = subprocess.run([MPIRUN, "--allow-run-as-root", "--mca", "plm_rsh_agent", agent, "--mca",
+    leader, _ = role_dirs(tmp_path)
+    run = subprocess.run([MPIRUN, "--allow-run-as-root", "--mca", "plm_rsh_agent", agent,
+                          "--mca", "orte_keep_fqdn_hostnames", "1", "--mca",
                           "plm_rsh_no_tree_spawn", "1", "--host", "localhost:1,worker.invalid:1", "-n", "2",
                           "sleep", "5"], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PYTHONPATH": str(OPERATOR)})  # fmt: skip
+                         env={**os.environ, "PYTHONPATH": str(OPERATOR),
+                              "LLMOP_LAUNCH_IDENTITY_DIR": str(leader)})  # fmt: skip
     assert run.returncode != 0
     (said,) = read(run.stdout + run.stderr)
     assert said.startswith(

@@ -295,9 +295,7 @@ def _volumes(
         )
     if pool.pods_per_replica > 1:
         # The deployment's launch identity (the controller creates the Secret), each role only its
-        # half: the leader's mpirun proves itself to its workers' launch agents with the leader's
-        # key and checks their certificate; a worker never holds the leader's key, nor a leader
-        # the workers'.
+        # half: a leader holds its own key and the workers' certificate, a worker the reverse.
         keys = contract.LEADER_LAUNCH_FILES if leader else contract.WORKER_LAUNCH_FILES
         volumes.append(
             {
