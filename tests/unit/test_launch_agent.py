@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -131,6 +132,55 @@ def test_nothing_listening_and_an_unknown_name_are_said_in_one_line(group: Group
     assert "connection refused (no launch agent listening" in refused.stderr
     unknown = group.launch("true", host="worker.invalid")
     assert unknown.returncode == launch_agent.EXIT_UNREACHED and "does not resolve" in unknown.stderr
+
+
+def test_a_launch_runs_only_on_the_pod_its_leader_meant(group: Group, tmp_path: Path) -> None:
+    """Every leader of a deployment holds the same identity: the name the leader used must be this
+    pod's (its host name; the pods' DNS names start with it), or a stale record or a reused address
+    would start one group's world on another group's worker."""
+    group.serve()
+    me = socket.gethostname()
+    assert me != "localhost" and socket.gethostbyname(me).startswith("127.")
+    assert group.launch("true", host=me).returncode == 0
+    wrong = group.launch("touch", str(tmp_path / "ran"), host="localhost")
+    assert wrong.returncode == launch_agent.EXIT_UNREACHED and not (tmp_path / "ran").exists()
+    why = f"reached {me}, not localhost (a stale DNS record, or an address another pod has now): nothing run"
+    assert wrong.stderr == f"{launch_agent.PROGRAM}: localhost:{group.port}: {why}\n"
+    assert f"refused a launch from 127.0.0.1: reached {me}, not localhost" in group.stop()
+
+
+@pytest.mark.parametrize(
+    ("host", "pod", "refused"),
+    [("w-g0-1.w-pods.ns.svc", "w-g0-1", False), ("w-g1-1.w-pods.ns.svc", "w-g0-1", True),
+     ("w-g0-1", "w-g0-1", False), ("10.1.2.3", "w-g0-1", False), ("[fd00::1]", "w-g0-1", False)],
+)  # fmt: skip
+def test_the_name_a_leader_meant_is_matched_by_its_first_label(host: str, pod: str, refused: bool) -> None:
+    assert (launch_agent.not_this_pod(host, pod) is not None) == refused
+
+
+def test_probes_and_strangers_cost_a_slot_for_a_moment_and_never_end_the_agent(
+    group: Group, tmp_path: Path
+) -> None:
+    """The leader's wait for its workers connects and closes (not logged); a peer without the
+    identity is refused and logged; more idle connections than the agent's slots are closed unread,
+    and once they go the leader launches as before."""
+    server = group.serve()
+    with socket.create_connection(("127.0.0.1", group.port)):
+        pass
+    stranger, _ = role_dirs(tmp_path / "other")
+    assert group.launch("true", identity=stranger).returncode == launch_agent.EXIT_UNREACHED
+    idle = [
+        socket.create_connection(("127.0.0.1", group.port)) for _ in range(launch_agent.MAX_CONNECTIONS + 8)
+    ]
+    time.sleep(0.5)
+    assert server.poll() is None
+    for s in idle:
+        s.close()
+    time.sleep(0.5)
+    assert group.launch("true").returncode == 0
+    err = group.stop()
+    assert err.count("refused a connection from 127.0.0.1") == 1, err
+    assert "ended" not in err.replace("ended with status", ""), err
 
 
 def test_a_leader_that_hangs_up_ends_its_command_on_the_worker(group: Group, tmp_path: Path) -> None:

@@ -5,10 +5,11 @@ its remote launch agent (`--mca plm_rsh_agent`), the way it would call ssh: `age
 
 One connection carries one command. Both ends prove who they are with mutual TLS 1.3 and trust
 exactly the other's certificate from the deployment's launch Secret (contract.LEADER_LAUNCH_FILES,
-WORKER_LAUNCH_FILES): only this deployment's leader launches here, and the leader talks only to its
-own workers, whatever name it reaches them by. The worker runs the command as `/bin/sh -c` (as sshd
-runs a session's command through the user's shell) in its own container's environment, relays its
-stdout and stderr, and ends with its exit status; a connection that drops first ends the command's
+WORKER_LAUNCH_FILES): only this deployment's leaders launch here, a leader talks only to this
+deployment's workers, and a worker runs a launch only when the leader meant this pod by its name.
+The worker runs the command as `/bin/sh -c` (as sshd runs a session's command through the user's
+shell) in its own container's environment, relays its stdout and stderr, and ends with its exit
+status; a connection that drops first ends the command's
 process group, as sshd hangs up a session.
 
 Standard library only (the serving images).
@@ -18,8 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import os
-import select
+import selectors
 import signal
 import socket
 import ssl
@@ -42,7 +44,8 @@ SESSION_TITLE = "llm-operator-launch-session"
 PROGRAM = "llm-operator-launch-agent"
 # ssh's status when it cannot connect or authenticate: mpirun reads any non-zero as a failed launch.
 EXIT_UNREACHED = 255
-MAX_COMMAND_BYTES = 1 << 20  # orted's command line is a few KiB
+MAX_REQUEST_BYTES = 1 << 20  # orted's command line is a few KiB
+MAX_CONNECTIONS = 32  # a leader opens one per launch
 HANDSHAKE_SECONDS = 10.0
 CONNECT_SECONDS = 10.0
 # After the command exits: how long a process it left behind may keep the output pipes open
@@ -84,54 +87,95 @@ def _recv_exact(conn: ssl.SSLSocket, size: int) -> bytes:
     return data
 
 
-def _read_command(conn: ssl.SSLSocket) -> str:
+def _read_request(conn: ssl.SSLSocket) -> tuple[str, str]:
+    """The host the leader meant and the command, from the leader's one request."""
     (size,) = struct.unpack(">I", _recv_exact(conn, 4))
-    if size > MAX_COMMAND_BYTES:
-        raise ValueError(f"a command of {size} bytes (at most {MAX_COMMAND_BYTES})")
-    return _recv_exact(conn, size).decode()
+    if size > MAX_REQUEST_BYTES:
+        raise ValueError(f"a request of {size} bytes (at most {MAX_REQUEST_BYTES})")
+    request = json.loads(_recv_exact(conn, size))
+    host, command = request.get("host"), request.get("command")
+    if not (isinstance(host, str) and isinstance(command, str)):
+        raise ValueError("a request without a host and a command")
+    return host, command
+
+
+def _keepalive(sock: socket.socket) -> None:
+    """A peer whose node is gone is noticed in about a minute, not never."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, option):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+
+
+def not_this_pod(host: str, hostname: str) -> str | None:
+    """Why a launch meant for `host` must not run on the pod named `hostname`: every leader of the
+    deployment holds the same identity, so a leader that reached this pod by a stale DNS record, or
+    an address another group's pod now has, would start its world on the wrong worker (and end that
+    worker's own, processes.py stale_launches). None when `host` names this pod, or is an address
+    (which names no pod)."""
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(host.strip("[]"))
+        return None
+    meant, mine = host.partition(".")[0], hostname.partition(".")[0]
+    if meant == mine:
+        return None
+    return f"reached {mine}, not {meant} (a stale DNS record, or an address another pod has now): nothing run"
 
 
 def _peer_closed(conn: ssl.SSLSocket) -> bool:
-    """The leader sends nothing after its command: readable means it hung up."""
+    """The leader sends nothing after its request: readable means it hung up (a TLS record that
+    carries no data, nothing to read yet, means it did not)."""
+    conn.setblocking(False)
     try:
         return not conn.recv(1)
-    except (ssl.SSLError, OSError):
+    except ssl.SSLWantReadError:
+        return False
+    except OSError:  # ssl.SSLError is one
         return True
+    finally:
+        conn.setblocking(True)
 
 
 def run_session(conn: ssl.SSLSocket, command: str, environ: Mapping[str, str]) -> int:
     """Run one command for the leader on this connection and relay its output; its exit status as
     os.waitstatus_to_exitcode gives it (negative: killed by that signal). Raises ConnectionError
-    when the leader hangs up first, after ending the command's process group."""
-    process = subprocess.Popen(
-        [SESSION_TITLE, "-c", command],
-        executable="/bin/sh",
-        env=dict(environ),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    assert process.stdout is not None and process.stderr is not None
-    channels = {process.stdout.fileno(): STDOUT, process.stderr.fileno(): STDERR}
-    exited_at: float | None = None
+    when the leader hangs up before the command exits, after ending the command's process group."""
     try:
-        while channels:
-            if exited_at is None and process.poll() is not None:
-                exited_at = time.monotonic()
-            if exited_at is not None and time.monotonic() - exited_at > DRAIN_SECONDS:
-                break
-            readable, _, _ = select.select([*channels, conn.fileno()], [], [], 0.2)
-            if conn.fileno() in readable and _peer_closed(conn):
-                raise ConnectionError("the leader hung up")
-            for fd in readable:
-                if fd in channels:
-                    data = os.read(fd, 65536)
+        process = subprocess.Popen(
+            [SESSION_TITLE, "-c", command],
+            executable="/bin/sh",
+            env=dict(environ),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as e:
+        _send(conn, STDERR, f"{PROGRAM}: {socket.gethostname()} cannot start the command: {e}\n".encode())
+        return EXIT_UNREACHED
+    assert process.stdout is not None and process.stderr is not None
+    open_pipes, exited_at = 2, None
+    try:
+        with selectors.DefaultSelector() as selector:
+            selector.register(conn, selectors.EVENT_READ)
+            selector.register(process.stdout, selectors.EVENT_READ, STDOUT)
+            selector.register(process.stderr, selectors.EVENT_READ, STDERR)
+            while True:
+                if exited_at is None and process.poll() is not None:
+                    exited_at = time.monotonic()
+                if exited_at is not None and (not open_pipes or time.monotonic() - exited_at > DRAIN_SECONDS):
+                    return process.wait()
+                for key, _ in selector.select(timeout=0.2):
+                    if key.data is None:
+                        if exited_at is None and _peer_closed(conn):
+                            raise ConnectionError("the leader hung up")
+                        continue
+                    data = os.read(key.fd, 65536)
                     if data:
-                        _send(conn, channels[fd], data)
+                        _send(conn, key.data, data)
                     else:
-                        del channels[fd]
-        return process.wait()
+                        selector.unregister(key.fileobj)
+                        open_pipes -= 1
     finally:
         process.stdout.close()
         process.stderr.close()
@@ -145,36 +189,65 @@ def _log(message: str) -> None:
     print(f"{PROGRAM}: {message}", file=sys.stderr, flush=True)
 
 
-def _handle(raw: socket.socket, context: ssl.SSLContext, environ: Mapping[str, str]) -> None:
-    address = ipaddress.ip_address(raw.getpeername()[0].partition("%")[0])
-    peer = str(getattr(address, "ipv4_mapped", None) or address)  # as the leader's pod IP reads
+def _handle(raw: socket.socket, context: ssl.SSLContext, environ: Mapping[str, str], port: int) -> None:
     try:
+        address = ipaddress.ip_address(raw.getpeername()[0].partition("%")[0])
+        peer = str(getattr(address, "ipv4_mapped", None) or address)  # as the leader's pod IP reads
+        _keepalive(raw)
         raw.settimeout(HANDSHAKE_SECONDS)
-        with context.wrap_socket(raw, server_side=True) as conn:
-            command = _read_command(conn)
+        try:
+            conn = context.wrap_socket(raw, server_side=True)
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError, ConnectionError):
+            return  # a port probe (a leader waiting for its workers) or a peer gone: nothing to say
+        except OSError as e:
+            _log(f"refused a connection from {peer}: {e}")  # no certificate, or not the leader's
+            return
+        with conn:
+            host, command = _read_request(conn)
             conn.settimeout(None)
+            wrong = not_this_pod(host, socket.gethostname())
+            if wrong:
+                _log(f"refused a launch from {peer}: {wrong}")
+                _send(conn, STDERR, f"{PROGRAM}: {host}:{port}: {wrong}\n".encode())
+                _send(conn, EXIT, struct.pack(">i", EXIT_UNREACHED))
+                return
             _log(f"a launch from {peer}: {command[:160]}")
             code = run_session(conn, command, environ)
             if code:
                 _log(f"the launch from {peer} ended with status {code}")
             _send(conn, EXIT, struct.pack(">i", code))
-    except (OSError, ValueError, UnicodeDecodeError) as e:  # ssl.SSLError is an OSError
-        _log(f"a connection from {peer} ended: {e}")
+    except (OSError, ValueError) as e:  # ssl.SSLError is an OSError; json's errors are ValueErrors
+        _log(f"a connection ended: {e}")
     finally:
         raw.close()
 
 
+def _listen(port: int) -> socket.socket:
+    if socket.has_dualstack_ipv6():
+        with contextlib.suppress(OSError):  # a pod without an IPv6 address
+            return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
+    return socket.create_server(("", port))
+
+
 def serve(identity: Path, port: int, environ: Mapping[str, str]) -> int:
-    """Accept launches until SIGTERM (the pod stopping: no new launch; running ones finish)."""
+    """Accept launches until SIGTERM (the pod stopping: no new launch; running ones get a few seconds
+    to end, orted leaving its session at once). A peer that cannot authenticate costs a connection
+    slot for at most the handshake's timeout; beyond MAX_CONNECTIONS at once, connections are
+    closed unread, and nothing a peer does ends the agent (whose exit would end the worker's world)."""
     context = server_context(identity)
-    try:
-        listener = socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
-    except OSError:  # a pod without IPv6
-        listener = socket.create_server(("", port))
+    listener = _listen(port)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     listener.settimeout(0.5)
-    _log(f"listening on port {port}: for this group's leader only (mutual TLS)")
+    _log(f"listening on port {port}: for this deployment's leaders only (mutual TLS)")
+    slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def handle(raw: socket.socket) -> None:
+        try:
+            _handle(raw, context, environ, port)
+        finally:
+            slots.release()
+
     sessions: list[threading.Thread] = []
     with listener:
         while not stopping.is_set():
@@ -182,11 +255,24 @@ def serve(identity: Path, port: int, environ: Mapping[str, str]) -> int:
                 raw, _ = listener.accept()
             except TimeoutError:
                 continue
-            session = threading.Thread(target=_handle, args=(raw, context, environ), daemon=True)
-            session.start()
+            except OSError as e:  # out of files, or an error accept(2) says to retry on
+                _log(f"accept: {e}")
+                time.sleep(0.5)
+                continue
+            if not slots.acquire(blocking=False):
+                raw.close()
+                continue
+            session = threading.Thread(target=handle, args=(raw,), daemon=True)
+            try:
+                session.start()
+            except RuntimeError:  # no thread to be had (the pod's pids limit)
+                slots.release()
+                raw.close()
+                continue
             sessions = [s for s in sessions if s.is_alive()] + [session]
+    deadline = time.monotonic() + HANDSHAKE_SECONDS
     for session in sessions:
-        session.join(timeout=HANDSHAKE_SECONDS)
+        session.join(timeout=max(0.0, deadline - time.monotonic()))
     return 0
 
 
@@ -209,10 +295,11 @@ def launch(host: str, command: str, identity: Path, port: int) -> int:
         return fail("connection refused (no launch agent listening: the worker is starting or stopping)")
     except OSError as e:
         return fail(f"cannot connect ({e.strerror or e})")
+    _keepalive(raw)
     try:
         with context.wrap_socket(raw) as conn:
-            payload = command.encode()
-            conn.sendall(struct.pack(">I", len(payload)) + payload)
+            request = json.dumps({"host": host, "command": command}).encode()
+            conn.sendall(struct.pack(">I", len(request)) + request)
             conn.settimeout(None)
             out = {STDOUT: sys.stdout.buffer, STDERR: sys.stderr.buffer}
             while True:
