@@ -31,19 +31,20 @@ def test_every_launch_but_the_newest_is_stale_with_all_under_it() -> None:
         20: (1, ORTED), 21: (20, RANK), 22: (20, RANK),  # the newest
         30: (2, [SESSION_TITLE, "-c", "x"]),  # a launch still in its agent's session: left alone
         31: (1, [SESSION_TITLE, "-c", "y"]),  # a session whose agent is gone: no launch either
+        60: (1, ["python3", "-c", "helper"]),  # a rank's double-forked helper, the newest: no launch
         40: (1, []),  # a zombie not reaped yet: no launch
     }  # fmt: skip
-    started = {10: 500, 20: 900, 31: 999, 40: 999}.__getitem__
+    started = {10: 500, 20: 900, 31: 999, 40: 999, 60: 999}.__getitem__
     assert sorted(stale_launches(table, 1, 2, started)) == [10, 11]
     assert stale_launches({k: v for k, v in table.items() if k < 20}, 1, 2, started) == []  # one world
 
 
-# The launch agent's stand-in: two launches whose orteds (sleeps) leave their sessions, as Open
+# The launch agent's stand-in: two launches whose orteds (sleeps titled orted) leave their sessions, as Open
 # MPI's do, one a second after the other; the listener stays.
 FAKE_AGENT = """
-( sleep 60 & )
+( exec -a orted sleep 60 & )
 sleep 1
-( sleep 61 & )
+( exec -a orted sleep 61 & )
 sleep 100
 """
 SUPERVISE = """
@@ -64,7 +65,7 @@ def sleeps(root: int) -> dict[str, int]:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
         except OSError:
             continue
-        if argv[0] == "sleep" and argv[1] in ("60", "61") and str(root) in _ancestors(int(pid)):
+        if argv[0] == "orted" and argv[1] in ("60", "61") and str(root) in _ancestors(int(pid)):
             found[argv[1]] = int(pid)
     return found
 
@@ -97,9 +98,10 @@ def test_a_worker_ends_an_earlier_launch_when_a_new_one_logs_in() -> None:
     assert "a new launch runs while an earlier one's processes still ran (1; its leader" in err, err
 
 
-# The launch agent's stand-in holding one launch: its orted (a sleep) leaves the session, as Open MPI's does.
+# The launch agent's stand-in holding one launch: its orted (a sleep titled orted) leaves the
+# session, as Open MPI's does.
 ONE_LAUNCH = """
-( sleep 60 & )
+( exec -a orted sleep 60 & )
 sleep 100
 """
 

@@ -4,11 +4,10 @@ images)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from llm_operator.runtime.launch_agent import SESSION_TITLE
 
 Table = Mapping[int, tuple[int, list[str]]]  # pid -> (parent pid, argv)
 
@@ -96,9 +95,9 @@ def start_time(pid: int, proc: Path = Path("/proc")) -> int:
         return 0
 
 
-def _in_session(argv: list[str]) -> bool:
-    """The shell of a launch agent's session (launch_agent.SESSION_TITLE)."""
-    return bool(argv) and argv[0] == SESSION_TITLE
+def _orted(argv: list[str]) -> bool:
+    """Open MPI's daemon as a leader's launch starts it on a worker (`<prefix>/bin/orted -mca ...`)."""
+    return bool(argv) and os.path.basename(argv[0]) == "orted"
 
 
 def stale_launches(
@@ -110,10 +109,11 @@ def stale_launches(
     orted per launch; every one but the newest, with everything under it, is stale. A leader
     launches once per world, so an older one still running means its leader is gone without ending
     it (a lost node, a partition: orted may wait on a dead TCP peer for hours, its ranks holding the
-    GPUs the new world's ranks need). Processes still inside a session are left alone: killing a
-    session's command would fail the launch it belongs to."""
+    GPUs the new world's ranks need). Only orteds count: a session's shell left under the launcher
+    (its agent gone) or a process a rank double-forked is no launch, and taking it for the newest
+    would end the running world's orted."""
     launches = [pid for pid, (ppid, argv) in table.items()
-                if ppid == root and pid != server and argv and not _in_session(argv)]  # fmt: skip
+                if ppid == root and pid != server and _orted(argv)]  # fmt: skip
     if len(launches) < 2:
         return []
     newest = max(launches, key=lambda pid: (started(pid), pid))
