@@ -38,8 +38,7 @@ from llm_operator.contract import ENV, LEADER_CERT, LEADER_KEY, WORKER_CERT, WOR
 # Each frame: channel (1 byte) and length (4 bytes), then the payload.
 FRAME = struct.Struct(">BI")
 STDOUT, STDERR, EXIT = 1, 2, 3
-# The process title of a session's shell: how the supervisor tells a launch still in its session
-# from one that has left it (processes.py stale_launches).
+# The process title of a session's shell, as `ps` in the worker shows it.
 SESSION_TITLE = "llm-operator-launch-session"
 PROGRAM = "llm-operator-launch-agent"
 # ssh's status when it cannot connect or authenticate: mpirun reads any non-zero as a failed launch.

@@ -15,15 +15,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.contract import LEADER_CERT, LEADER_KEY, WORKER_CERT, WORKER_KEY
 from llm_operator.controller.cluster.kube import KubeApi
+from llm_operator.controller.secrets.certificates import certificate, common_name, key_pem, pem
 from llm_operator.controller.secrets.owned_secret import OwnedSecret, secret_of
-from llm_operator.controller.secrets.picker_tls import certificate, common_name
 from llm_operator.plan.types import Plan, PlanningError
 from llm_operator.render import names
 
@@ -46,9 +46,7 @@ def _self_signed(name: str, usage: x509.ObjectIdentifier, now: datetime) -> tupl
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .sign(key, hashes.SHA256())
     )
-    pem = serialization.Encoding.PEM
-    private = key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    return cert.public_bytes(pem).decode(), private.decode()
+    return pem(cert), key_pem(key)
 
 
 def identities(now: datetime) -> dict[str, str]:

@@ -13,46 +13,23 @@ other owned Secrets it is never read back, logged or rendered; its name carries 
 from __future__ import annotations
 
 import ipaddress
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from llm_operator.api.v1alpha1 import LLMDeployment
 from llm_operator.controller.cluster.kube import KubeApi
+from llm_operator.controller.secrets.certificates import certificate, common_name, key_pem, pem
 from llm_operator.controller.secrets.owned_secret import OwnedSecret, secret_of
 from llm_operator.plan.types import PlanningError
 from llm_operator.render import names
 from llm_operator.render.router.envoy import PICKER_SERVER_NAME
 
 REASON = "PickerTlsSecretNotOwned"
-VALID_DAYS = 3650  # replaced by deleting the Secret (docs/routing.md), not by expiry
-SKEW = timedelta(minutes=5)  # nodes whose clocks run a little behind accept it at once
-
-
-def common_name(text: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])
-
-
-def certificate(
-    subject: x509.Name, issuer: x509.Name, public: Any, signer: ec.EllipticCurvePrivateKey, now: datetime
-) -> x509.CertificateBuilder:
-    return (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(public)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - SKEW)
-        .not_valid_after(now + timedelta(days=VALID_DAYS))
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()), critical=False
-        )
-    )
 
 
 def picker_certificates(service: str, namespace: str, now: datetime) -> dict[str, str]:
@@ -87,14 +64,7 @@ def picker_certificates(service: str, namespace: str, now: datetime) -> dict[str
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .sign(authority_key, hashes.SHA256())
     )
-    pem = serialization.Encoding.PEM
-    return {
-        "tls.crt": serving.public_bytes(pem).decode(),
-        "tls.key": key.private_bytes(
-            pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        ).decode(),
-        "ca.crt": ca.public_bytes(pem).decode(),
-    }
+    return {"tls.crt": pem(serving), "tls.key": key_pem(key), "ca.crt": pem(ca)}
 
 
 def picker_tls_secret(ld: LLMDeployment) -> dict[str, Any]:
