@@ -3,14 +3,14 @@
 Options: --sizes 100,500,1000,2000 (the operator's load curve; P4 is measured at 1000), --idle-seconds
 S (default 120, per size), --edits-at N (default 1000), --only
 planner|operator|autoscaling|canary|frontdoor|routing|cpu-models|waker|zero (P15 and P16, scale to
-zero: bench/zero.py).
+zero: bench/zero.py)|groups (P14, a multi-node group's recovery from a member's fault: bench/groups.py).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from bench import autoscaling, canary, cpu_models, frontdoor, operator, planner, routing, waker, zero
+from bench import autoscaling, canary, cpu_models, frontdoor, groups, operator, planner, routing, waker, zero
 
 
 def main() -> None:
@@ -30,6 +30,7 @@ def main() -> None:
             "cpu-models",
             "waker",
             "zero",
+            "groups",
         ],
     )
     args = parser.parse_args()
@@ -51,6 +52,8 @@ def main() -> None:
         waker.run(print)
     if args.only in (None, "zero"):
         zero.run(print)
+    if args.only in (None, "groups"):
+        groups.run(print)
 
 
 if __name__ == "__main__":

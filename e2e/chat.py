@@ -21,7 +21,10 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlsplit
+
+from llm_operator.contract import OPENAI_PORT
 
 from e2e.cluster import netns
 from e2e.cluster.forwarder import splice
@@ -84,6 +87,14 @@ def base_url(cluster: Cluster, url: str) -> Iterator[str]:
         raise GenerateError(f"{url} is not http://SERVICE.NAMESPACE.svc:PORT/...")
     with relay(cluster.netns, service_ip(cluster, namespace, service), parts.port) as port:
         yield f"http://127.0.0.1:{port}{parts.path}"
+
+
+@contextlib.contextmanager
+def at_pod(cluster: Cluster, pod: dict[str, Any]) -> Iterator[str]:
+    """An OpenAI base URL on this machine that reaches `pod`'s front door, and only that pod (not
+    through its Service)."""
+    with relay(cluster.netns, pod["status"]["podIP"], OPENAI_PORT) as port:
+        yield f"http://127.0.0.1:{port}/v1"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,20 +1,15 @@
 """Scaling and canaries of a multi-node deployment on the real node, for test_cpu_multi_node.py:
-its groups' pods as they are seen, a leader asked directly (not through the Service), the HPA's
-reading, and the rollout strategy the canary test adds to the deployment."""
+its groups' pods as they are seen, the HPA's reading, and the rollout strategy the canary test adds
+to the deployment."""
 
 from __future__ import annotations
 
 import copy
 import json
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from llm_operator.contract import OPENAI_PORT
-
-from e2e.chat import relay
 from e2e.cluster.testing import Kubectl, pod_ready
 
 INTERVAL_S = 10  # the canary's analysis interval (and window): the test world scrapes every 2 s
@@ -51,13 +46,6 @@ class HalfGroups:
         whole = [g for g, m in groups(pods, name).items() if len(m) == size and whole_and_ready(pods, m)]
         if ready_replicas > len(whole):
             self.seen.append(f"readyReplicas {ready_replicas} with whole groups {whole}: {sorted(pods)}")
-
-
-@contextmanager
-def at_pod(netns: str, pod: dict[str, Any]) -> Iterator[str]:
-    """An OpenAI base URL on this machine that reaches `pod`'s front door, and only that pod."""
-    with relay(netns, pod["status"]["podIP"], OPENAI_PORT) as port:
-        yield f"http://127.0.0.1:{port}/v1"
 
 
 def hpa_metric(kubectl: Kubectl, namespace: str, name: str) -> str | None:

@@ -8,16 +8,18 @@ between the pods (runtime/cpu_reference/pipeline.py).
   single-pod deployment of the same weights serves beside it (and the same tiny model decodes in
   this process): the split is real (each pod logs the layers its stage runs), and it changes no
   token.
-- A killed worker pod is one group event: the whole group (the leader too) is recreated, never half a
-  group serving, the deployment says which member failed and why, and the group serves again. The
-  time from the fault to the group's first right answer is printed beside a single-pod deployment's
+- A killed worker pod is one group event: the whole world is relaunched (the leader's container
+  restarts in place and starts every rank anew on the worker's replacement), never half a group
+  serving, the deployment says which member failed and why, and the group serves again. The time
+  from the fault to the group's first right answer is printed beside a single-pod deployment's
   recovery from the same fault.
-- So are the other faults of a member, one after another on the same world (kubectl exec signals
-  the process in its pod): a rank that exits, the worker's launch agent killed, a rank frozen (SIGSTOP,
-  beside a single pod's frozen tritonserver). Each recreates the whole group, GroupRecreated names
-  the member and its words, and tiny-single meanwhile answers every request (but while frozen
-  itself). A deleted leader recreates the leader alone, every rank of the world relaunched through the
-  worker's launch agent and none of the old world's left there (docs/launcher-and-engines.md).
+- So are the other faults of a member, each from a group that never restarted (kubectl exec signals
+  the process in its pod): a rank that exits, the worker's launch agent killed, a rank frozen
+  (SIGSTOP, beside a single pod's frozen tritonserver). Each relaunches the whole world with no rank
+  of the old one left, GroupRecreated names the member and its words, and tiny-single meanwhile
+  answers every request (but while frozen itself). A deleted leader is replaced alone, every rank of
+  the world relaunched through the worker's launch agent (docs/architecture.md, "A broken group
+  restarts its world in place").
 - Last, as they leave the world as they found it: an HPA (minReplicas 2) adds a whole second group,
   reading its metric from the leaders only, and (maxReplicas 1) takes it away whole, drained, the
   first group untouched; a bad canary (the fault knob) runs as a group of its own, is aborted on its
@@ -49,8 +51,37 @@ from e2e.cluster.canary import Recorder, revisions, with_env
 from e2e.cluster.load import Load
 from e2e.cluster.scaling import custom_metric
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, pod_ready, wait_for
+from e2e.group_faults import (
+    AGENT,
+    RANK,
+    TREE,
+    TRITON,
+    Other,
+    group_events,
+    new_group_events,
+    signal_in,
+    what_the_pods_said,
+)
+from e2e.group_world import (
+    MAX_TOKENS,
+    MODEL,
+    PROMPT,
+    READY_TIMEOUT,
+    SINGLE,
+    SPLIT,
+    Recovery,
+    World,
+    deployment,
+    force_delete,
+    fresh,
+    generations,
+    recover,
+    recover_from,
+    relaunched,
+    split_deployment,
+    uids,
+)
 from tests.e2e import openai_sdk
-from tests.e2e.group_faults import TREE, Other, group_events, new_group_events, signal_in, what_the_pods_said
 from tests.e2e.group_scale import (
     HalfGroups,
     autoscaled,
@@ -60,29 +91,8 @@ from tests.e2e.group_scale import (
     since,
     with_canary,
 )
-from tests.e2e.group_world import (
-    MAX_TOKENS,
-    MODEL,
-    PROMPT,
-    READY_TIMEOUT,
-    SINGLE,
-    SPLIT,
-    Recovery,
-    World,
-    all_new,
-    deployment,
-    force_delete,
-    recover,
-    recover_from,
-    split_deployment,
-    uids,
-)
 
 pytestmark = pytest.mark.e2e
-
-RANK = "llm_operator.runtime.cpu_reference.launch"  # a later stage's argv (cpu_reference/launch.py)
-AGENT = "llm_operator.runtime.launch_agent,--serve"  # the worker's launch agent (runtime/commands.py)
-TRITON = "--id=rank0"  # a single pod's tritonserver (runtime/commands.py rank_args)
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +114,7 @@ def world(operator: None, cluster: E2ECluster, kubectl: Kubectl) -> Iterator[Wor
         print(what_the_pods_said(kubectl, ns))
         kubectl.delete("namespace", ns)
         raise
-    yield World(ns, cluster, "".join(lm.generate(PROMPT, MAX_TOKENS)))
+    yield World(ns, cluster.launcher, "".join(lm.generate(PROMPT, MAX_TOKENS)))
     kubectl.delete("namespace", ns)
 
 
@@ -119,34 +129,41 @@ def test_a_model_split_over_two_pods_answers_as_one_pod_does(world: World, kubec
     single = world.answer(SINGLE)
     assert single == world.want
     assert world.answer(SPLIT) == single
-    assert world.cluster.launcher is not None
-    with base_url(world.cluster.launcher, f"http://{SPLIT}.{world.namespace}.svc:8080/v1") as served:
+    with base_url(world.cluster, f"http://{SPLIT}.{world.namespace}.svc:8080/v1") as served:
         openai_sdk.speaks_openai(served, "llm-operator/tiny-llama", MODEL)
 
 
 def test_a_killed_worker_is_one_group_event(world: World, kubectl: Kubectl) -> None:
-    """The worker's loss ends the leader's mpirun; the operator recreates the whole group (a new
-    leader pod, not only a restarted container), says which member failed and why, and the group
-    serves again: nothing meanwhile was answered by half a group."""
-    before = {n: p["metadata"]["uid"] for n, p in world.members(kubectl, SPLIT).items()}
+    """The worker's loss ends the leader's world; the leader's container restarts in place and
+    relaunches every rank on the worker's replacement; the deployment says which member failed and
+    why, and the group serves again: nothing meanwhile was answered by half a group."""
     worker = f"{SPLIT}-g0-1"
-    # Until both members are new: the killed worker's processes end with its grace period (its
-    # preStop drain waits on the leader), its replacement may run before then, and the old world
-    # answers meanwhile.
+    fresh(world, kubectl, (f"{SPLIT}-0", worker))
+    before, seen = generations(world, kubectl), group_events(kubectl, world.namespace, SPLIT)
+    pods = uids(world, kubectl)
+    # Until the world is new: the killed worker's processes end with its grace period (its preStop
+    # drain waits on the leader), its replacement runs meanwhile, and the old world answers until then.
     kill = force_delete(kubectl, world.namespace, worker)
-    group = recover_from(world, kubectl, SPLIT, kill, all_new(world, kubectl, before), f"{worker} was killed")
+    group = recover_from(
+        world, kubectl, SPLIT, kill, relaunched(world, kubectl, before), f"{worker} was killed"
+    )
     assert group.wrong == [], group.wrong
-    after = {n: p["metadata"]["uid"] for n, p in world.members(kubectl, SPLIT).items()}
-    assert sorted(after) == sorted(before) and not set(after.values()) & set(before.values()), (
-        f"{before} -> {after}:\n{what_the_pods_said(kubectl, world.namespace)}")  # fmt: skip
-    recreated = [e for e in kubectl.events(world.namespace, SPLIT) if e.get("reason") == "GroupRecreated"]
-    assert recreated, [(e.get("reason"), e.get("message")) for e in kubectl.events(world.namespace, SPLIT)]
-    # The member seen failing first, in its container's words, then the pods recreated.
+    after, leader = uids(world, kubectl), f"{SPLIT}-0"
+    # The worker's pod is new, the leader's the same (its container restarted in place).
+    assert after[worker] != pods[worker] and after[leader] == pods[leader], (pods, after)
+    assert len(signal_in(kubectl, world.namespace, worker, RANK, 0)) == 1, (
+        "the new world's stage, and only it"
+    )
+    recreated = new_group_events(kubectl, world.namespace, SPLIT, seen)
+    assert len(recreated) == 1, [(e.get("reason"), e.get("message")) for e in recreated]
+    # The member seen failing first, in its container's words, then the group's pods.
     words = recreated[0]["message"]
     assert recreated[0]["type"] == "Warning" and re.match(rf"{SPLIT}-(0|g0-1) failed \(exited \d+", words), (
         words
     )
-    assert words.endswith(f"({SPLIT}-0, {worker})"), words
+    assert words.endswith(f"restarts as a whole, its leader relaunching every rank ({SPLIT}-0, {worker})"), (
+        words
+    )
     # The worker named: its own failure, or the leader's, in mpirun's words read back by the launcher.
     assert re.search(rf"^{worker} failed|mpirun: [^;]* {worker}\.", words), words
     single = recover(world, kubectl, SINGLE, f"{SINGLE}-0")
@@ -156,26 +173,30 @@ def test_a_killed_worker_is_one_group_event(world: World, kubectl: Kubectl) -> N
 
 def group_fault(world: World, kubectl: Kubectl, fault: Callable[[], object], what: str,
                 words: str) -> Recovery:  # fmt: skip
-    """`fault` recreates the whole group; its GroupRecreated Event names a member and matches
-    `words`; tiny-single answers every request meanwhile."""
-    before, seen = uids(world, kubectl), group_events(kubectl, world.namespace, SPLIT)
+    """`fault`, from a group that never restarted, relaunches the whole world with no rank of the
+    old one left; its GroupRecreated Event names a member and matches `words`; tiny-single answers
+    every request meanwhile."""
+    ns, worker = world.namespace, f"{SPLIT}-g0-1"
+    fresh(world, kubectl, (f"{SPLIT}-0", worker))
+    before, seen = generations(world, kubectl), group_events(kubectl, ns, SPLIT)
     try:
         with Other(lambda: world.answer(SINGLE, timeout=30), world.want) as single:
-            group = recover_from(world, kubectl, SPLIT, fault, all_new(world, kubectl, before), what)
+            group = recover_from(world, kubectl, SPLIT, fault, relaunched(world, kubectl, before), what)
     except BaseException:
-        print(what_the_pods_said(kubectl, world.namespace))
+        print(what_the_pods_said(kubectl, ns))
         raise
     assert group.wrong == [], group.wrong
     assert single.asked and single.failed == [], single.failed
-    recreated = new_group_events(kubectl, world.namespace, SPLIT, seen)
+    ranks = signal_in(kubectl, ns, worker, RANK, 0, check=False)
+    recreated = new_group_events(kubectl, ns, SPLIT, seen)
     said = [e["message"] for e in recreated]
-    if len(recreated) != 1:
-        tree = kubectl("exec", "-n", world.namespace, f"{SPLIT}-g0-1", "-c", "triton", "--", "python3", "-c",
-                       TREE, check=False)  # fmt: skip
-        print(tree.stdout, what_the_pods_said(kubectl, world.namespace))
+    if len(recreated) != 1 or len(ranks) != 1:
+        tree = kubectl("exec", "-n", ns, worker, "-c", "triton", "--", "python3", "-c", TREE, check=False)
+        print(tree.stdout, what_the_pods_said(kubectl, ns))
+    assert len(ranks) == 1, f"the new world's stage, and only it: {ranks}"
     assert len(recreated) == 1 and recreated[0]["type"] == "Warning", "\n".join(said)
     assert re.match(rf"{SPLIT}-(0|g0-1) failed \(exited \d+", said[0]) and re.search(words, said[0]), said
-    assert said[0].endswith(f"({SPLIT}-0, {SPLIT}-g0-1)"), said
+    assert said[0].endswith(f"({SPLIT}-0, {worker})"), said
     print(f"recovery from {what}: the group {group.seconds:.1f} s; {SINGLE} answered {single.asked} requests "
           f"meanwhile; GroupRecreated: {said[0]}; Ready: {group.not_ready}")  # fmt: skip
     return group
@@ -221,10 +242,13 @@ def test_a_frozen_rank_is_one_group_event(world: World, kubectl: Kubectl) -> Non
         beside.start()
 
     beside = threading.Thread(target=freeze_single, daemon=True)
-    before, seen = uids(world, kubectl), group_events(kubectl, world.namespace, SPLIT)
-    group = recover_from(world, kubectl, SPLIT, freeze, all_new(world, kubectl, before), "rank 1 frozen")
+    fresh(world, kubectl, (f"{SPLIT}-0", worker))
+    before, seen = generations(world, kubectl), group_events(kubectl, world.namespace, SPLIT)
+    group = recover_from(world, kubectl, SPLIT, freeze, relaunched(world, kubectl, before), "rank 1 frozen")
     beside.join(timeout=READY_TIMEOUT)
     assert group.wrong == [], group.wrong
+    # The stopped stage ended with its world (SIGKILL reaches a stopped process): the new one alone.
+    assert len(signal_in(kubectl, ns, worker, RANK, 0)) == 1
     said = [e["message"] for e in new_group_events(kubectl, world.namespace, SPLIT, seen)]
     assert len(said) == 1 and re.match(rf"{SPLIT}-0 failed \(exited 70 ", said[0]), said
     assert re.search(
@@ -329,7 +353,6 @@ def test_a_bad_canary_of_the_split_deployment_is_aborted_and_rolled_back(
     stable one, takes half the requests through its leader (replica-ratio), fails its analysis on
     its leader's error rate (the fault knob), is aborted with its whole group removed, and the
     stable spec applied again rolls it back; the stable group serves throughout, untouched."""
-    assert world.cluster.launcher is not None
     ns, start = world.namespace, time.monotonic()
     v1 = with_canary(split_deployment(), prometheus)
     kubectl.apply(v1, namespace=ns)
@@ -337,7 +360,7 @@ def test_a_bad_canary_of_the_split_deployment_is_aborted_and_rolled_back(
     wait_for("one group", lambda: world.members(kubectl, SPLIT), lambda p: sorted(p) == one, timeout=120)
     stable, seen = uids(world, kubectl), group_events(kubectl, world.namespace, SPLIT)
     service = (kubectl.get("service", SPLIT, ns) or {})["spec"]["clusterIP"]
-    traffic = Load(world.cluster.launcher.netns, service, OPENAI_PORT, concurrency=2, max_requests=5_000,
+    traffic = Load(world.cluster.netns, service, OPENAI_PORT, concurrency=2, max_requests=5_000,
                    max_seconds=READY_TIMEOUT, openai_model=MODEL, pace_seconds=0.25)  # fmt: skip
     with Recorder(kubectl, ns, SPLIT) as rec, traffic:
         kubectl.apply(with_env(v1, LLMOP_FAULT_ERROR_PERCENT="50"), namespace=ns)

@@ -33,9 +33,8 @@ from llm_operator.runtime.cpu_reference.tiny_lm import TinyLM
 
 from e2e.chat import base_url
 from e2e.cluster.testing import E2ECluster, Kubectl, condition, is_true, wait_for
-from tests.e2e import openai_sdk
-from tests.e2e.group_faults import what_the_pods_said
-from tests.e2e.group_world import (
+from e2e.group_faults import what_the_pods_said
+from e2e.group_world import (
     MAX_TOKENS,
     MODEL,
     PROMPT,
@@ -47,6 +46,7 @@ from tests.e2e.group_world import (
     force_delete,
     recover_from,
 )  # fmt: skip
+from tests.e2e import openai_sdk
 
 # Installs LWS's CRDs and cluster-wide webhooks, and runs an operator of its own that sees them.
 pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]
@@ -77,6 +77,7 @@ def lws_namespace(kubectl: Kubectl, hint: str) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def world(lws_operator: None, cluster: E2ECluster, kubectl: Kubectl) -> Iterator[World]:
+    assert cluster.launcher is not None  # lws_running skips on any other cluster
     doc = deployment(SPLIT, parallelism={"tensor": 1, "pipeline": 2})
     spec = LLMDeploymentSpec.model_validate(doc["spec"])
     lm = TinyLM(TINY_MODELS[MODEL], weights_seed(spec.model.revision or "main"))
@@ -87,7 +88,7 @@ def world(lws_operator: None, cluster: E2ECluster, kubectl: Kubectl) -> Iterator
                       lambda d: is_true(d, "Ready"), timeout=READY_TIMEOUT)  # fmt: skip
         assert ((ld or {}).get("status") or {}).get("endpoints", {}).get("openai"), condition(ld, "Ready")
         print(f"lws: {SPLIT} Ready {time.monotonic() - start:.1f} s after it was applied")
-        yield World(ns, cluster, "".join(lm.generate(PROMPT, MAX_TOKENS)))
+        yield World(ns, cluster.launcher, "".join(lm.generate(PROMPT, MAX_TOKENS)))
 
 
 def env(pod: dict[str, object], name: str) -> str | None:
@@ -120,8 +121,7 @@ def test_the_group_runs_as_a_leader_worker_set_and_answers_as_one_pod_does(
     log = kubectl("logs", LEADER, namespace=ns).stdout
     assert "pipeline stage 1 of 2: layers range(" in log, log[-3000:]
     assert world.answer(SPLIT) == world.want
-    assert world.cluster.launcher is not None
-    with base_url(world.cluster.launcher, f"http://{SPLIT}.{ns}.svc:8080/v1") as served:
+    with base_url(world.cluster, f"http://{SPLIT}.{ns}.svc:8080/v1") as served:
         openai_sdk.speaks_openai(served, "llm-operator/tiny-llama", MODEL)
 
 

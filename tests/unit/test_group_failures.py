@@ -1,7 +1,9 @@
 """A broken group is one event (controller/observe/groups.py): when one member fails, the others
 of the same world fail too as it ends (the leader after its lost worker, the worker after its
-killed launch agent), each seen in its own pod event, before or after the reconcile that recreates the
-group; only the first is acted on. The group's new pods failing later are a new event."""
+killed launch agent), each seen in its own pod event, before or after the reconcile that reports
+the group; only the first is acted on. The pods stay (the leader relaunches the world in place):
+a failure of a run that started after the event's first failure ended broke the relaunched world,
+a new event."""
 
 from __future__ import annotations
 
@@ -15,17 +17,21 @@ from llm_operator.rollout.revision import Slot
 NS, NAME = "ns", "tiny-pp"
 
 
-def pod(name: str, uid: str, restarts: int, group: str = "0", **labels: str) -> dict[str, Any]:
+def pod(name: str, uid: str, restarts: int, group: str = "0", ran: tuple[str, str] = ("00:00:00", "00:01:00"),
+        **labels: str) -> dict[str, Any]:  # fmt: skip
+    """A member; `ran`: when its last failed run started and ended (today, UTC)."""
+    started, finished = (f"2026-12-01T{t}Z" for t in ran)
     return {
         "metadata": {"name": name, "namespace": NS, "uid": uid,
                      "labels": {L.DEPLOYMENT: NAME, L.POOL: "main", L.GROUP_INDEX: group, L.GROUP_SIZE: "2",
                                 **labels}},
         "status": {"phase": "Running", "containerStatuses": [{"restartCount": restarts, "lastState": {
-            "terminated": {"exitCode": 255, "reason": "Error", "message": "agent exited (status 255)"}}}]},
+            "terminated": {"exitCode": 255, "reason": "Error", "message": "agent exited (status 255)",
+                           "startedAt": started, "finishedAt": finished}}}]},
     }  # fmt: skip
 
 
-def test_the_members_of_a_group_being_recreated_that_fail_after_it_are_the_same_event() -> None:
+def test_the_members_of_a_broken_world_that_fail_after_it_are_the_same_event() -> None:
     failures = GroupFailures()
     assert (
         failures.update("MODIFIED", pod(f"{NAME}-0", "l1", 0)) is None
@@ -34,12 +40,18 @@ def test_the_members_of_a_group_being_recreated_that_fail_after_it_are_the_same_
     [(group, failure)] = failures.take((NS, NAME))
     assert group[:2] == ("main", 0) and failure.pod == f"{NAME}-g0-1"
     assert failure.why == "exited 255 (Error): agent exited (status 255)"
-    assert failures.update("MODIFIED", pod(f"{NAME}-0", "l1", 1)) is None  # the leader, as the world ends
+    # The leader, as the world ends: its run started before the worker's ended.
+    assert failures.update("MODIFIED", pod(f"{NAME}-0", "l1", 1, ran=("00:00:00", "00:01:02"))) is None
     assert failures.take((NS, NAME)) == []
-    # The recreated group's own pods: a later failure is a new event.
-    assert failures.update("MODIFIED", pod(f"{NAME}-0", "l2", 0)) is None
-    assert failures.update("MODIFIED", pod(f"{NAME}-0", "l2", 1)) == (NS, NAME)
-    assert [f.pod for _, f in failures.take((NS, NAME))] == [f"{NAME}-0"]
+    # The same pods, the world relaunched in place: a run started after the event that fails is a
+    # new event, and the restart count tells it from the one already seen.
+    assert failures.update("MODIFIED", pod(f"{NAME}-0", "l1", 1, ran=("00:00:00", "00:01:02"))) is None
+    assert failures.update("MODIFIED", pod(f"{NAME}-0", "l1", 2, ran=("00:01:03", "00:05:00"))) == (NS, NAME)
+    [(_, again)] = failures.take((NS, NAME))
+    assert again.pod == f"{NAME}-0"
+    # ... and its worker, ending with that world, is part of it.
+    assert failures.update("MODIFIED", pod(f"{NAME}-g0-1", "w1", 2, ran=("00:01:01", "00:05:01"))) is None
+    assert failures.take((NS, NAME)) == []
 
 
 def test_two_members_failing_before_the_reconcile_are_one_event_and_other_groups_are_apart() -> None:
@@ -69,8 +81,9 @@ def test_a_pod_deleted_before_it_ran_is_no_members_failure() -> None:
         NS,
         NAME,
     )
-    assert failures.update("MODIFIED", pod(f"{NAME}-0", "l1", 1)) == (NS, NAME)
-    assert [f.pod for _, f in failures.take((NS, NAME))] == [f"{NAME}-g0-1"]  # the evicted one, first
+    # The leader, ending with the world the eviction broke (its run started before): the same event.
+    assert failures.update("MODIFIED", pod(f"{NAME}-0", "l1", 1)) is None
+    assert [f.pod for _, f in failures.take((NS, NAME))] == [f"{NAME}-g0-1"]  # the evicted one
 
 
 def test_a_group_is_wanted_while_its_leader_set_runs_its_index_and_slot() -> None:

@@ -122,6 +122,7 @@ def test_multi_node_leader_runs_sixteen_ranks_eight_per_pod_through_the_launch_a
     assert mca(cmd)["plm_rsh_agent"] == "python3 -m llm_operator.runtime.launch_agent"
     assert "plm_rsh_args" not in mca(cmd)
     assert mca(cmd)["plm_rsh_no_tree_spawn"] == "1"
+    assert mca(cmd)["odls_base_sigkill_timeout"] == "0"  # a broken world is killed at once
     per_rank = ranks(cmd)
     assert len(per_rank) == 16
     assert sum("--http-port=8000" in r for r in per_rank) == 1

@@ -23,7 +23,11 @@ from llm_operator.controller.cluster.kube import NotLeading
 from llm_operator.controller.cluster.queue import WorkQueue
 from llm_operator.controller.config import OperatorConfig
 from llm_operator.controller.observe.engines import ENGINE_INDEX
-from llm_operator.controller.observe.groups import BROKEN_GROUP_GRACE_SECONDS, why_failed
+from llm_operator.controller.observe.groups import (
+    LAUNCHER_EXIT_WORKERS_UNREACHABLE,
+    UNFORMED_GROUP_GRACE_SECONDS,
+    why_failed,
+)
 from llm_operator.controller.reconciler import Reconciler
 from llm_operator.controller.retries import REPORT_AFTER_FAILURES
 from llm_operator.controller.status.status import UNPLACED_GRACE_SECONDS
@@ -525,7 +529,9 @@ async def test_an_admin_key_secret_the_operator_did_not_create_is_never_used() -
     assert kube.of_kind("StatefulSet")
 
 
-async def test_a_broken_group_is_recreated_by_the_reconcile_and_no_other_group() -> None:
+async def test_a_broken_group_is_reported_by_the_reconcile_and_no_pod_is_deleted() -> None:
+    """The leader relaunches its world in place (docs/architecture.md): the reconcile names the
+    member that failed and why, once, and deletes nothing; an evicted member later is a new event."""
     kube, reconciler = await operator_with_nodes()
     key = kube.add_deployment(multi_node())
     await reconcile(kube, reconciler, key)
@@ -543,6 +549,7 @@ async def test_a_broken_group_is_recreated_by_the_reconcile_and_no_other_group()
         },
         "status": {"phase": "Running", "containerStatuses": [{"restartCount": 1, "lastState": {"terminated": {
             "exitCode": 1, "reason": "Error", "message": "ORTE has lost communication with a remote daemon",
+            "startedAt": "2026-11-30T00:00:00Z", "finishedAt": "2026-11-30T00:10:00Z",
         }}}]},
     }  # fmt: skip
     await reconciler.pod_event("MODIFIED", worker_pod)
@@ -550,21 +557,20 @@ async def test_a_broken_group_is_recreated_by_the_reconcile_and_no_other_group()
     assert len(reconciler.queue) == 1
 
     await reconciler.reconcile(*key)
-    deleted = [name for verb, kind, name in kube.take_writes() if verb == "delete" and kind == "Pod"]
-    assert deleted == [f"{key[1]}-0", f"{workers[0]}-1"], "leader and worker of group 0, nothing of group 1"
-    # At once: nothing is left to drain, and a worker on its way out must not take the new leader's world.
-    assert kube.pod_graces == {name: BROKEN_GROUP_GRACE_SECONDS for name in deleted}
-    # Which member failed and why, in its container's words, and what was recreated.
+    assert not [w for w in kube.take_writes() if w[1] == "Pod"], "no pod deleted: the leader relaunches"
+    # Which member failed and why, in its container's words, and what serves again as a whole.
     assert kube.events[-1] == ("Warning", "GroupRecreated", (
         f"{workers[0]}-1 failed (exited 1 (Error): ORTE has lost communication with a remote daemon): "
-        f"recreating group 0 of pool main as a whole ({key[1]}-0, {workers[0]}-1)"))  # fmt: skip
+        f"group 0 of pool main restarts as a whole, its leader relaunching every rank "
+        f"({key[1]}-0, {workers[0]}-1)"))  # fmt: skip
 
+    reported = len(kube.events)
     await reconciler.pod_event("MODIFIED", worker_pod)  # the same failure seen again
     await reconciler.reconcile(*key)
-    assert not [w for w in kube.take_writes() if w[1] == "Pod"], "each failure is acted on once"
+    assert len(kube.events) == reported, "each failure is reported once"
 
-    # The recreation's own deletions end the old members Failed (the kubelet's terminal phase), with
-    # no reason of theirs: not a new failure. An evicted member, deleted too, has one: it counts.
+    # A member deleted (a scale-down, a removal) ends Failed with no reason of its own: no failure.
+    # An evicted one has one: a new event.
     for uid, extra in (
         ("pod-2", {}),
         ("pod-3", {"reason": "Evicted", "message": "The node was low on memory."}),
@@ -575,9 +581,34 @@ async def test_a_broken_group_is_recreated_by_the_reconcile_and_no_other_group()
         gone = {**worker_pod, "metadata": meta, "status": ended}
         await reconciler.pod_event("DELETED", gone)
         await reconciler.reconcile(*key)
-        recreated = [n for verb, kind, n in kube.take_writes() if verb == "delete" and kind == "Pod"]
-        assert recreated == ([] if not extra else [f"{key[1]}-0", f"{workers[0]}-1"]), (uid, recreated)
+        assert len(kube.events) == reported + (1 if extra else 0), (uid, kube.events[-1])
     assert kube.events[-1][2].startswith(f"{workers[0]}-1 failed (Evicted: The node was low on memory.)")
+
+
+async def test_a_group_that_never_formed_is_placed_anew() -> None:
+    """A leader whose workers never answered (exit 69: a worker Pending where no node fits it beside
+    its leader) would wait there again if relaunched in place: the group's pods are deleted, at once,
+    for the scheduler to place them anew, and no other group's."""
+    kube, reconciler = await operator_with_nodes()
+    key = kube.add_deployment(multi_node())
+    await reconcile(kube, reconciler, key)
+    kube.take_writes()
+    words = "workers unreachable on port 2222 after 600 s: x-g0-1.x-pods.default.svc: does not resolve"
+    leader = {
+        "metadata": {"name": f"{key[1]}-0", "namespace": NS, "uid": "leader-1",
+                     "labels": {L.DEPLOYMENT: key[1], L.POOL: "main", L.ROLE: "leader",
+                                "apps.kubernetes.io/pod-index": "0", L.GROUP_SIZE: "2"}},
+        "status": {"phase": "Running", "containerStatuses": [{"restartCount": 1, "lastState": {"terminated": {
+            "exitCode": LAUNCHER_EXIT_WORKERS_UNREACHABLE, "reason": "Error", "message": words}}}]},
+    }  # fmt: skip
+    await reconciler.pod_event("MODIFIED", leader)
+    await reconciler.reconcile(*key)
+    deleted = [name for verb, kind, name in kube.take_writes() if verb == "delete" and kind == "Pod"]
+    assert deleted == [f"{key[1]}-0", f"{key[1]}-g0-1"], deleted
+    assert kube.pod_graces == dict.fromkeys(deleted, UNFORMED_GROUP_GRACE_SECONDS)
+    assert (
+        kube.events[-1][1] == "GroupRecreated" and "placing group 0 of pool main anew" in kube.events[-1][2]
+    )
 
 
 def test_a_failed_member_is_named_in_its_containers_words_or_the_pods() -> None:

@@ -42,7 +42,7 @@ from llm_operator.controller.deployment_body import (
 from llm_operator.controller.metrics import RECONCILE_ERRORS, RECONCILE_SECONDS, ConditionCounts
 from llm_operator.controller.observe import engines
 from llm_operator.controller.observe.cold_start import ColdStarts
-from llm_operator.controller.observe.groups import GroupFailures, recreate_broken
+from llm_operator.controller.observe.groups import GroupFailures, report_broken
 from llm_operator.controller.observe.model_cache import ModelCache
 from llm_operator.controller.observe.observe import (
     CompactDicts,
@@ -214,7 +214,7 @@ class Reconciler:
         if body is None or body["metadata"].get("deletionTimestamp"):
             self.forget((namespace, name))
             return
-        if await recreate_broken(self.kube, self.applier.children, self.group_failures, body, now()):
+        if await report_broken(self.kube, self.applier.children, self.group_failures, body, now()):
             self.secrets.launch.forget((namespace, name))  # a missing Secret fails groups: check again
         try:
             ld = LLMDeployment.model_validate(body)

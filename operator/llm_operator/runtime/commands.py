@@ -139,6 +139,12 @@ def across_pods(c: PodConfig) -> list[str]:
         "--mca", "plm_rsh_agent", " ".join(launch_agent(c)),
         # Only the leader holds the leader's identity: no orted-to-orted tree spawn.
         "--mca", "plm_rsh_no_tree_spawn", "1",
+        # A world that aborts (a rank or a daemon lost) is killed at once: Open MPI 4.1 otherwise
+        # sends SIGCONT, sleeps this long, SIGTERM, sleeps again, then SIGKILL, on mpirun and on every
+        # orted (orte/mca/odls/base/odls_base_default_fns.c kill_local_procs), 2 s of every group
+        # recovery. Nothing of a broken world is worth a graceful end; a pod's stop still drains rank
+        # 0 first and signals the ranks itself (supervisor.py).
+        "--mca", "odls_base_sigkill_timeout", "0",
         # Pod names resolve only as FQDNs through the headless Service.
         "--mca", "orte_keep_fqdn_hostnames", "1",
         # Open MPI's own point-to-point layer (TCP between pods, shared memory within one), not

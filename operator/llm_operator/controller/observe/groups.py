@@ -1,18 +1,22 @@
-"""Multi-node groups: one member fails, the whole group is recreated.
+"""Multi-node groups: one member fails, the whole group serves again only as a whole.
 
-A group is one TensorRT-LLM world: when one member restarts or fails, the others hang in
-collectives. The pod watch records the broken group here and the next reconcile says which member
-failed and why (a Warning Event, GroupRecreated). For the StatefulSet shape it also deletes the
-group's pods (leader and workers), and no others; a LeaderWorkerSet recreates its group itself
+A group is one TensorRT-LLM world, and only its leader serves, a world it launched whole. When one
+member fails the others end with the world, the leader's container among them, and the kubelet
+restarts it in place: its launcher starts every rank anew through the workers' launch agents
+(docs/architecture.md, "A broken group restarts its world in place"). The pod watch records the
+broken group here and the next reconcile says which member failed and why (a Warning Event,
+GroupRecreated). The operator deletes pods only of a group that never formed (below); a
+LeaderWorkerSet recreates its group itself
 (restartPolicy RecreateGroupOnPodRestart: a restarted or deleted member makes LWS delete the
 leader pod, and with it the group's worker StatefulSet; kubernetes-sigs/lws v0.9.0
-pkg/controllers/pod_controller.go handleRestartPolicy), so there the operator only reports.
+pkg/controllers/pod_controller.go handleRestartPolicy).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from llm_operator import labels as L
@@ -24,30 +28,40 @@ from llm_operator.rollout.revision import Slot
 
 log = logging.getLogger(__name__)
 Group = tuple[str, int, Slot]  # pool, group index, slot
-_SEEN_LIMIT = 4096  # failed pods remembered (by uid) so each failure is acted on once
+_SEEN_LIMIT = 4096  # failures remembered (pod uid and restart count) so each is acted on once
 GROUP_RECREATED = "GroupRecreated"  # the Event; its length is the room exited() leaves
-# A broken group's pods go at once: their world is lost or stalled, nothing is left to drain, and
-# while a pod terminates its name still resolves (the headless Service publishes terminating pods):
-# on the real node a new leader launched its world onto a worker on its way out, which died with
-# it, a second group event 47 s after the first (tests/e2e/test_cpu_multi_node.py).
-BROKEN_GROUP_GRACE_SECONDS = 1
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"  # on every pod of a LeaderWorkerSet, set by LWS
+# runtime/launcher.py EXIT_WORKERS_UNREACHABLE (the operator does not import the runtime): a leader
+# whose workers never answered. Its group never formed, a worker Pending where no node fits it beside
+# its leader (no gang scheduling: docs/placement.md) or cut off: relaunching in place would wait
+# there again, so the group's pods are deleted and placed anew, at once (nothing formed to drain).
+LAUNCHER_EXIT_WORKERS_UNREACHABLE = 69
+UNFORMED_GROUP_GRACE_SECONDS = 1
 
 
 @dataclass(frozen=True)
 class Failure:
     pod: str  # the member whose failure broke the group (the first seen)
     why: str  # in its container's words: exit status, reason, the launcher's last lines
-    leader_worker_set: str | None = None  # the LWS that recreates the group itself; None: we do
+    leader_worker_set: str | None = None  # the LWS that recreates the group; None: its leader relaunches
+    unformed: bool = False  # its leader's workers never answered: the pods are placed anew
+
+
+def _ended_run(status: dict[str, Any]) -> dict[str, Any] | None:
+    """The failed run's end: its restarted container's last, else the container's own."""
+    for c in status.get("containerStatuses") or []:
+        ended = ((c.get("lastState") if c.get("restartCount") else c.get("state")) or {}).get("terminated")
+        if ended:
+            return dict(ended)
+    return None
 
 
 def why_failed(status: dict[str, Any]) -> str:
     """The failed member's own words: its restarted container's last end (the launcher's
     termination message names, for a leader, what mpirun lost), else the pod's."""
-    for c in status.get("containerStatuses") or []:
-        ended = ((c.get("lastState") if c.get("restartCount") else c.get("state")) or {}).get("terminated")
-        if ended:
-            return exited(ended, len(GROUP_RECREATED))
+    ended = _ended_run(status)
+    if ended:
+        return exited(ended, len(GROUP_RECREATED))
     return f"{status.get('reason') or status.get('phase')}: {status.get('message', '')}".rstrip(": ")
 
 
@@ -82,12 +96,13 @@ class GroupFailures:
     def __init__(self) -> None:
         self._broken: dict[Key, dict[Group, Failure]] = {}
         self._seen: dict[str, None] = {}
-        # The pods (name -> uid) of each group, as last seen: those of a group being recreated fail
-        # too as their world ends (a leader after its lost worker), and none of that is a new failure.
-        self._members: dict[Key, dict[Group, dict[str, str]]] = {}
+        # When each group's last event's first failure ended (RFC 3339, as the kubelet stamps it): a
+        # failed run that started before then was part of that world (a leader ending after its lost
+        # worker), one started after it broke the relaunched world, a new event.
+        self._since: dict[Key, dict[Group, str]] = {}
 
-    def _mark(self, uid: str) -> None:
-        self._seen[uid] = None
+    def _mark(self, failure: str) -> None:
+        self._seen[failure] = None
         while len(self._seen) > _SEEN_LIMIT:
             del self._seen[next(iter(self._seen))]
 
@@ -107,36 +122,38 @@ class GroupFailures:
         key = (meta["namespace"], deployment)
         slot = Slot.B if labels.get(L.SLOT) == Slot.B else Slot.A  # none: an operator before slots
         group = (pool, int(index), slot)
-        uid = meta.get("uid", "")
-        self._members.setdefault(key, {}).setdefault(group, {})[meta["name"]] = uid
         status = pod.get("status") or {}
-        restarted = any(c.get("restartCount", 0) > 0 for c in status.get("containerStatuses") or [])
+        restarts = max((c.get("restartCount", 0) for c in status.get("containerStatuses") or []), default=0)
         # The StatefulSet controller deletes a Failed pod (evicted, its node shut down) at once, so
         # the failure may first be seen on a pod being deleted, or only in its DELETED event: both
-        # count, once per pod.
+        # count, once per pod and restart (a pod now outlives its failures).
+        failure = f"{meta.get('uid', '')}/{restarts}"
         if (
-            not (restarted or status.get("phase") == "Failed")
-            or uid in self._seen
-            or _ended_by_its_deletion(pod, restarted)
+            not (restarts or status.get("phase") == "Failed")
+            or failure in self._seen
+            or _ended_by_its_deletion(pod, restarts > 0)
         ):
             return None
-        self._mark(uid)
-        failure = Failure(meta["name"], why_failed(status), lws)
-        self._broken.setdefault(key, {}).setdefault(group, failure)
+        self._mark(failure)
+        ended = _ended_run(status) or {}
+        since = self._since.setdefault(key, {})
+        started = ended.get("startedAt")
+        if group in since and started and str(started) < since[group]:
+            return None  # it ran in the world whose end is already reported
+        if group not in self._broken.get(key, {}):
+            since[group] = str(ended.get("finishedAt") or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        unformed = ended.get("exitCode") == LAUNCHER_EXIT_WORKERS_UNREACHABLE
+        failed = Failure(meta["name"], why_failed(status), lws, unformed)
+        self._broken.setdefault(key, {}).setdefault(group, failed)
         return key
 
     def take(self, key: Key) -> list[tuple[Group, Failure]]:
-        """The broken groups to recreate, once each: the failures of their pods as they are now,
-        seen later, are part of the same event."""
-        broken = sorted(self._broken.pop(key, {}).items())
-        for group, _ in broken:
-            for uid in self._members.get(key, {}).pop(group, {}).values():
-                self._mark(uid)
-        return broken
+        """The broken groups to report, once each."""
+        return sorted(self._broken.pop(key, {}).items())
 
     def forget(self, key: Key) -> None:
         self._broken.pop(key, None)
-        self._members.pop(key, None)
+        self._since.pop(key, None)
 
 
 def group_pods(children: Children, namespace: str, deployment: str, group: Group) -> list[str]:
@@ -165,37 +182,40 @@ def wanted(children: Children, namespace: str, deployment: str, group: Group, lw
     return index < int(obj["spec"].get("replicas", 0))
 
 
-async def recreate(kube: KubeApi, children: Children, body: dict[str, Any], group: Group, failure: Failure,
-                   now: str) -> None:  # fmt: skip
-    """Delete every pod of the group (their controllers make them anew) and say why; for a
-    LeaderWorkerSet's group, only say why (LWS recreates it). Nothing for a group being removed."""
+async def report(kube: KubeApi, children: Children, body: dict[str, Any], group: Group, failure: Failure,
+                 now: str) -> None:  # fmt: skip
+    """Say which member broke the group, why, and what serves again as a whole; nothing for a
+    group being removed. Its leader relaunches every rank (or LWS recreates the group's pods); the
+    pods of a group that never formed are deleted, to be placed anew."""
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     pool, index, _ = group
     lws = failure.leader_worker_set
     if not wanted(children, namespace, name, group, lws):
-        log.info("%s/%s: %s ended (%s) with group %d of pool %s, which is being removed: nothing to recreate",
+        log.info("%s/%s: %s ended (%s) with group %d of pool %s, which is being removed: nothing to report",
                  namespace, name, failure.pod, failure.why, index, pool)  # fmt: skip
         return
-    pods = (
-        group_pods(children, namespace, name, group)
-        if lws is None
-        else lws_group_pods(children, namespace, lws, index)
-    )
-    who = "recreating" if lws is None else f"LeaderWorkerSet {lws} recreates"
-    words = (f"{failure.pod} failed ({failure.why}): {who} group {index} of pool {pool} as a "
-             f"whole ({', '.join(pods)})")  # fmt: skip
+    if lws is not None:
+        pods = lws_group_pods(children, namespace, lws, index)
+        how = f"LeaderWorkerSet {lws} recreates group {index} of pool {pool} as a whole"
+    elif failure.unformed:
+        pods = group_pods(children, namespace, name, group)
+        how = f"placing group {index} of pool {pool} anew, its pods deleted"
+    else:
+        pods = group_pods(children, namespace, name, group)
+        how = f"group {index} of pool {pool} restarts as a whole, its leader relaunching every rank"
+    words = f"{failure.pod} failed ({failure.why}): {how} ({', '.join(pods)})"
     log.warning("%s/%s: %s", namespace, name, words)
-    for pod in pods if lws is None else ():
-        await kube.delete_pod(namespace, pod, BROKEN_GROUP_GRACE_SECONDS)
+    for pod in pods if lws is None and failure.unformed else ():
+        await kube.delete_pod(namespace, pod, UNFORMED_GROUP_GRACE_SECONDS)
     await kube.event(body, "Warning", GROUP_RECREATED, words, now)
 
 
-async def recreate_broken(kube: KubeApi, children: Children, failures: GroupFailures, body: dict[str, Any],
-                          now: str) -> bool:  # fmt: skip
-    """Recreate the deployment's broken groups; whether any group was broken."""
+async def report_broken(kube: KubeApi, children: Children, failures: GroupFailures, body: dict[str, Any],
+                        now: str) -> bool:  # fmt: skip
+    """Report the deployment's broken groups; whether any group was broken."""
     broken = failures.take((body["metadata"]["namespace"], body["metadata"]["name"]))
     for group, failure in broken:
-        await recreate(kube, children, body, group, failure, now)
+        await report(kube, children, body, group, failure, now)
     return bool(broken)
 
 

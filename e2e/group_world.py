@@ -1,4 +1,5 @@
-"""The world of the multi-node group e2e (test_cpu_multi_node.py, test_lws_multi_node.py):
+"""The world of the multi-node group e2e (tests/e2e/test_cpu_multi_node.py, test_lws_multi_node.py)
+and of P14 (bench/groups.py):
 tiny-llama split over two CPU pods (`tiny-pp`) beside one pod of the same weights (`tiny-single`),
 the reference text decoded in this process, and how a fault's recovery is timed: from the fault to
 the first right answer, every answer meanwhile checked against the reference text."""
@@ -12,15 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import openai
-import pytest
 import yaml
 
-from e2e.chat import base_url
-from e2e.cluster.testing import E2ECluster, Kubectl, condition, pod_ready
-from tests.e2e.group_faults import what_the_pods_said
-from tests.e2e.group_scale import at_pod
+from e2e.chat import at_pod, base_url
+from e2e.cluster.launcher import Cluster
+from e2e.cluster.testing import Kubectl, condition, pod_ready, wait_for
+from e2e.group_faults import what_the_pods_said
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cpu-reference-llmapi.yaml"
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "cpu-reference-llmapi.yaml"
 SPLIT, SINGLE = "tiny-pp", "tiny-single"
 CPU_LIMIT = "250m"
 PROMPT, MAX_TOKENS = "Once upon a time", 24
@@ -47,7 +47,7 @@ def split_deployment() -> dict[str, Any]:
 @dataclass
 class World:
     namespace: str
-    cluster: E2ECluster
+    cluster: Cluster  # the embedded one: its network namespace reaches Services and pods
     want: str  # the reference text: the same weights decoded in this process
 
     def members(self, kubectl: Kubectl, name: str) -> dict[str, dict[str, Any]]:
@@ -55,16 +55,14 @@ class World:
         return {p["metadata"]["name"]: p for p in pods}
 
     def answer(self, name: str, timeout: float = 60) -> str:
-        assert self.cluster.launcher is not None
         url = f"http://{name}.{self.namespace}.svc:8080/v1"
-        with base_url(self.cluster.launcher, url) as served:
+        with base_url(self.cluster, url) as served:
             return ask(served, timeout)
 
-    def answer_at(self, pod: dict[str, Any]) -> str:
+    def answer_at(self, pod: dict[str, Any], timeout: float = 60) -> str:
         """The answer of one leader pod's own front door."""
-        assert self.cluster.launcher is not None
-        with at_pod(self.cluster.launcher.netns, pod) as served:
-            return ask(served, 60)
+        with at_pod(self.cluster, pod) as served:
+            return ask(served, timeout)
 
 
 def ask(served: str, timeout: float) -> str:
@@ -125,7 +123,7 @@ def recover_from(world: World, kubectl: Kubectl, name: str, fault: Callable[[], 
             return Recovery(time.monotonic() - start, wrong, not_ready)
         time.sleep(0.5)
     said = what_the_pods_said(kubectl, world.namespace)
-    pytest.fail(f"{name} not serving again {timeout:.0f} s after {what} (down: {down}):\n{said}")
+    raise AssertionError(f"{name} not serving again {timeout:.0f} s after {what} (down: {down}):\n{said}")
 
 
 def replaced(kubectl: Kubectl, namespace: str, pod: str, uid: str) -> bool:
@@ -145,3 +143,49 @@ def all_new(world: World, kubectl: Kubectl, before: dict[str, str]) -> Callable[
         return sorted(now) == sorted(before) and not set(now.values()) & set(before.values())
 
     return check
+
+
+def generation(pod: dict[str, Any] | None) -> tuple[str, int] | None:
+    """Which run of its container a pod is in: its UID and its container's restarts."""
+    if pod is None:
+        return None
+    statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
+    return pod["metadata"]["uid"], int(statuses[0].get("restartCount", 0))
+
+
+def generations(world: World, kubectl: Kubectl) -> dict[str, tuple[str, int] | None]:
+    return {n: generation(p) for n, p in world.members(kubectl, SPLIT).items()}
+
+
+def relaunched(
+    world: World, kubectl: Kubectl, before: dict[str, tuple[str, int] | None]
+) -> Callable[[bool], bool]:
+    """The group's world is new and Ready: its leader, which launches every rank, is a new pod or
+    its container restarted in place (docs/architecture.md, "A broken group restarts its world in
+    place")."""
+    leader = f"{SPLIT}-0"
+
+    def check(_down: bool) -> bool:
+        pod = kubectl.get("pod", leader, world.namespace)
+        return generation(pod) not in (None, before[leader]) and pod_ready(pod)
+
+    return check
+
+
+def fresh(world: World, kubectl: Kubectl, pods: tuple[str, ...]) -> None:
+    """Every pod of `pods` Ready and answering, none restarted: those that did are deleted and
+    made anew, so the kubelet's restart back-off from an earlier fault never lengthens a later one."""
+    ns = world.namespace
+    restarted = [p for p in pods if (generation(kubectl.get("pod", p, ns)) or ("", 1))[1] > 0]
+    if restarted:
+        kubectl("delete", "pod", *restarted, "--grace-period=1", "--wait=true", namespace=ns)
+    wait_for(f"{', '.join(pods)} Ready", lambda: [kubectl.get("pod", p, ns) for p in pods],
+             lambda got: all(pod_ready(p) for p in got), timeout=READY_TIMEOUT)  # fmt: skip
+
+    def answers() -> bool:
+        try:
+            return world.answer_at(kubectl.get("pod", pods[0], ns) or {}, timeout=10) == world.want
+        except (openai.APIError, OSError, KeyError):
+            return False
+
+    wait_for(f"{pods[0]} answering", answers, timeout=READY_TIMEOUT)

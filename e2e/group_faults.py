@@ -1,4 +1,5 @@
-"""Faults of a group's members on the real node, for test_cpu_multi_node.py: a signal sent to a
+"""Faults of a group's members on the real node, for tests/e2e/test_cpu_multi_node.py and
+bench/groups.py: a signal sent to a
 process in a pod by `kubectl exec`, the deployment's GroupRecreated Events since a moment, and
 another deployment asked over and over while a fault runs, and what the pods said."""
 
@@ -12,6 +13,11 @@ import openai
 import yaml
 
 from e2e.cluster.testing import Kubectl
+
+# What signal_in finds, by the words of their argv:
+RANK = "llm_operator.runtime.cpu_reference.launch"  # a later stage (cpu_reference/launch.py)
+AGENT = "llm_operator.runtime.launch_agent,--serve"  # a worker's launch agent (runtime/commands.py)
+TRITON = "--id=rank0"  # a single pod's tritonserver (runtime/commands.py rank_args)
 
 # Run in a pod's container by `kubectl exec`: signal every process whose command line holds all of
 # the comma-separated strings (signal 0: only count them); prints their PIDs. The cpu-runtime image has
