@@ -26,6 +26,7 @@ from llm_operator.controller.observe.engines import ENGINE_INDEX
 from llm_operator.controller.observe.groups import (
     LAUNCHER_EXIT_WORKERS_UNREACHABLE,
     UNFORMED_GROUP_GRACE_SECONDS,
+    GroupFailures,
     why_failed,
 )
 from llm_operator.controller.reconciler import Reconciler
@@ -533,6 +534,7 @@ async def test_a_broken_group_is_reported_by_the_reconcile_and_no_pod_is_deleted
     """The leader relaunches its world in place (docs/architecture.md): the reconcile names the
     member that failed and why, once, and deletes nothing; an evicted member later is a new event."""
     kube, reconciler = await operator_with_nodes()
+    reconciler.group_failures = GroupFailures("2026-11-01T00:00:00Z")  # watching before the failures
     key = kube.add_deployment(multi_node())
     await reconcile(kube, reconciler, key)
     workers = sorted(

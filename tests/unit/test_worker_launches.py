@@ -15,7 +15,7 @@ from pathlib import Path
 
 from llm_operator.runtime.drain import close_to_launches
 from llm_operator.runtime.launch_agent import SESSION_TITLE
-from llm_operator.runtime.processes import stale_launches
+from llm_operator.runtime.processes import orphaned_shm, remove_orphaned_shm, stale_launches
 from llm_operator.runtime.supervisor import LAUNCHER_PID_FILE
 
 from tests.unit.test_launcher import MULTI, alive, config
@@ -172,3 +172,43 @@ def test_sigterm_after_the_door_closed_ends_the_world_and_exits_0(tmp_path: Path
         if proc.poll() is None:
             proc.kill()
         proc.communicate(timeout=30)
+
+
+HOLD = """
+import mmap, os, sys, time
+held = open(sys.argv[1], "rb")  # open: its descriptor holds it
+with open(sys.argv[2], "r+b") as f:
+    mapped = mmap.mmap(f.fileno(), 4096)  # mapped, its descriptor closed: the mapping holds it
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_killed_worlds_files_in_shm_are_found_and_only_they(tmp_path: Path) -> None:
+    """/dev/shm outlives a relaunch in place: the world's files no live process holds (open or
+    mapped) are orphans; held ones, and names no world writes, are left; and none while a process
+    cannot be read (it might hold any). The processes looked at are this one and a holder (a pod's
+    launcher sees its container's)."""
+    shm, proc = tmp_path / "shm", tmp_path / "proc"
+    shm.mkdir()
+    proc.mkdir()
+    for name in ("rank0_region", "nccl-peer", "vader_segment.orphan", "rank1_orphan", "someone-elses"):
+        (shm / name).write_bytes(b"\0" * 4096)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(shm / "rank0_region"), str(shm / "nccl-peer")],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    for pid in (os.getpid(), holder.pid):
+        (proc / str(pid)).symlink_to(f"/proc/{pid}")
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        assert sorted(f.name for f in orphaned_shm(shm, proc)) == ["rank1_orphan", "vader_segment.orphan"]
+        assert sorted(remove_orphaned_shm(shm, proc)) == ["rank1_orphan", "vader_segment.orphan"]
+        assert sorted(f.name for f in shm.iterdir()) == ["nccl-peer", "rank0_region", "someone-elses"]
+        (proc / "1" / "maps").mkdir(parents=True)  # a process whose maps cannot be read
+        (shm / "rank2_orphan").write_bytes(b"")
+        assert orphaned_shm(shm, proc) == []
+    finally:
+        holder.kill()
+        holder.wait()
+    (proc / "1" / "maps").rmdir()
+    (proc / "1").rmdir()
+    assert sorted(f.name for f in orphaned_shm(shm, proc)) == ["nccl-peer", "rank0_region", "rank2_orphan"]

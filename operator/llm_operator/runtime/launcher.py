@@ -45,6 +45,7 @@ from llm_operator.runtime.commands import (
 from llm_operator.runtime.config import ConfigError, PodConfig
 from llm_operator.runtime.drain import drain
 from llm_operator.runtime.preflight import first_missing, image_files
+from llm_operator.runtime.processes import remove_orphaned_shm
 from llm_operator.runtime.repository import materialize, without_guided_decoding
 from llm_operator.runtime.startup_cache import drop_unreadable
 from llm_operator.runtime.supervisor import (
@@ -188,6 +189,8 @@ def launch(c: PodConfig, stop: Stop, environ: Mapping[str, str]) -> int:
         log(absent)
         return EXIT_CONFIG
     materialize(c.model_repo_src, c.model_repo, image_files(c))
+    if removed := remove_orphaned_shm():  # a relaunch in place: what the ended run left there
+        log(f"removed {len(removed)} file(s) an earlier run left in /dev/shm")
     for line in drop_unreadable(environ):
         log(line)
     if c.backend == "tensorrt-engine" and c.engine_dir:

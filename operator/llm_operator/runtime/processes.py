@@ -118,3 +118,48 @@ def stale_launches(
         return []
     newest = max(launches, key=lambda pid: (started(pid), pid))
     return [p for pid in launches if pid != newest for p in (pid, *descendants(table, pid))]
+
+
+SHM = Path("/dev/shm")  # the pod's memory-backed emptyDir (render/pod.py): it outlives a container
+# What a world writes there: Triton's python-backend regions (their prefix is the rank's --id,
+# commands.py rank_args), NCCL's shared-memory transport, Open MPI's vader segments.
+WORLD_SHM_PREFIXES = ("rank", "nccl-", "vader_segment")
+
+
+def orphaned_shm(shm: Path = SHM, proc: Path = Path("/proc"),
+                 prefixes: tuple[str, ...] = WORLD_SHM_PREFIXES) -> list[Path]:  # fmt: skip
+    """A world's files in `shm` that no live process holds open or mapped: what a killed world left.
+    The volume outlives the container and is charged to the pod's memory, so a group relaunched
+    again and again in its pods would fill it (pods recreated for each relaunch used to start
+    empty). None when a process cannot be read: nothing is taken for an orphan that might not be."""
+    held: set[str] = set()
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            maps = (entry / "maps").read_text()
+            fds = [os.readlink(fd) for fd in (entry / "fd").iterdir()]
+        except FileNotFoundError:
+            continue  # exited while we looked
+        except OSError:
+            return []
+        held.update(fds)
+        held.update(line.split(None, 5)[5].removesuffix(" (deleted)") for line in maps.splitlines()
+                    if line.count(" ") >= 5 and str(shm) in line)  # fmt: skip
+    try:
+        files = [f for f in shm.iterdir() if f.name.startswith(prefixes) and f.is_file()]
+    except OSError:
+        return []
+    return [f for f in files if str(f) not in held]
+
+
+def remove_orphaned_shm(shm: Path = SHM, proc: Path = Path("/proc")) -> list[str]:
+    """Remove what orphaned_shm finds; the names removed."""
+    removed = []
+    for f in orphaned_shm(shm, proc):
+        try:
+            f.unlink()
+        except OSError:
+            continue
+        removed.append(f.name)
+    return removed

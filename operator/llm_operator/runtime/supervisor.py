@@ -4,7 +4,7 @@ gone, stops them in order on SIGTERM, and reaps orphans (it may be PID 1).
 Upstream's launch_triton_server.py Popen's mpirun and returns, so a crashed rank goes unnoticed;
 here any rank that exits takes the pod down with a non-zero status. SIGTERM goes to rank 0 alone
 first, so its in-flight requests finish while the rest of the MPI world still answers, then to
-everything else (mpirun itself would SIGKILL the ranks a second after SIGTERM).
+everything else (mpirun itself kills the ranks at once: `odls_base_sigkill_timeout 0`, commands.py).
 
 Companions (the OpenAI front door, frontdoor/) run beside the server under the same rules: one that
 exits unasked takes the pod down like a lost rank; on a requested stop they keep serving while
@@ -28,14 +28,21 @@ from types import FrameType
 
 from llm_operator.contract import KILL_GRACE_SECONDS, LAUNCHER, STALLED_PREFIX
 from llm_operator.runtime.mpi_report import MpiReport
-from llm_operator.runtime.processes import RankWatch, Table, descendants, process_table, stale_launches
+from llm_operator.runtime.processes import (
+    RankWatch,
+    Table,
+    descendants,
+    process_table,
+    remove_orphaned_shm,
+    stale_launches,
+)
 
 # Exit statuses of a server that stopped without being asked (besides its own, passed through, and
 # 128+N for one killed by signal N).
 EXIT_SERVER_GONE = 1  # a server exited on its own with status 0, or one rank vanished
 EXIT_NOT_FOUND = 127
 # How long a world that lost a rank leaves mpirun to finish its own abort and report the rank
-# before it is stopped like the rest (the pod's restart, which recreates the group, waits for it):
+# before it is stopped like the rest (the container's restart, which relaunches the group, waits for it):
 # on the real node's 2 shared cores 1 s was too short for Open MPI to print its report.
 MPI_REPORT_SECONDS = 4.0
 
@@ -170,6 +177,7 @@ class Supervisor:
         ranks = RankWatch(self.ranks, self.wrappers)
         cause, phase, deadline, killed, spared = "", "", 0.0, False, 0.0
         closed = False  # a worker's launch agent was stopped at its preStop: no new launch, the world stays
+        sweep, killed_pids = False, list[int]()  # a worker's stale launches ended, /dev/shm to sweep
 
         def signal_all(table: Table, sig: int, spare: int = 0) -> None:
             for pid in descendants(table, me):
@@ -187,16 +195,20 @@ class Supervisor:
             table = process_table()
             if status is not None and not descendants(table, me):
                 break
-            if (
-                self.policy == Policy.FOLLOW_LEADER
-                and not phase
-                and (stale := stale_launches(table, me, child))
-            ):
+            following = self.policy == Policy.FOLLOW_LEADER and not phase
+            stale = stale_launches(table, me, child) if following else []
+            if stale:
                 log(f"a new launch runs while an earlier one's processes still ran ({len(stale)}; its "
                     "leader is gone): ending them")  # fmt: skip
                 for pid in stale:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
+                sweep = True
+            elif sweep and not set(killed_pids) & set(table):
+                sweep = False  # what the ended world left in /dev/shm, once its processes are gone
+                if removed := remove_orphaned_shm():
+                    log(f"removed {len(removed)} file(s) the ended world left in /dev/shm")
+            killed_pids = stale or killed_pids
             live, vanished = ranks.update(table, me)
             gone = vanished if self.policy == Policy.RANK0_FIRST else []
             now = time.monotonic()

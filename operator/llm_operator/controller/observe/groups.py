@@ -47,32 +47,36 @@ class Failure:
     unformed: bool = False  # its leader's workers never answered: the pods are placed anew
 
 
-def _ended_run(status: dict[str, Any]) -> dict[str, Any] | None:
-    """The failed run's end: its restarted container's last, else the container's own."""
+def _latest_end(status: dict[str, Any]) -> dict[str, Any] | None:
+    """The latest end of the member's container: its state when it has just ended (waiting out the
+    kubelet's restart back-off), else the last end of a restarted one."""
     for c in status.get("containerStatuses") or []:
-        ended = ((c.get("lastState") if c.get("restartCount") else c.get("state")) or {}).get("terminated")
+        ended = (c.get("state") or {}).get("terminated")
+        if not ended and c.get("restartCount"):
+            ended = (c.get("lastState") or {}).get("terminated")
         if ended:
             return dict(ended)
     return None
 
 
 def why_failed(status: dict[str, Any]) -> str:
-    """The failed member's own words: its restarted container's last end (the launcher's
-    termination message names, for a leader, what mpirun lost), else the pod's."""
-    ended = _ended_run(status)
-    if ended:
+    """The failed member's own words: the pod's when it failed as a pod (an eviction, a node
+    shutdown), else its container's latest end (the launcher's termination message names, for a
+    leader, what mpirun lost), else the pod's phase."""
+    ended = _latest_end(status)
+    if ended and not (status.get("phase") == "Failed" and status.get("reason")):
         return exited(ended, len(GROUP_RECREATED))
     return f"{status.get('reason') or status.get('phase')}: {status.get('message', '')}".rstrip(": ")
 
 
-def _ended_by_its_deletion(pod: dict[str, Any], restarted: bool) -> bool:
-    """A member whose pod is being deleted and that neither restarted nor failed as a pod (an
-    eviction, a node shutdown: the pod's own reason) ended because it was asked to: a StatefulSet
-    pod's container that fails otherwise is restarted in place. Its exit status says nothing (a
-    leader whose worker, deleted with it, ended the world first exits 1 before its own SIGTERM
-    comes); if its world breaks, the members that stay fail and say so. So neither a scaled-away or
-    removed group's members, nor a replacement deleted before it ran, nor a deleted leader (its
-    StatefulSet replaces it; its workers relaunch under the new one) is a group failure.
+def _ended_by_its_deletion(pod: dict[str, Any]) -> bool:
+    """A member whose pod is being deleted and that did not fail as a pod (an eviction, a node
+    shutdown: the pod's own reason) ended because it was asked to: a StatefulSet pod's container
+    that fails otherwise is restarted in place, and was seen failing then. Its exit status says
+    nothing (a leader whose worker, deleted with it, ended the world first exits 1 before its own
+    SIGTERM comes); if its world breaks, the members that stay fail and say so. So neither a
+    scaled-away or removed group's members, nor a replacement deleted before it ran, nor a deleted
+    leader (its StatefulSet replaces it; its workers relaunch under the new one) is a group failure.
 
     A LeaderWorkerSet deletes its group's leader as soon as a member restarts or is deleted
     (RecreateGroupOnPodRestart; kubernetes-sigs/lws v0.9.0 pkg/controllers/pod_controller.go with
@@ -82,23 +86,32 @@ def _ended_by_its_deletion(pod: dict[str, Any], restarted: bool) -> bool:
     status = pod.get("status") or {}
     if not pod["metadata"].get("deletionTimestamp") or status.get("reason"):
         return False
-    containers = status.get("containerStatuses") or []
     if LWS_NAME in pod["metadata"].get("labels", {}):
         return not any(
             {"running", "terminated"} & set(c.get("state") or {})
             or (c.get("lastState") or {}).get("terminated")
-            for c in containers
+            for c in status.get("containerStatuses") or []
         )
-    return not restarted
+    return True
+
+
+def _utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")  # as the API server writes times
 
 
 class GroupFailures:
-    def __init__(self) -> None:
+    """Failed members, one event per broken world. `began`: when this operator began watching
+    (RFC 3339); an end before it was the previous operator's to report (pods outlive their
+    failures, and each start lists them all again)."""
+
+    def __init__(self, began: str | None = None) -> None:
+        self._began = began or _utc_now()
         self._broken: dict[Key, dict[Group, Failure]] = {}
         self._seen: dict[str, None] = {}
-        # When each group's last event's first failure ended (RFC 3339, as the kubelet stamps it): a
-        # failed run that started before then was part of that world (a leader ending after its lost
-        # worker), one started after it broke the relaunched world, a new event.
+        # When each group's world last broke: the earliest end of its event's failures (RFC 3339,
+        # as the kubelets stamp them). A failed run that started before then belonged to that world
+        # (a leader ending after its lost worker); one started after it broke the relaunched world,
+        # a new event.
         self._since: dict[Key, dict[Group, str]] = {}
 
     def _mark(self, failure: str) -> None:
@@ -123,28 +136,35 @@ class GroupFailures:
         slot = Slot.B if labels.get(L.SLOT) == Slot.B else Slot.A  # none: an operator before slots
         group = (pool, int(index), slot)
         status = pod.get("status") or {}
-        restarts = max((c.get("restartCount", 0) for c in status.get("containerStatuses") or []), default=0)
-        # The StatefulSet controller deletes a Failed pod (evicted, its node shut down) at once, so
-        # the failure may first be seen on a pod being deleted, or only in its DELETED event: both
-        # count, once per pod and restart (a pod now outlives its failures).
-        failure = f"{meta.get('uid', '')}/{restarts}"
-        if (
-            not (restarts or status.get("phase") == "Failed")
-            or failure in self._seen
-            or _ended_by_its_deletion(pod, restarts > 0)
-        ):
+        ended, failed_pod = _latest_end(status), status.get("phase") == "Failed"
+        # Each failure once: a run by its container (it stays the latest end while the kubelet
+        # backs off, then moves to lastState), a pod's own failure apart. The StatefulSet
+        # controller deletes a Failed pod (evicted, its node shut down) at once, so the failure may
+        # first be seen on a pod being deleted, or only in its DELETED event: both count.
+        run = (ended or {}).get("containerID") or (ended or {}).get("finishedAt") or ""
+        failure = f"{meta.get('uid', '')}/{run}/{'Failed' if failed_pod else ''}"
+        if not (ended or failed_pod) or failure in self._seen or _ended_by_its_deletion(pod):
             return None
         self._mark(failure)
-        ended = _ended_run(status) or {}
+        ended = ended or {}
+        finished = str(ended.get("finishedAt") or "")
+        if finished and finished < self._began and not failed_pod:
+            return None  # reported by the operator that watched it end
+        # A run that never started (a StartError's is stamped 1970) tells nothing of its world.
+        started = str(ended.get("startedAt") or "")
+        if started < str(meta.get("creationTimestamp") or ""):
+            started = ""
+        unformed = ended.get("exitCode") == LAUNCHER_EXIT_WORKERS_UNREACHABLE  # the leader's own run
         since = self._since.setdefault(key, {})
-        started = ended.get("startedAt")
-        if group in since and started and str(started) < since[group]:
+        if group in since and started and started < since[group] and not unformed:
+            since[group] = min(since[group], finished or since[group])
             return None  # it ran in the world whose end is already reported
-        if group not in self._broken.get(key, {}):
-            since[group] = str(ended.get("finishedAt") or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
-        unformed = ended.get("exitCode") == LAUNCHER_EXIT_WORKERS_UNREACHABLE
-        failed = Failure(meta["name"], why_failed(status), lws, unformed)
-        self._broken.setdefault(key, {}).setdefault(group, failed)
+        if finished:  # a member that never ran broke no world
+            pending = group in self._broken.get(key, {}) and group in since
+            since[group] = min(since[group], finished) if pending else finished
+        self._broken.setdefault(key, {}).setdefault(
+            group, Failure(meta["name"], why_failed(status), lws, unformed)
+        )
         return key
 
     def take(self, key: Key) -> list[tuple[Group, Failure]]:
@@ -172,8 +192,8 @@ def wanted(children: Children, namespace: str, deployment: str, group: Group, lw
     """Whether the deployment still runs `group`: one scaled away (its index at or past its leader
     StatefulSet's or LeaderWorkerSet's replicas) or of a slot removed (an aborted canary's, the
     replaced stable's: its leader set deleted or gone) is ending on purpose, and a member that ends
-    Failed meanwhile (a leader whose world lost its worker first) broke nothing: recreating it
-    would cut the leader's drain short and report a group that is gone."""
+    Failed meanwhile (a leader whose world lost its worker first) broke nothing: reporting it
+    would name a group that is gone (and placing it anew would cut the leader's drain short)."""
     pool, index, slot = group
     leader = ("StatefulSet", namespace, names.serving(deployment, pool, slot))
     obj = children.get(("LeaderWorkerSet", namespace, lws) if lws else leader)
