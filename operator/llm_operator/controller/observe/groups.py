@@ -28,7 +28,7 @@ from llm_operator.rollout.revision import Slot
 
 log = logging.getLogger(__name__)
 Group = tuple[str, int, Slot]  # pool, group index, slot
-_SEEN_LIMIT = 4096  # failures remembered (pod uid and restart count) so each is acted on once
+_SEEN_LIMIT = 4096  # failures remembered (pod uid and its container's run) so each is acted on once
 GROUP_RECREATED = "GroupRecreated"  # the Event; its length is the room exited() leaves
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"  # on every pod of a LeaderWorkerSet, set by LWS
 # runtime/launcher.py EXIT_WORKERS_UNREACHABLE (the operator does not import the runtime): a leader
@@ -136,17 +136,16 @@ class GroupFailures:
         slot = Slot.B if labels.get(L.SLOT) == Slot.B else Slot.A  # none: an operator before slots
         group = (pool, int(index), slot)
         status = pod.get("status") or {}
-        ended, failed_pod = _latest_end(status), status.get("phase") == "Failed"
+        ended, failed_pod = _latest_end(status) or {}, status.get("phase") == "Failed"
         # Each failure once: a run by its container (it stays the latest end while the kubelet
         # backs off, then moves to lastState), a pod's own failure apart. The StatefulSet
         # controller deletes a Failed pod (evicted, its node shut down) at once, so the failure may
         # first be seen on a pod being deleted, or only in its DELETED event: both count.
-        run = (ended or {}).get("containerID") or (ended or {}).get("finishedAt") or ""
+        run = ended.get("containerID") or ended.get("finishedAt") or ""
         failure = f"{meta.get('uid', '')}/{run}/{'Failed' if failed_pod else ''}"
         if not (ended or failed_pod) or failure in self._seen or _ended_by_its_deletion(pod):
             return None
         self._mark(failure)
-        ended = ended or {}
         finished = str(ended.get("finishedAt") or "")
         if finished and finished < self._began and not failed_pod:
             return None  # reported by the operator that watched it end
